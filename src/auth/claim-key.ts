@@ -1,0 +1,55 @@
+/**
+ * Per-claim OpenAI keys. A client gets its own key for the LLM relay instead of the trainer's
+ * secret one; the key names its engine (so `/v1/...` at the origin can route it) and is bound
+ * to one claim by its fence, so it dies when that claim ends, is aborted, reaped or superseded.
+ *
+ * Format: `sk-rx.<engine>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>`.
+ */
+import { b64url } from "./tokens";
+
+export type ClaimKeyFields = { engine: string; episode_uuid: string; fence: number };
+
+const keys = new Map<string, Promise<CryptoKey>>();
+
+function hmacKey(secret: string): Promise<CryptoKey> {
+  let k = keys.get(secret);
+  if (!k) {
+    k = crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+      "sign",
+      "verify",
+    ]);
+    keys.set(secret, k);
+  }
+  return k;
+}
+
+const signedText = (f: ClaimKeyFields): string => `${f.engine}\n${f.episode_uuid}\n${f.fence}`;
+
+export async function signClaimKey(secret: string, f: ClaimKeyFields): Promise<string> {
+  const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), new TextEncoder().encode(signedText(f)));
+  const ep = b64url(new TextEncoder().encode(f.episode_uuid));
+  return `sk-rx.${f.engine}.${f.fence}.${ep}.${b64url(new Uint8Array(sig))}`;
+}
+
+function fromB64url(s: string): Uint8Array | null {
+  try {
+    const bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
+    return Uint8Array.from(bin, (ch) => ch.charCodeAt(0));
+  } catch {
+    return null;
+  }
+}
+
+/** Returns the fields when the signature is ours, else null. Liveness of the claim is the engine's call. */
+export async function verifyClaimKey(secret: string, key: string): Promise<ClaimKeyFields | null> {
+  const parts = key.split(".");
+  if (parts.length !== 5 || parts[0] !== "sk-rx") return null;
+  const [, engine, fenceText, epText, sigText] = parts as [string, string, string, string, string];
+  const fence = Number(fenceText);
+  const epBytes = fromB64url(epText);
+  const sig = fromB64url(sigText);
+  if (!Number.isInteger(fence) || fence < 0 || !epBytes || !sig) return null;
+  const fields = { engine, episode_uuid: new TextDecoder().decode(epBytes), fence };
+  const good = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, new TextEncoder().encode(signedText(fields)));
+  return good ? fields : null;
+}

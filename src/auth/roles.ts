@@ -1,0 +1,46 @@
+/**
+ * Which role may run which engine operation (DESIGN.md section 4).
+ * An operator may also act as a client, because AgentJet's SwarmClient both drives the
+ * engine (sync, start, stop) and claims episodes through one base URL.
+ */
+import type { Role } from "../protocol/admin";
+
+export const VIEWER_OPS = [
+  "get_engine_status",
+  "get_episode_buffer",
+  "get_current_batch_rollout_pool_information",
+  "get_reward_history",
+] as const;
+export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode"] as const;
+export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine"] as const;
+export const TRAINER_OPS = [
+  "register_episode",
+  "update_engine_status",
+  "is_episode_claimed",
+  "update_current_batch_rollout_pool_information",
+  "agent_poll",
+  "agent_ack",
+] as const;
+
+export type EngineOp =
+  | (typeof VIEWER_OPS)[number]
+  | (typeof CLIENT_OPS)[number]
+  | (typeof OPERATOR_OPS)[number]
+  | (typeof TRAINER_OPS)[number];
+
+const GRANTS: Record<Role, ReadonlySet<EngineOp>> = {
+  viewer: new Set(VIEWER_OPS),
+  client: new Set([...VIEWER_OPS, ...CLIENT_OPS]),
+  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS]),
+  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS]),
+};
+
+/** The admin may do anything; a role may do what it is granted. */
+export function mayRun(role: Role | "admin", op: EngineOp): boolean {
+  return role === "admin" || GRANTS[role].has(op);
+}
+
+/** Roles that see the trainer's secrets (per-episode keys, ZeroMQ addresses). */
+export function seesTrainerSecrets(role: Role | "admin"): boolean {
+  return role === "admin" || role === "trainer";
+}

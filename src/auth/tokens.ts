@@ -1,0 +1,29 @@
+/** Engine tokens: random secrets shown once; only their SHA-256 is stored anywhere. */
+import type { Role } from "../protocol/admin";
+
+const b64url = (bytes: Uint8Array): string =>
+  btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+
+export function newTokenSecret(role: Role): string {
+  return `rx_${role}_${b64url(crypto.getRandomValues(new Uint8Array(24)))}`;
+}
+
+export function newTokenId(): string {
+  return `tok_${b64url(crypto.getRandomValues(new Uint8Array(9)))}`;
+}
+
+export async function hashToken(token: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Compares two secrets without leaking where they differ through timing. */
+export function constantTimeEqual(a: string, b: string): boolean {
+  const ea = new TextEncoder().encode(a);
+  const eb = new TextEncoder().encode(b);
+  let diff = ea.length ^ eb.length;
+  for (let i = 0; i < Math.max(ea.length, eb.length); i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
+  return diff === 0;
+}
+
+export { b64url };

@@ -1,0 +1,85 @@
+/**
+ * A typed client for one engine of the exchange, built on the protocol's zod schemas: every
+ * request is typed by them and every answer is checked against them.
+ */
+import { z } from "zod";
+import {
+  AckCommandResponse,
+  BoolResponse,
+  ClaimEpisodeResponse,
+  CurrentBatchRolloutPoolInformation,
+  EngineStatusResponse,
+  EpisodeBufferResponse,
+  PollCommandsResponse,
+  RewardHistoryResponse,
+  AbortEpisodeRequest,
+  AckCommandRequest,
+  ClaimEpisodeRequest,
+  EndEpisodeRequest,
+  RegisterEpisodeRequest,
+  UpdateEngineStatusRequest,
+} from "../protocol";
+import { requestJson, type FetchLike } from "./http";
+
+const Success = z.object({ success: z.boolean() });
+const CanContinue = z.object({ can_continue: z.boolean() });
+
+export type EngineClientOptions = {
+  /** The engine's base URL: `https://host/e/<engine>`, or `.../e/<engine>/t/<token>` to carry the token in the path. */
+  baseUrl: string;
+  /** Sent as a bearer header when given. */
+  token?: string;
+  fetch?: FetchLike;
+};
+
+/** Request bodies as the wire accepts them: fields with defaults may be omitted. */
+type In<S extends z.ZodType> = z.input<S>;
+
+export class EngineClient {
+  private readonly base: string;
+  private readonly fetchFn: FetchLike;
+  constructor(private readonly opts: EngineClientOptions) {
+    this.base = opts.baseUrl.replace(/\/+$/, "");
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  private get<S extends z.ZodType>(path: string, schema: S, signal?: AbortSignal): Promise<z.output<S>> {
+    return requestJson(this.fetchFn, this.base + path, schema, { method: "GET", token: this.opts.token, signal });
+  }
+  private post<S extends z.ZodType>(path: string, schema: S, body: unknown = {}): Promise<z.output<S>> {
+    return requestJson(this.fetchFn, this.base + path, schema, { method: "POST", body, token: this.opts.token });
+  }
+
+  getEngineStatus = () => this.get("/get_engine_status", EngineStatusResponse);
+  syncTrainConfig = (yaml: string) => this.post("/sync_train_config", Success, { yaml_as_string: yaml });
+  startEngine = () => this.post("/start_engine", Success);
+  stopEngine = () => this.post("/stop_engine", Success);
+  updateEngineStatus = (req: In<typeof UpdateEngineStatusRequest>) =>
+    this.post("/update_engine_status", BoolResponse, req);
+
+  registerEpisode = (req: In<typeof RegisterEpisodeRequest>) =>
+    this.post("/register_episode", BoolResponse, req);
+  claimEpisode = (req: In<typeof ClaimEpisodeRequest>) =>
+    this.post("/claim_episode", ClaimEpisodeResponse, req);
+  endEpisode = (req: In<typeof EndEpisodeRequest>) => this.post("/end_episode", Success, req);
+  abortEpisode = (req: In<typeof AbortEpisodeRequest>) =>
+    this.post("/abort_episode", Success, req);
+  canContinueEpisode = (req: { client_uuid: string; episode_uuid: string }) => this.post("/can_continue_episode", CanContinue, req);
+  isEpisodeClaimed = (req: { episode_uuid: string; unregister_if_not_claimed?: boolean }) => this.post("/is_episode_claimed", BoolResponse, req);
+  getEpisodeBuffer = () => this.post("/get_episode_buffer", EpisodeBufferResponse);
+
+  updatePoolInfo = (info: In<typeof CurrentBatchRolloutPoolInformation>) =>
+    this.post("/update_current_batch_rollout_pool_information", BoolResponse, info);
+  getPoolInfo = () => this.get("/get_current_batch_rollout_pool_information", CurrentBatchRolloutPoolInformation);
+  getRewardHistory = () => this.get("/get_reward_history", RewardHistoryResponse);
+
+  /** Long-polls the agent command channel; `wait` seconds (at most 25) when nothing is due. */
+  pollCommands = (q: { wait?: number; limit?: number } = {}, signal?: AbortSignal) => {
+    const params = new URLSearchParams();
+    if (q.wait !== undefined) params.set("wait", String(q.wait));
+    if (q.limit !== undefined) params.set("limit", String(q.limit));
+    const qs = params.toString();
+    return this.get(`/agent/commands${qs ? `?${qs}` : ""}`, PollCommandsResponse, signal);
+  };
+  ackCommand = (req: In<typeof AckCommandRequest>) => this.post("/agent/ack", AckCommandResponse, req);
+}

@@ -1,0 +1,46 @@
+import type { z } from "zod";
+import { ErrorResponse } from "../protocol/admin";
+
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+/** A non-2xx answer from the exchange, with its status, error code and human-readable detail. */
+export class ExchangeError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly detail: string,
+  ) {
+    super(`${status} ${code}: ${detail}`);
+    this.name = "ExchangeError";
+  }
+}
+
+/** Sends one JSON request and validates the answer against `schema`. */
+export async function requestJson<S extends z.ZodType>(
+  fetchFn: FetchLike,
+  url: string,
+  schema: S,
+  init: { method: "GET" | "POST" | "DELETE"; body?: unknown; token?: string | undefined; signal?: AbortSignal | undefined },
+): Promise<z.output<S>> {
+  const headers: Record<string, string> = {};
+  if (init.body !== undefined) headers["content-type"] = "application/json";
+  if (init.token !== undefined) headers["authorization"] = `Bearer ${init.token}`;
+  const res = await fetchFn(url, {
+    method: init.method,
+    headers,
+    body: init.body === undefined ? null : JSON.stringify(init.body),
+    ...(init.signal ? { signal: init.signal } : {}),
+  });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
+  }
+  if (!res.ok) {
+    const err = ErrorResponse.safeParse(json);
+    throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail) : new ExchangeError(res.status, "http_error", text.slice(0, 500));
+  }
+  return schema.parse(json);
+}

@@ -1,0 +1,3 @@
+export { EngineClient, type EngineClientOptions } from "./exchange-client";
+export { AdminClient } from "./admin-client";
+export { ExchangeError, type FetchLike } from "./http";

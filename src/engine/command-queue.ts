@@ -1,0 +1,52 @@
+/**
+ * The durable, ordered command queue between an engine and its local-agent.
+ * A polled command is leased (hidden) until its deadline; without an ack it becomes due again.
+ */
+import type { Command, CommandBody } from "../protocol/commands";
+
+type CommandRow = { seq: number; body: string; created_at: number; attempts: number; acked_at: number | null; ok: number | null; detail: string };
+
+export class CommandQueue {
+  constructor(private readonly sql: SqlStorage) {}
+
+  enqueue(body: CommandBody, now: number): number {
+    return this.sql
+      .exec<{ seq: number }>("INSERT INTO commands (body, created_at, visible_at) VALUES (?, ?, ?) RETURNING seq", JSON.stringify(body), now, now)
+      .one().seq;
+  }
+
+  /** Hands out due commands in order and leases them until `now + leaseMs`. */
+  lease(now: number, leaseMs: number, limit: number): Command[] {
+    const rows = this.sql
+      .exec<CommandRow>(
+        "SELECT seq, body, created_at, attempts, acked_at, ok, detail FROM commands WHERE acked_at IS NULL AND visible_at <= ? ORDER BY seq LIMIT ?",
+        now,
+        limit,
+      )
+      .toArray();
+    for (const r of rows) this.sql.exec("UPDATE commands SET visible_at = ?, attempts = attempts + 1 WHERE seq = ?", now + leaseMs, r.seq);
+    return rows.map((r) => ({ seq: r.seq, attempt: r.attempts + 1, created_at: r.created_at / 1000, body: JSON.parse(r.body) as CommandBody }));
+  }
+
+  hasDue(now: number): boolean {
+    return this.sql.exec("SELECT 1 FROM commands WHERE acked_at IS NULL AND visible_at <= ? LIMIT 1", now).toArray().length > 0;
+  }
+
+  get(seq: number): { body: CommandBody; acked: boolean } | null {
+    const r = this.sql.exec<CommandRow>("SELECT seq, body, created_at, attempts, acked_at, ok, detail FROM commands WHERE seq = ?", seq).toArray()[0];
+    return r ? { body: JSON.parse(r.body) as CommandBody, acked: r.acked_at !== null } : null;
+  }
+
+  ack(seq: number, ok: boolean, detail: string, now: number): void {
+    this.sql.exec("UPDATE commands SET acked_at = ?, ok = ?, detail = ? WHERE seq = ?", now, ok ? 1 : 0, detail, seq);
+  }
+
+  /** When the earliest leased command falls due again, if any is leased. */
+  nextRedelivery(now: number): number | null {
+    return this.sql.exec<{ t: number | null }>("SELECT MIN(visible_at) AS t FROM commands WHERE acked_at IS NULL AND visible_at > ?", now).one().t;
+  }
+
+  pendingCount(): number {
+    return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM commands WHERE acked_at IS NULL").one().n;
+  }
+}

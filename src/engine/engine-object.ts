@@ -1,0 +1,749 @@
+/**
+ * One Durable Object per engine: the single writer for its episodes, leases, commands and
+ * reward accumulator. Every state change is one synchronous SQLite transaction, so concurrent
+ * requests cannot race; one alarm, always set no later than the earliest deadline, reaps.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../env";
+import type { Role } from "../protocol/admin";
+import type {
+  AbortEpisodeRequest,
+  ClaimEpisodeRequest,
+  ClaimEpisodeResponse,
+  CurrentBatchRolloutPoolInformation,
+  EndEpisodeRequest,
+  EngineStatusResponse,
+  EpisodeBufferResponse,
+  EpisodeStatus,
+  BoolResponse,
+  RegisterEpisodeRequest,
+  RewardHistoryResponse,
+  UpdateEngineStatusRequest,
+} from "../protocol/swarm";
+import { CurrentBatchRolloutPoolInformation as PoolInfoSchema } from "../protocol/swarm";
+import type { AckCommandRequest, AckCommandResponse, CommandBody, PollCommandsQuery, PollCommandsResponse } from "../protocol/commands";
+import { isRolling, type EngineStatus } from "../protocol/status";
+import { mayRun, seesTrainerSecrets, type EngineOp } from "../auth/roles";
+import { signClaimKey } from "../auth/claim-key";
+import type { Caller, CallerRole } from "./caller";
+import { fail, ok, type Failure, type Reply } from "./reply";
+import { ENGINE_DDL } from "./schema";
+import { CommandQueue } from "./command-queue";
+import { Outbox, type OutboxItem } from "./outbox";
+import {
+  EMPTY_ACCUMULATOR,
+  NO_EPISODES_CAUSE,
+  accumulate,
+  notReadyCause,
+  rewardValues,
+  scalarReward,
+  seconds,
+  summarize,
+  type RewardAccumulator,
+} from "./rules";
+
+/** Small, hot engine state, kept in memory and written through to the kv table. */
+type Meta = {
+  name: string | null;
+  status: EngineStatus;
+  detail: string | null;
+  globalStep: number | null;
+  weightVersion: number | null;
+  bootingStartTime: number | null;
+  nextQueueSeq: number;
+  acc: RewardAccumulator;
+};
+
+const INITIAL_META: Meta = {
+  name: null,
+  status: "ENGINE.OFFLINE",
+  detail: null,
+  globalStep: null,
+  weightVersion: null,
+  bootingStartTime: null,
+  nextQueueSeq: 1,
+  acc: EMPTY_ACCUMULATOR,
+};
+
+type EpisodeRow = {
+  episode_uuid: string;
+  state: "registered" | "claimed" | "resetting";
+  openai_base_url: string;
+  openai_api_key: string;
+  zmq_addr: string;
+  episode_type: "train" | "eval";
+  client_uuid: string;
+  fence: number;
+  last_activity: number;
+  discard_timeout: number;
+  expires_at: number | null;
+  llm_call_count: number;
+  task_id: string;
+};
+
+/** How long outbox rows wait so that one D1 batch carries many of them. */
+const OUTBOX_BATCH_MS = 50;
+/** A reaping alarm handles at most this many leases per run, then re-arms at once. */
+const REAP_BATCH = 500;
+
+export class EngineObject extends DurableObject<Env> {
+  /** The engine's clock in ms. Tests replace it to move time without sleeping. */
+  now: () => number = () => Date.now();
+
+  private readonly sql: SqlStorage;
+  private readonly commands: CommandQueue;
+  private readonly outbox: Outbox;
+  private meta: Meta;
+  private tokens = new Map<string, Role>();
+  /** When the alarm is set for, as far as this instance knows; undefined until read. */
+  private armedAt: number | null = null;
+  private pollWaiters = new Set<() => void>();
+  private flushing = false;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(ENGINE_DDL);
+    this.commands = new CommandQueue(this.sql);
+    this.outbox = new Outbox(this.sql);
+    this.meta = this.loadMeta();
+    for (const r of this.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
+    void ctx.blockConcurrencyWhile(async () => {
+      this.armedAt = await ctx.storage.getAlarm();
+    });
+  }
+
+  // ---------------------------------------------------------------- provisioning (admin only)
+
+  /** Makes this object the engine `name` and adds token hashes. Idempotent. */
+  provision(name: string, tokens: { id: string; hash: string; role: Role }[]): void {
+    this.tx(() => {
+      if (this.meta.name === null) this.saveMeta({ ...this.meta, name });
+      for (const t of tokens) this.sql.exec("INSERT OR REPLACE INTO tokens (hash, id, role) VALUES (?, ?, ?)", t.hash, t.id, t.role);
+    });
+    for (const t of tokens) this.tokens.set(t.hash, t.role);
+  }
+
+  revokeToken(hash: string): void {
+    this.sql.exec("DELETE FROM tokens WHERE hash = ?", hash);
+    this.tokens.delete(hash);
+  }
+
+  // ---------------------------------------------------------------- engine status
+
+  async getEngineStatus(caller: Caller): Promise<Reply<EngineStatusResponse>> {
+    return this.guarded(caller, "get_engine_status", () => ok(this.statusView()));
+  }
+
+  async syncTrainConfig(caller: Caller, yaml: string): Promise<Reply<{ success: true }>> {
+    return this.guarded(caller, "sync_train_config", () => {
+      if (this.meta.status !== "ENGINE.OFFLINE") {
+        return fail(400, "engine_started", "Engine is already started. Call `stop_engine` first before syncing new training configuration.");
+      }
+      this.setKv("train_config_yaml", yaml);
+      return ok({ success: true as const });
+    });
+  }
+
+  async startEngine(caller: Caller): Promise<Reply<{ success: true }>> {
+    return this.guarded(caller, "start_engine", () => {
+      const yaml = this.getKv<string>("train_config_yaml");
+      if (yaml === null) return fail(400, "no_config", "No training config found. Call /sync_train_config first.");
+      if (this.meta.status !== "ENGINE.OFFLINE") {
+        return fail(409, "engine_started", `Engine is already started (status ${this.meta.status}). Call /stop_engine first.`);
+      }
+      this.tx(() => {
+        this.clearEpisodes();
+        this.saveMeta({ ...this.meta, status: "ENGINE.BOOTING", bootingStartTime: this.now() / 1000, detail: null });
+        this.enqueue({ kind: "start", yaml_as_string: yaml });
+      });
+      this.afterEnqueue();
+      return ok({ success: true as const });
+    });
+  }
+
+  async stopEngine(caller: Caller): Promise<Reply<{ success: true }>> {
+    return this.guarded(caller, "stop_engine", () => {
+      this.tx(() => {
+        this.clearEpisodes();
+        this.saveMeta({ ...this.meta, status: "ENGINE.OFFLINE", bootingStartTime: null });
+        this.enqueue({ kind: "stop", reason: "stop_engine requested" });
+      });
+      this.afterEnqueue();
+      return ok({ success: true as const });
+    });
+  }
+
+  async updateEngineStatus(caller: Caller, req: UpdateEngineStatusRequest): Promise<Reply<BoolResponse>> {
+    return this.guarded(caller, "update_engine_status", () => {
+      this.tx(() => {
+        const prev = this.meta;
+        const next: Meta = { ...prev, status: req.engine_status };
+        if (isRolling(prev.status) && !isRolling(req.engine_status)) this.clearEpisodes();
+        if (req.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") next.bootingStartTime = this.now() / 1000;
+        if (prev.status === "ENGINE.BOOTING" && req.engine_status !== "ENGINE.BOOTING") next.bootingStartTime = null;
+        if (req.global_step !== undefined && req.global_step !== null) {
+          if (prev.globalStep !== null && prev.globalStep !== req.global_step) next.acc = this.finalizeStep(prev.globalStep, prev.acc);
+          next.globalStep = req.global_step;
+        }
+        if (req.engine_status_detail !== undefined && req.engine_status_detail !== null) next.detail = req.engine_status_detail;
+        if (req.weight_version !== undefined && req.weight_version !== null) next.weightVersion = req.weight_version;
+        this.saveMeta(next);
+      });
+      this.armBy(this.outbox.nextDue());
+      return ok({ success: true, failure_reason: "" });
+    });
+  }
+
+  // ---------------------------------------------------------------- episodes: trainer side
+
+  async registerEpisode(caller: Caller, req: RegisterEpisodeRequest): Promise<Reply<BoolResponse>> {
+    return this.guarded<BoolResponse>(caller, "register_episode", () => {
+      if (this.meta.status !== "ENGINE.ROLLING") {
+        return ok({ success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." });
+      }
+      this.tx(() => {
+        const existing = this.episode(req.episode_uuid);
+        if (existing === null) {
+          this.sql.exec(
+            `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
+             VALUES (?, 'registered', ?, ?, ?, ?, ?)`,
+            req.episode_uuid,
+            this.takeQueueSeq(),
+            req.openai_base_url,
+            req.openai_api_key,
+            req.zmq_listen_result_addr,
+            this.now(),
+          );
+        } else if (existing.state === "registered") {
+          // A retried registration (the trainer retries after 2 s) keeps its place in the queue.
+          this.sql.exec(
+            "UPDATE episodes SET openai_base_url = ?, openai_api_key = ?, zmq_addr = ? WHERE episode_uuid = ?",
+            req.openai_base_url,
+            req.openai_api_key,
+            req.zmq_listen_result_addr,
+            req.episode_uuid,
+          );
+        }
+      });
+      return ok({ success: true, failure_reason: "" });
+    });
+  }
+
+  async isEpisodeClaimed(caller: Caller, episodeUuid: string, unregister: boolean): Promise<Reply<BoolResponse>> {
+    return this.guarded<BoolResponse>(caller, "is_episode_claimed", () => {
+      if (!isRolling(this.meta.status)) return ok({ success: false, failure_reason: "" });
+      const ep = this.episode(episodeUuid);
+      if (ep === null) return ok({ success: false, failure_reason: "" });
+      // An episode waiting for its runner's reset still belongs to the claim being undone.
+      if (ep.state !== "registered") return ok({ success: true, failure_reason: "" });
+      if (unregister) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
+      return ok({ success: false, failure_reason: "" });
+    });
+  }
+
+  async updatePoolInfo(caller: Caller, info: CurrentBatchRolloutPoolInformation): Promise<Reply<BoolResponse>> {
+    return this.guarded(caller, "update_current_batch_rollout_pool_information", () => {
+      // The engine computes these itself; what the trainer sends for them is ignored.
+      const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {} };
+      this.setKv("pool_info", stored);
+      return ok({ success: true, failure_reason: "" });
+    });
+  }
+
+  // ---------------------------------------------------------------- episodes: client side
+
+  async claimEpisode(caller: Caller, req: ClaimEpisodeRequest, origin: string): Promise<Reply<ClaimEpisodeResponse>> {
+    return this.guarded(caller, "claim_episode", async () => {
+      const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
+        ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
+      if (this.meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(this.meta.status));
+      const now = this.now();
+      const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
+      const claimed = this.tx(() => {
+        const head = this.sql
+          .exec<{ episode_uuid: string; fence: number }>(
+            "SELECT episode_uuid, fence FROM episodes WHERE state = 'registered' ORDER BY queue_seq LIMIT 1",
+          )
+          .toArray()[0];
+        if (!head) return null;
+        const fence = head.fence + 1;
+        this.sql.exec(
+          `UPDATE episodes SET state = 'claimed', queue_seq = NULL, episode_type = ?, client_uuid = ?, fence = ?,
+             last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?
+           WHERE episode_uuid = ?`,
+          req.episode_type,
+          req.client_uuid,
+          fence,
+          now,
+          req.discard_episode_timeout,
+          expiresAt,
+          req.throttle_policy?.current_task_id ?? "",
+          head.episode_uuid,
+        );
+        return { episode_uuid: head.episode_uuid, fence };
+      });
+      if (claimed === null) return refuse(NO_EPISODES_CAUSE);
+      this.armBy(expiresAt);
+      const key = await signClaimKey(this.env.CLAIM_KEY_SECRET, { engine: this.meta.name ?? "", ...claimed });
+      return ok({
+        success: true,
+        client_uuid: req.client_uuid,
+        episode_uuid: claimed.episode_uuid,
+        openai_base_url: `${origin}/v1`,
+        openai_api_key: key,
+        fail_cause: "",
+        fence: claimed.fence,
+      });
+    });
+  }
+
+  async endEpisode(caller: Caller, req: EndEpisodeRequest): Promise<Reply<{ success: boolean }>> {
+    return this.guarded(caller, "end_episode", () => {
+      const status = this.meta.status;
+      if (!isRolling(status)) {
+        return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
+      }
+      const metaTask = req.workflow_output.metadata["task_id"];
+      if (metaTask === undefined) return fail(422, "invalid_request", "workflow_output.metadata must contain task_id");
+      if (metaTask !== req.task_id) {
+        return fail(422, "invalid_request", `workflow_output.metadata.task_id (${JSON.stringify(metaTask)}) must equal task_id (${JSON.stringify(req.task_id)})`);
+      }
+      const owned = this.ownedClaim(req);
+      if (!owned.ok) return owned;
+      if (owned.body === "already_ended") return ok({ success: true });
+      const ep = owned.body;
+      const now = this.now();
+      const payload = JSON.stringify(req.workflow_output);
+      const taskId = ep.task_id || req.task_id;
+      const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
+      this.tx(() => {
+        this.sql.exec(
+          "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery) VALUES (?, ?, ?, ?, ?, ?, ?)",
+          ep.episode_uuid,
+          ep.fence,
+          ep.client_uuid,
+          taskId,
+          ep.episode_type,
+          now,
+          deliver ? "pending" : "none",
+        );
+        this.addOutbox({
+          kind: "trajectory",
+          row: {
+            engine: this.meta.name ?? "",
+            episodeUuid: ep.episode_uuid,
+            fence: ep.fence,
+            clientUuid: ep.client_uuid,
+            taskId,
+            episodeType: ep.episode_type,
+            globalStep: this.meta.globalStep,
+            reward: scalarReward(req.workflow_output.reward),
+            isSuccess: req.workflow_output.is_success,
+            workflowOutput: payload,
+            endedAt: now,
+          },
+        });
+        if (ep.episode_type === "train") {
+          this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
+          const values = rewardValues(req.workflow_output.reward);
+          if (values.length > 0) this.saveMeta({ ...this.meta, acc: accumulate(this.meta.acc, values) });
+          if (deliver) {
+            this.enqueue({ kind: "deliver", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr, payload });
+          }
+        } else {
+          // Evaluation results go to D1 only; the runner is reset and the episode serves again (as the seed does).
+          this.releaseClaim(ep, status === "ENGINE.ROLLING" ? "requeue" : "delete");
+        }
+      });
+      this.afterEnqueue();
+      return ok({ success: true });
+    });
+  }
+
+  async abortEpisode(caller: Caller, req: AbortEpisodeRequest): Promise<Reply<{ success: boolean }>> {
+    return this.guarded(caller, "abort_episode", () => {
+      const status = this.meta.status;
+      if (!isRolling(status)) return ok({ success: true });
+      if (this.episode(req.episode_uuid) === null) return ok({ success: true });
+      const owned = this.ownedClaim(req);
+      if (!owned.ok) return owned;
+      if (owned.body === "already_ended") return ok({ success: true });
+      const ep = owned.body;
+      this.tx(() => this.releaseClaim(ep, status === "ENGINE.ROLLING" ? "requeue" : "delete"));
+      this.afterEnqueue();
+      return ok({ success: true });
+    });
+  }
+
+  async canContinueEpisode(caller: Caller, clientUuid: string, episodeUuid: string): Promise<Reply<{ can_continue: boolean }>> {
+    return this.guarded(caller, "can_continue_episode", () => {
+      if (!isRolling(this.meta.status)) return ok({ can_continue: false });
+      const ep = this.episode(episodeUuid);
+      return ok({ can_continue: ep !== null && ep.state === "claimed" && ep.client_uuid === clientUuid });
+    });
+  }
+
+  // ---------------------------------------------------------------- views
+
+  async getEpisodeBuffer(caller: Caller): Promise<Reply<EpisodeBufferResponse>> {
+    return this.guarded(caller, "get_episode_buffer", (role) => {
+      const secrets = seesTrainerSecrets(role);
+      const buffer: EpisodeStatus[] = this.sql
+        .exec<EpisodeRow>("SELECT * FROM episodes ORDER BY state, queue_seq")
+        .toArray()
+        .map((e) => ({
+          episode_uuid: e.episode_uuid,
+          episode_status: e.state === "registered" ? "registered" : "claimed",
+          episode_type: e.episode_type,
+          openai_base_url: secrets ? e.openai_base_url : "",
+          openai_api_key: secrets ? e.openai_api_key : "",
+          client_uuid: e.client_uuid,
+          zmq_listen_result_addr: secrets ? e.zmq_addr : "",
+          latest_activity_timestamp: e.last_activity / 1000,
+          discard_episode_timeout: e.discard_timeout,
+          llm_call_count: e.llm_call_count,
+          debug_log: [],
+          optional_task_id: e.task_id,
+        }));
+      return ok({ buffer });
+    });
+  }
+
+  async getPoolInfo(caller: Caller): Promise<Reply<CurrentBatchRolloutPoolInformation>> {
+    return this.guarded(caller, "get_current_batch_rollout_pool_information", () => {
+      const now = this.now();
+      const stored = PoolInfoSchema.parse(this.getKv<unknown>("pool_info") ?? {});
+      // The lease index holds exactly the claimed episodes: O(claimed), never a scan of all.
+      const running: Record<string, Record<string, string>> = {};
+      for (const e of this.sql.exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' ORDER BY expires_at")) {
+        running[e.episode_uuid] = {
+          episode_status: "claimed",
+          time_since_last_activity: seconds((now - e.last_activity) / 1000),
+          discard_episode_timeout: seconds(e.discard_timeout),
+          llm_call_count: String(e.llm_call_count),
+          client_uuid: e.client_uuid,
+          optional_task_id: e.task_id,
+        };
+      }
+      const byTask: Record<string, string[]> = {};
+      for (const f of this.sql.exec<{ task_id: string; client_uuid: string }>(
+        "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' ORDER BY ended_at",
+      )) {
+        (byTask[f.task_id] ??= []).push(f.client_uuid);
+      }
+      return ok({
+        ...stored,
+        running_episode_details: Object.keys(running).length > 0 ? running : null,
+        completed_tasks_client_uuids: byTask,
+        engine_status: this.meta.status,
+        global_step: this.meta.globalStep,
+        booting_start_time: this.meta.bootingStartTime,
+      });
+    });
+  }
+
+  async getRewardHistory(caller: Caller): Promise<Reply<RewardHistoryResponse>> {
+    return this.guarded(caller, "get_reward_history", () => {
+      const history = this.sql
+        .exec<{ global_step: number; mean_reward: number; std_reward: number; timestamp: number; count: number; min_reward: number; max_reward: number }>(
+          "SELECT global_step, mean_reward, std_reward, timestamp, count, min_reward, max_reward FROM reward_history ORDER BY seq",
+        )
+        .toArray();
+      return ok({ history });
+    });
+  }
+
+  // ---------------------------------------------------------------- agent command channel
+
+  async agentPoll(caller: Caller, q: PollCommandsQuery): Promise<Reply<PollCommandsResponse>> {
+    return this.guarded(caller, "agent_poll", async () => {
+      const deadline = Date.now() + q.wait * 1000;
+      for (;;) {
+        if (this.commands.hasDue(this.now()) || Date.now() >= deadline) break;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
+          function done(): void {
+            clearTimeout(timer);
+            resolve();
+          }
+          this.pollWaiters.add(done);
+        });
+      }
+      const now = this.now();
+      const commands = this.tx(() => this.commands.lease(now, this.commandLeaseMs(), q.limit));
+      if (commands.length > 0) this.armBy(now + this.commandLeaseMs());
+      return ok({ commands });
+    });
+  }
+
+  async agentAck(caller: Caller, req: AckCommandRequest): Promise<Reply<AckCommandResponse>> {
+    return this.guarded<AckCommandResponse>(caller, "agent_ack", () => {
+      const cmd = this.commands.get(req.seq);
+      if (cmd === null) return fail(404, "unknown_command", `No command with seq ${req.seq} on this engine.`);
+      if (cmd.acked) return ok({ success: true, first_ack: false });
+      this.tx(() => {
+        this.commands.ack(req.seq, req.ok, req.detail, this.now());
+        this.applyAck(cmd.body, req.ok, req.detail);
+      });
+      this.afterEnqueue();
+      return ok({ success: true, first_ack: true });
+    });
+  }
+
+  // ---------------------------------------------------------------- alarm
+
+  override async alarm(): Promise<void> {
+    this.armedAt = null;
+    const now = this.now();
+    this.tx(() => {
+      const expired = this.sql
+        .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
+        .toArray();
+      for (const ep of expired) this.releaseClaim(ep, "requeue");
+    });
+    this.wakePollers();
+    await this.flushOutbox(now);
+    this.rearm(now);
+  }
+
+  /** Diagnostics for tests and the dashboard: sizes of the engine's queues. */
+  async stats(): Promise<{ registered: number; claimed: number; resetting: number; pending_commands: number; outbox: number; alarm_at: number | null }> {
+    const counts = Object.fromEntries(
+      this.sql.exec<{ state: string; n: number }>("SELECT state, COUNT(*) AS n FROM episodes GROUP BY state").toArray().map((r) => [r.state, r.n]),
+    );
+    return {
+      registered: counts["registered"] ?? 0,
+      claimed: counts["claimed"] ?? 0,
+      resetting: counts["resetting"] ?? 0,
+      pending_commands: this.commands.pendingCount(),
+      outbox: this.outbox.size(),
+      alarm_at: await this.ctx.storage.getAlarm(),
+    };
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  private async guarded<T>(caller: Caller, op: EngineOp, run: (role: CallerRole) => Reply<T> | Promise<Reply<T>>): Promise<Reply<T>> {
+    const role = this.authorize(caller, op);
+    if (typeof role !== "string") return role;
+    return run(role);
+  }
+
+  private authorize(caller: Caller, op: EngineOp): CallerRole | Failure {
+    if (this.meta.name === null) return fail(404, "unknown_engine", "No such engine.");
+    if (caller.admin) return "admin";
+    const role = this.tokens.get(caller.tokenHash);
+    if (role === undefined) return fail(401, "invalid_token", `The token is not valid for engine '${this.meta.name}' (unknown or revoked).`);
+    if (!mayRun(role, op)) return fail(403, "forbidden", `A ${role} token may not call ${op}.`);
+    return role;
+  }
+
+  /** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */
+  private ownedClaim(req: { client_uuid: string; episode_uuid: string; fence?: number | undefined }): Reply<EpisodeRow | "already_ended"> {
+    const ep = this.episode(req.episode_uuid);
+    if (ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && (req.fence === undefined || req.fence === ep.fence)) {
+      return ok(ep);
+    }
+    const ended = this.sql
+      .exec<{ fence: number }>(
+        "SELECT fence FROM finished WHERE episode_uuid = ? AND client_uuid = ? ORDER BY fence DESC LIMIT 1",
+        req.episode_uuid,
+        req.client_uuid,
+      )
+      .toArray()[0];
+    if (ended && (req.fence === undefined || req.fence === ended.fence)) return ok("already_ended");
+    if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
+    if (ep.state !== "claimed") {
+      return fail(
+        409,
+        "claim_lost",
+        `Episode ${req.episode_uuid} is not in claimed status, maybe you take **too long** to submit the workflow output, try increase \`discard_episode_timeout\` when \`begin_episode\`. Its claim was reaped or aborted; this result is not counted.`,
+      );
+    }
+    if (ep.client_uuid !== req.client_uuid) {
+      return fail(409, "claim_lost", `Episode ${req.episode_uuid} is claimed by a different client; this result is not counted.`);
+    }
+    return fail(409, "claim_lost", `Episode ${req.episode_uuid}: fence ${req.fence} belongs to a superseded claim (current fence ${ep.fence}); this result is not counted.`);
+  }
+
+  /** Ends a claim without a result: back to the queue (after the runner's reset, if it has one) or gone. */
+  private releaseClaim(ep: EpisodeRow, how: "requeue" | "delete"): void {
+    if (how === "delete") {
+      this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
+    } else if (ep.zmq_addr !== "") {
+      this.sql.exec(
+        "UPDATE episodes SET state = 'resetting', expires_at = NULL WHERE episode_uuid = ?",
+        ep.episode_uuid,
+      );
+      this.enqueue({ kind: "reset", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr });
+    } else {
+      this.requeue(ep.episode_uuid);
+    }
+  }
+
+  private requeue(episodeUuid: string): void {
+    this.sql.exec(
+      `UPDATE episodes SET state = 'registered', queue_seq = ?, client_uuid = '', discard_timeout = -1, expires_at = NULL,
+         llm_call_count = 0, last_activity = ? WHERE episode_uuid = ?`,
+      this.takeQueueSeq(),
+      this.now(),
+      episodeUuid,
+    );
+  }
+
+  private applyAck(body: CommandBody, succeeded: boolean, detail: string): void {
+    switch (body.kind) {
+      case "deliver":
+        this.sql.exec(
+          "UPDATE finished SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?",
+          succeeded ? "delivered" : "undeliverable",
+          detail,
+          body.episode_uuid,
+          body.fence,
+        );
+        return;
+      case "reset": {
+        const ep = this.episode(body.episode_uuid);
+        if (ep === null || ep.state !== "resetting" || ep.fence !== body.fence) return;
+        // A runner that cannot be reset cannot serve the episode again.
+        if (succeeded) this.requeue(body.episode_uuid);
+        else this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", body.episode_uuid);
+        return;
+      }
+      case "start":
+        if (!succeeded && this.meta.status === "ENGINE.BOOTING") {
+          this.saveMeta({ ...this.meta, status: "ENGINE.OFFLINE", bootingStartTime: null, detail: `trainer failed to start: ${detail}` });
+        }
+        return;
+      case "stop":
+        return;
+    }
+  }
+
+  private finalizeStep(step: number, acc: RewardAccumulator): RewardAccumulator {
+    if (acc.n === 0) return acc;
+    const s = summarize(acc);
+    const timestamp = this.now() / 1000;
+    const seq = this.sql
+      .exec<{ seq: number }>(
+        "INSERT INTO reward_history (global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        step,
+        s.mean,
+        s.std,
+        s.count,
+        s.min,
+        s.max,
+        timestamp,
+      )
+      .one().seq;
+    this.addOutbox({
+      kind: "reward",
+      row: { engine: this.meta.name ?? "", seq, globalStep: step, meanReward: s.mean, stdReward: s.std, count: s.count, minReward: s.min, maxReward: s.max, timestamp },
+    });
+    return EMPTY_ACCUMULATOR;
+  }
+
+  private clearEpisodes(): void {
+    this.sql.exec("DELETE FROM episodes");
+    this.sql.exec("DELETE FROM finished");
+  }
+
+  private episode(uuid: string): EpisodeRow | null {
+    return this.sql.exec<EpisodeRow>("SELECT * FROM episodes WHERE episode_uuid = ?", uuid).toArray()[0] ?? null;
+  }
+
+  private statusView(): EngineStatusResponse {
+    return { engine_status: this.meta.status, engine_status_detail: this.meta.detail, global_step: this.meta.globalStep };
+  }
+
+  private enqueue(body: CommandBody): void {
+    this.commands.enqueue(body, this.now());
+  }
+
+  private afterEnqueue(): void {
+    this.wakePollers();
+    this.armBy(this.outbox.nextDue());
+  }
+
+  private wakePollers(): void {
+    if (this.pollWaiters.size === 0 || !this.commands.hasDue(this.now())) return;
+    const waiters = [...this.pollWaiters];
+    this.pollWaiters.clear();
+    for (const w of waiters) w();
+  }
+
+  private addOutbox(item: OutboxItem): void {
+    this.outbox.add(item, this.now() + OUTBOX_BATCH_MS);
+  }
+
+  private async flushOutbox(now: number): Promise<void> {
+    if (this.flushing) return;
+    this.flushing = true;
+    try {
+      await this.outbox.flush(this.env.DB, now);
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private commandLeaseMs(): number {
+    const s = Number(this.env.COMMAND_LEASE_SECONDS ?? "60");
+    return (Number.isFinite(s) && s > 0 ? s : 60) * 1000;
+  }
+
+  /** Makes sure the alarm fires no later than `t`. Cheap: no query, one storage call at most. */
+  private armBy(t: number | null): void {
+    if (t === null) return;
+    if (this.armedAt === null || t < this.armedAt) {
+      this.armedAt = t;
+      void this.ctx.storage.setAlarm(t);
+    }
+  }
+
+  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery or outbox retry. */
+  private rearm(now: number): void {
+    const lease = this.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;
+    const candidates = [lease, this.commands.nextRedelivery(now), this.outbox.nextDue()].filter((t): t is number => t !== null);
+    if (candidates.length === 0) {
+      this.armedAt = null;
+      void this.ctx.storage.deleteAlarm();
+      return;
+    }
+    this.armedAt = Math.min(...candidates);
+    void this.ctx.storage.setAlarm(this.armedAt);
+  }
+
+  private takeQueueSeq(): number {
+    const seq = this.meta.nextQueueSeq;
+    this.saveMeta({ ...this.meta, nextQueueSeq: seq + 1 });
+    return seq;
+  }
+
+  private tx<T>(fn: () => T): T {
+    try {
+      return this.ctx.storage.transactionSync(fn);
+    } catch (e) {
+      this.meta = this.loadMeta(); // the transaction rolled back; so must the in-memory copy
+      throw e;
+    }
+  }
+
+  private loadMeta(): Meta {
+    return { ...INITIAL_META, ...(this.getKv<Partial<Meta>>("meta") ?? {}) };
+  }
+
+  private saveMeta(next: Meta): void {
+    this.setKv("meta", next);
+    this.meta = next;
+  }
+
+  private getKv<T>(k: string): T | null {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = ?", k).toArray()[0];
+    return row ? (JSON.parse(row.v) as T) : null;
+  }
+
+  private setKv(k: string, v: unknown): void {
+    this.sql.exec("INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, JSON.stringify(v));
+  }
+}

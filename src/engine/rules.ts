@@ -1,0 +1,66 @@
+/**
+ * The engine's rules as plain functions: no storage, no runtime, so they test in isolation.
+ */
+import type { EngineStatus } from "../protocol/status";
+
+/** AgentJet's SwarmClient parses these texts: "No available episodes to claim." means retry in 2 s. */
+export const NO_EPISODES_CAUSE = "No available episodes to claim. Try again (maybe 1 minute) later.";
+
+const ADVICE: Record<EngineStatus, string> = {
+  "ENGINE.OFFLINE":
+    "Please start the engine first. Please use one of the client to run `client.sync_train_config() + client.start_engine()` to start the engine.",
+  "ENGINE.BOOTING": "Please wait until the engine is fully booted. Try again (maybe 1 minute) later.",
+  "ENGINE.WEIGHT_SYNCING": "Engine is syncing weights. Try again (maybe 1 minute) later.",
+  "ENGINE.WEIGHT_EXPORTING": "Engine is exporting weights (fsdp -> hf safetensor). Try again (maybe 1 minute) later.",
+  "ENGINE.ROLLING_POST": "Engine is in post-rolling phase. Try again (maybe 1 minute) later.",
+  "ENGINE.ROLLING": "",
+};
+
+/** The seed's fail_cause for a claim while the engine is not ROLLING, text for text. */
+export function notReadyCause(status: EngineStatus): string {
+  return `Engine not ready. Current status: [${status}]. ${ADVICE[status]}`;
+}
+
+/** Welford's running mean and variance: one row update per reward, numerically stable. */
+export type RewardAccumulator = { n: number; mean: number; m2: number; min: number; max: number };
+
+/** min and max are meaningless while n is 0; they stay finite so the accumulator survives JSON. */
+export const EMPTY_ACCUMULATOR: RewardAccumulator = { n: 0, mean: 0, m2: 0, min: 0, max: 0 };
+
+export function accumulate(acc: RewardAccumulator, values: readonly number[]): RewardAccumulator {
+  let { n, mean, m2, min, max } = acc;
+  for (const x of values) {
+    n += 1;
+    const delta = x - mean;
+    mean += delta / n;
+    m2 += delta * (x - mean);
+    if (n === 1 || x < min) min = x;
+    if (n === 1 || x > max) max = x;
+  }
+  return { n, mean, m2, min, max };
+}
+
+/** Population standard deviation, as numpy.std computes it in the seed. */
+export function summarize(acc: RewardAccumulator): { count: number; mean: number; std: number; min: number; max: number } {
+  return { count: acc.n, mean: acc.mean, std: acc.n > 0 ? Math.sqrt(acc.m2 / acc.n) : 0, min: acc.min, max: acc.max };
+}
+
+/** A WorkflowOutput reward: a number, a list of numbers, or none. */
+export function rewardValues(reward: number | number[] | null): number[] {
+  if (reward === null) return [];
+  return Array.isArray(reward) ? reward : [reward];
+}
+
+/** Mean of a reward for the trajectory record; null when there is none. */
+export function scalarReward(reward: number | number[] | null): number | null {
+  const v = rewardValues(reward);
+  return v.length === 0 ? null : v.reduce((a, b) => a + b, 0) / v.length;
+}
+
+/** "12.3s", as the seed formats durations in running_episode_details. */
+export const seconds = (s: number): string => `${s.toFixed(1)}s`;
+
+/** Exponential backoff for retries, capped, in milliseconds. */
+export function backoffMs(attempts: number, baseMs = 1000, capMs = 5 * 60_000): number {
+  return Math.min(capMs, baseMs * 2 ** Math.min(20, Math.max(0, attempts - 1)));
+}

@@ -1,0 +1,70 @@
+/**
+ * The engine's own SQLite schema, created in the Durable Object's constructor.
+ * The partial indexes keep the hot paths O(log n): the FIFO head, the earliest lease,
+ * the earliest due command and outbox row are each one index probe, never a scan.
+ */
+export const ENGINE_SCHEMA_VERSION = 1;
+
+export const ENGINE_DDL = `
+CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, id TEXT NOT NULL UNIQUE, role TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+  episode_uuid TEXT PRIMARY KEY,
+  state TEXT NOT NULL CHECK (state IN ('registered', 'claimed', 'resetting')),
+  queue_seq INTEGER,
+  openai_base_url TEXT NOT NULL,
+  openai_api_key TEXT NOT NULL,
+  zmq_addr TEXT NOT NULL,
+  episode_type TEXT NOT NULL DEFAULT 'train',
+  client_uuid TEXT NOT NULL DEFAULT '',
+  fence INTEGER NOT NULL DEFAULT 0,
+  last_activity INTEGER NOT NULL,
+  discard_timeout REAL NOT NULL DEFAULT -1,
+  expires_at INTEGER,
+  llm_call_count INTEGER NOT NULL DEFAULT 0,
+  task_id TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS episodes_queue ON episodes (queue_seq) WHERE state = 'registered';
+CREATE INDEX IF NOT EXISTS episodes_lease ON episodes (expires_at) WHERE state = 'claimed';
+CREATE TABLE IF NOT EXISTS finished (
+  episode_uuid TEXT NOT NULL,
+  fence INTEGER NOT NULL,
+  client_uuid TEXT NOT NULL,
+  task_id TEXT NOT NULL,
+  episode_type TEXT NOT NULL,
+  ended_at INTEGER NOT NULL,
+  delivery TEXT NOT NULL CHECK (delivery IN ('none', 'pending', 'delivered', 'undeliverable')),
+  delivery_detail TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (episode_uuid, fence)
+);
+CREATE TABLE IF NOT EXISTS commands (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  body TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  visible_at INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  acked_at INTEGER,
+  ok INTEGER,
+  detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS commands_due ON commands (visible_at, seq) WHERE acked_at IS NULL;
+CREATE TABLE IF NOT EXISTS outbox (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  next_attempt_at INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt_at);
+CREATE TABLE IF NOT EXISTS reward_history (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  global_step INTEGER NOT NULL,
+  mean_reward REAL NOT NULL,
+  std_reward REAL NOT NULL,
+  count INTEGER NOT NULL,
+  min_reward REAL NOT NULL,
+  max_reward REAL NOT NULL,
+  timestamp REAL NOT NULL
+);
+`;

@@ -1,0 +1,13 @@
+import type { EngineObject } from "./engine/engine-object";
+
+/** Bindings and secrets (wrangler.toml, .dev.vars locally, `wrangler secret` when deployed). */
+export interface Env {
+  DB: D1Database;
+  ENGINE: DurableObjectNamespace<EngineObject>;
+  /** The deployment admin's bearer token: creates engines and issues tokens. */
+  ADMIN_TOKEN: string;
+  /** Signs the per-claim OpenAI keys handed to clients. */
+  CLAIM_KEY_SECRET: string;
+  /** Seconds an agent has to ack a command before it is handed out again (default 60). */
+  COMMAND_LEASE_SECONDS?: string;
+}

@@ -1,0 +1,39 @@
+/**
+ * Rollout Exchange: the Worker. Stateless: authenticates, validates, and hands each engine's
+ * requests to that engine's Durable Object.
+ */
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { Env } from "./env";
+import { adminRoutes } from "./http/admin-routes";
+import { engineRoutes, type EngineVars } from "./http/engine-routes";
+import { errorJson } from "./http/errors";
+
+export { EngineObject } from "./engine/engine-object";
+
+/** Large enough for a long workflow output; anything bigger is refused before it is read. */
+export const MAX_BODY_BYTES = 4 * 1024 * 1024;
+
+const app = new Hono<{ Bindings: Env; Variables: EngineVars }>();
+
+app.use(
+  "*",
+  bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: (c) => errorJson(c, 413, "payload_too_large", `The request body exceeds ${MAX_BODY_BYTES} bytes.`),
+  }),
+);
+
+app.get("/health", (c) => c.json({ ok: true }));
+app.route("/admin", adminRoutes);
+// The token-in-path form first, so /e/x/t/<token>/... is never read as an engine route named "t".
+engineRoutes(app, "/e/:engine/t/:token");
+engineRoutes(app, "/e/:engine");
+
+app.notFound((c) => errorJson(c, 404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
+app.onError((err, c) => {
+  console.error("unhandled error", err);
+  return errorJson(c, 500, "internal_error", err instanceof Error ? err.message : String(err));
+});
+
+export default app satisfies ExportedHandler<Env>;

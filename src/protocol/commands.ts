@@ -1,0 +1,60 @@
+/**
+ * The engine -> local-agent command channel. Commands are durable and ordered by `seq`;
+ * the agent acks each by seq, and an unacked command is handed out again after its deadline.
+ */
+import { z } from "zod";
+
+export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
+export const StopCommand = z.object({ kind: z.literal("stop"), reason: z.string() });
+export const DeliverCommand = z.object({
+  kind: z.literal("deliver"),
+  episode_uuid: z.string(),
+  fence: z.number().int(),
+  zmq_listen_result_addr: z.string(),
+  /** The workflow output JSON, sent to the runner as one string. */
+  payload: z.string(),
+});
+export const ResetCommand = z.object({
+  kind: z.literal("reset"),
+  episode_uuid: z.string(),
+  fence: z.number().int(),
+  zmq_listen_result_addr: z.string(),
+});
+
+export const CommandBody = z.discriminatedUnion("kind", [StartCommand, StopCommand, DeliverCommand, ResetCommand]);
+export type CommandBody = z.infer<typeof CommandBody>;
+export type CommandKind = CommandBody["kind"];
+
+export const Command = z.object({
+  seq: z.number().int().positive(),
+  /** How many times this command has been handed out, this one included. */
+  attempt: z.number().int().positive(),
+  created_at: z.number(),
+  body: CommandBody,
+});
+export type Command = z.infer<typeof Command>;
+
+export const PollCommandsQuery = z.object({
+  /** Seconds to hold the request open when nothing is due (long poll). */
+  wait: z.coerce.number().min(0).max(25, "wait is at most 25 seconds").default(0),
+  limit: z.coerce.number().int().min(1).max(100).default(32),
+});
+export type PollCommandsQuery = z.infer<typeof PollCommandsQuery>;
+
+export const PollCommandsResponse = z.object({ commands: z.array(Command) });
+export type PollCommandsResponse = z.infer<typeof PollCommandsResponse>;
+
+export const AckCommandRequest = z.object({
+  seq: z.number().int().positive(),
+  ok: z.boolean(),
+  /** Plain words for the operator: what happened. */
+  detail: z.string().max(65_536).default(""),
+});
+export type AckCommandRequest = z.infer<typeof AckCommandRequest>;
+
+export const AckCommandResponse = z.object({
+  success: z.boolean(),
+  /** False when the seq was already acked: a redelivered command's second ack is harmless. */
+  first_ack: z.boolean(),
+});
+export type AckCommandResponse = z.infer<typeof AckCommandResponse>;

@@ -1,0 +1,4 @@
+export * from "./status";
+export * from "./swarm";
+export * from "./commands";
+export * from "./admin";

@@ -1,0 +1,163 @@
+/**
+ * AgentJet swarm-mode wire models (seeds/swarm_server.py.txt, DESIGN.md appendix).
+ * Field names and defaults follow the Python models exactly so unmodified clients work.
+ * Objects strip unknown keys: newer clients send extra fields, which we accept and ignore.
+ */
+import { z } from "zod";
+import { EngineStatus } from "./status";
+
+const uuidLike = z.string().min(1, "must not be empty").max(256, "is longer than 256 characters");
+const optionalText = (max: number) => z.string().max(max, `is longer than ${max} characters`).default("");
+
+export const SyncTrainConfigRequest = z.object({
+  yaml_as_string: z.string().max(1_000_000, "is larger than 1 MB"),
+});
+
+export const SwarmThrottlePolicy = z.object({
+  ratio: z.number().default(1.5),
+  expected_batch_size: z.number().int().optional(),
+  expected_num_repeat: z.number().int().optional(),
+  current_task_id: z.string().max(256).default(""),
+});
+
+export const EpisodeType = z.enum(["train", "eval"], {
+  error: (issue) => `unknown episode_type ${JSON.stringify(issue.input)}; expected "train" or "eval"`,
+});
+export type EpisodeType = z.infer<typeof EpisodeType>;
+
+export const ClaimEpisodeRequest = z.object({
+  client_uuid: uuidLike,
+  episode_type: EpisodeType.default("train"),
+  /** Seconds of client silence after which the claim is reaped. */
+  discard_episode_timeout: z.number().positive("must be a positive number of seconds").max(7 * 24 * 3600),
+  throttle_policy: SwarmThrottlePolicy.nullable().optional(),
+});
+export type ClaimEpisodeRequest = z.infer<typeof ClaimEpisodeRequest>;
+
+export const ClaimEpisodeResponse = z.object({
+  success: z.boolean(),
+  client_uuid: z.string(),
+  episode_uuid: z.string(),
+  openai_base_url: z.string(),
+  openai_api_key: z.string(),
+  fail_cause: z.string(),
+  /** Our addition: the claim's attempt number. Old clients ignore it; new ones send it back. */
+  fence: z.number().int().optional(),
+});
+export type ClaimEpisodeResponse = z.infer<typeof ClaimEpisodeResponse>;
+
+export const WorkflowOutput = z.object({
+  reward: z.union([z.number(), z.array(z.number())]).nullable().default(null),
+  is_success: z.boolean().nullable().default(null),
+  metadata: z.record(z.string(), z.unknown()).default({}),
+  log_metrics: z.record(z.string(), z.unknown()).default({}),
+}).loose();
+export type WorkflowOutput = z.infer<typeof WorkflowOutput>;
+
+export const EndEpisodeRequest = z.object({
+  client_uuid: uuidLike,
+  episode_uuid: uuidLike,
+  workflow_output: WorkflowOutput,
+  task_id: z.string().max(256).default(""),
+  /** Optional fence from our claim response; AgentJet clients omit it and are fenced by client_uuid. */
+  fence: z.number().int().nonnegative().optional(),
+});
+export type EndEpisodeRequest = z.infer<typeof EndEpisodeRequest>;
+
+/** abort_episode shares end_episode's body; AgentJet sends task_id "" and reward 0, which we ignore. */
+export const AbortEpisodeRequest = EndEpisodeRequest.extend({
+  workflow_output: WorkflowOutput.optional(),
+});
+export type AbortEpisodeRequest = z.infer<typeof AbortEpisodeRequest>;
+
+export const EndEpisodeResponse = z.object({ success: z.boolean() });
+
+export const CanContinueEpisodeRequest = z.object({ client_uuid: uuidLike, episode_uuid: uuidLike });
+export const CanContinueEpisodeResponse = z.object({ can_continue: z.boolean() });
+
+export const CheckWhetherEpisodeClaimedRequest = z.object({
+  episode_uuid: uuidLike,
+  unregister_if_not_claimed: z.boolean().default(false),
+});
+
+export const BoolResponse = z.object({ success: z.boolean(), failure_reason: z.string().default("") });
+export type BoolResponse = z.infer<typeof BoolResponse>;
+
+export const RegisterEpisodeRequest = z.object({
+  episode_uuid: uuidLike,
+  openai_base_url: optionalText(2048),
+  openai_api_key: optionalText(8192),
+  zmq_listen_result_addr: optionalText(1024),
+});
+export type RegisterEpisodeRequest = z.infer<typeof RegisterEpisodeRequest>;
+
+export const UpdateEngineStatusRequest = z.object({
+  engine_status: EngineStatus,
+  engine_status_detail: z.string().max(65_536).nullable().optional(),
+  global_step: z.number().int().nonnegative().nullable().optional(),
+  /** Our addition (rollout buffer): the trainer's current weight version. */
+  weight_version: z.number().int().nonnegative().nullable().optional(),
+});
+export type UpdateEngineStatusRequest = z.infer<typeof UpdateEngineStatusRequest>;
+
+export const EngineStatusResponse = z.object({
+  engine_status: EngineStatus,
+  engine_status_detail: z.string().nullable(),
+  global_step: z.number().int().nullable(),
+});
+export type EngineStatusResponse = z.infer<typeof EngineStatusResponse>;
+
+export const EpisodeStatus = z.object({
+  episode_uuid: z.string(),
+  episode_status: z.enum(["registered", "claimed"]),
+  episode_type: EpisodeType,
+  openai_base_url: z.string(),
+  openai_api_key: z.string(),
+  client_uuid: z.string(),
+  zmq_listen_result_addr: z.string(),
+  latest_activity_timestamp: z.number(),
+  discard_episode_timeout: z.number(),
+  llm_call_count: z.number().int(),
+  debug_log: z.array(z.string()),
+  optional_task_id: z.string(),
+});
+export type EpisodeStatus = z.infer<typeof EpisodeStatus>;
+
+export const EpisodeBufferResponse = z.object({ buffer: z.array(EpisodeStatus) });
+export type EpisodeBufferResponse = z.infer<typeof EpisodeBufferResponse>;
+
+const count = z.number().int().default(0);
+
+/** What the trainer posts; fields the engine computes itself are accepted and then ignored. */
+export const CurrentBatchRolloutPoolInformation = z.object({
+  sample_collection_method: z.string().default(""),
+  completed_episodes: count,
+  completed_episode_target: count,
+  completed_tasks: count,
+  completed_task_target: count,
+  completed_non_dummy_tasks: count,
+  completed_non_dummy_task_target: count,
+  task_expected_num_repeat: count,
+  completed_tasks_details: z.record(z.string(), z.array(z.string())).default({}),
+  completed_tasks_rewards: z.record(z.string(), z.array(z.number())).default({}),
+  completed_tasks_client_uuids: z.record(z.string(), z.array(z.string())).default({}),
+  running_episode_details: z.record(z.string(), z.record(z.string(), z.string())).nullable().default(null),
+  engine_status: z.string().nullable().default(null),
+  global_step: z.number().int().nullable().default(null),
+  booting_start_time: z.number().nullable().default(null),
+});
+export type CurrentBatchRolloutPoolInformation = z.infer<typeof CurrentBatchRolloutPoolInformation>;
+
+export const RewardHistoryEntry = z.object({
+  global_step: z.number().int(),
+  mean_reward: z.number(),
+  std_reward: z.number(),
+  timestamp: z.number(),
+  /** Our additions; AgentJet ignores them. */
+  count: z.number().int(),
+  min_reward: z.number(),
+  max_reward: z.number(),
+});
+export type RewardHistoryEntry = z.infer<typeof RewardHistoryEntry>;
+export const RewardHistoryResponse = z.object({ history: z.array(RewardHistoryEntry) });
+export type RewardHistoryResponse = z.infer<typeof RewardHistoryResponse>;
