@@ -1,0 +1,68 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { admin, createEngine, raw, uniqueName, ADMIN_TOKEN } from "./support/harness";
+
+describe("admin: engines and tokens", () => {
+  it("creates an engine with one token per role, and lists it", async () => {
+    const e = await createEngine("adm");
+    expect(Object.keys(e.tokens).sort()).toEqual(["client", "operator", "trainer", "viewer"]);
+    for (const [role, token] of Object.entries(e.tokens)) expect(token).toMatch(new RegExp(`^rx_${role}_`));
+    const list = await admin.listEngines();
+    expect(list.engines.map((x) => x.name)).toContain(e.name);
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+  });
+
+  it("stores only token hashes in D1", async () => {
+    const e = await createEngine("hash");
+    const rows = await env.DB.prepare("SELECT * FROM tokens WHERE engine = ?").bind(e.name).all();
+    expect(rows.results).toHaveLength(4);
+    const dump = JSON.stringify(rows.results);
+    for (const token of Object.values(e.tokens)) expect(dump).not.toContain(token);
+    for (const r of rows.results) expect(r["token_hash"]).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it("lists tokens without secrets, issues new ones and revokes them", async () => {
+    const e = await createEngine("tok");
+    const issued = await admin.issueToken(e.name, "client", "laptop");
+    const listed = await admin.listTokens(e.name);
+    expect(listed.tokens).toHaveLength(5);
+    expect(JSON.stringify(listed)).not.toContain(issued.token);
+    expect(listed.tokens.find((t) => t.id === issued.id)).toMatchObject({ role: "client", label: "laptop", revoked_at: null });
+
+    const asNew = raw(`/e/${e.name}/get_engine_status`, { token: issued.token });
+    expect((await asNew).status).toBe(200);
+    await admin.revokeToken(e.name, issued.id);
+    const after = await raw(`/e/${e.name}/get_engine_status`, { token: issued.token });
+    expect(after.status).toBe(401);
+    expect(after.json?.["detail"]).toContain("unknown or revoked");
+    const relisted = await admin.listTokens(e.name);
+    expect(relisted.tokens.find((t) => t.id === issued.id)?.revoked_at).toEqual(expect.any(Number));
+    // Revoking again is harmless; other tokens still work.
+    await admin.revokeToken(e.name, issued.id);
+    expect((await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).status).toBe(200);
+  });
+
+  it("refuses a duplicate engine, bad names, unknown engines and tokens", async () => {
+    const e = await createEngine("dup");
+    await expect(admin.createEngine(e.name)).rejects.toMatchObject({ status: 409, code: "engine_exists" });
+    const bad = await raw("/admin/engines", { token: ADMIN_TOKEN, body: JSON.stringify({ name: "Bad Name!" }) });
+    expect(bad.status).toBe(422);
+    expect(bad.json?.["detail"]).toContain("name");
+    await expect(admin.listTokens("no-such-engine")).rejects.toMatchObject({ status: 404 });
+    await expect(admin.issueToken("no-such-engine", "client")).rejects.toMatchObject({ status: 404 });
+    await expect(admin.revokeToken(e.name, "tok_nope")).rejects.toMatchObject({ status: 404 });
+    const badRole = await raw(`/admin/engines/${e.name}/tokens`, { token: ADMIN_TOKEN, body: JSON.stringify({ role: "god" }) });
+    expect(badRole.status).toBe(422);
+    expect(badRole.json?.["detail"]).toContain("unknown role");
+    expect((await admin.listTokens(e.name)).tokens).toHaveLength(4);
+  });
+
+  it("needs the admin token", async () => {
+    const name = uniqueName("noauth");
+    expect((await raw("/admin/engines", { body: JSON.stringify({ name }) })).status).toBe(401);
+    const e = await createEngine("notadmin");
+    const wrong = await raw("/admin/engines", { token: e.tokens.operator, body: JSON.stringify({ name }) });
+    expect(wrong.status).toBe(403);
+    expect((await admin.listEngines()).engines.map((x) => x.name)).not.toContain(name);
+  });
+});

@@ -1,0 +1,227 @@
+import { describe, expect, it } from "vitest";
+import { ExchangeError } from "../src/client";
+import { NO_EPISODES_CAUSE, notReadyCause } from "../src/engine/rules";
+import { ENGINE_STATUSES } from "../src/protocol/status";
+import { ORIGIN, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+
+describe("register and claim", () => {
+  it("hands out episodes first in, first out, with a per-claim key and the origin's /v1", async () => {
+    const e = await createEngine();
+    const ids = await rollingWith(e, 5);
+    const client = e.as("client");
+    const got: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const c = await client.claimEpisode({ client_uuid: `c${i}`, episode_type: "train", discard_episode_timeout: 60 });
+      expect(c.success).toBe(true);
+      expect(c.openai_base_url).toBe(`${ORIGIN}/v1`);
+      expect(c.openai_api_key).toMatch(new RegExp(`^sk-rx\\.${e.name}\\.1\\.`));
+      expect(c.openai_api_key).not.toContain("sk-ajet-secret");
+      expect(c.fence).toBe(1);
+      got.push(c.episode_uuid);
+    }
+    expect(got).toEqual(ids);
+    const none = await client.claimEpisode({ client_uuid: "late", discard_episode_timeout: 60 });
+    expect(none).toEqual({ success: false, client_uuid: "late", episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause: NO_EPISODES_CAUSE });
+  });
+
+  it("refuses claims outside ROLLING with the seed's text for each status", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    for (const status of ENGINE_STATUSES.filter((s) => s !== "ENGINE.ROLLING")) {
+      await e.as("trainer").updateEngineStatus({ engine_status: status });
+      const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+      expect(c).toMatchObject({ success: false, client_uuid: "c", episode_uuid: "", fail_cause: notReadyCause(status) });
+    }
+  });
+
+  it("registers only while ROLLING, and a retried registration keeps its place", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const off = await trainer.registerEpisode({ episode_uuid: "x" });
+    expect(off).toEqual({ success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    await trainer.registerEpisode({ episode_uuid: "a" });
+    await trainer.registerEpisode({ episode_uuid: "b" });
+    await trainer.registerEpisode({ episode_uuid: "a", openai_api_key: "sk-new" });
+    const buf = await trainer.getEpisodeBuffer();
+    expect(buf.buffer.map((x) => x.episode_uuid)).toEqual(["a", "b"]);
+    expect(buf.buffer[0]?.openai_api_key).toBe("sk-new");
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(c.episode_uuid).toBe("a");
+    // Re-registering a claimed episode does not disturb the claim.
+    await trainer.registerEpisode({ episode_uuid: "a" });
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c", episode_uuid: "a" })).toEqual({ can_continue: true });
+  });
+
+  it("gives 200 concurrent claims on 20 episodes exactly 20 winners, no episode twice", async () => {
+    const e = await createEngine();
+    const ids = await rollingWith(e, 20);
+    const client = e.as("client");
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 60 })),
+    );
+    const winners = results.filter((r) => r.success);
+    expect(winners).toHaveLength(20);
+    expect(new Set(winners.map((w) => w.episode_uuid)).size).toBe(20);
+    expect(new Set(winners.map((w) => w.episode_uuid))).toEqual(new Set(ids));
+    for (const r of results.filter((r) => !r.success)) expect(r.fail_cause).toBe(NO_EPISODES_CAUSE);
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 20 });
+  });
+
+  it("records throttle_policy.current_task_id as the episode's task", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await e.as("client").claimEpisode({
+      client_uuid: "c",
+      discard_episode_timeout: 30,
+      throttle_policy: { ratio: 1.5, expected_batch_size: 8, expected_num_repeat: 4, current_task_id: "math-17" },
+    });
+    const buf = await e.as("viewer").getEpisodeBuffer();
+    expect(buf.buffer[0]).toMatchObject({ episode_uuid: c.episode_uuid, optional_task_id: "math-17", episode_status: "claimed", client_uuid: "c", discard_episode_timeout: 30 });
+  });
+});
+
+describe("end, abort, continue", () => {
+  it("ends a claimed train episode once; a repeat of the same claim succeeds without counting twice", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("c", c.episode_uuid, 1))).toEqual({ success: true });
+    expect(await client.endEpisode(endBody("c", c.episode_uuid, 1))).toEqual({ success: true });
+    expect(await client.canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: false });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const h = await e.as("viewer").getRewardHistory();
+    expect(h.history).toEqual([expect.objectContaining({ global_step: 0, mean_reward: 1, count: 1 })]);
+    expect(await engineStats(e)).toMatchObject({ registered: 1, claimed: 0 });
+  });
+
+  it("requires the claiming client and a matching task_id", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "owner", discard_episode_timeout: 60 });
+    await expect(client.endEpisode(endBody("thief", c.episode_uuid, 1))).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    const mismatch = { ...endBody("owner", c.episode_uuid, 1, "t1"), task_id: "t2" };
+    await expect(client.endEpisode(mismatch)).rejects.toMatchObject({ status: 422 });
+    const noTask = { client_uuid: "owner", episode_uuid: c.episode_uuid, task_id: "t1", workflow_output: { reward: 1, metadata: {} } };
+    await expect(client.endEpisode(noTask)).rejects.toMatchObject({ status: 422, detail: "workflow_output.metadata must contain task_id" });
+    await expect(client.endEpisode(endBody("owner", "nope", 1))).rejects.toMatchObject({ status: 404 });
+    // None of that changed anything: the owner can still end it.
+    expect(await client.canContinueEpisode({ client_uuid: "owner", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    expect(await client.endEpisode(endBody("owner", c.episode_uuid, 0.5))).toEqual({ success: true });
+  });
+
+  it("refuses end outside the rolling statuses", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING_POST" });
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    const err = await e.as("client").endEpisode(endBody("c", c.episode_uuid, 1)).catch((x: unknown) => x);
+    expect(err).toBeInstanceOf(ExchangeError);
+    expect(err).toMatchObject({ status: 400, code: "engine_not_rolling" });
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: false });
+  });
+
+  it("abort puts the episode back at the end of the queue in ROLLING and deletes it in ROLLING_POST", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    const client = e.as("client");
+    const a = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: a.episode_uuid, task_id: "", workflow_output: { reward: 0, metadata: {} } })).toEqual({ success: true });
+    const order = (await e.as("viewer").getEpisodeBuffer()).buffer.map((x) => x.episode_uuid);
+    expect(order).toEqual(["ep-1", "ep-2", "ep-0"]);
+    const b = await client.claimEpisode({ client_uuid: "c2", discard_episode_timeout: 60 });
+    expect(b.episode_uuid).toBe("ep-1");
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING_POST" });
+    // A client that does not hold the claim cannot abort it.
+    await expect(client.abortEpisode({ client_uuid: "c", episode_uuid: b.episode_uuid })).rejects.toMatchObject({ status: 409 });
+    expect(await client.abortEpisode({ client_uuid: "c2", episode_uuid: b.episode_uuid })).toEqual({ success: true });
+    expect((await e.as("viewer").getEpisodeBuffer()).buffer.map((x) => x.episode_uuid)).toEqual(["ep-2", "ep-0"]);
+    // Unknown episodes and non-rolling engines: success, as the seed answers (clients swallow abort errors).
+    expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: "ghost" })).toEqual({ success: true });
+  });
+
+  it("ends an eval episode without counting its reward and serves the episode again", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "c", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("c", c.episode_uuid, 0.3))).toEqual({ success: true });
+    const again = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(again).toMatchObject({ success: true, episode_uuid: c.episode_uuid, fence: 2 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([]);
+  });
+});
+
+describe("trainer views", () => {
+  it("is_episode_claimed answers and can unregister an unclaimed episode", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const trainer = e.as("trainer");
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: c.episode_uuid })).toMatchObject({ success: true });
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: "ep-1" })).toMatchObject({ success: false });
+    expect((await trainer.getEpisodeBuffer()).buffer).toHaveLength(2);
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: "ep-1", unregister_if_not_claimed: true })).toMatchObject({ success: false });
+    expect((await trainer.getEpisodeBuffer()).buffer.map((x) => x.episode_uuid)).toEqual([c.episode_uuid]);
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: "ghost" })).toMatchObject({ success: false });
+  });
+
+  it("shows the trainer's secrets to the trainer only", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const forTrainer = (await e.as("trainer").getEpisodeBuffer()).buffer[0];
+    expect(forTrainer).toMatchObject({ openai_api_key: "sk-ajet-secret-0", zmq_listen_result_addr: "tcp://10.0.0.1:20000" });
+    for (const role of ["client", "viewer", "operator"] as const) {
+      const b = await e.as(role).getEpisodeBuffer();
+      const text = JSON.stringify(b);
+      expect(text).not.toContain("sk-ajet-secret");
+      expect(text).not.toContain("tcp://");
+      expect(b.buffer[0]).toMatchObject({ episode_uuid: "ep-0", episode_status: "claimed", discard_episode_timeout: 60 });
+    }
+  });
+
+  it("computes running episode details and completed task clients itself", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    const trainer = e.as("trainer");
+    await trainer.updatePoolInfo({
+      sample_collection_method: "rollout_until_finish_enough_tasks",
+      completed_episodes: 7,
+      completed_task_target: 32,
+      running_episode_details: { forged: { client_uuid: "x" } },
+      completed_tasks_client_uuids: { forged: ["x"] },
+    });
+    const client = e.as("client");
+    const tp = (task: string) => ({ ratio: 1.5, expected_batch_size: 2, expected_num_repeat: 2, current_task_id: task });
+    const a = await client.claimEpisode({ client_uuid: "ca", discard_episode_timeout: 60, throttle_policy: tp("t1") });
+    const b = await client.claimEpisode({ client_uuid: "cb", discard_episode_timeout: 90, throttle_policy: tp("t2") });
+    await client.endEpisode(endBody("ca", a.episode_uuid, 1, "t1"));
+    e.clock.t += 12_340;
+    const info = await e.as("viewer").getPoolInfo();
+    expect(info).toMatchObject({
+      sample_collection_method: "rollout_until_finish_enough_tasks",
+      completed_episodes: 7,
+      completed_task_target: 32,
+      engine_status: "ENGINE.ROLLING",
+      global_step: 0,
+      completed_tasks_client_uuids: { t1: ["ca"] },
+      running_episode_details: {
+        [b.episode_uuid]: {
+          episode_status: "claimed",
+          time_since_last_activity: "12.3s",
+          discard_episode_timeout: "90.0s",
+          llm_call_count: "0",
+          client_uuid: "cb",
+          optional_task_id: "t2",
+        },
+      },
+    });
+    for (const v of Object.values(info.running_episode_details ?? {})) for (const x of Object.values(v)) expect(typeof x).toBe("string");
+  });
+});

@@ -1,0 +1,104 @@
+/**
+ * Test harness: talks to the real Worker (its default export, inside workerd) through the
+ * project's typed clients, and reaches into an engine's Durable Object only to move its clock.
+ */
+import { runInDurableObject, runDurableObjectAlarm } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
+import { AdminClient, EngineClient, type FetchLike } from "../../src/client";
+import type { EngineObject } from "../../src/engine/engine-object";
+import type { Role } from "../../src/protocol/admin";
+
+export const ORIGIN = "http://exchange.test";
+export const ADMIN_TOKEN = "test-admin-token";
+
+export const workerFetch: FetchLike = (input, init) => exports.default.fetch(new Request(input, init));
+
+export const admin = new AdminClient({ origin: ORIGIN, adminToken: ADMIN_TOKEN, fetch: workerFetch });
+
+let counter = 0;
+export const uniqueName = (prefix = "eng"): string => `${prefix}-${Date.now().toString(36)}-${(counter++).toString(36)}`;
+
+export type TestEngine = {
+  name: string;
+  tokens: Record<Role, string>;
+  tokenIds: Record<Role, string>;
+  /** A client for the engine with `role`'s token as a bearer header. */
+  as(role: Role | "admin"): EngineClient;
+  /** A client that carries the token in the base URL path, as unmodified AgentJet clients do. */
+  viaUrl(role: Role): EngineClient;
+  stub: DurableObjectStub<EngineObject>;
+  clock: { t: number };
+};
+
+export async function createEngine(prefix?: string): Promise<TestEngine> {
+  const created = await admin.createEngine(uniqueName(prefix));
+  const name = created.engine;
+  const tokens = created.tokens as Record<Role, string>;
+  const stub = env.ENGINE.get(env.ENGINE.idFromName(name));
+  const clock = { t: Date.UTC(2026, 10, 30, 12, 0, 0) };
+  await runInDurableObject(stub, (instance: EngineObject) => {
+    instance.now = () => clock.t;
+  });
+  return {
+    name,
+    tokens,
+    tokenIds: created.token_ids as Record<Role, string>,
+    as: (role) => new EngineClient({ baseUrl: `${ORIGIN}/e/${name}`, token: role === "admin" ? ADMIN_TOKEN : tokens[role], fetch: workerFetch }),
+    viaUrl: (role) => new EngineClient({ baseUrl: `${ORIGIN}/e/${name}/t/${tokens[role]}`, fetch: workerFetch }),
+    stub,
+    clock,
+  };
+}
+
+/** Moves the engine's clock forward and runs its alarm, as if that much time had passed. */
+export async function advance(engine: TestEngine, ms: number): Promise<boolean> {
+  engine.clock.t += ms;
+  return runDurableObjectAlarm(engine.stub);
+}
+
+/** Puts an engine in ROLLING with `n` registered episodes named `<prefix>-<i>`. */
+export async function rollingWith(engine: TestEngine, n: number, opts: { zmq?: boolean; prefix?: string } = {}): Promise<string[]> {
+  const trainer = engine.as("trainer");
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const id = `${opts.prefix ?? "ep"}-${i}`;
+    const r = await trainer.registerEpisode({
+      episode_uuid: id,
+      openai_base_url: "http://trainer.internal:8000/v1",
+      openai_api_key: `sk-ajet-secret-${i}`,
+      zmq_listen_result_addr: opts.zmq ? `tcp://10.0.0.1:${20000 + i}` : "",
+    });
+    if (!r.success) throw new Error(`register failed: ${r.failure_reason}`);
+    ids.push(id);
+  }
+  return ids;
+}
+
+/** Sends a raw request to the Worker, for the malformed inputs the typed client cannot make. */
+export async function raw(path: string, init: { method?: string; token?: string; body?: string; headers?: Record<string, string> } = {}) {
+  const headers: Record<string, string> = { ...(init.headers ?? {}) };
+  if (init.token) headers["authorization"] = `Bearer ${init.token}`;
+  if (init.body !== undefined && !headers["content-type"]) headers["content-type"] = "application/json";
+  const res = await workerFetch(`${ORIGIN}${path}`, { method: init.method ?? (init.body === undefined ? "GET" : "POST"), headers, body: init.body ?? null });
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = null;
+  }
+  return { status: res.status, json: json as Record<string, unknown> | null, text };
+}
+
+export function endBody(client_uuid: string, episode_uuid: string, reward: number | number[] | null, task_id = "task-1", extra: Record<string, unknown> = {}) {
+  return {
+    client_uuid,
+    episode_uuid,
+    task_id,
+    workflow_output: { reward, is_success: true, metadata: { task_id }, log_metrics: {} },
+    ...extra,
+  };
+}
+
+export const engineStats = (engine: TestEngine) => engine.stub.stats();
