@@ -57,9 +57,9 @@ export async function advance(engine: TestEngine, ms: number): Promise<boolean> 
 }
 
 /** Puts an engine in ROLLING with `n` registered episodes named `<prefix>-<i>`. */
-export async function rollingWith(engine: TestEngine, n: number, opts: { zmq?: boolean; prefix?: string } = {}): Promise<string[]> {
+export async function rollingWith(engine: TestEngine, n: number, opts: { zmq?: boolean; prefix?: string; step?: number } = {}): Promise<string[]> {
   const trainer = engine.as("trainer");
-  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: opts.step ?? 0 });
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
     const id = `${opts.prefix ?? "ep"}-${i}`;

@@ -1,0 +1,95 @@
+/**
+ * Bad input: each gets a 4xx with a message that says what was wrong, and changes nothing.
+ * Every case compares the engine's whole visible state before and after.
+ */
+import { describe, expect, it } from "vitest";
+import { createEngine, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+
+async function snapshot(e: TestEngine) {
+  const viewer = e.as("trainer");
+  return {
+    status: await viewer.getEngineStatus(),
+    buffer: await viewer.getEpisodeBuffer(),
+    history: await viewer.getRewardHistory(),
+    stats: await engineStats(e),
+  };
+}
+
+type Case = { name: string; path: string; role: "client" | "trainer" | "operator"; body: string; status: number; detail: RegExp; headers?: Record<string, string> };
+
+const cases: Case[] = [
+  { name: "malformed JSON", path: "claim_episode", role: "client", body: '{"client_uuid": "c",', status: 400, detail: /not valid JSON/ },
+  { name: "a JSON array instead of an object", path: "claim_episode", role: "client", body: "[1,2]", status: 422, detail: /body: .*object/i },
+  { name: "a missing field", path: "claim_episode", role: "client", body: JSON.stringify({ client_uuid: "c" }), status: 422, detail: /discard_episode_timeout/ },
+  { name: "a wrong type", path: "claim_episode", role: "client", body: JSON.stringify({ client_uuid: "c", discard_episode_timeout: "60" }), status: 422, detail: /discard_episode_timeout: .*number/ },
+  { name: "a negative timeout", path: "claim_episode", role: "client", body: JSON.stringify({ client_uuid: "c", discard_episode_timeout: -1 }), status: 422, detail: /positive/ },
+  { name: "an unknown episode type", path: "claim_episode", role: "client", body: JSON.stringify({ client_uuid: "c", episode_type: "play", discard_episode_timeout: 5 }), status: 422, detail: /unknown episode_type "play"/ },
+  { name: "an empty client uuid", path: "claim_episode", role: "client", body: JSON.stringify({ client_uuid: "", discard_episode_timeout: 5 }), status: 422, detail: /client_uuid: must not be empty/ },
+  { name: "a reward that is not a number", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", episode_uuid: "ep-0", task_id: "t", workflow_output: { reward: "high", metadata: { task_id: "t" } } }), status: 422, detail: /workflow_output.reward/ },
+  { name: "an unknown episode", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", episode_uuid: "ghost", task_id: "t", workflow_output: { reward: 1, metadata: { task_id: "t" } } }), status: 404, detail: /Episode ghost not found/ },
+  { name: "an unknown status", path: "update_engine_status", role: "trainer", body: JSON.stringify({ engine_status: "ENGINE.DANCING" }), status: 422, detail: /unknown engine status "ENGINE.DANCING"/ },
+  { name: "a negative global step", path: "update_engine_status", role: "trainer", body: JSON.stringify({ engine_status: "ENGINE.ROLLING", global_step: -2 }), status: 422, detail: /global_step/ },
+  { name: "a register without episode_uuid", path: "register_episode", role: "trainer", body: JSON.stringify({ zmq_listen_result_addr: "tcp://x:1" }), status: 422, detail: /episode_uuid/ },
+  { name: "a yaml that is not a string", path: "sync_train_config", role: "operator", body: JSON.stringify({ yaml_as_string: 42 }), status: 422, detail: /yaml_as_string/ },
+  { name: "an ack with a bad seq", path: "agent/ack", role: "trainer", body: JSON.stringify({ seq: "one", ok: true }), status: 422, detail: /seq/ },
+  { name: "an oversized body", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", pad: "x".repeat(4 * 1024 * 1024 + 10) }), status: 413, detail: /exceeds 4194304 bytes/ },
+];
+
+describe("bad input changes nothing", () => {
+  for (const c of cases) {
+    it(`answers ${c.status} for ${c.name}`, async () => {
+      const e = await createEngine();
+      await rollingWith(e, 2);
+      await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+      const before = await snapshot(e);
+      const res = await raw(`/e/${e.name}/${c.path}`, { token: e.tokens[c.role], body: c.body, ...(c.headers ? { headers: c.headers } : {}) });
+      expect(res.status).toBe(c.status);
+      expect(res.json).toMatchObject({ error: expect.any(String), detail: expect.stringMatching(c.detail) });
+      expect(await snapshot(e)).toEqual(before);
+    });
+  }
+});
+
+describe("access", () => {
+  it("no token: 401; wrong role: 403; unknown engine: 404; bad or revoked token: 401", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const before = await snapshot(e);
+    const claim = JSON.stringify({ client_uuid: "c", discard_episode_timeout: 5 });
+    const none = await raw(`/e/${e.name}/claim_episode`, { body: claim });
+    expect(none).toMatchObject({ status: 401, json: { error: "missing_token" } });
+    const viewer = await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.viewer, body: claim });
+    expect(viewer).toMatchObject({ status: 403, json: { error: "forbidden", detail: "A viewer token may not call claim_episode." } });
+    const trainer = await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.trainer, body: claim });
+    expect(trainer.status).toBe(403);
+    const client = await raw(`/e/${e.name}/register_episode`, { token: e.tokens.client, body: JSON.stringify({ episode_uuid: "x" }) });
+    expect(client.status).toBe(403);
+    const op = await raw(`/e/${e.name}/agent/commands`, { token: e.tokens.operator });
+    expect(op.status).toBe(403);
+    const bogus = await raw(`/e/${e.name}/claim_episode`, { token: "rx_client_bogus", body: claim });
+    expect(bogus).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    const other = await createEngine();
+    const foreign = await raw(`/e/${e.name}/claim_episode`, { token: other.tokens.client, body: claim });
+    expect(foreign.status).toBe(401);
+    const unknown = await raw(`/e/no-such-engine/claim_episode`, { token: e.tokens.client, body: claim });
+    expect(unknown).toMatchObject({ status: 404, json: { error: "unknown_engine" } });
+    const badName = await raw(`/e/NO_SUCH/claim_episode`, { token: e.tokens.client, body: claim });
+    expect(badName.status).toBe(404);
+    const urlBogus = await raw(`/e/${e.name}/t/rx_client_bogus/claim_episode`, { body: claim });
+    expect(urlBogus.status).toBe(401);
+    expect(await snapshot(e)).toEqual(before);
+  });
+
+  it("accepts the token in the base URL path and as a bearer header, and the admin token everywhere", async () => {
+    const e = await createEngine();
+    expect((await raw(`/e/${e.name}/t/${e.tokens.viewer}/get_engine_status`)).status).toBe(200);
+    expect((await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).status).toBe(200);
+    expect((await e.as("admin").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    expect((await raw(`/e/${e.name}/get_engine_status`, { headers: { authorization: "Basic abc" } })).status).toBe(401);
+  });
+
+  it("answers unknown routes with a JSON 404", async () => {
+    const res = await raw("/nope");
+    expect(res).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+});

@@ -1,0 +1,93 @@
+import { runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { advance, createEngine, endBody, rollingWith } from "./support/harness";
+
+describe("agent command channel", () => {
+  it("queues start with the synced YAML, and stop, in order", async () => {
+    const e = await createEngine();
+    const op = e.as("operator");
+    await op.syncTrainConfig("ajet:\n  backbone: verl\n");
+    await op.startEngine();
+    expect((await op.getEngineStatus()).engine_status).toBe("ENGINE.BOOTING");
+    expect((await e.as("viewer").getPoolInfo()).booting_start_time).toBe(e.clock.t / 1000);
+    await op.stopEngine();
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body)).toEqual([
+      { kind: "start", yaml_as_string: "ajet:\n  backbone: verl\n" },
+      { kind: "stop", reason: "stop_engine requested" },
+    ]);
+    expect(commands[0]!.seq).toBeLessThan(commands[1]!.seq);
+  });
+
+  it("redelivers an unacked command after its lease until it is acked; a second ack is harmless", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("c", c.episode_uuid, 1));
+    const trainer = e.as("trainer");
+    const first = await trainer.pollCommands();
+    expect(first.commands).toHaveLength(1);
+    expect(first.commands[0]).toMatchObject({ attempt: 1, body: { kind: "deliver", episode_uuid: c.episode_uuid, fence: 1 } });
+    expect(JSON.parse((first.commands[0]!.body as { payload: string }).payload)).toMatchObject({ reward: 1, metadata: { task_id: "task-1" } });
+    // Leased: not handed out again before the deadline.
+    expect((await trainer.pollCommands()).commands).toEqual([]);
+    await advance(e, 59_000);
+    expect((await trainer.pollCommands()).commands).toEqual([]);
+    await advance(e, 1_000);
+    const second = await trainer.pollCommands();
+    expect(second.commands).toEqual([expect.objectContaining({ seq: first.commands[0]!.seq, attempt: 2 })]);
+    await advance(e, 60_000);
+    const third = await trainer.pollCommands();
+    expect(third.commands[0]).toMatchObject({ seq: first.commands[0]!.seq, attempt: 3 });
+    expect(await trainer.ackCommand({ seq: third.commands[0]!.seq, ok: true })).toEqual({ success: true, first_ack: true });
+    expect(await trainer.ackCommand({ seq: third.commands[0]!.seq, ok: true })).toEqual({ success: true, first_ack: false });
+    await advance(e, 120_000);
+    expect((await trainer.pollCommands()).commands).toEqual([]);
+  });
+
+  it("long-polls: a waiting poll returns as soon as a command is queued", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const started = Date.now();
+    const waiting = trainer.pollCommands({ wait: 20 });
+    await e.as("operator").syncTrainConfig("x: 1\n");
+    await e.as("operator").startEngine();
+    const { commands } = await waiting;
+    expect(commands.map((c) => c.body.kind)).toEqual(["start"]);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("returns an empty list when a long poll's wait runs out", async () => {
+    const e = await createEngine();
+    expect(await e.as("trainer").pollCommands({ wait: 0.2 })).toEqual({ commands: [] });
+  });
+
+  it("refuses an ack for an unknown command and a poll with a bad wait", async () => {
+    const e = await createEngine();
+    await expect(e.as("trainer").ackCommand({ seq: 999, ok: true })).rejects.toMatchObject({ status: 404, code: "unknown_command" });
+    await expect(e.as("trainer").pollCommands({ wait: 60 })).rejects.toMatchObject({ status: 422, detail: expect.stringContaining("wait is at most 25 seconds") });
+    await expect(e.as("client").pollCommands()).rejects.toMatchObject({ status: 403 });
+  });
+
+  it("marks a result undeliverable when the agent reports its runner gone", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("c", c.episode_uuid, 1));
+    const { commands } = await e.as("trainer").pollCommands();
+    await e.as("trainer").ackCommand({ seq: commands[0]!.seq, ok: false, detail: "runner at tcp://10.0.0.1:20000 did not ack within 30 s" });
+    const row = await runInDurableObject(e.stub, (_i, state) =>
+      state.storage.sql.exec<{ delivery: string; delivery_detail: string }>("SELECT delivery, delivery_detail FROM finished").one(),
+    );
+    expect(row).toEqual({ delivery: "undeliverable", delivery_detail: "runner at tcp://10.0.0.1:20000 did not ack within 30 s" });
+  });
+
+  it("puts the engine OFFLINE with the reason when the trainer fails to start", async () => {
+    const e = await createEngine();
+    await e.as("operator").syncTrainConfig("x: 1\n");
+    await e.as("operator").startEngine();
+    const { commands } = await e.as("trainer").pollCommands();
+    await e.as("trainer").ackCommand({ seq: commands[0]!.seq, ok: false, detail: "spawn ajet ENOENT" });
+    expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_detail: "trainer failed to start: spawn ajet ENOENT" });
+  });
+});

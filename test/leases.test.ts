@@ -1,0 +1,97 @@
+import { runDurableObjectAlarm } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+
+describe("leases", () => {
+  it("reaps an idle claim when its discard timeout passes, not before", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "slow", discard_episode_timeout: 60 });
+    expect((await engineStats(e)).alarm_at).toBe(e.clock.t + 60_000);
+    await advance(e, 59_000);
+    expect(await client.canContinueEpisode({ client_uuid: "slow", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    await advance(e, 1_000);
+    expect(await client.canContinueEpisode({ client_uuid: "slow", episode_uuid: c.episode_uuid })).toEqual({ can_continue: false });
+    expect(await engineStats(e)).toMatchObject({ registered: 1, claimed: 0 });
+    const again = await client.claimEpisode({ client_uuid: "fast", discard_episode_timeout: 60 });
+    expect(again).toMatchObject({ success: true, episode_uuid: c.episode_uuid, fence: 2 });
+  });
+
+  it("keeps one alarm at the earliest deadline as claims come and go", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    const client = e.as("client");
+    const t0 = e.clock.t;
+    await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 300 });
+    expect((await engineStats(e)).alarm_at).toBe(t0 + 300_000);
+    await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 30 });
+    expect((await engineStats(e)).alarm_at).toBe(t0 + 30_000);
+    await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 120 });
+    expect((await engineStats(e)).alarm_at).toBe(t0 + 30_000);
+    // b expires; the alarm re-arms at the next lease (c at 120 s), then at a's.
+    await advance(e, 30_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 2, registered: 1, alarm_at: t0 + 120_000 });
+    await advance(e, 90_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, registered: 2, alarm_at: t0 + 300_000 });
+    await advance(e, 180_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 3, alarm_at: null });
+    expect(await runDurableObjectAlarm(e.stub)).toBe(false);
+  });
+
+  it("fences a late end from a reaped claim: refused, and counted nowhere", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const first = await client.claimEpisode({ client_uuid: "late", discard_episode_timeout: 10 });
+    await advance(e, 10_000);
+    // Reaped and requeued: the late result is refused.
+    await expect(client.endEpisode(endBody("late", first.episode_uuid, 1))).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    // Claimed again by someone else: still refused for the old claimant.
+    const second = await client.claimEpisode({ client_uuid: "new", discard_episode_timeout: 60 });
+    expect(second.fence).toBe(2);
+    await expect(client.endEpisode(endBody("late", first.episode_uuid, 1))).rejects.toMatchObject({ status: 409 });
+    // The same client re-claiming it: its old fence is refused, the new one accepted.
+    await client.abortEpisode({ client_uuid: "new", episode_uuid: second.episode_uuid });
+    const third = await client.claimEpisode({ client_uuid: "late", discard_episode_timeout: 60 });
+    expect(third.fence).toBe(3);
+    await expect(client.endEpisode(endBody("late", first.episode_uuid, 1, "task-1", { fence: first.fence }))).rejects.toMatchObject({
+      status: 409,
+      detail: expect.stringContaining("superseded"),
+    });
+    expect(await client.endEpisode(endBody("late", third.episode_uuid, 0, "task-1", { fence: third.fence }))).toEqual({ success: true });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 0 })]);
+  });
+
+  it("sends a reaped episode with a runner to reset, and requeues it only after the runner's ack", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const c = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 5 });
+    await advance(e, 5_000);
+    expect(await engineStats(e)).toMatchObject({ resetting: 1, registered: 0 });
+    // Nobody can claim it while the runner resets, and the trainer still sees it as taken.
+    expect((await client.claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 })).success).toBe(false);
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: c.episode_uuid, unregister_if_not_claimed: true })).toMatchObject({ success: true });
+    const { commands } = await trainer.pollCommands();
+    expect(commands).toEqual([
+      expect.objectContaining({ attempt: 1, body: { kind: "reset", episode_uuid: c.episode_uuid, fence: 1, zmq_listen_result_addr: "tcp://10.0.0.1:20000" } }),
+    ]);
+    await trainer.ackCommand({ seq: commands[0]!.seq, ok: true, detail: "runner acked" });
+    expect(await engineStats(e)).toMatchObject({ resetting: 0, registered: 1 });
+    expect(await client.claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 })).toMatchObject({ success: true, fence: 2 });
+  });
+
+  it("drops an episode whose runner cannot be reset", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 5 });
+    await e.as("client").abortEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands[0]?.body.kind).toBe("reset");
+    await e.as("trainer").ackCommand({ seq: commands[0]!.seq, ok: false, detail: "no ack from runner in 30 s" });
+    expect(await engineStats(e)).toMatchObject({ resetting: 0, registered: 0, claimed: 0 });
+  });
+});

@@ -1,0 +1,126 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { advance, createEngine, endBody, engineStats, rollingWith, type TestEngine } from "./support/harness";
+
+async function trajectories(engine: string) {
+  const r = await env.DB.prepare("SELECT episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output FROM trajectories WHERE engine = ? ORDER BY id")
+    .bind(engine)
+    .all();
+  return r.results;
+}
+
+async function claimAndEnd(e: TestEngine, client: string, reward: number | number[], task = "task-1") {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 60 });
+  expect(c.success).toBe(true);
+  expect(await e.as("client").endEpisode(endBody(client, c.episode_uuid, reward, task))).toEqual({ success: true });
+  return c;
+}
+
+describe("results reach D1 through the outbox", () => {
+  it("writes each ended episode's trajectory once, even when the flush repeats", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    await claimAndEnd(e, "a", 1, "t1");
+    await claimAndEnd(e, "b", [0, 1], "t2");
+    expect(await engineStats(e)).toMatchObject({ outbox: 2 });
+    await advance(e, 100);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0 });
+    const rows = await trajectories(e.name);
+    expect(rows).toEqual([
+      expect.objectContaining({ episode_uuid: "ep-0", fence: 1, client_uuid: "a", task_id: "t1", episode_type: "train", global_step: 0, reward: 1, is_success: 1 }),
+      expect.objectContaining({ episode_uuid: "ep-1", fence: 1, client_uuid: "b", task_id: "t2", reward: 0.5 }),
+    ]);
+    expect(JSON.parse(rows[1]!["workflow_output"] as string)).toMatchObject({ reward: [0, 1], metadata: { task_id: "t2" } });
+  });
+
+  it("answers end_episode while D1 is failing, keeps the record, and writes it once D1 recovers", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await env.DB.exec("ALTER TABLE trajectories RENAME TO trajectories_away");
+    try {
+      await claimAndEnd(e, "a", 0.75);
+      await advance(e, 100);
+      const stats = await engineStats(e);
+      expect(stats.outbox).toBe(1);
+      // The failed flush is retried with backoff, by the alarm.
+      expect(stats.alarm_at).toBeGreaterThan(e.clock.t);
+    } finally {
+      await env.DB.exec("ALTER TABLE trajectories_away RENAME TO trajectories");
+    }
+    await advance(e, 1_000);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0 });
+    expect(await trajectories(e.name)).toEqual([expect.objectContaining({ episode_uuid: "ep-0", client_uuid: "a", reward: 0.75 })]);
+  });
+});
+
+describe("reward history", () => {
+  it("finalizes mean, std, count, min and max per global step, and keeps it across status changes", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 4);
+    const trainer = e.as("trainer");
+    await claimAndEnd(e, "a", 1);
+    await claimAndEnd(e, "b", [0, 0.5]);
+    // A status change that clears episodes does not clear the accumulator or the history.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await rollingWith(e, 2, { prefix: "s1", step: 1 });
+    await claimAndEnd(e, "c", 0.25);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING_POST" });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: 2 });
+    await e.as("operator").stopEngine();
+    const { history } = await e.as("viewer").getRewardHistory();
+    const std0 = Math.sqrt(((1 - 0.5) ** 2 + (0 - 0.5) ** 2 + 0) / 3);
+    expect(history).toEqual([
+      { global_step: 0, mean_reward: 0.5, std_reward: expect.closeTo(std0, 12), count: 3, min_reward: 0, max_reward: 1, timestamp: expect.any(Number) },
+      { global_step: 1, mean_reward: 0.25, std_reward: 0, count: 1, min_reward: 0.25, max_reward: 0.25, timestamp: expect.any(Number) },
+    ]);
+    await advance(e, 100);
+    const d1 = await env.DB.prepare("SELECT global_step, mean_reward, count, min_reward, max_reward FROM reward_history WHERE engine = ? ORDER BY seq").bind(e.name).all();
+    expect(d1.results).toEqual([
+      { global_step: 0, mean_reward: 0.5, count: 3, min_reward: 0, max_reward: 1 },
+      { global_step: 1, mean_reward: 0.25, count: 1, min_reward: 0.25, max_reward: 0.25 },
+    ]);
+  });
+
+  it("writes no entry for a step without train rewards", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([]);
+  });
+});
+
+describe("engine status machine", () => {
+  it("syncs config only while OFFLINE, starts to BOOTING, stops to OFFLINE clearing live episodes", async () => {
+    const e = await createEngine();
+    const op = e.as("operator");
+    await expect(op.startEngine()).rejects.toMatchObject({ status: 400, code: "no_config" });
+    await op.syncTrainConfig("a: 1\n");
+    await op.startEngine();
+    await expect(op.syncTrainConfig("a: 2\n")).rejects.toMatchObject({ status: 400, code: "engine_started" });
+    await expect(op.startEngine()).rejects.toMatchObject({ status: 409 });
+    await rollingWith(e, 3);
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", engine_status_detail: "step 0 rolling", global_step: 0 });
+    expect(await op.getEngineStatus()).toEqual({ engine_status: "ENGINE.ROLLING", engine_status_detail: "step 0 rolling", global_step: 0 });
+    await op.stopEngine();
+    expect((await op.getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0, alarm_at: expect.any(Number) });
+    expect((await e.as("viewer").getEpisodeBuffer()).buffer).toEqual([]);
+    await op.syncTrainConfig("a: 2\n");
+  });
+
+  it("leaving the rolling statuses clears episodes, as the trainer expects", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING_POST" });
+    expect(await engineStats(e)).toMatchObject({ registered: 1, claimed: 1 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
+    // The lease alarm of the cleared claim fires harmlessly.
+    await advance(e, 60_000);
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0, resetting: 0 });
+  });
+});
