@@ -10,6 +10,7 @@ export const VIEWER_OPS = [
   "get_episode_buffer",
   "get_current_batch_rollout_pool_information",
   "get_reward_history",
+  "get_overview",
 ] as const;
 export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode"] as const;
 export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine"] as const;
@@ -20,6 +21,8 @@ export const TRAINER_OPS = [
   "update_current_batch_rollout_pool_information",
   "agent_poll",
   "agent_ack",
+  "agent_heartbeat",
+  "agent_trainer_exit",
 ] as const;
 
 export type EngineOp =

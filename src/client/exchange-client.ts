@@ -18,6 +18,13 @@ import {
   EndEpisodeRequest,
   RegisterEpisodeRequest,
   UpdateEngineStatusRequest,
+  AgentHeartbeatRequest,
+  BatchBoolResponse,
+  BatchIsEpisodeClaimedRequest,
+  BatchRegisterEpisodeRequest,
+  EngineOverview,
+  HeartbeatResponse,
+  TrainerExitRequest,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
 
@@ -82,4 +89,10 @@ export class EngineClient {
     return this.get(`/agent/commands${qs ? `?${qs}` : ""}`, PollCommandsResponse, signal);
   };
   ackCommand = (req: In<typeof AckCommandRequest>) => this.post("/agent/ack", AckCommandResponse, req);
+  heartbeat = (req: In<typeof AgentHeartbeatRequest>) => this.post("/agent/heartbeat", HeartbeatResponse, req);
+  trainerExit = (req: In<typeof TrainerExitRequest>) => this.post("/agent/trainer_exit", Success, req);
+
+  batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);
+  batchRegisterEpisodes = (req: In<typeof BatchRegisterEpisodeRequest>) => this.post("/batch/register_episode", BatchBoolResponse, req);
+  overview = () => this.get("/overview", EngineOverview);
 }

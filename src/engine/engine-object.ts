@@ -22,6 +22,14 @@ import type {
 } from "../protocol/swarm";
 import { CurrentBatchRolloutPoolInformation as PoolInfoSchema } from "../protocol/swarm";
 import type { AckCommandRequest, AckCommandResponse, CommandBody, PollCommandsQuery, PollCommandsResponse } from "../protocol/commands";
+import {
+  AGENT_STALE_AFTER_SECONDS,
+  type AgentHeartbeatRequest,
+  type AgentStatus,
+  type BatchBoolResponse,
+  type EngineOverview,
+  type TrainerExitRequest,
+} from "../protocol/agent";
 import { isRolling, type EngineStatus } from "../protocol/status";
 import { mayRun, seesTrainerSecrets, type EngineOp } from "../auth/roles";
 import { signClaimKey } from "../auth/claim-key";
@@ -198,48 +206,21 @@ export class EngineObject extends DurableObject<Env> {
   // ---------------------------------------------------------------- episodes: trainer side
 
   async registerEpisode(caller: Caller, req: RegisterEpisodeRequest): Promise<Reply<BoolResponse>> {
-    return this.guarded<BoolResponse>(caller, "register_episode", () => {
-      if (this.meta.status !== "ENGINE.ROLLING") {
-        return ok({ success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." });
-      }
-      this.tx(() => {
-        const existing = this.episode(req.episode_uuid);
-        if (existing === null) {
-          this.sql.exec(
-            `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
-             VALUES (?, 'registered', ?, ?, ?, ?, ?)`,
-            req.episode_uuid,
-            this.takeQueueSeq(),
-            req.openai_base_url,
-            req.openai_api_key,
-            req.zmq_listen_result_addr,
-            this.now(),
-          );
-        } else if (existing.state === "registered") {
-          // A retried registration (the trainer retries after 2 s) keeps its place in the queue.
-          this.sql.exec(
-            "UPDATE episodes SET openai_base_url = ?, openai_api_key = ?, zmq_addr = ? WHERE episode_uuid = ?",
-            req.openai_base_url,
-            req.openai_api_key,
-            req.zmq_listen_result_addr,
-            req.episode_uuid,
-          );
-        }
-      });
-      return ok({ success: true, failure_reason: "" });
-    });
+    return this.guarded(caller, "register_episode", () => ok(this.tx(() => this.registerOne(req))));
+  }
+
+  async batchRegisterEpisodes(caller: Caller, episodes: RegisterEpisodeRequest[]): Promise<Reply<BatchBoolResponse>> {
+    return this.guarded(caller, "register_episode", () => ok({ results: this.tx(() => episodes.map((e) => this.registerOne(e))) }));
   }
 
   async isEpisodeClaimed(caller: Caller, episodeUuid: string, unregister: boolean): Promise<Reply<BoolResponse>> {
-    return this.guarded<BoolResponse>(caller, "is_episode_claimed", () => {
-      if (!isRolling(this.meta.status)) return ok({ success: false, failure_reason: "" });
-      const ep = this.episode(episodeUuid);
-      if (ep === null) return ok({ success: false, failure_reason: "" });
-      // An episode waiting for its runner's reset still belongs to the claim being undone.
-      if (ep.state !== "registered") return ok({ success: true, failure_reason: "" });
-      if (unregister) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
-      return ok({ success: false, failure_reason: "" });
-    });
+    return this.guarded(caller, "is_episode_claimed", () => ok(this.tx(() => this.claimedCheck(episodeUuid, unregister))));
+  }
+
+  async batchIsEpisodeClaimed(caller: Caller, checks: { episode_uuid: string; unregister_if_not_claimed: boolean }[]): Promise<Reply<BatchBoolResponse>> {
+    return this.guarded(caller, "is_episode_claimed", () =>
+      ok({ results: this.tx(() => checks.map((c) => this.claimedCheck(c.episode_uuid, c.unregister_if_not_claimed))) }),
+    );
   }
 
   async updatePoolInfo(caller: Caller, info: CurrentBatchRolloutPoolInformation): Promise<Reply<BoolResponse>> {
@@ -491,6 +472,50 @@ export class EngineObject extends DurableObject<Env> {
     });
   }
 
+  async agentHeartbeat(caller: Caller, req: AgentHeartbeatRequest): Promise<Reply<{ success: true; server_time: number }>> {
+    return this.guarded(caller, "agent_heartbeat", () => {
+      const now = this.now();
+      this.setKv("agent", { ...req, last_seen: now / 1000 });
+      return ok({ success: true as const, server_time: now / 1000 });
+    });
+  }
+
+  async trainerExit(caller: Caller, req: TrainerExitRequest): Promise<Reply<{ success: true }>> {
+    return this.guarded(caller, "agent_trainer_exit", () => {
+      const how = req.signal !== null ? `was killed by ${req.signal}` : `exited with code ${req.exit_code ?? "unknown"}`;
+      const detail = `trainer ${how}` + (req.log_tail ? `; last output:\n${req.log_tail}` : "");
+      this.tx(() => {
+        this.clearEpisodes();
+        this.saveMeta({ ...this.meta, status: "ENGINE.OFFLINE", bootingStartTime: null, detail });
+      });
+      return ok({ success: true as const });
+    });
+  }
+
+  async overview(caller: Caller): Promise<Reply<EngineOverview>> {
+    return this.guarded(caller, "get_overview", () => {
+      const deliveries = Object.fromEntries(
+        this.sql.exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM finished GROUP BY delivery").toArray().map((r) => [r.delivery, r.n]),
+      );
+      const undeliverable = this.sql
+        .exec<{ episode_uuid: string; fence: number; delivery_detail: string; ended_at: number }>(
+          "SELECT episode_uuid, fence, delivery_detail, ended_at FROM finished WHERE delivery = 'undeliverable' ORDER BY ended_at DESC LIMIT 20",
+        )
+        .toArray()
+        .map((r) => ({ episode_uuid: r.episode_uuid, fence: r.fence, detail: r.delivery_detail, ended_at: r.ended_at / 1000 }));
+      return ok({
+        engine: this.meta.name ?? "",
+        ...this.statusView(),
+        episodes: this.episodeCounts(),
+        deliveries: { pending: deliveries["pending"] ?? 0, delivered: deliveries["delivered"] ?? 0, undeliverable: deliveries["undeliverable"] ?? 0 },
+        undeliverable,
+        pending_commands: this.commands.pendingCount(),
+        outbox: this.outbox.size(),
+        agent: this.agentStatus(),
+      });
+    });
+  }
+
   // ---------------------------------------------------------------- alarm
 
   override async alarm(): Promise<void> {
@@ -507,19 +532,9 @@ export class EngineObject extends DurableObject<Env> {
     this.rearm(now);
   }
 
-  /** Diagnostics for tests and the dashboard: sizes of the engine's queues. */
+  /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */
   async stats(): Promise<{ registered: number; claimed: number; resetting: number; pending_commands: number; outbox: number; alarm_at: number | null }> {
-    const counts = Object.fromEntries(
-      this.sql.exec<{ state: string; n: number }>("SELECT state, COUNT(*) AS n FROM episodes GROUP BY state").toArray().map((r) => [r.state, r.n]),
-    );
-    return {
-      registered: counts["registered"] ?? 0,
-      claimed: counts["claimed"] ?? 0,
-      resetting: counts["resetting"] ?? 0,
-      pending_commands: this.commands.pendingCount(),
-      outbox: this.outbox.size(),
-      alarm_at: await this.ctx.storage.getAlarm(),
-    };
+    return { ...this.episodeCounts(), pending_commands: this.commands.pendingCount(), outbox: this.outbox.size(), alarm_at: await this.ctx.storage.getAlarm() };
   }
 
   // ---------------------------------------------------------------- internals
@@ -537,6 +552,45 @@ export class EngineObject extends DurableObject<Env> {
     if (role === undefined) return fail(401, "invalid_token", `The token is not valid for engine '${this.meta.name}' (unknown or revoked).`);
     if (!mayRun(role, op)) return fail(403, "forbidden", `A ${role} token may not call ${op}.`);
     return role;
+  }
+
+  private registerOne(req: RegisterEpisodeRequest): BoolResponse {
+    if (this.meta.status !== "ENGINE.ROLLING") {
+      return { success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." };
+    }
+    const existing = this.episode(req.episode_uuid);
+    if (existing === null) {
+      this.sql.exec(
+        `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
+         VALUES (?, 'registered', ?, ?, ?, ?, ?)`,
+        req.episode_uuid,
+        this.takeQueueSeq(),
+        req.openai_base_url,
+        req.openai_api_key,
+        req.zmq_listen_result_addr,
+        this.now(),
+      );
+    } else if (existing.state === "registered") {
+      // A retried registration (the trainer retries after 2 s) keeps its place in the queue.
+      this.sql.exec(
+        "UPDATE episodes SET openai_base_url = ?, openai_api_key = ?, zmq_addr = ? WHERE episode_uuid = ?",
+        req.openai_base_url,
+        req.openai_api_key,
+        req.zmq_listen_result_addr,
+        req.episode_uuid,
+      );
+    }
+    return { success: true, failure_reason: "" };
+  }
+
+  private claimedCheck(episodeUuid: string, unregister: boolean): BoolResponse {
+    if (!isRolling(this.meta.status)) return { success: false, failure_reason: "" };
+    const ep = this.episode(episodeUuid);
+    if (ep === null) return { success: false, failure_reason: "" };
+    // An episode waiting for its runner's reset still belongs to the claim being undone.
+    if (ep.state !== "registered") return { success: true, failure_reason: "" };
+    if (unregister) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
+    return { success: false, failure_reason: "" };
   }
 
   /** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */
@@ -642,6 +696,34 @@ export class EngineObject extends DurableObject<Env> {
       row: { engine: this.meta.name ?? "", seq, globalStep: step, meanReward: s.mean, stdReward: s.std, count: s.count, minReward: s.min, maxReward: s.max, timestamp },
     });
     return EMPTY_ACCUMULATOR;
+  }
+
+  /** Counted over the partial index of each state, never by scanning the table. */
+  private episodeCounts(): { registered: number; claimed: number; resetting: number } {
+    // Literal states, not parameters: SQLite uses a partial index only when the WHERE matches its own.
+    const count = (sql: string) => this.sql.exec<{ n: number }>(sql).one().n;
+    return {
+      registered: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'registered'"),
+      claimed: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'claimed'"),
+      resetting: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'resetting'"),
+    };
+  }
+
+  private agentStatus(): AgentStatus {
+    const a = this.getKv<AgentHeartbeatRequest & { last_seen: number }>("agent");
+    if (a === null) {
+      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, last_seen: null };
+    }
+    return {
+      connected: this.now() / 1000 - a.last_seen < AGENT_STALE_AFTER_SECONDS,
+      agent_id: a.agent_id,
+      host: a.host,
+      pid: a.pid,
+      version: a.version,
+      trainer_state: a.trainer.state,
+      trainer_pid: a.trainer.pid,
+      last_seen: a.last_seen,
+    };
   }
 
   private clearEpisodes(): void {

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS episodes (
 );
 CREATE INDEX IF NOT EXISTS episodes_queue ON episodes (queue_seq) WHERE state = 'registered';
 CREATE INDEX IF NOT EXISTS episodes_lease ON episodes (expires_at) WHERE state = 'claimed';
+CREATE INDEX IF NOT EXISTS episodes_resetting ON episodes (episode_uuid) WHERE state = 'resetting';
 CREATE TABLE IF NOT EXISTS finished (
   episode_uuid TEXT NOT NULL,
   fence INTEGER NOT NULL,

@@ -23,6 +23,7 @@ import {
   UpdateEngineStatusRequest,
 } from "../protocol/swarm";
 import { AckCommandRequest, PollCommandsQuery } from "../protocol/commands";
+import { AgentHeartbeatRequest, BatchIsEpisodeClaimedRequest, BatchRegisterEpisodeRequest, TrainerExitRequest } from "../protocol/agent";
 import { constantTimeEqual, hashToken } from "../auth/tokens";
 import { errorJson, replyJson } from "./errors";
 import { readJson, readQuery } from "./validate";
@@ -121,4 +122,13 @@ export function engineRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>
     }),
   );
   app.post(`${prefix}/agent/ack`, handle(body(AckCommandRequest, (s, who, b) => s.agentAck(who, b))));
+  app.post(`${prefix}/agent/heartbeat`, handle(body(AgentHeartbeatRequest, (s, who, b) => s.agentHeartbeat(who, b))));
+  app.post(`${prefix}/agent/trainer_exit`, handle(body(TrainerExitRequest, (s, who, b) => s.trainerExit(who, b))));
+
+  // Batched trainer calls, for the agent's facade that coalesces many runner threads' requests
+  app.post(`${prefix}/batch/is_episode_claimed`, handle(body(BatchIsEpisodeClaimedRequest, (s, who, b) => s.batchIsEpisodeClaimed(who, b.checks))));
+  app.post(`${prefix}/batch/register_episode`, handle(body(BatchRegisterEpisodeRequest, (s, who, b) => s.batchRegisterEpisodes(who, b.episodes))));
+
+  // A summary for people and dashboards
+  app.get(`${prefix}/overview`, handle((s, who) => s.overview(who)));
 }

@@ -2,3 +2,4 @@ export * from "./status";
 export * from "./swarm";
 export * from "./commands";
 export * from "./admin";
+export * from "./agent";

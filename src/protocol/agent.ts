@@ -1,0 +1,78 @@
+/**
+ * What the local-agent tells its engine besides command acks: that it is alive, how its
+ * trainer is doing, and batched forms of the trainer's chatty calls (its local facade
+ * coalesces many runner threads' requests into one).
+ */
+import { z } from "zod";
+import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
+
+export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
+export const TrainerState = z.enum(TRAINER_STATES);
+export type TrainerState = z.infer<typeof TrainerState>;
+
+export const AgentHeartbeatRequest = z.object({
+  agent_id: z.string().min(1).max(128),
+  host: z.string().max(256),
+  pid: z.number().int().nonnegative(),
+  version: z.string().max(64).default(""),
+  trainer: z.object({
+    state: TrainerState,
+    pid: z.number().int().nonnegative().nullable().default(null),
+    started_at: z.number().nullable().default(null),
+  }),
+});
+export type AgentHeartbeatRequest = z.infer<typeof AgentHeartbeatRequest>;
+
+/** An agent is shown as connected while its last heartbeat is younger than this. */
+export const AGENT_STALE_AFTER_SECONDS = 45;
+
+export const AgentStatus = z.object({
+  connected: z.boolean(),
+  agent_id: z.string().nullable(),
+  host: z.string().nullable(),
+  pid: z.number().nullable(),
+  version: z.string().nullable(),
+  trainer_state: TrainerState.nullable(),
+  trainer_pid: z.number().nullable(),
+  /** Unix seconds of the last heartbeat; null if the agent never called in. */
+  last_seen: z.number().nullable(),
+});
+export type AgentStatus = z.infer<typeof AgentStatus>;
+
+export const HeartbeatResponse = z.object({ success: z.literal(true), server_time: z.number() });
+
+/** The agent saw its trainer exit without being asked to stop. */
+export const TrainerExitRequest = z.object({
+  exit_code: z.number().int().nullable(),
+  signal: z.string().max(32).nullable().default(null),
+  /** The last lines of the trainer's output, for the operator. */
+  log_tail: z.string().max(16_384).default(""),
+});
+export type TrainerExitRequest = z.infer<typeof TrainerExitRequest>;
+
+export const BatchIsEpisodeClaimedRequest = z.object({ checks: z.array(CheckWhetherEpisodeClaimedRequest).min(1).max(1000) });
+export type BatchIsEpisodeClaimedRequest = z.infer<typeof BatchIsEpisodeClaimedRequest>;
+export const BatchRegisterEpisodeRequest = z.object({ episodes: z.array(RegisterEpisodeRequest).min(1).max(1000) });
+export type BatchRegisterEpisodeRequest = z.infer<typeof BatchRegisterEpisodeRequest>;
+
+/** One BoolResponse per item, in request order. */
+export const BatchBoolResponse = z.object({ results: z.array(z.object({ success: z.boolean(), failure_reason: z.string() })) });
+export type BatchBoolResponse = z.infer<typeof BatchBoolResponse>;
+
+export const DeliveryProblem = z.object({ episode_uuid: z.string(), fence: z.number(), detail: z.string(), ended_at: z.number() });
+
+/** A viewer's summary of an engine: counts, never the whole episode table. */
+export const EngineOverview = z.object({
+  engine: z.string(),
+  engine_status: z.string(),
+  engine_status_detail: z.string().nullable(),
+  global_step: z.number().nullable(),
+  episodes: z.object({ registered: z.number(), claimed: z.number(), resetting: z.number() }),
+  deliveries: z.object({ pending: z.number(), delivered: z.number(), undeliverable: z.number() }),
+  /** The most recent undeliverable results, newest first (at most 20). */
+  undeliverable: z.array(DeliveryProblem),
+  pending_commands: z.number(),
+  outbox: z.number(),
+  agent: AgentStatus,
+});
+export type EngineOverview = z.infer<typeof EngineOverview>;

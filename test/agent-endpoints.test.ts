@@ -1,0 +1,131 @@
+import { describe, expect, it } from "vitest";
+import { advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
+
+const heartbeat = (state: "idle" | "running" = "running") => ({
+  agent_id: "agent-1",
+  host: "gpu-node-7",
+  pid: 4321,
+  version: "0.1.0",
+  trainer: { state, pid: state === "running" ? 999 : null, started_at: null },
+});
+
+describe("agent presence", () => {
+  it("shows the agent connected while its heartbeats are fresh", async () => {
+    const e = await createEngine();
+    expect((await e.as("viewer").overview()).agent).toMatchObject({ connected: false, last_seen: null });
+    const hb = await e.as("trainer").heartbeat(heartbeat());
+    expect(hb).toEqual({ success: true, server_time: e.clock.t / 1000 });
+    expect((await e.as("viewer").overview()).agent).toEqual({
+      connected: true,
+      agent_id: "agent-1",
+      host: "gpu-node-7",
+      pid: 4321,
+      version: "0.1.0",
+      trainer_state: "running",
+      trainer_pid: 999,
+      last_seen: e.clock.t / 1000,
+    });
+    e.clock.t += 44_000;
+    expect((await e.as("viewer").overview()).agent.connected).toBe(true);
+    e.clock.t += 1_000;
+    expect((await e.as("viewer").overview()).agent.connected).toBe(false);
+    await expect(e.as("client").heartbeat(heartbeat())).rejects.toMatchObject({ status: 403 });
+    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), trainer: { state: "dancing" } }) });
+    expect(bad.status).toBe(422);
+  });
+
+  it("takes the engine OFFLINE with the exit code and last log lines when the trainer dies", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("trainer").trainerExit({ exit_code: 3, signal: null, log_tail: "Traceback...\nCUDA out of memory" });
+    expect(await e.as("viewer").getEngineStatus()).toEqual({
+      engine_status: "ENGINE.OFFLINE",
+      engine_status_detail: "trainer exited with code 3; last output:\nTraceback...\nCUDA out of memory",
+      global_step: 0,
+    });
+    expect((await e.as("viewer").overview()).episodes).toEqual({ registered: 0, claimed: 0, resetting: 0 });
+    await e.as("trainer").trainerExit({ exit_code: null, signal: "SIGKILL" });
+    expect((await e.as("viewer").getEngineStatus()).engine_status_detail).toBe("trainer was killed by SIGKILL");
+  });
+});
+
+describe("batched trainer calls", () => {
+  it("answer each item exactly as the single call would, in order", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    const trainer = e.as("trainer");
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const singles = [
+      await trainer.isEpisodeClaimed({ episode_uuid: c.episode_uuid }),
+      await trainer.isEpisodeClaimed({ episode_uuid: "ep-1" }),
+      await trainer.isEpisodeClaimed({ episode_uuid: "ghost" }),
+    ];
+    const batch = await trainer.batchIsEpisodeClaimed({
+      checks: [{ episode_uuid: c.episode_uuid }, { episode_uuid: "ep-1" }, { episode_uuid: "ghost" }, { episode_uuid: "ep-2", unregister_if_not_claimed: true }],
+    });
+    expect(batch.results.slice(0, 3)).toEqual(singles);
+    expect(batch.results[3]).toEqual({ success: false, failure_reason: "" });
+    expect((await trainer.getEpisodeBuffer()).buffer.map((b) => b.episode_uuid)).toEqual([c.episode_uuid, "ep-1"]);
+  });
+
+  it("registers many episodes in one request, idempotently, and refuses outside ROLLING", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const episodes = Array.from({ length: 50 }, (_, i) => ({ episode_uuid: `b-${i}`, zmq_listen_result_addr: `ipc:///tmp/b-${i}` }));
+    const off = await trainer.batchRegisterEpisodes({ episodes: episodes.slice(0, 2) });
+    expect(off.results.every((r) => !r.success && r.failure_reason.includes("not in rolling state"))).toBe(true);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const first = await trainer.batchRegisterEpisodes({ episodes });
+    expect(first.results).toHaveLength(50);
+    expect(first.results.every((r) => r.success)).toBe(true);
+    await trainer.batchRegisterEpisodes({ episodes: episodes.slice(0, 10) });
+    const buf = await trainer.getEpisodeBuffer();
+    expect(buf.buffer.map((b) => b.episode_uuid)).toEqual(episodes.map((x) => x.episode_uuid));
+  });
+
+  it("refuses empty and oversized batches without changing anything", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const empty = await raw(`/e/${e.name}/batch/register_episode`, { token: e.tokens.trainer, body: JSON.stringify({ episodes: [] }) });
+    expect(empty.status).toBe(422);
+    const big = Array.from({ length: 1001 }, (_, i) => ({ episode_uuid: `x${i}` }));
+    const tooMany = await raw(`/e/${e.name}/batch/register_episode`, { token: e.tokens.trainer, body: JSON.stringify({ episodes: big }) });
+    expect(tooMany.status).toBe(422);
+    const halfBad = await raw(`/e/${e.name}/batch/register_episode`, {
+      token: e.tokens.trainer,
+      body: JSON.stringify({ episodes: [{ episode_uuid: "fine" }, { episode_uuid: 7 }] }),
+    });
+    expect(halfBad).toMatchObject({ status: 422, json: { detail: expect.stringContaining("episodes.1.episode_uuid") } });
+    expect((await e.as("viewer").overview()).episodes.registered).toBe(1);
+  });
+});
+
+describe("overview", () => {
+  it("counts episodes and deliveries and lists undeliverable results", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 5, { zmq: true });
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const a = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    const b = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 60 });
+    await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 10 });
+    await client.endEpisode(endBody("a", a.episode_uuid, 1));
+    await client.endEpisode(endBody("b", b.episode_uuid, 0));
+    await advance(e, 10_000);
+    const { commands } = await trainer.pollCommands();
+    const deliverA = commands.find((c) => c.body.kind === "deliver" && c.body.episode_uuid === a.episode_uuid)!;
+    const deliverB = commands.find((c) => c.body.kind === "deliver" && c.body.episode_uuid === b.episode_uuid)!;
+    await trainer.ackCommand({ seq: deliverA.seq, ok: true });
+    await trainer.ackCommand({ seq: deliverB.seq, ok: false, detail: "runner gone: no ack in 30 s" });
+    const o = await e.as("viewer").overview();
+    expect(o).toMatchObject({
+      engine: e.name,
+      engine_status: "ENGINE.ROLLING",
+      episodes: { registered: 2, claimed: 0, resetting: 1 },
+      deliveries: { pending: 0, delivered: 1, undeliverable: 1 },
+      undeliverable: [{ episode_uuid: b.episode_uuid, fence: 1, detail: "runner gone: no ack in 30 s", ended_at: expect.any(Number) }],
+      pending_commands: 1,
+    });
+  });
+});
