@@ -1,0 +1,165 @@
+/**
+ * The engine API as data: every route's method, path, operation (and so the roles allowed),
+ * request and response schemas, and the engine call it makes. The router and the OpenAPI
+ * document are both generated from this one table, so they cannot drift apart.
+ */
+import type { Context } from "hono";
+import { z } from "zod";
+import type { Env } from "../env";
+import type { EngineObject } from "../engine/engine-object";
+import type { Caller } from "../engine/caller";
+import type { Reply } from "../engine/reply";
+import type { EngineOp } from "../auth/roles";
+import {
+  AbortEpisodeRequest,
+  BoolResponse,
+  CanContinueEpisodeRequest,
+  CanContinueEpisodeResponse,
+  CheckWhetherEpisodeClaimedRequest,
+  ClaimEpisodeRequest,
+  ClaimEpisodeResponse,
+  CurrentBatchRolloutPoolInformation,
+  EndEpisodeRequest,
+  EndEpisodeResponse,
+  EngineStatusResponse,
+  EpisodeBufferResponse,
+  RegisterEpisodeRequest,
+  RewardHistoryResponse,
+  SyncTrainConfigRequest,
+  UpdateEngineStatusRequest,
+} from "../protocol/swarm";
+import { AckCommandRequest, AckCommandResponse, PollCommandsQuery, PollCommandsResponse } from "../protocol/commands";
+import {
+  AgentHeartbeatRequest,
+  BatchBoolResponse,
+  BatchIsEpisodeClaimedRequest,
+  BatchRegisterEpisodeRequest,
+  EngineOverview,
+  HeartbeatResponse,
+  TrainerExitRequest,
+} from "../protocol/agent";
+
+export type Stub = DurableObjectStub<EngineObject>;
+export type EngineVars = { stub: Stub; caller: Caller };
+export type EngineContext = Context<{ Bindings: Env; Variables: EngineVars }>;
+
+export type RouteSpec = {
+  method: "get" | "post";
+  /** Below the engine's base URL, e.g. `/claim_episode`. */
+  path: string;
+  op: EngineOp;
+  summary: string;
+  /** Where the input comes from: a JSON body, the query string, or nothing. */
+  input: { from: "body"; schema: z.ZodType; emptyAs?: unknown } | { from: "query"; schema: z.ZodType } | { from: "none" };
+  response: z.ZodType;
+  call: (stub: Stub, caller: Caller, input: unknown, c: EngineContext) => Promise<Reply<unknown>>;
+};
+
+const Success = z.object({ success: z.boolean() });
+/** Routes that take no body accept `{}` or nothing, as AgentJet's client sends `json={}`. */
+const NoBody = z.object({}).loose();
+
+function post<S extends z.ZodType>(
+  path: string,
+  op: EngineOp,
+  summary: string,
+  schema: S,
+  response: z.ZodType,
+  call: (stub: Stub, caller: Caller, input: z.output<S>, c: EngineContext) => Promise<Reply<unknown>>,
+  emptyAs?: unknown,
+): RouteSpec {
+  return {
+    method: "post",
+    path,
+    op,
+    summary,
+    input: { from: "body", schema, ...(emptyAs !== undefined ? { emptyAs } : {}) },
+    response,
+    call: (stub, caller, input, c) => call(stub, caller, input as z.output<S>, c),
+  };
+}
+
+function get(path: string, op: EngineOp, summary: string, response: z.ZodType, call: (stub: Stub, caller: Caller) => Promise<Reply<unknown>>): RouteSpec {
+  return { method: "get", path, op, summary, input: { from: "none" }, response, call: (stub, caller) => call(stub, caller) };
+}
+
+export const ENGINE_API: RouteSpec[] = [
+  // Engine status and configuration
+  get("/get_engine_status", "get_engine_status", "The engine's status, its detail and the global step.", EngineStatusResponse, (s, who) =>
+    s.getEngineStatus(who),
+  ),
+  post("/sync_train_config", "sync_train_config", "Store the training YAML; only while ENGINE.OFFLINE.", SyncTrainConfigRequest, Success, (s, who, b) =>
+    s.syncTrainConfig(who, b.yaml_as_string),
+  ),
+  post("/start_engine", "start_engine", "Move to ENGINE.BOOTING and queue a start command for the GPU host's agent.", NoBody, Success, (s, who) => s.startEngine(who), {}),
+  post("/stop_engine", "stop_engine", "Queue a stop command, move to ENGINE.OFFLINE and clear live episodes.", NoBody, Success, (s, who) => s.stopEngine(who), {}),
+  post("/update_engine_status", "update_engine_status", "The trainer reports its status, detail, global step and weight version.", UpdateEngineStatusRequest, BoolResponse, (s, who, b) =>
+    s.updateEngineStatus(who, b),
+  ),
+
+  // Episodes
+  post("/register_episode", "register_episode", "The trainer offers an episode (ENGINE.ROLLING only).", RegisterEpisodeRequest, BoolResponse, (s, who, b) =>
+    s.registerEpisode(who, b),
+  ),
+  post("/claim_episode", "claim_episode", "Claim the oldest registered episode; answers success false with a fail_cause when none can be had.", ClaimEpisodeRequest, ClaimEpisodeResponse, (s, who, b, c) =>
+    s.claimEpisode(who, b, new URL(c.req.url).origin),
+  ),
+  post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
+    s.endEpisode(who, b),
+  ),
+  post("/abort_episode", "abort_episode", "Give a claimed episode back (requeued in ROLLING, deleted in ROLLING_POST).", AbortEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
+    s.abortEpisode(who, b),
+  ),
+  post("/can_continue_episode", "can_continue_episode", "Whether this client still holds the claim.", CanContinueEpisodeRequest, CanContinueEpisodeResponse, (s, who, b) =>
+    s.canContinueEpisode(who, b.client_uuid, b.episode_uuid),
+  ),
+  post("/is_episode_claimed", "is_episode_claimed", "Whether an episode is claimed; optionally unregister it if not.", CheckWhetherEpisodeClaimedRequest, BoolResponse, (s, who, b) =>
+    s.isEpisodeClaimed(who, b.episode_uuid, b.unregister_if_not_claimed),
+  ),
+  post("/get_episode_buffer", "get_episode_buffer", "All live episodes; the trainer's secrets only for the trainer.", NoBody, EpisodeBufferResponse, (s, who) => s.getEpisodeBuffer(who), {}),
+
+  // Pool information and reward history
+  post(
+    "/update_current_batch_rollout_pool_information",
+    "update_current_batch_rollout_pool_information",
+    "The trainer's view of the current batch; fields the engine computes are ignored.",
+    CurrentBatchRolloutPoolInformation,
+    BoolResponse,
+    (s, who, b) => s.updatePoolInfo(who, b),
+  ),
+  get(
+    "/get_current_batch_rollout_pool_information",
+    "get_current_batch_rollout_pool_information",
+    "The current batch, with running episodes and completed tasks computed by the engine (O(claimed)).",
+    CurrentBatchRolloutPoolInformation,
+    (s, who) => s.getPoolInfo(who),
+  ),
+  get("/get_reward_history", "get_reward_history", "Reward mean, std, count, min and max per finished global step.", RewardHistoryResponse, (s, who) =>
+    s.getRewardHistory(who),
+  ),
+  get("/overview", "get_overview", "Counts of episodes, deliveries and commands, and the agent's presence.", EngineOverview, (s, who) => s.overview(who)),
+
+  // The local-agent's channel
+  {
+    method: "get",
+    path: "/agent/commands",
+    op: "agent_poll",
+    summary: "Long-poll for due commands (wait up to 25 s); each is leased until acked or its deadline passes.",
+    input: { from: "query", schema: PollCommandsQuery },
+    response: PollCommandsResponse,
+    call: (s, who, q) => s.agentPoll(who, q as z.output<typeof PollCommandsQuery>),
+  },
+  post("/agent/ack", "agent_ack", "Acknowledge a command by its sequence number, with its outcome.", AckCommandRequest, AckCommandResponse, (s, who, b) => s.agentAck(who, b)),
+  post("/agent/heartbeat", "agent_heartbeat", "The agent is alive: its host and its trainer's state.", AgentHeartbeatRequest, HeartbeatResponse, (s, who, b) =>
+    s.agentHeartbeat(who, b),
+  ),
+  post("/agent/trainer_exit", "agent_trainer_exit", "The trainer exited on its own: the engine goes OFFLINE with the reason.", TrainerExitRequest, Success, (s, who, b) =>
+    s.trainerExit(who, b),
+  ),
+  post("/batch/is_episode_claimed", "is_episode_claimed", "Many is_episode_claimed checks in one request, answered in order.", BatchIsEpisodeClaimedRequest, BatchBoolResponse, (s, who, b) =>
+    s.batchIsEpisodeClaimed(who, b.checks),
+  ),
+  post("/batch/register_episode", "register_episode", "Many registrations in one request, answered in order.", BatchRegisterEpisodeRequest, BatchBoolResponse, (s, who, b) =>
+    s.batchRegisterEpisodes(who, b.episodes),
+  ),
+];
