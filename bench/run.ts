@@ -1,0 +1,301 @@
+/**
+ * `npm run bench`: the engine against the limit reference, side by side on this machine.
+ *
+ * Starts the real exchange in memory (scripts/local/exchange.ts: the Worker on Miniflare, no
+ * proxy) and the limit reference (bench/reference: same Miniflare, same way of serving), then
+ * for each load configuration creates a fresh engine and runs bench/loadgen.ts against each
+ * target in turn; then measures pool-info cost against registered and claimed counts.
+ * Prints the results as JSON and a compact comparison with the issue's targets; writes
+ * bench/results/latest.json and latest.svg (and, with --record, bench/recorded.{json,svg},
+ * the run BENCHMARKS.md quotes).
+ *
+ * Flags:
+ *   --duration S   measured seconds per load run (default 30)
+ *   --warmup S     unmeasured seconds before each (default 5)
+ *   --only LIST    comma list of 32x256, 128x256, 32x10000, poolinfo (default all)
+ *   --target T     engine | reference | both (default both)
+ *   --record       also write bench/recorded.json and bench/recorded.svg
+ */
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { cpus, loadavg } from "node:os";
+import { fileURLToPath } from "node:url";
+import { AdminClient } from "../src/client";
+import { startLocalExchange } from "../scripts/local/exchange";
+import { startReference } from "./reference/serve";
+import { Http, parseFlags, runLoad, type LoadResult } from "./loadgen";
+import { claimMore, fillPool, timePoolInfo, type PoolInfoResult } from "./poolinfo";
+import { workerdPids } from "./stats";
+import { renderChart } from "./chart";
+
+type TargetName = "engine" | "reference";
+type Target = {
+  name: TargetName;
+  origin: string;
+  pids: number[];
+  /** A fresh engine for one run: its base URL and the client and trainer tokens. */
+  newEngine(tag: string): Promise<{ baseUrl: string; clientToken: string; trainerToken: string }>;
+  stop(): Promise<void>;
+};
+
+const LOADS = [
+  { label: "32x256", clients: 32, episodes: 256 },
+  { label: "128x256", clients: 128, episodes: 256 },
+  { label: "32x10000", clients: 32, episodes: 10_000 },
+] as const;
+
+/** Pool-info shapes: [registered, claimed]. Time should follow claimed, not registered. */
+const POOL_SHAPES: [number, number][] = [
+  [256, 8],
+  [10_000, 8],
+  [10_000, 256],
+];
+
+const SEED = { cycles_256: 160, cycles_10k: 55, claim_p50_256_ms: 71, claim_p50_10k_ms: 215, pool_info_10k_ms: 500 };
+
+const t0 = performance.now();
+const log = (line: string) => process.stderr.write(`[bench ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`);
+
+/**
+ * workerd refuses a main module that exports anything but handlers and classes. If src/index.ts
+ * does (it exported MAX_BODY_BYTES when this was written), serve it through an entry that
+ * re-exports only the default handler and EngineObject: the same Worker, minus that export.
+ */
+async function exportsOnlyConfig(): Promise<string> {
+  const dir = fileURLToPath(new URL("./results/entry/", import.meta.url));
+  await mkdir(dir, { recursive: true });
+  await writeFile(`${dir}index.ts`, `export { default, EngineObject } from "../../../src/index";\n`);
+  const toml = (await readFile(fileURLToPath(new URL("../wrangler.toml", import.meta.url)), "utf8"))
+    .replace(/^main\s*=.*$/m, 'main = "index.ts"')
+    .replace(/^migrations_dir\s*=\s*"([^"]*)"/m, (_m, d: string) => `migrations_dir = "../../../${d}"`);
+  await writeFile(`${dir}wrangler.toml`, toml);
+  return `${dir}wrangler.toml`;
+}
+
+async function startEngineTarget(): Promise<Target> {
+  const adminToken = `bench-admin-${randomBytes(12).toString("hex")}`;
+  const before = new Set(workerdPids());
+  const opts = { port: 0, persistDir: null, adminToken, claimKeySecret: randomBytes(32).toString("hex"), log: (l: string) => log(`  exchange: ${l}`) };
+  let ex: Awaited<ReturnType<typeof startLocalExchange>>;
+  try {
+    ex = await startLocalExchange(opts);
+  } catch (e) {
+    if (!String(e).includes("Incorrect type for map entry")) throw e;
+    log("WARNING: src/index.ts exports a non-handler value, which workerd refuses; serving it through bench/results/entry (default + EngineObject only)");
+    ex = await startLocalExchange({ ...opts, configPath: await exportsOnlyConfig() });
+  }
+  const pids = workerdPids().filter((p) => !before.has(p));
+  const admin = new AdminClient({ origin: ex.url, adminToken });
+  return {
+    name: "engine",
+    origin: ex.url,
+    pids,
+    async newEngine(tag) {
+      const created = await admin.createEngine(`bench-${tag}-${randomBytes(3).toString("hex")}`);
+      return { baseUrl: `${ex.url}/e/${created.engine}`, clientToken: created.tokens.client!, trainerToken: created.tokens.trainer! };
+    },
+    stop: () => ex.stop(),
+  };
+}
+
+async function startReferenceTarget(): Promise<Target> {
+  const before = new Set(workerdPids());
+  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`) });
+  const pids = workerdPids().filter((p) => !before.has(p));
+  return {
+    name: "reference",
+    origin: ref.url,
+    pids,
+    async newEngine(tag) {
+      return { baseUrl: `${ref.url}/e/ref-${tag}-${randomBytes(3).toString("hex")}`, clientToken: "reference-client", trainerToken: "reference-trainer" };
+    },
+    stop: () => ref.stop(),
+  };
+}
+
+type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; bytes: number };
+
+export type BenchReport = {
+  started_at: string;
+  machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
+  settings: { duration_s: number; warmup_s: number };
+  loads: Partial<Record<TargetName, (LoadResult & { pool_info_after: PoolInfoAfterLoad })[]>>;
+  pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
+  comparison: Comparison;
+};
+
+type Check = { target: string; value: string; met: boolean | null };
+type Comparison = {
+  per_load: { label: string; engine_cycles_per_s?: number; reference_cycles_per_s?: number; ratio?: number; engine_claim_p50_ms?: number; reference_claim_p50_ms?: number }[];
+  claim_p50_10k_over_256: Partial<Record<TargetName, number>>;
+  checks: Check[];
+};
+
+function compare(report: Omit<BenchReport, "comparison">): Comparison {
+  const find = (t: TargetName, label: string) => report.loads[t]?.find((r) => r.label === label);
+  const per_load = LOADS.map(({ label }) => {
+    const e = find("engine", label);
+    const r = find("reference", label);
+    return {
+      label,
+      ...(e ? { engine_cycles_per_s: e.cycles_per_s, engine_claim_p50_ms: e.claim_ms.p50 } : {}),
+      ...(r ? { reference_cycles_per_s: r.cycles_per_s, reference_claim_p50_ms: r.claim_ms.p50 } : {}),
+      ...(e && r && r.cycles_per_s > 0 ? { ratio: round(e.cycles_per_s / r.cycles_per_s, 2) } : {}),
+    };
+  }).filter((p) => p.engine_cycles_per_s !== undefined || p.reference_cycles_per_s !== undefined);
+
+  const claim_p50_10k_over_256: Partial<Record<TargetName, number>> = {};
+  for (const t of ["engine", "reference"] as const) {
+    const a = find(t, "32x256");
+    const b = find(t, "32x10000");
+    if (a && b && a.claim_ms.p50 > 0) claim_p50_10k_over_256[t] = round(b.claim_ms.p50 / a.claim_ms.p50, 2);
+  }
+
+  const checks: Check[] = [];
+  for (const p of per_load) {
+    if (p.ratio !== undefined) checks.push({ target: `${p.label}: engine >= 0.8x reference cycles/s`, value: `${p.ratio}x`, met: p.ratio >= 0.8 });
+  }
+  const q = claim_p50_10k_over_256.engine;
+  if (q !== undefined) checks.push({ target: "engine claim p50 at 10,000 <= 1.5x p50 at 256 (32 clients)", value: `${q}x`, met: q <= 1.5 });
+  const pi = report.pool_info.engine;
+  const at = (r: number, c: number) => pi?.find((x) => x.registered === r && x.claimed === c);
+  const small = at(256, 8);
+  const big = at(10_000, 8);
+  const bigClaimed = at(10_000, 256);
+  if (small && big) {
+    const k = round(big.ms.p50 / small.ms.p50, 2);
+    checks.push({
+      target: "pool info O(claimed): p50 with 10,000 registered <= 1.5x p50 with 256 (8 claimed each)",
+      value: `${small.ms.p50} ms -> ${big.ms.p50} ms (${k}x)${bigClaimed ? `; 256 claimed: ${bigClaimed.ms.p50} ms` : ""}`,
+      met: k <= 1.5,
+    });
+  }
+  const e256 = find("engine", "32x256");
+  const e10k = find("engine", "32x10000");
+  if (e256) checks.push({ target: `beat the seed 2x at 256 (>= ${2 * SEED.cycles_256} cycles/s, 32 clients)`, value: `${e256.cycles_per_s}/s (${round(e256.cycles_per_s / SEED.cycles_256, 2)}x seed)`, met: e256.cycles_per_s >= 2 * SEED.cycles_256 });
+  const e128 = find("engine", "128x256");
+  if (e128) checks.push({ target: `beat the seed 2x at 256 (>= ${2 * SEED.cycles_256} cycles/s, 128 clients)`, value: `${e128.cycles_per_s}/s (${round(e128.cycles_per_s / SEED.cycles_256, 2)}x seed)`, met: e128.cycles_per_s >= 2 * SEED.cycles_256 });
+  if (e10k) checks.push({ target: `beat the seed 5x at 10,000 (>= ${5 * SEED.cycles_10k} cycles/s)`, value: `${e10k.cycles_per_s}/s (${round(e10k.cycles_per_s / SEED.cycles_10k, 2)}x seed)`, met: e10k.cycles_per_s >= 5 * SEED.cycles_10k });
+  return { per_load, claim_p50_10k_over_256, checks };
+}
+
+const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
+
+function printSummary(r: BenchReport): void {
+  const lines: string[] = ["", "cycles/s and claim p50 (engine vs limit reference):"];
+  lines.push(`  ${"load".padEnd(10)} ${"engine".padStart(9)} ${"reference".padStart(9)} ${"ratio".padStart(6)}   ${"claim p50 engine".padStart(16)} ${"reference".padStart(9)}`);
+  for (const p of r.comparison.per_load) {
+    const f = (x: number | undefined, w: number, suffix = "") => (x === undefined ? "-" : `${x}${suffix}`).padStart(w);
+    lines.push(`  ${p.label.padEnd(10)} ${f(p.engine_cycles_per_s, 9)} ${f(p.reference_cycles_per_s, 9)} ${f(p.ratio, 6, "x")}   ${f(p.engine_claim_p50_ms, 13, " ms")} ${f(p.reference_claim_p50_ms, 9, " ms")}`);
+  }
+  const q = r.comparison.claim_p50_10k_over_256;
+  lines.push(`  claim p50 at 10,000 / at 256: engine ${q.engine ?? "-"}x, reference ${q.reference ?? "-"}x`);
+  if (r.pool_info.engine?.length) {
+    lines.push("pool info (engine), p50 per call:");
+    for (const p of r.pool_info.engine) lines.push(`  ${String(p.registered).padStart(6)} registered, ${String(p.claimed).padStart(4)} claimed: ${p.ms.p50} ms (p99 ${p.ms.p99} ms, ${p.bytes} bytes)`);
+  }
+  for (const l of r.loads.engine ?? []) {
+    lines.push(`  after ${l.label}: ${l.pool_info_after.finished_rows} finished episodes, pool info ${l.pool_info_after.ms.p50} ms (${l.pool_info_after.bytes} bytes)`);
+  }
+  lines.push("targets:");
+  for (const c of r.comparison.checks) lines.push(`  [${c.met === null ? "?" : c.met ? "met" : "MISSED"}] ${c.target}: ${c.value}`);
+  process.stderr.write(lines.join("\n") + "\n");
+}
+
+async function main(): Promise<void> {
+  const f = parseFlags(process.argv.slice(2));
+  const duration = Number(f.get("duration") ?? 30);
+  const warmup = Number(f.get("warmup") ?? 5);
+  const only = f.get("only")?.split(",").map((s) => s.trim());
+  const want = (name: string) => !only || only.includes(name);
+  const targetFlag = f.get("target") ?? "both";
+  if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
+  const loads = LOADS.filter((l) => want(l.label));
+  if (only) for (const o of only) if (o !== "poolinfo" && !LOADS.some((l) => l.label === o)) throw new Error(`unknown --only entry ${o}: use ${LOADS.map((l) => l.label).join(", ")}, poolinfo`);
+
+  const report: Omit<BenchReport, "comparison"> = {
+    started_at: new Date().toISOString(),
+    machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown", node: process.version, loadavg_at_start: loadavg().map((x) => round(x, 2)) },
+    settings: { duration_s: duration, warmup_s: warmup },
+    loads: {},
+    pool_info: {},
+  };
+  const est = loads.length * (duration + warmup + 5) * (targetFlag === "both" ? 2 : 1);
+  log(`${loads.length} load configuration(s) x ${targetFlag}, ${warmup}+${duration} s each (about ${Math.round(est / 60)} min of load)${want("poolinfo") ? " + pool info" : ""}`);
+
+  const targets: Target[] = [];
+  try {
+    if (targetFlag !== "reference") targets.push(await startEngineTarget());
+    if (targetFlag !== "engine") targets.push(await startReferenceTarget());
+    for (const t of targets) log(`${t.name}: ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
+
+    // Interleaved, so a slow phase of a busy machine hits both targets alike.
+    for (const load of loads) {
+      for (const t of targets) {
+        const eng = await t.newEngine(load.label);
+        log(`${t.name} ${load.label}: registering ${load.episodes}, then ${load.clients} clients for ${warmup}+${duration} s`);
+        const res = await runLoad({ ...eng, clients: load.clients, episodes: load.episodes, durationSec: duration, warmupSec: warmup, label: load.label, serverPids: t.pids, log });
+        const http = new Http(eng.baseUrl, 2);
+        const after = await timePoolInfo(http, eng.trainerToken, load.episodes, 0, 10).finally(() => http.close());
+        log(
+          `${t.name} ${load.label}: ${res.cycles_per_s} cycles/s, claim p50 ${res.claim_ms.p50} ms p99 ${res.claim_ms.p99} ms, end p50 ${res.end_ms.p50} ms, ` +
+            `retries ${res.retries}, errors ${res.errors}, cpu: bench ${res.loadgen_cpu_pct}% workerd ${res.server_cpu_pct}% other ${res.other_cpu_pct}%`,
+        );
+        for (const e of res.error_samples) log(`  error: ${e}`);
+        (report.loads[t.name] ??= []).push({ ...res, pool_info_after: { finished_rows: res.ended_total, ms: after.ms, bytes: after.bytes } });
+      }
+    }
+
+    if (want("poolinfo")) {
+      for (const t of targets) {
+        const results: PoolInfoResult[] = [];
+        for (const [registered, claimed] of POOL_SHAPES) {
+          // Shapes with the same registered count share an engine: claim more on the same pool.
+          const prev = results.at(-1);
+          const reuse = prev && prev.registered === registered && prev.claimed <= claimed;
+          const key = `${t.name}-${registered}`;
+          const state = (reuse ? poolEngines.get(key) : undefined) ?? (await t.newEngine(`pool${registered}`));
+          poolEngines.set(key, state);
+          const http = new Http(state.baseUrl, 20);
+          try {
+            if (reuse && prev) await claimMore(http, state.clientToken, claimed - prev.claimed);
+            else {
+              log(`${t.name} pool info: registering ${registered}, claiming ${claimed}`);
+              await fillPool(http, state.clientToken, state.trainerToken, registered, claimed, log);
+            }
+            const r = await timePoolInfo(http, state.trainerToken, registered, claimed);
+            log(`${t.name} pool info with ${registered} registered, ${claimed} claimed: p50 ${r.ms.p50} ms, p99 ${r.ms.p99} ms, ${r.bytes} bytes`);
+            results.push(r);
+          } finally {
+            await http.close();
+          }
+        }
+        report.pool_info[t.name] = results;
+      }
+    }
+  } finally {
+    for (const t of targets) await t.stop().catch((e: unknown) => log(`stopping ${t.name}: ${String(e)}`));
+  }
+
+  const full: BenchReport = { ...report, comparison: compare(report) };
+  const json = JSON.stringify(full, null, 2);
+  const svg = renderChart(full);
+  const dir = fileURLToPath(new URL("./results/", import.meta.url));
+  await mkdir(dir, { recursive: true });
+  await writeFile(`${dir}latest.json`, json + "\n");
+  await writeFile(`${dir}latest.svg`, svg);
+  if (f.has("record")) {
+    await writeFile(fileURLToPath(new URL("./recorded.json", import.meta.url)), json + "\n");
+    await writeFile(fileURLToPath(new URL("./recorded.svg", import.meta.url)), svg);
+  }
+  console.log(json);
+  printSummary(full);
+  log(`done; results in bench/results/latest.json and latest.svg${f.has("record") ? ", recorded in bench/recorded.{json,svg}" : ""}`);
+}
+
+const poolEngines = new Map<string, { baseUrl: string; clientToken: string; trainerToken: string }>();
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,110 @@
+/** Small helpers for the benchmark: latency summaries and CPU accounting from /proc. */
+import { readFileSync, readdirSync } from "node:fs";
+
+export type Latency = { n: number; p50: number; p99: number; mean: number; max: number };
+
+/** Nearest-rank percentiles in milliseconds, rounded to 0.01 ms. */
+export function summarize(samples: number[]): Latency {
+  if (samples.length === 0) return { n: 0, p50: 0, p99: 0, mean: 0, max: 0 };
+  const s = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+  const r = (x: number) => Math.round(x * 100) / 100;
+  return { n: s.length, p50: r(at(0.5)), p99: r(at(0.99)), mean: r(s.reduce((a, b) => a + b, 0) / s.length), max: r(s[s.length - 1]!) };
+}
+
+const CLK_TCK = 100; // USER_HZ on Linux
+
+/** CPU seconds (user + system) a process has used so far, or 0 when it is gone. */
+function cpuSecondsOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK; // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+function parentOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return -1;
+  }
+}
+
+function commOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
+/** The workerd processes started by this process (Miniflare's children), found through /proc. */
+export function workerdPids(root = process.pid): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || commOf(pid) !== "workerd") continue;
+    for (let p = parentOf(pid), hops = 0; p > 1 && hops < 8; p = parentOf(p), hops++) {
+      if (p === root) {
+        out.push(pid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+/** CPU seconds the whole machine spent busy (all cores, everything but idle and iowait). */
+function machineBusySeconds(): number {
+  try {
+    const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = cpu;
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+export type CpuUse = {
+  /** This process: the load generator (and, in `npm run bench`, Miniflare's Node host). */
+  loadgen_cpu_pct: number;
+  /** The workerd processes serving the engine. */
+  server_cpu_pct: number | null;
+  /** Everything else on the machine in the same window: high means the figures are disturbed. */
+  other_cpu_pct: number;
+  wall_s: number;
+};
+
+/** CPU used between `start()` and `stop()`, each as a percentage of one core. */
+export function cpuMeter(pids: number[]) {
+  let t0 = 0;
+  let self0 = process.cpuUsage();
+  let server0 = 0;
+  let machine0 = 0;
+  const server = () => pids.reduce((a, p) => a + cpuSecondsOf(p), 0);
+  return {
+    start(): void {
+      t0 = performance.now();
+      self0 = process.cpuUsage();
+      server0 = server();
+      machine0 = machineBusySeconds();
+    },
+    stop(): CpuUse {
+      const wall = (performance.now() - t0) / 1000;
+      const d = process.cpuUsage(self0);
+      const self = (d.user + d.system) / 1e6;
+      const srv = server() - server0;
+      const pct = (sec: number) => Math.round((sec / wall) * 1000) / 10;
+      return {
+        loadgen_cpu_pct: pct(self),
+        server_cpu_pct: pids.length > 0 ? pct(srv) : null,
+        other_cpu_pct: pct(Math.max(0, machineBusySeconds() - machine0 - self - srv)),
+        wall_s: Math.round(wall * 100) / 100,
+      };
+    },
+  };
+}
