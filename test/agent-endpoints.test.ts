@@ -129,3 +129,48 @@ describe("overview", () => {
     });
   });
 });
+
+describe("running episodes", () => {
+  it("pages through claimed episodes soonest-to-expire first, never repeating one", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 12);
+    const client = e.as("client");
+    for (let i = 0; i < 10; i++) {
+      await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 100 - i });
+    }
+    e.clock.t += 2_000;
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const page = await e.as("viewer").runningEpisodes({ limit: 4, ...(cursor ? { cursor } : {}) });
+      expect(page.total).toBe(10);
+      expect(page.episodes.length).toBeLessThanOrEqual(4);
+      seen.push(...page.episodes.map((x) => x.client_uuid));
+      cursor = page.next_cursor ?? undefined;
+      pages++;
+    } while (cursor);
+    expect(pages).toBe(3);
+    expect(seen).toEqual(["c9", "c8", "c7", "c6", "c5", "c4", "c3", "c2", "c1", "c0"]);
+    const first = (await e.as("viewer").runningEpisodes({ limit: 1 })).episodes[0];
+    expect(first).toEqual({
+      episode_uuid: "ep-9",
+      client_uuid: "c9",
+      episode_type: "train",
+      task_id: "",
+      idle_seconds: 2,
+      discard_episode_timeout: 91,
+      expires_in: 89,
+      llm_call_count: 0,
+      fence: 1,
+    });
+  });
+
+  it("refuses a forged cursor and a bad limit", async () => {
+    const e = await createEngine();
+    const forged = await raw(`/e/${e.name}/running_episodes?cursor=bm90LWpzb24`, { token: e.tokens.viewer });
+    expect(forged).toMatchObject({ status: 422, json: { detail: expect.stringContaining("cursor") } });
+    const bad = await raw(`/e/${e.name}/running_episodes?limit=0`, { token: e.tokens.viewer });
+    expect(bad.status).toBe(422);
+  });
+});

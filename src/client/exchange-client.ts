@@ -24,6 +24,7 @@ import {
   BatchRegisterEpisodeRequest,
   EngineOverview,
   HeartbeatResponse,
+  RunningEpisodesResponse,
   TrainerExitRequest,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
@@ -38,6 +39,14 @@ export type EngineClientOptions = {
   token?: string;
   fetch?: FetchLike;
 };
+
+/** `?a=1&b=x` from the defined entries, or "" when there are none. */
+function queryString(q: Record<string, string | number | undefined>): string {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined) params.set(k, String(v));
+  const qs = params.toString();
+  return qs ? `?${qs}` : "";
+}
 
 /** Request bodies as the wire accepts them: fields with defaults may be omitted. */
 type In<S extends z.ZodType> = z.input<S>;
@@ -81,13 +90,8 @@ export class EngineClient {
   getRewardHistory = () => this.get("/get_reward_history", RewardHistoryResponse);
 
   /** Long-polls the agent command channel; `wait` seconds (at most 25) when nothing is due. */
-  pollCommands = (q: { wait?: number; limit?: number } = {}, signal?: AbortSignal) => {
-    const params = new URLSearchParams();
-    if (q.wait !== undefined) params.set("wait", String(q.wait));
-    if (q.limit !== undefined) params.set("limit", String(q.limit));
-    const qs = params.toString();
-    return this.get(`/agent/commands${qs ? `?${qs}` : ""}`, PollCommandsResponse, signal);
-  };
+  pollCommands = (q: { wait?: number; limit?: number } = {}, signal?: AbortSignal) =>
+    this.get(`/agent/commands${queryString(q)}`, PollCommandsResponse, signal);
   ackCommand = (req: In<typeof AckCommandRequest>) => this.post("/agent/ack", AckCommandResponse, req);
   heartbeat = (req: In<typeof AgentHeartbeatRequest>) => this.post("/agent/heartbeat", HeartbeatResponse, req);
   trainerExit = (req: In<typeof TrainerExitRequest>) => this.post("/agent/trainer_exit", Success, req);
@@ -95,4 +99,5 @@ export class EngineClient {
   batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);
   batchRegisterEpisodes = (req: In<typeof BatchRegisterEpisodeRequest>) => this.post("/batch/register_episode", BatchBoolResponse, req);
   overview = () => this.get("/overview", EngineOverview);
+  runningEpisodes = (q: { limit?: number; cursor?: string } = {}) => this.get(`/running_episodes${queryString(q)}`, RunningEpisodesResponse);
 }

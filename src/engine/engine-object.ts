@@ -28,6 +28,8 @@ import {
   type AgentStatus,
   type BatchBoolResponse,
   type EngineOverview,
+  type RunningEpisodesQuery,
+  type RunningEpisodesResponse,
   type TrainerExitRequest,
 } from "../protocol/agent";
 import { isRolling, type EngineStatus } from "../protocol/status";
@@ -88,6 +90,18 @@ type EpisodeRow = {
   llm_call_count: number;
   task_id: string;
 };
+
+const encodeCursor = (expiresAt: number, uuid: string): string => btoa(JSON.stringify([expiresAt, uuid]));
+
+function decodeCursor(cursor: string): { expiresAt: number; uuid: string } | null {
+  try {
+    const v: unknown = JSON.parse(atob(cursor));
+    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "number" && typeof v[1] === "string") return { expiresAt: v[0], uuid: v[1] };
+  } catch {
+    // not base64 or not JSON: refused below
+  }
+  return null;
+}
 
 /** How long outbox rows wait so that one D1 batch carries many of them. */
 const OUTBOX_BATCH_MS = 50;
@@ -420,6 +434,41 @@ export class EngineObject extends DurableObject<Env> {
         engine_status: this.meta.status,
         global_step: this.meta.globalStep,
         booting_start_time: this.meta.bootingStartTime,
+      });
+    });
+  }
+
+  async runningEpisodes(caller: Caller, q: RunningEpisodesQuery): Promise<Reply<RunningEpisodesResponse>> {
+    return this.guarded<RunningEpisodesResponse>(caller, "get_overview", () => {
+      const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
+      if (q.cursor !== undefined && after === null) return fail(422, "invalid_request", "cursor: not a cursor this engine handed out");
+      const now = this.now();
+      // Walks the lease index from the cursor: a page costs O(log n + limit).
+      const rows = this.sql
+        .exec<EpisodeRow>(
+          `SELECT * FROM episodes WHERE state = 'claimed' AND (expires_at, episode_uuid) > (?, ?)
+           ORDER BY expires_at, episode_uuid LIMIT ?`,
+          after?.expiresAt ?? -1,
+          after?.uuid ?? "",
+          q.limit + 1,
+        )
+        .toArray();
+      const page = rows.slice(0, q.limit);
+      const last = page[page.length - 1];
+      return ok({
+        episodes: page.map((e) => ({
+          episode_uuid: e.episode_uuid,
+          client_uuid: e.client_uuid,
+          episode_type: e.episode_type,
+          task_id: e.task_id,
+          idle_seconds: (now - e.last_activity) / 1000,
+          discard_episode_timeout: e.discard_timeout,
+          expires_in: ((e.expires_at ?? now) - now) / 1000,
+          llm_call_count: e.llm_call_count,
+          fence: e.fence,
+        })),
+        next_cursor: rows.length > q.limit && last ? encodeCursor(last.expires_at ?? 0, last.episode_uuid) : null,
+        total: this.episodeCounts().claimed,
       });
     });
   }

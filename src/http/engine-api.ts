@@ -36,6 +36,8 @@ import {
   BatchRegisterEpisodeRequest,
   EngineOverview,
   HeartbeatResponse,
+  RunningEpisodesQuery,
+  RunningEpisodesResponse,
   TrainerExitRequest,
 } from "../protocol/agent";
 
@@ -138,6 +140,16 @@ export const ENGINE_API: RouteSpec[] = [
     s.getRewardHistory(who),
   ),
   get("/overview", "get_overview", "Counts of episodes, deliveries and commands, and the agent's presence.", EngineOverview, (s, who) => s.overview(who)),
+
+  {
+    method: "get",
+    path: "/running_episodes",
+    op: "get_overview",
+    summary: "Claimed episodes a page at a time, soonest to expire first (O(log n + limit) per page).",
+    input: { from: "query", schema: RunningEpisodesQuery },
+    response: RunningEpisodesResponse,
+    call: (s, who, q) => s.runningEpisodes(who, q as z.output<typeof RunningEpisodesQuery>),
+  },
 
   // The local-agent's channel
   {

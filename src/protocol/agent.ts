@@ -76,3 +76,31 @@ export const EngineOverview = z.object({
   agent: AgentStatus,
 });
 export type EngineOverview = z.infer<typeof EngineOverview>;
+
+export const RunningEpisodesQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  /** Opaque; from the previous page's next_cursor. */
+  cursor: z.string().max(512).optional(),
+});
+export type RunningEpisodesQuery = z.infer<typeof RunningEpisodesQuery>;
+
+export const RunningEpisode = z.object({
+  episode_uuid: z.string(),
+  client_uuid: z.string(),
+  episode_type: z.string(),
+  task_id: z.string(),
+  idle_seconds: z.number(),
+  discard_episode_timeout: z.number(),
+  /** Seconds until the lease is reaped unless the client shows activity. */
+  expires_in: z.number(),
+  llm_call_count: z.number(),
+  fence: z.number(),
+});
+
+/** Claimed episodes, soonest to expire first, a page at a time. */
+export const RunningEpisodesResponse = z.object({
+  episodes: z.array(RunningEpisode),
+  next_cursor: z.string().nullable(),
+  total: z.number(),
+});
+export type RunningEpisodesResponse = z.infer<typeof RunningEpisodesResponse>;
