@@ -7,14 +7,15 @@
  *   await fetch(`${ex.url}/health`);
  *   await ex.stop();
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtempSync, rmSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Log, LogLevel, Miniflare, convertV4MiniflareOptions, type Json } from "miniflare";
-import { unstable_getMiniflareWorkerOptions, unstable_readConfig } from "wrangler";
+import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { buildWorker } from "./build";
 import { applyMigrations } from "./migrations";
+import { readWorkerSetup } from "./worker-config";
 
 export type LocalExchangeOptions = {
   /** Port on 127.0.0.1; 0 picks a free one. Default 8787. */
@@ -38,11 +39,8 @@ export type LocalExchange = {
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
-/** The parts of wrangler's parsed config this launcher reads. */
-type D1Config = { binding: string; migrations_dir?: string; migrations_table?: string };
-
 /** Miniflare's own messages (warnings and errors) go to the caller's log. */
-class LineLog extends Log {
+export class LineLog extends Log {
   constructor(private readonly sink: (line: string) => void) {
     super(LogLevel.WARN);
   }
@@ -61,55 +59,83 @@ function assertNode22(): void {
   }
 }
 
+/**
+ * Makes a build directory that goes away with the process, however it ends: Miniflare ends
+ * the process itself on SIGINT/SIGTERM (after killing workerd), so no async cleanup would run.
+ */
+function buildDirectory(): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), "rollout-exchange-build-"));
+  const remove = () => {
+    process.off("exit", remove);
+    rmSync(path, { recursive: true, force: true });
+  };
+  process.on("exit", remove);
+  return { path, remove };
+}
+
+/**
+ * How the exchange is served, apart from the Worker: workerd on 127.0.0.1 with requests going
+ * straight to the Worker. Exported so that anything measured against the exchange (the
+ * benchmark's limit reference) can be served the same way.
+ */
+export function serverOptions(opts: { port: number; persistDir: string | null; log: (line: string) => void }): Omit<MiniflareOptions, "workers"> {
+  return {
+    host: "127.0.0.1",
+    port: opts.port,
+    ...(opts.persistDir ? { resourcePersistencePath: resolve(opts.persistDir) } : {}),
+    log: new LineLog(opts.log),
+    handleStructuredLogs: ({ level, message }) => opts.log(`[worker ${level}] ${message}`),
+    logRequests: false,
+    enableDevRegistry: false,
+    telemetry: { enabled: false },
+    // A placeholder `request.cf`: the real one would be fetched from Cloudflare, and we work offline.
+    cf: false,
+  };
+}
+
 export async function startLocalExchange(opts: LocalExchangeOptions): Promise<LocalExchange> {
   assertNode22();
   const log = opts.log ?? (() => {});
   const configPath = resolve(opts.configPath ?? join(REPO_ROOT, "wrangler.toml"));
-  const config = unstable_readConfig({ config: configPath });
-  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(config);
-  if (!main) throw new Error(`${configPath} names no main module`);
-
-  const buildDir = await mkdtemp(join(tmpdir(), "rollout-exchange-build-"));
+  const setup = readWorkerSetup(configPath);
+  const buildDir = buildDirectory();
   let mf: Miniflare | undefined;
   try {
-    log(`building ${main} with wrangler`);
-    const bundle = await buildWorker(configPath, main, buildDir);
-    mf = new Miniflare(
-      convertV4MiniflareOptions({
-        host: "127.0.0.1",
-        port: opts.port ?? 8787,
-        ...(opts.persistDir ? { resourcePersistencePath: resolve(opts.persistDir) } : {}),
-        log: new LineLog(log),
-        handleStructuredLogs: ({ level, message }) => log(`[worker ${level}] ${message}`),
-        telemetry: { enabled: false },
-        // A placeholder `request.cf`: the real one would be fetched from Cloudflare, and we work offline.
-        cf: false,
-        ...workerOptions,
-        // wrangler's bundle is one self-contained module: no rules are needed to find others.
-        modulesRules: undefined,
-        rootPath: buildDir,
-        modules: true,
-        scriptPath: bundle,
-        modulesRoot: buildDir,
-        bindings: { ...(workerOptions.bindings as Record<string, Json> | undefined), ADMIN_TOKEN: opts.adminToken, CLAIM_KEY_SECRET: opts.claimKeySecret },
-      }),
-    );
+    log(`building ${setup.main} with wrangler`);
+    const bundle = await buildWorker(configPath, setup.main, buildDir.path);
+    const mainModule = basename(bundle);
+    mf = new Miniflare({
+      ...serverOptions({ port: opts.port ?? 8787, persistDir: opts.persistDir ?? null, log }),
+      workers: [
+        {
+          config: {
+            ...setup.config,
+            env: {
+              ...setup.config.env,
+              ADMIN_TOKEN: { type: "text", value: opts.adminToken },
+              CLAIM_KEY_SECRET: { type: "text", value: opts.claimKeySecret },
+            },
+            manifest: {
+              mainModule,
+              modulesRoot: dirname(bundle),
+              modules: { [mainModule]: { type: "esm", contents: await readFile(bundle, "utf8") } },
+            },
+          },
+        },
+      ],
+    });
     const url = (await mf.ready).origin;
-    for (const d1 of (config.d1_databases ?? []) as D1Config[]) {
-      const dir = resolve(dirname(configPath), d1.migrations_dir ?? "migrations");
-      const applied = await applyMigrations(await mf.getD1Database(d1.binding), dir, d1.migrations_table);
+    for (const d1 of setup.d1Migrations) {
+      const applied = await applyMigrations(await mf.getD1Database(d1.binding), d1.dir, d1.table);
       log(applied.length ? `D1 ${d1.binding}: applied ${applied.join(", ")}` : `D1 ${d1.binding}: migrations up to date`);
     }
     log(`serving ${url}${opts.persistDir ? ` (state in ${opts.persistDir})` : " (in-memory state)"}`);
     const running = mf;
     let stopped: Promise<void> | undefined;
-    return {
-      url,
-      stop: () => (stopped ??= running.dispose().finally(() => rm(buildDir, { recursive: true, force: true }))),
-    };
+    return { url, stop: () => (stopped ??= running.dispose().finally(buildDir.remove)) };
   } catch (err) {
     await mf?.dispose().catch(() => {});
-    await rm(buildDir, { recursive: true, force: true });
+    buildDir.remove();
     throw err;
   }
 }

@@ -1,0 +1,75 @@
+/**
+ * Turns the Worker's wrangler.toml into Miniflare 5 worker options, read with wrangler's own
+ * config parser so names, ids and Durable Object storage match a deployment. Only the binding
+ * kinds this project uses are served; any other kind is refused by name rather than left out.
+ */
+import { dirname, resolve } from "node:path";
+import type { MiniflareOptions } from "miniflare";
+import {
+  unstable_convertConfigBindingsToStartWorkerBindings,
+  unstable_getDurableObjectClassNameToUseSQLiteMap,
+  unstable_readConfig,
+} from "wrangler";
+
+type WorkerConfig = MiniflareOptions["workers"][number]["config"];
+type Env = NonNullable<WorkerConfig["env"]>;
+type Exports = NonNullable<WorkerConfig["exports"]>;
+
+/** A binding as wrangler's config lists it: the fields this file reads. */
+type ConfigBinding = {
+  type: string;
+  value?: unknown;
+  database_id?: string;
+  preview_database_id?: string;
+  migrations_dir?: string;
+  migrations_table?: string;
+  class_name?: string;
+  script_name?: string;
+};
+
+export type D1Migrations = { binding: string; dir: string; table: string | undefined };
+
+export type WorkerSetup = {
+  name: string;
+  /** The entry point wrangler bundles. */
+  main: string;
+  /** Everything but the code (`manifest`) and the secrets, which the caller adds. */
+  config: Omit<WorkerConfig, "manifest">;
+  d1Migrations: D1Migrations[];
+};
+
+export function readWorkerSetup(configPath: string): WorkerSetup {
+  const config = unstable_readConfig({ config: configPath });
+  const name: string = config.name;
+  const main: string | undefined = config.main;
+  if (!name || !main) throw new Error(`${configPath} must name the Worker (name) and its entry point (main)`);
+  const sqlite: Map<string, boolean> = unstable_getDurableObjectClassNameToUseSQLiteMap(config.migrations);
+  const bindings = unstable_convertConfigBindingsToStartWorkerBindings(config) as Record<string, ConfigBinding>;
+
+  const env: Env = {};
+  const exports: Exports = {};
+  const d1Migrations: D1Migrations[] = [];
+  for (const [binding, b] of Object.entries(bindings)) {
+    if (b.type === "plain_text") {
+      env[binding] = { type: "text", value: String(b.value) };
+    } else if (b.type === "json") {
+      env[binding] = { type: "json", value: b.value as never };
+    } else if (b.type === "d1") {
+      env[binding] = { type: "d1", id: b.preview_database_id ?? b.database_id ?? binding };
+      d1Migrations.push({ binding, dir: resolve(dirname(configPath), b.migrations_dir ?? "migrations"), table: b.migrations_table });
+    } else if (b.type === "durable_object_namespace" && b.class_name && !b.script_name) {
+      env[binding] = { type: "durable-object", worker: name, exportName: b.class_name };
+      exports[b.class_name] = { type: "durable-object", storage: sqlite.get(b.class_name) ? "sqlite" : "legacy-kv" };
+    } else {
+      throw new Error(`${configPath}: binding ${binding} (${b.type}) is not served locally yet; add it in scripts/local/worker-config.ts`);
+    }
+  }
+  const worker = {
+    name,
+    compatibilityDate: config.compatibility_date as string,
+    compatibilityFlags: config.compatibility_flags as string[],
+    env,
+    exports,
+  };
+  return { name, main, config: worker, d1Migrations };
+}

@@ -1,0 +1,132 @@
+/**
+ * `npm start`: the exchange on this machine, ready to use.
+ *
+ * Creates `.dev.vars` (random ADMIN_TOKEN and CLAIM_KEY_SECRET) if needed, serves the Worker
+ * with Miniflare on 127.0.0.1:8787 (PORT overrides) with D1 and Durable Object state kept in
+ * `.local/state`, makes sure an engine named `default` exists, and prints its base URL and
+ * tokens, also written to `.local/credentials.json`. Ctrl-C stops it.
+ */
+import { join } from "node:path";
+import { AdminClient, EngineClient, ExchangeError } from "../src/client";
+import { ROLES, type Role } from "../src/protocol/admin";
+import { engineBaseUrl, makeCredentials, readCredentials, writeCredentials, type LocalCredentials } from "./local/credentials";
+import { ensureDevVars } from "./local/dev-vars";
+import { REPO_ROOT, startLocalExchange } from "./local/exchange";
+
+const ENGINE = "default";
+const DEV_VARS = join(REPO_ROOT, ".dev.vars");
+const STATE_DIR = join(REPO_ROOT, ".local", "state");
+const CREDENTIALS = join(REPO_ROOT, ".local", "credentials.json");
+
+const say = (line: string) => console.log(`[start] ${line}`);
+
+function portFromEnv(): number {
+  const raw = process.env["PORT"] ?? "8787";
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`PORT must be a port number, got '${raw}'`);
+  return port;
+}
+
+/** A token is still good unless the engine answers 401 (unknown or revoked); every role may read the status. */
+async function tokenWorks(baseUrl: string, token: string): Promise<boolean> {
+  try {
+    await new EngineClient({ baseUrl, token }).getEngineStatus();
+    return true;
+  } catch (err) {
+    if (err instanceof ExchangeError && err.status === 401) return false;
+    throw err;
+  }
+}
+
+/**
+ * The engine's tokens: all new when the engine is created; otherwise the ones saved by an
+ * earlier start that still work, and fresh ones (issued through the admin API) for the rest.
+ */
+async function engineTokens(admin: AdminClient, url: string): Promise<Record<Role, string>> {
+  const { engines } = await admin.listEngines();
+  if (!engines.some((e) => e.name === ENGINE)) {
+    say(`creating engine '${ENGINE}'`);
+    return (await admin.createEngine(ENGINE)).tokens;
+  }
+  const saved = await readCredentials(CREDENTIALS);
+  const baseUrl = engineBaseUrl(url, ENGINE);
+  const tokens = {} as Record<Role, string>;
+  for (const role of ROLES) {
+    const old = saved?.engine === ENGINE ? saved.tokens[role] : undefined;
+    if (old && (await tokenWorks(baseUrl, old))) {
+      tokens[role] = old;
+    } else {
+      say(`engine '${ENGINE}' exists; issuing a new ${role} token (${old ? "the saved one no longer works" : `none saved in ${CREDENTIALS}`})`);
+      tokens[role] = (await admin.issueToken(ENGINE, role, "npm start")).token;
+    }
+  }
+  return tokens;
+}
+
+function printCredentials(c: LocalCredentials): void {
+  const width = Math.max(...ROLES.map((r) => r.length));
+  const lines = [
+    "",
+    `Rollout Exchange is running. Engine '${c.engine}':`,
+    "",
+    `  base URL     ${c.base_url}`,
+    `  admin token  ${c.admin_token}   (Authorization: Bearer ..., for ${c.url}/admin/...)`,
+    "",
+    "  tokens (send as Authorization: Bearer <token>):",
+    ...ROLES.map((r) => `    ${r.padEnd(width)}  ${c.tokens[r]}`),
+    "",
+    "  base URLs with the token in the path (for clients that send no headers, e.g. AgentJet's SwarmClient):",
+    ...ROLES.map((r) => `    ${r.padEnd(width)}  ${c.token_urls[r]}`),
+    "",
+    `  all of this is in ${CREDENTIALS}`,
+    "",
+    "Press Ctrl-C to stop.",
+  ];
+  console.log(lines.join("\n"));
+}
+
+/**
+ * Ctrl-C (or SIGTERM) ends the process at once: exit hooks (Miniflare's and ours) kill workerd
+ * and remove the build directory. Miniflare's own stop kills workerd the same way; D1 and
+ * Durable Object state is SQLite under .local/state and survives it.
+ */
+function stopOnSignals(): void {
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      say(`${signal}: stopped`);
+      process.exit(0);
+    });
+  }
+}
+
+async function main(): Promise<void> {
+  stopOnSignals();
+  const { secrets, created } = await ensureDevVars(DEV_VARS);
+  say(created.length ? `wrote new ${created.join(" and ")} to ${DEV_VARS}` : `using the secrets in ${DEV_VARS}`);
+
+  const port = portFromEnv();
+  say(`starting the exchange on 127.0.0.1:${port} (state in ${STATE_DIR})`);
+  const exchange = await startLocalExchange({
+    port,
+    persistDir: STATE_DIR,
+    adminToken: secrets.ADMIN_TOKEN,
+    claimKeySecret: secrets.CLAIM_KEY_SECRET,
+    log: say,
+  });
+
+  try {
+    const admin = new AdminClient({ origin: exchange.url, adminToken: secrets.ADMIN_TOKEN });
+    const tokens = await engineTokens(admin, exchange.url);
+    const creds = makeCredentials(exchange.url, ENGINE, secrets.ADMIN_TOKEN, tokens);
+    await writeCredentials(CREDENTIALS, creds);
+    printCredentials(creds);
+  } catch (err) {
+    await exchange.stop();
+    throw new Error(`${err instanceof Error ? err.message : String(err)} (to start from scratch, delete ${join(REPO_ROOT, ".local")})`);
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(`[start] failed: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});
