@@ -1,25 +1,43 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
-// Worker tests run inside workerd against real D1 and real Durable Objects.
+// Two projects, one `npm test`: the Worker's tests run inside workerd against real D1 and real
+// Durable Objects; the local-agent's tests run in Node (real child processes, real ZeroMQ).
 export default defineConfig(async () => {
   const migrations = await readD1Migrations("./migrations");
   return {
-    plugins: [
-      cloudflareTest({
-        wrangler: { configPath: "./wrangler.toml" },
-        miniflare: {
-          bindings: {
-            ADMIN_TOKEN: "test-admin-token",
-            CLAIM_KEY_SECRET: "test-claim-key-secret",
-            TEST_MIGRATIONS: migrations,
+    test: {
+      projects: [
+        {
+          plugins: [
+            cloudflareTest({
+              wrangler: { configPath: "./wrangler.toml" },
+              miniflare: {
+                bindings: {
+                  ADMIN_TOKEN: "test-admin-token",
+                  CLAIM_KEY_SECRET: "test-claim-key-secret",
+                  TEST_MIGRATIONS: migrations,
+                },
+              },
+            }),
+          ],
+          test: {
+            name: "worker",
+            include: ["test/**/*.test.ts"],
+            setupFiles: ["./test/support/apply-migrations.ts"],
           },
         },
-      }),
-    ],
-    test: {
-      include: ["test/**/*.test.ts"],
-      setupFiles: ["./test/support/apply-migrations.ts"],
+        {
+          test: {
+            name: "agent",
+            environment: "node",
+            include: ["local-agent/test/**/*.test.ts"],
+            // Real processes, sockets and a local Worker: give slow machines room.
+            testTimeout: 60_000,
+            hookTimeout: 120_000,
+          },
+        },
+      ],
     },
   };
 });

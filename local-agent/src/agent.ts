@@ -1,0 +1,133 @@
+/**
+ * The agent assembled: the command loop, the dispatcher and its trainer supervisor, the
+ * acker and its journal, the heartbeat, and the trainer facade. `startAgent` is what the CLI
+ * runs; tests and the benchmark run it in-process with their own clock and logger.
+ */
+import { mkdirSync } from "node:fs";
+import { Acker } from "./acker";
+import type { BackoffOptions } from "./backoff";
+import { realClock, type Clock } from "./clock";
+import { commandLoop } from "./command-loop";
+import type { AgentConfig } from "./config";
+import { Dispatcher } from "./dispatcher";
+import { EngineLink } from "./engine-link";
+import { Facade } from "./facade";
+import { AGENT_VERSION } from "./help";
+import type { Logger } from "./log";
+import { OutcomeJournal } from "./outcome-journal";
+import { Reachability } from "./reachability";
+import { Reports } from "./reports";
+import { TrainerLog } from "./trainer-log";
+import { TrainerSupervisor } from "./trainer";
+
+export type RunningAgent = {
+  /** The trainer facade's base URL. */
+  facadeUrl: string;
+  facade: Facade;
+  dispatcher: Dispatcher;
+  trainer: TrainerSupervisor;
+  /**
+   * Stops polling, closes the facade and waits for the loops. With `stopTrainer` (the CLI's
+   * SIGINT/SIGTERM) a running trainer is stopped too; commands still executing are not acked
+   * and will be handed out again.
+   */
+  stop(opts?: { stopTrainer?: boolean }): Promise<void>;
+};
+
+const LOG_ROTATE_CHECK_MS = 5000;
+
+export async function startAgent(config: AgentConfig, logger: Logger, clock: Clock = realClock): Promise<RunningAgent> {
+  mkdirSync(config.stateDir, { recursive: true });
+  mkdirSync(config.logDir, { recursive: true });
+  const stopper = new AbortController();
+  const stop = stopper.signal;
+  const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };
+  const link = new EngineLink(config.server, config.engine, config.token);
+  const reach = new Reachability(logger, clock, link.baseUrl);
+  const journal = new OutcomeJournal(config.stateDir);
+  const acker = new Acker({ link, journal, reach, logger, clock, backoff, stop });
+  const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
+
+  // The facade's port is known only after listen (it may be 0), and the trainer needs it.
+  const facade = new Facade({
+    link,
+    host: config.facadeHost,
+    port: config.facadePort,
+    coalesceMs: config.coalesceMs,
+    logger,
+    status: (): Record<string, unknown> => ({ agent_id: config.agentId, trainer: trainer.status(), backlog: dispatcher.backlog, pending_acks: acker.pending, exchange_reachable: !reach.down }),
+  });
+  const facadeUrl = await facade.listen();
+  const facadePort = new URL(facadeUrl).port;
+
+  let reports: Reports | null = null;
+  const trainer = new TrainerSupervisor({
+    command: config.trainerCommand,
+    cwd: config.trainerCwd,
+    stateDir: config.stateDir,
+    log: trainerLog,
+    graceMs: config.stopGraceSeconds * 1000,
+    placeholders: { facade_url: facadeUrl, facade_port: facadePort, engine: config.engine },
+    // AgentJet's runners find their swarm server through these.
+    env: { ROLLOUT_FACADE_URL: facadeUrl, AJET_DAT_INTERCHANGE_PORT: facadePort, ROLLOUT_ENGINE: config.engine },
+    logger,
+    clock,
+    onUnexpectedExit: (exit) => void reports?.trainerExited(exit),
+  });
+  reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION });
+  const dispatcher = new Dispatcher({
+    trainer,
+    acker,
+    journal,
+    logger,
+    delivery: { timeoutMs: config.deliveryTimeoutSeconds * 1000, attempts: config.deliveryAttempts, concurrency: config.deliveryConcurrency },
+    stop,
+    version: AGENT_VERSION,
+  });
+
+  logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}`);
+  trainer.adopt();
+  const resent = acker.resendJournal();
+  if (resent > 0) logger.info(`re-sending ${resent} ack${resent === 1 ? "" : "s"} of commands finished before the restart`);
+
+  const loops = [
+    commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+    reports.heartbeatLoop(config.heartbeatSeconds * 1000),
+    rotateLoop(trainerLog, logger, clock, stop),
+  ];
+
+  let stopping: Promise<void> | null = null;
+  return {
+    facadeUrl,
+    facade,
+    dispatcher,
+    trainer,
+    stop: (opts = {}) =>
+      (stopping ??= (async () => {
+        logger.info("agent stopping");
+        await facade.close();
+        if (opts.stopTrainer && trainer.status().pid !== null) {
+          const out = await trainer.stop("the agent is shutting down");
+          // The engine must not keep believing a trainer runs; a few seconds at most, the agent is exiting.
+          const told = reports?.trainerExited({ exit_code: out.exit_code, signal: out.signal, log_tail: trainerLog.tail(), detail: `the agent was shut down: ${out.detail}` });
+          await Promise.race([told, clock.sleep(5000)]);
+        }
+        stopper.abort();
+        trainer.close();
+        await Promise.allSettled(loops);
+        await acker.drain();
+        logger.info("agent stopped");
+      })()),
+  };
+}
+
+async function rotateLoop(log: TrainerLog, logger: Logger, clock: Clock, stop: AbortSignal): Promise<void> {
+  while (!stop.aborted) {
+    try {
+      if (log.rotateIfNeeded()) logger.info(`rotated ${log.path}`);
+    } catch (e) {
+      logger.warn(`could not rotate ${log.path}: ${(e as Error).message}`);
+    }
+    await clock.sleep(LOG_ROTATE_CHECK_MS, stop);
+  }
+}

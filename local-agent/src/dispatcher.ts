@@ -1,0 +1,157 @@
+/**
+ * Executes the engine's commands. Trainer commands (start, stop) run one at a time in seq
+ * order. Runner commands (deliver, reset) run one at a time per episode, in seq order, so a
+ * runner never sees two REQ peers at once and a reset cannot overtake a delivery; different
+ * episodes run concurrently up to a limit.
+ *
+ * Execution is idempotent toward the engine's redelivery: a command still running when it is
+ * handed out again is not started twice, and one that finished but whose ack was lost is
+ * answered from the journal instead of being executed again.
+ */
+import type { Command } from "../../src/protocol";
+import type { Acker } from "./acker";
+import type { PolledCommand } from "./engine-link";
+import { describeError, type Logger } from "./log";
+import type { Outcome, OutcomeJournal } from "./outcome-journal";
+import { RESET_CONTEXT_TRACKER, sendToRunner } from "./runner-link";
+import { Semaphore } from "./semaphore";
+import type { TrainerSupervisor } from "./trainer";
+
+export type DispatcherDeps = {
+  trainer: TrainerSupervisor;
+  acker: Acker;
+  journal: OutcomeJournal;
+  logger: Logger;
+  delivery: { timeoutMs: number; attempts: number; concurrency: number };
+  stop: AbortSignal;
+  version: string;
+};
+
+export class Dispatcher {
+  /** Seqs accepted and not yet finished (queued or executing). */
+  private readonly active = new Set<number>();
+  private readonly episodeTail = new Map<string, Promise<void>>();
+  private trainerTail: Promise<void> = Promise.resolve();
+  private readonly slots: Semaphore;
+  private readonly idleWaiters = new Set<() => void>();
+  private readonly roomWaiters = new Set<() => void>();
+
+  constructor(private readonly d: DispatcherDeps) {
+    this.slots = new Semaphore(d.delivery.concurrency);
+  }
+
+  /** Commands accepted and not finished yet. */
+  get backlog(): number {
+    return this.active.size;
+  }
+
+  submit(polled: PolledCommand): void {
+    if (!polled.ok) return this.reject(polled.seq, polled.problem);
+    const c = polled.command;
+    const known = this.d.journal.get(c.seq);
+    if (known !== undefined) {
+      this.d.logger.info(`command ${c.seq} (${c.body.kind}) was handed out again but had already finished; re-sending its ack`);
+      void this.d.acker.send(c.seq, known);
+      return;
+    }
+    if (this.active.has(c.seq)) {
+      // Its lease ran out while it queued or ran (a slow runner, a long stop): it is acked when it finishes.
+      this.d.logger.info(`command ${c.seq} (${c.body.kind}) was handed out again while still in progress; not starting it twice`);
+      return;
+    }
+    this.active.add(c.seq);
+    const run = (): Promise<void> =>
+      this.execute(c)
+        .then((outcome) => (outcome === null ? undefined : this.d.acker.finish(c.seq, outcome)))
+        .catch((e: unknown) => this.d.logger.error(`command ${c.seq} (${c.body.kind}) failed unexpectedly: ${describeError(e)}; it will be handed out again`))
+        .finally(() => this.done(c.seq));
+    const body = c.body;
+    if (body.kind === "start" || body.kind === "stop") {
+      this.trainerTail = this.trainerTail.then(run);
+      return;
+    }
+    const key = body.episode_uuid;
+    const next = (this.episodeTail.get(key) ?? Promise.resolve()).then(async () => {
+      const release = await this.slots.acquire();
+      try {
+        await run();
+      } finally {
+        release();
+      }
+    });
+    this.episodeTail.set(key, next);
+    void next.finally(() => {
+      if (this.episodeTail.get(key) === next) this.episodeTail.delete(key);
+    });
+  }
+
+  /** Resolves when no command is queued or running. */
+  idle(): Promise<void> {
+    if (this.active.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.add(resolve));
+  }
+
+  /** Resolves once the backlog is below `limit` (or the agent stops), so polling does not outrun execution. */
+  async roomFor(limit: number): Promise<void> {
+    while (this.active.size >= limit && !this.d.stop.aborted) {
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          this.d.stop.removeEventListener("abort", wake);
+          this.roomWaiters.delete(wake);
+          resolve();
+        };
+        this.roomWaiters.add(wake);
+        this.d.stop.addEventListener("abort", wake, { once: true });
+      });
+    }
+  }
+
+  private done(seq: number): void {
+    this.active.delete(seq);
+    for (const wake of [...this.roomWaiters]) wake(); // each re-checks its own limit
+    if (this.active.size === 0) {
+      for (const wake of this.idleWaiters) wake();
+      this.idleWaiters.clear();
+    }
+  }
+
+  private reject(seq: number | null, problem: string): void {
+    if (seq === null) {
+      this.d.logger.error(`ignoring a command without a usable seq: ${problem}`);
+      return;
+    }
+    const detail = `malformed command, not executed: ${problem} (this agent is version ${this.d.version}; a newer exchange may need a newer agent)`;
+    this.d.logger.error(`command ${seq}: ${detail}`);
+    void this.d.acker.finish(seq, { ok: false, detail });
+  }
+
+  /** Runs one command; null means it was interrupted by shutdown and must not be acked. */
+  private async execute(c: Command): Promise<Outcome | null> {
+    const body = c.body;
+    const redelivery = c.attempt > 1 ? ` (handed out ${c.attempt} times)` : "";
+    switch (body.kind) {
+      case "start":
+        this.d.logger.info(`command ${c.seq}: start the trainer${redelivery}`);
+        return this.d.trainer.start(body.yaml_as_string, c.seq);
+      case "stop":
+        this.d.logger.info(`command ${c.seq}: stop the trainer (${body.reason || "no reason given"})${redelivery}`);
+        return this.d.trainer.stop(body.reason || "the engine was stopped");
+      case "deliver":
+      case "reset": {
+        const what = body.kind === "deliver" ? "result" : "context reset";
+        const message = body.kind === "deliver" ? body.payload : RESET_CONTEXT_TRACKER;
+        const sent = await sendToRunner(body.zmq_listen_result_addr, message, {
+          timeoutMs: this.d.delivery.timeoutMs,
+          attempts: this.d.delivery.attempts,
+          signal: this.d.stop,
+          onRetry: (attempt, why) =>
+            this.d.logger.warn(`episode ${body.episode_uuid}: ${why} for the ${what}; retrying on a fresh socket (attempt ${attempt} of ${this.d.delivery.attempts})`),
+        });
+        if (sent.interrupted) return null;
+        if (sent.ok) this.d.logger.info(`episode ${body.episode_uuid}: ${what} delivered (command ${c.seq}${redelivery}); ${sent.detail}`);
+        else this.d.logger.warn(`episode ${body.episode_uuid}: ${what} NOT delivered (command ${c.seq}${redelivery}): ${sent.detail}`);
+        return { ok: sent.ok, detail: sent.detail };
+      }
+    }
+  }
+}

@@ -1,0 +1,69 @@
+/**
+ * The agent's connection to its engine on the exchange: the typed EngineClient (with a
+ * deadline on every request, so a Worker that stops answering cannot hang the agent), plus
+ * the two calls the typed client cannot make for us:
+ *
+ * - polling commands leniently: the typed client validates the whole answer, so one command
+ *   the agent does not understand would make every poll fail forever; here each command is
+ *   checked on its own and a bad one is acked as failed;
+ * - forwarding a trainer's request verbatim (the facade must answer exactly what the engine
+ *   answers, status and bytes, errors included).
+ */
+import { z } from "zod";
+import { EngineClient, ExchangeError, type FetchLike } from "../../src/client";
+import { requestJson } from "../../src/client/http";
+import { Command } from "../../src/protocol";
+
+/** Deadline for ordinary requests; a long poll gets its own wait plus this. */
+export const REQUEST_TIMEOUT_MS = 30_000;
+
+export type RawAnswer = { status: number; contentType: string; body: Buffer };
+
+export type PolledCommand = { ok: true; command: Command } | { ok: false; seq: number | null; problem: string };
+
+const LenientPoll = z.object({ commands: z.array(z.unknown()) });
+
+export class EngineLink {
+  readonly baseUrl: string;
+  readonly client: EngineClient;
+  private readonly fetchFn: FetchLike;
+
+  constructor(
+    server: string,
+    engine: string,
+    private readonly token: string,
+    fetchImpl: FetchLike = (input, init) => fetch(input, init),
+  ) {
+    this.baseUrl = `${server.replace(/\/+$/, "")}/e/${encodeURIComponent(engine)}`;
+    this.fetchFn = (input, init) => fetchImpl(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetchFn });
+  }
+
+  /** Long-polls for commands; each is validated on its own. */
+  async pollCommands(waitSeconds: number, limit: number, stop: AbortSignal): Promise<PolledCommand[]> {
+    const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + REQUEST_TIMEOUT_MS)]);
+    const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}`;
+    const { commands } = await requestJson(this.fetchFn, url, LenientPoll, { method: "GET", token: this.token, signal });
+    return commands.map((raw): PolledCommand => {
+      const parsed = Command.safeParse(raw);
+      if (parsed.success) return { ok: true, command: parsed.data };
+      const seq = typeof raw === "object" && raw !== null && "seq" in raw && typeof raw.seq === "number" && raw.seq > 0 ? raw.seq : null;
+      const problem = parsed.error.issues.map((i) => `${i.path.join(".") || "command"}: ${i.message}`).join("; ");
+      return { ok: false, seq, problem };
+    });
+  }
+
+  /** Sends a trainer's request on to the engine and returns its answer untouched. */
+  async forward(method: string, pathAndQuery: string, body: Buffer | null, contentType: string | undefined): Promise<RawAnswer> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
+    if (contentType !== undefined) headers["content-type"] = contentType;
+    const res = await this.fetchFn(this.baseUrl + pathAndQuery, { method, headers, body: body === null || body.length === 0 ? null : new Uint8Array(body) });
+    return { status: res.status, contentType: res.headers.get("content-type") ?? "application/json", body: Buffer.from(await res.arrayBuffer()) };
+  }
+}
+
+/** True for failures worth retrying: no answer, a timeout, or a 5xx / 429 from the exchange. */
+export function isTransient(err: unknown): boolean {
+  if (err instanceof ExchangeError) return err.status >= 500 || err.status === 429 || err.code === "bad_response";
+  return true;
+}

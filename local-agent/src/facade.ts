@@ -1,0 +1,239 @@
+/**
+ * The trainer facade: a local HTTP server that looks like AgentJet's swarm server to an
+ * unmodified trainer (default port 10086) and forwards each call to the engine with the
+ * trainer token. Every answer is the engine's answer, status and body, errors included.
+ *
+ * The trainer is chatty: every runner thread registers episodes in bursts and asks
+ * is_episode_claimed about once a second. Such calls arriving within `coalesceMs` go to the
+ * engine as one batch request; identical status reads arriving together share one request.
+ * See coalescer.ts for why that never changes what the trainer is told.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { z } from "zod";
+import { BatchBoolResponse, CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "../../src/protocol";
+import { Coalescer, timerSchedule, type Schedule } from "./coalescer";
+import type { EngineLink, RawAnswer } from "./engine-link";
+import { describeError, type Logger } from "./log";
+
+/** The Worker refuses larger bodies; refusing them here too saves the upload. */
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+/** The batch endpoints take at most this many items. */
+const MAX_BATCH = 1000;
+
+/** Reads that identical concurrent calls may share (GET, no side effects). */
+const SHARED_READS = new Set(["/get_engine_status", "/get_current_batch_rollout_pool_information"]);
+
+export type FacadeStats = {
+  /** Calls the trainer made to the facade. */
+  trainerCalls: number;
+  /** Requests the facade made to the Worker on their behalf. */
+  workerRequests: number;
+  byPath: Record<string, number>;
+};
+
+export type FacadeOptions = {
+  link: EngineLink;
+  host: string;
+  port: number;
+  coalesceMs: number;
+  logger: Logger;
+  schedule?: Schedule;
+  /** Extra agent status for GET /_agent/status. */
+  status?: () => Record<string, unknown>;
+};
+
+type Check = z.output<typeof CheckWhetherEpisodeClaimedRequest>;
+type Registration = z.output<typeof RegisterEpisodeRequest>;
+
+export class Facade {
+  private readonly server: Server;
+  private readonly stats: FacadeStats = { trainerCalls: 0, workerRequests: 0, byPath: {} };
+  private readonly register: Coalescer<Registration, RawAnswer>;
+  private readonly claimed: Coalescer<Check, RawAnswer>;
+  private readonly reads = new Map<string, Coalescer<null, RawAnswer>>();
+  /** Set when the exchange turns out to have no batch endpoints: calls then go one by one. */
+  private batchUnsupported = false;
+  private url_: string | null = null;
+
+  constructor(private readonly o: FacadeOptions) {
+    const schedule = o.schedule ?? timerSchedule;
+    this.register = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatch("/batch/register_episode", "/register_episode", { episodes: items }, items), schedule);
+    this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatch("/batch/is_episode_claimed", "/is_episode_claimed", { checks: items }, items), schedule);
+    this.server = createServer((req, res) => void this.handle(req, res));
+    // Long-lived keep-alive connections from many runner threads are the normal case.
+    this.server.keepAliveTimeout = 65_000;
+  }
+
+  /** The facade's own base URL, e.g. http://127.0.0.1:10086 (after listen). */
+  get url(): string {
+    if (this.url_ === null) throw new Error("the facade is not listening");
+    return this.url_;
+  }
+
+  get counters(): Readonly<FacadeStats> {
+    return this.stats;
+  }
+
+  listen(): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const onError = (e: NodeJS.ErrnoException): void =>
+        reject(
+          new Error(
+            e.code === "EADDRINUSE"
+              ? `the facade cannot listen on ${this.o.host}:${this.o.port}: the port is in use (another swarm server or agent?); choose another with --facade-port`
+              : `the facade cannot listen on ${this.o.host}:${this.o.port}: ${e.message}`,
+          ),
+        );
+      this.server.once("error", onError);
+      this.server.listen(this.o.port, this.o.host, () => {
+        this.server.off("error", onError);
+        const a = this.server.address() as AddressInfo;
+        const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+        this.url_ = `http://${host}:${a.port}`;
+        resolve(this.url_);
+      });
+    });
+  }
+
+  close(): Promise<void> {
+    this.register.flush();
+    this.claimed.flush();
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://facade");
+    const method = req.method ?? "GET";
+    if (url.pathname === "/_agent/status" && method === "GET") {
+      return send(res, { status: 200, contentType: "application/json", body: Buffer.from(JSON.stringify({ facade: this.stats, ...this.o.status?.() })) });
+    }
+    this.stats.trainerCalls++;
+    this.stats.byPath[url.pathname] = (this.stats.byPath[url.pathname] ?? 0) + 1;
+    let body: Buffer;
+    try {
+      body = await readBody(req, MAX_BODY_BYTES);
+    } catch (e) {
+      if (e instanceof TooLarge) return send(res, errorAnswer(413, "payload_too_large", `The request body exceeds ${MAX_BODY_BYTES} bytes.`));
+      return; // the trainer hung up mid-request
+    }
+    try {
+      send(res, await this.answer(method, url, body, req.headers["content-type"]));
+    } catch (e) {
+      send(res, unreachable(this.o.link.baseUrl, e));
+    }
+  }
+
+  private answer(method: string, url: URL, body: Buffer, contentType: string | undefined): Promise<RawAnswer> {
+    const path = url.pathname;
+    const batching = this.o.coalesceMs > 0 && !this.batchUnsupported;
+    if (method === "POST" && batching && (path === "/register_episode" || path === "/is_episode_claimed")) {
+      // Only well-formed calls join a batch; anything else goes alone so the engine words its own error.
+      const json = parseJson(body);
+      if (path === "/register_episode") {
+        const r = RegisterEpisodeRequest.safeParse(json);
+        if (r.success) return this.register.submit(r.data);
+      } else {
+        const c = CheckWhetherEpisodeClaimedRequest.safeParse(json);
+        if (c.success) return this.claimed.submit(c.data);
+      }
+    }
+    if (method === "GET" && this.o.coalesceMs > 0 && SHARED_READS.has(path) && url.search === "") {
+      const key = path;
+      let c = this.reads.get(key);
+      if (c === undefined) {
+        c = new Coalescer<null, RawAnswer>(this.o.coalesceMs, Number.MAX_SAFE_INTEGER, async (items) => {
+          const answer = await this.forward("GET", key, null, undefined);
+          return items.map(() => answer);
+        }, this.o.schedule ?? timerSchedule);
+        this.reads.set(key, c);
+      }
+      return c.submit(null);
+    }
+    return this.forward(method, path + url.search, body, contentType);
+  }
+
+  private forward(method: string, pathAndQuery: string, body: Buffer | null, contentType: string | undefined): Promise<RawAnswer> {
+    this.stats.workerRequests++;
+    return this.o.link.forward(method, pathAndQuery, body, contentType);
+  }
+
+  /** One batch request; each item gets what its single call would have got. */
+  private async sendBatch<T>(batchPath: string, singlePath: string, payload: object, items: T[]): Promise<RawAnswer[]> {
+    const single = (item: T): Promise<RawAnswer> => this.forward("POST", singlePath, Buffer.from(JSON.stringify(item)), "application/json").catch((e) => unreachable(this.o.link.baseUrl, e));
+    if (items.length === 1 || this.batchUnsupported) return Promise.all(items.map(single));
+    let answer: RawAnswer;
+    try {
+      answer = await this.forward("POST", batchPath, Buffer.from(JSON.stringify(payload)), "application/json");
+    } catch (e) {
+      return items.map(() => unreachable(this.o.link.baseUrl, e));
+    }
+    if (answer.status === 404 && isRouteMissing(answer)) {
+      this.batchUnsupported = true;
+      this.o.logger.warn(`the exchange has no ${batchPath} endpoint; the facade forwards the trainer's calls one by one`);
+      return Promise.all(items.map(single));
+    }
+    // An error for the batch (a revoked token, an engine that is gone) is the error each call would get.
+    if (answer.status !== 200) return items.map(() => answer);
+    const parsed = BatchBoolResponse.safeParse(parseJson(answer.body));
+    if (!parsed.success || parsed.data.results.length !== items.length) {
+      this.o.logger.error(`the exchange answered ${batchPath} with an unexpected body; forwarding these ${items.length} calls one by one`);
+      return Promise.all(items.map(single));
+    }
+    return parsed.data.results.map((r) => ({ status: 200, contentType: answer.contentType, body: Buffer.from(JSON.stringify(r)) }));
+  }
+}
+
+class TooLarge extends Error {}
+
+function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > max) {
+        reject(new TooLarge());
+        req.resume();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The Worker's answer for a path it does not route (an exchange older than the batch endpoints). */
+function isRouteMissing(a: RawAnswer): boolean {
+  const j = parseJson(a.body) as { error?: unknown } | undefined;
+  return j?.error === "not_found";
+}
+
+function errorAnswer(status: number, error: string, detail: string): RawAnswer {
+  return { status, contentType: "application/json", body: Buffer.from(JSON.stringify({ error, detail })) };
+}
+
+function unreachable(base: string, e: unknown): RawAnswer {
+  const timeout = e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError");
+  return timeout
+    ? errorAnswer(504, "exchange_timeout", `The local agent got no answer from the exchange at ${base} in time.`)
+    : errorAnswer(502, "exchange_unreachable", `The local agent cannot reach the exchange at ${base}: ${describeError(e)}`);
+}
+
+function send(res: ServerResponse, a: RawAnswer): void {
+  if (res.headersSent || res.destroyed) return;
+  res.writeHead(a.status, { "content-type": a.contentType, "content-length": a.body.length });
+  res.end(a.body);
+}

@@ -1,0 +1,205 @@
+/**
+ * Every setting of the agent, described once: its config-file key, command-line flag,
+ * environment variable, default and meaning. The parser, the environment reader and `--help`
+ * are all generated from this table, so they cannot drift apart.
+ */
+import { z } from "zod";
+import { EngineName } from "../../src/protocol";
+
+const seconds = (min: number, max: number) => z.coerce.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
+const port = z.coerce.number().int("must be a whole number").min(0, "must be 0-65535").max(65535, "must be 0-65535");
+const positiveInt = (max: number) => z.coerce.number().int("must be a whole number").min(1, "must be at least 1").max(max, `must be at most ${max}`);
+
+const httpUrl = z
+  .string()
+  .url("must be a URL such as https://exchange.example.com")
+  .refine((u) => /^https?:$/.test(new URL(u).protocol), "must start with http:// or https://")
+  .transform((u) => u.replace(/\/+$/, ""));
+
+/** A trainer command: a template string split like a shell would, or an argv array. */
+const trainerCommand = z.union([
+  z.string().trim().min(1, "must not be empty"),
+  z.array(z.string()).min(1, "must name a program"),
+]);
+
+export type OptionSpec = {
+  flag: string;
+  env: string;
+  schema: z.ZodType;
+  /** Shown as the value's placeholder in --help. */
+  arg: string;
+  describe: string;
+  default?: unknown;
+  required?: boolean;
+  /** Secrets are never printed back (--print-config, error messages). */
+  secret?: boolean;
+};
+
+export const OPTIONS = {
+  server: {
+    flag: "--server",
+    env: "ROLLOUT_SERVER",
+    schema: httpUrl,
+    arg: "URL",
+    required: true,
+    describe: "Origin of the Rollout Exchange Worker, e.g. https://rollout.example.com (no /e/<engine>).",
+  },
+  engine: {
+    flag: "--engine",
+    env: "ROLLOUT_ENGINE",
+    schema: EngineName,
+    arg: "NAME",
+    required: true,
+    describe: "The engine this agent serves; its commands are read from <server>/e/<engine>.",
+  },
+  token: {
+    flag: "--token",
+    env: "ROLLOUT_TRAINER_TOKEN",
+    schema: z.string().min(1, "must not be empty"),
+    arg: "TOKEN",
+    required: true,
+    secret: true,
+    describe: "The engine's trainer token. Prefer the environment or the config file: flags show up in `ps`.",
+  },
+  trainerCommand: {
+    flag: "--trainer-command",
+    env: "ROLLOUT_TRAINER_COMMAND",
+    schema: trainerCommand,
+    arg: "CMD",
+    describe:
+      "Command started by the engine's start command, e.g. 'ajet --conf {config}'. Placeholders: {config} (the synced " +
+      "training YAML, written to <stateDir>/train-config.yaml), {facade_url}, {facade_port}, {engine}. Split like a shell " +
+      "splits words (quotes work; no pipes or variables: use `sh -c '...'` for those). Unset: start commands are refused.",
+  },
+  trainerCwd: {
+    flag: "--trainer-cwd",
+    env: "ROLLOUT_TRAINER_CWD",
+    schema: z.string().min(1),
+    arg: "DIR",
+    describe: "Working directory of the trainer (default: the agent's).",
+  },
+  stopGraceSeconds: {
+    flag: "--stop-grace",
+    env: "ROLLOUT_STOP_GRACE_SECONDS",
+    schema: seconds(0, 3600),
+    arg: "SECONDS",
+    default: 30,
+    describe: "After SIGTERM, how long the trainer's process group may take to exit before it gets SIGKILL.",
+  },
+  facadeHost: {
+    flag: "--facade-host",
+    env: "ROLLOUT_FACADE_HOST",
+    schema: z.string().min(1),
+    arg: "HOST",
+    default: "127.0.0.1",
+    describe: "Address of the local trainer facade (AgentJet's swarm-server endpoints). Keep it on loopback.",
+  },
+  facadePort: {
+    flag: "--facade-port",
+    env: "ROLLOUT_FACADE_PORT",
+    schema: port,
+    arg: "PORT",
+    default: 10086,
+    describe: "Port of the local trainer facade (AgentJet's default swarm-server port is 10086; 0 picks a free one).",
+  },
+  coalesceMs: {
+    flag: "--coalesce-ms",
+    env: "ROLLOUT_COALESCE_MS",
+    schema: seconds(0, 1000),
+    arg: "MS",
+    default: 50,
+    describe:
+      "The facade gathers register_episode and is_episode_claimed calls (and identical status reads) that arrive " +
+      "within this window into one request to the Worker. 0 forwards every call on its own.",
+  },
+  logDir: {
+    flag: "--log-dir",
+    env: "ROLLOUT_LOG_DIR",
+    schema: z.string().min(1),
+    arg: "DIR",
+    default: "./rollout-agent/logs",
+    describe: "Where the trainer's output goes (trainer.log, rotated to trainer.log.1 ...).",
+  },
+  logMaxBytes: {
+    flag: "--log-max-bytes",
+    env: "ROLLOUT_LOG_MAX_BYTES",
+    schema: positiveInt(2 ** 40),
+    arg: "BYTES",
+    default: 50 * 1024 * 1024,
+    describe: "Rotate trainer.log once it is larger than this.",
+  },
+  logFiles: {
+    flag: "--log-files",
+    env: "ROLLOUT_LOG_FILES",
+    schema: positiveInt(100),
+    arg: "N",
+    default: 5,
+    describe: "How many rotated trainer logs to keep.",
+  },
+  stateDir: {
+    flag: "--state-dir",
+    env: "ROLLOUT_STATE_DIR",
+    schema: z.string().min(1),
+    arg: "DIR",
+    default: "./rollout-agent/state",
+    describe: "The agent's own files: the training YAML, the running trainer's pid, and finished-but-unacked commands (so a restart neither loses nor repeats them).",
+  },
+  deliveryTimeoutSeconds: {
+    flag: "--delivery-timeout",
+    env: "ROLLOUT_DELIVERY_TIMEOUT_SECONDS",
+    schema: seconds(0.05, 3600),
+    arg: "SECONDS",
+    default: 10,
+    describe: "How long one attempt waits for a runner's `ack` on its ZeroMQ socket.",
+  },
+  deliveryAttempts: {
+    flag: "--delivery-attempts",
+    env: "ROLLOUT_DELIVERY_ATTEMPTS",
+    schema: positiveInt(100),
+    arg: "N",
+    default: 3,
+    describe: "Attempts (each on a fresh socket) before a runner is reported gone and the result undeliverable.",
+  },
+  deliveryConcurrency: {
+    flag: "--delivery-concurrency",
+    env: "ROLLOUT_DELIVERY_CONCURRENCY",
+    schema: positiveInt(10_000),
+    arg: "N",
+    default: 512,
+    describe: "Most deliveries in flight at once (always at most one per episode).",
+  },
+  pollWaitSeconds: {
+    flag: "--poll-wait",
+    env: "ROLLOUT_POLL_WAIT_SECONDS",
+    schema: seconds(0, 25),
+    arg: "SECONDS",
+    default: 25,
+    describe: "How long each command long-poll may be held open by the Worker.",
+  },
+  heartbeatSeconds: {
+    flag: "--heartbeat",
+    env: "ROLLOUT_HEARTBEAT_SECONDS",
+    schema: seconds(0.05, 300),
+    arg: "SECONDS",
+    default: 10,
+    describe: "How often the agent tells the engine it is alive (the engine shows it disconnected after 45 s of silence).",
+  },
+  retryMaxSeconds: {
+    flag: "--retry-max",
+    env: "ROLLOUT_RETRY_MAX_SECONDS",
+    schema: seconds(0.01, 600),
+    arg: "SECONDS",
+    default: 30,
+    describe: "Longest wait between retries while the Worker is unreachable (backoff starts at 1/60 of it).",
+  },
+  agentId: {
+    flag: "--agent-id",
+    env: "ROLLOUT_AGENT_ID",
+    schema: z.string().min(1).max(128),
+    arg: "ID",
+    describe: "Name shown on the engine's dashboard (default: <hostname>/<engine>).",
+  },
+} satisfies Record<string, OptionSpec>;
+
+export type OptionKey = keyof typeof OPTIONS;
+export const OPTION_KEYS = Object.keys(OPTIONS) as OptionKey[];

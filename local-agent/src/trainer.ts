@@ -1,0 +1,281 @@
+/**
+ * Supervises the one trainer process of this engine: start it in its own process group with
+ * its output in a log file, stop the whole group (SIGTERM, then SIGKILL after a grace period),
+ * and notice when it dies on its own.
+ *
+ * The trainer's pid is kept in <stateDir>/trainer.json while it runs. A trainer outlives an
+ * agent that is SIGKILLed (it is in its own group and writes to a file, not to a pipe), and
+ * the restarted agent adopts it from that file instead of losing track of a GPU job.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import type { TrainerState } from "../../src/protocol";
+import type { Clock } from "./clock";
+import { TemplateError, expandCommand } from "./command-template";
+import { describeError, type Logger } from "./log";
+import type { Outcome } from "./outcome-journal";
+import type { TrainerLog } from "./trainer-log";
+
+
+export type TrainerExit = { exit_code: number | null; signal: string | null; log_tail: string; detail: string };
+
+export type TrainerOptions = {
+  /** The command template's words; null when the agent has none configured. */
+  command: string[] | null;
+  cwd: string | null;
+  stateDir: string;
+  log: TrainerLog;
+  graceMs: number;
+  /** Placeholder values besides {config}, e.g. facade_url. */
+  placeholders: Record<string, string>;
+  /** Extra environment for the trainer. */
+  env: Record<string, string>;
+  logger: Logger;
+  clock: Clock;
+  /** The trainer exited without being asked to stop. */
+  onUnexpectedExit: (exit: TrainerExit) => void;
+};
+
+/** A stop's outcome, with how the trainer ended when one was running. */
+export type StopOutcome = Outcome & { exit_code: number | null; signal: string | null };
+
+type Running = {
+  pid: number;
+  startedAt: number;
+  /** The start command's seq, so a redelivered start is recognised. */
+  seq: number;
+  child: ChildProcess | null;
+  /** Resolves when the group leader has exited. */
+  exited: Promise<{ code: number | null; signal: string | null }>;
+  stopping: Promise<StopOutcome> | null;
+};
+
+type PidFile = { pid: number; started_at: number; seq: number };
+
+const POLL_MS = 100;
+const PROGRESS_EVERY_MS = 5000;
+
+export class TrainerSupervisor {
+  private current: Running | null = null;
+  private lastState: TrainerState = "idle";
+  private readonly pidFile: string;
+  private readonly configFile: string;
+  private closed = new AbortController();
+
+  constructor(private readonly opts: TrainerOptions) {
+    this.pidFile = join(opts.stateDir, "trainer.json");
+    this.configFile = join(opts.stateDir, "train-config.yaml");
+  }
+
+  status(): { state: TrainerState; pid: number | null; started_at: number | null } {
+    const c = this.current;
+    if (c === null) return { state: this.lastState, pid: null, started_at: null };
+    return { state: c.stopping ? "stopping" : "running", pid: c.pid, started_at: c.startedAt / 1000 };
+  }
+
+  /** Picks up a trainer left running by a previous agent process, or reports that it died meanwhile. */
+  adopt(): void {
+    let saved: PidFile;
+    try {
+      saved = JSON.parse(readFileSync(this.pidFile, "utf8")) as PidFile;
+    } catch {
+      return;
+    }
+    if (typeof saved.pid !== "number" || saved.pid <= 1) {
+      rmSync(this.pidFile, { force: true });
+      return;
+    }
+    if (!groupAlive(saved.pid)) {
+      rmSync(this.pidFile, { force: true });
+      this.lastState = "exited";
+      const detail = `the trainer (pid ${saved.pid}) exited while the agent was not running; its exit status is unknown`;
+      this.opts.logger.warn(detail);
+      this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail });
+      return;
+    }
+    this.opts.logger.info(`adopting trainer pid ${saved.pid} (started ${new Date(saved.started_at).toISOString()}), left running by a previous agent`);
+    const exited = this.watchGroup(saved.pid).then(() => ({ code: null, signal: null }));
+    const running: Running = { pid: saved.pid, startedAt: saved.started_at, seq: saved.seq, child: null, exited, stopping: null };
+    this.current = running;
+    void exited.then((e) => this.onExit(running, e.code, e.signal));
+  }
+
+  async start(yaml: string, seq: number): Promise<Outcome> {
+    const c = this.current;
+    if (c !== null) {
+      if (c.seq === seq && c.stopping === null) return { ok: true, detail: `trainer already running (pid ${c.pid}), started by this same command` };
+      return {
+        ok: false,
+        detail: `a trainer is already running on this agent (pid ${c.pid}, started ${new Date(c.startedAt).toISOString()}); stop it before starting another`,
+      };
+    }
+    if (this.opts.command === null) {
+      return { ok: false, detail: "this agent has no trainer command configured (set trainerCommand, e.g. 'ajet --conf {config}')" };
+    }
+    if (this.opts.cwd !== null && !isDirectory(this.opts.cwd)) {
+      return { ok: false, detail: `the trainer's working directory ${this.opts.cwd} does not exist` };
+    }
+    let argv: string[];
+    try {
+      argv = expandCommand(this.opts.command, { ...this.opts.placeholders, config: this.configFile });
+    } catch (e) {
+      if (e instanceof TemplateError) return { ok: false, detail: `trainerCommand: ${e.message}` };
+      throw e;
+    }
+    mkdirSync(this.opts.stateDir, { recursive: true });
+    mkdirSync(this.opts.log.dir, { recursive: true });
+    writeAtomic(this.configFile, yaml);
+
+    this.lastState = "starting";
+    const fd = this.opts.log.openForChild();
+    let child: ChildProcess;
+    try {
+      writeSync(fd, `\n===== ${new Date(this.opts.clock.now()).toISOString()} rollout-agent starts: ${argv.map(quoteForLog).join(" ")}\n`);
+      child = spawn(argv[0] as string, argv.slice(1), {
+        cwd: this.opts.cwd ?? undefined,
+        env: { ...process.env, ...this.opts.env, ROLLOUT_TRAIN_CONFIG: this.configFile },
+        // Its own process group: stop signals the whole tree, and a Ctrl-C aimed at the agent does not reach it.
+        detached: true,
+        stdio: ["ignore", fd, fd],
+      });
+      const spawned = await new Promise<Error | null>((resolve) => {
+        child.once("spawn", () => resolve(null));
+        child.once("error", (err) => resolve(err));
+      });
+      if (spawned !== null) {
+        this.lastState = "idle";
+        const code = (spawned as NodeJS.ErrnoException).code;
+        const why =
+          code === "ENOENT"
+            ? `trainer command not found: ${JSON.stringify(argv[0])} (check trainerCommand and PATH)`
+            : code === "EACCES"
+              ? `trainer command ${JSON.stringify(argv[0])} is not executable`
+              : `cannot start the trainer ${JSON.stringify(argv[0])}: ${describeError(spawned)}`;
+        this.opts.logger.error(why);
+        return { ok: false, detail: why };
+      }
+    } finally {
+      closeSync(fd);
+    }
+    const pid = child.pid as number;
+    const startedAt = this.opts.clock.now();
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+    const running: Running = { pid, startedAt, seq, child, exited, stopping: null };
+    this.current = running;
+    writeAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq } satisfies PidFile));
+    void exited.then((e) => this.onExit(running, e.code, e.signal));
+    const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
+    this.opts.logger.info(detail);
+    return { ok: true, detail };
+  }
+
+  /** SIGTERM to the whole group, SIGKILL after the grace period. Idempotent: no trainer is success. */
+  stop(reason: string): Promise<StopOutcome> {
+    const c = this.current;
+    if (c === null) return Promise.resolve({ ok: true, detail: "no trainer was running", exit_code: null, signal: null });
+    c.stopping ??= this.terminate(c, reason);
+    return c.stopping;
+  }
+
+  /** The agent is exiting: stop watching an adopted trainer (it keeps running and is adopted again). */
+  close(): void {
+    this.closed.abort();
+  }
+
+  private async terminate(c: Running, reason: string): Promise<StopOutcome> {
+    const graceS = this.opts.graceMs / 1000;
+    this.opts.logger.info(`stopping trainer pid ${c.pid} (${reason}): SIGTERM to its process group, SIGKILL after ${graceS} s`);
+    signalGroup(c.pid, "SIGTERM");
+    const start = this.opts.clock.now();
+    let nextProgress = start + PROGRESS_EVERY_MS;
+    let killed = false;
+    // Wait for the whole group, not just the leader: its helpers may hold GPUs too.
+    while (groupAlive(c.pid) || (c.child !== null && !(await settled(c.exited)))) {
+      const now = this.opts.clock.now();
+      if (!killed && now - start >= this.opts.graceMs) {
+        this.opts.logger.warn(`trainer pid ${c.pid} still running ${graceS} s after SIGTERM: sending SIGKILL to its process group`);
+        signalGroup(c.pid, "SIGKILL");
+        killed = true;
+      } else if (now >= nextProgress) {
+        this.opts.logger.info(`waiting for trainer pid ${c.pid} to exit: ${Math.round((now - start) / 1000)} s of ${graceS} s grace`);
+        nextProgress += PROGRESS_EVERY_MS;
+      }
+      await this.opts.clock.sleep(POLL_MS);
+    }
+    const e = c.child !== null ? await c.exited : { code: null, signal: null };
+    const how = e.code !== null ? `exited with code ${e.code}` : e.signal !== null ? `ended by ${e.signal}` : "exited";
+    const detail = killed ? `trainer pid ${c.pid} ignored SIGTERM for ${graceS} s and was killed with SIGKILL` : `trainer pid ${c.pid} stopped: ${how} after SIGTERM`;
+    this.opts.logger.info(detail);
+    if (this.current === c) {
+      this.current = null;
+      this.lastState = "idle";
+      rmSync(this.pidFile, { force: true });
+    }
+    return { ok: true, detail, exit_code: e.code, signal: e.signal };
+  }
+
+  private onExit(c: Running, code: number | null, signal: string | null): void {
+    // After close() the agent is going away and the trainer is left to the next agent to adopt.
+    if (this.current !== c || this.closed.signal.aborted) return;
+    rmSync(this.pidFile, { force: true });
+    if (c.stopping !== null) return; // terminate() reports it and clears the state once the group is gone
+    this.current = null;
+    this.lastState = "exited";
+    // The leader died; helpers left in its group (data loaders, ray workers) would hold the GPUs.
+    const leftovers = signalGroup(c.pid, "SIGTERM");
+    const how = code !== null ? `exited with code ${code}` : signal !== null ? `was ended by ${signal}` : "exited (status unknown: adopted from a previous agent)";
+    const detail = `trainer pid ${c.pid} ${how} without a stop command${leftovers ? "; sent SIGTERM to the processes it left in its group" : ""}`;
+    this.opts.logger.warn(detail);
+    this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail });
+  }
+
+  /** For an adopted trainer (not our child): polls until its process group is gone. */
+  private async watchGroup(pid: number): Promise<void> {
+    while (groupAlive(pid) && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
+    if (this.closed.signal.aborted) await new Promise<never>(() => {}); // the agent stopped: nothing more to report
+  }
+}
+
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Signals every process in the group; false if none was left. */
+function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function settled(p: Promise<unknown>): Promise<boolean> {
+  const marker = Symbol();
+  return (await Promise.race([p, Promise.resolve(marker)])) !== marker;
+}
+
+function isDirectory(p: string): boolean {
+  try {
+    return statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function writeAtomic(path: string, text: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, path);
+}
+
+function quoteForLog(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+

@@ -1,0 +1,153 @@
+import { describe, expect, it } from "vitest";
+import { redactedConfig, resolveConfig, type ConfigSources } from "../src/config";
+import { splitCommand, expandCommand, TemplateError } from "../src/command-template";
+import { helpText } from "../src/help";
+import { OPTIONS, OPTION_KEYS } from "../src/options";
+
+const required = ["--server", "https://rx.example.com/", "--engine", "default", "--token", "tok"];
+
+function sources(over: Partial<ConfigSources> = {}): ConfigSources {
+  return {
+    argv: [],
+    env: {},
+    cwd: "/work/dir",
+    readFile: (p) => {
+      throw Object.assign(new Error(`ENOENT: no such file, open '${p}'`), { code: "ENOENT" });
+    },
+    ...over,
+  };
+}
+
+function run(over: Partial<ConfigSources>) {
+  const r = resolveConfig(sources(over));
+  if (!r.ok) throw new Error(r.errors.join("\n"));
+  if (r.request.kind !== "run" && r.request.kind !== "print-config") throw new Error(`unexpected ${r.request.kind}`);
+  return r.request.config;
+}
+
+function errors(over: Partial<ConfigSources>): string[] {
+  const r = resolveConfig(sources(over));
+  if (r.ok) throw new Error("expected errors");
+  return r.errors;
+}
+
+describe("resolveConfig", () => {
+  it("applies defaults and strips a trailing slash from the server", () => {
+    const c = run({ argv: required });
+    expect(c.server).toBe("https://rx.example.com");
+    expect(c.facadePort).toBe(10086);
+    expect(c.facadeHost).toBe("127.0.0.1");
+    expect(c.trainerCommand).toBeNull();
+    expect(c.logDir).toBe("/work/dir/rollout-agent/logs");
+    expect(c.agentId).toMatch(/\/default$/);
+  });
+
+  it("takes flags over environment over the config file, and resolves file paths against the file", () => {
+    const file = JSON.stringify({ server: "http://file:1", engine: "from-file", token: "t", facadePort: 1111, logDir: "logs", trainerCommand: ["python", "-m", "x", "{config}"] });
+    const c = run({
+      argv: ["--config", "conf/agent.json", "--facade-port=3333"],
+      env: { ROLLOUT_FACADE_PORT: "2222", ROLLOUT_ENGINE: "from-env" },
+      readFile: (p) => {
+        expect(p).toBe("/work/dir/conf/agent.json");
+        return file;
+      },
+    });
+    expect(c.facadePort).toBe(3333);
+    expect(c.engine).toBe("from-env");
+    expect(c.server).toBe("http://file:1");
+    expect(c.logDir).toBe("/work/dir/conf/logs");
+    expect(c.trainerCommand).toEqual(["python", "-m", "x", "{config}"]);
+  });
+
+  it("reads the config file named by ROLLOUT_AGENT_CONFIG", () => {
+    const c = run({ env: { ROLLOUT_AGENT_CONFIG: "/etc/agent.json" }, readFile: () => JSON.stringify({ server: "http://x", engine: "e", token: "t" }) });
+    expect(c.engine).toBe("e");
+  });
+
+  it("splits a trainer command template like a shell", () => {
+    const c = run({ argv: [...required, "--trainer-command", `ajet --conf "{config}" --name 'my run'`] });
+    expect(c.trainerCommand).toEqual(["ajet", "--conf", "{config}", "--name", "my run"]);
+  });
+
+  it("reports every problem at once, each with where it came from", () => {
+    const errs = errors({ argv: ["--server", "ftp://x", "--engine", "Bad Name", "--facade-port", "70000", "--bogus", "--delivery-attempts", "0"], env: { ROLLOUT_COALESCE_MS: "soon" } });
+    expect(errs).toEqual(
+      expect.arrayContaining([
+        "unknown option --bogus (see --help)",
+        expect.stringMatching(/^server from --server: must start with http/),
+        expect.stringMatching(/^engine from --engine: engine names are/),
+        expect.stringMatching(/^token is not set: pass --token, set ROLLOUT_TRAINER_TOKEN/),
+        expect.stringMatching(/^facadePort from --facade-port: must be 0-65535 \(got "70000"\)/),
+        expect.stringMatching(/^coalesceMs from ROLLOUT_COALESCE_MS: .*\(got "soon"\)/),
+        expect.stringMatching(/^deliveryAttempts from --delivery-attempts: must be at least 1/),
+      ]),
+    );
+    expect(errs).toHaveLength(7);
+  });
+
+  it("never echoes a secret in an error", () => {
+    const errs = errors({ argv: ["--server", "http://x", "--engine", "e", "--token="] });
+    expect(errs.join("\n")).toContain("token from --token: must not be empty");
+    expect(errs.join("\n")).not.toContain('got ""');
+  });
+
+  it("explains a missing, unreadable or malformed config file", () => {
+    expect(errors({ argv: ["--config", "nope.json"] })[0]).toBe("config file /work/dir/nope.json does not exist");
+    expect(errors({ argv: ["--config", "a.json"], readFile: () => "{ not json" })[0]).toMatch(/^config file \/work\/dir\/a.json is not valid JSON/);
+    expect(errors({ argv: ["--config", "a.json"], readFile: () => "[1]" })[0]).toMatch(/must hold one JSON object of settings/);
+    expect(
+      errors({
+        argv: ["--config", "a.json"],
+        readFile: () => {
+          throw Object.assign(new Error("EACCES: permission denied"), { code: "EACCES" });
+        },
+      })[0],
+    ).toMatch(/^cannot read config file \/work\/dir\/a.json: EACCES/);
+  });
+
+  it("names unknown config-file settings and suggests the right spelling", () => {
+    const errs = errors({ argv: ["--config", "a.json"], readFile: () => JSON.stringify({ server: "http://x", engine: "e", token: "t", facade_port: 1, colour: "red" }) });
+    expect(errs).toContain('/work/dir/a.json: unknown setting "facade_port" (did you mean "facadePort"?)');
+    expect(errs.find((e) => e.includes('"colour"'))).toMatch(/known settings: server, engine/);
+  });
+
+  it("rejects flags without values, stray arguments and bad templates", () => {
+    expect(errors({ argv: [...required, "--engine"] })).toContain("--engine needs a value");
+    expect(errors({ argv: [...required, "start"] })[0]).toMatch(/^unexpected argument "start"/);
+    expect(errors({ argv: [...required, "--trainer-command", "ajet 'unclosed"] })).toEqual(["trainerCommand: the command has an unclosed ' quote"]);
+    expect(errors({ argv: [...required, "--trainer-command", "ajet {cfg}"] })[0]).toMatch(/^trainerCommand: unknown placeholder \{cfg\}/);
+  });
+
+  it("answers --help, --version and --print-config", () => {
+    expect(resolveConfig(sources({ argv: ["--bogus", "--help"] }))).toEqual({ ok: true, request: { kind: "help" } });
+    expect(resolveConfig(sources({ argv: ["--version"] }))).toEqual({ ok: true, request: { kind: "version" } });
+    const r = resolveConfig(sources({ argv: [...required, "--print-config"] }));
+    expect(r.ok && r.request.kind).toBe("print-config");
+    if (r.ok && r.request.kind === "print-config") expect(redactedConfig(r.request.config).token).toBe("***");
+  });
+});
+
+describe("--help", () => {
+  it("documents every setting with its flag, variable and default", () => {
+    const text = helpText();
+    for (const key of OPTION_KEYS) {
+      const spec = OPTIONS[key];
+      expect(text).toContain(spec.flag);
+      expect(text).toContain(spec.env);
+      expect(text).toContain(`"${key}"`);
+    }
+    expect(text).toContain("[default: 10086]");
+  });
+});
+
+describe("command templates", () => {
+  it("handles quotes, escapes and empty words", () => {
+    expect(splitCommand(`a "b c" 'd e' f\\ g "h\\"i" ''`)).toEqual(["a", "b c", "d e", "f g", 'h"i', ""]);
+    expect(() => splitCommand("   ")).toThrow(TemplateError);
+    expect(() => splitCommand("a \\")).toThrow("lone backslash");
+  });
+
+  it("fills placeholders within words", () => {
+    expect(expandCommand(["ajet", "--conf={config}", "{engine}"], { config: "/s/c.yaml", engine: "e1" })).toEqual(["ajet", "--conf=/s/c.yaml", "e1"]);
+  });
+});

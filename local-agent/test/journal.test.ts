@@ -1,0 +1,70 @@
+import { appendFileSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Backoff } from "../src/backoff";
+import { OutcomeJournal } from "../src/outcome-journal";
+import { Reachability } from "../src/reachability";
+import { MemoryLogger } from "./support/logger";
+import { ManualClock } from "./support/manual-clock";
+import { tempDir } from "./support/temp";
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => (dir = tempDir()));
+afterEach(() => dir.remove());
+
+describe("OutcomeJournal", () => {
+  it("keeps finished-but-unacked outcomes across a restart, and forgets acked ones", () => {
+    const j = new OutcomeJournal(dir.path);
+    j.record(1, { ok: true, detail: "delivered" });
+    j.record(2, { ok: false, detail: "runner gone" });
+    j.record(3, { ok: true, detail: "reset" });
+    j.acked(1);
+    // The process dies here (no close, no flush): a new journal reads what reached the file.
+    const after = new OutcomeJournal(dir.path);
+    expect(after.unacked()).toEqual([
+      [2, { ok: false, detail: "runner gone" }],
+      [3, { ok: true, detail: "reset" }],
+    ]);
+    expect(after.get(1)).toBeUndefined();
+    // Opening compacts the file to what is still needed.
+    expect(readFileSync(join(dir.path, "outcomes.jsonl"), "utf8").trim().split("\n")).toHaveLength(2);
+  });
+
+  it("survives a torn last line from a crash mid-write", () => {
+    const j = new OutcomeJournal(dir.path);
+    j.record(5, { ok: true, detail: "x" });
+    appendFileSync(join(dir.path, "outcomes.jsonl"), '{"seq":6,"ok":tr');
+    expect(new OutcomeJournal(dir.path).unacked()).toEqual([[5, { ok: true, detail: "x" }]]);
+  });
+});
+
+describe("Backoff", () => {
+  it("grows exponentially with jitter between half and all of the ceiling, up to the maximum", () => {
+    const lo = new Backoff({ initialMs: 100, maxMs: 1000, random: () => 0 });
+    expect([lo.next(), lo.next(), lo.next(), lo.next(), lo.next()]).toEqual([50, 100, 200, 400, 500]);
+    const hi = new Backoff({ initialMs: 100, maxMs: 1000, random: () => 1 });
+    expect([hi.next(), hi.next(), hi.next(), hi.next(), hi.next()]).toEqual([100, 200, 400, 800, 1000]);
+    hi.reset();
+    expect(hi.next()).toBe(100);
+  });
+});
+
+describe("Reachability", () => {
+  it("logs an outage once, then progress every 30 s, then the recovery", async () => {
+    const clock = new ManualClock();
+    const log = new MemoryLogger();
+    const r = new Reachability(log, clock, "http://x/e/e1");
+    r.succeeded();
+    expect(log.lines).toEqual([]);
+    r.failed("polling for commands", new Error("ECONNREFUSED"));
+    for (let i = 0; i < 100; i++) r.failed("acking command 3", new Error("ECONNREFUSED"));
+    expect(log.lines).toEqual(["warn cannot reach the exchange at http://x/e/e1 (polling for commands: ECONNREFUSED); retrying with backoff"]);
+    await clock.advance(31_000);
+    r.failed("heartbeat", new Error("503"));
+    expect(log.lines[1]).toBe("warn the exchange has been unreachable for 31 s (102 failed requests; last: heartbeat: 503); still retrying");
+    await clock.advance(4_000);
+    r.succeeded();
+    expect(log.lines[2]).toBe("info the exchange is reachable again after 35.0 s; resuming where the agent left off");
+    expect(r.down).toBe(false);
+  });
+});

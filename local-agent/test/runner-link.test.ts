@@ -1,0 +1,155 @@
+/**
+ * ZeroMQ delivery against real sockets: a Node REP peer (zeromq) and a Python runner (pyzmq)
+ * that speaks AgentJet's exact messages.
+ */
+import { Reply } from "zeromq";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { RESET_CONTEXT_TRACKER, sendToRunner } from "../src/runner-link";
+import { PyRunner } from "./support/py-runner";
+import { tempDir } from "./support/temp";
+
+let dir: ReturnType<typeof tempDir>;
+const cleanups: Array<() => void> = [];
+
+beforeEach(() => {
+  dir = tempDir();
+});
+afterEach(() => {
+  for (const c of cleanups.splice(0)) c();
+  dir.remove();
+});
+
+/** A Node REP peer that records what it receives and answers `reply` (after `delayMs`). */
+async function repPeer(opts: { reply?: string; delayMs?: number; addr?: string } = {}): Promise<{ addr: string; received: string[]; close(): void }> {
+  const sock = new Reply({ linger: 0 });
+  await sock.bind(opts.addr ?? "tcp://127.0.0.1:*");
+  const received: string[] = [];
+  void (async () => {
+    try {
+      for await (const [msg] of sock) {
+        received.push(msg?.toString("utf8") ?? "");
+        if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
+        await sock.send(opts.reply ?? "ack");
+      }
+    } catch {
+      // closed
+    }
+  })();
+  const close = (): void => {
+    if (!sock.closed) sock.close();
+  };
+  cleanups.push(close);
+  return { addr: sock.lastEndpoint as string, received, close };
+}
+
+function runner(o: Omit<ConstructorParameters<typeof PyRunner>[0], "ipcDir">): PyRunner {
+  const r = new PyRunner({ ipcDir: dir.path, register: false, ...o });
+  cleanups.push(() => r.kill());
+  return r;
+}
+
+describe("sendToRunner with a Node REP peer", () => {
+  it("delivers one string, intact, over tcp and ipc", async () => {
+    const payload = JSON.stringify({ reward: 0.5, is_success: true, metadata: { task_id: "t1", note: "ünïcödé ✓", big: "x".repeat(1 << 20) }, log_metrics: {} });
+    for (const addr of ["tcp://127.0.0.1:*", `ipc://${dir.path}/peer.sock`]) {
+      const peer = await repPeer({ addr });
+      const out = await sendToRunner(peer.addr, payload, { timeoutMs: 2000, attempts: 1 });
+      expect(out).toMatchObject({ ok: true, attempts: 1, interrupted: false });
+      expect(peer.received).toEqual([payload]);
+    }
+  });
+
+  it("reports a runner that is not there after its attempts, each on a fresh socket", async () => {
+    const peer = await repPeer();
+    peer.close(); // the port is now free: nobody listens
+    const retries: string[] = [];
+    const t0 = Date.now();
+    const out = await sendToRunner(peer.addr, "{}", { timeoutMs: 150, attempts: 3, onRetry: (n, why) => retries.push(`${n}: ${why}`) });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(450);
+    expect(out.ok).toBe(false);
+    expect(out.attempts).toBe(3);
+    expect(out.detail).toBe(
+      `runner at ${peer.addr} did not ack in 3 attempts of 0.15 s each (no ack within 0.15 s); it is gone, or it already took this message and stopped listening`,
+    );
+    expect(retries).toEqual(["2: no ack within 0.15 s", "3: no ack within 0.15 s"]);
+  });
+
+  it("reaches a runner that binds late, on a retry", async () => {
+    const probe = await repPeer();
+    const addr = probe.addr;
+    probe.close();
+    const sending = sendToRunner(addr, "late", { timeoutMs: 300, attempts: 5 });
+    await new Promise((r) => setTimeout(r, 350));
+    const peer = await repPeer({ addr });
+    const out = await sending;
+    expect(out.ok).toBe(true);
+    expect(out.attempts).toBeGreaterThan(1);
+    expect(peer.received).toEqual(["late"]); // the timed-out attempts' copies died with their sockets
+  });
+
+  it("refuses addresses that are not ZeroMQ endpoints, and fails fast on ones zmq cannot parse", async () => {
+    expect(await sendToRunner("http://127.0.0.1:1", "{}", { timeoutMs: 100, attempts: 3 })).toEqual({
+      ok: false,
+      detail: '"http://127.0.0.1:1" is not a ZeroMQ address (expected tcp://host:port or ipc:///path)',
+      attempts: 0,
+      interrupted: false,
+    });
+    const bad = await sendToRunner("tcp://no-port-here", "{}", { timeoutMs: 100, attempts: 3 });
+    expect(bad).toMatchObject({ ok: false, attempts: 1 });
+    expect(bad.detail).toMatch(/^cannot connect to tcp:\/\/no-port-here: /);
+  });
+
+  it("does not take a reply other than ack for an ack", async () => {
+    const peer = await repPeer({ reply: "nope" });
+    const out = await sendToRunner(peer.addr, "{}", { timeoutMs: 1000, attempts: 3 });
+    expect(out).toMatchObject({ ok: false, attempts: 1 });
+    expect(out.detail).toMatch(/answered "nope" instead of "ack": is an AgentJet runner listening there\?/);
+  });
+
+  it("stops promptly when the agent shuts down, without claiming a result", async () => {
+    const peer = await repPeer();
+    peer.close();
+    const stop = new AbortController();
+    setTimeout(() => stop.abort(), 100);
+    const t0 = Date.now();
+    const out = await sendToRunner(peer.addr, "{}", { timeoutMs: 10_000, attempts: 3, signal: stop.signal });
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(out).toMatchObject({ ok: false, interrupted: true });
+  });
+});
+
+describe("sendToRunner with AgentJet's runner protocol in Python (pyzmq)", () => {
+  it("delivers a result: the runner acks once and stops listening, so a second delivery times out instead of hanging", async () => {
+    const r = runner({ episodes: ["ep-1"] });
+    await r.waitFor("listening", "ep-1");
+    const output = { reward: 1, is_success: true, metadata: { task_id: "task-7" }, log_metrics: { turns: 3 } };
+    const first = await sendToRunner(r.addr("ep-1"), JSON.stringify(output), { timeoutMs: 5000, attempts: 1 });
+    expect(first.ok).toBe(true);
+    expect((await r.waitFor("result", "ep-1")).payload).toEqual(output);
+    await r.waitFor("closed", "ep-1");
+
+    const again = await sendToRunner(r.addr("ep-1"), JSON.stringify(output), { timeoutMs: 200, attempts: 2 });
+    expect(again.ok).toBe(false);
+    expect(again.detail).toMatch(/did not ack in 2 attempts .* already took this message and stopped listening/);
+    expect(r.of("result", "ep-1")).toHaveLength(1);
+  });
+
+  it("resets the context tracker and keeps listening, over tcp", async () => {
+    const r = runner({ episodes: ["ep-2"], tcp: true });
+    await r.waitFor("listening", "ep-2");
+    const addr = r.addr("ep-2");
+    expect(addr).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    expect((await sendToRunner(addr, RESET_CONTEXT_TRACKER, { timeoutMs: 5000, attempts: 1 })).ok).toBe(true);
+    expect((await sendToRunner(addr, RESET_CONTEXT_TRACKER, { timeoutMs: 5000, attempts: 1 })).ok).toBe(true); // a redelivered reset is harmless
+    expect(r.of("reset", "ep-2")).toHaveLength(2);
+    expect((await sendToRunner(addr, JSON.stringify({ reward: 0 }), { timeoutMs: 5000, attempts: 1 })).ok).toBe(true);
+    expect((await r.waitFor("result", "ep-2")).payload).toEqual({ reward: 0 });
+  });
+
+  it("waits for a runner that acks slowly, within the deadline", async () => {
+    const r = runner({ episodes: ["ep-3"], ackDelay: 0.4 });
+    await r.waitFor("listening", "ep-3");
+    const out = await sendToRunner(r.addr("ep-3"), JSON.stringify({ reward: 1 }), { timeoutMs: 3000, attempts: 1 });
+    expect(out.ok).toBe(true);
+  });
+});

@@ -1,0 +1,207 @@
+/** Trainer supervision against real child processes (sh scripts in fixtures/). */
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { realClock } from "../src/clock";
+import { TrainerLog } from "../src/trainer-log";
+import { TrainerSupervisor, type TrainerExit, type TrainerOptions } from "../src/trainer";
+import { MemoryLogger } from "./support/logger";
+import { tempDir } from "./support/temp";
+import { processAlive, processGroupOf, waitUntil } from "./support/wait";
+
+const FIXTURES = join(import.meta.dirname, "fixtures");
+const script = (name: string): string[] => ["sh", join(FIXTURES, name), "{config}"];
+
+let dir: ReturnType<typeof tempDir>;
+let logger: MemoryLogger;
+let exits: TrainerExit[];
+const supervisors: TrainerSupervisor[] = [];
+
+function supervisor(over: Partial<TrainerOptions> = {}): TrainerSupervisor {
+  const s = new TrainerSupervisor({
+    command: script("trainer-graceful.sh"),
+    cwd: null,
+    stateDir: join(dir.path, "state"),
+    log: new TrainerLog(join(dir.path, "logs"), 1 << 20, 3),
+    graceMs: 5000,
+    placeholders: { facade_url: "http://127.0.0.1:10086", facade_port: "10086", engine: "e1" },
+    env: { ROLLOUT_FACADE_URL: "http://127.0.0.1:10086", AJET_DAT_INTERCHANGE_PORT: "10086" },
+    logger,
+    clock: realClock,
+    onUnexpectedExit: (e) => exits.push(e),
+    ...over,
+  });
+  supervisors.push(s);
+  return s;
+}
+
+const logText = (): string => readFileSync(join(dir.path, "logs", "trainer.log"), "utf8");
+
+beforeEach(() => {
+  dir = tempDir();
+  logger = new MemoryLogger();
+  exits = [];
+});
+
+afterEach(async () => {
+  for (const s of supervisors.splice(0)) {
+    const pid = s.status().pid;
+    if (pid !== null) await s.stop("test cleanup").catch(() => {});
+    s.close();
+  }
+  dir.remove();
+});
+
+describe("TrainerSupervisor", () => {
+  it("writes the synced YAML, starts the trainer in its own process group and stops the whole group with SIGTERM", async () => {
+    const s = supervisor();
+    const started = await s.start("ajet:\n  backbone: verl\n", 7);
+    expect(started.ok, started.detail).toBe(true);
+    const { pid, state } = s.status();
+    expect(state).toBe("running");
+    expect(readFileSync(join(dir.path, "state", "train-config.yaml"), "utf8")).toBe("ajet:\n  backbone: verl\n");
+    expect(JSON.parse(readFileSync(join(dir.path, "state", "trainer.json"), "utf8"))).toMatchObject({ pid, seq: 7 });
+
+    const helper = Number((await waitUntil(() => /helper pid (\d+)/.exec(logText()), "the trainer's helper to start"))[1]);
+    expect(logText()).toContain(`config=${join(dir.path, "state", "train-config.yaml")} facade=http://127.0.0.1:10086 port=10086`);
+    expect(logText()).toContain("yaml: ajet:");
+    expect(processGroupOf(pid as number)).toBe(pid); // leader of its own group
+    expect(processGroupOf(helper)).toBe(pid);
+
+    const stopped = await s.stop("engine stopped");
+    expect(stopped).toMatchObject({ ok: true, exit_code: 0 });
+    expect(stopped.detail).toMatch(/stopped: exited with code 0 after SIGTERM/);
+    expect(processAlive(pid as number)).toBe(false);
+    expect(processAlive(helper)).toBe(false);
+    expect(logText()).toContain("got SIGTERM, exiting");
+    expect(s.status()).toEqual({ state: "idle", pid: null, started_at: null });
+    expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
+    expect(exits).toEqual([]); // a requested stop is not an unexpected exit
+  });
+
+  it("kills a trainer that ignores SIGTERM with SIGKILL after the grace period", async () => {
+    const s = supervisor({ command: script("trainer-ignores-sigterm.sh"), graceMs: 300 });
+    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    const pid = s.status().pid as number;
+    await waitUntil(() => logText().includes("ignoring SIGTERM"), "the trap to be set");
+    const t0 = Date.now();
+    const stopped = await s.stop("engine stopped");
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(300);
+    expect(stopped.detail).toBe(`trainer pid ${pid} ignored SIGTERM for 0.3 s and was killed with SIGKILL`);
+    expect(stopped.signal).toBe("SIGKILL");
+    expect(processAlive(pid)).toBe(false);
+    expect(logger.has(/still running 0.3 s after SIGTERM: sending SIGKILL/)).toBe(true);
+  });
+
+  it("reports a trainer that exits on its own, with its exit code and last lines", async () => {
+    const s = supervisor({ command: script("trainer-exits-3.sh") });
+    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    const exit = await waitUntil(() => exits[0], "the unexpected exit report");
+    expect(exit.exit_code).toBe(3);
+    expect(exit.signal).toBeNull();
+    expect(exit.log_tail).toMatch(/loading model\nstep 1 loss 0.9\nCUDA out of memory$/);
+    expect(exit.detail).toMatch(/exited with code 3 without a stop command/);
+    expect(s.status().state).toBe("exited");
+    // Once it has exited, a new start is allowed.
+    expect((await s.start("x: 2", 2)).ok).toBe(true);
+    await waitUntil(() => exits[1], "the second run's exit");
+  });
+
+  it("refuses a command that does not exist, in plain words", async () => {
+    const s = supervisor({ command: ["definitely-not-a-trainer-xyz", "--conf", "{config}"] });
+    const r = await s.start("x: 1", 1);
+    expect(r).toEqual({ ok: false, detail: 'trainer command not found: "definitely-not-a-trainer-xyz" (check trainerCommand and PATH)' });
+    expect(s.status().state).toBe("idle");
+    expect(logger.has(/error trainer command not found/)).toBe(true);
+  });
+
+  it("refuses to run without a command, in a missing directory, or with a non-executable file", async () => {
+    expect((await supervisor({ command: null }).start("x", 1)).detail).toMatch(/no trainer command configured/);
+    expect((await supervisor({ cwd: join(dir.path, "nope") }).start("x", 1)).detail).toMatch(/working directory .*nope does not exist/);
+    const notExec = join(dir.path, "not-executable");
+    writeFileSync(notExec, "#!/bin/sh\n");
+    expect((await supervisor({ command: [notExec] }).start("x", 1)).detail).toMatch(/is not executable/);
+  });
+
+  it("runs one trainer at a time: a second start is refused, a redelivered start is harmless", async () => {
+    const s = supervisor();
+    expect((await s.start("a: 1", 5)).ok).toBe(true);
+    const pid = s.status().pid;
+    expect(await s.start("a: 1", 5)).toEqual({ ok: true, detail: `trainer already running (pid ${pid}), started by this same command` });
+    const second = await s.start("b: 2", 6);
+    expect(second.ok).toBe(false);
+    expect(second.detail).toMatch(new RegExp(`a trainer is already running on this agent \\(pid ${pid}, started .*\\); stop it before starting another`));
+    expect(s.status().pid).toBe(pid);
+  });
+
+  it("treats a stop with no trainer as done, and concurrent stops as one", async () => {
+    const s = supervisor();
+    expect(await s.stop("x")).toMatchObject({ ok: true, detail: "no trainer was running" });
+    await s.start("a: 1", 1);
+    const [a, b] = await Promise.all([s.stop("one"), s.stop("two")]);
+    expect(a).toEqual(b);
+    expect(logger.lines.filter((l) => l.includes("SIGTERM to its process group"))).toHaveLength(1);
+  });
+
+  it("adopts a trainer left running by a previous agent and can still stop it", async () => {
+    const first = supervisor();
+    await first.start("a: 1", 3);
+    const pid = first.status().pid as number;
+    first.close(); // the old agent is gone; its child keeps running
+
+    const second = supervisor();
+    second.adopt();
+    expect(second.status()).toMatchObject({ state: "running", pid });
+    expect(logger.has(new RegExp(`adopting trainer pid ${pid}`))).toBe(true);
+    expect((await second.start("a: 1", 3)).ok).toBe(true); // the same start, redelivered
+    const stopped = await second.stop("engine stopped");
+    expect(stopped.ok).toBe(true);
+    expect(processAlive(pid)).toBe(false);
+  });
+
+  it("notices when an adopted trainer dies, and when it died while no agent was running", async () => {
+    const first = supervisor();
+    await first.start("a: 1", 3);
+    const pid = first.status().pid as number;
+    first.close();
+    const second = supervisor();
+    second.adopt();
+    process.kill(-pid, "SIGKILL");
+    const exit = await waitUntil(() => exits[0], "the adopted trainer's exit report");
+    expect(exit).toMatchObject({ exit_code: null, signal: null });
+    expect(exit.detail).toMatch(/exited \(status unknown: adopted from a previous agent\)/);
+
+    // A pid file whose trainer is gone: reported at once on adoption.
+    writeFileSync(join(dir.path, "state", "trainer.json"), JSON.stringify({ pid, started_at: Date.now(), seq: 3 }));
+    exits.length = 0;
+    supervisor().adopt();
+    expect(exits[0]?.detail).toBe(`the trainer (pid ${pid}) exited while the agent was not running; its exit status is unknown`);
+    expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
+  });
+});
+
+describe("TrainerLog", () => {
+  it("rotates by copy-and-truncate and keeps a bounded number of files", () => {
+    const log = new TrainerLog(dir.path, 100, 2);
+    const write = (text: string): void => writeFileSync(log.path, text, { flag: "a" });
+    write("a".repeat(150) + "\n");
+    expect(log.rotateIfNeeded()).toBe(true);
+    expect(readFileSync(log.path, "utf8")).toBe("");
+    write("b".repeat(150) + "\n");
+    log.rotateIfNeeded();
+    write("c".repeat(150) + "\n");
+    log.rotateIfNeeded();
+    expect(readFileSync(`${log.path}.1`, "utf8")[0]).toBe("c");
+    expect(readFileSync(`${log.path}.2`, "utf8")[0]).toBe("b");
+    expect(existsSync(`${log.path}.3`)).toBe(false);
+    expect(log.rotateIfNeeded()).toBe(false);
+  });
+
+  it("tails the last lines, dropping a partial first line", () => {
+    const log = new TrainerLog(dir.path, 1 << 20, 2);
+    writeFileSync(log.path, Array.from({ length: 100 }, (_, i) => `line ${i}`).join("\n") + "\n");
+    expect(log.tail(3)).toBe("line 97\nline 98\nline 99");
+    expect(log.tail(100, 20)).toBe("line 98\nline 99");
+    expect(new TrainerLog(join(dir.path, "none"), 1, 1).tail()).toBe("");
+  });
+});
