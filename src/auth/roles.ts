@@ -12,8 +12,8 @@ export const VIEWER_OPS = [
   "get_reward_history",
   "get_overview",
 ] as const;
-export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode"] as const;
-export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine"] as const;
+export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode", "post_steps"] as const;
+export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine", "configure_buffer"] as const;
 export const TRAINER_OPS = [
   "register_episode",
   "update_engine_status",
@@ -23,6 +23,9 @@ export const TRAINER_OPS = [
   "agent_ack",
   "agent_heartbeat",
   "agent_trainer_exit",
+  "post_steps",
+  "get_rollout_data",
+  "start_rollout",
 ] as const;
 
 export type EngineOp =

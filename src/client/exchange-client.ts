@@ -26,6 +26,15 @@ import {
   HeartbeatResponse,
   RunningEpisodesResponse,
   TrainerExitRequest,
+  BufferConfig,
+  GetRolloutDataRequest,
+  GetRolloutDataResponse,
+  HealthResponse,
+  PostStepsRequest,
+  PostStepsResponse,
+  StartRolloutRequest,
+  StartRolloutResponse,
+  UpdateBufferConfigRequest,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
 
@@ -99,5 +108,11 @@ export class EngineClient {
   batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);
   batchRegisterEpisodes = (req: In<typeof BatchRegisterEpisodeRequest>) => this.post("/batch/register_episode", BatchBoolResponse, req);
   overview = () => this.get("/overview", EngineOverview);
+
+  postSteps = (req: In<typeof PostStepsRequest>) => this.post("/steps", PostStepsResponse, req);
+  getRolloutData = (req: In<typeof GetRolloutDataRequest> = {}) => this.post("/get_rollout_data", GetRolloutDataResponse, req);
+  startRollout = (req: In<typeof StartRolloutRequest> = {}) => this.post("/start_rollout", StartRolloutResponse, req);
+  configureBuffer = (req: In<typeof UpdateBufferConfigRequest>) => this.post("/buffer/config", BufferConfig, req);
+  health = () => this.get("/health", HealthResponse);
   runningEpisodes = (q: { limit?: number; cursor?: string } = {}) => this.get(`/running_episodes${queryString(q)}`, RunningEpisodesResponse);
 }

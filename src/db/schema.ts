@@ -61,3 +61,45 @@ export const rewardHistory = sqliteTable(
   },
   (t) => [primaryKey({ columns: [t.engine, t.seq] })],
 );
+
+/** Every step row a rollout worker posted (or an AgentJet trajectory joined by task_id). */
+export const bufferSteps = sqliteTable(
+  "buffer_steps",
+  {
+    engine: text("engine").notNull(),
+    uid: text("uid").notNull(),
+    sessionId: text("session_id").notNull(),
+    stepIndex: integer("step_index").notNull(),
+    groupId: text("group_id").notNull(),
+    reward: real("reward").notNull(),
+    truncated: integer("truncated", { mode: "boolean" }).notNull(),
+    isSessionCompleted: integer("is_session_completed", { mode: "boolean" }).notNull(),
+    weightVersion: integer("weight_version").notNull(),
+    messages: text("messages").notNull(),
+    response: text("response").notNull(),
+    extra: text("extra").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.engine, t.sessionId, t.stepIndex] }), index("buffer_steps_group_idx").on(t.engine, t.groupId)],
+);
+
+/** What became of each group: delivered (with its pull cursor), dropped, or delivered flagged stale. */
+export const bufferGroups = sqliteTable(
+  "buffer_groups",
+  {
+    engine: text("engine").notNull(),
+    /** The engine's own sequence number for the outcome, so a retried write is idempotent. */
+    seq: integer("seq").notNull(),
+    groupId: text("group_id").notNull(),
+    outcome: text("outcome", { enum: ["delivered", "dropped"] }).notNull(),
+    reason: text("reason").notNull(),
+    stale: integer("stale", { mode: "boolean" }).notNull(),
+    sessions: integer("sessions").notNull(),
+    steps: integer("steps").notNull(),
+    avgReward: real("avg_reward"),
+    minWeightVersion: integer("min_weight_version"),
+    pullCursor: integer("pull_cursor"),
+    decidedAt: integer("decided_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.engine, t.seq] }), index("buffer_groups_group_idx").on(t.engine, t.groupId)],
+);

@@ -40,6 +40,8 @@ import { fail, ok, type Failure, type Reply } from "./reply";
 import { ENGINE_DDL } from "./schema";
 import { CommandQueue } from "./command-queue";
 import { Outbox, type OutboxItem } from "./outbox";
+import { RolloutBuffer } from "./rollout-buffer";
+import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
 import {
   EMPTY_ACCUMULATOR,
   NO_EPISODES_CAUSE,
@@ -115,6 +117,7 @@ export class EngineObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private readonly commands: CommandQueue;
   private readonly outbox: Outbox;
+  private readonly buffer: RolloutBuffer;
   private meta: Meta;
   private tokens = new Map<string, Role>();
   /** When the alarm is set for, as far as this instance knows; undefined until read. */
@@ -128,6 +131,14 @@ export class EngineObject extends DurableObject<Env> {
     this.sql.exec(ENGINE_DDL);
     this.commands = new CommandQueue(this.sql);
     this.outbox = new Outbox(this.sql);
+    this.buffer = new RolloutBuffer(this.sql, {
+      engine: () => this.meta.name ?? "",
+      now: () => this.now(),
+      getKv: (k) => this.getKv(k),
+      setKv: (k, v) => this.setKv(k, v),
+      outbox: (item) => this.addOutbox(item),
+      enqueue: (body) => this.enqueue(body),
+    });
     this.meta = this.loadMeta();
     for (const r of this.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
     void ctx.blockConcurrencyWhile(async () => {
@@ -340,6 +351,7 @@ export class EngineObject extends DurableObject<Env> {
           },
         });
         if (ep.episode_type === "train") {
+          if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
           this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
           const values = rewardValues(req.workflow_output.reward);
           if (values.length > 0) this.saveMeta({ ...this.meta, acc: accumulate(this.meta.acc, values) });
@@ -565,6 +577,59 @@ export class EngineObject extends DurableObject<Env> {
     });
   }
 
+  // ---------------------------------------------------------------- rollout buffer
+
+  async postSteps(caller: Caller, steps: StepRow[]): Promise<Reply<PostStepsResponse>> {
+    return this.guarded<PostStepsResponse>(caller, "post_steps", () => {
+      const refused = this.buffer.check(steps);
+      if (refused !== null) return refused;
+      const result = this.tx(() => this.buffer.ingest(steps));
+      this.afterBufferChange();
+      return ok(result);
+    });
+  }
+
+  async getRolloutData(caller: Caller, req: GetRolloutDataRequest): Promise<Reply<GetRolloutDataResponse>> {
+    return this.guarded<GetRolloutDataResponse>(caller, "get_rollout_data", () => {
+      if (req.cursor !== undefined) return this.buffer.reread(req.cursor);
+      const result = this.tx(() => this.buffer.pull(req.max_groups ? req.max_groups : null, this.meta.weightVersion));
+      this.afterBufferChange();
+      return ok(result);
+    });
+  }
+
+  async startRollout(caller: Caller, req: StartRolloutRequest): Promise<Reply<{ success: true; message: string; job_session: string; group_size: number }>> {
+    return this.guarded(caller, "start_rollout", () => {
+      const jobSession = req.job_session ?? crypto.randomUUID().replace(/-/g, "");
+      this.tx(() => {
+        this.buffer.startRollout(req.num_repeat_per_sample, req.restart_training);
+        this.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: req.restart_training });
+      });
+      this.afterBufferChange();
+      return ok({ success: true as const, message: "Rollout started", job_session: jobSession, group_size: req.num_repeat_per_sample });
+    });
+  }
+
+  async configureBuffer(caller: Caller, patch: Partial<BufferConfig>): Promise<Reply<BufferConfig>> {
+    return this.guarded(caller, "configure_buffer", () => {
+      const config = this.tx(() => this.buffer.configure(patch));
+      this.afterBufferChange();
+      return ok(config);
+    });
+  }
+
+  async health(caller: Caller) {
+    return this.guarded(caller, "get_overview", () => {
+      const agent = this.agentStatus();
+      return ok({
+        status: "healthy" as const,
+        engine_status: this.meta.status,
+        buffer: { ...this.buffer.stats(), config: this.buffer.config() },
+        agent: { connected: agent.connected, host: agent.host, last_seen: agent.last_seen },
+      });
+    });
+  }
+
   // ---------------------------------------------------------------- alarm
 
   override async alarm(): Promise<void> {
@@ -575,6 +640,7 @@ export class EngineObject extends DurableObject<Env> {
         .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
         .toArray();
       for (const ep of expired) this.releaseClaim(ep, "requeue");
+      this.buffer.dropExpired(now);
     });
     this.wakePollers();
     await this.flushOutbox(now);
@@ -724,6 +790,31 @@ export class EngineObject extends DurableObject<Env> {
     }
   }
 
+  /** An AgentJet trajectory joins the buffer's group for its task, as one completed single-step session. */
+  private joinBuffer(ep: EpisodeRow, taskId: string, output: EndEpisodeRequest["workflow_output"]): void {
+    const row: StepRow = {
+      session_id: `${ep.episode_uuid}#${ep.fence}`,
+      group_id: taskId,
+      step_index: 0,
+      messages: [],
+      response: "",
+      reward: scalarReward(output.reward) ?? 0,
+      truncated: false,
+      is_session_completed: true,
+      weight_version: this.meta.weightVersion ?? 0,
+      source: "agentjet",
+      client_uuid: ep.client_uuid,
+      is_success: output.is_success,
+      metadata: output.metadata,
+    };
+    if (this.buffer.check([row]) === null) this.buffer.ingest([row]);
+  }
+
+  private afterBufferChange(): void {
+    this.afterEnqueue();
+    this.armBy(this.buffer.nextExpiry());
+  }
+
   private finalizeStep(step: number, acc: RewardAccumulator): RewardAccumulator {
     if (acc.n === 0) return acc;
     const s = summarize(acc);
@@ -835,7 +926,9 @@ export class EngineObject extends DurableObject<Env> {
   /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery or outbox retry. */
   private rearm(now: number): void {
     const lease = this.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;
-    const candidates = [lease, this.commands.nextRedelivery(now), this.outbox.nextDue()].filter((t): t is number => t !== null);
+    const candidates = [lease, this.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry()].filter(
+      (t): t is number => t !== null,
+    );
     if (candidates.length === 0) {
       this.armedAt = null;
       void this.ctx.storage.deleteAlarm();

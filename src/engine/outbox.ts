@@ -4,17 +4,20 @@
  * so a D1 hiccup neither loses a record nor fails the request that produced it.
  */
 import { drizzle } from "drizzle-orm/d1";
-import { rewardHistory, trajectories } from "../db/schema";
+import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
 import { backoffMs } from "./rules";
 
-export type TrajectoryRecord = typeof trajectories.$inferInsert;
-export type RewardRecord = typeof rewardHistory.$inferInsert;
-export type OutboxItem = { kind: "trajectory"; row: TrajectoryRecord } | { kind: "reward"; row: RewardRecord };
+/** Each kind of record and the D1 table it goes to. */
+const TABLES = { trajectory: trajectories, reward: rewardHistory, buffer_step: bufferSteps, buffer_group: bufferGroups } as const;
+type Tables = typeof TABLES;
+export type OutboxItem = { [K in keyof Tables]: { kind: K; row: Tables[K]["$inferInsert"] } }[keyof Tables];
 
 type OutboxRow = { id: number; kind: string; payload: string; attempts: number };
 
 /** Rows written in one D1 batch: bounded so a long outage does not make one giant request. */
 const FLUSH_BATCH = 100;
+/** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
+const FLUSH_ROUNDS = 20;
 
 export class Outbox {
   constructor(private readonly sql: SqlStorage) {}
@@ -31,18 +34,29 @@ export class Outbox {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM outbox").one().n;
   }
 
-  /** Writes due rows to D1; returns how many were written, or the error that kept them back. */
+  /** Writes due rows to D1 in batches; returns how many were written, or the error that stopped it. */
   async flush(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
+    let written = 0;
+    for (let round = 0; round < FLUSH_ROUNDS; round++) {
+      const r = await this.flushBatch(db, now);
+      written += r.written;
+      if (r.error !== null) return { written, error: r.error };
+      if (r.written < FLUSH_BATCH) break;
+    }
+    return { written, error: null };
+  }
+
+  private async flushBatch(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
     const rows = this.sql
       .exec<OutboxRow>("SELECT id, kind, payload, attempts FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?", now, FLUSH_BATCH)
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
     const d1 = drizzle(db);
-    const statements = rows.map((r) =>
-      r.kind === "trajectory"
-        ? d1.insert(trajectories).values(JSON.parse(r.payload) as TrajectoryRecord).onConflictDoNothing()
-        : d1.insert(rewardHistory).values(JSON.parse(r.payload) as RewardRecord).onConflictDoNothing(),
-    );
+    const statements = rows.map((r) => {
+      const table = TABLES[r.kind as keyof Tables];
+      // The payload was written from an OutboxItem of this kind, so it fits the table.
+      return d1.insert(table).values(JSON.parse(r.payload) as never).onConflictDoNothing();
+    });
     try {
       await d1.batch(statements as [(typeof statements)[number], ...(typeof statements)[number][]]);
     } catch (e) {

@@ -41,6 +41,18 @@ import {
   TrainerExitRequest,
 } from "../protocol/agent";
 
+import {
+  BufferConfig,
+  GetRolloutDataRequest,
+  GetRolloutDataResponse,
+  HealthResponse,
+  PostStepsRequest,
+  PostStepsResponse,
+  StartRolloutRequest,
+  StartRolloutResponse,
+  UpdateBufferConfigRequest,
+} from "../protocol/buffer";
+
 export type Stub = DurableObjectStub<EngineObject>;
 export type EngineVars = { stub: Stub; caller: Caller };
 export type EngineContext = Context<{ Bindings: Env; Variables: EngineVars }>;
@@ -150,6 +162,27 @@ export const ENGINE_API: RouteSpec[] = [
     response: RunningEpisodesResponse,
     call: (s, who, q) => s.runningEpisodes(who, q as z.output<typeof RunningEpisodesQuery>),
   },
+
+  // The rollout buffer (slime / AIEvoBox contract)
+  post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
+    s.postSteps(who, b.steps),
+  ),
+  post(
+    "/get_rollout_data",
+    "get_rollout_data",
+    "Pull ready groups (each handed out once), or re-read an earlier pull by its cursor.",
+    GetRolloutDataRequest,
+    GetRolloutDataResponse,
+    (s, who, b) => s.getRolloutData(who, b),
+    {},
+  ),
+  post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
+    s.startRollout(who, b),
+  ),
+  post("/buffer/config", "configure_buffer", "Change the buffer's group size, TTL, staleness limit and policy, or row size limit.", UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
+    s.configureBuffer(who, b),
+  ),
+  get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),
 
   // The local-agent's channel
   {

@@ -21,7 +21,22 @@ export const ResetCommand = z.object({
   zmq_listen_result_addr: z.string(),
 });
 
-export const CommandBody = z.discriminatedUnion("kind", [StartCommand, StopCommand, DeliverCommand, ResetCommand]);
+/** Launch the configured rollout workers (the slime / AIEvoBox path). */
+export const StartRolloutCommand = z.object({
+  kind: z.literal("start_rollout"),
+  group_size: z.number().int(),
+  job_session: z.string(),
+  restart_training: z.boolean(),
+});
+/** Ask the inference upstream to forget sessions whose group was dropped. */
+export const ClearSessionsCommand = z.object({
+  kind: z.literal("clear_sessions"),
+  session_ids: z.array(z.string()),
+  group_ids: z.array(z.string()),
+  reason: z.enum(["incomplete_group_ttl", "late_rows_from_dropped_groups", "stale_group", "incomplete_sessions_of_delivered_group", "restart_training"]),
+});
+
+export const CommandBody = z.discriminatedUnion("kind", [StartCommand, StopCommand, DeliverCommand, ResetCommand, StartRolloutCommand, ClearSessionsCommand]);
 export type CommandBody = z.infer<typeof CommandBody>;
 export type CommandKind = CommandBody["kind"];
 

@@ -3,3 +3,4 @@ export * from "./swarm";
 export * from "./commands";
 export * from "./admin";
 export * from "./agent";
+export * from "./buffer";

@@ -1,0 +1,85 @@
+/**
+ * Turning stored step rows into the items a slime-style trainer reads, as plain functions:
+ * the assistant's response appended to the prompt, the session's terminal reward propagated
+ * to every step (the original kept as step_reward), and the pull's meta_info.
+ */
+import type { RolloutItem } from "../protocol/buffer";
+
+export type StoredStep = {
+  pk: number;
+  uid: string;
+  session_id: string;
+  step_index: number;
+  group_id: string;
+  messages: string;
+  response: string;
+  reward: number;
+  truncated: number;
+  is_session_completed: number;
+  weight_version: number;
+  extra: string;
+  created_at: number;
+};
+
+/** Keys of extra_info that the buffer sets itself; a worker's free-form fields cannot override them. */
+const RESERVED = new Set([
+  "timestamp",
+  "steps",
+  "finish_reason",
+  "session_id",
+  "group_id",
+  "weight_version",
+  "truncated",
+  "step_pk",
+  "is_session_completed",
+  "step_reward",
+  "terminal_reward",
+  "stale",
+]);
+
+export function toItem(step: StoredStep, terminalReward: number | null, stale: boolean): RolloutItem {
+  const extra = JSON.parse(step.extra) as Record<string, unknown>;
+  const free = Object.fromEntries(Object.entries(extra).filter(([k]) => !RESERVED.has(k)));
+  const messages = [...(JSON.parse(step.messages) as Record<string, unknown>[]), { role: "assistant", content: step.response }];
+  return {
+    uid: step.uid,
+    instance_id: step.group_id,
+    messages,
+    reward: terminalReward ?? step.reward,
+    extra_info: {
+      env_id: "",
+      ...free,
+      timestamp: step.created_at / 1000,
+      steps: step.step_index,
+      // As in the seed: finish_reason only marks truncation for the trainer.
+      finish_reason: step.truncated ? "length" : "stop",
+      session_id: step.session_id,
+      group_id: step.group_id,
+      weight_version: step.weight_version,
+      truncated: step.truncated === 1,
+      step_pk: step.pk,
+      is_session_completed: step.is_session_completed === 1,
+      ...(terminalReward !== null ? { step_reward: step.reward, terminal_reward: terminalReward } : {}),
+      stale,
+    },
+  };
+}
+
+export function metaInfo(items: RolloutItem[], groups: string[], cursor: number | null, staleGroups: string[]) {
+  const rewards = items.map((i) => i.reward);
+  const versions = items.map((i) => Number(i.extra_info["weight_version"] ?? 0));
+  return {
+    total_samples: items.length,
+    avg_reward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
+    finished_groups: [...groups].sort(),
+    avg_weight_version: versions.length ? versions.reduce((a, b) => a + b, 0) / versions.length : 0,
+    max_weight_version: versions.length ? Math.max(...versions) : 0,
+    cursor,
+    stale_groups: [...staleGroups].sort(),
+  };
+}
+
+/** Whether a group whose oldest step has `minVersion` lags the trainer's `current` too far. */
+export function isStale(minVersion: number | null, current: number | null, maxStaleness: number | null): boolean {
+  return maxStaleness !== null && current !== null && minVersion !== null && current - minVersion > maxStaleness;
+}

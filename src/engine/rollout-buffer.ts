@@ -1,0 +1,440 @@
+/**
+ * The rollout buffer inside an engine: step rows grouped by group_id until group_size sessions
+ * have completed, then handed to the trainer whole, once. Runs inside the engine's transactions;
+ * every query is an index probe or walks only the rows it returns, so the cost of a pull does
+ * not grow with the number of pending groups.
+ */
+import type { BufferConfig, BufferStats, GetRolloutDataResponse, PostStepsResponse, StepRow } from "../protocol/buffer";
+import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
+import type { CommandBody } from "../protocol/commands";
+import { isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
+import type { OutboxItem } from "./outbox";
+import { fail, ok, type Reply } from "./reply";
+
+export const BUFFER_DDL = `
+CREATE TABLE IF NOT EXISTS buf_groups (
+  group_id TEXT PRIMARY KEY,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'delivered', 'dropped')),
+  completed_sessions INTEGER NOT NULL DEFAULT 0,
+  min_weight_version INTEGER,
+  last_row_at INTEGER NOT NULL,
+  ready_seq INTEGER,
+  pull_cursor INTEGER,
+  stale INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS buf_groups_ready ON buf_groups (ready_seq) WHERE state = 'ready';
+CREATE INDEX IF NOT EXISTS buf_groups_ttl ON buf_groups (last_row_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS buf_groups_pull ON buf_groups (pull_cursor) WHERE pull_cursor IS NOT NULL;
+CREATE TABLE IF NOT EXISTS buf_sessions (
+  session_id TEXT PRIMARY KEY,
+  group_id TEXT NOT NULL,
+  completed INTEGER NOT NULL DEFAULT 0,
+  terminal_reward REAL
+);
+CREATE INDEX IF NOT EXISTS buf_sessions_group ON buf_sessions (group_id);
+CREATE TABLE IF NOT EXISTS buf_steps (
+  pk INTEGER PRIMARY KEY AUTOINCREMENT,
+  uid TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  step_index INTEGER NOT NULL,
+  group_id TEXT NOT NULL,
+  messages TEXT NOT NULL,
+  response TEXT NOT NULL,
+  reward REAL NOT NULL,
+  truncated INTEGER NOT NULL,
+  is_session_completed INTEGER NOT NULL,
+  weight_version INTEGER NOT NULL,
+  extra TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  UNIQUE (session_id, step_index)
+);
+CREATE INDEX IF NOT EXISTS buf_steps_group ON buf_steps (group_id, session_id, step_index);
+CREATE TABLE IF NOT EXISTS buf_pulls (cursor INTEGER PRIMARY KEY AUTOINCREMENT, created_at INTEGER NOT NULL, group_ids TEXT NOT NULL);
+`;
+
+/** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
+export const KEPT_PULLS = 4;
+/** A pull without max_groups hands out at most this many groups. */
+export const DEFAULT_MAX_GROUPS = 1000;
+/** The TTL alarm drops at most this many groups per run, then re-arms at once. */
+const DROP_BATCH = 500;
+
+type GroupRow = { group_id: string; state: "pending" | "ready" | "delivered" | "dropped"; completed_sessions: number; min_weight_version: number | null; stale: number };
+type Counters = { delivered: number; dropped: number; stale: number; late: number; duplicates: number; nextReadySeq: number; nextOutcomeSeq: number };
+const NO_COUNTERS: Counters = { delivered: 0, dropped: 0, stale: 0, late: 0, duplicates: 0, nextReadySeq: 1, nextOutcomeSeq: 1 };
+
+export type BufferHost = {
+  engine(): string;
+  now(): number;
+  getKv<T>(k: string): T | null;
+  setKv(k: string, v: unknown): void;
+  outbox(item: OutboxItem): void;
+  enqueue(body: CommandBody): void;
+};
+
+export class RolloutBuffer {
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly host: BufferHost,
+  ) {
+    sql.exec(BUFFER_DDL);
+  }
+
+  config(): BufferConfig {
+    return { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+  }
+
+  /** Whether the buffer is in use: AgentJet trajectories join groups only then. */
+  active(): boolean {
+    return this.host.getKv<boolean>("buffer_active") === true;
+  }
+
+  /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
+  configure(patch: Partial<BufferConfig>): BufferConfig {
+    const next = { ...this.config(), ...patch };
+    this.host.setKv("buffer_config", next);
+    if (patch.group_size !== undefined) {
+      const enough = this.sql
+        .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'pending' AND completed_sessions >= ? ORDER BY last_row_at", next.group_size)
+        .toArray();
+      for (const g of enough) this.markReady(g.group_id);
+    }
+    return next;
+  }
+
+  startRollout(groupSize: number, restart: boolean): void {
+    if (restart) {
+      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready')";
+      this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${gone})`);
+      this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${gone})`);
+      // As the seed does, a restart also forgets which groups were dropped.
+      this.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
+    }
+    this.host.setKv("buffer_active", true);
+    this.configure({ group_size: groupSize });
+  }
+
+  /**
+   * Checks a batch before anything is written: sizes, and that no session changes group.
+   * Returns the failure, or null when the whole batch may be stored.
+   */
+  check(rows: StepRow[]): ReturnType<typeof fail> | null {
+    const { max_message_bytes } = this.config();
+    const groupOf = new Map<string, string>();
+    for (const [i, r] of rows.entries()) {
+      const bytes = JSON.stringify(r.messages).length + r.response.length;
+      if (bytes > max_message_bytes) {
+        return fail(413, "payload_too_large", `steps.${i}: messages and response are ${bytes} bytes; this engine takes at most ${max_message_bytes} per row`);
+      }
+      const known =
+        groupOf.get(r.session_id) ??
+        this.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_sessions WHERE session_id = ?", r.session_id).toArray()[0]?.group_id;
+      if (known !== undefined && known !== r.group_id) {
+        return fail(422, "invalid_request", `steps.${i}: session ${r.session_id} belongs to group ${known}, not ${r.group_id}`);
+      }
+      groupOf.set(r.session_id, r.group_id);
+    }
+    return null;
+  }
+
+  /** Stores a checked batch. Idempotent by (session_id, step_index). */
+  ingest(rows: StepRow[]): PostStepsResponse {
+    const now = this.host.now();
+    const { group_size } = this.config();
+    let accepted = 0;
+    let duplicates = 0;
+    let late = 0;
+    const lateSessions = new Set<string>();
+    const lateGroups = new Set<string>();
+    const ready: string[] = [];
+    for (const r of rows) {
+      const group = this.group(r.group_id);
+      if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
+        late++;
+        if (group.state === "dropped") {
+          lateSessions.add(r.session_id);
+          lateGroups.add(r.group_id);
+        }
+        continue;
+      }
+      const { session_id, group_id, step_index, messages, response, reward, truncated, is_session_completed, weight_version, ...extra } = r;
+      const uid = crypto.randomUUID();
+      const stored = this.sql
+        .exec<{ pk: number }>(
+          `INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, step_index) DO NOTHING RETURNING pk`,
+          uid,
+          session_id,
+          step_index,
+          group_id,
+          JSON.stringify(messages),
+          response,
+          reward,
+          truncated ? 1 : 0,
+          is_session_completed ? 1 : 0,
+          weight_version,
+          JSON.stringify(extra),
+          now,
+        )
+        .toArray();
+      if (stored.length === 0) {
+        duplicates++;
+        continue;
+      }
+      accepted++;
+      this.sql.exec(
+        `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at) VALUES (?, 'pending', ?, ?)
+         ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
+           min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)`,
+        group_id,
+        weight_version,
+        now,
+      );
+      this.sql.exec("INSERT INTO buf_sessions (session_id, group_id) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING", session_id, group_id);
+      if (is_session_completed) {
+        const first = this.sql
+          .exec("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING session_id", reward, session_id)
+          .toArray();
+        if (first.length > 0) {
+          const g = this.sql
+            .exec<{ completed_sessions: number; state: string }>(
+              "UPDATE buf_groups SET completed_sessions = completed_sessions + 1 WHERE group_id = ? RETURNING completed_sessions, state",
+              group_id,
+            )
+            .one();
+          if (g.state === "pending" && g.completed_sessions >= group_size) {
+            this.markReady(group_id);
+            ready.push(group_id);
+          }
+        }
+      }
+      this.host.outbox({
+        kind: "buffer_step",
+        row: {
+          engine: this.host.engine(),
+          uid,
+          sessionId: session_id,
+          stepIndex: step_index,
+          groupId: group_id,
+          reward,
+          truncated,
+          isSessionCompleted: is_session_completed,
+          weightVersion: weight_version,
+          messages: JSON.stringify(messages),
+          response,
+          extra: JSON.stringify(extra),
+          createdAt: now,
+        },
+      });
+    }
+    if (lateSessions.size > 0) {
+      this.host.enqueue({ kind: "clear_sessions", session_ids: [...lateSessions].sort(), group_ids: [...lateGroups].sort(), reason: "late_rows_from_dropped_groups" });
+    }
+    this.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
+    return { success: true, accepted, duplicates, late, groups_ready: ready };
+  }
+
+  /** Hands out ready groups, oldest first, applying the staleness policy. */
+  pull(maxGroups: number | null, weightVersion: number | null): GetRolloutDataResponse {
+    const now = this.host.now();
+    const cfg = this.config();
+    const candidates = this.sql
+      .exec<GroupRow>(
+        "SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?",
+        maxGroups ?? DEFAULT_MAX_GROUPS,
+      )
+      .toArray();
+    const deliver: string[] = [];
+    const staleGroups: string[] = [];
+    for (const g of candidates) {
+      const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
+      if (stale) this.bump((c) => ({ ...c, stale: c.stale + 1 }));
+      if (stale && cfg.staleness_policy === "drop") {
+        this.drop([g.group_id], "stale_group", now);
+        continue;
+      }
+      if (stale) staleGroups.push(g.group_id);
+      deliver.push(g.group_id);
+    }
+    if (deliver.length === 0) {
+      return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, []) } };
+    }
+    const cursor = this.sql
+      .exec<{ cursor: number }>("INSERT INTO buf_pulls (created_at, group_ids) VALUES (?, ?) RETURNING cursor", now, JSON.stringify(deliver))
+      .one().cursor;
+    const staleSet = new Set(staleGroups);
+    for (const id of deliver) {
+      this.sql.exec("UPDATE buf_groups SET state = 'delivered', pull_cursor = ?, stale = ?, ready_seq = NULL WHERE group_id = ?", cursor, staleSet.has(id) ? 1 : 0, id);
+    }
+    this.clearIncompleteSessions(deliver);
+    const items = this.items(deliver, staleSet);
+    for (const id of deliver) {
+      const own = items.filter((i) => i.instance_id === id);
+      this.recordOutcome(id, "delivered", staleSet.has(id) ? "stale_flagged" : "complete", staleSet.has(id), own.length, cursor, now);
+    }
+    this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length }));
+    this.forgetOldPulls(cursor);
+    return {
+      success: true,
+      message: `Successfully read ${items.length} items`,
+      data: { data: items, meta_info: metaInfo(items, deliver, cursor, staleGroups) },
+    };
+  }
+
+  /** The pull with this cursor again, exactly as it was handed out. */
+  reread(cursor: number): Reply<GetRolloutDataResponse> {
+    const pull = this.sql.exec<{ group_ids: string }>("SELECT group_ids FROM buf_pulls WHERE cursor = ?", cursor).toArray()[0];
+    if (!pull) return fail(404, "unknown_cursor", `Pull ${cursor} is not kept: the engine keeps the last ${KEPT_PULLS} pulls.`);
+    const groups = JSON.parse(pull.group_ids) as string[];
+    const stale = new Set(
+      groups.filter((id) => this.sql.exec<{ stale: number }>("SELECT stale FROM buf_groups WHERE group_id = ?", id).toArray()[0]?.stale === 1),
+    );
+    const items = this.items(groups, stale);
+    return ok({ success: true, message: `Successfully read ${items.length} items`, data: { data: items, meta_info: metaInfo(items, groups, cursor, [...stale]) } });
+  }
+
+  /** Drops incomplete groups that saw no row for the TTL. Returns how many were dropped. */
+  dropExpired(now: number): number {
+    const { ttl_seconds } = this.config();
+    if (ttl_seconds <= 0) return 0;
+    const expired = this.sql
+      .exec<{ group_id: string }>(
+        "SELECT group_id FROM buf_groups WHERE state = 'pending' AND last_row_at <= ? ORDER BY last_row_at LIMIT ?",
+        now - ttl_seconds * 1000,
+        DROP_BATCH,
+      )
+      .toArray()
+      .map((g) => g.group_id);
+    if (expired.length === 0) return 0;
+    this.drop(expired, "incomplete_group_ttl", now);
+    return expired.length;
+  }
+
+  /** When the oldest pending group expires, if the TTL is on. */
+  nextExpiry(): number | null {
+    const { ttl_seconds } = this.config();
+    if (ttl_seconds <= 0) return null;
+    const t = this.sql.exec<{ t: number | null }>("SELECT MIN(last_row_at) AS t FROM buf_groups WHERE state = 'pending'").one().t;
+    return t === null ? null : t + ttl_seconds * 1000;
+  }
+
+  stats(): BufferStats {
+    const count = (sql: string) => this.sql.exec<{ n: number }>(sql).one().n;
+    const c = this.counters();
+    return {
+      pending_groups: count("SELECT COUNT(*) AS n FROM buf_groups WHERE state = 'pending'"),
+      ready_groups: count("SELECT COUNT(*) AS n FROM buf_groups WHERE state = 'ready'"),
+      delivered_groups: c.delivered,
+      dropped_groups: c.dropped,
+      stale_groups: c.stale,
+      pending_steps: count("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id IN (SELECT group_id FROM buf_groups WHERE state = 'pending')"),
+      late_rows_ignored: c.late,
+      duplicate_rows: c.duplicates,
+    };
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  private group(id: string): GroupRow | null {
+    return this.sql.exec<GroupRow>("SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE group_id = ?", id).toArray()[0] ?? null;
+  }
+
+  private markReady(groupId: string): void {
+    const seq = this.bump((c) => ({ ...c, nextReadySeq: c.nextReadySeq + 1 })).nextReadySeq - 1;
+    this.sql.exec("UPDATE buf_groups SET state = 'ready', ready_seq = ? WHERE group_id = ?", seq, groupId);
+  }
+
+  /** Steps of the groups' completed sessions, ordered by session and step, terminal rewards propagated. */
+  private items(groups: string[], stale: Set<string>) {
+    return groups.flatMap((id) => {
+      const steps = this.sql
+        .exec<StoredStep & { terminal_reward: number | null }>(
+          `SELECT s.*, x.terminal_reward FROM buf_steps s JOIN buf_sessions x ON x.session_id = s.session_id
+           WHERE s.group_id = ? AND x.completed = 1 ORDER BY s.session_id, s.step_index, s.pk`,
+          id,
+        )
+        .toArray();
+      return steps.map((s) => toItem(s, s.terminal_reward, stale.has(id)));
+    });
+  }
+
+  /** Sessions that never completed are not part of a delivered group: the upstream may forget them. */
+  private clearIncompleteSessions(groups: string[]): void {
+    const sessions: string[] = [];
+    const affected: string[] = [];
+    for (const id of groups) {
+      const open = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
+      if (open.length === 0) continue;
+      affected.push(id);
+      for (const s of open) {
+        sessions.push(s.session_id);
+        this.sql.exec("DELETE FROM buf_steps WHERE session_id = ?", s.session_id);
+      }
+    }
+    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: affected.sort(), reason: "incomplete_sessions_of_delivered_group" });
+  }
+
+  private drop(groups: string[], reason: "incomplete_group_ttl" | "stale_group", now: number): void {
+    const sessions: string[] = [];
+    for (const id of groups) {
+      const own = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id).toArray().map((s) => s.session_id);
+      sessions.push(...own);
+      const steps = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
+      this.recordOutcome(id, "dropped", reason, reason === "stale_group", steps, null, now);
+      this.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
+      this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", id);
+      this.sql.exec("UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ? WHERE group_id = ?", reason === "stale_group" ? 1 : 0, id);
+    }
+    this.bump((c) => ({ ...c, dropped: c.dropped + groups.length }));
+    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: [...groups].sort(), reason });
+  }
+
+  private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {
+    const seq = this.bump((c) => ({ ...c, nextOutcomeSeq: c.nextOutcomeSeq + 1 })).nextOutcomeSeq - 1;
+    const agg = this.sql
+      .exec<{ sessions: number; avg: number | null; minwv: number | null }>(
+        "SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg, (SELECT min_weight_version FROM buf_groups WHERE group_id = ?1) AS minwv",
+        groupId,
+      )
+      .one();
+    this.host.outbox({
+      kind: "buffer_group",
+      row: {
+        engine: this.host.engine(),
+        seq,
+        groupId,
+        outcome,
+        reason,
+        stale,
+        sessions: agg.sessions,
+        steps,
+        avgReward: agg.avg,
+        minWeightVersion: agg.minwv,
+        pullCursor: cursor,
+        decidedAt: now,
+      },
+    });
+  }
+
+  private forgetOldPulls(latest: number): void {
+    const old = this.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
+    for (const p of old) {
+      const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
+      this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${groups})`, p.cursor);
+      this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${groups})`, p.cursor);
+      this.sql.exec("UPDATE buf_groups SET pull_cursor = NULL WHERE pull_cursor = ?", p.cursor);
+      this.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
+    }
+  }
+
+  private counters(): Counters {
+    return { ...NO_COUNTERS, ...(this.host.getKv<Partial<Counters>>("buffer_counters") ?? {}) };
+  }
+
+  /** Read-modify-write of the counters, so nested updates never overwrite each other. */
+  private bump(change: (c: Counters) => Counters): Counters {
+    const next = change(this.counters());
+    this.host.setKv("buffer_counters", next);
+    return next;
+  }
+}

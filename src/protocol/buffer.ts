@@ -1,0 +1,139 @@
+/**
+ * The rollout buffer (seeds/buffer_server.py.txt, the slime / AIEvoBox contract): rollout
+ * workers post step rows; the engine groups them by group_id until group_size sessions have
+ * completed; the trainer pulls whole ready groups.
+ */
+import { z } from "zod";
+
+export const DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024;
+
+export const ChatMessage = z
+  .object({
+    role: z.string().min(1).max(64),
+    content: z.union([z.string(), z.array(z.unknown()), z.null()]).default(""),
+  })
+  .loose();
+
+export const StepRow = z
+  .object({
+    session_id: z.string().min(1, "must not be empty").max(256),
+    group_id: z.string().min(1, "must not be empty").max(256),
+    step_index: z.number().int("must be an integer").nonnegative("must not be negative"),
+    /** The prompt messages of this step; the response is appended as the assistant's turn. */
+    messages: z.array(ChatMessage).max(10_000),
+    response: z.string().default(""),
+    reward: z.number().finite("must be a finite number"),
+    truncated: z.boolean().default(false),
+    is_session_completed: z.boolean().default(false),
+    weight_version: z.number().int().nonnegative().default(0),
+  })
+  // Free-form fields (env_id, anything a worker wants kept) ride along into extra_info.
+  .catchall(z.unknown());
+export type StepRow = z.infer<typeof StepRow>;
+
+export const PostStepsRequest = z.object({ steps: z.array(StepRow).min(1, "must hold at least one row").max(1000, "at most 1000 rows per batch") });
+export type PostStepsRequest = z.infer<typeof PostStepsRequest>;
+
+export const PostStepsResponse = z.object({
+  success: z.literal(true),
+  /** Rows stored now. */
+  accepted: z.number().int(),
+  /** Rows already stored by an earlier (retried) batch: (session_id, step_index) seen before. */
+  duplicates: z.number().int(),
+  /** Rows for groups already dropped or delivered: ignored and counted. */
+  late: z.number().int(),
+  /** Groups that became ready with this batch. */
+  groups_ready: z.array(z.string()),
+});
+export type PostStepsResponse = z.infer<typeof PostStepsResponse>;
+
+export const GetRolloutDataRequest = z.object({
+  /** As in the seed, 0 or null means no limit. */
+  max_groups: z.number().int().nonnegative().nullable().optional(),
+  /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
+  cursor: z.number().int().positive().optional(),
+});
+export type GetRolloutDataRequest = z.infer<typeof GetRolloutDataRequest>;
+
+export const RolloutItem = z.object({
+  uid: z.string(),
+  instance_id: z.string(),
+  messages: z.array(z.record(z.string(), z.unknown())),
+  reward: z.number(),
+  extra_info: z.record(z.string(), z.unknown()),
+});
+export type RolloutItem = z.infer<typeof RolloutItem>;
+
+export const RolloutMetaInfo = z.object({
+  total_samples: z.number().int(),
+  avg_reward: z.number(),
+  finished_groups: z.array(z.string()),
+  avg_weight_version: z.number(),
+  max_weight_version: z.number(),
+  /** Our addition: pass back as `cursor` to read this pull again. Null when nothing was handed out. */
+  cursor: z.number().int().nullable(),
+  /** Our addition: groups in this pull that lag more than max_staleness weight versions. */
+  stale_groups: z.array(z.string()),
+});
+
+export const GetRolloutDataResponse = z.object({
+  success: z.boolean(),
+  message: z.string(),
+  data: z.object({ data: z.array(RolloutItem), meta_info: RolloutMetaInfo }),
+});
+export type GetRolloutDataResponse = z.infer<typeof GetRolloutDataResponse>;
+
+export const STALENESS_POLICIES = ["flag", "drop"] as const;
+export const StalenessPolicy = z.enum(STALENESS_POLICIES);
+export type StalenessPolicy = z.infer<typeof StalenessPolicy>;
+
+export const BufferConfig = z.object({
+  group_size: z.number().int().min(1).max(4096),
+  /** Seconds without a new row after which an incomplete group is dropped. 0 disables. */
+  ttl_seconds: z.number().min(0).max(30 * 24 * 3600),
+  /** Weight versions a group's oldest step may lag behind the trainer's; null disables. */
+  max_staleness: z.number().int().min(0).nullable(),
+  staleness_policy: StalenessPolicy,
+  max_message_bytes: z.number().int().min(1024).max(3 * 1024 * 1024),
+});
+export type BufferConfig = z.infer<typeof BufferConfig>;
+
+export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
+  group_size: 1,
+  ttl_seconds: 1800,
+  max_staleness: 4,
+  staleness_policy: "flag",
+  max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+};
+
+export const UpdateBufferConfigRequest = BufferConfig.partial();
+
+export const StartRolloutRequest = z
+  .object({
+    num_repeat_per_sample: z.number().int().min(1).max(4096).default(16),
+    restart_training: z.boolean().default(false),
+    job_session: z.string().min(1).max(256).optional(),
+  })
+  .loose();
+export type StartRolloutRequest = z.infer<typeof StartRolloutRequest>;
+
+export const StartRolloutResponse = z.object({ success: z.literal(true), message: z.string(), job_session: z.string(), group_size: z.number() });
+
+export const BufferStats = z.object({
+  pending_groups: z.number(),
+  ready_groups: z.number(),
+  delivered_groups: z.number(),
+  dropped_groups: z.number(),
+  stale_groups: z.number(),
+  pending_steps: z.number(),
+  late_rows_ignored: z.number(),
+  duplicate_rows: z.number(),
+});
+export type BufferStats = z.infer<typeof BufferStats>;
+
+export const HealthResponse = z.object({
+  status: z.literal("healthy"),
+  engine_status: z.string(),
+  buffer: BufferStats.extend({ config: BufferConfig }),
+  agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
+});

@@ -1,0 +1,268 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import type { z } from "zod";
+import type { StepRow } from "../src/protocol/buffer";
+import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+
+type Row = z.input<typeof StepRow>;
+const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
+  session_id: session,
+  group_id: group,
+  step_index: index,
+  messages: [{ role: "user", content: `${session} step ${index}` }],
+  response: `answer ${session}/${index}`,
+  reward,
+  is_session_completed: done,
+  ...extra,
+});
+
+async function buffered(groupSize: number): Promise<TestEngine> {
+  const e = await createEngine("buf");
+  await e.as("trainer").startRollout({ num_repeat_per_sample: groupSize, job_session: "job-1" });
+  return e;
+}
+
+describe("group assembly", () => {
+  it("holds a group until group_size distinct sessions complete, with sessions interleaved", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    const r1 = await w.postSteps({ steps: [step("s1", "g1", 0, 0.1), step("s2", "g1", 0, 0.2), step("s3", "g2", 0, 0.3), step("s1", "g1", 1, 1, true)] });
+    expect(r1).toEqual({ success: true, accepted: 4, duplicates: 0, late: 0, groups_ready: [] });
+    // A second completion row for the same session does not count it twice.
+    await w.postSteps({ steps: [step("s1", "g1", 2, 1, true)] });
+    const nothing = await e.as("trainer").getRolloutData();
+    expect(nothing).toEqual({
+      success: false,
+      message: "No data available to read",
+      data: { data: [], meta_info: { total_samples: 0, avg_reward: 0, finished_groups: [], avg_weight_version: 0, max_weight_version: 0, cursor: null, stale_groups: [] } },
+    });
+    const r2 = await w.postSteps({ steps: [step("s2", "g1", 1, 0, true)] });
+    expect(r2.groups_ready).toEqual(["g1"]);
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.success).toBe(true);
+    expect(pulled.message).toBe("Successfully read 5 items");
+    // Ordered by session, then step; each session's terminal reward propagated, the original kept.
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["steps"], i.reward, i.extra_info["step_reward"]])).toEqual([
+      ["s1", 0, 1, 0.1],
+      ["s1", 1, 1, 1],
+      ["s1", 2, 1, 1],
+      ["s2", 0, 0, 0.2],
+      ["s2", 1, 0, 0],
+    ]);
+    const first = pulled.data.data[0]!;
+    expect(first.instance_id).toBe("g1");
+    expect(first.messages).toEqual([
+      { role: "user", content: "s1 step 0" },
+      { role: "assistant", content: "answer s1/0" },
+    ]);
+    expect(first.extra_info).toMatchObject({ finish_reason: "stop", truncated: false, group_id: "g1", weight_version: 0, terminal_reward: 1, stale: false });
+    expect(pulled.data.meta_info).toMatchObject({ total_samples: 5, avg_reward: 0.6, finished_groups: ["g1"], cursor: 1, stale_groups: [] });
+    // Handed out once.
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, delivered_groups: 1 });
+  });
+
+  it("respects max_groups, oldest ready first, and lets a crashed trainer re-read a pull by its cursor", async () => {
+    const e = await buffered(1);
+    for (const g of ["a", "b", "c"]) await e.as("client").postSteps({ steps: [step(`s-${g}`, g, 0, 1, true)] });
+    const p1 = await e.as("trainer").getRolloutData({ max_groups: 2 });
+    expect(p1.data.meta_info.finished_groups).toEqual(["a", "b"]);
+    const again = await e.as("trainer").getRolloutData({ cursor: p1.data.meta_info.cursor! });
+    expect(again).toEqual(p1);
+    const p2 = await e.as("trainer").getRolloutData({ max_groups: 0 });
+    expect(p2.data.meta_info.finished_groups).toEqual(["c"]);
+    await expect(e.as("trainer").getRolloutData({ cursor: 99 })).rejects.toMatchObject({ status: 404, code: "unknown_cursor" });
+  });
+
+  it("forgets pulls older than the last four", async () => {
+    const e = await buffered(1);
+    const cursors: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      await e.as("client").postSteps({ steps: [step(`s${i}`, `g${i}`, 0, i, true)] });
+      cursors.push((await e.as("trainer").getRolloutData()).data.meta_info.cursor!);
+    }
+    await expect(e.as("trainer").getRolloutData({ cursor: cursors[1]! })).rejects.toMatchObject({ status: 404 });
+    expect((await e.as("trainer").getRolloutData({ cursor: cursors[2]! })).data.meta_info.finished_groups).toEqual(["g2"]);
+  });
+
+  it("treats a retried batch as duplicates, never storing a row twice", async () => {
+    const e = await buffered(1);
+    const batch = { steps: [step("s1", "g1", 0, 0.5), step("s1", "g1", 1, 0.5, true)] };
+    expect((await e.as("client").postSteps(batch)).accepted).toBe(2);
+    expect(await e.as("client").postSteps(batch)).toMatchObject({ accepted: 0, duplicates: 2, groups_ready: [] });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.data).toHaveLength(2);
+    expect((await e.as("viewer").health()).buffer.duplicate_rows).toBe(2);
+  });
+
+  it("delivers only completed sessions and asks the upstream to clear the others", async () => {
+    const e = await buffered(2);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true), step("s3", "g", 0, 0.5)] });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.data.map((i) => i.extra_info["session_id"])).toEqual(["s1", "s2"]);
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body)).toContainEqual({ kind: "clear_sessions", session_ids: ["s3"], group_ids: ["g"], reason: "incomplete_sessions_of_delivered_group" });
+  });
+});
+
+describe("TTL, late rows and staleness", () => {
+  it("drops incomplete groups after the TTL by the alarm, ignores and counts their late rows, and tells the agent", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 600 });
+    await e.as("client").postSteps({ steps: [step("s1", "old", 0, 1, true)] });
+    await advance(e, 300_000);
+    await e.as("client").postSteps({ steps: [step("s2", "young", 0, 1)] });
+    await advance(e, 299_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 2, dropped_groups: 0 });
+    await advance(e, 1_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, dropped_groups: 1 });
+    const late = await e.as("client").postSteps({ steps: [step("s9", "old", 0, 1, true), step("s2", "young", 1, 1, true)] });
+    expect(late).toMatchObject({ accepted: 1, late: 1 });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body)).toEqual([
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
+      { kind: "clear_sessions", session_ids: ["s1"], group_ids: ["old"], reason: "incomplete_group_ttl" },
+      { kind: "clear_sessions", session_ids: ["s9"], group_ids: ["old"], reason: "late_rows_from_dropped_groups" },
+    ]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ late_rows_ignored: 1, dropped_groups: 1 });
+    // The young group's TTL counts from its last row, and it still completes.
+    await e.as("client").postSteps({ steps: [step("s3", "young", 0, 1, true)] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["young"]);
+  });
+
+  it("flags groups that lag the trainer's weights by default, and drops them under the drop policy", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    await e.as("client").postSteps({ steps: [step("s1", "old", 0, 1, true, { weight_version: 1 }), step("s2", "new", 0, 1, true, { weight_version: 6 })] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 6 });
+    const flagged = await trainer.getRolloutData();
+    expect(flagged.data.meta_info).toMatchObject({ finished_groups: ["new", "old"], stale_groups: ["old"], avg_weight_version: 3.5, max_weight_version: 6 });
+    expect(flagged.data.data.find((i) => i.instance_id === "old")?.extra_info["stale"]).toBe(true);
+    expect(flagged.data.data.find((i) => i.instance_id === "new")?.extra_info["stale"]).toBe(false);
+
+    await e.as("operator").configureBuffer({ staleness_policy: "drop", max_staleness: 2 });
+    await e.as("client").postSteps({ steps: [step("s3", "older", 0, 1, true, { weight_version: 3 }), step("s4", "fresh", 0, 1, true, { weight_version: 5 })] });
+    const dropped = await trainer.getRolloutData();
+    expect(dropped.data.meta_info.finished_groups).toEqual(["fresh"]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ stale_groups: 2, dropped_groups: 1, delivered_groups: 3 });
+  });
+
+  it("restart_training resets pending groups and the memory of dropped ones", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10 });
+    await e.as("client").postSteps({ steps: [step("s1", "gone", 0, 1, true)] });
+    await advance(e, 10_000);
+    await e.as("client").postSteps({ steps: [step("s2", "pending", 0, 1, true)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, restart_training: true, job_session: "job-2" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, ready_groups: 0, pending_steps: 0, config: { group_size: 1 } });
+    const fresh = await e.as("client").postSteps({ steps: [step("s3", "gone", 0, 1, true)] });
+    expect(fresh).toMatchObject({ accepted: 1, late: 0, groups_ready: ["gone"] });
+  });
+
+  it("makes waiting groups ready when the group size shrinks", async () => {
+    const e = await buffered(3);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true)] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    await e.as("operator").configureBuffer({ group_size: 2 });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g"]);
+  });
+});
+
+describe("AgentJet trajectories join groups by task_id", () => {
+  it("turns each ended train episode into a completed session of its task's group", async () => {
+    const e = await buffered(2);
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    for (const id of ["c1", "c2"]) {
+      const c = await client.claimEpisode({ client_uuid: id, discard_episode_timeout: 60 });
+      await client.endEpisode(endBody(id, c.episode_uuid, id === "c1" ? 1 : 0, "task-7"));
+    }
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["task-7"], total_samples: 2, avg_reward: 0.5 });
+    expect(pulled.data.data[0]?.extra_info).toMatchObject({ source: "agentjet", client_uuid: "c1", session_id: "ep-0#1" });
+  });
+});
+
+describe("records in D1", () => {
+  it("keeps every step and every group outcome", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ ttl_seconds: 5 });
+    await e.as("client").postSteps({ steps: [step("s1", "ok", 0, 1, true, { env_id: "math" }), step("s2", "lost", 0, 0)] });
+    await e.as("trainer").getRolloutData();
+    await advance(e, 5_000);
+    await advance(e, 100);
+    const steps = await env.DB.prepare("SELECT session_id, group_id, reward, extra FROM buffer_steps WHERE engine = ? ORDER BY session_id").bind(e.name).all();
+    expect(steps.results).toEqual([
+      { session_id: "s1", group_id: "ok", reward: 1, extra: JSON.stringify({ env_id: "math" }) },
+      { session_id: "s2", group_id: "lost", reward: 0, extra: "{}" },
+    ]);
+    const groups = await env.DB.prepare("SELECT group_id, outcome, reason, stale, sessions, steps, pull_cursor FROM buffer_groups WHERE engine = ? ORDER BY seq").bind(e.name).all();
+    expect(groups.results).toEqual([
+      { group_id: "ok", outcome: "delivered", reason: "complete", stale: 0, sessions: 1, steps: 1, pull_cursor: 1 },
+      { group_id: "lost", outcome: "dropped", reason: "incomplete_group_ttl", stale: 0, sessions: 1, steps: 1, pull_cursor: null },
+    ]);
+  });
+});
+
+describe("bad rows change nothing", () => {
+  const cases: [string, unknown, number, RegExp][] = [
+    ["a row without a group id", { steps: [{ ...step("s", "g", 0, 1), group_id: undefined }] }, 422, /steps.0.group_id/],
+    ["a row without a session id", { steps: [{ ...step("s", "g", 0, 1), session_id: "" }] }, 422, /steps.0.session_id: must not be empty/],
+    ["a negative step index", { steps: [step("s", "g", -1, 1)] }, 422, /steps.0.step_index: must not be negative/],
+    ["a reward that is not a number", { steps: [{ ...step("s", "g", 0, 1), reward: "1.0" }] }, 422, /steps.0.reward/],
+    ["an empty batch", { steps: [] }, 422, /at least one row/],
+    ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: .* bytes; this engine takes at most 524288/],
+    ["a session that changes group", { steps: [step("s", "g", 0, 1), step("s", "h", 1, 1)] }, 422, /session s belongs to group g, not h/],
+  ];
+  for (const [name, body, status, detail] of cases) {
+    it(`refuses ${name}`, async () => {
+      const e = await buffered(1);
+      const before = await e.as("viewer").health();
+      const res = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify(body) });
+      expect(res.status).toBe(status);
+      expect(String(res.json?.["detail"])).toMatch(detail);
+      expect(await e.as("viewer").health()).toEqual(before);
+    });
+  }
+
+  it("refuses an unknown engine and a viewer token", async () => {
+    const e = await buffered(1);
+    const body = JSON.stringify({ steps: [step("s", "g", 0, 1)] });
+    expect((await raw(`/e/nope-nope/steps`, { token: e.tokens.client, body })).status).toBe(404);
+    expect((await raw(`/e/${e.name}/steps`, { token: e.tokens.viewer, body })).status).toBe(403);
+    expect((await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.client, body: "{}" })).status).toBe(403);
+  });
+});
+
+describe("a slime-style trainer loop", () => {
+  it("runs start_rollout, then polls get_rollout_data with {} until success, step after step", async () => {
+    const e = await createEngine("slime");
+    const trainerUrl = `/e/${e.name}/t/${e.tokens.trainer}`;
+    const workerUrl = `/e/${e.name}/t/${e.tokens.client}`;
+    const start = await raw(`${trainerUrl}/start_rollout`, {
+      body: JSON.stringify({ num_repeat_per_sample: 2, restart_training: false, job_session: "run-9", rollout_batch_size: 4, task_type: "aievobox" }),
+    });
+    expect(start).toMatchObject({ status: 200, json: { success: true, message: "Rollout started", job_session: "run-9", group_size: 2 } });
+    for (let rolloutId = 0; rolloutId < 3; rolloutId++) {
+      // The generator loop: empty answers until both sessions of the group are in.
+      const empty = await raw(`${trainerUrl}/get_rollout_data`, { body: "{}" });
+      expect(empty).toMatchObject({ status: 200, json: { success: false, data: { data: [] } } });
+      const rows = [step(`r${rolloutId}-a`, `prompt-${rolloutId}`, 0, 0), step(`r${rolloutId}-a`, `prompt-${rolloutId}`, 1, 1, true), step(`r${rolloutId}-b`, `prompt-${rolloutId}`, 0, 0, true)];
+      expect((await raw(`${workerUrl}/steps`, { body: JSON.stringify({ steps: rows }) })).status).toBe(200);
+      const got = await raw(`${trainerUrl}/get_rollout_data`, { body: "{}" });
+      expect(got.status).toBe(200);
+      const data = got.json?.["data"] as { data: { uid: string; instance_id: string; reward: number }[]; meta_info: Record<string, unknown> };
+      expect(got.json?.["success"]).toBe(true);
+      expect(data.data.map((i) => [i.instance_id, i.reward])).toEqual([
+        [`prompt-${rolloutId}`, 1],
+        [`prompt-${rolloutId}`, 1],
+        [`prompt-${rolloutId}`, 0],
+      ]);
+      expect(new Set(data.data.map((i) => i.uid)).size).toBe(3);
+      expect(data.meta_info).toMatchObject({ total_samples: 3, finished_groups: [`prompt-${rolloutId}`] });
+      await raw(`${trainerUrl}/update_engine_status`, { body: JSON.stringify({ engine_status: "ENGINE.WEIGHT_SYNCING", weight_version: rolloutId + 1 }) });
+    }
+    const health = await raw(`/e/${e.name}/health`, { token: e.tokens.viewer });
+    expect(health).toMatchObject({ status: 200, json: { status: "healthy", buffer: { delivered_groups: 3, pending_groups: 0 } } });
+  });
+});
