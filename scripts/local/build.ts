@@ -1,6 +1,6 @@
 /**
  * Builds the Worker exactly as `wrangler deploy` would (same bundler, same config), without
- * deploying: `wrangler deploy --dry-run --outdir <dir>` writes the bundle to `<dir>/index.js`.
+ * deploying: `wrangler deploy --dry-run --outdir <dir>` writes `<dir>/<name of main>.js`.
  */
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
