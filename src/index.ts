@@ -8,6 +8,8 @@ import type { Env } from "./env";
 import { adminRoutes } from "./http/admin-routes";
 import { engineRoutes, type EngineVars } from "./http/engine-routes";
 import { errorJson } from "./http/errors";
+import { dashboardRoutes } from "./dashboard/routes";
+import { openApiRoutes } from "./openapi/routes";
 
 export { EngineObject } from "./engine/engine-object";
 
@@ -29,6 +31,9 @@ app.route("/admin", adminRoutes);
 // The token-in-path form first, so /e/x/t/<token>/... is never read as an engine route named "t".
 engineRoutes(app, "/e/:engine/t/:token");
 engineRoutes(app, "/e/:engine");
+// The dashboard and the API reference: pages that ask for a token themselves, and the OpenAPI document.
+app.route("/", dashboardRoutes);
+app.route("/", openApiRoutes);
 
 app.notFound((c) => errorJson(c, 404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
 app.onError((err, c) => {

@@ -1,0 +1,35 @@
+/** The dashboard's script, assembled once from the typed factories in ./client. */
+import { composeScript } from "./script";
+import { domModule } from "./client/dom";
+import { formatModule } from "./client/format";
+import { apiModule } from "./client/api";
+import { credentialsModule } from "./client/credentials";
+import { chartGeometryModule } from "./client/chart-geometry";
+import { chartModule } from "./client/chart";
+import { barsModule } from "./client/bars";
+import { statusViewModule } from "./client/status-view";
+import { activityViewModule } from "./client/activity-view";
+import { frameViewModule } from "./client/frame-view";
+import { mainModule } from "./client/main";
+
+let cached: string | undefined;
+
+export function dashboardScript(): string {
+  cached ??= composeScript(
+    [
+      { name: "dom", factory: domModule, deps: ["window"] },
+      { name: "fmt", factory: formatModule },
+      { name: "api", factory: apiModule, deps: ["window"] },
+      { name: "creds", factory: credentialsModule, deps: ["window.localStorage"] },
+      { name: "geometry", factory: chartGeometryModule },
+      { name: "chart", factory: chartModule, deps: ["dom", "fmt", "geometry"] },
+      { name: "bars", factory: barsModule, deps: ["dom", "fmt"] },
+      { name: "statusView", factory: statusViewModule, deps: ["dom", "fmt", "bars"] },
+      { name: "activityView", factory: activityViewModule, deps: ["dom", "fmt", "bars", "chart"] },
+      { name: "frame", factory: frameViewModule, deps: ["dom", "fmt"] },
+      { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, frame }"] },
+    ],
+    "app.start();",
+  );
+  return cached;
+}

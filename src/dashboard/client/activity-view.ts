@@ -1,0 +1,114 @@
+/**
+ * What is happening in the current step: the reward curve so far, the running episodes a page
+ * at a time (never the whole table: an engine may hold thousands), and the tasks finished in
+ * this step as a ranked bar list.
+ */
+import type { RunningEpisodesResponse } from "../../protocol/agent";
+import type { RewardHistoryEntry } from "../../protocol/swarm";
+import type { Dom, DomElement } from "./dom";
+import type { Format } from "./format";
+import type { BarsModule } from "./bars";
+import type { ChartModule } from "./chart";
+
+export type Pager = { page: number; pageSize: number; hasPrev: boolean; onPrev: () => void; onNext: () => void };
+
+export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, chart: ChartModule) {
+  const { h } = dom;
+
+  const empty = (id: string, title: string, text: string): DomElement =>
+    h("div", { class: "empty", id }, h("p", { class: "empty-title" }, title), h("p", {}, text));
+
+  function rewards(history: readonly RewardHistoryEntry[]): DomElement {
+    if (history.length === 0) {
+      return empty(
+        "reward-empty",
+        "No reward history yet",
+        "The curve appears once the trainer finishes its first global step: rewards of the step's train episodes are summarized when global_step advances.",
+      );
+    }
+    const last = history.reduce((a, b) => (b.global_step > a.global_step ? b : a));
+    return h(
+      "div",
+      {},
+      h(
+        "p",
+        { class: "chart-summary" },
+        h("span", { class: "key mean" }),
+        "mean reward ",
+        h("span", { class: "key band" }),
+        "± 1 std",
+        h(
+          "span",
+          { class: "latest" },
+          `latest: step ${last.global_step}, mean ${fmt.num(last.mean_reward)} ± ${fmt.num(last.std_reward)} over ${last.count} episodes`,
+        ),
+      ),
+      chart.render(history),
+    );
+  }
+
+  function episodes(page: RunningEpisodesResponse, pager: Pager): DomElement {
+    if (page.total === 0) return empty("episodes-empty", "No episode is running", "Episodes show up here while a client holds a claim on them.");
+    const from = pager.page * pager.pageSize + 1;
+    const to = from + page.episodes.length - 1;
+    return h(
+      "div",
+      {},
+      h(
+        "table",
+        { id: "episodes-table", "data-total": page.total },
+        h(
+          "thead",
+          {},
+          h("tr", {}, h("th", {}, "Client"), h("th", {}, "Episode"), h("th", {}, "Task"), h("th", { class: "idle" }, "Idle / timeout"), h("th", { class: "num" }, "LLM calls")),
+        ),
+        h(
+          "tbody",
+          {},
+          ...page.episodes.map((e) =>
+            h(
+              "tr",
+              { "data-episode": e.episode_uuid, "data-client": e.client_uuid, "data-llm-calls": e.llm_call_count },
+              h("td", { title: e.client_uuid, class: "mono" }, fmt.shortId(e.client_uuid)),
+              h("td", { title: e.episode_uuid, class: "mono" }, fmt.shortId(e.episode_uuid)),
+              h("td", { title: e.task_id }, e.task_id === "" ? "–" : fmt.shortId(e.task_id)),
+              h(
+                "td",
+                { class: "idle" },
+                bars.idleMeter(e.idle_seconds, e.discard_episode_timeout),
+                h("span", {}, `${fmt.duration(e.idle_seconds)} / ${fmt.duration(e.discard_episode_timeout)}`),
+              ),
+              h("td", { class: "num" }, String(e.llm_call_count)),
+            ),
+          ),
+        ),
+      ),
+      h(
+        "div",
+        { class: "pager" },
+        h("span", { id: "episodes-range" }, `${from}–${to} of ${fmt.count(page.total)} running, soonest to expire first`),
+        h("button", { type: "button", id: "episodes-prev", disabled: !pager.hasPrev, onclick: pager.onPrev }, "‹ Previous"),
+        h("button", { type: "button", id: "episodes-next", disabled: page.next_cursor === null, onclick: pager.onNext }, "Next ›"),
+      ),
+    );
+  }
+
+  function tasks(byTask: Record<string, string[]>): DomElement {
+    const rows = Object.entries(byTask).map(([task, clients]) => ({
+      label: task,
+      value: clients.length,
+      title: `${task}: ${clients.length} episodes by ${new Set(clients).size} clients`,
+    }));
+    if (rows.length === 0) return empty("tasks-empty", "No task completed yet", "Each task's finished train episodes of the current batch are counted here.");
+    const episodes = rows.reduce((a, r) => a + r.value, 0);
+    return h(
+      "div",
+      { id: "tasks", "data-tasks": rows.length, "data-episodes": episodes },
+      h("p", { class: "sub" }, `${fmt.count(episodes)} episodes finished over ${fmt.count(rows.length)} tasks`),
+      bars.ranked(rows, 12),
+    );
+  }
+
+  return { rewards, episodes, tasks, empty };
+}
+export type ActivityView = ReturnType<typeof activityViewModule>;

@@ -1,0 +1,75 @@
+/**
+ * The dashboard's reads from the exchange. Answers are checked before use: an error body
+ * becomes a Problem the page can explain (401, 404, ...), a network failure too, and a 2xx
+ * whose JSON lacks the fields the page reads is reported rather than half-drawn.
+ */
+import type { EngineOverview, RunningEpisodesResponse } from "../../protocol/agent";
+import type { z } from "zod";
+import type { EngineListResponse } from "../../protocol/admin";
+import type { CurrentBatchRolloutPoolInformation, EngineStatusResponse, RewardHistoryResponse } from "../../protocol/swarm";
+import type { BrowserWindow } from "./dom";
+
+export type Problem = { status: number; error: string; detail: string };
+export type Result<T> = { ok: true; value: T } | { ok: false; problem: Problem };
+type Guard<T> = (v: unknown) => v is T;
+export type EngineList = z.infer<typeof EngineListResponse>;
+
+export function apiModule(win: BrowserWindow) {
+  const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+  /** A guard that checks the top-level fields the page reads, by their JavaScript type. */
+  const shape =
+    <T>(fields: Record<string, "string" | "number" | "object" | "array" | "boolean">): Guard<T> =>
+    (v: unknown): v is T =>
+      isRecord(v) &&
+      Object.entries(fields).every(([k, t]) => (t === "array" ? Array.isArray(v[k]) : t === "object" ? isRecord(v[k]) || v[k] === null : typeof v[k] === t));
+
+  async function getJson<T>(path: string, token: string, guard: Guard<T>): Promise<Result<T>> {
+    let status = 0;
+    let text = "";
+    try {
+      const res = await win.fetch(path, { headers: { authorization: `Bearer ${token}` } });
+      status = res.status;
+      text = await res.text();
+    } catch (e) {
+      return { ok: false, problem: { status: 0, error: "network", detail: e instanceof Error ? e.message : String(e) } };
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return { ok: false, problem: { status, error: "bad_response", detail: `expected JSON from ${path}, got: ${text.slice(0, 120)}` } };
+    }
+    if (status < 200 || status > 299) {
+      const err = isRecord(body) && typeof body["error"] === "string" ? body : { error: "http_error", detail: text.slice(0, 200) };
+      return { ok: false, problem: { status, error: String(err["error"]), detail: typeof err["detail"] === "string" ? err["detail"] : "" } };
+    }
+    if (!guard(body)) return { ok: false, problem: { status, error: "bad_response", detail: `unexpected answer from ${path}` } };
+    return { ok: true, value: body };
+  }
+
+  const base = (engine: string) => `/e/${encodeURIComponent(engine)}`;
+
+  return {
+    overview: (engine: string, token: string) =>
+      getJson<EngineOverview>(`${base(engine)}/overview`, token, shape({ engine_status: "string", episodes: "object", deliveries: "object", agent: "object" })),
+    status: (engine: string, token: string) =>
+      getJson<EngineStatusResponse>(`${base(engine)}/get_engine_status`, token, shape({ engine_status: "string" })),
+    rewardHistory: (engine: string, token: string) =>
+      getJson<RewardHistoryResponse>(`${base(engine)}/get_reward_history`, token, shape({ history: "array" })),
+    runningEpisodes: (engine: string, token: string, limit: number, cursor: string | null) =>
+      getJson<RunningEpisodesResponse>(
+        `${base(engine)}/running_episodes?limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`,
+        token,
+        shape({ episodes: "array", total: "number" }),
+      ),
+    poolInfo: (engine: string, token: string) =>
+      getJson<CurrentBatchRolloutPoolInformation>(
+        `${base(engine)}/get_current_batch_rollout_pool_information`,
+        token,
+        shape({ completed_tasks_client_uuids: "object" }),
+      ),
+    /** Succeeds only for the deployment's admin token. */
+    engines: (adminToken: string) => getJson<EngineList>("/admin/engines", adminToken, shape({ engines: "array" })),
+  };
+}
+export type Api = ReturnType<typeof apiModule>;

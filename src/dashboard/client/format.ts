@@ -1,0 +1,41 @@
+/** Numbers, durations and ids the way a person reads them on the dashboard. */
+export function formatModule() {
+  /** A reward or other real number: 3 significant digits, no exponent for ordinary sizes. */
+  function num(x: number | null | undefined): string {
+    if (x === null || x === undefined || !Number.isFinite(x)) return "–";
+    if (x === 0) return "0";
+    const a = Math.abs(x);
+    if (a >= 1000 || a < 0.001) return x.toExponential(2);
+    return String(Number(x.toPrecision(3)));
+  }
+
+  /** A count: 950, 12.3k, 4.5M. */
+  function count(n: number): string {
+    if (n < 10_000) return String(n);
+    if (n < 1_000_000) return `${Number((n / 1000).toPrecision(3))}k`;
+    return `${Number((n / 1_000_000).toPrecision(3))}M`;
+  }
+
+  /** A span of seconds: 4.2 s, 3 min 10 s, 2 h 5 min, 3 d 4 h. */
+  function duration(seconds: number): string {
+    if (!Number.isFinite(seconds)) return "–";
+    const s = Math.max(0, seconds);
+    if (s < 10) return `${s.toFixed(1)} s`;
+    if (s < 60) return `${Math.round(s)} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+    return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+  }
+
+  /** "12 s ago" from unix seconds. */
+  const ago = (unixSeconds: number, nowMs: number): string => `${duration(nowMs / 1000 - unixSeconds)} ago`;
+
+  /** Long ids are shown by their first characters; the full id is in the element's title. */
+  const shortId = (id: string): string => (id.length > 12 ? `${id.slice(0, 8)}…` : id);
+
+  /** ENGINE.ROLLING -> ROLLING; ENGINE.WEIGHT_SYNCING -> WEIGHT SYNCING. */
+  const status = (s: string): string => s.replace(/^ENGINE\./, "").replace(/_/g, " ");
+
+  return { num, count, duration, ago, shortId, status };
+}
+export type Format = ReturnType<typeof formatModule>;

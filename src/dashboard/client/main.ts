@@ -1,0 +1,214 @@
+/**
+ * The dashboard's controller: picks the engine and token (URL, then what this browser saved),
+ * reads the engine's state from the exchange every few seconds (`?refresh=<seconds>`, default 5)
+ * without reloading the page, and draws it. One refresh runs at a time; a failed refresh keeps
+ * the last picture and says why.
+ */
+import type { BrowserWindow, DomInput } from "./dom";
+import type { Dom } from "./dom";
+import type { Api, Problem } from "./api";
+import type { Credentials } from "./credentials";
+import type { StatusView } from "./status-view";
+import type { ActivityView } from "./activity-view";
+import type { FrameView, NavEngine } from "./frame-view";
+
+export type MainDeps = {
+  dom: Dom;
+  api: Api;
+  creds: Credentials;
+  statusView: StatusView;
+  activityView: ActivityView;
+  frame: FrameView;
+};
+
+export function mainModule(win: BrowserWindow, d: MainDeps) {
+  const { byId } = d.dom;
+  const PAGE_SIZE = 25;
+  /** Other engines in the switcher get a status dot each; past this many they are listed without one. */
+  const NAV_STATUS_LIMIT = 12;
+
+  const params = new URLSearchParams(win.location.search);
+  const refreshSeconds = Math.min(3600, Math.max(0.2, Number(params.get("refresh") ?? "5") || 5));
+  let engine = params.get("engine") ?? Object.keys(d.creds.load().tokens)[0] ?? "default";
+  /** Cursors of the running-episode pages seen so far: [null, c1, c2, ...]; the last is the page shown. */
+  let cursors: (string | null)[] = [null];
+  let timer: number | null = null;
+  let inFlight = false;
+  let again = false;
+  let refreshes = 0;
+
+  /** Keeps ?engine= in the address bar (so a reload or a shared link opens the same engine) and never ?token=. */
+  function syncUrl(): void {
+    const p = new URLSearchParams(win.location.search);
+    p.delete("token");
+    p.set("engine", engine);
+    win.history.replaceState(null, "", `${win.location.pathname}?${p.toString()}`);
+  }
+
+  /**
+   * A token is the admin's if the admin API accepts it; otherwise it is kept as this engine's.
+   * Engine tokens are minted as `rx_<role>_...`, so those skip the probe (and its logged 403).
+   */
+  async function remember(forEngine: string, token: string): Promise<void> {
+    if (!token.startsWith("rx_") && (await d.api.engines(token)).ok) d.creds.setAdmin(token);
+    else d.creds.setEngineToken(forEngine, token);
+  }
+
+  function select(name: string): void {
+    if (name !== engine) cursors = [null];
+    engine = name;
+    syncUrl();
+    void refreshNow();
+  }
+
+  function explain(p: Problem): void {
+    const what = `${p.status} ${p.error}${p.detail ? `: ${p.detail}` : ""}`;
+    if (p.status === 401 || p.status === 403) {
+      d.frame.notice({
+        kind: "error",
+        title: p.status === 401 ? `Engine '${engine}' did not accept this token` : `This token may not read engine '${engine}'`,
+        text: `The exchange answered ${what}. The token may be revoked, mistyped or belong to another engine. Paste a valid viewer token (or any role's token) below.`,
+      });
+      d.frame.login(true, engine, "A token for this engine is needed.");
+      byId("engine-view").hidden = true;
+    } else if (p.status === 404) {
+      d.frame.notice({ kind: "error", title: `No engine named '${engine}'`, text: `The exchange answered ${what}. Check the name, or ask the deployment's admin to create it.` });
+      d.frame.login(true, engine, "Open another engine:");
+      byId("engine-view").hidden = true;
+    } else {
+      // Network trouble or a server error: keep the last picture; the next refresh may succeed.
+      d.frame.notice({
+        kind: "warning",
+        title: p.status === 0 ? "Cannot reach the exchange" : "The last refresh failed",
+        text: `${p.status === 0 ? p.detail : what}. Showing the last data; retrying every ${refreshSeconds} s.`,
+      });
+    }
+  }
+
+  async function drawNav(currentStatus: string | null): Promise<void> {
+    const saved = d.creds.load();
+    let names = Object.keys(saved.tokens);
+    if (saved.admin !== null) {
+      const listed = await d.api.engines(saved.admin);
+      if (listed.ok) names = [...new Set([...listed.value.engines.map((e) => e.name), ...names])];
+    }
+    if (!names.includes(engine)) names.unshift(engine);
+    names.sort();
+    const tone = (s: string | null) => (s === null ? "unknown" : d.statusView.tone(s));
+    const entries: NavEngine[] = await Promise.all(
+      names.map(async (name, i): Promise<NavEngine> => {
+        if (name === engine) return { name, status: currentStatus, tone: tone(currentStatus) };
+        const t = d.creds.tokenFor(name);
+        if (t === null || i >= NAV_STATUS_LIMIT) return { name, status: null, tone: "unknown" };
+        const r = await d.api.status(name, t);
+        return { name, status: r.ok ? r.value.engine_status : null, tone: tone(r.ok ? r.value.engine_status : null) };
+      }),
+    );
+    d.frame.nav(entries, engine, select, () => d.frame.login(true, "", "Open another engine with its token:"));
+  }
+
+  async function refresh(): Promise<void> {
+    const token = d.creds.tokenFor(engine);
+    byId("engine-name").textContent = engine;
+    if (token === null) {
+      d.frame.notice(null);
+      d.frame.login(true, engine, `Paste a token of engine '${engine}' to see it: a viewer token is enough (npm start prints one).`);
+      byId("engine-view").hidden = true;
+      await drawNav(null);
+      return;
+    }
+    const [ov, history, running, pool] = await Promise.all([
+      d.api.overview(engine, token),
+      d.api.rewardHistory(engine, token),
+      d.api.runningEpisodes(engine, token, PAGE_SIZE, cursors[cursors.length - 1] ?? null),
+      d.api.poolInfo(engine, token),
+    ]);
+    if (!ov.ok) return explain(ov.problem);
+    const failed = [history, running, pool].find((r) => !r.ok);
+    if (failed && !failed.ok) explain(failed.problem);
+    else d.frame.notice(null);
+    d.frame.login(false, engine, "");
+
+    const now = Date.now();
+    const o = ov.value;
+    byId("overview").replaceChildren(d.statusView.render(o, now));
+    if (history.ok) byId("rewards").replaceChildren(d.activityView.rewards(history.value.history));
+    if (running.ok) {
+      // A page that emptied under us (episodes ended) sends the reader back to the first page.
+      if (running.value.episodes.length === 0 && cursors.length > 1) {
+        cursors = [null];
+        return refresh();
+      }
+      byId("episodes").replaceChildren(
+        d.activityView.episodes(running.value, {
+          page: cursors.length - 1,
+          pageSize: PAGE_SIZE,
+          hasPrev: cursors.length > 1,
+          onPrev: () => {
+            cursors.pop();
+            void refreshNow();
+          },
+          onNext: () => {
+            if (running.value.next_cursor !== null) cursors.push(running.value.next_cursor);
+            void refreshNow();
+          },
+        }),
+      );
+    }
+    if (pool.ok) byId("tasks-panel").replaceChildren(d.activityView.tasks(pool.value.completed_tasks_client_uuids));
+    byId("engine-view").hidden = false;
+    const quiet = o.engine_status === "ENGINE.OFFLINE" && o.global_step === null && o.episodes.registered + o.episodes.claimed === 0;
+    byId("engine-view").setAttribute("data-quiet", String(quiet));
+    byId("quiet-hint").hidden = !quiet;
+
+    win.document.title = `${o.engine_status.replace(/^ENGINE\./, "")}${o.global_step === null ? "" : ` · step ${o.global_step}`} · ${engine} — Rollout Exchange`;
+    await drawNav(o.engine_status);
+  }
+
+  /** Runs one refresh now (or right after the one in flight) and schedules the next. */
+  async function refreshNow(): Promise<void> {
+    if (inFlight) {
+      again = true;
+      return;
+    }
+    if (timer !== null) win.clearTimeout(timer);
+    inFlight = true;
+    try {
+      await refresh();
+    } catch (e) {
+      d.frame.notice({ kind: "error", title: "The dashboard hit a bug", text: e instanceof Error ? e.message : String(e) });
+    } finally {
+      inFlight = false;
+      refreshes += 1;
+      const stamp = byId("updated");
+      stamp.textContent = `updated ${new Date().toLocaleTimeString()} · every ${refreshSeconds} s`;
+      stamp.setAttribute("data-refreshes", String(refreshes));
+    }
+    if (again) {
+      again = false;
+      return refreshNow();
+    }
+    timer = win.setTimeout(() => void refreshNow(), refreshSeconds * 1000);
+  }
+
+  async function start(): Promise<void> {
+    byId("login").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const name = (byId("login-engine") as DomInput).value.trim() || engine;
+      const token = (byId("login-token") as DomInput).value.trim();
+      (byId("login-token") as DomInput).value = "";
+      if (token === "") return;
+      void remember(name, token).then(() => select(name));
+    });
+    byId("forget").addEventListener("click", () => {
+      d.creds.forget(engine);
+      void refreshNow();
+    });
+    const urlToken = params.get("token");
+    if (urlToken !== null && urlToken !== "") await remember(engine, urlToken);
+    syncUrl();
+    await refreshNow();
+  }
+
+  return { start };
+}

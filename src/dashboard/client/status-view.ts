@@ -1,0 +1,85 @@
+/**
+ * The top of an engine's page: its status and detail, the global step, the GPU host's agent,
+ * and the episode and delivery counts as stacked bars. Ids and data attributes here are what
+ * test-browser/ reads to compare the page with the API.
+ */
+import type { EngineOverview } from "../../protocol/agent";
+import type { Dom, DomElement } from "./dom";
+import type { Format } from "./format";
+import type { BarsModule } from "./bars";
+
+export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
+  const { h } = dom;
+
+  /** Colour family of a status: running, changing, or stopped. */
+  function tone(status: string): string {
+    if (status === "ENGINE.ROLLING") return "good";
+    if (status === "ENGINE.OFFLINE") return "off";
+    return "busy";
+  }
+
+  function card(title: string, ...body: DomElement[]): DomElement {
+    return h("section", { class: "card" }, h("h2", {}, title), ...body);
+  }
+
+  function agentCard(a: EngineOverview["agent"], nowMs: number): DomElement {
+    const seen = a.last_seen === null ? "never called in" : `last seen ${fmt.ago(a.last_seen, nowMs)}`;
+    return card(
+      "GPU host agent",
+      h(
+        "p",
+        { id: "agent", class: `agent ${a.connected ? "on" : "off"}`, "data-connected": String(a.connected) },
+        h("span", { class: "dot" }),
+        a.connected ? "connected" : "not connected",
+      ),
+      h("p", { class: "sub" }, [a.host, a.trainer_state ? `trainer ${a.trainer_state}` : null, seen].filter((x) => x !== null).join(" · ")),
+    );
+  }
+
+  function render(ov: EngineOverview, nowMs: number): DomElement {
+    const e = ov.episodes;
+    const d = ov.deliveries;
+    return h(
+      "div",
+      { class: "overview" },
+      h(
+        "div",
+        { class: "cards" },
+        card(
+          "Status",
+          h("p", { id: "engine-status", class: `badge ${tone(ov.engine_status)}`, "data-status": ov.engine_status }, fmt.status(ov.engine_status)),
+          h("p", { id: "engine-detail", class: "sub" }, ov.engine_status_detail ?? ""),
+        ),
+        card(
+          "Global step",
+          h("p", { id: "global-step", class: "big", "data-value": ov.global_step ?? "" }, ov.global_step === null ? "–" : String(ov.global_step)),
+          h("p", { class: "sub" }, ov.global_step === null ? "the trainer has not reported a step" : "as last reported by the trainer"),
+        ),
+        agentCard(ov.agent, nowMs),
+      ),
+      h(
+        "div",
+        { class: "cards two" },
+        card(
+          "Episodes",
+          bars.stacked("episode-counts", [
+            { key: "registered", label: "waiting to be claimed", value: e.registered },
+            { key: "claimed", label: "running", value: e.claimed },
+            { key: "resetting", label: "resetting", value: e.resetting },
+          ]),
+        ),
+        card(
+          "Results to the trainer",
+          bars.stacked("delivery-counts", [
+            { key: "delivered", label: "delivered", value: d.delivered },
+            { key: "pending", label: "pending delivery", value: d.pending },
+            { key: "undeliverable", label: "undeliverable", value: d.undeliverable },
+          ]),
+        ),
+      ),
+    );
+  }
+
+  return { render, tone };
+}
+export type StatusView = ReturnType<typeof statusViewModule>;

@@ -1,0 +1,74 @@
+/**
+ * The deployment admin's routes (src/http/admin-routes.ts) described as data for the OpenAPI
+ * document. The admin router is written route by route rather than from a table, so this list
+ * is its mirror; test-browser/openapi.test.ts calls every route listed here on a live exchange
+ * and checks each answer against the schema and status written here, so the two cannot drift
+ * apart unnoticed.
+ */
+import { z } from "zod";
+import { CreateEngineRequest, CreateEngineResponse, EngineListResponse, IssueTokenRequest, IssuedToken, TokenListResponse } from "../protocol/admin";
+
+export type AdminRouteSpec = {
+  method: "get" | "post" | "delete";
+  /** OpenAPI path template, e.g. `/admin/engines/{name}/tokens`. */
+  path: string;
+  operationId: string;
+  summary: string;
+  body?: z.ZodType;
+  response: z.ZodType;
+  successStatus: 200 | 201;
+  /** 4xx statuses this route answers besides 401/403 (which every admin route may answer). */
+  errors: readonly (400 | 404 | 409 | 413 | 422)[];
+};
+
+const BODY_ERRORS = [400, 413, 422] as const;
+
+export const ADMIN_API: readonly AdminRouteSpec[] = [
+  {
+    method: "post",
+    path: "/admin/engines",
+    operationId: "admin_create_engine",
+    summary: "Create an engine; answers one token per role (shown only this once).",
+    body: CreateEngineRequest,
+    response: CreateEngineResponse,
+    successStatus: 201,
+    errors: [...BODY_ERRORS, 409],
+  },
+  {
+    method: "get",
+    path: "/admin/engines",
+    operationId: "admin_list_engines",
+    summary: "All engines of this deployment.",
+    response: EngineListResponse,
+    successStatus: 200,
+    errors: [],
+  },
+  {
+    method: "get",
+    path: "/admin/engines/{name}/tokens",
+    operationId: "admin_list_tokens",
+    summary: "An engine's tokens, without their secrets.",
+    response: TokenListResponse,
+    successStatus: 200,
+    errors: [404],
+  },
+  {
+    method: "post",
+    path: "/admin/engines/{name}/tokens",
+    operationId: "admin_issue_token",
+    summary: "Issue a new token for a role of an engine (the secret is shown only this once).",
+    body: IssueTokenRequest,
+    response: IssuedToken,
+    successStatus: 201,
+    errors: [...BODY_ERRORS, 404],
+  },
+  {
+    method: "delete",
+    path: "/admin/engines/{name}/tokens/{id}",
+    operationId: "admin_revoke_token",
+    summary: "Revoke a token; the engine refuses it from the next request on.",
+    response: z.object({ success: z.boolean() }),
+    successStatus: 200,
+    errors: [404],
+  },
+];

@@ -1,0 +1,59 @@
+/** OpenAPI path items for the deployment admin's routes and the health check. */
+import { ADMIN_API, type AdminRouteSpec } from "./admin-api";
+import { errorRef, type ErrorStatus } from "./error-responses";
+import { toJsonSchema, type JsonSchema } from "./json-schema";
+
+export const ADMIN_TAG = "admin";
+
+const pathParams = (path: string): JsonSchema[] =>
+  [...path.matchAll(/\{(\w+)\}/g)].map((m) => ({
+    name: m[1],
+    in: "path",
+    required: true,
+    description: m[1] === "name" ? "The engine's name." : "The token's id (from the token list), not its secret.",
+    schema: { type: "string" },
+  }));
+
+function operation(spec: AdminRouteSpec): JsonSchema {
+  const responses: JsonSchema = {
+    [String(spec.successStatus)]: {
+      description: spec.successStatus === 201 ? "Created." : "Success.",
+      content: { "application/json": { schema: toJsonSchema(spec.response, "output") } },
+    },
+  };
+  const statuses: ErrorStatus[] = [401, 403, ...spec.errors];
+  for (const s of statuses.sort()) responses[String(s)] = errorRef(s);
+  return {
+    operationId: spec.operationId,
+    summary: spec.summary,
+    description: `${spec.summary}\n\nRoles: admin (the deployment's ADMIN_TOKEN as a bearer token).`,
+    tags: [ADMIN_TAG],
+    "x-roles": ["admin"],
+    security: [{ adminToken: [] }],
+    parameters: pathParams(spec.path),
+    ...(spec.body ? { requestBody: { required: true, content: { "application/json": { schema: toJsonSchema(spec.body, "input") } } } } : {}),
+    responses,
+  };
+}
+
+export function adminPaths(): Record<string, JsonSchema> {
+  const paths: Record<string, JsonSchema> = {
+    "/health": {
+      get: {
+        operationId: "health",
+        summary: "Liveness check; needs no token.",
+        tags: ["service"],
+        "x-roles": ["anyone"],
+        security: [],
+        responses: {
+          "200": {
+            description: "The Worker is up.",
+            content: { "application/json": { schema: { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"] } } },
+          },
+        },
+      },
+    },
+  };
+  for (const spec of ADMIN_API) (paths[spec.path] ??= {})[spec.method] = operation(spec);
+  return paths;
+}

@@ -1,0 +1,44 @@
+/**
+ * The OpenAPI 3.1 document of the whole exchange, built from the zod schemas the routes
+ * validate with: engine routes from ENGINE_API, admin routes from ADMIN_API.
+ */
+import { adminPaths, ADMIN_TAG } from "./admin-paths";
+import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
+import { errorComponents } from "./error-responses";
+import type { JsonSchema } from "./json-schema";
+
+export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<string, JsonSchema> };
+
+export function buildOpenApiDocument(): OpenApiDocument {
+  const errors = errorComponents();
+  return {
+    openapi: "3.1.0",
+    jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
+    info: {
+      title: "Rollout Exchange",
+      version: "1",
+      description:
+        "Hands rollouts between RL trainers and remote agents. Engine routes speak AgentJet's swarm protocol " +
+        "under /e/{engine}; each route lists the roles whose tokens may call it (`x-roles`). Every error " +
+        "answer is {error, detail}.",
+    },
+    // Relative: the document describes the deployment that serves it.
+    servers: [{ url: "/" }],
+    tags: [
+      { name: ENGINE_TAG, description: "An engine's API, token as a bearer header." },
+      { name: TOKEN_PATH_TAG, description: "The same routes with the token in the URL path, for clients that cannot send headers." },
+      { name: ADMIN_TAG, description: "The deployment admin: engines and tokens." },
+      { name: "service", description: "The service itself." },
+    ],
+    paths: { ...adminPaths(), ...enginePaths() },
+    components: {
+      securitySchemes: {
+        engineToken: { type: "http", scheme: "bearer", description: "A token of one engine, issued per role (operator, trainer, client, viewer)." },
+        adminToken: { type: "http", scheme: "bearer", description: "The deployment's ADMIN_TOKEN." },
+      },
+      parameters: ENGINE_PARAMETERS,
+      schemas: errors.schemas,
+      responses: errors.responses,
+    },
+  };
+}

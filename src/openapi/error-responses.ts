@@ -1,0 +1,34 @@
+/**
+ * The 4xx answers of the exchange as OpenAPI components. Every one has the same body,
+ * ErrorResponse {error, detail}: `error` is a stable code for programs, `detail` a sentence
+ * for people (FastAPI's field name, which AgentJet logs).
+ */
+import { ErrorResponse } from "../protocol/admin";
+import { toJsonSchema, type JsonSchema } from "./json-schema";
+
+export const ERROR_STATUSES = [400, 401, 403, 404, 409, 413, 422] as const;
+export type ErrorStatus = (typeof ERROR_STATUSES)[number];
+
+const WHEN: Record<ErrorStatus, string> = {
+  400: "Malformed JSON, or a request the engine's current status does not allow (e.g. registering while not ROLLING).",
+  401: "No token, or a token this engine does not know (unknown or revoked).",
+  403: "The token's role may not call this route.",
+  404: "Unknown engine, episode, token or route.",
+  409: "The request conflicts with the current state (e.g. a claim that was reaped or superseded, an engine that exists).",
+  413: "The request body is larger than the exchange accepts (4 MiB).",
+  422: "The body or query does not match the schema; `detail` names each offending field.",
+};
+
+/** Component name of the response for a status, e.g. `Error401`. */
+export const errorRef = (status: ErrorStatus): { $ref: string } => ({ $ref: `#/components/responses/Error${status}` });
+
+export function errorComponents(): { schemas: Record<string, JsonSchema>; responses: Record<string, JsonSchema> } {
+  const responses: Record<string, JsonSchema> = {};
+  for (const status of ERROR_STATUSES) {
+    responses[`Error${status}`] = {
+      description: WHEN[status],
+      content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
+    };
+  }
+  return { schemas: { ErrorResponse: toJsonSchema(ErrorResponse, "output") }, responses };
+}
