@@ -1,8 +1,9 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
-// Two projects, one `npm test`: the Worker's tests run inside workerd against real D1 and real
-// Durable Objects; the local-agent's tests run in Node (real child processes, real ZeroMQ).
+// Three projects, one `npm test`: the Worker's tests run inside workerd against real D1 and real
+// Durable Objects; the local-agent's tests run in Node (real child processes, real ZeroMQ); the
+// dashboard's and API reference's tests drive a real headless Chromium against the local Worker.
 export default defineConfig(async () => {
   const migrations = await readD1Migrations("./migrations");
   return {
@@ -35,6 +36,18 @@ export default defineConfig(async () => {
             // Real processes, sockets and a local Worker: give slow machines room.
             testTimeout: 60_000,
             hookTimeout: 120_000,
+          },
+        },
+        {
+          test: {
+            name: "browser",
+            environment: "node",
+            include: ["test-browser/**/*.test.ts"],
+            // Each file runs its own Worker (Miniflare) and Chromium; one file at a time keeps a
+            // 2-core machine from timing out, and the pages' timings honest.
+            fileParallelism: false,
+            testTimeout: 60_000,
+            hookTimeout: 180_000,
           },
         },
       ],

@@ -1,0 +1,135 @@
+/**
+ * The dashboard in a real headless Chromium against the real Worker (Miniflare): after a scripted
+ * run of a few global steps, the page shows what the API reports, follows new steps without a
+ * reload, and remembers its token.
+ */
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Page } from "playwright-core";
+import { REPO_ROOT } from "../scripts/local/exchange";
+import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
+import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
+import { scriptRun } from "./support/scripted-run";
+import { attr, chartPoints, legendCounts, refreshesLater } from "./support/page-data";
+
+let ex: TestExchange;
+let browser: TestBrowser;
+let engine: TestEngine;
+let page: Page;
+let errors: string[];
+const STEPS = 5;
+
+beforeAll(async () => {
+  ex = await startExchange();
+  browser = await launchBrowser();
+  engine = await createEngine(ex, "gsm8k-grpo");
+  await scriptRun(engine, { steps: STEPS, episodesPerStep: 8, finishInOpenStep: 7, leaveRunning: 6, leaveRegistered: 14 });
+  page = await browser.newPage();
+  errors = watchErrors(page);
+  // A short refresh period so the test sees updates within a second, not five.
+  await page.goto(`${ex.url}/dashboard?engine=${engine.name}&token=${engine.tokens.viewer}&refresh=0.3`);
+  await page.waitForSelector("#reward-chart");
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await ex?.stop();
+});
+
+describe("dashboard after a scripted run", () => {
+  it("shows the engine's status, step, agent and counts as the API reports them", async () => {
+    const ov = await engine.as("viewer").overview();
+    await refreshesLater(page);
+    expect(await attr(page, "#engine-status", "data-status")).toBe(ov.engine_status);
+    expect(await page.textContent("#engine-detail")).toBe(ov.engine_status_detail);
+    expect(Number(await attr(page, "#global-step", "data-value"))).toBe(ov.global_step);
+    expect(await attr(page, "#agent", "data-connected")).toBe(String(ov.agent.connected));
+    expect(await legendCounts(page, "episode-counts")).toEqual(ov.episodes);
+    expect(await legendCounts(page, "delivery-counts")).toEqual(ov.deliveries);
+    expect(ov.episodes).toMatchObject({ registered: 14, claimed: 6 });
+  });
+
+  it("draws one chart point per finished step, with the API's mean, std and count", async () => {
+    const { history } = await engine.as("viewer").getRewardHistory();
+    expect(history).toHaveLength(STEPS);
+    const points = await chartPoints(page);
+    expect(points).toEqual(
+      history.map((h) => ({ step: h.global_step, mean: h.mean_reward, std: h.std_reward, count: h.count, min: h.min_reward, max: h.max_reward })),
+    );
+    // The curve is the scripted one: rewards rise with the step.
+    expect(points.map((p) => p.mean)).toEqual([...points.map((p) => p.mean)].sort((a, b) => a - b));
+    expect(await page.getAttribute("#reward-chart path.band", "d")).toMatch(/^M.+Z$/);
+  });
+
+  it("lists the running episodes and the current batch's completed tasks", async () => {
+    const running = await engine.as("viewer").runningEpisodes({ limit: 25 });
+    const rows = await page.$$eval("#episodes-table tbody tr", (els) => els.map((e) => e.getAttribute("data-episode")));
+    expect(rows).toEqual(running.episodes.map((e) => e.episode_uuid));
+    expect(Number(await attr(page, "#episodes-table", "data-total"))).toBe(running.total);
+
+    const pool = await engine.as("viewer").getPoolInfo();
+    const finished = Object.values(pool.completed_tasks_client_uuids).reduce((n, c) => n + c.length, 0);
+    expect(Number(await attr(page, "#tasks", "data-episodes"))).toBe(finished);
+    expect(Number(await attr(page, "#tasks", "data-tasks"))).toBe(Object.keys(pool.completed_tasks_client_uuids).length);
+  });
+
+  it("keeps the token out of the address bar and in localStorage", async () => {
+    expect(page.url()).not.toContain("token=");
+    expect(page.url()).toContain(`engine=${engine.name}`);
+    const saved = await page.evaluate(() => localStorage.getItem("rollout-exchange.dashboard.v1"));
+    expect(saved).toContain(engine.tokens.viewer);
+  });
+
+  it("saves a screenshot for the README", async () => {
+    await mkdir(join(REPO_ROOT, "docs"), { recursive: true });
+    await page.screenshot({ path: join(REPO_ROOT, "docs", "dashboard.png"), fullPage: true });
+  });
+
+  it("picks up a new global step without reloading the page", async () => {
+    // A reload would drop this marker.
+    await page.evaluate(() => Object.assign(window, { __sameDocument: true }));
+    const trainer = engine.as("trainer");
+    const client = engine.as("client");
+    for (let i = 0; i < 4; i++) {
+      await trainer.registerEpisode({ episode_uuid: `late-${i}` });
+      const c = await client.claimEpisode({ client_uuid: `late-client-${i}`, discard_episode_timeout: 60 });
+      await client.endEpisode({ client_uuid: `late-client-${i}`, episode_uuid: c.episode_uuid, task_id: "late", workflow_output: { reward: 2 + i * 0.1, metadata: { task_id: "late" } } });
+    }
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: STEPS + 2 });
+
+    await page.waitForFunction((n) => document.querySelectorAll("#reward-chart circle.point").length === n, STEPS + 1, { timeout: 10_000 });
+    const { history } = await engine.as("viewer").getRewardHistory();
+    const last = history[history.length - 1];
+    const points = await chartPoints(page);
+    expect(points[points.length - 1]).toEqual({
+      step: last?.global_step,
+      mean: last?.mean_reward,
+      std: last?.std_reward,
+      count: last?.count,
+      min: last?.min_reward,
+      max: last?.max_reward,
+    });
+    expect(last?.global_step).toBe(STEPS + 1);
+    // The open step held the 7 scripted episodes plus these 4.
+    expect(last?.count).toBe(11);
+    expect(Math.max(...points.map((p) => p.max))).toBeCloseTo(2.3);
+    await page.waitForFunction(() => document.getElementById("engine-status")?.getAttribute("data-status") === "ENGINE.WEIGHT_SYNCING");
+    expect(Number(await attr(page, "#global-step", "data-value"))).toBe(STEPS + 2);
+    expect(await page.evaluate(() => "__sameDocument" in window)).toBe(true);
+  });
+
+  it("opens with the remembered token when the URL carries none", async () => {
+    const again = await browser.newPage();
+    const errs = watchErrors(again);
+    await again.goto(`${ex.url}/dashboard?engine=${engine.name}&refresh=0.3`);
+    await again.waitForSelector("#reward-chart");
+    expect(await again.isHidden("#login")).toBe(true);
+    await again.close();
+    expect(errs).toEqual([]);
+  });
+
+  it("logged no error in the browser", () => {
+    expect(errors).toEqual([]);
+  });
+});

@@ -1,0 +1,53 @@
+/**
+ * A small training run through the real API, as the trainer and clients would make it: the
+ * trainer goes ROLLING at step 1, registers episodes, clients claim and end them with rewards,
+ * and each time the trainer advances global_step the engine finalizes the finished step's
+ * reward statistics. Rewards are chosen so every step has a different mean and spread.
+ */
+import type { TestEngine } from "./exchange";
+
+export type RunOptions = {
+  steps: number;
+  episodesPerStep: number;
+  /** Episodes left claimed (running) after the last step, so the page has some to show. */
+  leaveRunning?: number;
+  /** Episodes left registered and unclaimed at the end. */
+  leaveRegistered?: number;
+  /** Episodes ended in the current, still open step (the page's "tasks finished this step"). */
+  finishInOpenStep?: number;
+};
+
+/** The reward of episode `i` of `step`: rises with the step, spreads with i. */
+export const rewardOf = (step: number, i: number): number => Number((0.1 * step + 0.05 * (i % 4) - 0.05).toFixed(4));
+
+let serial = 0;
+
+/** One episode from registration to its end, with `reward`, on task `task-<i % 5>`. */
+async function playEpisode(engine: TestEngine, i: number, reward: number): Promise<void> {
+  const episode_uuid = `ep-${(serial++).toString().padStart(4, "0")}-${i}`;
+  await engine.as("trainer").registerEpisode({ episode_uuid });
+  const client_uuid = `client-${i % 3}`;
+  const task_id = `task-${i % 5}`;
+  const client = engine.as("client");
+  const claim = await client.claimEpisode({ client_uuid, discard_episode_timeout: 600, throttle_policy: { current_task_id: task_id } });
+  if (!claim.success) throw new Error(`claim failed: ${claim.fail_cause}`);
+  await client.endEpisode({ client_uuid, episode_uuid: claim.episode_uuid, task_id, workflow_output: { reward, is_success: true, metadata: { task_id } } });
+}
+
+export async function scriptRun(engine: TestEngine, opts: RunOptions): Promise<void> {
+  const trainer = engine.as("trainer");
+  const client = engine.as("client");
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+  for (let step = 1; step <= opts.steps; step++) {
+    for (let i = 0; i < opts.episodesPerStep; i++) await playEpisode(engine, i, rewardOf(step, i));
+    // Advancing the step closes the previous one: its reward statistics join the history.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", engine_status_detail: `rolling step ${step + 1}`, global_step: step + 1 });
+  }
+  for (let i = 0; i < (opts.finishInOpenStep ?? 0); i++) await playEpisode(engine, i, rewardOf(opts.steps + 1, i));
+  for (let i = 0; i < (opts.leaveRunning ?? 0); i++) {
+    await trainer.registerEpisode({ episode_uuid: `running-${i}` });
+    const claim = await client.claimEpisode({ client_uuid: `runner-${i}`, discard_episode_timeout: 300, throttle_policy: { current_task_id: `task-${i}` } });
+    if (!claim.success) throw new Error(`claim failed: ${claim.fail_cause}`);
+  }
+  for (let i = 0; i < (opts.leaveRegistered ?? 0); i++) await trainer.registerEpisode({ episode_uuid: `waiting-${i}` });
+}
