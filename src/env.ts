@@ -10,4 +10,8 @@ export interface Env {
   CLAIM_KEY_SECRET: string;
   /** Seconds an agent has to ack a command before it is handed out again (default 60). */
   COMMAND_LEASE_SECONDS?: string;
+  /** Seconds a relayed LLM call may take end to end (default 600). */
+  RELAY_DEADLINE_SECONDS?: string;
+  /** Milliseconds between SSE keep-alive comments while a streamed answer is pending (default 10000). */
+  RELAY_KEEPALIVE_MS?: string;
 }

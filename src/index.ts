@@ -8,13 +8,17 @@ import type { Env } from "./env";
 import { adminRoutes } from "./http/admin-routes";
 import { engineRoutes, type EngineVars } from "./http/engine-routes";
 import { errorJson } from "./http/errors";
+import { relayRoutes } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 
 export { EngineObject } from "./engine/engine-object";
 
-/** Large enough for a long workflow output; anything bigger is refused before it is read. */
-export const MAX_BODY_BYTES = 4 * 1024 * 1024;
+/**
+ * Large enough for a long workflow output; anything bigger is refused before it is read.
+ * Not exported: workerd accepts only handlers and classes as the main module's exports.
+ */
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
 const app = new Hono<{ Bindings: Env; Variables: EngineVars }>();
 
@@ -28,6 +32,8 @@ app.use(
 
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/admin", adminRoutes);
+// Before the engine routes: LLM calls authenticate with their per-claim key, not an engine token.
+relayRoutes(app);
 // The token-in-path form first, so /e/x/t/<token>/... is never read as an engine route named "t".
 engineRoutes(app, "/e/:engine/t/:token");
 engineRoutes(app, "/e/:engine");

@@ -23,6 +23,7 @@ describe("agent presence", () => {
       version: "0.1.0",
       trainer_state: "running",
       trainer_pid: 999,
+      gateway_url: null,
       last_seen: e.clock.t / 1000,
     });
     e.clock.t += 44_000;

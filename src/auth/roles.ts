@@ -23,6 +23,7 @@ export const TRAINER_OPS = [
   "agent_ack",
   "agent_heartbeat",
   "agent_trainer_exit",
+  "agent_gateway_secret",
   "post_steps",
   "get_rollout_data",
   "start_rollout",

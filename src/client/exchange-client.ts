@@ -35,6 +35,7 @@ import {
   StartRolloutRequest,
   StartRolloutResponse,
   UpdateBufferConfigRequest,
+  GatewaySecretResponse,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
 
@@ -103,6 +104,7 @@ export class EngineClient {
     this.get(`/agent/commands${queryString(q)}`, PollCommandsResponse, signal);
   ackCommand = (req: In<typeof AckCommandRequest>) => this.post("/agent/ack", AckCommandResponse, req);
   heartbeat = (req: In<typeof AgentHeartbeatRequest>) => this.post("/agent/heartbeat", HeartbeatResponse, req);
+  gatewaySecret = () => this.get("/agent/gateway_secret", GatewaySecretResponse);
   trainerExit = (req: In<typeof TrainerExitRequest>) => this.post("/agent/trainer_exit", Success, req);
 
   batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);

@@ -34,7 +34,8 @@ import {
 } from "../protocol/agent";
 import { isRolling, type EngineStatus } from "../protocol/status";
 import { mayRun, seesTrainerSecrets, type EngineOp } from "../auth/roles";
-import { signClaimKey } from "../auth/claim-key";
+import { signClaimKey, type ClaimKeyFields } from "../auth/claim-key";
+import { gatewaySecret } from "../auth/gateway-signature";
 import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { ENGINE_DDL } from "./schema";
@@ -630,6 +631,39 @@ export class EngineObject extends DurableObject<Env> {
     });
   }
 
+  // ---------------------------------------------------------------- LLM relay
+
+  /**
+   * Admits one LLM call of a claim whose key the Worker has verified: the claim must still be
+   * live. Counts the call and refreshes the lease, since a client talking to the model is not idle.
+   */
+  async relayBegin(key: ClaimKeyFields): Promise<Reply<{ gateway_url: string; trainer_api_key: string; trainer_base_url: string }>> {
+    if (this.meta.name === null || this.meta.name !== key.engine) return fail(404, "unknown_engine", "No such engine.");
+    if (!isRolling(this.meta.status)) {
+      return fail(503, "engine_not_rolling", `The engine is ${this.meta.status}: LLM calls are served only while ENGINE.ROLLING or ENGINE.ROLLING_POST.`);
+    }
+    const ep = this.episode(key.episode_uuid);
+    if (ep === null || ep.state !== "claimed" || ep.fence !== key.fence) {
+      return fail(401, "claim_not_live", "This key's claim is no longer live: its episode was ended, aborted, reaped or claimed again.");
+    }
+    const gateway = this.agentStatus().gateway_url;
+    if (gateway === null) {
+      return fail(503, "no_gateway", "No inference gateway is registered for this engine: is the local-agent running with its gateway on?");
+    }
+    const now = this.now();
+    this.sql.exec(
+      "UPDATE episodes SET llm_call_count = llm_call_count + 1, last_activity = ?, expires_at = ? WHERE episode_uuid = ?",
+      now,
+      now + Math.ceil(ep.discard_timeout * 1000),
+      ep.episode_uuid,
+    );
+    return ok({ gateway_url: gateway, trainer_api_key: ep.openai_api_key, trainer_base_url: ep.openai_base_url });
+  }
+
+  async gatewaySecret(caller: Caller): Promise<Reply<{ secret: string }>> {
+    return this.guarded(caller, "agent_gateway_secret", async () => ok({ secret: await gatewaySecret(this.env.CLAIM_KEY_SECRET, this.meta.name ?? "") }));
+  }
+
   // ---------------------------------------------------------------- alarm
 
   override async alarm(): Promise<void> {
@@ -852,7 +886,7 @@ export class EngineObject extends DurableObject<Env> {
   private agentStatus(): AgentStatus {
     const a = this.getKv<AgentHeartbeatRequest & { last_seen: number }>("agent");
     if (a === null) {
-      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, last_seen: null };
+      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, last_seen: null };
     }
     return {
       connected: this.now() / 1000 - a.last_seen < AGENT_STALE_AFTER_SECONDS,
@@ -862,6 +896,7 @@ export class EngineObject extends DurableObject<Env> {
       version: a.version,
       trainer_state: a.trainer.state,
       trainer_pid: a.trainer.pid,
+      gateway_url: a.gateway_url ?? null,
       last_seen: a.last_seen,
     };
   }

@@ -41,6 +41,7 @@ import {
   TrainerExitRequest,
 } from "../protocol/agent";
 
+import { GatewaySecretResponse } from "../protocol/relay";
 import {
   BufferConfig,
   GetRolloutDataRequest,
@@ -197,6 +198,9 @@ export const ENGINE_API: RouteSpec[] = [
   post("/agent/ack", "agent_ack", "Acknowledge a command by its sequence number, with its outcome.", AckCommandRequest, AckCommandResponse, (s, who, b) => s.agentAck(who, b)),
   post("/agent/heartbeat", "agent_heartbeat", "The agent is alive: its host and its trainer's state.", AgentHeartbeatRequest, HeartbeatResponse, (s, who, b) =>
     s.agentHeartbeat(who, b),
+  ),
+  get("/agent/gateway_secret", "agent_gateway_secret", "The secret the agent's inference gateway checks the Worker's relay signatures with.", GatewaySecretResponse, (s, who) =>
+    s.gatewaySecret(who),
   ),
   post("/agent/trainer_exit", "agent_trainer_exit", "The trainer exited on its own: the engine goes OFFLINE with the reason.", TrainerExitRequest, Success, (s, who, b) =>
     s.trainerExit(who, b),

@@ -15,6 +15,8 @@ export const AgentHeartbeatRequest = z.object({
   host: z.string().max(256),
   pid: z.number().int().nonnegative(),
   version: z.string().max(64).default(""),
+  /** Where the Worker reaches this agent's inference gateway (e.g. a tunnel URL); null if it runs none. */
+  gateway_url: z.url().max(2048).nullable().default(null),
   trainer: z.object({
     state: TrainerState,
     pid: z.number().int().nonnegative().nullable().default(null),
@@ -34,6 +36,7 @@ export const AgentStatus = z.object({
   version: z.string().nullable(),
   trainer_state: TrainerState.nullable(),
   trainer_pid: z.number().nullable(),
+  gateway_url: z.string().nullable(),
   /** Unix seconds of the last heartbeat; null if the agent never called in. */
   last_seen: z.number().nullable(),
 });

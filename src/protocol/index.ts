@@ -4,3 +4,4 @@ export * from "./commands";
 export * from "./admin";
 export * from "./agent";
 export * from "./buffer";
+export * from "./relay";

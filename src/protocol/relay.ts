@@ -1,0 +1,48 @@
+/**
+ * The LLM relay: a client's OpenAI-compatible call, checked by the Worker against its per-claim
+ * key, travels to the engine's inference gateway (run by the local-agent on the GPU host) as a
+ * signed envelope. The gateway answers with the upstream's response, streamed or whole.
+ */
+import { z } from "zod";
+
+export const RELAY_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/models"] as const;
+export const RelayEndpoint = z.enum(RELAY_ENDPOINTS);
+export type RelayEndpoint = z.infer<typeof RelayEndpoint>;
+
+/** Where the Worker posts envelopes, below the gateway's base URL. */
+export const GATEWAY_RELAY_PATH = "/rx/relay";
+/** Headers carrying the envelope's signature: HMAC-SHA256 over `${timestamp}\n${body}`. */
+export const SIGNATURE_HEADER = "x-rx-signature";
+export const TIMESTAMP_HEADER = "x-rx-timestamp";
+/** A signed envelope older or newer than this is refused by the gateway. */
+export const SIGNATURE_MAX_SKEW_SECONDS = 300;
+
+export const RelayEnvelope = z.object({
+  endpoint: RelayEndpoint,
+  engine: z.string(),
+  episode_uuid: z.string(),
+  fence: z.number().int(),
+  /** The trainer's own per-episode key and URL, as it registered them: the gateway routes by them. */
+  trainer_api_key: z.string(),
+  trainer_base_url: z.string(),
+  /** Seconds the gateway may spend on the upstream before giving up. */
+  deadline_seconds: z.number().positive(),
+  /** The client's request body (null for GET /v1/models). */
+  request: z.record(z.string(), z.unknown()).nullable(),
+});
+export type RelayEnvelope = z.infer<typeof RelayEnvelope>;
+
+/** OpenAI's error shape, which OpenAI clients parse. */
+export const OpenAIError = z.object({
+  error: z.object({ message: z.string(), type: z.string(), param: z.string().nullable(), code: z.string().nullable() }),
+});
+export type OpenAIError = z.infer<typeof OpenAIError>;
+
+export const ChatRequestShape = z
+  .object({
+    model: z.string().min(1, "model is required"),
+    stream: z.boolean().optional(),
+  })
+  .loose();
+
+export const GatewaySecretResponse = z.object({ secret: z.string() });

@@ -1,0 +1,92 @@
+/**
+ * Streaming answers for the relay. The stream opens at once and carries SSE comments as
+ * keep-alives while the answer is pending (proxies and clients drop silent connections), then
+ * the upstream's events. A whole ChatCompletion (what a ZeroMQ runner answers) becomes one
+ * chunk; an upstream error or a broken stream becomes an error event, since the status line
+ * has already been sent.
+ */
+import { OpenAIError } from "../protocol/relay";
+import { openaiErrorBody } from "./openai-errors";
+
+const enc = new TextEncoder();
+export const KEEP_ALIVE = ": keep-alive\n\n";
+
+const event = (data: unknown): Uint8Array => enc.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
+
+/** A chat.completion as one chat.completion.chunk (or a text_completion passed through). */
+export function completionToChunk(completion: Record<string, unknown>): Record<string, unknown> {
+  if (completion["object"] !== "chat.completion") return completion;
+  const choices = Array.isArray(completion["choices"]) ? (completion["choices"] as Record<string, unknown>[]) : [];
+  return {
+    id: completion["id"],
+    object: "chat.completion.chunk",
+    created: completion["created"],
+    model: completion["model"],
+    choices: choices.map((ch) => ({ index: ch["index"] ?? 0, delta: ch["message"] ?? {}, finish_reason: ch["finish_reason"] ?? "stop" })),
+    ...(completion["usage"] !== undefined ? { usage: completion["usage"] } : {}),
+  };
+}
+
+function errorFromUpstream(status: number, text: string): unknown {
+  try {
+    const parsed = OpenAIError.safeParse(JSON.parse(text));
+    if (parsed.success) return parsed.data;
+  } catch {
+    // not JSON: described below
+  }
+  return openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
+}
+
+export function relayStream(upstream: Promise<Response>, keepAliveMs: number, describeFailure: (e: unknown) => { status: number; message: string; code: string }): Response {
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const writer = writable.getWriter();
+  const pump = async (): Promise<void> => {
+    const timer = setInterval(() => void writer.write(enc.encode(KEEP_ALIVE)).catch(() => clearInterval(timer)), keepAliveMs);
+    let res: Response;
+    try {
+      res = await upstream;
+    } catch (e) {
+      clearInterval(timer);
+      const f = describeFailure(e);
+      await writer.write(event(openaiErrorBody(f.status, f.message, f.code)));
+      return;
+    }
+    clearInterval(timer);
+    if (!res.ok || res.body === null) {
+      await writer.write(event(errorFromUpstream(res.status, await res.text())));
+      return;
+    }
+    if ((res.headers.get("content-type") ?? "").includes("text/event-stream")) {
+      const reader = res.body.getReader();
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return;
+          await writer.write(value);
+        }
+      } catch (e) {
+        const f = describeFailure(e);
+        await writer.write(event(openaiErrorBody(502, `the inference upstream broke off mid-stream: ${f.message}`, "upstream_stream_broken")));
+        return;
+      }
+    }
+    const text = await res.text();
+    let completion: unknown;
+    try {
+      completion = JSON.parse(text);
+    } catch {
+      await writer.write(event(openaiErrorBody(502, `the inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage")));
+      return;
+    }
+    if (typeof completion !== "object" || completion === null || Array.isArray(completion)) {
+      await writer.write(event(openaiErrorBody(502, "the inference upstream answered JSON that is not a completion", "upstream_garbage")));
+      return;
+    }
+    await writer.write(event(completionToChunk(completion as Record<string, unknown>)));
+    await writer.write(event("[DONE]"));
+  };
+  void pump()
+    .catch(() => undefined)
+    .finally(() => writer.close().catch(() => undefined));
+  return new Response(readable, { status: 200, headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+}
