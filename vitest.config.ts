@@ -40,6 +40,16 @@ export default defineConfig(async () => {
         },
         {
           test: {
+            name: "e2e",
+            environment: "node",
+            include: ["test-e2e/**/*.test.ts"],
+            // The real Worker on Miniflare, real sockets: give a loaded 2-core machine room.
+            testTimeout: 60_000,
+            hookTimeout: 180_000,
+          },
+        },
+        {
+          test: {
             name: "browser",
             environment: "node",
             include: ["test-browser/**/*.test.ts"],

@@ -24,6 +24,8 @@ export type LocalExchangeOptions = {
   persistDir?: string | null;
   adminToken: string;
   claimKeySecret: string;
+  /** More plain-text vars for the Worker (e.g. RELAY_DEADLINE_SECONDS in tests); wrangler.toml's come first. */
+  vars?: Record<string, string>;
   /** Receives progress lines, Miniflare's warnings and the Worker's console output. Default: silent. */
   log?: (line: string) => void;
   /** wrangler config of the Worker to serve. Default: the repository's wrangler.toml. */
@@ -114,6 +116,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
               ...setup.config.env,
               ADMIN_TOKEN: { type: "text", value: opts.adminToken },
               CLAIM_KEY_SECRET: { type: "text", value: opts.claimKeySecret },
+              ...Object.fromEntries(Object.entries(opts.vars ?? {}).map(([k, value]) => [k, { type: "text" as const, value }])),
             },
             manifest: {
               mainModule,
