@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { hashToken } from "../src/auth/tokens";
 import { advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 const heartbeat = (state: "idle" | "running" = "running") => ({
@@ -173,5 +174,19 @@ describe("running episodes", () => {
     expect(forged).toMatchObject({ status: 422, json: { detail: expect.stringContaining("cursor") } });
     const bad = await raw(`/e/${e.name}/running_episodes?limit=0`, { token: e.tokens.viewer });
     expect(bad.status).toBe(422);
+  });
+});
+
+describe("hooks for Worker-side features", () => {
+  it("authorizes an operation without doing it, and queues a command for a caller allowed to", async () => {
+    const e = await createEngine();
+    const as = async (role: "viewer" | "operator") => ({ admin: false as const, tokenHash: await hashToken(e.tokens[role]) });
+    expect(await e.stub.authorizeOp(await as("viewer"), "get_overview")).toEqual({ ok: true, body: { role: "viewer", engine: e.name } });
+    expect(await e.stub.authorizeOp(await as("viewer"), "start_engine")).toMatchObject({ ok: false, status: 403 });
+    expect(await e.stub.authorizeOp({ admin: false, tokenHash: "0".repeat(64) }, "get_overview")).toMatchObject({ ok: false, status: 401 });
+    const queued = await e.stub.enqueueFor(await as("operator"), "start_engine", { kind: "stop", reason: "test" });
+    expect(queued.ok).toBe(true);
+    expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body)).toEqual([{ kind: "stop", reason: "test" }]);
+    expect(await e.stub.enqueueFor(await as("viewer"), "start_engine", { kind: "stop", reason: "x" })).toMatchObject({ ok: false, status: 403 });
   });
 });

@@ -631,6 +631,25 @@ export class EngineObject extends DurableObject<Env> {
     });
   }
 
+  // ---------------------------------------------------------------- for Worker-side features
+
+  /**
+   * Checks a caller for an operation without doing it, for features whose state lives in D1
+   * rather than here (training runs): one hop to the engine, which holds the token hashes.
+   */
+  async authorizeOp(caller: Caller, op: EngineOp): Promise<Reply<{ role: CallerRole; engine: string }>> {
+    return this.guarded(caller, op, (role) => ok({ role, engine: this.meta.name ?? "" }));
+  }
+
+  /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */
+  async enqueueFor(caller: Caller, op: EngineOp, body: CommandBody): Promise<Reply<{ seq: number }>> {
+    return this.guarded(caller, op, () => {
+      const seq = this.tx(() => this.commands.enqueue(body, this.now()));
+      this.afterEnqueue();
+      return ok({ seq });
+    });
+  }
+
   // ---------------------------------------------------------------- LLM relay
 
   /**
