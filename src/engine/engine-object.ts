@@ -265,6 +265,8 @@ export class EngineObject extends DurableObject<Env> {
       const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
         ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
       if (this.meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(this.meta.status));
+      // Checked before anything is claimed, so a misconfigured deployment leaks no claims.
+      if (!this.env.CLAIM_KEY_SECRET) return fail(500, "misconfigured", "CLAIM_KEY_SECRET is not configured: per-claim keys cannot be signed.");
       const now = this.now();
       const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
       const claimed = this.tx(() => {
