@@ -40,7 +40,7 @@ export function adminPaths(): Record<string, JsonSchema> {
   const paths: Record<string, JsonSchema> = {
     "/health": {
       get: {
-        operationId: "health",
+        operationId: "service_health",
         summary: "Liveness check; needs no token.",
         tags: ["service"],
         "x-roles": ["anyone"],

@@ -1,0 +1,119 @@
+/**
+ * /openapi.json from the live local Worker: valid OpenAPI 3.1 (checked by a real validator),
+ * complete (every ENGINE_API route in both path forms, every admin route), with the roles, the
+ * bearer security and the error body of each 4xx; and true (the admin routes answer as the
+ * document says, and every documented engine path exists).
+ *
+ * No browser here, so this file is type-checked without the DOM (tsconfig.contract.json): it
+ * imports the route table, which pulls in the engine's Worker-typed modules.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { ENGINE_API } from "../src/http/engine-api";
+import { mayRun } from "../src/auth/roles";
+import { ROLES } from "../src/protocol/admin";
+import { ADMIN_API } from "../src/openapi/admin-api";
+import { ADMIN_TOKEN, startExchange, type TestExchange } from "./support/exchange";
+
+type Operation = {
+  operationId: string;
+  security: Record<string, string[]>[];
+  "x-roles": string[];
+  responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
+  requestBody?: unknown;
+};
+type Doc = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { responses: Record<string, { content: Record<string, { schema: unknown }> }> } };
+
+let ex: TestExchange;
+let doc: Doc;
+
+beforeAll(async () => {
+  ex = await startExchange();
+  const res = await fetch(`${ex.url}/openapi.json`);
+  expect(res.status).toBe(200);
+  doc = (await res.json()) as Doc;
+});
+
+afterAll(async () => {
+  await ex?.stop();
+});
+
+describe("/openapi.json", () => {
+  it("is a valid OpenAPI 3.1 document", async () => {
+    const result = await new Validator().validate(doc);
+    expect(result.errors).toBeUndefined();
+    expect(result.valid).toBe(true);
+    expect(doc.openapi).toBe("3.1.0");
+    // The validator is not a rubber stamp: a response that is not an object is refused.
+    const broken = { ...doc, paths: { "/x": { get: { responses: { "200": 5 } } } } };
+    expect((await new Validator().validate(broken)).valid).toBe(false);
+  });
+
+  it("describes every engine route in both path forms, with its roles, security and errors", () => {
+    for (const spec of ENGINE_API) {
+      const roles = [...ROLES.filter((r) => mayRun(r, spec.op)), "admin"];
+      for (const [prefix, security] of [
+        ["/e/{engine}", [{ engineToken: [] }]],
+        ["/e/{engine}/t/{token}", []],
+      ] as const) {
+        const op = doc.paths[prefix + spec.path]?.[spec.method];
+        expect(op, `${spec.method} ${prefix}${spec.path}`).toBeDefined();
+        expect(op?.["x-roles"]).toEqual(roles);
+        expect(op?.security).toEqual(security);
+        expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["200", "401", "403", "404"]));
+        if (spec.input.from === "body") expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["400", "413", "422"]));
+        if (spec.input.from === "body") expect(op?.requestBody).toBeDefined();
+      }
+    }
+    const ids = Object.values(doc.paths).flatMap((item) => Object.values(item).map((op) => op.operationId));
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it("gives every 4xx the {error, detail} body", () => {
+    for (const item of Object.values(doc.paths)) {
+      for (const op of Object.values(item)) {
+        for (const [status, r] of Object.entries(op.responses)) {
+          if (!status.startsWith("4")) continue;
+          expect(r.$ref).toBe(`#/components/responses/Error${status}`);
+          expect(doc.components.responses[`Error${status}`]?.content["application/json"]?.schema).toEqual({ $ref: "#/components/schemas/ErrorResponse" });
+        }
+      }
+    }
+  });
+
+  it("describes the admin routes as they answer", async () => {
+    const name = "documented";
+    const bodies: Record<string, unknown> = { admin_create_engine: { name }, admin_issue_token: { role: "viewer", label: "doc test" } };
+    let tokenId = "";
+    for (const spec of ADMIN_API) {
+      const op = doc.paths[spec.path]?.[spec.method];
+      expect(op?.security).toEqual([{ adminToken: [] }]);
+      expect(Object.keys(op?.responses ?? {})).toContain(String(spec.successStatus));
+      const url = ex.url + spec.path.replace("{name}", name).replace("{id}", tokenId);
+      const body = bodies[spec.operationId];
+      const res = await fetch(url, {
+        method: spec.method.toUpperCase(),
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body ? { "content-type": "application/json" } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+      expect(res.status, spec.operationId).toBe(spec.successStatus);
+      const json: unknown = await res.json();
+      expect(() => spec.response.parse(json), spec.operationId).not.toThrow();
+      if (spec.operationId === "admin_issue_token") tokenId = (json as { id: string }).id;
+      // Without the admin token: the documented 401, with the documented body.
+      const anon = await fetch(url, { method: spec.method.toUpperCase() });
+      expect(anon.status).toBe(401);
+      expect(Object.keys((await anon.json()) as object).sort()).toEqual(["detail", "error"]);
+    }
+  });
+
+  it("lists only routes that exist: each documented engine path answers 401 without a token, not 404", async () => {
+    for (const [path, item] of Object.entries(doc.paths)) {
+      if (!path.startsWith("/e/{engine}/") || path.includes("{token}")) continue;
+      for (const method of Object.keys(item)) {
+        const res = await fetch(ex.url + path.replace("{engine}", "documented"), { method: method.toUpperCase() });
+        expect(res.status, `${method} ${path}`).toBe(401);
+      }
+    }
+  });
+});
