@@ -3,14 +3,15 @@
  * run of a few global steps, the page shows what the API reports, follows new steps without a
  * reload, and remembers its token.
  */
-import { mkdir } from "node:fs/promises";
+import { mkdir, mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import { REPO_ROOT } from "../scripts/local/exchange";
 import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
-import { scriptRun } from "./support/scripted-run";
+import { rewardOf, scriptRun } from "./support/scripted-run";
 import { attr, chartPoints, legendCounts, refreshesLater } from "./support/page-data";
 
 let ex: TestExchange;
@@ -18,13 +19,13 @@ let browser: TestBrowser;
 let engine: TestEngine;
 let page: Page;
 let errors: string[];
-const STEPS = 5;
+const STEPS = 9;
 
 beforeAll(async () => {
   ex = await startExchange();
   browser = await launchBrowser();
   engine = await createEngine(ex, "gsm8k-grpo");
-  await scriptRun(engine, { steps: STEPS, episodesPerStep: 8, finishInOpenStep: 7, leaveRunning: 6, leaveRegistered: 14 });
+  await scriptRun(engine, { steps: STEPS, episodesPerStep: 8, finishInOpenStep: 7, leaveRunning: 6, leaveRegistered: 14, agent: { leavePending: 5 } });
   page = await browser.newPage();
   errors = watchErrors(page);
   // A short refresh period so the test sees updates within a second, not five.
@@ -48,6 +49,8 @@ describe("dashboard after a scripted run", () => {
     expect(await legendCounts(page, "episode-counts")).toEqual(ov.episodes);
     expect(await legendCounts(page, "delivery-counts")).toEqual(ov.deliveries);
     expect(ov.episodes).toMatchObject({ registered: 14, claimed: 6 });
+    expect(ov.deliveries).toMatchObject({ pending: 5, delivered: STEPS * 8 + 7 - 5 });
+    expect(ov.agent).toMatchObject({ connected: true, host: "gpu-node-1" });
   });
 
   it("draws one chart point per finished step, with the API's mean, std and count", async () => {
@@ -59,6 +62,7 @@ describe("dashboard after a scripted run", () => {
     );
     // The curve is the scripted one: rewards rise with the step.
     expect(points.map((p) => p.mean)).toEqual([...points.map((p) => p.mean)].sort((a, b) => a - b));
+    expect(points[0]?.min).toBe(Math.min(...Array.from({ length: 8 }, (_, i) => rewardOf(1, i))));
     expect(await page.getAttribute("#reward-chart path.band", "d")).toMatch(/^M.+Z$/);
   });
 
@@ -81,9 +85,14 @@ describe("dashboard after a scripted run", () => {
     expect(saved).toContain(engine.tokens.viewer);
   });
 
-  it("saves a screenshot for the README", async () => {
-    await mkdir(join(REPO_ROOT, "docs"), { recursive: true });
-    await page.screenshot({ path: join(REPO_ROOT, "docs", "dashboard.png"), fullPage: true });
+  it("takes a screenshot (docs/dashboard.png with UPDATE_SCREENSHOT=1)", async () => {
+    // Only on request: a new PNG on every run would leave every checkout with a changed file.
+    const dir = process.env["UPDATE_SCREENSHOT"] ? join(REPO_ROOT, "docs") : await mkdtemp(join(tmpdir(), "rx-shot-"));
+    await mkdir(dir, { recursive: true });
+    const png = await page.screenshot({ path: join(dir, "dashboard.png"), fullPage: true });
+    // A PNG of a full page, not a blank one: the signature, and more than a few KiB of pixels.
+    expect(png.subarray(1, 4).toString()).toBe("PNG");
+    expect(png.length).toBeGreaterThan(30_000);
   });
 
   it("picks up a new global step without reloading the page", async () => {

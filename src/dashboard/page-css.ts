@@ -85,7 +85,7 @@ td.idle span { color: var(--muted); font-size: 12.5px; }
 button { font: inherit; }
 .pager button, .login button { border: 1px solid var(--line); background: #fff; border-radius: 6px; padding: 4px 10px; cursor: pointer; }
 .pager button:disabled { opacity: 0.4; cursor: default; }
-.ranked { display: grid; gap: 6px; }
+.ranked { display: grid; gap: 7px; margin-top: 12px; }
 .ranked-row { display: grid; grid-template-columns: minmax(0, 11em) 1fr 3.5em; align-items: center; gap: 10px; }
 .ranked-label { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .ranked-bar { width: 100%; height: 10px; }
