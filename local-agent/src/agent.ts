@@ -42,7 +42,7 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
   const stopper = new AbortController();
   const stop = stopper.signal;
   const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };
-  const link = new EngineLink(config.server, config.engine, config.token);
+  const link = new EngineLink(config.server, config.engine, config.token, config.requestTimeoutSeconds * 1000);
   const reach = new Reachability(logger, clock, link.baseUrl);
   const journal = new OutcomeJournal(config.stateDir);
   const acker = new Acker({ link, journal, reach, logger, clock, backoff, stop });
@@ -73,6 +73,7 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
     logger,
     clock,
     onUnexpectedExit: (exit) => void reports?.trainerExited(exit),
+    onChange: () => reports?.poke(),
   });
   reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION });
   const dispatcher = new Dispatcher({

@@ -28,6 +28,7 @@ export type AgentConfig = {
   deliveryConcurrency: number;
   pollWaitSeconds: number;
   heartbeatSeconds: number;
+  requestTimeoutSeconds: number;
   retryMaxSeconds: number;
   agentId: string;
 };
@@ -164,6 +165,7 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     deliveryConcurrency: values.deliveryConcurrency as number,
     pollWaitSeconds: values.pollWaitSeconds as number,
     heartbeatSeconds: values.heartbeatSeconds as number,
+    requestTimeoutSeconds: values.requestTimeoutSeconds as number,
     retryMaxSeconds: values.retryMaxSeconds as number,
     agentId: (values.agentId as string | undefined) ?? `${hostname()}/${engine}`,
   };

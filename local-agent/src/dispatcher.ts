@@ -66,7 +66,8 @@ export class Dispatcher {
         .catch((e: unknown) => this.d.logger.error(`command ${c.seq} (${c.body.kind}) failed unexpectedly: ${describeError(e)}; it will be handed out again`))
         .finally(() => this.done(c.seq));
     const body = c.body;
-    if (body.kind === "start" || body.kind === "stop") {
+    if (body.kind !== "deliver" && body.kind !== "reset") {
+      // Trainer commands, and kinds this agent does not handle, in seq order.
       this.trainerTail = this.trainerTail.then(run);
       return;
     }
@@ -151,6 +152,13 @@ export class Dispatcher {
         if (sent.ok) this.d.logger.info(`episode ${body.episode_uuid}: ${what} delivered (command ${c.seq}${redelivery}); ${sent.detail}`);
         else this.d.logger.warn(`episode ${body.episode_uuid}: ${what} NOT delivered (command ${c.seq}${redelivery}): ${sent.detail}`);
         return { ok: sent.ok, detail: sent.detail };
+      }
+      default: {
+        // Written so it compiles whether or not the protocol has kinds this agent does not implement.
+        const kind = (body as { kind: string }).kind;
+        const detail = `this agent (version ${this.d.version}) does not carry out "${kind}" commands`;
+        this.d.logger.warn(`command ${c.seq}: ${detail}`);
+        return { ok: false, detail };
       }
     }
   }

@@ -14,8 +14,6 @@ import { EngineClient, ExchangeError, type FetchLike } from "../../src/client";
 import { requestJson } from "../../src/client/http";
 import { Command } from "../../src/protocol";
 
-/** Deadline for ordinary requests; a long poll gets its own wait plus this. */
-export const REQUEST_TIMEOUT_MS = 30_000;
 
 export type RawAnswer = { status: number; contentType: string; body: Buffer };
 
@@ -32,16 +30,18 @@ export class EngineLink {
     server: string,
     engine: string,
     private readonly token: string,
+    /** Deadline for any request; a long poll gets its wait on top. */
+    private readonly timeoutMs: number,
     fetchImpl: FetchLike = (input, init) => fetch(input, init),
   ) {
     this.baseUrl = `${server.replace(/\/+$/, "")}/e/${encodeURIComponent(engine)}`;
-    this.fetchFn = (input, init) => fetchImpl(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    this.fetchFn = (input, init) => fetchImpl(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(timeoutMs) });
     this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetchFn });
   }
 
   /** Long-polls for commands; each is validated on its own. */
   async pollCommands(waitSeconds: number, limit: number, stop: AbortSignal): Promise<PolledCommand[]> {
-    const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + REQUEST_TIMEOUT_MS)]);
+    const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + this.timeoutMs)]);
     const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}`;
     const { commands } = await requestJson(this.fetchFn, url, LenientPoll, { method: "GET", token: this.token, signal });
     return commands.map((raw): PolledCommand => {

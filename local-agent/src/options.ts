@@ -184,6 +184,14 @@ export const OPTIONS = {
     default: 10,
     describe: "How often the agent tells the engine it is alive (the engine shows it disconnected after 45 s of silence).",
   },
+  requestTimeoutSeconds: {
+    flag: "--request-timeout",
+    env: "ROLLOUT_REQUEST_TIMEOUT_SECONDS",
+    schema: seconds(0.1, 600),
+    arg: "SECONDS",
+    default: 30,
+    describe: "How long to wait for any answer from the Worker (a long poll gets its wait on top) before counting it as unreachable.",
+  },
   retryMaxSeconds: {
     flag: "--retry-max",
     env: "ROLLOUT_RETRY_MAX_SECONDS",

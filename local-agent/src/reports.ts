@@ -41,9 +41,11 @@ export class Reports {
 
   async heartbeatLoop(intervalMs: number): Promise<void> {
     while (!this.d.stop.aborted) {
+      // A fresh wake-up before sending: a poke during the request then makes another one follow at once.
+      const wake = new AbortController();
+      this.wake = wake;
       await this.heartbeat();
-      this.wake = new AbortController();
-      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, this.wake.signal]));
+      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal]));
     }
   }
 

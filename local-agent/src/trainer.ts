@@ -35,6 +35,8 @@ export type TrainerOptions = {
   clock: Clock;
   /** The trainer exited without being asked to stop. */
   onUnexpectedExit: (exit: TrainerExit) => void;
+  /** The trainer's state changed (the heartbeat tells the engine at once rather than at its next tick). */
+  onChange?: () => void;
 };
 
 /** A stop's outcome, with how the trainer ended when one was running. */
@@ -167,6 +169,7 @@ export class TrainerSupervisor {
     void exited.then((e) => this.onExit(running, e.code, e.signal));
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);
+    this.opts.onChange?.();
     return { ok: true, detail };
   }
 
@@ -211,6 +214,7 @@ export class TrainerSupervisor {
       this.current = null;
       this.lastState = "idle";
       rmSync(this.pidFile, { force: true });
+      this.opts.onChange?.();
     }
     return { ok: true, detail, exit_code: e.code, signal: e.signal };
   }
@@ -227,6 +231,7 @@ export class TrainerSupervisor {
     const how = code !== null ? `exited with code ${code}` : signal !== null ? `was ended by ${signal}` : "exited (status unknown: adopted from a previous agent)";
     const detail = `trainer pid ${c.pid} ${how} without a stop command${leftovers ? "; sent SIGTERM to the processes it left in its group" : ""}`;
     this.opts.logger.warn(detail);
+    this.opts.onChange?.();
     this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail });
   }
 

@@ -1,0 +1,177 @@
+/**
+ * The trainer facade against the real Worker (through a counting proxy): it must answer
+ * exactly what the engine answers, and coalesce the trainer's chatty calls.
+ */
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { EngineLink } from "../src/engine-link";
+import { Facade } from "../src/facade";
+import { startTestExchange, type TestEngine, type TestExchange } from "./support/exchange";
+import { MemoryLogger } from "./support/logger";
+import { FaultyProxy } from "./support/proxy";
+
+let ex: TestExchange;
+let proxy: FaultyProxy;
+let engine: TestEngine;
+let logger: MemoryLogger;
+const facades: Facade[] = [];
+
+beforeAll(async () => {
+  ex = await startTestExchange();
+});
+afterAll(async () => {
+  await ex?.stop();
+});
+beforeEach(async () => {
+  proxy = new FaultyProxy(ex.url);
+  await proxy.listen();
+  engine = await ex.newEngine();
+  logger = new MemoryLogger();
+});
+afterEach(async () => {
+  for (const f of facades.splice(0)) await f.close();
+  await proxy.close();
+});
+
+async function facade(coalesceMs = 30, forEngine = engine): Promise<Facade> {
+  const f = new Facade({ link: new EngineLink(proxy.url, forEngine.name, forEngine.tokens.trainer, 5000), host: "127.0.0.1", port: 0, coalesceMs, logger });
+  await f.listen();
+  facades.push(f);
+  return f;
+}
+
+type Answer = { status: number; body: unknown };
+
+async function call(base: string, method: "GET" | "POST", path: string, body?: unknown, token?: string): Promise<Answer> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (token) headers["authorization"] = `Bearer ${token}`;
+  const res = await fetch(base + path, { method, headers, body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: JSON.parse(text) as unknown };
+}
+
+const post = (base: string, path: string, body: unknown): Promise<Answer> => call(base, "POST", path, body);
+
+describe("the trainer facade", () => {
+  it("answers every trainer endpoint exactly as the engine does, errors included", async () => {
+    // The same sequence against two fresh engines: one directly, one through the facade.
+    const direct = await ex.newEngine();
+    const f = await facade(30, engine);
+    const steps: Array<["GET" | "POST", string, unknown?]> = [
+      ["GET", "/get_engine_status"],
+      ["POST", "/register_episode", { episode_uuid: "a" }],
+      ["POST", "/update_engine_status", { engine_status: "ENGINE.BOGUS" }],
+      ["POST", "/update_engine_status", "{not json"],
+      ["POST", "/update_engine_status", { engine_status: "ENGINE.ROLLING", global_step: 3, engine_status_detail: "rolling" }],
+      ["POST", "/register_episode", { episode_uuid: "a", openai_base_url: "http://h/v1", openai_api_key: "sk-ajet-x", zmq_listen_result_addr: "tcp://127.0.0.1:1" }],
+      ["POST", "/register_episode", { episode_uuid: "a" }],
+      ["POST", "/register_episode", { episode_uuid: "" }],
+      ["POST", "/register_episode", {}],
+      ["POST", "/is_episode_claimed", { episode_uuid: "a" }],
+      ["POST", "/is_episode_claimed", { client_uuid: "", episode_uuid: "nope" }],
+      ["POST", "/is_episode_claimed", { episode_uuid: 5 }],
+      ["POST", "/update_current_batch_rollout_pool_information", { completed_episodes: 3, completed_episode_target: 8, task_expected_num_repeat: 2 }],
+      ["POST", "/update_current_batch_rollout_pool_information", { completed_episodes: "three" }],
+      ["GET", "/get_current_batch_rollout_pool_information"],
+      ["POST", "/is_episode_claimed", { episode_uuid: "a", unregister_if_not_claimed: true }],
+      ["POST", "/is_episode_claimed", { episode_uuid: "a" }],
+      ["GET", "/get_engine_status"],
+      ["GET", "/no_such_route"],
+    ];
+    for (const [method, path, body] of steps) {
+      // Engine names differ between the two engines and may appear in error details.
+      const want = JSON.parse(JSON.stringify(await call(direct.baseUrl, method, path, body, direct.tokens.trainer)).replaceAll(direct.name, "<engine>")) as Answer;
+      const got = JSON.parse(JSON.stringify(await call(f.url, method, path, body)).replaceAll(engine.name, "<engine>")) as Answer;
+      expect({ step: `${method} ${path} ${JSON.stringify(body)}`, ...got }).toEqual({ step: `${method} ${path} ${JSON.stringify(body)}`, ...want });
+    }
+  });
+
+  it("coalesces concurrent is_episode_claimed and register_episode calls without changing any answer", async () => {
+    const f = await facade(30);
+    await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" });
+    // 64 registrations at once, as a burst from the trainer's runner threads.
+    const regs = await Promise.all(Array.from({ length: 64 }, (_, i) => post(f.url, "/register_episode", { episode_uuid: `ep-${i}`, zmq_listen_result_addr: `tcp://127.0.0.1:${20000 + i}` })));
+    expect(regs.every((r) => r.status === 200 && JSON.stringify(r.body) === '{"success":true,"failure_reason":""}')).toBe(true);
+    // Batched (a window that caught a single call sends it to the plain endpoint).
+    expect(proxy.count("/register_episode")).toBeLessThanOrEqual(8);
+
+    // Claim the first 16 (FIFO) through the public API.
+    for (let i = 0; i < 16; i++) {
+      expect((await engine.client.claimEpisode({ client_uuid: `c${i}`, episode_type: "train", discard_episode_timeout: 60 })).episode_uuid).toBe(`ep-${i}`);
+    }
+    // 128 runner threads ask at once; the last 16 also ask to unregister if unclaimed.
+    const before = proxy.total;
+    const checks = await Promise.all(
+      Array.from({ length: 128 }, (_, i) => {
+        const ep = `ep-${i % 64}`;
+        return post(f.url, "/is_episode_claimed", { episode_uuid: ep, unregister_if_not_claimed: i >= 112 });
+      }),
+    );
+    checks.forEach((r, i) => {
+      expect(r.status).toBe(200);
+      expect(r.body).toEqual({ success: i % 64 < 16, failure_reason: "" });
+    });
+    // Arrivals spread over the clients' connection setup; still a small fraction of 128.
+    expect(proxy.total - before).toBeLessThanOrEqual(8);
+    // The unregister requests took effect (episodes 48-63 are gone), exactly as if sent alone.
+    const buffer = await engine.operator.getEpisodeBuffer();
+    expect(buffer.buffer.map((e) => e.episode_uuid).sort()).toEqual(Array.from({ length: 48 }, (_, i) => `ep-${i}`).sort());
+    expect(f.counters.trainerCalls).toBe(1 + 64 + 128);
+  });
+
+  it("shares one request among identical concurrent status reads, and never answers a read with state older than the read", async () => {
+    const f = await facade(30);
+    const before = proxy.count("/get_engine_status");
+    const reads = await Promise.all(Array.from({ length: 50 }, () => call(f.url, "GET", "/get_engine_status")));
+    expect(new Set(reads.map((r) => JSON.stringify(r))).size).toBe(1);
+    expect(proxy.count("/get_engine_status") - before).toBeLessThanOrEqual(2);
+
+    // Read-your-writes while other readers keep a shared read in flight all the time.
+    let hammering = true;
+    const hammer = (async () => {
+      while (hammering) await call(f.url, "GET", "/get_engine_status");
+    })();
+    for (let step = 1; step <= 15; step++) {
+      await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING", global_step: step });
+      const s = await call(f.url, "GET", "/get_engine_status");
+      expect((s.body as { global_step: number }).global_step).toBe(step);
+    }
+    hammering = false;
+    await hammer;
+  });
+
+  it("forwards every call on its own when coalescing is off", async () => {
+    const f = await facade(0);
+    await Promise.all(Array.from({ length: 10 }, () => post(f.url, "/is_episode_claimed", { episode_uuid: "x" })));
+    expect(proxy.count("/is_episode_claimed")).toBe(10);
+    expect(proxy.count("/batch/is_episode_claimed")).toBe(0);
+  });
+
+  it("falls back to single calls against an exchange without batch endpoints", async () => {
+    const f = await facade(30);
+    await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" });
+    // An older exchange: its router does not know the batch paths.
+    proxy.fault = (p) => (p.includes("/batch/") ? "no-route" : "pass");
+    const answers = await Promise.all(Array.from({ length: 5 }, (_, i) => post(f.url, "/register_episode", { episode_uuid: `old-${i}` })));
+    expect(answers.map((a) => a.body)).toEqual(Array.from({ length: 5 }, () => ({ success: true, failure_reason: "" })));
+    expect(proxy.count("/register_episode")).toBe(5);
+    expect(logger.has(/has no \/batch\/register_episode endpoint; the facade forwards the trainer's calls one by one/)).toBe(true);
+  });
+
+  it("answers 502 in plain words when the exchange cannot be reached, and 413 for oversized bodies", async () => {
+    const f = await facade(30);
+    proxy.fault = () => "refuse";
+    for (const [method, path, body] of [
+      ["POST", "/is_episode_claimed", { episode_uuid: "a" }],
+      ["POST", "/register_episode", { episode_uuid: "a" }],
+      ["GET", "/get_engine_status", undefined],
+      ["POST", "/update_engine_status", { engine_status: "ENGINE.ROLLING" }],
+    ] as const) {
+      const r = await call(f.url, method, path, body);
+      expect(r.status).toBe(502);
+      expect(r.body).toEqual({ error: "exchange_unreachable", detail: expect.stringMatching(/^The local agent cannot reach the exchange at http:\/\/127\.0\.0\.1:\d+\/e\/e-/) });
+    }
+    proxy.fault = () => "pass";
+    const big = await post(f.url, "/update_current_batch_rollout_pool_information", { sample_collection_method: "x".repeat(5 * 1024 * 1024) });
+    expect(big).toEqual({ status: 413, body: { error: "payload_too_large", detail: "The request body exceeds 4194304 bytes." } });
+  });
+});

@@ -1,0 +1,147 @@
+/**
+ * The agent as a real process (the CLI), killed and restarted: SIGKILL in the middle of
+ * deliveries, SIGKILL with a trainer running, SIGTERM, and start-up failures.
+ */
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { AgentProcess } from "./support/agent-process";
+import { PyRunner } from "./support/py-runner";
+import { exchangeSuite } from "./support/suite";
+import { processAlive, waitUntil } from "./support/wait";
+
+const LEASE_SECONDS = 2;
+const FIXTURES = join(import.meta.dirname, "fixtures");
+
+const t = exchangeSuite({ commandLeaseSeconds: LEASE_SECONDS });
+
+function env(over: Record<string, string> = {}): Record<string, string> {
+  return {
+    ROLLOUT_SERVER: t.ex.url,
+    ROLLOUT_ENGINE: t.engine.name,
+    ROLLOUT_TRAINER_TOKEN: t.engine.tokens.trainer,
+    ROLLOUT_FACADE_PORT: "0",
+    ROLLOUT_STATE_DIR: join(t.dir, "state"),
+    ROLLOUT_LOG_DIR: join(t.dir, "logs"),
+    ROLLOUT_POLL_WAIT_SECONDS: "1",
+    ROLLOUT_HEARTBEAT_SECONDS: "0.5",
+    ROLLOUT_RETRY_MAX_SECONDS: "0.5",
+    ROLLOUT_STOP_GRACE_SECONDS: "3",
+    ...over,
+  };
+}
+
+function agent(e: Record<string, string>, args: string[] = []): AgentProcess {
+  const a = new AgentProcess(e, args);
+  t.defer(async () => {
+    a.kill("SIGTERM");
+    await a.waitForExit().catch(() => a.kill("SIGKILL"));
+  });
+  return a;
+}
+
+const started = (a: AgentProcess) => a.waitForLine(/trainer facade on (http:\/\/\S+)/, "the agent to start");
+
+describe("the agent process", () => {
+  it("is SIGKILLed in the middle of deliveries and restarted: every result end_episode accepted reaches its runner", async () => {
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const ids = Array.from({ length: 8 }, (_, i) => `kill-${i}`);
+    // Runners take a second to ack: the agent dies with deliveries in flight.
+    const runner = new PyRunner({ ipcDir: t.dir, episodes: ids, register: false, ackDelay: 1 });
+    t.defer(() => runner.kill());
+    for (const id of ids) {
+      await runner.waitFor("listening", id);
+      await t.engine.trainer.registerEpisode({ episode_uuid: id, zmq_listen_result_addr: runner.addr(id) });
+    }
+    const settings = env({ ROLLOUT_DELIVERY_CONCURRENCY: "2", ROLLOUT_DELIVERY_TIMEOUT_SECONDS: "3", ROLLOUT_DELIVERY_ATTEMPTS: "1" });
+    const first = agent(settings);
+    await started(first);
+
+    for (const id of ids) {
+      await t.engine.client.claimEpisode({ client_uuid: `c-${id}`, episode_type: "train", discard_episode_timeout: 600 });
+      expect(await t.engine.client.endEpisode({ client_uuid: `c-${id}`, episode_uuid: id, workflow_output: { reward: 0.5, metadata: { task_id: id } }, task_id: id })).toEqual({
+        success: true,
+      });
+    }
+    await runner.waitFor("result");
+    first.kill("SIGKILL");
+    expect((await first.waitForExit()).signal).toBe("SIGKILL");
+    const inFlight = runner.of("result").length;
+    expect(inFlight).toBeGreaterThan(0);
+    expect(runner.of("acked").length).toBeLessThan(ids.length);
+
+    const second = agent(settings);
+    await started(second);
+    await waitUntil(async () => (await t.engine.viewer.overview()).pending_commands === 0, "every delivery command to be acked", 60_000);
+
+    for (const id of ids) expect(runner.of("result", id)).toHaveLength(1); // each result reached its runner, once
+    const d = (await t.engine.viewer.overview()).deliveries;
+    expect(d.pending).toBe(0);
+    expect(d.delivered + d.undeliverable).toBe(ids.length);
+    // Only results the dead agent had already handed over can be reported undeliverable:
+    // their runners took them and stopped listening, so the redelivery finds nobody.
+    expect(d.undeliverable).toBeLessThanOrEqual(inFlight);
+    expect(d.delivered).toBeGreaterThanOrEqual(ids.length - inFlight);
+  });
+
+  it("leaves a running trainer behind when SIGKILLed; the next agent adopts it and can stop it", async () => {
+    const settings = env({ ROLLOUT_TRAINER_COMMAND: `sh ${join(FIXTURES, "trainer-graceful.sh")} {config}` });
+    const first = agent(settings);
+    await started(first);
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await first.waitForLine(/trainer started \(pid (\d+)\)/, "the trainer to start");
+    const pid = Number((await first.waitForLine(/trainer started \(pid (\d+)\)/, "the trainer pid"))[1]);
+    first.kill("SIGKILL");
+    await first.waitForExit();
+    expect(processAlive(pid)).toBe(true); // the trainer is in its own group and writes to a file, not a pipe
+
+    const second = agent(settings);
+    await second.waitForLine(new RegExp(`adopting trainer pid ${pid}`), "the adoption");
+    await waitUntil(async () => {
+      const a = (await t.engine.viewer.overview()).agent;
+      return a.pid === second.child.pid && a.trainer_state === "running" && a.trainer_pid === pid;
+    }, "the heartbeat to show the adopted trainer");
+
+    await t.engine.operator.stopEngine();
+    await second.waitForLine(new RegExp(`trainer pid ${pid} stopped`), "the adopted trainer to stop");
+    expect(processAlive(pid)).toBe(false);
+    expect(readFileSync(join(t.dir, "logs", "trainer.log"), "utf8")).toContain("got SIGTERM, exiting");
+  });
+
+  it("stops its trainer on SIGTERM and tells the engine, then exits 0", async () => {
+    const a = agent(env({ ROLLOUT_TRAINER_COMMAND: `sh ${join(FIXTURES, "trainer-graceful.sh")} {config}` }));
+    await started(a);
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    const pid = Number((await a.waitForLine(/trainer started \(pid (\d+)\)/, "the trainer to start"))[1]);
+    a.kill("SIGTERM");
+    expect(await a.waitForExit()).toEqual({ code: 0, signal: null });
+    expect(processAlive(pid)).toBe(false);
+    const s = await t.engine.viewer.getEngineStatus();
+    expect(s.engine_status).toBe("ENGINE.OFFLINE");
+    expect(s.engine_status_detail).toMatch(/\[rollout-agent\] the agent was shut down: trainer pid \d+ stopped: exited with code 0 after SIGTERM$/);
+  });
+
+  it("exits 2 with every problem listed for a bad config, and 1 when its facade port is taken", async () => {
+    const bad = agent({ ROLLOUT_SERVER: "", ROLLOUT_ENGINE: "", ROLLOUT_TRAINER_TOKEN: "" }, ["--engine", "Nope!", "--facade-port", "x"]);
+    expect((await bad.waitForExit()).code).toBe(2);
+    expect(bad.lines).toEqual(
+      expect.arrayContaining([
+        "rollout-agent: the configuration has 4 problems:",
+        expect.stringMatching(/^ {2}- server is not set/),
+        expect.stringMatching(/^ {2}- engine from --engine: /),
+        "Run with --help to see every setting.",
+      ]),
+    );
+
+    const taken = createServer();
+    await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));
+    t.defer(() => new Promise<void>((r) => taken.close(() => r())));
+    const port = (taken.address() as { port: number }).port;
+    const busy = agent(env({ ROLLOUT_FACADE_PORT: String(port) }));
+    expect((await busy.waitForExit()).code).toBe(1);
+    expect(busy.lines.join("\n")).toContain(`cannot start: the facade cannot listen on 127.0.0.1:${port}: the port is in use (another swarm server or agent?); choose another with --facade-port`);
+  });
+});

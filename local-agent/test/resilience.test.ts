@@ -1,0 +1,148 @@
+/**
+ * Faults between the agent and the Worker, injected by a proxy in front of the real Worker:
+ * refused connections, 5xx answers, no answers at all, lost acks, malformed commands.
+ */
+import { beforeEach, describe, expect, it } from "vitest";
+import { runAgent, testConfig } from "./support/agent-harness";
+import { FaultyProxy } from "./support/proxy";
+import { PyRunner } from "./support/py-runner";
+import { exchangeSuite } from "./support/suite";
+import { waitUntil } from "./support/wait";
+
+/** Short, so that commands whose ack was lost are handed out again within the test. */
+const LEASE_SECONDS = 2;
+
+const t = exchangeSuite({ commandLeaseSeconds: LEASE_SECONDS });
+let proxy: FaultyProxy;
+
+beforeEach(async () => {
+  proxy = new FaultyProxy(t.ex.url);
+  await proxy.listen();
+  t.defer(() => proxy.close());
+});
+
+async function agent(over: Parameters<typeof testConfig>[3] = {}) {
+  const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }));
+  t.defer(() => a.stop());
+  return a;
+}
+
+/** Rolling engine, `n` episodes registered with runners listening on ipc sockets. */
+async function episodes(n: number, prefix: string): Promise<{ runner: PyRunner; ids: string[] }> {
+  await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+  const ids = Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
+  const runner = new PyRunner({ ipcDir: t.dir, episodes: ids, register: false });
+  t.defer(() => runner.kill());
+  for (const id of ids) {
+    await runner.waitFor("listening", id);
+    await t.engine.trainer.registerEpisode({ episode_uuid: id, zmq_listen_result_addr: runner.addr(id) });
+  }
+  return { runner, ids };
+}
+
+async function claimAndEnd(ids: string[]): Promise<void> {
+  for (const id of ids) {
+    const c = await t.engine.client.claimEpisode({ client_uuid: `c-${id}`, episode_type: "train", discard_episode_timeout: 600 });
+    expect(c.episode_uuid).toBe(id);
+    expect(await t.engine.client.endEpisode({ client_uuid: `c-${id}`, episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id })).toEqual({ success: true });
+  }
+}
+
+const deliveries = async () => (await t.engine.viewer.overview()).deliveries;
+
+describe("the agent and an unreliable Worker", () => {
+  it("rides out refused connections, 503s and silence, then resumes and delivers everything", async () => {
+    const a = await agent();
+    const { runner, ids } = await episodes(6, "out");
+    await waitUntil(() => a.lines.some((l) => l.includes("rollout-agent")), "the agent to start");
+
+    for (const fault of ["refuse", "503", "hang"] as const) {
+      proxy.fault = () => fault;
+      // Once the agent's requests in flight have ended and new ones fail...
+      // (a long poll that was already in flight may still hand out commands).
+      const seen = proxy.faults("/agent/commands");
+      await waitUntil(() => proxy.faults("/agent/commands") >= seen + 1, `the agent's polls to hit ${fault}`);
+      // ...results are accepted by the engine while the agent cannot reach it.
+      const batch = fault === "refuse" ? ids.slice(0, 2) : fault === "503" ? ids.slice(2, 4) : ids.slice(4);
+      await claimAndEnd(batch);
+      await waitUntil(() => proxy.faults("/agent/commands") >= seen + 3, `the agent to keep retrying through ${fault}`);
+      expect(runner.of("result").filter((e) => batch.includes(e.episode ?? ""))).toEqual([]);
+      proxy.fault = () => "pass";
+      for (const id of batch) await runner.waitFor("acked", id);
+    }
+    await waitUntil(async () => (await deliveries()).delivered === 6, "all six deliveries to be acked");
+    expect(await deliveries()).toMatchObject({ pending: 0, undeliverable: 0 });
+    for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
+    expect(a.lines.filter((l) => /cannot reach the exchange at .* retrying with backoff/.test(l)).length).toBeGreaterThanOrEqual(3);
+    expect(a.lines.filter((l) => /the exchange is reachable again after [\d.]+ s; resuming where the agent left off/.test(l)).length).toBeGreaterThanOrEqual(3);
+  });
+
+  it("never delivers a result twice when its ack is lost: the redelivered command is answered from the journal", async () => {
+    const a = await agent();
+    const { runner, ids } = await episodes(3, "lost-ack");
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "503" : "pass");
+    await claimAndEnd(ids);
+    for (const id of ids) await runner.waitFor("acked", id);
+    // The engine hands the unacked commands out again after their lease; the agent must not re-send them.
+    await waitUntil(() => a.lines.some((l) => /was handed out again but had already finished; re-sending its ack/.test(l)), "a redelivery", 3 * LEASE_SECONDS * 1000);
+    proxy.fault = () => "pass";
+    await waitUntil(async () => (await deliveries()).delivered === 3, "the acks to land");
+    expect((await deliveries()).undeliverable).toBe(0);
+    for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
+  });
+
+  it("keeps finished outcomes across an agent restart and acks them then", async () => {
+    const first = await agent();
+    const { runner, ids } = await episodes(2, "restart");
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "refuse" : "pass");
+    await claimAndEnd(ids);
+    for (const id of ids) await runner.waitFor("acked", id);
+    await first.stop();
+    proxy.fault = () => "pass";
+    const second = await agent();
+    expect(second.lines.some((l) => l.includes("re-sending 2 acks of commands finished before the restart"))).toBe(true);
+    await waitUntil(async () => (await deliveries()).delivered === 2, "the journaled acks to land");
+    expect((await deliveries()).undeliverable).toBe(0);
+    for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
+  });
+
+  it("acks a malformed command as failed, in plain words, and carries on", async () => {
+    let mangled = 0;
+    proxy.transform = (path, body) => {
+      if (!path.endsWith("/agent/commands")) return body;
+      const json = JSON.parse(body.toString()) as { commands: Array<{ seq: number; body: { kind: string } }> };
+      for (const c of json.commands) {
+        if (c.body.kind === "start") {
+          c.body.kind = "teleport";
+          mangled++;
+        }
+      }
+      if (json.commands.length > 0 && mangled === 1) json.commands.push({ body: { kind: "?" } } as never); // no seq at all
+      return Buffer.from(JSON.stringify(json));
+    };
+    const a = await agent({ trainerCommand: ["true"] });
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await waitUntil(async () => (await t.engine.viewer.getEngineStatus()).engine_status === "ENGINE.OFFLINE", "the engine to learn the start failed");
+    expect((await t.engine.viewer.getEngineStatus()).engine_status_detail).toMatch(
+      /^trainer failed to start: malformed command, not executed: body.kind: .*\(this agent is version [\d.]+; a newer exchange may need a newer agent\)$/,
+    );
+    expect(a.lines.some((l) => /error ignoring a command without a usable seq/.test(l))).toBe(true);
+    expect(a.trainer.status().state).toBe("idle");
+    // The loop goes on: a result still gets through.
+    proxy.transform = (_p, b) => b;
+    const { runner, ids } = await episodes(1, "after-bad");
+    await claimAndEnd(ids);
+    await runner.waitFor("acked", ids[0]);
+  });
+
+  it("tells the engine it is connected through heartbeats, and that it left once they stop", async () => {
+    const a = await agent({ heartbeatSeconds: 0.2 });
+    await waitUntil(async () => (await t.engine.viewer.overview()).agent.connected, "the engine to see the agent");
+    const o = (await t.engine.viewer.overview()).agent;
+    expect(o).toMatchObject({ agent_id: "test-agent", pid: process.pid, trainer_state: "idle", version: "0.1.0" });
+    await a.stop();
+    const seen = (await t.engine.viewer.overview()).agent.last_seen as number;
+    expect(seen).toBeGreaterThan(Date.now() / 1000 - 5);
+  });
+});

@@ -1,0 +1,68 @@
+/**
+ * The real Worker, served locally by scripts/local/exchange.ts (Miniflare, D1 migrations
+ * applied), with a fresh engine per test and typed clients for each role.
+ *
+ * Two things differ from `npm start`, both through the launcher's configPath option and a
+ * generated wrangler.toml in a temporary directory:
+ * - COMMAND_LEASE_SECONDS is short, so redelivery of unacked commands (the engine's side of
+ *   the agent's crash recovery) happens within a test instead of after 60 s;
+ * - the entry point re-exports only the Worker's handler and its Durable Object class:
+ *   src/index.ts also exports a constant (MAX_BODY_BYTES), which this workerd refuses as an
+ *   entry-point export (see local-agent/NEEDS.md).
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { randomUUID } from "node:crypto";
+import { AdminClient, EngineClient } from "../../../src/client";
+import { REPO_ROOT, startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
+
+export const ADMIN_TOKEN = "agent-test-admin-token";
+
+export type TestEngine = {
+  name: string;
+  /** `<origin>/e/<name>` */
+  baseUrl: string;
+  tokens: Record<"operator" | "trainer" | "client" | "viewer", string>;
+  operator: EngineClient;
+  trainer: EngineClient;
+  client: EngineClient;
+  viewer: EngineClient;
+};
+
+export type TestExchange = LocalExchange & { newEngine(): Promise<TestEngine> };
+
+export async function startTestExchange(opts: { commandLeaseSeconds?: number; log?: (line: string) => void } = {}): Promise<TestExchange> {
+  const dir = mkdtempSync(join(tmpdir(), "rollout-agent-worker-"));
+  writeFileSync(join(dir, "entry.ts"), `export { default, EngineObject } from ${JSON.stringify(join(REPO_ROOT, "src", "index.ts"))};\n`);
+  let toml = readFileSync(join(REPO_ROOT, "wrangler.toml"), "utf8")
+    .replace(/^main\s*=.*$/m, 'main = "entry.ts"')
+    .replace(/^migrations_dir\s*=.*$/m, `migrations_dir = ${JSON.stringify(join(REPO_ROOT, "migrations"))}`);
+  const lease = `COMMAND_LEASE_SECONDS = "${opts.commandLeaseSeconds ?? 60}"`;
+  toml = /^\[vars\]\s*$/m.test(toml) ? toml.replace(/^\[vars\]\s*$/m, `[vars]\n${lease}`) : `${toml}\n[vars]\n${lease}\n`;
+  writeFileSync(join(dir, "wrangler.toml"), toml);
+
+  let ex: LocalExchange;
+  try {
+    ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN_TOKEN, claimKeySecret: "agent-test-claim-secret", configPath: join(dir, "wrangler.toml"), log: opts.log });
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+  const admin = new AdminClient({ origin: ex.url, adminToken: ADMIN_TOKEN });
+  return {
+    url: ex.url,
+    stop: async () => {
+      await ex.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+    newEngine: async () => {
+      const name = `e-${randomUUID().slice(0, 8)}`;
+      const created = await admin.createEngine(name);
+      const tokens = created.tokens as TestEngine["tokens"];
+      const baseUrl = `${ex.url}/e/${name}`;
+      const client = (role: keyof TestEngine["tokens"]) => new EngineClient({ baseUrl, token: tokens[role] });
+      return { name, baseUrl, tokens, operator: client("operator"), trainer: client("trainer"), client: client("client"), viewer: client("viewer") };
+    },
+  };
+}

@@ -1,0 +1,92 @@
+/**
+ * An HTTP proxy in front of the real Worker that a test can make misbehave: refuse
+ * connections, answer 503, or never answer, for all paths or some. It also counts the
+ * requests that reach the Worker, by path, which is how the facade's coalescing is measured.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+
+/** pass: forward; refuse: drop the connection; 503: an unhealthy upstream; hang: never answer; no-route: the Worker's 404 for a path it does not know. */
+export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route";
+
+export class FaultyProxy {
+  /** Decides the fate of each request; `pass` forwards it. */
+  fault: (path: string) => Fault = () => "pass";
+  /** Rewrites the Worker's answer body before it is passed on (to inject what the Worker would never send). */
+  transform: (path: string, body: Buffer) => Buffer = (_p, b) => b;
+  readonly counts = new Map<string, number>();
+  /** Requests that met a fault: its kind and the path. */
+  readonly faulted: Array<{ fault: Fault; path: string }> = [];
+  private readonly server = createServer((req, res) => void this.handle(req, res));
+  private readonly sockets = new Set<Socket>();
+  private readonly hung = new Set<ServerResponse>();
+  url = "";
+
+  constructor(private readonly target: string) {
+    this.server.on("connection", (s) => {
+      this.sockets.add(s);
+      s.on("close", () => this.sockets.delete(s));
+    });
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this.url;
+  }
+
+  /** Requests that reached the Worker whose path ends with `suffix`. */
+  count(suffix: string): number {
+    let n = 0;
+    for (const [p, c] of this.counts) if (p.endsWith(suffix)) n += c;
+    return n;
+  }
+
+  /** Faulted requests whose path ends with `suffix`. */
+  faults(suffix: string): number {
+    return this.faulted.filter((f) => f.path.endsWith(suffix)).length;
+  }
+
+  get total(): number {
+    let n = 0;
+    for (const c of this.counts.values()) n += c;
+    return n;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = new URL(req.url ?? "/", "http://x").pathname;
+    const fault = this.fault(path);
+    if (fault !== "pass") {
+      this.faulted.push({ fault, path });
+      if (fault === "refuse") return void req.socket.destroy();
+      if (fault === "503") {
+        res.writeHead(503, { "content-type": "text/plain" });
+        return void res.end("upstream unavailable");
+      }
+      if (fault === "no-route") {
+        res.writeHead(404, { "content-type": "application/json" });
+        return void res.end(JSON.stringify({ error: "not_found", detail: `No route ${req.method} ${path}.` }));
+      }
+      this.hung.add(res); // never answered; the client's deadline must end it
+      return;
+    }
+    this.counts.set(path, (this.counts.get(path) ?? 0) + 1);
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && k !== "host" && k !== "connection") headers[k] = v;
+    try {
+      const upstream = await fetch(this.target + (req.url ?? "/"), { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : null });
+      const body = this.transform(path, Buffer.from(await upstream.arrayBuffer()));
+      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/json" });
+      res.end(body);
+    } catch {
+      req.socket.destroy();
+    }
+  }
+}
