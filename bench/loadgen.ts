@@ -32,6 +32,8 @@ export type LoadOptions = {
   label?: string;
   /** Other processes whose CPU use is reported for the window (the workerd serving the engine). */
   serverPids?: number[];
+  /** Called after setup, just before the clients start (the bench waits for a quiet machine here). */
+  beforeLoad?: () => Promise<void>;
   log?: (line: string) => void;
 };
 
@@ -134,6 +136,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     const s0 = performance.now();
     if (o.setup !== false) await prepareEngine(http, o.trainerToken, o.episodes, log);
     const setupS = (performance.now() - s0) / 1000;
+    await o.beforeLoad?.();
 
     const claimMs: number[] = [];
     const endMs: number[] = [];

@@ -12,26 +12,33 @@
  * Flags:
  *   --duration S   measured seconds per load run (default 30)
  *   --warmup S     unmeasured seconds before each (default 5)
- *   --only LIST    comma list of 32x256, 128x256, 32x10000, poolinfo (default all)
+ *   --only LIST    comma list of 32x256, 128x256, 32x10000, poolinfo, profile (default all)
  *   --target T     engine | reference | both (default both)
+ *   --tmpdir DIR   where Miniflare keeps its in-memory-mode state (default: the OS temp dir)
+ *   --quiet-wait S before each run, wait up to S seconds for the rest of the machine to go
+ *                  quiet (< 25% of a core busy; default 30, 0 = never wait)
  *   --record       also write bench/recorded.json and bench/recorded.svg
  */
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
-import { cpus, loadavg } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
 import { AdminClient } from "../src/client";
 import { startLocalExchange } from "../scripts/local/exchange";
 import { startReference } from "./reference/serve";
 import { Http, parseFlags, runLoad, type LoadResult } from "./loadgen";
 import { claimMore, fillPool, timePoolInfo, type PoolInfoResult } from "./poolinfo";
-import { workerdPids } from "./stats";
+import { waitQuiet, workerdPids } from "./stats";
+import { profileTarget, type OpProfile } from "./profile";
 import { renderChart } from "./chart";
 
 type TargetName = "engine" | "reference";
 type Target = {
   name: TargetName;
   origin: string;
+  /** A route served by the Worker alone, and one that reaches the Durable Object but runs no SQL. */
+  floorPath: string;
+  rpcPath: string;
   pids: number[];
   /** A fresh engine for one run: its base URL and the client and trainer tokens. */
   newEngine(tag: string): Promise<{ baseUrl: string; clientToken: string; trainerToken: string }>;
@@ -45,11 +52,15 @@ const LOADS = [
 ] as const;
 
 /** Pool-info shapes: [registered, claimed]. Time should follow claimed, not registered. */
-const POOL_SHAPES: [number, number][] = [
-  [256, 8],
-  [10_000, 8],
-  [10_000, 256],
-];
+const POOL_SHAPES: Record<TargetName, [number, number][]> = {
+  engine: [
+    [256, 8],
+    [10_000, 8],
+    [10_000, 256],
+  ],
+  // The reference's answer is constant; one shape gives the floor of a pool-info call.
+  reference: [[256, 8]],
+};
 
 const SEED = { cycles_256: 160, cycles_10k: 55, claim_p50_256_ms: 71, claim_p50_10k_ms: 215, pool_info_10k_ms: 500 };
 
@@ -89,6 +100,8 @@ async function startEngineTarget(): Promise<Target> {
   return {
     name: "engine",
     origin: ex.url,
+    floorPath: "/health",
+    rpcPath: "/get_engine_status",
     pids,
     async newEngine(tag) {
       const created = await admin.createEngine(`bench-${tag}-${randomBytes(3).toString("hex")}`);
@@ -105,6 +118,8 @@ async function startReferenceTarget(): Promise<Target> {
   return {
     name: "reference",
     origin: ref.url,
+    floorPath: "/no-such-route",
+    rpcPath: "/get_current_batch_rollout_pool_information",
     pids,
     async newEngine(tag) {
       return { baseUrl: `${ref.url}/e/ref-${tag}-${randomBytes(3).toString("hex")}`, clientToken: "reference-client", trainerToken: "reference-trainer" };
@@ -118,9 +133,10 @@ type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; byte
 export type BenchReport = {
   started_at: string;
   machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { duration_s: number; warmup_s: number };
+  settings: { duration_s: number; warmup_s: number; state_dir: string };
   loads: Partial<Record<TargetName, (LoadResult & { pool_info_after: PoolInfoAfterLoad })[]>>;
   pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
+  profile: Partial<Record<TargetName, OpProfile[]>>;
   comparison: Comparison;
 };
 
@@ -197,6 +213,15 @@ function printSummary(r: BenchReport): void {
   for (const l of r.loads.engine ?? []) {
     lines.push(`  after ${l.label}: ${l.pool_info_after.finished_rows} finished episodes, pool info ${l.pool_info_after.ms.p50} ms (${l.pool_info_after.bytes} bytes)`);
   }
+  const pe = r.profile.engine;
+  const pr = r.profile.reference;
+  if (pe?.length || pr?.length) {
+    lines.push("one request at a time: p50 latency / workerd CPU per request (engine | reference):");
+    for (const op of (pe ?? pr)!.map((p) => p.op)) {
+      const f = (p: OpProfile | undefined) => (p ? `${p.ms.p50} ms / ${p.server_cpu_ms_per_req} ms` : "-");
+      lines.push(`  ${op.padEnd(20)} ${f(pe?.find((p) => p.op === op)).padStart(20)} | ${f(pr?.find((p) => p.op === op))}`);
+    }
+  }
   lines.push("targets:");
   for (const c of r.comparison.checks) lines.push(`  [${c.met === null ? "?" : c.met ? "met" : "MISSED"}] ${c.target}: ${c.value}`);
   process.stderr.write(lines.join("\n") + "\n");
@@ -210,15 +235,24 @@ async function main(): Promise<void> {
   const want = (name: string) => !only || only.includes(name);
   const targetFlag = f.get("target") ?? "both";
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
+  const quietWaitS = Number(f.get("quiet-wait") ?? 30);
+  const quiet = async (what: string) => {
+    if (quietWaitS <= 0) return;
+    const pct = await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
+    if (pct >= 25) log(`machine still busy (${pct}% of a core used by others): running ${what} anyway; see other_cpu_pct`);
+  };
+  const tmp = f.get("tmpdir");
+  if (tmp) process.env["TMPDIR"] = tmp; // Miniflare puts its unpersisted state under os.tmpdir()
   const loads = LOADS.filter((l) => want(l.label));
-  if (only) for (const o of only) if (o !== "poolinfo" && !LOADS.some((l) => l.label === o)) throw new Error(`unknown --only entry ${o}: use ${LOADS.map((l) => l.label).join(", ")}, poolinfo`);
+  if (only) for (const o of only) if (o !== "poolinfo" && o !== "profile" && !LOADS.some((l) => l.label === o)) throw new Error(`unknown --only entry ${o}: use ${LOADS.map((l) => l.label).join(", ")}, poolinfo`);
 
   const report: Omit<BenchReport, "comparison"> = {
     started_at: new Date().toISOString(),
     machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown", node: process.version, loadavg_at_start: loadavg().map((x) => round(x, 2)) },
-    settings: { duration_s: duration, warmup_s: warmup },
+    settings: { duration_s: duration, warmup_s: warmup, state_dir: tmpdir() },
     loads: {},
     pool_info: {},
+    profile: {},
   };
   const est = loads.length * (duration + warmup + 5) * (targetFlag === "both" ? 2 : 1);
   log(`${loads.length} load configuration(s) x ${targetFlag}, ${warmup}+${duration} s each (about ${Math.round(est / 60)} min of load)${want("poolinfo") ? " + pool info" : ""}`);
@@ -229,12 +263,23 @@ async function main(): Promise<void> {
     if (targetFlag !== "engine") targets.push(await startReferenceTarget());
     for (const t of targets) log(`${t.name}: ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
 
+    if (want("profile")) {
+      for (const t of targets) {
+        await quiet(`${t.name} profile`);
+        log(`${t.name} profile: each operation alone, one request at a time`);
+        const eng = await t.newEngine("profile");
+        const ops = await profileTarget({ ...eng, origin: t.origin, floorPath: t.floorPath, rpcPath: t.rpcPath, pids: t.pids });
+        for (const p of ops) log(`  ${p.op.padEnd(20)} p50 ${p.ms.p50} ms, workerd ${p.server_cpu_ms_per_req} ms CPU/request (other ${p.other_cpu_pct}%)`);
+        report.profile[t.name] = ops;
+      }
+    }
+
     // Interleaved, so a slow phase of a busy machine hits both targets alike.
     for (const load of loads) {
       for (const t of targets) {
         const eng = await t.newEngine(load.label);
         log(`${t.name} ${load.label}: registering ${load.episodes}, then ${load.clients} clients for ${warmup}+${duration} s`);
-        const res = await runLoad({ ...eng, clients: load.clients, episodes: load.episodes, durationSec: duration, warmupSec: warmup, label: load.label, serverPids: t.pids, log });
+        const res = await runLoad({ ...eng, clients: load.clients, episodes: load.episodes, durationSec: duration, warmupSec: warmup, label: load.label, serverPids: t.pids, log, beforeLoad: () => quiet(`${t.name} ${load.label}`) });
         const http = new Http(eng.baseUrl, 2);
         const after = await timePoolInfo(http, eng.trainerToken, load.episodes, 0, 10).finally(() => http.close());
         log(
@@ -249,7 +294,7 @@ async function main(): Promise<void> {
     if (want("poolinfo")) {
       for (const t of targets) {
         const results: PoolInfoResult[] = [];
-        for (const [registered, claimed] of POOL_SHAPES) {
+        for (const [registered, claimed] of POOL_SHAPES[t.name]) {
           // Shapes with the same registered count share an engine: claim more on the same pool.
           const prev = results.at(-1);
           const reuse = prev && prev.registered === registered && prev.claimed <= claimed;

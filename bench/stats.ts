@@ -108,3 +108,19 @@ export function cpuMeter(pids: number[]) {
     },
   };
 }
+
+/**
+ * Waits (at most `maxMs`) until the rest of the machine is quiet: less than `limitPct` of one
+ * core busy over a 2 s sample. Returns the last sample. The bench shares its 2 cores with
+ * whatever else runs, and a busy neighbour halves the figures.
+ */
+export async function waitQuiet(limitPct: number, maxMs: number, onWait?: (pct: number) => void): Promise<number> {
+  const deadline = Date.now() + maxMs;
+  for (;;) {
+    const a = machineBusySeconds();
+    await new Promise((r) => setTimeout(r, 2000));
+    const pct = Math.round(((machineBusySeconds() - a) / 2) * 1000) / 10;
+    if (pct < limitPct || Date.now() >= deadline) return pct;
+    onWait?.(pct);
+  }
+}
