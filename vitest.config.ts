@@ -54,8 +54,10 @@ export default defineConfig(async () => {
             environment: "node",
             include: ["test-browser/**/*.test.ts"],
             // Each file runs its own Worker (Miniflare) and Chromium; one file at a time keeps a
-            // 2-core machine from timing out, and the pages' timings honest.
+            // 2-core machine from timing out, and the pages' timings honest. A later group, so
+            // Chromium's load does not land on the agent's timing-sensitive end-to-end tests.
             fileParallelism: false,
+            sequence: { groupOrder: 1 },
             testTimeout: 60_000,
             hookTimeout: 180_000,
           },

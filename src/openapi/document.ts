@@ -5,12 +5,14 @@
 import { adminPaths, ADMIN_TAG } from "./admin-paths";
 import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
 import { errorComponents } from "./error-responses";
-import type { JsonSchema } from "./json-schema";
+import { hoistedDefs, type JsonSchema } from "./json-schema";
 
 export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<string, JsonSchema> };
 
 export function buildOpenApiDocument(): OpenApiDocument {
   const errors = errorComponents();
+  // Paths first: building them hoists the shared schemas that components/schemas must hold.
+  const paths = { ...adminPaths(), ...enginePaths() };
   return {
     openapi: "3.1.0",
     jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
@@ -30,14 +32,14 @@ export function buildOpenApiDocument(): OpenApiDocument {
       { name: ADMIN_TAG, description: "The deployment admin: engines and tokens." },
       { name: "service", description: "The service itself." },
     ],
-    paths: { ...adminPaths(), ...enginePaths() },
+    paths,
     components: {
       securitySchemes: {
         engineToken: { type: "http", scheme: "bearer", description: "A token of one engine, issued per role (operator, trainer, client, viewer)." },
         adminToken: { type: "http", scheme: "bearer", description: "The deployment's ADMIN_TOKEN." },
       },
       parameters: ENGINE_PARAMETERS,
-      schemas: errors.schemas,
+      schemas: { ...errors.schemas, ...hoistedDefs() },
       responses: errors.responses,
     },
   };

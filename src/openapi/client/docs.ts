@@ -139,7 +139,8 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
     for (const [path, item] of Object.entries(rec(doc["paths"]))) {
       for (const [method, op] of Object.entries(rec(item))) {
         const tag = str((Array.isArray(rec(op)["tags"]) ? (rec(op)["tags"] as unknown[]) : [])[0]);
-        if (tag === HIDDEN_TAG) continue;
+        // Token-in-URL twins are explained in the page's intro rather than listed twice.
+        if (tag === HIDDEN_TAG || path.includes("{token}")) continue;
         const list = byTag.get(tag) ?? [];
         list.push(operation(path, method, rec(op)));
         byTag.set(tag, list);
