@@ -11,6 +11,7 @@ import { errorJson } from "./http/errors";
 import { relayRoutes } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
+import { runRoutes } from "./runs/routes";
 
 export { EngineObject } from "./engine/engine-object";
 
@@ -34,6 +35,8 @@ app.get("/health", (c) => c.json({ ok: true }));
 app.route("/admin", adminRoutes);
 // Before the engine routes: LLM calls authenticate with their per-claim key, not an engine token.
 relayRoutes(app);
+// Training runs and their MCP endpoint (state in D1), answered before the engine routes see the path.
+for (const prefix of ["/e/:engine/t/:token", "/e/:engine"]) runRoutes(app, prefix);
 // The token-in-path form first, so /e/x/t/<token>/... is never read as an engine route named "t".
 engineRoutes(app, "/e/:engine/t/:token");
 engineRoutes(app, "/e/:engine");

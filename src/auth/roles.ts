@@ -29,17 +29,26 @@ export const TRAINER_OPS = [
   "start_rollout",
 ] as const;
 
+/** Training runs (src/runs): reading the catalog, config, runs and tests; changing them; the agent's reports. */
+export const RUN_VIEWER_OPS = ["list_environments", "get_run_config", "list_runs", "get_run"] as const;
+export const RUN_OPERATOR_OPS = ["scan_environments", "select_environment", "edit_run_config", "set_locked_fields", "start_run", "stop_run", "test_inference"] as const;
+export const RUN_TRAINER_OPS = ["agent_report_catalog", "agent_report_run", "agent_report_inference_test"] as const;
+
 export type EngineOp =
   | (typeof VIEWER_OPS)[number]
   | (typeof CLIENT_OPS)[number]
   | (typeof OPERATOR_OPS)[number]
-  | (typeof TRAINER_OPS)[number];
+  | (typeof TRAINER_OPS)[number]
+  | (typeof RUN_VIEWER_OPS)[number]
+  | (typeof RUN_OPERATOR_OPS)[number]
+  | (typeof RUN_TRAINER_OPS)[number];
 
+// Every role may read the training runs: the run views hold no secret (API keys stay on the GPU host).
 const GRANTS: Record<Role, ReadonlySet<EngineOp>> = {
-  viewer: new Set(VIEWER_OPS),
-  client: new Set([...VIEWER_OPS, ...CLIENT_OPS]),
-  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS]),
-  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS]),
+  viewer: new Set([...VIEWER_OPS, ...RUN_VIEWER_OPS]),
+  client: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...RUN_VIEWER_OPS]),
+  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS, ...RUN_VIEWER_OPS, ...RUN_OPERATOR_OPS]),
+  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS, ...RUN_VIEWER_OPS, ...RUN_TRAINER_OPS]),
 };
 
 /** The admin may do anything; a role may do what it is granted. */

@@ -2,6 +2,7 @@
  * D1: the durable record that outlives an engine's Durable Object.
  * Migrations in migrations/ are generated from this file by drizzle-kit (`npm run db:generate`).
  */
+import { sql } from "drizzle-orm";
 import { sqliteTable, text, integer, real, primaryKey, uniqueIndex, index } from "drizzle-orm/sqlite-core";
 
 export const engines = sqliteTable("engines", {
@@ -102,4 +103,164 @@ export const bufferGroups = sqliteTable(
     decidedAt: integer("decided_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.engine, t.seq] }), index("buffer_groups_group_idx").on(t.engine, t.groupId)],
+);
+
+// ---------------------------------------------------------------- training runs (src/runs)
+
+/** The environments the engine's agent found on its GPU host (replaced whole by each scan report). */
+export const runEnvironments = sqliteTable(
+  "run_environments",
+  {
+    engine: text("engine").notNull(),
+    name: text("name").notNull(),
+    className: text("class_name").notNull(),
+    filePath: text("file_path").notNull(),
+    description: text("description").notNull(),
+    configClass: text("config_class").notNull(),
+    /** JSON array of ConfigField, or null when the agent could not read them. */
+    fields: text("fields"),
+    fieldsSource: text("fields_source", { enum: ["import", "ast"] }),
+    fieldsError: text("fields_error"),
+  },
+  (t) => [primaryKey({ columns: [t.engine, t.name] })],
+);
+
+/** One row per engine: when it was last scanned, where, and the files that could not be read. */
+export const runCatalogs = sqliteTable("run_catalogs", {
+  engine: text("engine").primaryKey(),
+  agentId: text("agent_id").notNull(),
+  directories: text("directories").notNull(),
+  problems: text("problems").notNull(),
+  scannedAt: integer("scanned_at").notNull(),
+});
+
+/** Infrastructure settings an operator pins per engine; edits may not change them. */
+export const runLockedFields = sqliteTable(
+  "run_locked_fields",
+  {
+    engine: text("engine").notNull(),
+    section: text("section", { enum: ["env", "openai", "trainer"] }).notNull(),
+    name: text("name").notNull(),
+    /** JSON. */
+    value: text("value").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.engine, t.section, t.name] })],
+);
+
+/** The environment selected for the engine's next run. */
+export const runSelections = sqliteTable("run_selections", {
+  engine: text("engine").primaryKey(),
+  environment: text("environment").notNull(),
+  selectedAt: integer("selected_at").notNull(),
+});
+
+/** Edits of an environment's config fields, kept per environment so switching back finds them. */
+export const runConfigEdits = sqliteTable(
+  "run_config_edits",
+  {
+    engine: text("engine").notNull(),
+    environment: text("environment").notNull(),
+    field: text("field").notNull(),
+    /** JSON. */
+    value: text("value").notNull(),
+    editedAt: integer("edited_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.engine, t.environment, t.field] })],
+);
+
+export const runs = sqliteTable(
+  "runs",
+  {
+    id: text("id").primaryKey(),
+    engine: text("engine").notNull(),
+    environment: text("environment").notNull(),
+    environmentFile: text("environment_file").notNull(),
+    status: text("status", { enum: ["pending", "starting", "running", "stopping", "stopped", "completed", "failed"] }).notNull(),
+    detail: text("detail").notNull().default(""),
+    configYaml: text("config_yaml").notNull(),
+    /** JSON object: the edits the run was started with. */
+    edits: text("edits").notNull(),
+    commandSeq: integer("command_seq"),
+    stopRequestedAt: integer("stop_requested_at"),
+    agentId: text("agent_id").notNull().default(""),
+    createdAt: integer("created_at").notNull(),
+    /** When every process was ready. */
+    startedAt: integer("started_at"),
+    endedAt: integer("ended_at"),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [
+    index("runs_engine_created_idx").on(t.engine, t.createdAt),
+    // At most one active run per engine, enforced by D1 itself: two concurrent starts cannot both insert.
+    uniqueIndex("runs_one_active_idx")
+      .on(t.engine)
+      .where(sql`status IN ('pending', 'starting', 'running', 'stopping')`),
+  ],
+);
+
+export const runProcesses = sqliteTable(
+  "run_processes",
+  {
+    runId: text("run_id").notNull(),
+    name: text("name").notNull(),
+    ord: integer("ord").notNull(),
+    state: text("state", { enum: ["pending", "starting", "ready", "exited", "stopped", "failed"] }).notNull(),
+    pid: integer("pid"),
+    command: text("command").notNull(),
+    logPath: text("log_path").notNull(),
+    logTail: text("log_tail").notNull(),
+    exitCode: integer("exit_code"),
+    signal: text("signal"),
+    startedAt: integer("started_at"),
+    readyAt: integer("ready_at"),
+    endedAt: integer("ended_at"),
+    detail: text("detail").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.runId, t.name] })],
+);
+
+/** A run's history: status changes, stop requests, what the agent said. */
+export const runEvents = sqliteTable(
+  "run_events",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    runId: text("run_id").notNull(),
+    at: integer("at").notNull(),
+    kind: text("kind").notNull(),
+    detail: text("detail").notNull(),
+  },
+  (t) => [index("run_events_run_idx").on(t.runId, t.id)],
+);
+
+/** Lines of a run's metrics file, keyed by line index so a repeated report stores each once. */
+export const runMetrics = sqliteTable(
+  "run_metrics",
+  {
+    runId: text("run_id").notNull(),
+    idx: integer("idx").notNull(),
+    step: integer("step"),
+    at: real("at").notNull(),
+    /** JSON object. */
+    metricValues: text("metric_values").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.runId, t.idx] })],
+);
+
+export const inferenceTests = sqliteTable(
+  "inference_tests",
+  {
+    id: text("id").primaryKey(),
+    engine: text("engine").notNull(),
+    environment: text("environment").notNull(),
+    status: text("status", { enum: ["pending", "running", "done", "failed"] }).notNull(),
+    detail: text("detail").notNull(),
+    /** JSON: StartInferenceTestRequest. */
+    request: text("request").notNull(),
+    /** JSON: ModelResult[]. */
+    models: text("models").notNull(),
+    createdAt: integer("created_at").notNull(),
+    finishedAt: integer("finished_at"),
+  },
+  (t) => [index("inference_tests_engine_idx").on(t.engine, t.createdAt)],
 );

@@ -36,7 +36,39 @@ export const ClearSessionsCommand = z.object({
   reason: z.enum(["incomplete_group_ttl", "late_rows_from_dropped_groups", "stale_group", "incomplete_sessions_of_delivered_group", "restart_training"]),
 });
 
-export const CommandBody = z.discriminatedUnion("kind", [StartCommand, StopCommand, DeliverCommand, ResetCommand, StartRolloutCommand, ClearSessionsCommand]);
+/** Training runs (src/runs): scan the host's environment directories and report the catalog. */
+export const ScanEnvironmentsCommand = z.object({ kind: z.literal("scan_environments") });
+/** Start a run's processes in order; `config_yaml` is the rendered run config (locked fields plus edits). */
+export const StartRunCommand = z.object({
+  kind: z.literal("start_run"),
+  run_id: z.string(),
+  environment: z.object({ name: z.string(), class_name: z.string(), file_path: z.string() }),
+  config_yaml: z.string(),
+});
+export const StopRunCommand = z.object({ kind: z.literal("stop_run"), run_id: z.string(), reason: z.string() });
+/** Run an environment's `process` mode against each model and report accuracy from its JSONL output. */
+export const TestInferenceCommand = z.object({
+  kind: z.literal("test_inference"),
+  test_id: z.string(),
+  environment: z.object({ name: z.string(), class_name: z.string(), file_path: z.string() }),
+  num_steps: z.number().int(),
+  group_size: z.number().int(),
+  models: z.array(z.object({ model: z.string(), base_url: z.string(), api_key_env: z.string().nullable() })),
+  timeout_seconds: z.number(),
+});
+
+export const CommandBody = z.discriminatedUnion("kind", [
+  StartCommand,
+  StopCommand,
+  DeliverCommand,
+  ResetCommand,
+  StartRolloutCommand,
+  ClearSessionsCommand,
+  ScanEnvironmentsCommand,
+  StartRunCommand,
+  StopRunCommand,
+  TestInferenceCommand,
+]);
 export type CommandBody = z.infer<typeof CommandBody>;
 export type CommandKind = CommandBody["kind"];
 

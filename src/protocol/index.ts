@@ -5,3 +5,4 @@ export * from "./admin";
 export * from "./agent";
 export * from "./buffer";
 export * from "./relay";
+export * from "./runs";

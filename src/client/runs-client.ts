@@ -1,0 +1,150 @@
+/**
+ * A typed client for an engine's training-runs API (src/runs). Requests are typed by the
+ * protocol's zod schemas and answers are checked against them. A refusal is thrown as a
+ * RunsRefusal, which keeps the hints the exchange sends with it (the locked value, the
+ * fields or environments there are, the active run).
+ */
+import { z } from "zod";
+import {
+  AgentActiveRunsResponse,
+  CatalogResponse,
+  CurrentConfigResponse,
+  EditConfigResponse,
+  InferenceTestView,
+  ListRunsResponse,
+  LockedFieldsResponse,
+  RunReportResponse,
+  RunResultsResponse,
+  RunStatusResponse,
+  ScanResponse,
+  SelectEnvironmentResponse,
+  StartRunResponse,
+  StopRunResponse,
+  CatalogReport,
+  InferenceTestReport,
+  RunReport,
+  SelectEnvironmentRequest,
+  SetLockedFieldsRequest,
+  StartInferenceTestRequest,
+  StartInferenceTestResponse,
+  StartRunRequest,
+  StopRunRequest,
+  type JsonValue,
+} from "../protocol/runs";
+import { ExchangeError, type FetchLike } from "./http";
+
+export class RunsRefusal extends ExchangeError {
+  constructor(
+    status: number,
+    code: string,
+    detail: string,
+    readonly hints: Record<string, unknown>,
+  ) {
+    super(status, code, detail);
+    this.name = "RunsRefusal";
+  }
+}
+
+export type RunsClientOptions = {
+  /** The engine's base URL: `https://host/e/<engine>`, or `.../e/<engine>/t/<token>`. */
+  baseUrl: string;
+  token?: string;
+  fetch?: FetchLike;
+};
+
+const Success = z.object({ success: z.literal(true), count: z.number().int() });
+const Refusal = z.object({ error: z.string(), detail: z.string() }).loose();
+
+/** Request types as the wire accepts them: fields with defaults may be omitted. */
+type In<T extends z.ZodType> = z.input<T>;
+
+export class RunsClient {
+  private readonly base: string;
+  private readonly fetchFn: FetchLike;
+
+  constructor(private readonly opts: RunsClientOptions) {
+    this.base = opts.baseUrl.replace(/\/+$/, "");
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  private async call<S extends z.ZodType>(method: "GET" | "POST", path: string, schema: S, body?: unknown, signal?: AbortSignal): Promise<z.output<S>> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (this.opts.token !== undefined) headers["authorization"] = `Bearer ${this.opts.token}`;
+    const res = await this.fetchFn(this.base + path, { method, headers, body: body === undefined ? null : JSON.stringify(body), ...(signal ? { signal } : {}) });
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new ExchangeError(res.status, "bad_response", `expected JSON from ${path}, got: ${text.slice(0, 200)}`);
+    }
+    if (!res.ok) {
+      const r = Refusal.safeParse(json);
+      if (!r.success) throw new ExchangeError(res.status, "http_error", text.slice(0, 500));
+      const { error, detail, ...hints } = r.data;
+      throw new RunsRefusal(res.status, error, detail, hints);
+    }
+    return schema.parse(json);
+  }
+
+  // Environments and configuration
+  listEnvironments() {
+    return this.call("GET", "/runs/environments", CatalogResponse);
+  }
+  scanEnvironments() {
+    return this.call("POST", "/runs/environments/scan", ScanResponse, {});
+  }
+  getConfig() {
+    return this.call("GET", "/runs/config", CurrentConfigResponse);
+  }
+  selectEnvironment(req: In<typeof SelectEnvironmentRequest>) {
+    return this.call("POST", "/runs/config/environment", SelectEnvironmentResponse, req);
+  }
+  editConfig(field: string, value: JsonValue) {
+    return this.call("POST", "/runs/config/edit", EditConfigResponse, { field, value });
+  }
+  setLockedFields(req: In<typeof SetLockedFieldsRequest>) {
+    return this.call("POST", "/runs/config/locked", LockedFieldsResponse, req);
+  }
+
+  // Runs
+  startRun(req: In<typeof StartRunRequest> = {}) {
+    return this.call("POST", "/runs/start", StartRunResponse, req);
+  }
+  listRuns(q: { limit?: number; before?: string } = {}) {
+    const qs = new URLSearchParams(Object.entries(q).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)]]))).toString();
+    return this.call("GET", `/runs${qs ? `?${qs}` : ""}`, ListRunsResponse);
+  }
+  runStatus(runId: string) {
+    return this.call("GET", `/runs/${encodeURIComponent(runId)}`, RunStatusResponse);
+  }
+  runResults(runId: string) {
+    return this.call("GET", `/runs/${encodeURIComponent(runId)}/results`, RunResultsResponse);
+  }
+  stopRun(runId: string, req: In<typeof StopRunRequest> = {}) {
+    return this.call("POST", `/runs/${encodeURIComponent(runId)}/stop`, StopRunResponse, req);
+  }
+
+  // Inference tests
+  startInferenceTest(req: In<typeof StartInferenceTestRequest>) {
+    return this.call("POST", "/runs/inference_tests", StartInferenceTestResponse, req);
+  }
+  inferenceTest(testId: string) {
+    return this.call("GET", `/runs/inference_tests/${encodeURIComponent(testId)}`, InferenceTestView);
+  }
+
+  // The GPU host's agent (trainer token)
+  reportCatalog(report: In<typeof CatalogReport>, signal?: AbortSignal) {
+    return this.call("POST", "/runs/agent/catalog", Success, report, signal);
+  }
+  activeRuns(signal?: AbortSignal) {
+    return this.call("GET", "/runs/agent/active", AgentActiveRunsResponse, undefined, signal);
+  }
+  reportRun(runId: string, report: In<typeof RunReport>, signal?: AbortSignal) {
+    return this.call("POST", `/runs/agent/runs/${encodeURIComponent(runId)}`, RunReportResponse, report, signal);
+  }
+  reportInferenceTest(testId: string, report: In<typeof InferenceTestReport>, signal?: AbortSignal) {
+    return this.call("POST", `/runs/agent/inference_tests/${encodeURIComponent(testId)}`, InferenceTestView, report, signal);
+  }
+}

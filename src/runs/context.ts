@@ -1,0 +1,63 @@
+/**
+ * Who is calling and for which engine: the token (bearer header, or the base URL's path as
+ * AgentJet-style clients carry it) becomes a Caller, and the engine's Durable Object checks it
+ * for the operation in one RPC. Run state lives in D1, so after that check every operation
+ * works on D1 and goes back to the engine only to queue a command for its agent.
+ */
+import type { Context } from "hono";
+import { drizzle } from "drizzle-orm/d1";
+import type { Env } from "../env";
+import type { EngineObject } from "../engine/engine-object";
+import type { Caller, CallerRole } from "../engine/caller";
+import type { EngineOp } from "../auth/roles";
+import { constantTimeEqual, hashToken } from "../auth/tokens";
+import { EngineName } from "../protocol/admin";
+import type { CommandBody } from "../protocol/commands";
+import type { Db } from "./config-store";
+import { runsClock } from "./clock";
+import { refuse, type Refused } from "./reply";
+
+export type RunsCtx = {
+  db: Db;
+  engine: string;
+  role: CallerRole;
+  /** Queues a command for the engine's agent, checked against `op` for this caller. */
+  enqueue(op: EngineOp, body: CommandBody): Promise<{ ok: true; seq: number } | Refused>;
+  now(): number;
+};
+
+/** The caller and engine of a request, before any operation is checked. */
+export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject> };
+
+/** Hono's Context is generic in the app's variables; these routes need only its bindings. */
+export const envOf = (c: Context): Env => c.env as Env;
+
+export async function credentials(c: Context): Promise<Credentials | Refused> {
+  const env = envOf(c);
+  const engine = c.req.param("engine") ?? "";
+  if (!EngineName.safeParse(engine).success) return refuse(404, "unknown_engine", `No such engine '${engine}'.`);
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+  const token = m?.[1] ?? c.req.param("token") ?? null;
+  if (token === null) {
+    return refuse(401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
+  }
+  const admin = env.ADMIN_TOKEN !== undefined && env.ADMIN_TOKEN !== "" && constantTimeEqual(token, env.ADMIN_TOKEN);
+  const caller: Caller = admin ? { admin: true } : { admin: false, tokenHash: await hashToken(token) };
+  return { engine, caller, stub: env.ENGINE.get(env.ENGINE.idFromName(engine)) };
+}
+
+/** Checks `op` for the caller with the engine (one RPC) and builds the operation's context. */
+export async function authorize(env: Env, who: Credentials, op: EngineOp): Promise<RunsCtx | Refused> {
+  const auth = await who.stub.authorizeOp(who.caller, op);
+  if (!auth.ok) return refuse(auth.status, auth.error, auth.detail);
+  return {
+    db: drizzle(env.DB),
+    engine: auth.body.engine,
+    role: auth.body.role,
+    now: runsClock.now,
+    enqueue: async (cmdOp, body) => {
+      const r = await who.stub.enqueueFor(who.caller, cmdOp, body);
+      return r.ok ? { ok: true, seq: r.body.seq } : refuse(r.status, r.error, r.detail);
+    },
+  };
+}

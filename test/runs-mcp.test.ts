@@ -1,0 +1,83 @@
+/**
+ * The MCP endpoint's protocol edges, inside workerd with raw JSON-RPC (the happy path with
+ * the official MCP client is in test-e2e/runs-mcp.test.ts).
+ */
+import { beforeEach, describe, expect, it } from "vitest";
+import { createEngine, raw, type TestEngine } from "./support/harness";
+import { runsAs, sampleCatalog } from "./support/runs";
+
+let e: TestEngine;
+beforeEach(async () => {
+  e = await createEngine("runs-mcp");
+});
+
+const rpc = (token: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
+  raw(`/e/${e.name}/mcp`, { ...(token ? { token } : {}), body: typeof body === "string" ? body : JSON.stringify(body), headers: { accept: "application/json, text/event-stream", ...headers } });
+
+const call = (token: string, name: string, args: unknown, id = 1) => rpc(token, { jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
+
+describe("MCP endpoint", () => {
+  it("initializes with the client's protocol version when supported, else its own", async () => {
+    const init = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
+    expect(init.status).toBe(200);
+    expect(init.json).toMatchObject({ jsonrpc: "2.0", id: 1, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "rollout-exchange-runs" } } });
+    const future = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 2, method: "initialize", params: { protocolVersion: "2099-01-01" } });
+    expect((future.json?.["result"] as { protocolVersion: string }).protocolVersion).toBe("2025-11-25");
+    const notified = await rpc(e.tokens.viewer, { jsonrpc: "2.0", method: "notifications/initialized" });
+    expect([notified.status, notified.text]).toEqual([202, ""]);
+    expect((await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 3, method: "ping" })).json).toEqual({ jsonrpc: "2.0", id: 3, result: {} });
+  });
+
+  it("lists only the tools the token's role may call", async () => {
+    const names = async (token: string) => ((await rpc(token, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string }[] }).tools.map((t) => t.name);
+    expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs"]);
+    expect(await names(e.tokens.operator)).toHaveLength(10);
+    const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { type: string; properties: Record<string, unknown>; required?: string[] } }[] };
+    const edit = listed.tools.find((t) => t.name === "rl_edit_config")!;
+    expect(edit.inputSchema).toMatchObject({ type: "object", required: ["field", "value"] });
+  });
+
+  it("answers tool refusals as tool errors with the same hints as REST, and a role's limits too", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").setLockedFields({ set: [{ section: "env", name: "max_token_length", value: 8192 }] });
+    await call(e.tokens.operator, "rl_select_environment", { name: "gsm8k" });
+    const locked = await call(e.tokens.operator, "rl_edit_config", { field: "max_token_length", value: 1 });
+    const result = locked.json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown>; content: { type: string; text: string }[] };
+    expect(result.isError).toBe(true);
+    expect(result.structuredContent).toMatchObject({ error: "field_locked", locked_value: 8192 });
+    expect(JSON.parse(result.content[0]!.text)).toEqual(result.structuredContent);
+    const forbidden = (await call(e.tokens.viewer, "rl_start_training", {})).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+    expect(forbidden).toMatchObject({ isError: true, structuredContent: { error: "forbidden", role: "viewer" } });
+    const badArgs = (await call(e.tokens.operator, "rl_edit_config", { field: 3 })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+    expect(badArgs).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments", tool: "rl_edit_config" } });
+    expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+  });
+
+  it("answers protocol mistakes with JSON-RPC errors", async () => {
+    const unknownTool = await call(e.tokens.operator, "rl_make_coffee", {});
+    expect(unknownTool.json).toMatchObject({ id: 1, error: { code: -32602, message: expect.stringMatching(/Unknown tool 'rl_make_coffee'/) } });
+    expect((await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 9, method: "resources/list" })).json).toMatchObject({ id: 9, error: { code: -32601 } });
+    const parse = await rpc(e.tokens.viewer, "{oops");
+    expect([parse.status, (parse.json?.["error"] as { code: number }).code]).toEqual([400, -32700]);
+    const invalid = await rpc(e.tokens.viewer, { id: 4, method: "ping" });
+    expect([invalid.status, invalid.json]).toEqual([400, expect.objectContaining({ id: 4, error: expect.objectContaining({ code: -32600 }) })]);
+    expect((await rpc(e.tokens.viewer, [])).status).toBe(400);
+    const batch = await rpc(e.tokens.viewer, [
+      { jsonrpc: "2.0", id: "a", method: "ping" },
+      { jsonrpc: "2.0", method: "notifications/initialized" },
+      { jsonrpc: "2.0", id: "b", method: "tools/list" },
+    ]);
+    expect((batch.json as unknown as { id: string }[]).map((m) => m.id)).toEqual(["a", "b"]);
+    const version = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping" }, { "mcp-protocol-version": "1999-01-01" });
+    expect([version.status, version.json?.["error"]]).toEqual([400, "unsupported_protocol_version"]);
+  });
+
+  it("needs an engine token (also in the path), and offers no GET stream", async () => {
+    expect((await rpc(undefined, { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
+    expect((await rpc("rx_viewer_not-a-token", { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
+    const viaPath = await raw(`/e/${e.name}/t/${e.tokens.viewer}/mcp`, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }) });
+    expect(viaPath.json).toEqual({ jsonrpc: "2.0", id: 1, result: {} });
+    const get = await raw(`/e/${e.name}/mcp`, { token: e.tokens.viewer });
+    expect(get.status).toBe(405);
+  });
+});
