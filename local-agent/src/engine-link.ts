@@ -35,7 +35,7 @@ export class EngineLink {
     fetchImpl: FetchLike = (input, init) => fetch(input, init),
   ) {
     this.baseUrl = `${server.replace(/\/+$/, "")}/e/${encodeURIComponent(engine)}`;
-    this.fetchFn = (input, init) => fetchImpl(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(timeoutMs) });
+    this.fetchFn = (input, init) => withDeadline(fetchImpl, input, init, timeoutMs);
     this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetchFn });
   }
 
@@ -59,6 +59,25 @@ export class EngineLink {
     if (contentType !== undefined) headers["content-type"] = contentType;
     const res = await this.fetchFn(this.baseUrl + pathAndQuery, { method, headers, body: body === null || body.length === 0 ? null : new Uint8Array(body) });
     return { status: res.status, contentType: res.headers.get("content-type") ?? "application/json", body: Buffer.from(await res.arrayBuffer()) };
+  }
+}
+
+/**
+ * One request with a deadline over the whole exchange, body included. The body is read here,
+ * so the timer is cleared as soon as the answer is in: AbortSignal.timeout would keep a timer
+ * (and its signal) alive for the full deadline after every request, thousands of them at
+ * delivery rates.
+ */
+async function withDeadline(fetchImpl: FetchLike, input: string, init: RequestInit | undefined, timeoutMs: number): Promise<Response> {
+  // A caller with its own signal (the long poll) has its own deadline on it.
+  const ac = new AbortController();
+  const timer = init?.signal ? undefined : setTimeout(() => ac.abort(new DOMException(`no answer within ${timeoutMs / 1000} s`, "TimeoutError")), timeoutMs);
+  try {
+    const res = await fetchImpl(input, { ...init, signal: init?.signal ?? ac.signal });
+    const body = await res.arrayBuffer();
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  } finally {
+    clearTimeout(timer);
   }
 }
 
