@@ -25,7 +25,7 @@ export function renderChart(r: BenchReport): string {
   out.push(`<rect width="${W}" height="${H}" fill="#fff"/>`);
   out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">Cycles/s (claim + end + register), engine vs limit reference</text>`);
   out.push(
-    `<text x="${left}" y="40" fill="#555">${esc(`${r.machine.cores} cores, ${r.settings.warmup_s}+${r.settings.duration_s} s per run, ${r.started_at.slice(0, 16).replace("T", " ")} UTC; clients x registered episodes`)}</text>`,
+    `<text x="${left}" y="40" fill="#555">${esc(`${r.machine.cores} cores, ${r.settings.duration_s} s per bar (median of ${r.settings.rounds} rounds), ${r.started_at.slice(0, 16).replace("T", " ")} UTC; clients x registered episodes`)}</text>`,
   );
   rows.forEach((p, i) => {
     const y0 = top + i * groupH;

@@ -195,6 +195,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           const c = performance.now();
           if (end.status !== 200 || end.body["success"] !== true) {
             fault(describe("end_episode", end));
+            await sleep(10);
             continue;
           }
           endedTotal++;
@@ -203,6 +204,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           const d = performance.now();
           if (reg.status !== 200 || reg.body["success"] !== true) {
             fault(describe("register_episode", reg));
+            await sleep(10);
             continue;
           }
           if (inWindow(c)) registerMs.push(d - c);
@@ -212,6 +214,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           }
         } catch (e) {
           fault(`end/register: ${String(e)}`);
+          await sleep(10);
         }
       }
     };

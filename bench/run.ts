@@ -10,8 +10,10 @@
  * the run BENCHMARKS.md quotes).
  *
  * Flags:
- *   --duration S   measured seconds per load run (default 30)
- *   --warmup S     unmeasured seconds before each (default 5)
+ *   --duration S   measured seconds per load configuration and target (default 30)
+ *   --rounds N     split them into N alternating windows, engine and reference taking turns;
+ *                  the median round is reported (default 3)
+ *   --warmup S     unmeasured seconds before the first round (default 5; 2 before later ones)
  *   --only LIST    comma list of 32x256, 128x256, 32x10000, poolinfo, profile (default all)
  *   --target T     engine | reference | both (default both)
  *   --tmpdir DIR   where Miniflare keeps its in-memory-mode state (default: the OS temp dir)
@@ -26,7 +28,7 @@ import { fileURLToPath } from "node:url";
 import { AdminClient } from "../src/client";
 import { startLocalExchange } from "../scripts/local/exchange";
 import { startReference } from "./reference/serve";
-import { Http, parseFlags, runLoad, type LoadResult } from "./loadgen";
+import { Http, parseFlags, prepareEngine, runLoad, type LoadResult } from "./loadgen";
 import { claimMore, fillPool, timePoolInfo, type PoolInfoResult } from "./poolinfo";
 import { waitQuiet, workerdPids } from "./stats";
 import { profileTarget, type OpProfile } from "./profile";
@@ -128,24 +130,62 @@ async function startReferenceTarget(): Promise<Target> {
   };
 }
 
+type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; errors: number; other_cpu_pct: number };
+
+/** The round with the median cycles/s (the lower middle one for an even count); errors and retries summed over all rounds. */
+function medianRound(results: LoadResult[]): LoadResult {
+  const sorted = [...results].sort((a, b) => a.cycles_per_s - b.cycles_per_s);
+  const mid = sorted[Math.floor((sorted.length - 1) / 2)]!;
+  return {
+    ...mid,
+    retries: results.reduce((a, r) => a + r.retries, 0),
+    errors: results.reduce((a, r) => a + r.errors, 0),
+    error_samples: results.flatMap((r) => r.error_samples).slice(0, 5),
+  };
+}
+
 type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; bytes: number };
 
 export type BenchReport = {
   started_at: string;
   machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { duration_s: number; warmup_s: number; state_dir: string };
-  loads: Partial<Record<TargetName, (LoadResult & { pool_info_after: PoolInfoAfterLoad })[]>>;
+  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string };
+  /** Per target and configuration: the round with the median cycles/s, every round's summary, and pool info after the load. */
+  loads: Partial<Record<TargetName, (LoadResult & { rounds: RoundSummary[]; pool_info_after: PoolInfoAfterLoad })[]>>;
   pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
   profile: Partial<Record<TargetName, OpProfile[]>>;
   comparison: Comparison;
 };
 
 type Check = { target: string; value: string; met: boolean | null };
+type Side<T extends TargetName> = {
+  [K in `${T}_cycles_per_s` | `${T}_claim_p50_ms` | `${T}_end_p50_ms` | `${T}_errors` | `${T}_other_cpu_pct`]?: number;
+} & { [K in `${T}_cpu_ms_per_cycle`]?: number | null };
+/** One load configuration, both targets side by side. */
+type LoadComparison = Side<"engine"> &
+  Side<"reference"> & {
+    label: string;
+    /** engine cycles/s over the reference's */
+    ratio?: number;
+    /** engine workerd CPU per cycle over the reference's */
+    cpu_ratio?: number;
+  };
 type Comparison = {
-  per_load: { label: string; engine_cycles_per_s?: number; reference_cycles_per_s?: number; ratio?: number; engine_claim_p50_ms?: number; reference_claim_p50_ms?: number }[];
+  per_load: LoadComparison[];
   claim_p50_10k_over_256: Partial<Record<TargetName, number>>;
   checks: Check[];
 };
+
+function side<T extends TargetName>(t: T, r: LoadResult): Side<T> {
+  return {
+    [`${t}_cycles_per_s`]: r.cycles_per_s,
+    [`${t}_claim_p50_ms`]: r.claim_ms.p50,
+    [`${t}_end_p50_ms`]: r.end_ms.p50,
+    [`${t}_cpu_ms_per_cycle`]: r.server_cpu_ms_per_cycle,
+    [`${t}_errors`]: r.errors,
+    [`${t}_other_cpu_pct`]: r.other_cpu_pct,
+  } as Side<T>;
+}
 
 function compare(report: Omit<BenchReport, "comparison">): Comparison {
   const find = (t: TargetName, label: string) => report.loads[t]?.find((r) => r.label === label);
@@ -154,9 +194,10 @@ function compare(report: Omit<BenchReport, "comparison">): Comparison {
     const r = find("reference", label);
     return {
       label,
-      ...(e ? { engine_cycles_per_s: e.cycles_per_s, engine_claim_p50_ms: e.claim_ms.p50 } : {}),
-      ...(r ? { reference_cycles_per_s: r.cycles_per_s, reference_claim_p50_ms: r.claim_ms.p50 } : {}),
+      ...(e ? side("engine", e) : {}),
+      ...(r ? side("reference", r) : {}),
       ...(e && r && r.cycles_per_s > 0 ? { ratio: round(e.cycles_per_s / r.cycles_per_s, 2) } : {}),
+      ...(e?.server_cpu_ms_per_cycle && r?.server_cpu_ms_per_cycle ? { cpu_ratio: round(e.server_cpu_ms_per_cycle / r.server_cpu_ms_per_cycle, 2) } : {}),
     };
   }).filter((p) => p.engine_cycles_per_s !== undefined || p.reference_cycles_per_s !== undefined);
 
@@ -199,11 +240,28 @@ const round = (x: number, d: number) => Math.round(x * 10 ** d) / 10 ** d;
 
 function printSummary(r: BenchReport): void {
   const lines: string[] = ["", "cycles/s and claim p50 (engine vs limit reference):"];
-  lines.push(`  ${"load".padEnd(10)} ${"engine".padStart(9)} ${"reference".padStart(9)} ${"ratio".padStart(6)}   ${"claim p50 engine".padStart(16)} ${"reference".padStart(9)}`);
+  const cols = ["load", "engine", "reference", "ratio", "claim p50 eng", "claim p50 ref", "CPU/cycle eng", "CPU/cycle ref", "errors", "others' CPU"];
+  const widths = [9, 7, 9, 6, 13, 13, 13, 13, 7, 11];
+  const row = (cells: string[]) => "  " + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(" ");
+  lines.push(row(cols));
   for (const p of r.comparison.per_load) {
-    const f = (x: number | undefined, w: number, suffix = "") => (x === undefined ? "-" : `${x}${suffix}`).padStart(w);
-    lines.push(`  ${p.label.padEnd(10)} ${f(p.engine_cycles_per_s, 9)} ${f(p.reference_cycles_per_s, 9)} ${f(p.ratio, 6, "x")}   ${f(p.engine_claim_p50_ms, 13, " ms")} ${f(p.reference_claim_p50_ms, 9, " ms")}`);
+    const f = (x: number | null | undefined, suffix = "") => (x === undefined || x === null ? "-" : `${x}${suffix}`);
+    lines.push(
+      row([
+        p.label,
+        f(p.engine_cycles_per_s),
+        f(p.reference_cycles_per_s),
+        f(p.ratio, "x"),
+        f(p.engine_claim_p50_ms, " ms"),
+        f(p.reference_claim_p50_ms, " ms"),
+        f(p.engine_cpu_ms_per_cycle, " ms"),
+        f(p.reference_cpu_ms_per_cycle, " ms"),
+        `${f(p.engine_errors)}/${f(p.reference_errors)}`,
+        `${f(p.engine_other_cpu_pct, "%")}/${f(p.reference_other_cpu_pct, "%")}`,
+      ]),
+    );
   }
+  lines.push("  (cycles/s; CPU/cycle = workerd CPU per cycle; others' CPU = the rest of the machine during each run, % of a core)");
   const q = r.comparison.claim_p50_10k_over_256;
   lines.push(`  claim p50 at 10,000 / at 256: engine ${q.engine ?? "-"}x, reference ${q.reference ?? "-"}x`);
   if (r.pool_info.engine?.length) {
@@ -231,6 +289,7 @@ async function main(): Promise<void> {
   const f = parseFlags(process.argv.slice(2));
   const duration = Number(f.get("duration") ?? 30);
   const warmup = Number(f.get("warmup") ?? 5);
+  const rounds = Math.max(1, Math.floor(Number(f.get("rounds") ?? 3)));
   const only = f.get("only")?.split(",").map((s) => s.trim());
   const want = (name: string) => !only || only.includes(name);
   const targetFlag = f.get("target") ?? "both";
@@ -249,13 +308,13 @@ async function main(): Promise<void> {
   const report: Omit<BenchReport, "comparison"> = {
     started_at: new Date().toISOString(),
     machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown", node: process.version, loadavg_at_start: loadavg().map((x) => round(x, 2)) },
-    settings: { duration_s: duration, warmup_s: warmup, state_dir: tmpdir() },
+    settings: { duration_s: duration, rounds, warmup_s: warmup, state_dir: tmpdir() },
     loads: {},
     pool_info: {},
     profile: {},
   };
-  const est = loads.length * (duration + warmup + 5) * (targetFlag === "both" ? 2 : 1);
-  log(`${loads.length} load configuration(s) x ${targetFlag}, ${warmup}+${duration} s each (about ${Math.round(est / 60)} min of load)${want("poolinfo") ? " + pool info" : ""}`);
+  const est = loads.length * (duration + warmup + 2 * (rounds - 1) + 5) * (targetFlag === "both" ? 2 : 1);
+  log(`${loads.length} load configuration(s) x ${targetFlag}, ${warmup} s warm-up + ${rounds} x ${round(duration / rounds, 1)} s each (about ${Math.round(est / 60)} min of load)${want("poolinfo") ? " + pool info" : ""}`);
 
   const targets: Target[] = [];
   try {
@@ -276,18 +335,54 @@ async function main(): Promise<void> {
 
     // Interleaved, so a slow phase of a busy machine hits both targets alike.
     for (const load of loads) {
+      // One engine per target for this configuration, filled once; then `rounds` measured
+      // windows per target, alternating targets (E R, R E, ...) so a busy phase of the machine
+      // hits both alike. The round with the median cycles/s stands for the target.
+      const engines = new Map<TargetName, Awaited<ReturnType<Target["newEngine"]>>>();
       for (const t of targets) {
         const eng = await t.newEngine(load.label);
-        log(`${t.name} ${load.label}: registering ${load.episodes}, then ${load.clients} clients for ${warmup}+${duration} s`);
-        const res = await runLoad({ ...eng, clients: load.clients, episodes: load.episodes, durationSec: duration, warmupSec: warmup, label: load.label, serverPids: t.pids, log, beforeLoad: () => quiet(`${t.name} ${load.label}`) });
+        log(`${t.name} ${load.label}: registering ${load.episodes}`);
+        const http = new Http(eng.baseUrl, 40);
+        await prepareEngine(http, eng.trainerToken, load.episodes, log).finally(() => http.close());
+        engines.set(t.name, eng);
+      }
+      const perRound = round(duration / rounds, 1);
+      const got = new Map<TargetName, LoadResult[]>();
+      for (let i = 0; i < rounds; i++) {
+        for (const t of i % 2 === 0 ? targets : [...targets].reverse()) {
+          const eng = engines.get(t.name)!;
+          const w = i === 0 ? warmup : Math.min(warmup, 2);
+          log(`${t.name} ${load.label} round ${i + 1}/${rounds}: ${load.clients} clients for ${w}+${perRound} s`);
+          const res = await runLoad({
+            ...eng,
+            clients: load.clients,
+            episodes: load.episodes,
+            durationSec: perRound,
+            warmupSec: w,
+            setup: false,
+            label: load.label,
+            serverPids: t.pids,
+            log,
+            beforeLoad: () => quiet(`${t.name} ${load.label}`),
+          });
+          log(
+            `${t.name} ${load.label} round ${i + 1}: ${res.cycles_per_s} cycles/s, claim p50 ${res.claim_ms.p50} ms p99 ${res.claim_ms.p99} ms, end p50 ${res.end_ms.p50} ms, ` +
+              `retries ${res.retries}, errors ${res.errors}, CPU % of a core: bench ${res.loadgen_cpu_pct}, workerd ${res.server_cpu_pct} (${res.server_cpu_ms_per_cycle} ms/cycle), others ${res.other_cpu_pct}`,
+          );
+          for (const e of res.error_samples) log(`  error: ${e}`);
+          got.set(t.name, [...(got.get(t.name) ?? []), res]);
+        }
+      }
+      for (const t of targets) {
+        const results = got.get(t.name)!;
+        const eng = engines.get(t.name)!;
         const http = new Http(eng.baseUrl, 2);
         const after = await timePoolInfo(http, eng.trainerToken, load.episodes, 0, 10).finally(() => http.close());
-        log(
-          `${t.name} ${load.label}: ${res.cycles_per_s} cycles/s, claim p50 ${res.claim_ms.p50} ms p99 ${res.claim_ms.p99} ms, end p50 ${res.end_ms.p50} ms, ` +
-            `retries ${res.retries}, errors ${res.errors}, cpu: bench ${res.loadgen_cpu_pct}% workerd ${res.server_cpu_pct}% other ${res.other_cpu_pct}%`,
-        );
-        for (const e of res.error_samples) log(`  error: ${e}`);
-        (report.loads[t.name] ??= []).push({ ...res, pool_info_after: { finished_rows: res.ended_total, ms: after.ms, bytes: after.bytes } });
+        (report.loads[t.name] ??= []).push({
+          ...medianRound(results),
+          rounds: results.map((r) => ({ cycles_per_s: r.cycles_per_s, claim_p50_ms: r.claim_ms.p50, end_p50_ms: r.end_ms.p50, errors: r.errors, other_cpu_pct: r.other_cpu_pct })),
+          pool_info_after: { finished_rows: results.reduce((a, r) => a + r.ended_total, 0), ms: after.ms, bytes: after.bytes },
+        });
       }
     }
 

@@ -25,13 +25,16 @@ export class ReferenceEngine extends DurableObject {
         client_uuid TEXT NOT NULL DEFAULT ''
       );
       CREATE INDEX IF NOT EXISTS episodes_queue ON episodes (queue_seq) WHERE state = 'registered';
+      CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL);
     `);
-    this.status = "ENGINE.OFFLINE";
-    this.seq = 0;
+    // Read once per instance (an idle object is evicted and rebuilt), then served from memory.
+    this.status = this.sql.exec("SELECT v FROM kv WHERE k = 'status'").toArray()[0]?.v ?? "ENGINE.OFFLINE";
+    this.seq = this.sql.exec("SELECT COALESCE(MAX(queue_seq), 0) AS s FROM episodes").one().s;
   }
 
   updateStatus(body) {
     this.status = String(body.engine_status ?? "");
+    this.sql.exec("INSERT OR REPLACE INTO kv (k, v) VALUES ('status', ?)", this.status);
     return { success: true, failure_reason: "" };
   }
 
