@@ -225,3 +225,27 @@ describe("trainer views", () => {
     for (const v of Object.values(info.running_episode_details ?? {})) for (const x of Object.values(v)) expect(typeof x).toBe("string");
   });
 });
+
+describe("completed tasks of the current step", () => {
+  it("counts ended train episodes per task for the current global step only", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 4);
+    const client = e.as("client");
+    const end = async (who: string, task: string, reward: number) => {
+      const c = await client.claimEpisode({ client_uuid: who, discard_episode_timeout: 60 });
+      await client.endEpisode(endBody(who, c.episode_uuid, reward, task));
+    };
+    await end("a", "t1", 1);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await end("a", "t1", 1);
+    await end("b", "t1", 0);
+    await end("b", "t2", 0.5);
+    expect(await e.as("viewer").completedTasks()).toEqual({
+      global_step: 1,
+      tasks: [
+        { task_id: "t1", episodes: 2, clients: 2, mean_reward: 0.5 },
+        { task_id: "t2", episodes: 1, clients: 1, mean_reward: 0.5 },
+      ],
+    });
+  });
+});

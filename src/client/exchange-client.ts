@@ -36,6 +36,7 @@ import {
   StartRolloutResponse,
   UpdateBufferConfigRequest,
   GatewaySecretResponse,
+  CompletedTasksResponse,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
 
@@ -116,5 +117,6 @@ export class EngineClient {
   startRollout = (req: In<typeof StartRolloutRequest> = {}) => this.post("/start_rollout", StartRolloutResponse, req);
   configureBuffer = (req: In<typeof UpdateBufferConfigRequest>) => this.post("/buffer/config", BufferConfig, req);
   health = () => this.get("/health", HealthResponse);
+  completedTasks = () => this.get("/completed_tasks", CompletedTasksResponse);
   runningEpisodes = (q: { limit?: number; cursor?: string } = {}) => this.get(`/running_episodes${queryString(q)}`, RunningEpisodesResponse);
 }

@@ -30,6 +30,7 @@ import {
   type EngineOverview,
   type RunningEpisodesQuery,
   type RunningEpisodesResponse,
+  type CompletedTasksResponse,
   type TrainerExitRequest,
 } from "../protocol/agent";
 import { isRolling, type EngineStatus } from "../protocol/status";
@@ -38,7 +39,7 @@ import { signClaimKey, type ClaimKeyFields } from "../auth/claim-key";
 import { gatewaySecret } from "../auth/gateway-signature";
 import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
-import { ENGINE_DDL } from "./schema";
+import { migrateEngine } from "./schema";
 import { CommandQueue } from "./command-queue";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
@@ -129,7 +130,7 @@ export class EngineObject extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec(ENGINE_DDL);
+    migrateEngine(this.sql);
     this.commands = new CommandQueue(this.sql);
     this.outbox = new Outbox(this.sql);
     this.buffer = new RolloutBuffer(this.sql, {
@@ -328,7 +329,7 @@ export class EngineObject extends DurableObject<Env> {
       const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
       this.tx(() => {
         this.sql.exec(
-          "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery) VALUES (?, ?, ?, ?, ?, ?, ?)",
+          "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
           ep.episode_uuid,
           ep.fence,
           ep.client_uuid,
@@ -336,6 +337,8 @@ export class EngineObject extends DurableObject<Env> {
           ep.episode_type,
           now,
           deliver ? "pending" : "none",
+          this.meta.globalStep,
+          scalarReward(req.workflow_output.reward),
         );
         this.addOutbox({
           kind: "trajectory",
@@ -485,6 +488,20 @@ export class EngineObject extends DurableObject<Env> {
         next_cursor: rows.length > q.limit && last ? encodeCursor(last.expires_at ?? 0, last.episode_uuid) : null,
         total: this.episodeCounts().claimed,
       });
+    });
+  }
+
+  async completedTasks(caller: Caller): Promise<Reply<CompletedTasksResponse>> {
+    return this.guarded<CompletedTasksResponse>(caller, "get_overview", () => {
+      const step = this.meta.globalStep;
+      const rows = this.sql
+        .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null }>(
+          `SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward FROM finished
+           WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
+          step,
+        )
+        .toArray();
+      return ok({ global_step: step, tasks: rows });
     });
   }
 

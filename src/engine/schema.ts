@@ -3,7 +3,6 @@
  * The partial indexes keep the hot paths O(log n): the FIFO head, the earliest lease,
  * the earliest due command and outbox row are each one index probe, never a scan.
  */
-export const ENGINE_SCHEMA_VERSION = 1;
 
 export const ENGINE_DDL = `
 CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -69,3 +68,22 @@ CREATE TABLE IF NOT EXISTS reward_history (
   timestamp REAL NOT NULL
 );
 `;
+
+/**
+ * Changes to an existing engine's tables, applied once each in order, after ENGINE_DDL. The
+ * version reached is kept in kv (`schema_version`); fresh engines run them too.
+ */
+export const ENGINE_MIGRATIONS: readonly string[] = [
+  // 1: finished episodes remember their global step and reward, for per-step task views.
+  "ALTER TABLE finished ADD COLUMN global_step INTEGER; ALTER TABLE finished ADD COLUMN reward REAL;",
+];
+
+/** Brings an engine's SQLite up to date; returns the schema version it is at. */
+export function migrateEngine(sql: SqlStorage): number {
+  sql.exec(ENGINE_DDL);
+  const row = sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'schema_version'").toArray()[0];
+  let version = row ? Number(JSON.parse(row.v)) : 0;
+  for (; version < ENGINE_MIGRATIONS.length; version++) sql.exec(ENGINE_MIGRATIONS[version]!);
+  sql.exec("INSERT INTO kv (k, v) VALUES ('schema_version', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", JSON.stringify(version));
+  return version;
+}

@@ -38,6 +38,7 @@ import {
   HeartbeatResponse,
   RunningEpisodesQuery,
   RunningEpisodesResponse,
+  CompletedTasksResponse,
   TrainerExitRequest,
 } from "../protocol/agent";
 
@@ -163,6 +164,10 @@ export const ENGINE_API: RouteSpec[] = [
     response: RunningEpisodesResponse,
     call: (s, who, q) => s.runningEpisodes(who, q as z.output<typeof RunningEpisodesQuery>),
   },
+
+  get("/completed_tasks", "get_overview", "Train episodes ended in the current global step, per task: episodes, distinct clients, mean reward.", CompletedTasksResponse, (s, who) =>
+    s.completedTasks(who),
+  ),
 
   // The rollout buffer (slime / AIEvoBox contract)
   post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
