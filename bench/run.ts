@@ -16,12 +16,16 @@
  *   --warmup S     unmeasured seconds before the first round (default 5; 2 before later ones)
  *   --only LIST    comma list of 32x256, 128x256, 32x10000, poolinfo, profile (default all)
  *   --target T     engine | reference | both (default both)
- *   --tmpdir DIR   where Miniflare keeps its in-memory-mode state (default: the OS temp dir)
+ *   --tmpdir DIR   where Miniflare keeps the state of an unpersisted run. Default /dev/shm
+ *                  when it exists: Miniflare's "in-memory" mode still writes SQLite files
+ *                  under the OS temp dir and fsyncs every commit, and on tmpfs they really
+ *                  are in memory. Both targets get the same; pass --tmpdir /tmp for disk.
  *   --quiet-wait S before each run, wait up to S seconds for the rest of the machine to go
  *                  quiet (< 25% of a core busy; default 30, 0 = never wait)
  *   --record       also write bench/recorded.json and bench/recorded.svg
  */
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -69,34 +73,11 @@ const SEED = { cycles_256: 160, cycles_10k: 55, claim_p50_256_ms: 71, claim_p50_
 const t0 = performance.now();
 const log = (line: string) => process.stderr.write(`[bench ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`);
 
-/**
- * workerd refuses a main module that exports anything but handlers and classes. If src/index.ts
- * does (it exported MAX_BODY_BYTES when this was written), serve it through an entry that
- * re-exports only the default handler and EngineObject: the same Worker, minus that export.
- */
-async function exportsOnlyConfig(): Promise<string> {
-  const dir = fileURLToPath(new URL("./results/entry/", import.meta.url));
-  await mkdir(dir, { recursive: true });
-  await writeFile(`${dir}index.ts`, `export { default, EngineObject } from "../../../src/index";\n`);
-  const toml = (await readFile(fileURLToPath(new URL("../wrangler.toml", import.meta.url)), "utf8"))
-    .replace(/^main\s*=.*$/m, 'main = "index.ts"')
-    .replace(/^migrations_dir\s*=\s*"([^"]*)"/m, (_m, d: string) => `migrations_dir = "../../../${d}"`);
-  await writeFile(`${dir}wrangler.toml`, toml);
-  return `${dir}wrangler.toml`;
-}
-
 async function startEngineTarget(): Promise<Target> {
   const adminToken = `bench-admin-${randomBytes(12).toString("hex")}`;
   const before = new Set(workerdPids());
   const opts = { port: 0, persistDir: null, adminToken, claimKeySecret: randomBytes(32).toString("hex"), log: (l: string) => log(`  exchange: ${l}`) };
-  let ex: Awaited<ReturnType<typeof startLocalExchange>>;
-  try {
-    ex = await startLocalExchange(opts);
-  } catch (e) {
-    if (!String(e).includes("Incorrect type for map entry")) throw e;
-    log("WARNING: src/index.ts exports a non-handler value, which workerd refuses; serving it through bench/results/entry (default + EngineObject only)");
-    ex = await startLocalExchange({ ...opts, configPath: await exportsOnlyConfig() });
-  }
+  const ex = await startLocalExchange(opts);
   const pids = workerdPids().filter((p) => !before.has(p));
   const admin = new AdminClient({ origin: ex.url, adminToken });
   return {
@@ -300,7 +281,7 @@ async function main(): Promise<void> {
     const pct = await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
     if (pct >= 25) log(`machine still busy (${pct}% of a core used by others): running ${what} anyway; see other_cpu_pct`);
   };
-  const tmp = f.get("tmpdir");
+  const tmp = f.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
   if (tmp) process.env["TMPDIR"] = tmp; // Miniflare puts its unpersisted state under os.tmpdir()
   const loads = LOADS.filter((l) => want(l.label));
   if (only) for (const o of only) if (o !== "poolinfo" && o !== "profile" && !LOADS.some((l) => l.label === o)) throw new Error(`unknown --only entry ${o}: use ${LOADS.map((l) => l.label).join(", ")}, poolinfo`);
