@@ -113,7 +113,7 @@ export class RunsClient {
     return this.call("POST", "/runs/start", StartRunResponse, req);
   }
   listRuns(q: { limit?: number; before?: string } = {}) {
-    const qs = new URLSearchParams(Object.entries(q).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)]]))).toString();
+    const qs = new URLSearchParams(Object.entries(q).flatMap(([k, v]): Array<[string, string]> => (v === undefined ? [] : [[k, String(v)]]))).toString();
     return this.call("GET", `/runs${qs ? `?${qs}` : ""}`, ListRunsResponse);
   }
   runStatus(runId: string) {

@@ -1,0 +1,44 @@
+/**
+ * The run supervisor's line to the exchange: reports and the active-runs list through the
+ * typed RunsClient, retried with backoff while the exchange is unreachable (a report must not
+ * be lost because the Worker blinked), given up on a refusal (4xx), which is logged.
+ */
+import { RunsClient } from "../../../src/client";
+import type { AgentActiveRunsResponse, RunReportResponse } from "../../../src/protocol/runs";
+import type { Clock } from "../clock";
+import { isTransient } from "../engine-link";
+import { describeError, type Logger } from "../log";
+import type { ReportInput, RunReporter } from "./run-supervisor";
+
+export class ExchangeReporter implements RunReporter {
+  constructor(
+    readonly client: RunsClient,
+    private readonly d: { clock: Clock; logger: Logger; stop: AbortSignal; maxBackoffMs: number },
+  ) {}
+
+  async report(runId: string, report: ReportInput): Promise<RunReportResponse | null> {
+    return this.retrying(`report run ${runId} ${report.status}`, () => this.client.reportRun(runId, report));
+  }
+
+  async activeRuns(): Promise<AgentActiveRunsResponse> {
+    return (await this.retrying("list this engine's active runs", () => this.client.activeRuns())) ?? { runs: [] };
+  }
+
+  private async retrying<T>(what: string, call: () => Promise<T>): Promise<T | null> {
+    let wait = Math.min(500, this.d.maxBackoffMs);
+    for (;;) {
+      try {
+        return await call();
+      } catch (e) {
+        if (!isTransient(e)) {
+          this.d.logger.error(`could not ${what}: ${describeError(e)}`);
+          return null;
+        }
+        if (this.d.stop.aborted) return null;
+        this.d.logger.warn(`could not ${what} (${describeError(e)}); retrying in ${Math.round(wait / 1000)} s`);
+        await this.d.clock.sleep(wait, this.d.stop);
+        wait = Math.min(wait * 2, this.d.maxBackoffMs);
+      }
+    }
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * The agent's handlers for the training-runs commands (scan_environments, start_run,
+ * stop_run, test_inference), for the dispatcher. Each answers with an Outcome for the command's
+ * ack; the state itself goes to the exchange through reports, so a lost ack loses nothing.
+ *
+ * Runs need a runs config on this host (ROLLOUT_RUNS_CONFIG); without one every runs command
+ * is answered with that reason, and a run asked for is reported failed rather than left pending.
+ */
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { RunsClient } from "../../../src/client";
+import type { CommandBody } from "../../../src/protocol/commands";
+import type { Clock } from "../clock";
+import { describeError, type Logger } from "../log";
+import type { Outcome } from "../outcome-journal";
+import { ExchangeReporter } from "./exchange-reporter";
+import { testModel } from "./inference-test";
+import { RunSupervisor } from "./run-supervisor";
+import { parseRunsConfig, type RunsConfig } from "./runs-config";
+import { ScanError, scanEnvironments } from "./scanner";
+
+export const RUNS_CONFIG_ENV = "ROLLOUT_RUNS_CONFIG";
+
+export const RUN_COMMAND_KINDS = ["scan_environments", "start_run", "stop_run", "test_inference"] as const;
+export type RunCommand = Extract<CommandBody, { kind: (typeof RUN_COMMAND_KINDS)[number] }>;
+
+export const isRunCommand = (body: CommandBody): body is RunCommand => (RUN_COMMAND_KINDS as readonly string[]).includes(body.kind);
+
+export type RunCommandsDeps = {
+  /** The runs config, or why there is none. */
+  config: { ok: true; config: RunsConfig } | { ok: false; errors: string[] };
+  client: RunsClient;
+  clock: Clock;
+  logger: Logger;
+  agentId: string;
+  stop: AbortSignal;
+  maxBackoffMs: number;
+};
+
+/** Reads the runs config named by ROLLOUT_RUNS_CONFIG; no variable means runs are not set up here. */
+export function loadRunsConfig(env: Readonly<Record<string, string | undefined>>, cwd: string, stateDir: string): RunCommandsDeps["config"] {
+  const path = env[RUNS_CONFIG_ENV];
+  if (path === undefined || path === "") return { ok: false, errors: [`no runs config on this host (set ${RUNS_CONFIG_ENV} to a JSON file; see local-agent/src/runs/runs-config.ts)`] };
+  const full = resolve(cwd, path);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(full, "utf8"));
+  } catch (e) {
+    return { ok: false, errors: [`${RUNS_CONFIG_ENV}=${full}: ${describeError(e)}`] };
+  }
+  const parsed = parseRunsConfig(raw, dirname(full), stateDir);
+  return parsed.ok ? parsed : { ok: false, errors: parsed.errors.map((e) => `${full}: ${e}`) };
+}
+
+export class RunCommands {
+  readonly supervisor: RunSupervisor | null;
+  private readonly reporter: ExchangeReporter;
+
+  constructor(private readonly d: RunCommandsDeps) {
+    this.reporter = new ExchangeReporter(d.client, d);
+    this.supervisor = d.config.ok ? new RunSupervisor({ config: d.config.config, reporter: this.reporter, clock: d.clock, logger: d.logger, agentId: d.agentId, stop: d.stop }) : null;
+  }
+
+  /** At agent start: scan once and find the runs a previous agent left. */
+  async startup(): Promise<void> {
+    if (!this.d.config.ok) {
+      this.d.logger.info(`training runs are off: ${this.d.config.errors.join("; ")}`);
+      return;
+    }
+    await this.scan();
+    await this.supervisor?.reattach();
+  }
+
+  async execute(body: RunCommand): Promise<Outcome> {
+    const c = this.d.config;
+    if (!c.ok) {
+      const detail = c.errors.join("; ");
+      if (body.kind === "start_run") await this.reporter.report(body.run_id, { status: "failed", detail, agent_id: this.d.agentId });
+      if (body.kind === "test_inference") await this.d.client.reportInferenceTest(body.test_id, { status: "failed", detail }).catch(() => undefined);
+      return { ok: false, detail };
+    }
+    const sup = this.supervisor as RunSupervisor;
+    switch (body.kind) {
+      case "scan_environments":
+        return this.scan();
+      case "start_run":
+        return sup.start(body);
+      case "stop_run":
+        return sup.stop(body.run_id, body.reason);
+      case "test_inference":
+        return this.testInference(body, c.config);
+    }
+  }
+
+  private async scan(): Promise<Outcome> {
+    if (!this.d.config.ok) return { ok: false, detail: this.d.config.errors.join("; ") };
+    try {
+      const report = await scanEnvironments(this.d.config.config, this.d.agentId, this.d.clock, this.d.stop);
+      await this.d.client.reportCatalog(report);
+      const detail = `found ${report.environments.length} environments (${report.environments.map((e) => e.name).join(", ") || "none"}); ${report.problems.length} files could not be read`;
+      this.d.logger.info(`environment scan: ${detail}`);
+      return { ok: true, detail };
+    } catch (e) {
+      const detail = e instanceof ScanError ? e.message : `could not report the catalog: ${describeError(e)}`;
+      this.d.logger.error(`environment scan: ${detail}`);
+      return { ok: false, detail };
+    }
+  }
+
+  private async testInference(cmd: Extract<RunCommand, { kind: "test_inference" }>, config: RunsConfig): Promise<Outcome> {
+    const results = [];
+    for (const [i, model] of cmd.models.entries()) {
+      await this.d.client.reportInferenceTest(cmd.test_id, { status: "running", detail: `testing ${model.model} (${i + 1} of ${cmd.models.length})`, models: results }).catch(() => undefined);
+      results.push(await testModel(cmd, model, config, this.d.clock, this.d.stop));
+    }
+    const working = results.filter((r) => r.steps_tested > 0).length;
+    const detail = `${working} of ${results.length} models produced scored steps`;
+    await this.d.client.reportInferenceTest(cmd.test_id, { status: "done", detail, models: results });
+    return { ok: true, detail };
+  }
+}

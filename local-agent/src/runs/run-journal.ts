@@ -1,0 +1,48 @@
+/**
+ * The agent's own note of a run's processes, in the run's directory (run.json), written as soon
+ * as each process is spawned. The exchange has the same pids once the report reaches it; the
+ * note covers an agent killed between spawning a process and reporting it, so a restarted
+ * agent still finds every process it started.
+ */
+import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+
+const Journal = z.object({
+  run_id: z.string(),
+  closed: z.boolean(),
+  processes: z.array(z.object({ name: z.string(), pid: z.number().int().positive(), order: z.number().int() })),
+});
+export type RunJournal = z.infer<typeof Journal>;
+
+export const runDir = (runsDir: string, runId: string): string => join(runsDir, runId);
+
+export function writeJournal(runsDir: string, journal: RunJournal): void {
+  const dir = runDir(runsDir, journal.run_id);
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, "run.json");
+  writeFileSync(`${path}.tmp`, JSON.stringify(journal));
+  renameSync(`${path}.tmp`, path);
+}
+
+export function readJournal(runsDir: string, runId: string): RunJournal | null {
+  try {
+    return Journal.parse(JSON.parse(readFileSync(join(runDir(runsDir, runId), "run.json"), "utf8")));
+  } catch {
+    return null;
+  }
+}
+
+/** Runs whose journal is not closed: the agent may still have processes of them. */
+export function openJournals(runsDir: string): RunJournal[] {
+  let entries: string[];
+  try {
+    entries = readdirSync(runsDir);
+  } catch {
+    return [];
+  }
+  return entries.flatMap((id) => {
+    const j = readJournal(runsDir, id);
+    return j !== null && !j.closed ? [j] : [];
+  });
+}

@@ -1,0 +1,145 @@
+/**
+ * One process of a run: spawned in its own process group with its output appended to its log
+ * file (a file, not a pipe, so it outlives an agent that is killed), watched for its exit, and
+ * stopped with SIGTERM to its group, then SIGKILL after the grace period.
+ *
+ * A process adopted after an agent restart is not the agent's child: its exit is noticed by
+ * polling its group, and its exit status cannot be known.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync, writeSync } from "node:fs";
+import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
+import type { Clock } from "../clock";
+import { describeError } from "../log";
+import { groupAlive, signalGroup, tailFile } from "./process-group";
+
+const STOP_POLL_MS = 100;
+
+export type Exit = { code: number | null; signal: string | null };
+
+export class RunProcess {
+  state: ProcessState = "pending";
+  pid: number | null = null;
+  exit: Exit | null = null;
+  startedAt: number | null = null;
+  readyAt: number | null = null;
+  endedAt: number | null = null;
+  detail = "";
+  private child: ChildProcess | null = null;
+
+  constructor(
+    readonly name: string,
+    readonly order: number,
+    readonly argv: string[],
+    readonly logPath: string,
+    private readonly clock: Clock,
+  ) {}
+
+  /** A process left running by a previous agent, known by its pid. */
+  static adopt(name: string, order: number, pid: number, logPath: string, clock: Clock): RunProcess {
+    const p = new RunProcess(name, order, [], logPath, clock);
+    p.pid = pid;
+    p.state = "ready";
+    return p;
+  }
+
+  /** Starts the process; returns why it could not start, or null. */
+  async spawn(opts: { cwd: string | null; env: Record<string, string> }): Promise<string | null> {
+    const fd = openSync(this.logPath, "a");
+    try {
+      writeSync(fd, `\n===== ${new Date(this.clock.now()).toISOString()} rollout-agent starts: ${this.argv.join(" ")}\n`);
+      const child = spawn(this.argv[0] as string, this.argv.slice(1), {
+        cwd: opts.cwd ?? undefined,
+        env: { ...process.env, ...opts.env },
+        detached: true,
+        stdio: ["ignore", fd, fd],
+      });
+      const failed = await new Promise<Error | null>((resolve) => {
+        child.once("spawn", () => resolve(null));
+        child.once("error", (e) => resolve(e));
+      });
+      if (failed !== null) {
+        const code = (failed as NodeJS.ErrnoException).code;
+        this.state = "failed";
+        this.detail = code === "ENOENT" ? `command not found: ${this.argv[0]}` : `cannot start ${this.argv[0]}: ${describeError(failed)}`;
+        return this.detail;
+      }
+      this.child = child;
+      this.pid = child.pid as number;
+      this.state = "starting";
+      this.startedAt = this.clock.now();
+      child.once("exit", (code, signal) => {
+        this.exit = { code, signal };
+        this.endedAt ??= this.clock.now();
+      });
+      return null;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Whether the process has ended: our child's exit, or an adopted process's group gone. */
+  ended(): boolean {
+    if (this.pid === null) return this.state === "failed";
+    if (this.child !== null) return this.exit !== null;
+    if (this.exit !== null) return true;
+    if (!groupAlive(this.pid)) {
+      this.exit = { code: null, signal: null };
+      this.endedAt ??= this.clock.now();
+      return true;
+    }
+    return false;
+  }
+
+  /** "exited with code 1", "was killed by SIGKILL", or, for an adopted process, that nobody knows. */
+  howItEnded(): string {
+    const e = this.exit;
+    if (e === null) return "is still running";
+    if (e.code !== null) return `exited with code ${e.code}`;
+    if (e.signal !== null) return `was ended by ${e.signal}`;
+    return "ended (exit status unknown: it was adopted after an agent restart)";
+  }
+
+  /** SIGTERM to the group, SIGKILL after `graceMs`; resolves once the whole group is gone. */
+  async stop(graceMs: number): Promise<void> {
+    if (this.pid === null || (!groupAlive(this.pid) && this.ended())) {
+      if (this.state === "starting" || this.state === "ready") this.state = "exited";
+      return;
+    }
+    const pid = this.pid;
+    signalGroup(pid, "SIGTERM");
+    const start = this.clock.now();
+    let killed = false;
+    // The whole group, not just the leader: its helpers may hold GPUs or ports.
+    while (groupAlive(pid) || (this.child !== null && this.exit === null)) {
+      if (!killed && this.clock.now() - start >= graceMs) {
+        signalGroup(pid, "SIGKILL");
+        killed = true;
+      }
+      await this.clock.sleep(STOP_POLL_MS);
+    }
+    this.exit ??= { code: null, signal: killed ? "SIGKILL" : "SIGTERM" };
+    this.endedAt ??= this.clock.now();
+    this.state = "stopped";
+    this.detail = killed ? `ignored SIGTERM for ${graceMs / 1000} s and was killed with SIGKILL` : `stopped with SIGTERM (${this.howItEnded()})`;
+  }
+
+  report(withLogTail: boolean): ProcessReport {
+    const s = (ms: number | null): number | null => (ms === null ? null : ms / 1000);
+    return {
+      name: this.name,
+      order: this.order,
+      state: this.state,
+      pid: this.pid,
+      command: this.argv.join(" "),
+      log_path: this.logPath,
+      log_tail: withLogTail ? tailFile(this.logPath) : "",
+      exit_code: this.exit?.code ?? null,
+      signal: this.exit?.signal ?? null,
+      started_at: s(this.startedAt),
+      ready_at: s(this.readyAt),
+      ended_at: s(this.endedAt),
+      detail: this.detail,
+    };
+  }
+}

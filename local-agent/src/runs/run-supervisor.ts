@@ -1,0 +1,288 @@
+/**
+ * Runs training runs on the GPU host: starts a run's processes in the configured order, each
+ * once the previous one is ready (a port open or an HTTP 200, with a deadline, never a fixed
+ * sleep); watches them; when one exits, marks the run completed (exit 0) or failed (with the
+ * code and its last log lines) and stops the others in reverse order, SIGTERM then SIGKILL;
+ * stops a run on request the same way; and after an agent restart finds its runs again
+ * through the exchange (D1) and its own notes, adopting or reporting them.
+ *
+ * Every change is reported to the exchange, which keeps the run's record. Its answer may say
+ * the run is over there (stopped by force, or before it started): the run is then stopped here.
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { z } from "zod";
+import type { AgentActiveRunsResponse, RunReport, RunReportResponse } from "../../../src/protocol/runs";
+import type { StartRunCommand } from "../../../src/protocol/commands";
+import type { Clock } from "../clock";
+import { TemplateError, expandCommand } from "../command-template";
+import type { Logger } from "../log";
+import type { Outcome } from "../outcome-journal";
+import { MetricsReader } from "./metrics-reader";
+import { checkReady, describeReady } from "./readiness";
+import { RunProcess } from "./run-process";
+import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
+import type { RunsConfig } from "./runs-config";
+import { groupAlive, signalGroup } from "./process-group";
+
+export type ReportInput = z.input<typeof RunReport>;
+
+/** How the supervisor talks to the exchange; `report` retries until it gets an answer or the agent stops. */
+export type RunReporter = {
+  report(runId: string, report: ReportInput): Promise<RunReportResponse | null>;
+  activeRuns(): Promise<AgentActiveRunsResponse>;
+};
+
+type Run = {
+  id: string;
+  dir: string;
+  procs: RunProcess[];
+  metrics: MetricsReader;
+  phase: "starting" | "running" | "stopping" | "over";
+  /** Aborted when the run must stop: wakes the startup's and the monitor's waits. */
+  halt: AbortController;
+  /** The startup or the monitor, whichever is running; stop() waits for it to let go. */
+  task: Promise<void>;
+  stopping: Promise<Outcome> | null;
+};
+
+export class RunSupervisor {
+  private run: Run | null = null;
+
+  constructor(
+    private readonly d: { config: RunsConfig; reporter: RunReporter; clock: Clock; logger: Logger; agentId: string; stop: AbortSignal },
+  ) {}
+
+  /** The run this host is running, if any. */
+  get current(): { run_id: string; phase: Run["phase"] } | null {
+    return this.run === null ? null : { run_id: this.run.id, phase: this.run.phase };
+  }
+
+  /** Resolves once the current run (if any) is over, for tests and shutdown. */
+  async settled(): Promise<void> {
+    for (let run = this.run; run !== null; run = this.run) await (run.stopping ?? run.task);
+  }
+
+  async start(cmd: z.infer<typeof StartRunCommand>): Promise<Outcome> {
+    const busy = this.run;
+    if (busy !== null) {
+      if (busy.id === cmd.run_id) return { ok: true, detail: `run ${cmd.run_id} is already ${busy.phase} on this host` };
+      const detail = `another run (${busy.id}) is still ${busy.phase} on this host`;
+      await this.d.reporter.report(cmd.run_id, { status: "failed", detail, agent_id: this.d.agentId });
+      return { ok: false, detail };
+    }
+    const dir = runDir(this.d.config.runsDir, cmd.run_id);
+    const configPath = join(dir, "config.yaml");
+    const metricsPath = join(dir, "metrics.jsonl");
+    const values: Record<string, string> = {
+      config: configPath,
+      env_file: cmd.environment.file_path,
+      env_name: cmd.environment.name,
+      env_class: cmd.environment.class_name,
+      run_id: cmd.run_id,
+      python: this.d.config.python,
+      work_dir: this.d.config.workDir ?? dir,
+      run_dir: dir,
+      metrics_file: metricsPath,
+    };
+    let procs: RunProcess[];
+    try {
+      procs = this.d.config.processes.map((p, i) => new RunProcess(p.name, i, expandCommand(p.argv, values), join(dir, `${p.name}.log`), this.d.clock));
+    } catch (e) {
+      if (!(e instanceof TemplateError)) throw e;
+      return this.refuseStart(cmd.run_id, `the runs config's commands: ${e.message}`);
+    }
+    if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(configPath, cmd.config_yaml);
+    const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now()), phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+    this.run = run;
+    const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);
+    if (first?.must_stop) {
+      this.finish(run);
+      return { ok: true, detail: `run ${run.id} was stopped before it started; nothing was started` };
+    }
+    run.task = this.startup(run, { ROLLOUT_RUN_ID: run.id, ROLLOUT_RUN_CONFIG: configPath, ROLLOUT_RUN_METRICS: metricsPath });
+    return { ok: true, detail: `starting run ${run.id}: ${procs.map((p) => p.name).join(" -> ")}; output in ${dir}` };
+  }
+
+  async stop(runId: string, reason: string): Promise<Outcome> {
+    const run = this.run;
+    if (run === null || run.id !== runId) return this.stopLeftovers(runId, reason);
+    run.stopping ??= (async () => {
+      this.d.logger.info(`run ${run.id}: stopping (${reason})`);
+      run.phase = "stopping";
+      run.halt.abort();
+      await run.task;
+      await this.stopAll(run, null);
+      const detail = `stopped (${reason}): ${[...run.procs].reverse().filter((p) => p.pid !== null).map((p) => `${p.name} ${p.detail || p.howItEnded()}`).join("; ") || "nothing was running"}`;
+      await this.send(run, "stopped", detail, true);
+      this.finish(run);
+      return { ok: true, detail };
+    })();
+    return run.stopping;
+  }
+
+  /** After an agent restart: adopt the runs that still run here, report the ones that do not. */
+  async reattach(): Promise<void> {
+    const { runs } = await this.d.reporter.activeRuns();
+    const known = new Set<string>();
+    for (const r of runs) {
+      known.add(r.run_id);
+      if (r.status === "pending") continue; // its start command is still to come
+      const journal = readJournal(this.d.config.runsDir, r.run_id);
+      const pids = journal?.processes ?? r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }]));
+      const dir = runDir(this.d.config.runsDir, r.run_id);
+      const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock)).sort((a, b) => a.order - b.order);
+      const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now()), phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+      const dead = procs.find((p) => p.ended());
+      if (r.status === "running" && procs.length > 0 && dead === undefined && this.run === null) {
+        this.run = run;
+        this.d.logger.info(`run ${r.run_id}: adopted ${procs.map((p) => `${p.name} (pid ${p.pid})`).join(", ")}, left running by a previous agent`);
+        const answer = await this.send(run, "running", "reattached after an agent restart");
+        run.task = answer?.must_stop ? Promise.resolve() : this.monitor(run);
+        if (answer?.must_stop) await this.stop(run.id, "the exchange considers this run over");
+        continue;
+      }
+      run.phase = "stopping";
+      const detail =
+        r.status === "starting"
+          ? "the agent restarted while the run was starting; its processes were stopped"
+          : r.status === "stopping"
+            ? "stopped after an agent restart"
+            : dead !== undefined
+              ? `${dead.name} (pid ${dead.pid}) ended while the agent was not running; the others were stopped`
+              : "the agent restarted and found no process of this run";
+      await this.stopAll(run, null);
+      await this.send(run, r.status === "stopping" ? "stopped" : "failed", detail, true);
+      this.closeJournal(run);
+    }
+    // Processes of runs the exchange no longer counts as active must not keep GPUs busy.
+    for (const j of openJournals(this.d.config.runsDir)) {
+      if (known.has(j.run_id) || j.run_id === this.run?.id) continue;
+      for (const p of j.processes) if (groupAlive(p.pid)) signalGroup(p.pid, "SIGKILL");
+      writeJournal(this.d.config.runsDir, { ...j, closed: true });
+    }
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  private async refuseStart(runId: string, detail: string): Promise<Outcome> {
+    this.d.logger.error(`run ${runId}: ${detail}`);
+    await this.d.reporter.report(runId, { status: "failed", detail, agent_id: this.d.agentId });
+    return { ok: false, detail };
+  }
+
+  private async startup(run: Run, env: Record<string, string>): Promise<void> {
+    for (const [i, proc] of run.procs.entries()) {
+      if (run.halt.signal.aborted) return;
+      const spec = this.d.config.processes[i]!;
+      const problem = await proc.spawn({ cwd: spec.cwd ?? this.d.config.workDir, env: { ...spec.env, ...env } });
+      this.note(run);
+      if (problem !== null) return this.fail(run, proc, `${proc.name} could not start: ${problem}`);
+      this.d.logger.info(`run ${run.id}: started ${proc.name} (pid ${proc.pid}); waiting until ${describeReady(spec.ready)}`);
+      const answer = await this.send(run, "starting", `waiting for ${proc.name}: ${describeReady(spec.ready)} (deadline ${spec.readyTimeoutSeconds} s)`);
+      if (answer?.must_stop) return void this.stop(run.id, "the exchange considers this run over");
+      const deadline = this.d.clock.now() + spec.readyTimeoutSeconds * 1000;
+      for (;;) {
+        if (run.halt.signal.aborted) return;
+        if (proc.ended()) return this.fail(run, proc, `${proc.name} ${proc.howItEnded()} while starting`);
+        if (spec.ready === undefined || (await checkReady(spec.ready))) break;
+        if (this.d.clock.now() >= deadline) {
+          proc.state = "failed";
+          proc.detail = `not ready after ${spec.readyTimeoutSeconds} s (${describeReady(spec.ready)} never happened)`;
+          return this.fail(run, proc, `${proc.name} was ${proc.detail}`);
+        }
+        await this.d.clock.sleep(this.d.config.pollSeconds * 1000, run.halt.signal);
+      }
+      proc.state = "ready";
+      proc.readyAt = this.d.clock.now();
+    }
+    run.phase = "running";
+    this.d.logger.info(`run ${run.id}: all ${run.procs.length} processes ready`);
+    const answer = await this.send(run, "running", `all ${run.procs.length} processes ready`);
+    if (answer?.must_stop) return void this.stop(run.id, "the exchange considers this run over");
+    run.task = this.monitor(run);
+  }
+
+  /** Watches a running run: the first process to exit ends it; new metrics are reported as they come. */
+  private async monitor(run: Run): Promise<void> {
+    while (!run.halt.signal.aborted && !this.d.stop.aborted) {
+      const gone = run.procs.find((p) => p.ended());
+      if (gone !== undefined) {
+        const clean = gone.exit?.code === 0;
+        gone.state = "exited";
+        const detail = `${gone.name} ${gone.howItEnded()}`;
+        this.d.logger[clean ? "info" : "warn"](`run ${run.id}: ${detail}; stopping the others`);
+        run.phase = "stopping";
+        await this.stopAll(run, gone);
+        await this.send(run, clean ? "completed" : "failed", `${detail}; the other processes were stopped`, true);
+        this.finish(run);
+        return;
+      }
+      const points = run.metrics.read();
+      if (points.length > 0) {
+        const answer = await this.send(run, "running", "", false, points);
+        if (answer?.must_stop) return void this.stop(run.id, "the exchange considers this run over");
+      }
+      await this.d.clock.sleep(this.d.config.pollSeconds * 1000, run.halt.signal);
+    }
+  }
+
+  private async fail(run: Run, culprit: RunProcess, detail: string): Promise<void> {
+    this.d.logger.error(`run ${run.id}: ${detail}`);
+    if (culprit.ended() && culprit.state !== "failed") culprit.state = "exited";
+    culprit.detail ||= detail;
+    run.phase = "stopping";
+    await this.stopAll(run, null);
+    if (culprit.state === "stopped") culprit.state = "failed";
+    await this.send(run, "failed", detail, true);
+    this.finish(run);
+  }
+
+  /** Stops every started process in reverse start order. */
+  private async stopAll(run: Run, except: RunProcess | null): Promise<void> {
+    for (const p of [...run.procs].reverse()) {
+      if (p === except || p.pid === null) continue;
+      await p.stop(this.d.config.stopGraceSeconds * 1000);
+    }
+  }
+
+  /** A stop_run for a run not running here: stop whatever its note says is left, and say so. */
+  private async stopLeftovers(runId: string, reason: string): Promise<Outcome> {
+    const journal = readJournal(this.d.config.runsDir, runId);
+    const alive = (journal?.processes ?? []).filter((p) => groupAlive(p.pid));
+    const dir = runDir(this.d.config.runsDir, runId);
+    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock));
+    for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
+    if (journal !== null) writeJournal(this.d.config.runsDir, { ...journal, closed: true });
+    const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;
+    await this.d.reporter.report(runId, { status: "stopped", detail, processes: procs.map((p) => p.report(true)), agent_id: this.d.agentId });
+    return { ok: true, detail };
+  }
+
+  private send(run: Run, status: ReportInput["status"], detail: string, withLogTails = false, metrics: ReportInput["metrics"] = []): Promise<RunReportResponse | null> {
+    // A run's first metrics may come with its end: read them before the last report.
+    const points = status === "running" ? metrics : [...(metrics ?? []), ...run.metrics.read()];
+    return this.d.reporter.report(run.id, { status, detail, processes: run.procs.map((p) => p.report(withLogTails)), metrics: points, agent_id: this.d.agentId });
+  }
+
+  private note(run: Run): void {
+    writeJournal(this.d.config.runsDir, {
+      run_id: run.id,
+      closed: false,
+      processes: run.procs.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }])),
+    });
+  }
+
+  private closeJournal(run: Run): void {
+    const j = readJournal(this.d.config.runsDir, run.id);
+    if (j !== null) writeJournal(this.d.config.runsDir, { ...j, closed: true });
+  }
+
+  private finish(run: Run): void {
+    run.phase = "over";
+    this.closeJournal(run);
+    if (this.run === run) this.run = null;
+  }
+}

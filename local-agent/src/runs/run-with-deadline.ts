@@ -1,0 +1,50 @@
+/**
+ * Runs a short-lived helper (the environment scanner, an environment's `process` mode) in its
+ * own process group with a deadline from the agent's clock. At the deadline the whole group is
+ * killed, so a module that hangs at import or a model that never answers cannot stall the agent.
+ */
+import { spawn } from "node:child_process";
+import type { Clock } from "../clock";
+import { describeError } from "../log";
+import { signalGroup } from "./process-group";
+
+export type Finished = { code: number | null; signal: string | null; stdout: string; stderr: string; timedOut: boolean; spawnError: string | null };
+
+const MAX_CAPTURE = 1 << 20;
+
+export async function runWithDeadline(
+  argv: readonly string[],
+  opts: { cwd?: string | null; env?: Record<string, string>; deadlineMs: number; clock: Clock; stop?: AbortSignal },
+): Promise<Finished> {
+  const child = spawn(argv[0] as string, argv.slice(1), {
+    cwd: opts.cwd ?? undefined,
+    env: { ...process.env, ...(opts.env ?? {}) },
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => {
+    if (stdout.length < MAX_CAPTURE) stdout += d.toString("utf8");
+  });
+  child.stderr.on("data", (d: Buffer) => {
+    if (stderr.length < MAX_CAPTURE) stderr += d.toString("utf8");
+  });
+  const spawned = await new Promise<Error | null>((resolve) => {
+    child.once("spawn", () => resolve(null));
+    child.once("error", (e) => resolve(e));
+  });
+  if (spawned !== null) return { code: null, signal: null, stdout, stderr, timedOut: false, spawnError: describeError(spawned) };
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+  const giveUp = new AbortController();
+  const stop = opts.stop ? AbortSignal.any([opts.stop, giveUp.signal]) : giveUp.signal;
+  const deadline = opts.clock.sleep(opts.deadlineMs, stop).then(() => "deadline" as const);
+  const first = await Promise.race([exited, deadline]);
+  giveUp.abort();
+  if (first === "deadline") {
+    signalGroup(child.pid as number, "SIGKILL");
+    const e = await exited;
+    return { ...e, stdout, stderr, timedOut: true, spawnError: null };
+  }
+  return { ...first, stdout, stderr, timedOut: false, spawnError: null };
+}

@@ -1,0 +1,271 @@
+/**
+ * The run supervisor with real processes (the fixture script opens ports, serves HTTP, exits,
+ * crashes, ignores SIGTERM). Deadlines and grace periods run on a manual clock where a test is
+ * about them; elsewhere the real clock with short polls.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { realClock, type Clock } from "../../src/clock";
+import { RunSupervisor } from "../../src/runs/run-supervisor";
+import { readJournal } from "../../src/runs/run-journal";
+import { groupAlive } from "../../src/runs/process-group";
+import { ManualClock } from "../support/manual-clock";
+import { MemoryLogger } from "../support/logger";
+import { tempDir } from "../support/temp";
+import { waitUntil } from "../support/wait";
+import { RecordingReporter, freePort, proc, runsConfig, startCommand } from "./support";
+
+const cleanups: Array<() => void | Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function setup(processes: unknown[], opts: { clock?: Clock; grace?: number } = {}) {
+  const state = tempDir();
+  const config = runsConfig({ processes, ...(opts.grace ? { stopGraceSeconds: opts.grace } : {}) }, state.path);
+  const reporter = new RecordingReporter();
+  const logger = new MemoryLogger();
+  const stop = new AbortController();
+  const sup = new RunSupervisor({ config, reporter, clock: opts.clock ?? realClock, logger, agentId: "host-1", stop: stop.signal });
+  const pids = (): number[] => [...new Set(reporter.reports.flatMap((r) => (r.processes ?? []).flatMap((p) => (p.pid ? [p.pid] : []))))];
+  cleanups.push(() => {
+    stop.abort();
+    for (const pid of pids()) {
+      try {
+        process.kill(-pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    state.remove();
+  });
+  return { sup, reporter, logger, config, state, pids, stop };
+}
+
+const procsOf = (r: RecordingReporter, runId: string) => r.last(runId)?.processes ?? [];
+
+describe("starting a run", () => {
+  it("starts processes in order, each once ready (port, then HTTP 200, then none), with the run's config and logs", async () => {
+    const [p1, p2] = [await freePort(), await freePort()];
+    const { sup, reporter, config } = setup([
+      proc("api", `--listen ${p1} --delay 0.3`, { ready: { port: p1 } }),
+      proc("trainer", `--http ${p2} --delay 0.3`, { ready: { http: `http://127.0.0.1:${p2}/health` } }),
+      proc("env", "--say serving"),
+    ]);
+    const out = await sup.start(startCommand("run_order1"));
+    expect(out).toEqual({ ok: true, detail: expect.stringMatching(/starting run run_order1: api -> trainer -> env/) });
+    await waitUntil(() => reporter.status.get("run_order1") === "running", "the run to be running");
+    expect(reporter.statuses("run_order1")).toEqual(["starting", "starting", "starting", "starting", "running"]);
+    const procs = procsOf(reporter, "run_order1");
+    expect(procs.map((p) => [p.name, p.state])).toEqual([
+      ["api", "ready"],
+      ["trainer", "ready"],
+      ["env", "ready"],
+    ]);
+    // Each started only after the one before was ready.
+    expect(procs[1]!.started_at!).toBeGreaterThanOrEqual(procs[0]!.ready_at!);
+    expect(procs[2]!.started_at!).toBeGreaterThanOrEqual(procs[1]!.ready_at!);
+    const dir = join(config.runsDir, "run_order1");
+    expect(readFileSync(join(dir, "config.yaml"), "utf8")).toBe("env:\n  group_size: 8\n");
+    await waitUntil(() => readFileSync(join(dir, "env.log"), "utf8").includes("serving"), "env's output in its log");
+    expect(readFileSync(join(dir, "api.log"), "utf8")).toMatch(new RegExp(`api up: pid \\d+ run run_order1 config ${dir}/config.yaml`));
+    expect(readJournal(config.runsDir, "run_order1")?.processes.map((p) => p.name)).toEqual(["api", "trainer", "env"]);
+    // A redelivered start does not start it twice; another run is refused while this one runs.
+    expect(await sup.start(startCommand("run_order1"))).toMatchObject({ ok: true, detail: expect.stringMatching(/already running/) });
+    expect(await sup.start(startCommand("run_other1"))).toMatchObject({ ok: false, detail: expect.stringMatching(/another run \(run_order1\)/) });
+    expect(reporter.status.get("run_other1")).toBe("failed");
+  });
+
+  it("fails a run whose process exits during startup, with the code and its last lines, and stops the ones before it", async () => {
+    const p1 = await freePort();
+    const { sup, reporter, pids } = setup([proc("api", `--listen ${p1}`, { ready: { port: p1 } }), proc("trainer", "--say 'CUDA error: no device' --exit-after 0 --code 7", { ready: { port: 1 } })]);
+    await sup.start(startCommand("run_crash1"));
+    await sup.settled();
+    const last = reporter.last("run_crash1")!;
+    expect(last).toMatchObject({ status: "failed", detail: "trainer exited with code 7 while starting" });
+    const trainer = last.processes!.find((p) => p.name === "trainer")!;
+    expect(trainer).toMatchObject({ state: "exited", exit_code: 7 });
+    expect(trainer.log_tail).toMatch(/CUDA error: no device\ntrainer exits with 7/);
+    expect(last.processes!.find((p) => p.name === "api")).toMatchObject({ state: "stopped", detail: expect.stringMatching(/SIGTERM/) });
+    for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+    expect(sup.current).toBeNull();
+  });
+
+  it("fails a run whose process is not ready by its deadline (on the injected clock), stopping everything", async () => {
+    const clock = new ManualClock();
+    const p1 = await freePort();
+    const { sup, reporter, pids } = setup([proc("api", `--listen ${p1}`, { ready: { port: p1 } }), proc("trainer", "", { ready: { port: 1 }, readyTimeoutSeconds: 30 })], { clock });
+    await sup.start(startCommand("run_slow01"));
+    // api becomes ready in real time; the trainer then waits for a port that never opens.
+    // Its polls sleep on the manual clock: move it in small steps until the trainer is being waited for.
+    await waitUntil(async () => {
+      await clock.advance(50);
+      await new Promise((r) => setTimeout(r, 10));
+      return procsOf(reporter, "run_slow01").find((p) => p.name === "trainer")?.state === "starting" && clock.pending.length > 0;
+    }, "the trainer to be waited for");
+    await clock.advance(29_000);
+    expect(reporter.status.get("run_slow01")).toBe("starting");
+    for (let i = 0; i < 40 && reporter.status.get("run_slow01") !== "failed"; i++) {
+      await clock.advance(1000);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await sup.settled();
+    expect(reporter.last("run_slow01")).toMatchObject({ status: "failed", detail: "trainer was not ready after 30 s (port 127.0.0.1:1 open never happened)" });
+    for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+
+  it("fails plainly when a command does not exist, and starts nothing the exchange already stopped", async () => {
+    const { sup, reporter } = setup([proc("api", ""), { name: "trainer", command: "/no/such/trainer --config {config}" }]);
+    await sup.start(startCommand("run_nocmd1"));
+    await sup.settled();
+    expect(reporter.last("run_nocmd1")).toMatchObject({ status: "failed", detail: "trainer could not start: command not found: /no/such/trainer" });
+    reporter.status.set("run_gone01", "stopped");
+    expect(await sup.start(startCommand("run_gone01"))).toEqual({ ok: true, detail: "run run_gone01 was stopped before it started; nothing was started" });
+    expect(reporter.last("run_gone01")?.processes?.every((p) => p.pid === null)).toBe(true);
+  });
+});
+
+describe("a running run", () => {
+  it("fails when a process crashes, stopping the others in reverse order", async () => {
+    const { sup, reporter, pids } = setup([proc("api", ""), proc("trainer", "--helper"), proc("env", "--exit-after 0.5 --code 3 --say 'Traceback: KeyError'")]);
+    await sup.start(startCommand("run_later1"));
+    await sup.settled();
+    const last = reporter.last("run_later1")!;
+    expect(last).toMatchObject({ status: "failed", detail: "env exited with code 3; the other processes were stopped" });
+    expect(last.processes!.map((p) => [p.name, p.state])).toEqual([
+      ["api", "stopped"],
+      ["trainer", "stopped"],
+      ["env", "exited"],
+    ]);
+    expect(last.processes![2]!.log_tail).toMatch(/Traceback: KeyError/);
+    // Reverse order: the trainer ended before the api.
+    expect(last.processes![1]!.ended_at!).toBeLessThanOrEqual(last.processes![0]!.ended_at!);
+    // The trainer's helper (same process group) was stopped with it.
+    for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+
+  it("completes when a process finishes with exit code 0, and reports the metrics the run wrote", async () => {
+    const { sup, reporter } = setup([proc("trainer", "--metrics 3 --exit-after 0.3")]);
+    await sup.start(startCommand("run_done01"));
+    await sup.settled();
+    expect(reporter.last("run_done01")).toMatchObject({ status: "completed", detail: "trainer exited with code 0; the other processes were stopped" });
+    const points = reporter.reports.filter((r) => r.runId === "run_done01").flatMap((r) => r.metrics ?? []);
+    expect(points.map((p) => [p.index, p.step, p.values])).toEqual([
+      [0, 1, { "train/reward_mean": 0.1 }],
+      [1, 2, { "train/reward_mean": 0.2 }],
+      [2, 3, { "train/reward_mean": 0.3 }],
+    ]);
+  });
+
+  it("stops on request in reverse order; a process that ignores SIGTERM is killed after the grace period", async () => {
+    const clock = new ManualClock();
+    const { sup, reporter, pids } = setup([proc("api", ""), proc("trainer", "--ignore-term")], { clock, grace: 10 });
+    await sup.start(startCommand("run_stop01"));
+    await waitUntil(() => reporter.status.get("run_stop01") === "running", "the run to be running");
+    await waitUntil(() => readFileSync(join(sup["d"].config.runsDir, "run_stop01", "trainer.log"), "utf8").includes("trainer up"), "the trainer's signal handler");
+    reporter.status.set("run_stop01", "stopping");
+    const stopping = sup.stop("run_stop01", "operator asked");
+    // SIGTERM sent; the trainer ignores it. 9 s later it still runs; at 10 s it is killed.
+    await waitUntil(() => readFileSync(join(sup["d"].config.runsDir, "run_stop01", "trainer.log"), "utf8").includes("ignores SIGTERM"), "the trainer to get SIGTERM");
+    await clock.advance(9000);
+    expect(groupAlive(pids()[1]!)).toBe(true);
+    for (let i = 0; i < 50 && groupAlive(pids()[1]!); i++) {
+      await clock.advance(200);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    for (let i = 0; i < 50; i++) {
+      const settled = await Promise.race([stopping.then(() => true), new Promise((r) => setTimeout(() => r(false), 10))]);
+      if (settled) break;
+      await clock.advance(200);
+    }
+    const out = await stopping;
+    expect(out.ok).toBe(true);
+    expect(out.detail).toMatch(/^stopped \(operator asked\): trainer ignored SIGTERM for 10 s and was killed with SIGKILL; api stopped with SIGTERM/);
+    expect(reporter.last("run_stop01")).toMatchObject({ status: "stopped" });
+    expect(reporter.status.get("run_stop01")).toBe("stopped");
+    for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+
+  it("stops a run while it is still starting, without waiting for its readiness deadline", async () => {
+    const { sup, reporter, pids } = setup([proc("api", "", { ready: { port: 1 }, readyTimeoutSeconds: 600 }), proc("trainer", "")]);
+    await sup.start(startCommand("run_early1"));
+    await waitUntil(() => procsOf(reporter, "run_early1")[0]?.state === "starting", "api to be starting");
+    const out = await sup.stop("run_early1", "changed my mind");
+    expect(out.detail).toMatch(/api stopped with SIGTERM/);
+    expect(reporter.statuses("run_early1").at(-1)).toBe("stopped");
+    expect(procsOf(reporter, "run_early1")[1]).toMatchObject({ state: "pending", pid: null });
+    for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+});
+
+describe("after an agent restart", () => {
+  it("adopts the processes of a running run and notices when one of them ends", async () => {
+    const first = setup([proc("api", ""), proc("trainer", "")]);
+    await first.sup.start(startCommand("run_adopt1"));
+    await waitUntil(() => first.reporter.status.get("run_adopt1") === "running", "the run to be running");
+    const pids = first.pids();
+    first.stop.abort(); // the first agent dies: its processes stay
+
+    const second = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    first.reporter.active = {
+      runs: [
+        {
+          run_id: "run_adopt1",
+          environment: "gsm8k",
+          status: "running",
+          detail: "",
+          created_at: 0,
+          started_at: 0,
+          ended_at: null,
+          running_time_seconds: 0,
+          stop_requested: false,
+          command_seq: 1,
+          environment_file: "/opt/envs/gsm8k_server.py",
+          config_yaml: "",
+          processes: [],
+        },
+      ],
+    };
+    await second.reattach();
+    expect(second.current).toEqual({ run_id: "run_adopt1", phase: "running" });
+    expect(first.reporter.last("run_adopt1")).toMatchObject({ status: "running", detail: "reattached after an agent restart" });
+    process.kill(-pids[1]!, "SIGKILL"); // the trainer dies
+    await second.settled();
+    expect(first.reporter.last("run_adopt1")).toMatchObject({
+      status: "failed",
+      detail: "trainer ended (exit status unknown: it was adopted after an agent restart); the other processes were stopped",
+    });
+    expect(groupAlive(pids[0]!)).toBe(false);
+    expect(readJournal(first.config.runsDir, "run_adopt1")?.closed).toBe(true);
+  });
+
+  it("reports a run whose process died while no agent ran, and kills processes of runs that are over", async () => {
+    const first = setup([proc("api", ""), proc("trainer", "")]);
+    await first.sup.start(startCommand("run_dead01"));
+    await waitUntil(() => first.reporter.status.get("run_dead01") === "running", "the run to be running");
+    const pids = first.pids();
+    first.stop.abort();
+    process.kill(-pids[0]!, "SIGKILL");
+    await waitUntil(() => !groupAlive(pids[0]!), "api to be gone");
+    const second = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    const view = { environment: "gsm8k", detail: "", created_at: 0, started_at: 0, ended_at: null, running_time_seconds: 0, stop_requested: false, command_seq: 1, environment_file: "", config_yaml: "", processes: [] };
+    first.reporter.active = { runs: [{ ...view, run_id: "run_dead01", status: "running" }] };
+    await second.reattach();
+    expect(first.reporter.last("run_dead01")).toMatchObject({ status: "failed", detail: expect.stringMatching(/^api \(pid \d+\) ended while the agent was not running/) });
+    expect(groupAlive(pids[1]!)).toBe(false);
+    expect(second.current).toBeNull();
+
+    // A third run left behind whose record the exchange no longer counts as active: killed.
+    const third = setup([proc("api", "")]);
+    await third.sup.start(startCommand("run_over01"));
+    await waitUntil(() => third.reporter.status.get("run_over01") === "running", "the run to be running");
+    third.stop.abort();
+    const leftover = third.pids()[0]!;
+    const fourth = new RunSupervisor({ config: third.config, reporter: new RecordingReporter(), clock: realClock, logger: new MemoryLogger(), agentId: "h", stop: new AbortController().signal });
+    await fourth.reattach();
+    await waitUntil(() => !groupAlive(leftover), "the leftover process to be killed");
+    expect(existsSync(join(third.config.runsDir, "run_over01", "run.json"))).toBe(true);
+    expect(readJournal(third.config.runsDir, "run_over01")?.closed).toBe(true);
+  });
+});

@@ -1,0 +1,66 @@
+/**
+ * Helpers for the agent's training-runs tests: a reporter that answers as the exchange does
+ * (the same status machine, src/runs/lifecycle.ts) and remembers every report, free ports, and
+ * runs configs built from the fixture process script.
+ */
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { applyReport } from "../../../src/runs/lifecycle";
+import type { AgentActiveRunsResponse, RunReportResponse, RunStatus } from "../../../src/protocol/runs";
+import { parseRunsConfig, type RunsConfig } from "../../src/runs/runs-config";
+import type { ReportInput, RunReporter } from "../../src/runs/run-supervisor";
+
+export const PROC = fileURLToPath(new URL("./fixtures/procs/proc.py", import.meta.url));
+export const ENVS = fileURLToPath(new URL("./fixtures/envs", import.meta.url));
+
+export class RecordingReporter implements RunReporter {
+  readonly reports: Array<{ runId: string } & ReportInput> = [];
+  readonly status = new Map<string, RunStatus>();
+  active: AgentActiveRunsResponse = { runs: [] };
+
+  async report(runId: string, report: ReportInput): Promise<RunReportResponse> {
+    this.reports.push({ runId, ...report });
+    const out = applyReport(this.status.get(runId) ?? "pending", report.status);
+    this.status.set(runId, out.next);
+    return { run_id: runId, status: out.next, must_stop: out.mustStop };
+  }
+
+  async activeRuns(): Promise<AgentActiveRunsResponse> {
+    return this.active;
+  }
+
+  statuses(runId: string): string[] {
+    return this.reports.filter((r) => r.runId === runId).map((r) => r.status);
+  }
+
+  last(runId: string): ({ runId: string } & ReportInput) | undefined {
+    return this.reports.filter((r) => r.runId === runId).at(-1);
+  }
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export function runsConfig(raw: Record<string, unknown>, stateDir: string): RunsConfig {
+  const parsed = parseRunsConfig({ pollSeconds: 0.05, stopGraceSeconds: 2, ...raw }, stateDir, stateDir);
+  if (!parsed.ok) throw new Error(parsed.errors.join("; "));
+  return parsed.config;
+}
+
+/** A process entry running the fixture script with `flags`, named `name` (PROC_NAME in its output). */
+export const proc = (name: string, flags: string, extra: Record<string, unknown> = {}) => ({ name, command: `python3 ${PROC} ${flags}`, env: { PROC_NAME: name }, ...extra });
+
+export const startCommand = (runId: string, file = "/opt/envs/gsm8k_server.py") => ({
+  kind: "start_run" as const,
+  run_id: runId,
+  environment: { name: "gsm8k", class_name: "GSM8kEnv", file_path: file },
+  config_yaml: "env:\n  group_size: 8\n",
+});
