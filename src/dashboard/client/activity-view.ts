@@ -3,7 +3,7 @@
  * at a time (never the whole table: an engine may hold thousands), and the tasks finished in
  * this step as a ranked bar list.
  */
-import type { RunningEpisodesResponse } from "../../protocol/agent";
+import type { CompletedTasksResponse, RunningEpisodesResponse } from "../../protocol/agent";
 import type { RewardHistoryEntry } from "../../protocol/swarm";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
@@ -93,13 +93,13 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
     );
   }
 
-  function tasks(byTask: Record<string, string[]>): DomElement {
-    const rows = Object.entries(byTask).map(([task, clients]) => ({
-      label: task,
-      value: clients.length,
-      title: `${task}: ${clients.length} episodes by ${new Set(clients).size} clients`,
+  function tasks(done: CompletedTasksResponse): DomElement {
+    const rows = done.tasks.map((t) => ({
+      label: t.task_id,
+      value: t.episodes,
+      title: `${t.task_id}: ${t.episodes} episodes by ${t.clients} clients, mean reward ${t.mean_reward === null ? "none" : t.mean_reward.toFixed(3)}`,
     }));
-    if (rows.length === 0) return empty("tasks-empty", "No task completed yet", "Each task's finished train episodes of the current batch are counted here.");
+    if (rows.length === 0) return empty("tasks-empty", "No task completed yet", "Each task's finished train episodes of the current global step are counted here.");
     const episodes = rows.reduce((a, r) => a + r.value, 0);
     return h(
       "div",

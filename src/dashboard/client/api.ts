@@ -3,10 +3,10 @@
  * becomes a Problem the page can explain (401, 404, ...), a network failure too, and a 2xx
  * whose JSON lacks the fields the page reads is reported rather than half-drawn.
  */
-import type { EngineOverview, RunningEpisodesResponse } from "../../protocol/agent";
+import type { CompletedTasksResponse, EngineOverview, RunningEpisodesResponse } from "../../protocol/agent";
 import type { z } from "zod";
 import type { EngineListResponse } from "../../protocol/admin";
-import type { CurrentBatchRolloutPoolInformation, EngineStatusResponse, RewardHistoryResponse } from "../../protocol/swarm";
+import type { EngineStatusResponse, RewardHistoryResponse } from "../../protocol/swarm";
 import type { BrowserWindow } from "./dom";
 
 export type Problem = { status: number; error: string; detail: string };
@@ -62,12 +62,9 @@ export function apiModule(win: BrowserWindow) {
         token,
         shape({ episodes: "array", total: "number" }),
       ),
-    poolInfo: (engine: string, token: string) =>
-      getJson<CurrentBatchRolloutPoolInformation>(
-        `${base(engine)}/get_current_batch_rollout_pool_information`,
-        token,
-        shape({ completed_tasks_client_uuids: "object" }),
-      ),
+    /** The current step's tasks, grouped by the engine: cheap whatever the number of claims. */
+    completedTasks: (engine: string, token: string) =>
+      getJson<CompletedTasksResponse>(`${base(engine)}/completed_tasks`, token, shape({ tasks: "array" })),
     /** Succeeds only for the deployment's admin token. */
     engines: (adminToken: string) => getJson<EngineList>("/admin/engines", adminToken, shape({ engines: "array" })),
   };

@@ -117,14 +117,14 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       await drawNav(null);
       return;
     }
-    const [ov, history, running, pool] = await Promise.all([
+    const [ov, history, running, done] = await Promise.all([
       d.api.overview(engine, token),
       d.api.rewardHistory(engine, token),
       d.api.runningEpisodes(engine, token, PAGE_SIZE, cursors[cursors.length - 1] ?? null),
-      d.api.poolInfo(engine, token),
+      d.api.completedTasks(engine, token),
     ]);
     if (!ov.ok) return explain(ov.problem);
-    const failed = [history, running, pool].find((r) => !r.ok);
+    const failed = [history, running, done].find((r) => !r.ok);
     if (failed && !failed.ok) explain(failed.problem);
     else d.frame.notice(null);
     d.frame.login(false, engine, "");
@@ -155,7 +155,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
         }),
       );
     }
-    if (pool.ok) byId("tasks-panel").replaceChildren(d.activityView.tasks(pool.value.completed_tasks_client_uuids));
+    if (done.ok) byId("tasks-panel").replaceChildren(d.activityView.tasks(done.value));
     byId("engine-view").hidden = false;
     const quiet = o.engine_status === "ENGINE.OFFLINE" && o.global_step === null && o.episodes.registered + o.episodes.claimed === 0;
     byId("engine-view").setAttribute("data-quiet", String(quiet));
