@@ -100,9 +100,26 @@ async function deliveryLatency(ex: TestExchange, dir: string) {
     }
     log(`latency round ${round + 1}/${ROUNDS}: ${summarize(samples).p50} ms p50 so far`);
   }
+  // The same path one episode at a time: the floor under the figures above, without the
+  // Worker busy answering 127 other ends.
+  const single: number[] = [];
+  for (let i = 0; i < (quick ? 8 : 32); i++) {
+    const id = `single-${i}`;
+    await postJson(`${facade}/register_episode`, { episode_uuid: id, zmq_listen_result_addr: peers.addrs[0] });
+    await engine.client.claimEpisode({ client_uuid: "solo", episode_type: "train", discard_episode_timeout: 600 });
+    await engine.client.endEpisode({ client_uuid: "solo", episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id });
+    const t = now();
+    const deadline = Date.now() + 10_000;
+    let ack = peers.acks.find((a) => a.episode === id);
+    while (ack === undefined && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 1));
+      ack = peers.acks.find((a) => a.episode === id);
+    }
+    if (ack) single.push(ack.ackedAt - t);
+  }
   await stopAgent(agent);
   peers.close();
-  return { episodes_per_round: EPISODES, rounds: ROUNDS, missing, latency_ms: summarize(samples) };
+  return { episodes_per_round: EPISODES, rounds: ROUNDS, missing, latency_ms: summarize(samples), one_at_a_time_latency_ms: summarize(single) };
 }
 
 /** 2. The trainer's calls to the facade vs. the requests the facade makes to the Worker. */

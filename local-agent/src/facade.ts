@@ -21,6 +21,22 @@ const MAX_BODY_BYTES = 4 * 1024 * 1024;
 /** The batch endpoints take at most this many items. */
 const MAX_BATCH = 1000;
 
+/**
+ * What the facade serves: AgentJet's trainer-side endpoints and two harmless reads. Nothing
+ * else is forwarded, although the trainer token could do more: the agent's own channel
+ * (/agent/commands, /agent/ack) must not be reachable by any local process through here.
+ */
+const SERVED = new Set([
+  "/register_episode",
+  "/update_engine_status",
+  "/get_engine_status",
+  "/is_episode_claimed",
+  "/update_current_batch_rollout_pool_information",
+  "/get_current_batch_rollout_pool_information",
+  "/get_episode_buffer",
+  "/get_reward_history",
+]);
+
 /** Reads that identical concurrent calls may share (GET, no side effects). */
 const SHARED_READS = new Set(["/get_engine_status", "/get_current_batch_rollout_pool_information"]);
 
@@ -110,6 +126,9 @@ export class Facade {
     const method = req.method ?? "GET";
     if (url.pathname === "/_agent/status" && method === "GET") {
       return send(res, { status: 200, contentType: "application/json", body: Buffer.from(JSON.stringify({ facade: this.stats, ...this.o.status?.() })) });
+    }
+    if (!SERVED.has(url.pathname)) {
+      return send(res, errorAnswer(404, "not_found", `No route ${method} ${url.pathname} on the local agent's facade; it serves ${[...SERVED].join(", ")}.`));
     }
     this.stats.trainerCalls++;
     this.stats.byPath[url.pathname] = (this.stats.byPath[url.pathname] ?? 0) + 1;

@@ -75,7 +75,6 @@ describe("the trainer facade", () => {
       ["POST", "/is_episode_claimed", { episode_uuid: "a", unregister_if_not_claimed: true }],
       ["POST", "/is_episode_claimed", { episode_uuid: "a" }],
       ["GET", "/get_engine_status"],
-      ["GET", "/no_such_route"],
     ];
     for (const [method, path, body] of steps) {
       // Engine names differ between the two engines and may appear in error details.
@@ -83,6 +82,16 @@ describe("the trainer facade", () => {
       const got = JSON.parse(JSON.stringify(await call(f.url, method, path, body)).replaceAll(engine.name, "<engine>")) as Answer;
       expect({ step: `${method} ${path} ${JSON.stringify(body)}`, ...got }).toEqual({ step: `${method} ${path} ${JSON.stringify(body)}`, ...want });
     }
+  });
+
+  it("serves the trainer's endpoints only: the agent's own channel is not reachable through it", async () => {
+    const f = await facade();
+    for (const [method, path] of [["GET", "/agent/commands"], ["POST", "/agent/ack"], ["POST", "/claim_episode"], ["GET", "/nope"]] as const) {
+      const r = await call(f.url, method, path, method === "POST" ? {} : undefined);
+      expect(r.status).toBe(404);
+      expect(r.body).toEqual({ error: "not_found", detail: expect.stringMatching(new RegExp(`^No route ${method} ${path} on the local agent's facade; it serves /register_episode, `)) });
+    }
+    expect(proxy.total).toBe(0);
   });
 
   it("coalesces concurrent is_episode_claimed and register_episode calls without changing any answer", async () => {
