@@ -19,6 +19,8 @@ import { Reachability } from "./reachability";
 import { Reports } from "./reports";
 import { TrainerLog } from "./trainer-log";
 import { TrainerSupervisor } from "./trainer";
+import { RunsClient } from "../../src/client";
+import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-commands";
 
 export type RunningAgent = {
   /** The trainer facade's base URL. */
@@ -26,6 +28,8 @@ export type RunningAgent = {
   facade: Facade;
   dispatcher: Dispatcher;
   trainer: TrainerSupervisor;
+  /** Training runs: environment scans, run processes, inference tests. */
+  runs: RunCommands;
   /**
    * Stops polling, closes the facade and waits for the loops. With `stopTrainer` (the CLI's
    * SIGINT/SIGTERM) a running trainer is stopped too; commands still executing are not acked
@@ -36,7 +40,13 @@ export type RunningAgent = {
 
 const LOG_ROTATE_CHECK_MS = 5000;
 
-export async function startAgent(config: AgentConfig, logger: Logger, clock: Clock = realClock): Promise<RunningAgent> {
+export async function startAgent(
+  config: AgentConfig,
+  logger: Logger,
+  clock: Clock = realClock,
+  /** The runs config; by default read from the file ROLLOUT_RUNS_CONFIG names. */
+  extras: { runsConfig?: RunCommandsDeps["config"] } = {},
+): Promise<RunningAgent> {
   mkdirSync(config.stateDir, { recursive: true });
   mkdirSync(config.logDir, { recursive: true });
   const stopper = new AbortController();
@@ -76,6 +86,19 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
     onChange: () => reports?.poke(),
   });
   reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION });
+  const runs = new RunCommands({
+    config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
+    client: new RunsClient({
+      baseUrl: link.baseUrl,
+      token: config.token,
+      fetch: (input, init) => fetch(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(config.requestTimeoutSeconds * 1000) }),
+    }),
+    clock,
+    logger,
+    agentId: config.agentId,
+    stop,
+    maxBackoffMs: config.retryMaxSeconds * 1000,
+  });
   const dispatcher = new Dispatcher({
     trainer,
     acker,
@@ -84,6 +107,7 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
     delivery: { timeoutMs: config.deliveryTimeoutSeconds * 1000, attempts: config.deliveryAttempts, concurrency: config.deliveryConcurrency },
     stop,
     version: AGENT_VERSION,
+    runs,
   });
 
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}`);
@@ -95,6 +119,8 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
     commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
     rotateLoop(trainerLog, logger, clock, stop),
+    // Scan the environments and find the runs a previous agent left; a run's processes outlive the agent.
+    runs.startup().catch((e: unknown) => logger.error(`training runs: startup failed: ${(e as Error).message}`)),
   ];
 
   let stopping: Promise<void> | null = null;
@@ -103,6 +129,7 @@ export async function startAgent(config: AgentConfig, logger: Logger, clock: Clo
     facade,
     dispatcher,
     trainer,
+    runs,
     stop: (opts = {}) =>
       (stopping ??= (async () => {
         logger.info("agent stopping");

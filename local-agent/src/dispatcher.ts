@@ -16,6 +16,7 @@ import type { Outcome, OutcomeJournal } from "./outcome-journal";
 import { RESET_CONTEXT_TRACKER, sendToRunner } from "./runner-link";
 import { Semaphore } from "./semaphore";
 import type { TrainerSupervisor } from "./trainer";
+import { isRunCommand, type RunCommands } from "./runs/run-commands";
 
 export type DispatcherDeps = {
   trainer: TrainerSupervisor;
@@ -25,6 +26,8 @@ export type DispatcherDeps = {
   delivery: { timeoutMs: number; attempts: number; concurrency: number };
   stop: AbortSignal;
   version: string;
+  /** Training runs (src/runs); absent in agents built without them. */
+  runs?: RunCommands;
 };
 
 export class Dispatcher {
@@ -32,6 +35,9 @@ export class Dispatcher {
   private readonly active = new Set<number>();
   private readonly episodeTail = new Map<string, Promise<void>>();
   private trainerTail: Promise<void> = Promise.resolve();
+  /** Training-run commands in seq order, apart from the trainer's so neither waits on the other; inference tests (minutes) apart again so a stop_run never waits behind one. */
+  private runsTail: Promise<void> = Promise.resolve();
+  private inferenceTail: Promise<void> = Promise.resolve();
   private readonly slots: Semaphore;
   private readonly idleWaiters = new Set<() => void>();
   private readonly roomWaiters = new Set<() => void>();
@@ -66,6 +72,14 @@ export class Dispatcher {
         .catch((e: unknown) => this.d.logger.error(`command ${c.seq} (${c.body.kind}) failed unexpectedly: ${describeError(e)}; it will be handed out again`))
         .finally(() => this.done(c.seq));
     const body = c.body;
+    if (body.kind === "test_inference") {
+      this.inferenceTail = this.inferenceTail.then(run);
+      return;
+    }
+    if (isRunCommand(body)) {
+      this.runsTail = this.runsTail.then(run);
+      return;
+    }
     if (body.kind !== "deliver" && body.kind !== "reset") {
       // Trainer commands, and kinds this agent does not handle, in seq order.
       this.trainerTail = this.trainerTail.then(run);
@@ -153,6 +167,13 @@ export class Dispatcher {
         else this.d.logger.warn(`episode ${body.episode_uuid}: ${what} NOT delivered (command ${c.seq}${redelivery}): ${sent.detail}`);
         return { ok: sent.ok, detail: sent.detail };
       }
+      case "scan_environments":
+      case "start_run":
+      case "stop_run":
+      case "test_inference":
+        if (this.d.runs === undefined) return { ok: false, detail: `this agent (version ${this.d.version}) was started without training runs` };
+        this.d.logger.info(`command ${c.seq}: ${body.kind}${"run_id" in body ? ` ${body.run_id}` : ""}${redelivery}`);
+        return this.d.runs.execute(body);
       default: {
         // Written so it compiles whether or not the protocol has kinds this agent does not implement.
         const kind = (body as { kind: string }).kind;

@@ -67,8 +67,9 @@ export class RunCommands {
       this.d.logger.info(`training runs are off: ${this.d.config.errors.join("; ")}`);
       return;
     }
-    await this.scan();
+    // Runs first: a run's processes matter more than a fresh catalog, and the scan may take a while.
     await this.supervisor?.reattach();
+    await this.scan();
   }
 
   async execute(body: RunCommand): Promise<Outcome> {
