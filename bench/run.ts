@@ -10,7 +10,7 @@
  * the run BENCHMARKS.md quotes).
  *
  * Flags:
- *   --duration S   measured seconds per load configuration and target (default 30)
+ *   --duration S   measured seconds per load configuration and target (default 24)
  *   --rounds N     split them into N alternating windows, engine and reference taking turns;
  *                  the median round is reported (default 3)
  *   --warmup S     unmeasured seconds before the first round (default 5; 2 before later ones)
@@ -21,7 +21,7 @@
  *                  under the OS temp dir and fsyncs every commit, and on tmpfs they really
  *                  are in memory. Both targets get the same; pass --tmpdir /tmp for disk.
  *   --quiet-wait S before each run, wait up to S seconds for the rest of the machine to go
- *                  quiet (< 25% of a core busy; default 30, 0 = never wait)
+ *                  quiet (< 25% of a core busy; default 10, 0 = never wait)
  *   --record       also write bench/recorded.json and bench/recorded.svg
  */
 import { existsSync } from "node:fs";
@@ -111,7 +111,7 @@ async function startReferenceTarget(): Promise<Target> {
   };
 }
 
-type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; errors: number; other_cpu_pct: number };
+type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; server_cpu_ms_per_cycle: number | null; errors: number; other_cpu_pct: number };
 
 /** The round with the median cycles/s (the lower middle one for an even count); errors and retries summed over all rounds. */
 function medianRound(results: LoadResult[]): LoadResult {
@@ -268,14 +268,14 @@ function printSummary(r: BenchReport): void {
 
 async function main(): Promise<void> {
   const f = parseFlags(process.argv.slice(2));
-  const duration = Number(f.get("duration") ?? 30);
+  const duration = Number(f.get("duration") ?? 24);
   const warmup = Number(f.get("warmup") ?? 5);
   const rounds = Math.max(1, Math.floor(Number(f.get("rounds") ?? 3)));
   const only = f.get("only")?.split(",").map((s) => s.trim());
   const want = (name: string) => !only || only.includes(name);
   const targetFlag = f.get("target") ?? "both";
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
-  const quietWaitS = Number(f.get("quiet-wait") ?? 30);
+  const quietWaitS = Number(f.get("quiet-wait") ?? 10);
   const quiet = async (what: string) => {
     if (quietWaitS <= 0) return;
     const pct = await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
@@ -361,7 +361,7 @@ async function main(): Promise<void> {
         const after = await timePoolInfo(http, eng.trainerToken, load.episodes, 0, 10).finally(() => http.close());
         (report.loads[t.name] ??= []).push({
           ...medianRound(results),
-          rounds: results.map((r) => ({ cycles_per_s: r.cycles_per_s, claim_p50_ms: r.claim_ms.p50, end_p50_ms: r.end_ms.p50, errors: r.errors, other_cpu_pct: r.other_cpu_pct })),
+          rounds: results.map((r) => ({ cycles_per_s: r.cycles_per_s, claim_p50_ms: r.claim_ms.p50, end_p50_ms: r.end_ms.p50, server_cpu_ms_per_cycle: r.server_cpu_ms_per_cycle, errors: r.errors, other_cpu_pct: r.other_cpu_pct })),
           pool_info_after: { finished_rows: results.reduce((a, r) => a + r.ended_total, 0), ms: after.ms, bytes: after.bytes },
         });
       }
