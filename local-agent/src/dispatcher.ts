@@ -39,14 +39,13 @@ export class Dispatcher {
   private runsTail: Promise<void> = Promise.resolve();
   private inferenceTail: Promise<void> = Promise.resolve();
   private readonly slots: Semaphore;
-  private readonly idleWaiters = new Set<() => void>();
   private readonly roomWaiters = new Set<() => void>();
 
   constructor(private readonly d: DispatcherDeps) {
     this.slots = new Semaphore(d.delivery.concurrency);
   }
 
-  /** Commands accepted and not finished yet. */
+  /** Commands accepted and not yet executed (queued or running). */
   get backlog(): number {
     return this.active.size;
   }
@@ -66,9 +65,14 @@ export class Dispatcher {
       return;
     }
     this.active.add(c.seq);
+    // The outcome is journaled at once and acked in the background: a delivery slot or an
+    // episode's turn is not held while the ack waits out a Worker outage (a redelivery in the
+    // meantime is answered from the journal).
     const run = (): Promise<void> =>
       this.execute(c)
-        .then((outcome) => (outcome === null ? undefined : this.d.acker.finish(c.seq, outcome)))
+        .then((outcome) => {
+          if (outcome !== null) void this.d.acker.finish(c.seq, outcome);
+        })
         .catch((e: unknown) => this.d.logger.error(`command ${c.seq} (${c.body.kind}) failed unexpectedly: ${describeError(e)}; it will be handed out again`))
         .finally(() => this.done(c.seq));
     const body = c.body;
@@ -100,12 +104,6 @@ export class Dispatcher {
     });
   }
 
-  /** Resolves when no command is queued or running. */
-  idle(): Promise<void> {
-    if (this.active.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.add(resolve));
-  }
-
   /** Resolves once the backlog is below `limit` (or the agent stops), so polling does not outrun execution. */
   async roomFor(limit: number): Promise<void> {
     while (this.active.size >= limit && !this.d.stop.aborted) {
@@ -124,10 +122,6 @@ export class Dispatcher {
   private done(seq: number): void {
     this.active.delete(seq);
     for (const wake of [...this.roomWaiters]) wake(); // each re-checks its own limit
-    if (this.active.size === 0) {
-      for (const wake of this.idleWaiters) wake();
-      this.idleWaiters.clear();
-    }
   }
 
   private reject(seq: number | null, problem: string): void {
