@@ -45,6 +45,20 @@ function setup(processes: unknown[], opts: { clock?: Clock; grace?: number } = {
 
 const procsOf = (r: RecordingReporter, runId: string) => r.last(runId)?.processes ?? [];
 
+/** Moves the manual clock in steps of `stepMs`, letting real processes catch up in between, until `done()`. */
+async function untilOnClock(clock: ManualClock, done: () => boolean, what: string, stepMs: number): Promise<void> {
+  await waitUntil(
+    async () => {
+      if (done()) return true;
+      await clock.advance(stepMs);
+      await new Promise((r) => setTimeout(r, 10));
+      return done();
+    },
+    what,
+    45_000,
+  );
+}
+
 describe("starting a run", () => {
   it("starts processes in order, each once ready (port, then HTTP 200, then none), with the run's config and logs", async () => {
     const [p1, p2] = [await freePort(), await freePort()];
@@ -106,11 +120,9 @@ describe("starting a run", () => {
     }, "the trainer to be waited for");
     await clock.advance(29_000);
     expect(reporter.status.get("run_slow01")).toBe("starting");
-    for (let i = 0; i < 40 && reporter.status.get("run_slow01") !== "failed"; i++) {
-      await clock.advance(1000);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    await sup.settled();
+    // Past the deadline; then keep time moving so the stop's SIGTERM-to-SIGKILL waits can end.
+    await clock.advance(1000);
+    await untilOnClock(clock, () => sup.current === null, "the run to be over", 1000);
     expect(reporter.last("run_slow01")).toMatchObject({ status: "failed", detail: "trainer was not ready after 30 s (port 127.0.0.1:1 open never happened)" });
     for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
   });
@@ -170,15 +182,9 @@ describe("a running run", () => {
     await waitUntil(() => readFileSync(join(sup["d"].config.runsDir, "run_stop01", "trainer.log"), "utf8").includes("ignores SIGTERM"), "the trainer to get SIGTERM");
     await clock.advance(9000);
     expect(groupAlive(pids()[1]!)).toBe(true);
-    for (let i = 0; i < 50 && groupAlive(pids()[1]!); i++) {
-      await clock.advance(200);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    for (let i = 0; i < 50; i++) {
-      const settled = await Promise.race([stopping.then(() => true), new Promise((r) => setTimeout(() => r(false), 10))]);
-      if (settled) break;
-      await clock.advance(200);
-    }
+    let over = false;
+    void stopping.then(() => (over = true));
+    await untilOnClock(clock, () => over, "the stop to finish", 200);
     const out = await stopping;
     expect(out.ok).toBe(true);
     expect(out.detail).toMatch(/^stopped \(operator asked\): trainer ignored SIGTERM for 10 s and was killed with SIGKILL; api stopped with SIGTERM/);
