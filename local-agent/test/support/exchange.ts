@@ -2,13 +2,10 @@
  * The real Worker, served locally by scripts/local/exchange.ts (Miniflare, D1 migrations
  * applied), with a fresh engine per test and typed clients for each role.
  *
- * Two things differ from `npm start`, both through the launcher's configPath option and a
- * generated wrangler.toml in a temporary directory:
- * - COMMAND_LEASE_SECONDS is short, so redelivery of unacked commands (the engine's side of
- *   the agent's crash recovery) happens within a test instead of after 60 s;
- * - the entry point re-exports only the Worker's handler and its Durable Object class:
- *   src/index.ts also exports a constant (MAX_BODY_BYTES), which this workerd refuses as an
- *   entry-point export (see local-agent/NEEDS.md).
+ * One thing differs from `npm start`: COMMAND_LEASE_SECONDS is short, so redelivery of
+ * unacked commands (the engine's side of the agent's crash recovery) happens within a test
+ * instead of after 60 s. It is set through a generated copy of wrangler.toml (the launcher's
+ * configPath option), since the launcher takes no extra bindings (see local-agent/NEEDS.md).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,9 +31,8 @@ export type TestExchange = LocalExchange & { newEngine(): Promise<TestEngine> };
 
 export async function startTestExchange(opts: { commandLeaseSeconds?: number; log?: (line: string) => void } = {}): Promise<TestExchange> {
   const dir = mkdtempSync(join(tmpdir(), "rollout-agent-worker-"));
-  writeFileSync(join(dir, "entry.ts"), `export { default, EngineObject } from ${JSON.stringify(join(REPO_ROOT, "src", "index.ts"))};\n`);
   let toml = readFileSync(join(REPO_ROOT, "wrangler.toml"), "utf8")
-    .replace(/^main\s*=.*$/m, 'main = "entry.ts"')
+    .replace(/^main\s*=.*$/m, `main = ${JSON.stringify(join(REPO_ROOT, "src", "index.ts"))}`)
     .replace(/^migrations_dir\s*=.*$/m, `migrations_dir = ${JSON.stringify(join(REPO_ROOT, "migrations"))}`);
   const lease = `COMMAND_LEASE_SECONDS = "${opts.commandLeaseSeconds ?? 60}"`;
   toml = /^\[vars\]\s*$/m.test(toml) ? toml.replace(/^\[vars\]\s*$/m, `[vars]\n${lease}`) : `${toml}\n[vars]\n${lease}\n`;
