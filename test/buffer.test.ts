@@ -190,7 +190,7 @@ describe("records in D1", () => {
     await e.as("client").postSteps({ steps: [step("s1", "ok", 0, 1, true, { env_id: "math" }), step("s2", "lost", 0, 0)] });
     await e.as("trainer").getRolloutData();
     await advance(e, 5_000);
-    await advance(e, 100);
+    await advance(e, 1_000);
     const steps = await env.DB.prepare("SELECT session_id, group_id, reward, extra FROM buffer_steps WHERE engine = ? ORDER BY session_id").bind(e.name).all();
     expect(steps.results).toEqual([
       { session_id: "s1", group_id: "ok", reward: 1, extra: JSON.stringify({ env_id: "math" }) },

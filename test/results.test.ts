@@ -23,7 +23,7 @@ describe("results reach D1 through the outbox", () => {
     await claimAndEnd(e, "a", 1, "t1");
     await claimAndEnd(e, "b", [0, 1], "t2");
     expect(await engineStats(e)).toMatchObject({ outbox: 2 });
-    await advance(e, 100);
+    await advance(e, 1_000);
     expect(await engineStats(e)).toMatchObject({ outbox: 0 });
     const rows = await trajectories(e.name);
     expect(rows).toEqual([
@@ -39,7 +39,7 @@ describe("results reach D1 through the outbox", () => {
     await env.DB.exec("ALTER TABLE trajectories RENAME TO trajectories_away");
     try {
       await claimAndEnd(e, "a", 0.75);
-      await advance(e, 100);
+      await advance(e, 1_000);
       const stats = await engineStats(e);
       expect(stats.outbox).toBe(1);
       // The failed flush is retried with backoff, by the alarm.
@@ -74,7 +74,7 @@ describe("reward history", () => {
       { global_step: 0, mean_reward: 0.5, std_reward: expect.closeTo(std0, 12), count: 3, min_reward: 0, max_reward: 1, timestamp: expect.any(Number) },
       { global_step: 1, mean_reward: 0.25, std_reward: 0, count: 1, min_reward: 0.25, max_reward: 0.25, timestamp: expect.any(Number) },
     ]);
-    await advance(e, 100);
+    await advance(e, 1_000);
     const d1 = await env.DB.prepare("SELECT global_step, mean_reward, count, min_reward, max_reward FROM reward_history WHERE engine = ? ORDER BY seq").bind(e.name).all();
     expect(d1.results).toEqual([
       { global_step: 0, mean_reward: 0.5, count: 3, min_reward: 0, max_reward: 1 },

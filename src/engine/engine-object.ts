@@ -64,7 +64,6 @@ type Meta = {
   globalStep: number | null;
   weightVersion: number | null;
   bootingStartTime: number | null;
-  nextQueueSeq: number;
   acc: RewardAccumulator;
 };
 
@@ -75,7 +74,6 @@ const INITIAL_META: Meta = {
   globalStep: null,
   weightVersion: null,
   bootingStartTime: null,
-  nextQueueSeq: 1,
   acc: EMPTY_ACCUMULATOR,
 };
 
@@ -107,8 +105,11 @@ function decodeCursor(cursor: string): { expiresAt: number; uuid: string } | nul
   return null;
 }
 
-/** How long outbox rows wait so that one D1 batch carries many of them. */
-const OUTBOX_BATCH_MS = 50;
+/**
+ * How long outbox rows wait so that one D1 flush carries many of them. Results are durable in
+ * the engine before anyone is answered; only their copy in D1 waits this long.
+ */
+const OUTBOX_BATCH_MS = 1000;
 /** A reaping alarm handles at most this many leases per run, then re-arms at once. */
 const REAP_BATCH = 500;
 
@@ -125,6 +126,13 @@ export class EngineObject extends DurableObject<Env> {
   /** When the alarm is set for, as far as this instance knows; undefined until read. */
   private armedAt: number | null = null;
   private pollWaiters = new Set<() => void>();
+  /**
+   * The next FIFO position. Kept in memory, not written on every registration: only registered
+   * episodes hold a position, so on start-up one probe of their index gives a safe next value.
+   */
+  private nextQueueSeq: number;
+  /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
+  private armAfterCommit: number | null = null;
   private flushing = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -142,6 +150,8 @@ export class EngineObject extends DurableObject<Env> {
       enqueue: (body) => this.enqueue(body),
     });
     this.meta = this.loadMeta();
+    this.nextQueueSeq =
+      (this.sql.exec<{ m: number | null }>("SELECT MAX(queue_seq) AS m FROM episodes WHERE state = 'registered'").one().m ?? 0) + 1;
     for (const r of this.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
     void ctx.blockConcurrencyWhile(async () => {
       this.armedAt = await ctx.storage.getAlarm();
@@ -225,7 +235,6 @@ export class EngineObject extends DurableObject<Env> {
         if (req.weight_version !== undefined && req.weight_version !== null) next.weightVersion = req.weight_version;
         this.saveMeta(next);
       });
-      this.armBy(this.outbox.nextDue());
       return ok({ success: true, failure_reason: "" });
     });
   }
@@ -958,7 +967,6 @@ export class EngineObject extends DurableObject<Env> {
 
   private afterEnqueue(): void {
     this.wakePollers();
-    this.armBy(this.outbox.nextDue());
   }
 
   private wakePollers(): void {
@@ -969,7 +977,9 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private addOutbox(item: OutboxItem): void {
-    this.outbox.add(item, this.now() + OUTBOX_BATCH_MS);
+    const due = this.now() + OUTBOX_BATCH_MS;
+    this.outbox.add(item, due);
+    if (this.armAfterCommit === null || due < this.armAfterCommit) this.armAfterCommit = due;
   }
 
   private async flushOutbox(now: number): Promise<void> {
@@ -1012,18 +1022,24 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private takeQueueSeq(): number {
-    const seq = this.meta.nextQueueSeq;
-    this.saveMeta({ ...this.meta, nextQueueSeq: seq + 1 });
-    return seq;
+    return this.nextQueueSeq++;
   }
 
   private tx<T>(fn: () => T): T {
+    const queueSeq = this.nextQueueSeq;
+    let result: T;
     try {
-      return this.ctx.storage.transactionSync(fn);
+      result = this.ctx.storage.transactionSync(fn);
     } catch (e) {
-      this.meta = this.loadMeta(); // the transaction rolled back; so must the in-memory copy
+      // The transaction rolled back; so must the in-memory copies.
+      this.meta = this.loadMeta();
+      this.nextQueueSeq = queueSeq;
+      this.armAfterCommit = null;
       throw e;
     }
+    this.armBy(this.armAfterCommit);
+    this.armAfterCommit = null;
+    return result;
   }
 
   private loadMeta(): Meta {

@@ -3,6 +3,7 @@
  * it records, then flushed to D1 in batches by the alarm; a failed flush is retried with backoff,
  * so a D1 hiccup neither loses a record nor fails the request that produced it.
  */
+import { getTableColumns } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
 import { backoffMs } from "./rules";
@@ -16,6 +17,8 @@ type OutboxRow = { id: number; kind: string; payload: string; attempts: number }
 
 /** Rows written in one D1 batch: bounded so a long outage does not make one giant request. */
 const FLUSH_BATCH = 100;
+/** D1's limit on bound parameters in one statement. */
+const D1_MAX_PARAMS = 100;
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
 
@@ -52,10 +55,20 @@ export class Outbox {
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
     const d1 = drizzle(db);
-    const statements = rows.map((r) => {
-      const table = TABLES[r.kind as keyof Tables];
-      // The payload was written from an OutboxItem of this kind, so it fits the table.
-      return d1.insert(table).values(JSON.parse(r.payload) as never).onConflictDoNothing();
+    const byKind = new Map<keyof Tables, unknown[]>();
+    for (const r of rows) {
+      const kind = r.kind as keyof Tables;
+      byKind.set(kind, [...(byKind.get(kind) ?? []), JSON.parse(r.payload)]);
+    }
+    // One multi-row INSERT per table and chunk: D1 binds at most 100 parameters per statement.
+    const statements = [...byKind].flatMap(([kind, values]) => {
+      const table = TABLES[kind];
+      const perRow = Object.keys(getTableColumns(table)).length;
+      const chunk = Math.max(1, Math.floor(D1_MAX_PARAMS / perRow));
+      const out = [];
+      // The payloads were written from OutboxItems of this kind, so they fit the table.
+      for (let i = 0; i < values.length; i += chunk) out.push(d1.insert(table).values(values.slice(i, i + chunk) as never[]).onConflictDoNothing());
+      return out;
     });
     try {
       await d1.batch(statements as [(typeof statements)[number], ...(typeof statements)[number][]]);
@@ -71,7 +84,8 @@ export class Outbox {
       }
       return { written: 0, error };
     }
-    for (const r of rows) this.sql.exec("DELETE FROM outbox WHERE id = ?", r.id);
+    // Ids are integers from our own table, so they can stand in the statement.
+    this.sql.exec(`DELETE FROM outbox WHERE id IN (${rows.map((r) => r.id).join(",")})`);
     return { written: rows.length, error: null };
   }
 }

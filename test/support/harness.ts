@@ -35,7 +35,9 @@ export async function createEngine(prefix?: string): Promise<TestEngine> {
   const name = created.engine;
   const tokens = created.tokens as Record<Role, string>;
   const stub = env.ENGINE.get(env.ENGINE.idFromName(name));
-  const clock = { t: Date.UTC(2026, 10, 30, 12, 0, 0) };
+  // Far in the future: an alarm set on this clock never fires by real time, only when a test
+  // runs it (a clock in the past would make workerd fire every alarm at once, over and over).
+  const clock = { t: Date.UTC(2099, 0, 1) };
   await runInDurableObject(stub, (instance: EngineObject) => {
     instance.now = () => clock.t;
   });
