@@ -91,3 +91,25 @@ describe("agent command channel", () => {
     expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_detail: "trainer failed to start: spawn ajet ENOENT" });
   });
 });
+
+describe("agent sessions", () => {
+  it("lets a restarted agent take over: the old session's open poll gives up and its leases are handed out again", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    await e.as("operator").syncTrainConfig("x: 1\n");
+    await e.as("operator").startEngine();
+    const first = await trainer.pollCommands({ session: "agent-old" });
+    expect(first.commands.map((c) => c.body.kind)).toEqual(["start"]);
+    // The old agent dies mid-poll, its poll still open in the engine.
+    const abandoned = trainer.pollCommands({ session: "agent-old", wait: 20 });
+    const started = Date.now();
+    const takeover = await trainer.pollCommands({ session: "agent-new" });
+    // The start it leased is not stuck behind its 60 s lease.
+    expect(takeover.commands).toEqual([expect.objectContaining({ seq: first.commands[0]!.seq, attempt: 2 })]);
+    expect(await abandoned).toEqual({ commands: [] });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    await trainer.ackCommand({ seq: takeover.commands[0]!.seq, ok: true });
+    await e.as("operator").stopEngine();
+    expect((await trainer.pollCommands({ session: "agent-new" })).commands.map((c) => c.body.kind)).toEqual(["stop"]);
+  });
+});

@@ -21,6 +21,8 @@ import { TrainerLog } from "./trainer-log";
 import { TrainerSupervisor } from "./trainer";
 import { RunsClient } from "../../src/client";
 import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-commands";
+import { RolloutCommands } from "./rollout/rollout-commands";
+import { RolloutWorkers } from "./rollout/workers";
 
 export type RunningAgent = {
   /** The trainer facade's base URL. */
@@ -30,6 +32,8 @@ export type RunningAgent = {
   trainer: TrainerSupervisor;
   /** Training runs: environment scans, run processes, inference tests. */
   runs: RunCommands;
+  /** The rollout buffer's commands: the rollout workers and clear_sessions. */
+  rollout: RolloutCommands;
   /**
    * Stops polling, closes the facade and waits for the loops. With `stopTrainer` (the CLI's
    * SIGINT/SIGTERM) a running trainer is stopped too; commands still executing are not acked
@@ -99,6 +103,22 @@ export async function startAgent(
     stop,
     maxBackoffMs: config.retryMaxSeconds * 1000,
   });
+  const rollout = new RolloutCommands({
+    workers: new RolloutWorkers({
+      command: config.rolloutCommand ?? null,
+      cwd: config.rolloutCwd ?? null,
+      logDir: config.logDir,
+      stateDir: config.stateDir,
+      graceMs: config.stopGraceSeconds * 1000,
+      placeholders: { engine: config.engine, engine_url: link.baseUrl, facade_url: facadeUrl },
+      env: { ROLLOUT_ENGINE_URL: link.baseUrl, ROLLOUT_ENGINE: config.engine, ROLLOUT_FACADE_URL: facadeUrl },
+      logger,
+      clock,
+    }),
+    inferenceAdminUrl: config.inferenceAdminUrl ?? null,
+    logger,
+    stop,
+  });
   const dispatcher = new Dispatcher({
     trainer,
     acker,
@@ -108,10 +128,12 @@ export async function startAgent(
     stop,
     version: AGENT_VERSION,
     runs,
+    rollout,
   });
 
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}`);
   trainer.adopt();
+  rollout.workers.adopt();
   const resent = acker.resendJournal();
   if (resent > 0) logger.info(`re-sending ${resent} ack${resent === 1 ? "" : "s"} of commands finished before the restart`);
 
@@ -130,6 +152,7 @@ export async function startAgent(
     dispatcher,
     trainer,
     runs,
+    rollout,
     stop: (opts = {}) =>
       (stopping ??= (async () => {
         logger.info("agent stopping");
@@ -140,6 +163,8 @@ export async function startAgent(
           const told = reports?.trainerExited({ exit_code: out.exit_code, signal: out.signal, log_tail: trainerLog.tail(), detail: `the agent was shut down: ${out.detail}` });
           await Promise.race([told, clock.sleep(5000)]);
         }
+        // Like the trainer: a deliberate shutdown takes its workers along, a SIGKILLed agent leaves them to be adopted.
+        if (opts.stopTrainer) await rollout.workers.stop("the agent is shutting down");
         stopper.abort();
         trainer.close();
         await Promise.allSettled(loops);

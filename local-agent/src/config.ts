@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { OPTIONS, OPTION_KEYS, type OptionKey } from "./options";
 import { TemplateError, checkPlaceholders, splitCommand } from "./command-template";
+import { parseRolloutCommand } from "./rollout/template";
 
 export type AgentConfig = {
   server: string;
@@ -15,6 +16,10 @@ export type AgentConfig = {
   /** The trainer command's words, placeholders not yet filled; null when none is configured. */
   trainerCommand: string[] | null;
   trainerCwd: string | null;
+  /** The rollout workers' command words (src/rollout); optional so older callers need not set it. */
+  rolloutCommand?: string[] | null;
+  rolloutCwd?: string | null;
+  inferenceAdminUrl?: string | null;
   stopGraceSeconds: number;
   facadeHost: string;
   facadePort: number;
@@ -54,7 +59,7 @@ export const CONFIG_ENV = "ROLLOUT_AGENT_CONFIG";
 type Raw = { value: unknown; source: string; baseDir: string };
 
 const FLAG_TO_KEY = new Map<string, OptionKey>(OPTION_KEYS.map((k) => [OPTIONS[k].flag, k]));
-const PATH_KEYS: ReadonlySet<OptionKey> = new Set(["logDir", "stateDir", "trainerCwd"]);
+const PATH_KEYS: ReadonlySet<OptionKey> = new Set(["logDir", "stateDir", "trainerCwd", "rolloutCwd"]);
 
 export function resolveConfig(src: ConfigSources): ConfigResult {
   const errors: string[] = [];
@@ -143,6 +148,15 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
       errors.push(`trainerCommand: ${e.message}`);
     }
   }
+  let rolloutCommand: string[] | null = null;
+  if (values.rolloutCommand !== undefined) {
+    try {
+      rolloutCommand = parseRolloutCommand(values.rolloutCommand as string | string[]);
+    } catch (e) {
+      if (!(e instanceof TemplateError)) throw e;
+      errors.push(`rolloutCommand: ${e.message}`);
+    }
+  }
   if (errors.length > 0) return { ok: false, errors };
 
   const engine = values.engine as string;
@@ -152,6 +166,9 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     token: values.token as string,
     trainerCommand,
     trainerCwd: (values.trainerCwd as string | undefined) ?? null,
+    rolloutCommand,
+    rolloutCwd: (values.rolloutCwd as string | undefined) ?? null,
+    inferenceAdminUrl: (values.inferenceAdminUrl as string | undefined) ?? null,
     stopGraceSeconds: values.stopGraceSeconds as number,
     facadeHost: values.facadeHost as string,
     facadePort: values.facadePort as number,

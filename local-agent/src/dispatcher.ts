@@ -17,6 +17,7 @@ import { RESET_CONTEXT_TRACKER, sendToRunner } from "./runner-link";
 import { Semaphore } from "./semaphore";
 import type { TrainerSupervisor } from "./trainer";
 import { isRunCommand, type RunCommands } from "./runs/run-commands";
+import { isRolloutCommand, type RolloutCommands } from "./rollout/rollout-commands";
 
 export type DispatcherDeps = {
   trainer: TrainerSupervisor;
@@ -28,6 +29,8 @@ export type DispatcherDeps = {
   version: string;
   /** Training runs (src/runs); absent in agents built without them. */
   runs?: RunCommands;
+  /** The rollout buffer's commands (src/rollout); absent in agents built without them. */
+  rollout?: RolloutCommands;
 };
 
 export class Dispatcher {
@@ -38,6 +41,8 @@ export class Dispatcher {
   /** Training-run commands in seq order, apart from the trainer's so neither waits on the other; inference tests (minutes) apart again so a stop_run never waits behind one. */
   private runsTail: Promise<void> = Promise.resolve();
   private inferenceTail: Promise<void> = Promise.resolve();
+  /** Rollout commands in seq order, apart again: a restart's grace period must not hold up the trainer's commands. */
+  private rolloutTail: Promise<void> = Promise.resolve();
   private readonly slots: Semaphore;
   private readonly roomWaiters = new Set<() => void>();
 
@@ -78,6 +83,10 @@ export class Dispatcher {
     const body = c.body;
     if (body.kind === "test_inference") {
       this.inferenceTail = this.inferenceTail.then(run);
+      return;
+    }
+    if (isRolloutCommand(body)) {
+      this.rolloutTail = this.rolloutTail.then(run);
       return;
     }
     if (isRunCommand(body)) {
@@ -168,6 +177,11 @@ export class Dispatcher {
         if (this.d.runs === undefined) return { ok: false, detail: `this agent (version ${this.d.version}) was started without training runs` };
         this.d.logger.info(`command ${c.seq}: ${body.kind}${"run_id" in body ? ` ${body.run_id}` : ""}${redelivery}`);
         return this.d.runs.execute(body);
+      case "start_rollout":
+      case "clear_sessions":
+        if (this.d.rollout === undefined) return { ok: false, detail: `this agent (version ${this.d.version}) was started without the rollout buffer's commands` };
+        this.d.logger.info(`command ${c.seq}: ${body.kind}${redelivery}`);
+        return this.d.rollout.execute(body, c.seq);
       default: {
         // Written so it compiles whether or not the protocol has kinds this agent does not implement.
         const kind = (body as { kind: string }).kind;

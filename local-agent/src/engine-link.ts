@@ -23,6 +23,11 @@ const LenientPoll = z.object({ commands: z.array(z.unknown()) });
 
 export class EngineLink {
   readonly baseUrl: string;
+  /**
+   * This process's poll session: after a restart, the engine hands commands leased by the dead
+   * process's polls to this one at once instead of after their lease runs out.
+   */
+  readonly session = crypto.randomUUID();
   readonly client: EngineClient;
   private readonly fetchFn: FetchLike;
 
@@ -42,7 +47,7 @@ export class EngineLink {
   /** Long-polls for commands; each is validated on its own. */
   async pollCommands(waitSeconds: number, limit: number, stop: AbortSignal): Promise<PolledCommand[]> {
     const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + this.timeoutMs)]);
-    const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}`;
+    const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}&session=${this.session}`;
     const { commands } = await requestJson(this.fetchFn, url, LenientPoll, { method: "GET", token: this.token, signal });
     return commands.map((raw): PolledCommand => {
       const parsed = Command.safeParse(raw);

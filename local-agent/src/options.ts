@@ -86,6 +86,33 @@ export const OPTIONS = {
     default: 30,
     describe: "After SIGTERM, how long the trainer's process group may take to exit before it gets SIGKILL.",
   },
+  rolloutCommand: {
+    flag: "--rollout-command",
+    env: "ROLLOUT_ROLLOUT_COMMAND",
+    schema: trainerCommand,
+    arg: "CMD",
+    describe:
+      "The rollout workers a start_rollout command launches (the slime / AIEvoBox launcher), e.g. 'python3 launcher.py " +
+      "--job-id {job_session} --rl-group-size {group_size}'. Placeholders: {job_session}, {group_size}, {restart_training}, " +
+      "{engine}, {engine_url} (<server>/e/<engine>, where they post steps), {facade_url}. Split like trainerCommand. " +
+      "Unset: start_rollout commands are refused.",
+  },
+  rolloutCwd: {
+    flag: "--rollout-cwd",
+    env: "ROLLOUT_ROLLOUT_CWD",
+    schema: z.string().min(1),
+    arg: "DIR",
+    describe: "Working directory of the rollout workers (default: the agent's).",
+  },
+  inferenceAdminUrl: {
+    flag: "--inference-admin-url",
+    env: "ROLLOUT_INFERENCE_ADMIN_URL",
+    schema: httpUrl,
+    arg: "URL",
+    describe:
+      "Base URL of the inference upstream (e.g. the slime LLM proxy, without /v1) that clear_sessions commands are sent to, " +
+      "as POST <url>/admin/clear_sessions, when the engine drops a group. Unset: such commands are acked as failed.",
+  },
   facadeHost: {
     flag: "--facade-host",
     env: "ROLLOUT_FACADE_HOST",

@@ -266,7 +266,7 @@ async function settled(p: Promise<unknown>): Promise<boolean> {
   return (await Promise.race([p, Promise.resolve(marker)])) !== marker;
 }
 
-function isDirectory(p: string): boolean {
+export function isDirectory(p: string): boolean {
   try {
     return statSync(p).isDirectory();
   } catch {
@@ -274,7 +274,7 @@ function isDirectory(p: string): boolean {
   }
 }
 
-function writeAtomic(path: string, text: string): void {
+export function writeAtomic(path: string, text: string): void {
   const tmp = `${path}.tmp-${process.pid}`;
   writeFileSync(tmp, text);
   renameSync(tmp, path);

@@ -101,7 +101,7 @@ export class EngineClient {
   getRewardHistory = () => this.get("/get_reward_history", RewardHistoryResponse);
 
   /** Long-polls the agent command channel; `wait` seconds (at most 25) when nothing is due. */
-  pollCommands = (q: { wait?: number; limit?: number } = {}, signal?: AbortSignal) =>
+  pollCommands = (q: { wait?: number; limit?: number; session?: string } = {}, signal?: AbortSignal) =>
     this.get(`/agent/commands${queryString(q)}`, PollCommandsResponse, signal);
   ackCommand = (req: In<typeof AckCommandRequest>) => this.post("/agent/ack", AckCommandResponse, req);
   heartbeat = (req: In<typeof AgentHeartbeatRequest>) => this.post("/agent/heartbeat", HeartbeatResponse, req);

@@ -15,8 +15,18 @@ export class CommandQueue {
       .one().seq;
   }
 
-  /** Hands out due commands in order and leases them until `now + leaseMs`. */
-  lease(now: number, leaseMs: number, limit: number): Command[] {
+  /** Makes commands leased by any other session due again now. */
+  releaseOthers(session: string, now: number): number {
+    return this.sql.exec(
+      "UPDATE commands SET visible_at = ? WHERE acked_at IS NULL AND visible_at > ? AND leased_by IS NOT NULL AND leased_by != ?",
+      now,
+      now,
+      session,
+    ).rowsWritten;
+  }
+
+  /** Hands out due commands in order and leases them to `session` until `now + leaseMs`. */
+  lease(now: number, leaseMs: number, limit: number, session: string | null = null): Command[] {
     const rows = this.sql
       .exec<CommandRow>(
         "SELECT seq, body, created_at, attempts, acked_at, ok, detail FROM commands WHERE acked_at IS NULL AND visible_at <= ? ORDER BY seq LIMIT ?",
@@ -24,7 +34,7 @@ export class CommandQueue {
         limit,
       )
       .toArray();
-    for (const r of rows) this.sql.exec("UPDATE commands SET visible_at = ?, attempts = attempts + 1 WHERE seq = ?", now + leaseMs, r.seq);
+    for (const r of rows) this.sql.exec("UPDATE commands SET visible_at = ?, attempts = attempts + 1, leased_by = ? WHERE seq = ?", now + leaseMs, session, r.seq);
     return rows.map((r) => ({ seq: r.seq, attempt: r.attempts + 1, created_at: r.created_at / 1000, body: JSON.parse(r.body) as CommandBody }));
   }
 

@@ -131,6 +131,8 @@ export class EngineObject extends DurableObject<Env> {
    * episodes hold a position, so on start-up one probe of their index gives a safe next value.
    */
   private nextQueueSeq: number;
+  /** The agent session whose polls are served; older sessions' open polls give up (in memory only). */
+  private pollSession: string | null = null;
   /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
   private armAfterCommit: number | null = null;
   private flushing = false;
@@ -529,8 +531,17 @@ export class EngineObject extends DurableObject<Env> {
 
   async agentPoll(caller: Caller, q: PollCommandsQuery): Promise<Reply<PollCommandsResponse>> {
     return this.guarded(caller, "agent_poll", async () => {
+      const session = q.session ?? null;
+      if (session !== null && session !== this.pollSession) {
+        this.pollSession = session;
+        this.tx(() => this.commands.releaseOthers(session, this.now()));
+        // Polls of the session this one replaces return empty: their agent is gone.
+        this.wakeAllPollers();
+      }
+      const superseded = () => session !== null && session !== this.pollSession;
       const deadline = Date.now() + q.wait * 1000;
       for (;;) {
+        if (superseded()) return ok({ commands: [] });
         if (this.commands.hasDue(this.now()) || Date.now() >= deadline) break;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
@@ -541,8 +552,9 @@ export class EngineObject extends DurableObject<Env> {
           this.pollWaiters.add(done);
         });
       }
+      if (superseded()) return ok({ commands: [] });
       const now = this.now();
-      const commands = this.tx(() => this.commands.lease(now, this.commandLeaseMs(), q.limit));
+      const commands = this.tx(() => this.commands.lease(now, this.commandLeaseMs(), q.limit, session));
       if (commands.length > 0) this.armBy(now + this.commandLeaseMs());
       return ok({ commands });
     });
@@ -971,6 +983,10 @@ export class EngineObject extends DurableObject<Env> {
 
   private wakePollers(): void {
     if (this.pollWaiters.size === 0 || !this.commands.hasDue(this.now())) return;
+    this.wakeAllPollers();
+  }
+
+  private wakeAllPollers(): void {
     const waiters = [...this.pollWaiters];
     this.pollWaiters.clear();
     for (const w of waiters) w();

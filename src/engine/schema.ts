@@ -76,6 +76,8 @@ CREATE TABLE IF NOT EXISTS reward_history (
 export const ENGINE_MIGRATIONS: readonly string[] = [
   // 1: finished episodes remember their global step and reward, for per-step task views.
   "ALTER TABLE finished ADD COLUMN global_step INTEGER; ALTER TABLE finished ADD COLUMN reward REAL;",
+  // 2: which agent session leased a command, so a newer session can take over its leases.
+  "ALTER TABLE commands ADD COLUMN leased_by TEXT;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -85,6 +85,12 @@ export const PollCommandsQuery = z.object({
   /** Seconds to hold the request open when nothing is due (long poll). */
   wait: z.coerce.number().min(0).max(25, "wait is at most 25 seconds").default(0),
   limit: z.coerce.number().int().min(1).max(100).default(32),
+  /**
+   * Identifies one running agent process. A poll from a newer session takes over: polls of older
+   * sessions still held open (an agent that was killed mid-poll) stop leasing commands, and
+   * commands they leased are handed out again at once instead of after their lease.
+   */
+  session: z.string().min(1).max(128).optional(),
 });
 export type PollCommandsQuery = z.infer<typeof PollCommandsQuery>;
 

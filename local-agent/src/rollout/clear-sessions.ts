@@ -1,0 +1,41 @@
+/**
+ * Tells the inference upstream to forget sessions whose group the engine dropped (as the
+ * seed's _notify_llm_proxy_clear_sessions does): one POST of {session_ids, reason, group_ids}
+ * to <upstream>/admin/clear_sessions with a deadline. Best effort: an unreachable or failing
+ * upstream is reported in the ack (ok: false) and not retried, since rollouts must go on
+ * without it and the engine would otherwise redeliver the command forever.
+ */
+import type { z } from "zod";
+import type { ClearSessionsCommand } from "../../../src/protocol/commands";
+import { describeError } from "../log";
+import type { Outcome } from "../outcome-journal";
+
+export type ClearSessionsBody = z.infer<typeof ClearSessionsCommand>;
+
+export async function clearSessions(
+  upstream: string | null,
+  body: ClearSessionsBody,
+  opts: { timeoutMs: number; stop: AbortSignal },
+): Promise<Outcome | null> {
+  const what = `${body.session_ids.length} session${body.session_ids.length === 1 ? "" : "s"} of ${body.group_ids.length} group${body.group_ids.length === 1 ? "" : "s"} (${body.reason})`;
+  if (body.session_ids.length === 0) return { ok: true, detail: `nothing to clear: no sessions for ${what}` };
+  if (upstream === null) return { ok: false, detail: `cannot clear ${what}: this agent has no inference upstream configured (set inferenceAdminUrl)` };
+  const url = `${upstream}/admin/clear_sessions`;
+  const deadline = AbortSignal.timeout(opts.timeoutMs);
+  try {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ session_ids: body.session_ids, reason: body.reason, group_ids: body.group_ids }),
+      signal: AbortSignal.any([deadline, opts.stop]),
+    });
+    const text = (await res.text()).slice(0, 500);
+    if (!res.ok) return { ok: false, detail: `the inference upstream answered ${res.status} to clearing ${what}: ${text}` };
+    return { ok: true, detail: `the inference upstream cleared ${what}: ${text}` };
+  } catch (e) {
+    // Shutdown: leave the command unacked so the next agent carries it out.
+    if (opts.stop.aborted) return null;
+    const why = deadline.aborted ? `no answer within ${opts.timeoutMs / 1000} s` : describeError(e);
+    return { ok: false, detail: `could not clear ${what} at ${url}: ${why}` };
+  }
+}

@@ -1,0 +1,143 @@
+/**
+ * Supervises the rollout workers that a start_rollout command launches (the seed's
+ * launcher.py): one process group, started from the rolloutCommand template, output appended
+ * to <logDir>/rollout-workers.log. Process handling is the training runs' RunProcess (own
+ * group, log file not pipe, SIGTERM then SIGKILL to the whole group).
+ *
+ * As in the seed, a start while the workers run is answered "already running" and changes
+ * nothing; with restart_training the workers are stopped and started again with the new
+ * job session and group size. The pid is kept in <stateDir>/rollout-workers.json so an agent
+ * restarted after a SIGKILL finds the workers it left running instead of starting a second set.
+ */
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { z } from "zod";
+import type { StartRolloutCommand } from "../../../src/protocol/commands";
+import type { Clock } from "../clock";
+import { TemplateError, expandCommand } from "../command-template";
+import type { Logger } from "../log";
+import type { Outcome } from "../outcome-journal";
+import { groupAlive } from "../runs/process-group";
+import { RunProcess } from "../runs/run-process";
+import { isDirectory, writeAtomic } from "../trainer";
+
+export type StartRolloutBody = z.infer<typeof StartRolloutCommand>;
+
+export type RolloutWorkersOptions = {
+  /** The template's words (placeholders unfilled); null when none is configured. */
+  command: string[] | null;
+  cwd: string | null;
+  logDir: string;
+  stateDir: string;
+  graceMs: number;
+  /** {engine}, {engine_url}, {facade_url}. */
+  placeholders: Record<string, string>;
+  env: Record<string, string>;
+  logger: Logger;
+  clock: Clock;
+};
+
+type Current = { proc: RunProcess; seq: number; jobSession: string; groupSize: number };
+type PidFile = { pid: number; seq: number; job_session: string; group_size: number; started_at: number };
+
+export class RolloutWorkers {
+  private current: Current | null = null;
+  readonly logPath: string;
+  private readonly pidFile: string;
+
+  constructor(private readonly o: RolloutWorkersOptions) {
+    this.logPath = join(o.logDir, "rollout-workers.log");
+    this.pidFile = join(o.stateDir, "rollout-workers.json");
+  }
+
+  status(): { running: boolean; pid: number | null; job_session: string | null; group_size: number | null } {
+    const c = this.live();
+    return { running: c !== null, pid: c?.proc.pid ?? null, job_session: c?.jobSession ?? null, group_size: c?.groupSize ?? null };
+  }
+
+  /** Finds workers left running by a previous agent process. */
+  adopt(): void {
+    let saved: PidFile;
+    try {
+      saved = JSON.parse(readFileSync(this.pidFile, "utf8")) as PidFile;
+    } catch {
+      return;
+    }
+    if (typeof saved.pid !== "number" || saved.pid <= 1 || !groupAlive(saved.pid)) {
+      rmSync(this.pidFile, { force: true });
+      return;
+    }
+    this.o.logger.info(`adopting rollout workers pid ${saved.pid} (job session ${saved.job_session}), left running by a previous agent`);
+    const proc = RunProcess.adopt("rollout-workers", 0, saved.pid, this.logPath, this.o.clock);
+    this.current = { proc, seq: saved.seq, jobSession: saved.job_session, groupSize: saved.group_size };
+  }
+
+  async start(cmd: StartRolloutBody, seq: number): Promise<Outcome> {
+    const c = this.live();
+    if (c !== null) {
+      if (c.seq === seq) return { ok: true, detail: `rollout workers already running (pid ${c.proc.pid}), started by this same command` };
+      if (!cmd.restart_training) {
+        return { ok: true, detail: `rollout workers are already running (pid ${c.proc.pid}, job session ${c.jobSession}, group size ${c.groupSize}); not started again` };
+      }
+    }
+    if (this.o.command === null) return { ok: false, detail: "this agent has no rollout workers configured (set rolloutCommand, e.g. 'python3 launcher.py --job-id {job_session} --rl-group-size {group_size}')" };
+    if (this.o.cwd !== null && !isDirectory(this.o.cwd)) return { ok: false, detail: `the rollout workers' working directory ${this.o.cwd} does not exist` };
+    let argv: string[];
+    try {
+      argv = expandCommand(this.o.command, {
+        ...this.o.placeholders,
+        job_session: cmd.job_session,
+        group_size: String(cmd.group_size),
+        restart_training: String(cmd.restart_training),
+      });
+    } catch (e) {
+      if (e instanceof TemplateError) return { ok: false, detail: `rolloutCommand: ${e.message}` };
+      throw e;
+    }
+    let restarted = "";
+    if (c !== null) {
+      await this.stop("restart_training");
+      restarted = ` (restart_training: the previous workers, pid ${c.proc.pid}, were stopped)`;
+    }
+    mkdirSync(this.o.logDir, { recursive: true });
+    mkdirSync(this.o.stateDir, { recursive: true });
+    const proc = new RunProcess("rollout-workers", 0, argv, this.logPath, this.o.clock);
+    const failed = await proc.spawn({
+      cwd: this.o.cwd,
+      env: { ...this.o.env, ROLLOUT_JOB_SESSION: cmd.job_session, ROLLOUT_GROUP_SIZE: String(cmd.group_size), ROLLOUT_RESTART_TRAINING: cmd.restart_training ? "1" : "0" },
+    });
+    if (failed !== null) {
+      return { ok: false, detail: `cannot start the rollout workers: ${failed}` };
+    }
+    const pid = proc.pid as number;
+    this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
+    writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now() } satisfies PidFile));
+    const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
+    return { ok: true, detail };
+  }
+
+  /** Stops the workers' whole process group (SIGTERM, SIGKILL after the grace period); no workers is fine. */
+  async stop(reason: string): Promise<string> {
+    const c = this.current;
+    if (c === null) return "no rollout workers were running";
+    this.o.logger.info(`stopping rollout workers pid ${c.proc.pid} (${reason})`);
+    await c.proc.stop(this.o.graceMs);
+    if (this.current === c) {
+      this.current = null;
+      rmSync(this.pidFile, { force: true });
+    }
+    this.o.logger.info(`rollout workers pid ${c.proc.pid}: ${c.proc.detail}`);
+    return c.proc.detail;
+  }
+
+  /** The current workers if still running; notices (and logs) workers that ended on their own. */
+  private live(): Current | null {
+    const c = this.current;
+    if (c === null) return null;
+    if (!c.proc.ended() || (c.proc.pid !== null && groupAlive(c.proc.pid))) return c;
+    this.o.logger.warn(`rollout workers pid ${c.proc.pid} ${c.proc.howItEnded()}; see ${this.logPath}`);
+    this.current = null;
+    rmSync(this.pidFile, { force: true });
+    return null;
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * clear_sessions against a real HTTP server standing in for the inference upstream's admin
+ * endpoint (a peer of the agent, not the thing under test).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { clearSessions, type ClearSessionsBody } from "../../src/rollout/clear-sessions";
+import { freePort } from "../runs/support";
+
+type Seen = { method: string; url: string; body: unknown };
+const servers: Server[] = [];
+
+async function upstream(answer: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; seen: Seen[] }> {
+  const seen: Seen[] = [];
+  const srv = createServer((req, res) => {
+    let text = "";
+    req.on("data", (d: Buffer) => (text += d.toString()));
+    req.on("end", () => {
+      seen.push({ method: req.method ?? "", url: req.url ?? "", body: JSON.parse(text) as unknown });
+      answer(req, res);
+    });
+  });
+  servers.push(srv);
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, seen };
+}
+
+afterEach(() => {
+  for (const s of servers.splice(0)) s.closeAllConnections(), s.close();
+});
+
+const body: ClearSessionsBody = { kind: "clear_sessions", session_ids: ["s1", "s2"], group_ids: ["g1"], reason: "incomplete_group_ttl" };
+const opts = { timeoutMs: 500, stop: new AbortController().signal };
+
+describe("clearSessions", () => {
+  it("POSTs {session_ids, reason, group_ids} to <upstream>/admin/clear_sessions", async () => {
+    const up = await upstream((_q, res) => res.writeHead(200, { "content-type": "application/json" }).end('{"cleared":2}'));
+    const out = await clearSessions(up.url, body, opts);
+    expect(out).toEqual({ ok: true, detail: 'the inference upstream cleared 2 sessions of 1 group (incomplete_group_ttl): {"cleared":2}' });
+    expect(up.seen).toEqual([{ method: "POST", url: "/admin/clear_sessions", body: { session_ids: ["s1", "s2"], reason: "incomplete_group_ttl", group_ids: ["g1"] } }]);
+  });
+
+  it("reports an error status in a failed ack", async () => {
+    const up = await upstream((_q, res) => res.writeHead(503).end("busy"));
+    expect(await clearSessions(up.url, body, opts)).toEqual({ ok: false, detail: "the inference upstream answered 503 to clearing 2 sessions of 1 group (incomplete_group_ttl): busy" });
+  });
+
+  it("gives up on an unreachable upstream at once and on a silent one at the deadline", async () => {
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const refused = await clearSessions(closed, body, opts);
+    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining(`could not clear 2 sessions of 1 group (incomplete_group_ttl) at ${closed}/admin/clear_sessions`) });
+
+    const silent = await upstream(() => {}); // never answers
+    const t0 = Date.now();
+    const out = await clearSessions(silent.url, body, opts);
+    expect(out).toMatchObject({ ok: false, detail: expect.stringContaining("no answer within 0.5 s") });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(450);
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
+  it("has nothing to do without sessions, fails clearly without an upstream, and is not acked when the agent stops", async () => {
+    expect(await clearSessions(null, { ...body, session_ids: [] }, opts)).toMatchObject({ ok: true });
+    expect(await clearSessions(null, body, opts)).toMatchObject({ ok: false, detail: expect.stringContaining("set inferenceAdminUrl") });
+    const silent = await upstream(() => {});
+    const stopper = new AbortController();
+    const pending = clearSessions(silent.url, body, { timeoutMs: 5000, stop: stopper.signal });
+    await new Promise((r) => setTimeout(r, 100));
+    stopper.abort();
+    expect(await pending).toBeNull();
+  });
+});

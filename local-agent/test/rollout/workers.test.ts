@@ -1,0 +1,119 @@
+/** The rollout workers' supervision against real child processes (fixtures/worker.sh). */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { realClock } from "../../src/clock";
+import { groupAlive } from "../../src/runs/process-group";
+import { RolloutWorkers, type RolloutWorkersOptions, type StartRolloutBody } from "../../src/rollout/workers";
+import { parseRolloutCommand } from "../../src/rollout/template";
+import { MemoryLogger } from "../support/logger";
+import { tempDir } from "../support/temp";
+import { processGroupOf, waitUntil } from "../support/wait";
+
+const WORKER = join(import.meta.dirname, "fixtures", "worker.sh");
+const TEMPLATE = `sh ${WORKER} {job_session} {group_size} {restart_training}`;
+
+let dir: ReturnType<typeof tempDir>;
+let logger: MemoryLogger;
+const made: RolloutWorkers[] = [];
+
+function workers(over: Partial<RolloutWorkersOptions> = {}): RolloutWorkers {
+  const w = new RolloutWorkers({
+    command: parseRolloutCommand(TEMPLATE),
+    cwd: null,
+    logDir: join(dir.path, "logs"),
+    stateDir: join(dir.path, "state"),
+    graceMs: 3000,
+    placeholders: { engine: "e1", engine_url: "http://127.0.0.1:1/e/e1", facade_url: "http://127.0.0.1:2" },
+    env: { ROLLOUT_ENGINE_URL: "http://127.0.0.1:1/e/e1" },
+    logger,
+    clock: realClock,
+    ...over,
+  });
+  made.push(w);
+  return w;
+}
+
+const cmd = (job: string, restart = false, group = 4): StartRolloutBody => ({ kind: "start_rollout", job_session: job, group_size: group, restart_training: restart });
+const log = (w: RolloutWorkers): string => readFileSync(w.logPath, "utf8");
+
+beforeEach(() => {
+  dir = tempDir();
+  logger = new MemoryLogger();
+});
+
+afterEach(async () => {
+  for (const w of made.splice(0)) await w.stop("test cleanup");
+  dir.remove();
+});
+
+describe("RolloutWorkers", () => {
+  it("starts the workers in their own process group with the command's values, and logs their output", async () => {
+    const w = workers();
+    const out = await w.start(cmd("job-1", false, 8), 1);
+    expect(out.ok, out.detail).toBe(true);
+    const pid = w.status().pid as number;
+    expect(processGroupOf(pid)).toBe(pid);
+    await waitUntil(() => log(w).includes("worker job=job-1 group=8 restart=false engine_url=http://127.0.0.1:1/e/e1 env_job=job-1"), "the worker's first line");
+    expect(w.status()).toEqual({ running: true, pid, job_session: "job-1", group_size: 8 });
+  });
+
+  it("answers a second start as already running, and a redelivered start as started by that command", async () => {
+    const w = workers();
+    await w.start(cmd("job-1"), 1);
+    const pid = w.status().pid;
+    const again = await w.start(cmd("job-2"), 2);
+    expect(again).toMatchObject({ ok: true, detail: expect.stringContaining("already running") });
+    const redelivered = await w.start(cmd("job-1"), 1);
+    expect(redelivered).toMatchObject({ ok: true, detail: expect.stringContaining("started by this same command") });
+    expect(w.status()).toMatchObject({ pid, job_session: "job-1" });
+  });
+
+  it("restart_training stops the running workers' whole group and starts new ones with the new values", async () => {
+    const w = workers();
+    await w.start(cmd("job-1"), 1);
+    // Its trap must be set before the restart signals it.
+    await waitUntil(() => log(w).includes("worker job=job-1"), "the first workers' first line");
+    const old = w.status().pid as number;
+    const out = await w.start(cmd("job-2", true, 2), 2);
+    expect(out.ok, out.detail).toBe(true);
+    expect(out.detail).toContain(`previous workers, pid ${old}, were stopped`);
+    expect(groupAlive(old)).toBe(false);
+    const now = w.status().pid as number;
+    expect(now).not.toBe(old);
+    await waitUntil(() => log(w).includes("worker job=job-2 group=2 restart=true"), "the new workers' first line");
+    expect(log(w)).toContain("worker got TERM");
+  });
+
+  it("starts again once the workers ended on their own", async () => {
+    const w = workers({ command: ["sh", "-c", "echo short-lived {job_session}"] });
+    await w.start(cmd("job-1"), 1);
+    await waitUntil(() => !w.status().running, "the short-lived workers to end");
+    const out = await w.start(cmd("job-2"), 2);
+    expect(out.detail).not.toContain("already");
+    await waitUntil(() => log(w).includes("short-lived job-2"), "the second run's output");
+    expect(logger.has(/rollout workers pid \d+ exited with code 0/)).toBe(true);
+  });
+
+  it("adopts workers left running by a previous agent instead of starting a second set", async () => {
+    const first = workers();
+    await first.start(cmd("job-1"), 1);
+    const pid = first.status().pid;
+    const second = workers();
+    second.adopt();
+    expect(second.status()).toMatchObject({ running: true, pid, job_session: "job-1" });
+    expect((await second.start(cmd("job-2"), 5)).detail).toContain("already running");
+    await second.stop("test");
+    expect(groupAlive(pid as number)).toBe(false);
+  });
+
+  it("refuses clearly without a command, with a missing program, or a missing working directory", async () => {
+    expect(await workers({ command: null }).start(cmd("j"), 1)).toMatchObject({ ok: false, detail: expect.stringContaining("set rolloutCommand") });
+    expect(await workers({ command: ["/nonexistent/launcher"] }).start(cmd("j"), 1)).toMatchObject({ ok: false, detail: expect.stringContaining("command not found") });
+    expect(await workers({ cwd: join(dir.path, "missing") }).start(cmd("j"), 1)).toMatchObject({ ok: false, detail: expect.stringContaining("does not exist") });
+  });
+
+  it("rejects unknown placeholders when the template is parsed", () => {
+    expect(() => parseRolloutCommand("python3 launcher.py --job {job}")).toThrow(/unknown placeholder \{job\}/);
+  });
+});
