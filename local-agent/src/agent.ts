@@ -12,6 +12,8 @@ import type { AgentConfig } from "./config";
 import { Dispatcher } from "./dispatcher";
 import { EngineLink } from "./engine-link";
 import { Facade } from "./facade";
+import { Gateway } from "./gateway/server";
+import { FetchedSecret } from "./gateway/secret";
 import { AGENT_VERSION } from "./help";
 import type { Logger } from "./log";
 import { OutcomeJournal } from "./outcome-journal";
@@ -28,6 +30,9 @@ export type RunningAgent = {
   /** The trainer facade's base URL. */
   facadeUrl: string;
   facade: Facade;
+  /** The inference gateway's local base URL, and the one the heartbeat reports to the Worker. */
+  gatewayLocalUrl: string;
+  gatewayUrl: string;
   dispatcher: Dispatcher;
   trainer: TrainerSupervisor;
   /** Training runs: environment scans, run processes, inference tests. */
@@ -74,6 +79,28 @@ export async function startAgent(
   const facadeUrl = await facade.listen();
   const facadePort = new URL(facadeUrl).port;
 
+  // The Worker relays claimed episodes' LLM calls here (signed); see gateway/server.ts.
+  const secret = new FetchedSecret(async () => (await link.client.gatewaySecret()).secret, logger);
+  const gateway = new Gateway({
+    host: config.gatewayHost,
+    port: config.gatewayPort,
+    secret,
+    upstream: config.inferenceUpstream,
+    sessionPath: config.upstreamSessionPath,
+    models: config.gatewayModels,
+    zmqReceiveTimeoutMs: config.zmqReceiveTimeoutSeconds * 1000,
+    logger,
+  });
+  let gatewayLocalUrl: string;
+  try {
+    gatewayLocalUrl = await gateway.listen();
+  } catch (e) {
+    await facade.close();
+    throw e;
+  }
+  const gatewayUrl = config.gatewayUrl ?? gatewayLocalUrl;
+  secret.prefetch();
+
   let reports: Reports | null = null;
   const trainer = new TrainerSupervisor({
     command: config.trainerCommand,
@@ -89,7 +116,7 @@ export async function startAgent(
     onUnexpectedExit: (exit) => void reports?.trainerExited(exit),
     onChange: () => reports?.poke(),
   });
-  reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION });
+  reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION, gatewayUrl });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
     client: new RunsClient({
@@ -131,7 +158,7 @@ export async function startAgent(
     rollout,
   });
 
-  logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}`);
+  logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}; inference gateway on ${gatewayLocalUrl}${gatewayUrl === gatewayLocalUrl ? "" : `, reached at ${gatewayUrl}`}`);
   trainer.adopt();
   rollout.workers.adopt();
   const resent = acker.resendJournal();
@@ -149,6 +176,8 @@ export async function startAgent(
   return {
     facadeUrl,
     facade,
+    gatewayLocalUrl,
+    gatewayUrl,
     dispatcher,
     trainer,
     runs,
@@ -157,6 +186,7 @@ export async function startAgent(
       (stopping ??= (async () => {
         logger.info("agent stopping");
         await facade.close();
+        await gateway.close();
         if (opts.stopTrainer && trainer.status().pid !== null) {
           const out = await trainer.stop("the agent is shutting down");
           // The engine must not keep believing a trainer runs; a few seconds at most, the agent is exiting.

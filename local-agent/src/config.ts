@@ -36,6 +36,14 @@ export type AgentConfig = {
   requestTimeoutSeconds: number;
   retryMaxSeconds: number;
   agentId: string;
+  gatewayHost: string;
+  gatewayPort: number;
+  /** Public URL of the gateway; null: its local address. */
+  gatewayUrl: string | null;
+  inferenceUpstream: string | null;
+  upstreamSessionPath: boolean;
+  gatewayModels: string[];
+  zmqReceiveTimeoutSeconds: number;
 };
 
 export type CliRequest =
@@ -185,6 +193,13 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     requestTimeoutSeconds: values.requestTimeoutSeconds as number,
     retryMaxSeconds: values.retryMaxSeconds as number,
     agentId: (values.agentId as string | undefined) ?? `${hostname()}/${engine}`,
+    gatewayHost: values.gatewayHost as string,
+    gatewayPort: values.gatewayPort as number,
+    gatewayUrl: (values.gatewayUrl as string | undefined) ?? null,
+    inferenceUpstream: (values.inferenceUpstream as string | undefined) ?? null,
+    upstreamSessionPath: values.upstreamSessionPath as boolean,
+    gatewayModels: [...(values.gatewayModels as string[])],
+    zmqReceiveTimeoutSeconds: values.zmqReceiveTimeoutSeconds as number,
   };
   return { ok: true, request: { kind: mode, config } };
 }

@@ -24,6 +24,8 @@ export function helpText(program = "rollout-agent"): string {
     "It long-polls its engine on the exchange for commands (outbound connections only), starts and",
     "stops the trainer, delivers results and context resets to the trainer's ZeroMQ runners, and serves",
     "AgentJet's swarm-server endpoints locally so an unmodified trainer can use it as its swarm server.",
+    "Its inference gateway serves the LLM calls of claimed episodes that the exchange relays (signed)",
+    "to the trainer: over ZeroMQ for AgentJet, else to an OpenAI-compatible HTTP upstream.",
     "",
     `Usage: ${program} [--config FILE] [options]`,
     "",

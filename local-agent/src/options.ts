@@ -227,6 +227,66 @@ export const OPTIONS = {
     default: 30,
     describe: "Longest wait between retries while the Worker is unreachable (backoff starts at 1/60 of it).",
   },
+  gatewayHost: {
+    flag: "--gateway-host",
+    env: "ROLLOUT_GATEWAY_HOST",
+    schema: z.string().min(1),
+    arg: "HOST",
+    default: "127.0.0.1",
+    describe: "Address of the inference gateway the Worker relays claimed episodes' LLM calls to. Keep it on loopback and expose it through a tunnel (see gatewayUrl).",
+  },
+  gatewayPort: {
+    flag: "--gateway-port",
+    env: "ROLLOUT_GATEWAY_PORT",
+    schema: port,
+    arg: "PORT",
+    default: 10087,
+    describe: "Port of the inference gateway (0 picks a free one).",
+  },
+  gatewayUrl: {
+    flag: "--gateway-url",
+    env: "ROLLOUT_GATEWAY_URL",
+    schema: httpUrl,
+    arg: "URL",
+    describe:
+      "Where the Worker reaches the gateway, reported in every heartbeat, e.g. the https://....trycloudflare.com URL of " +
+      "`cloudflared tunnel --url http://127.0.0.1:10087`. Default: the gateway's local address (enough when the Worker runs on this host).",
+  },
+  inferenceUpstream: {
+    flag: "--inference-upstream",
+    env: "ROLLOUT_INFERENCE_UPSTREAM",
+    schema: httpUrl,
+    arg: "URL",
+    describe:
+      "OpenAI-compatible base URL (ending in /v1) of a trainer that serves plain HTTP (vLLM, SGLang, a slime LLM proxy). " +
+      "Default: the openai_base_url each episode registered. Ignored for AgentJet keys (sk-ajet-...), which go over ZeroMQ.",
+  },
+  upstreamSessionPath: {
+    flag: "--upstream-session-path",
+    env: "ROLLOUT_UPSTREAM_SESSION_PATH",
+    schema: z.union([z.boolean(), z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1")]),
+    arg: "true|false",
+    default: false,
+    describe: "Also put the episode id in the upstream's path (/v1/<episode>/chat/completions), for proxies that route sessions by path; the x-episode-uuid header is always sent.",
+  },
+  gatewayModels: {
+    flag: "--gateway-models",
+    env: "ROLLOUT_GATEWAY_MODELS",
+    schema: z.union([z.array(z.string().min(1)).min(1), z.string().min(1).transform((v) => v.split(",").map((m) => m.trim()).filter((m) => m !== ""))]),
+    arg: "NAMES",
+    default: ["agentjet"],
+    describe: "Comma-separated model names /v1/models answers for AgentJet trainers (which serve whatever they train, under any name).",
+  },
+  zmqReceiveTimeoutSeconds: {
+    flag: "--zmq-receive-timeout",
+    env: "ROLLOUT_ZMQ_RECEIVE_TIMEOUT_SECONDS",
+    schema: seconds(0.05, 3600),
+    arg: "SECONDS",
+    default: 60,
+    describe:
+      "How long the gateway waits for an AgentJet runner's answer before it resends the call on a fresh ZeroMQ socket (AgentJet's own server waits 60 s); " +
+      "the relay's deadline bounds the whole call.",
+  },
   agentId: {
     flag: "--agent-id",
     env: "ROLLOUT_AGENT_ID",

@@ -24,6 +24,8 @@ export type ReportDeps = {
   stop: AbortSignal;
   agentId: string;
   version: string;
+  /** Where the Worker reaches this agent's inference gateway; null if it runs none. */
+  gatewayUrl?: string | null;
 };
 
 const MAX_LOG_TAIL = 16_384;
@@ -57,6 +59,7 @@ export class Reports {
         host: hostname(),
         pid: process.pid,
         version: this.d.version,
+        gateway_url: this.d.gatewayUrl ?? null,
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
       });
       this.d.reach.succeeded();

@@ -29,6 +29,13 @@ export function testConfig(server: string, engine: TestEngine, dir: string, over
     requestTimeoutSeconds: 5,
     retryMaxSeconds: 0.5,
     agentId: "test-agent",
+    gatewayHost: "127.0.0.1",
+    gatewayPort: 0,
+    gatewayUrl: null,
+    inferenceUpstream: null,
+    upstreamSessionPath: false,
+    gatewayModels: ["agentjet"],
+    zmqReceiveTimeoutSeconds: 60,
     ...over,
   };
 }

@@ -1,0 +1,106 @@
+/**
+ * AgentJet trainers: an episode's LLM calls go over ZeroMQ to the REP socket its runner bound,
+ * named by the trainer's own per-episode key, `sk-ajet-` + base64(JSON {agent_name, target_tag,
+ * episode_uuid, episode_address}). One call is the JSON of {completion_request, agent_name,
+ * target_tag, episode_uuid, timeline_uuid, preserve_sampling_params}; the answer is a
+ * ChatCompletion JSON string. This is what AgentJet's own interchange server sends, minus the
+ * HTTP hop to it: the gateway talks to the runner directly.
+ */
+import { randomUUID } from "node:crypto";
+import { Request } from "zeromq";
+import { z } from "zod";
+import { isZmqAddress } from "../runner-link";
+import { describeError } from "../log";
+
+export const AGENTJET_KEY_PREFIX = "sk-ajet-";
+
+const AgentJetKey = z.object({
+  agent_name: z.string().min(1),
+  target_tag: z.string().min(1),
+  episode_uuid: z.string().min(1),
+  episode_address: z.string().refine(isZmqAddress, "is not a ZeroMQ address"),
+});
+export type AgentJetKey = z.infer<typeof AgentJetKey>;
+
+export function isAgentJetKey(key: string): boolean {
+  return key.startsWith(AGENTJET_KEY_PREFIX);
+}
+
+/** The key's fields, or why it cannot be used. */
+export function decodeAgentJetKey(key: string): { ok: true; key: AgentJetKey } | { ok: false; why: string } {
+  let json: unknown;
+  try {
+    json = JSON.parse(Buffer.from(key.slice(AGENTJET_KEY_PREFIX.length), "base64").toString("utf8"));
+  } catch {
+    return { ok: false, why: "the trainer's sk-ajet- key is not base64 of JSON" };
+  }
+  const parsed = AgentJetKey.safeParse(json);
+  if (!parsed.success) return { ok: false, why: `the trainer's sk-ajet- key: ${parsed.error.issues.map((i) => `${i.path.join(".")} ${i.message}`).join("; ")}` };
+  return { ok: true, key: parsed.data };
+}
+
+export function runnerMessage(key: AgentJetKey, request: Record<string, unknown>): string {
+  // The gateway answers one whole completion (the Worker turns it into a chunk for streaming
+  // clients), so the runner must not be asked to stream.
+  const { stream: _stream, stream_options: _options, ...completion_request } = request;
+  return JSON.stringify({
+    completion_request,
+    agent_name: key.agent_name,
+    target_tag: key.target_tag,
+    episode_uuid: key.episode_uuid,
+    // A fresh timeline per call, as AgentJet's interchange server makes one.
+    timeline_uuid: randomUUID().replaceAll("-", ""),
+    preserve_sampling_params: false,
+  });
+}
+
+export type RunnerAnswer =
+  | { kind: "reply"; text: string; attempts: number }
+  | { kind: "deadline"; attempts: number; lastError: string | null }
+  | { kind: "aborted" };
+
+/**
+ * Sends one call and waits for the reply until `deadlineAt` (ms since the epoch). After a
+ * receive timeout the socket is closed (linger 0) and the call sent again on a fresh one, the
+ * "lazy pirate" pattern: a REQ socket cannot send twice, and a runner that restarted and bound
+ * its address again never sees a message queued on the old connection. A runner that was only
+ * slow then computes the call twice; the receive timeout (AgentJet waits 60 s) makes that rare.
+ */
+export async function askRunner(addr: string, message: string, opts: { deadlineAt: number; receiveTimeoutMs: number; signal: AbortSignal }): Promise<RunnerAnswer> {
+  let attempts = 0;
+  let lastError: string | null = null;
+  for (;;) {
+    const left = opts.deadlineAt - Date.now();
+    if (left <= 0) return { kind: "deadline", attempts, lastError };
+    if (opts.signal.aborted) return { kind: "aborted" };
+    attempts++;
+    const wait = Math.max(1, Math.floor(Math.min(left, opts.receiveTimeoutMs)));
+    const sock = new Request({ linger: 0, sendTimeout: wait, receiveTimeout: wait });
+    // Closing the socket rejects the pending receive: the client went away, stop waiting.
+    const onAbort = (): void => sock.close();
+    opts.signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      sock.connect(addr);
+      await sock.send(message);
+      const [reply] = await sock.receive();
+      return { kind: "reply", text: reply?.toString("utf8") ?? "", attempts };
+    } catch (e) {
+      if (opts.signal.aborted) return { kind: "aborted" };
+      // EAGAIN is the timeout; anything else (a socket error) is retried the same way.
+      if ((e as { code?: unknown }).code !== "EAGAIN") lastError = describeError(e);
+    } finally {
+      opts.signal.removeEventListener("abort", onAbort);
+      if (!sock.closed) sock.close();
+    }
+  }
+}
+
+/** A ChatCompletion as the runner sends it: a JSON object with choices. */
+export function isCompletionText(text: string): boolean {
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === "object" && v !== null && Array.isArray((v as { choices?: unknown }).choices);
+  } catch {
+    return false;
+  }
+}

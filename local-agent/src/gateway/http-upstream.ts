@@ -1,0 +1,96 @@
+/**
+ * Trainers that serve plain OpenAI-compatible HTTP (vLLM, SGLang, a slime LLM proxy): the call
+ * is forwarded with the trainer's key and the episode's id, and the answer comes back as the
+ * upstream gave it (a stream stays a stream), or as an OpenAI error the client can act on.
+ */
+import type { ServerResponse } from "node:http";
+import type { RelayEnvelope } from "../../../src/protocol/relay";
+import { describeError } from "../log";
+import { isOpenAIErrorText, sendError, sendJson } from "./errors";
+
+export type UpstreamOptions = {
+  /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
+  upstream: string | null;
+  /** Put the episode id in the path, /v1/<episode>/chat/completions. */
+  sessionPath: boolean;
+};
+
+export const EPISODE_HEADER = "x-episode-uuid";
+
+export function upstreamUrl(env: RelayEnvelope, o: UpstreamOptions): string | null {
+  const base = (o.upstream ?? env.trainer_base_url).replace(/\/+$/, "");
+  if (!/^https?:\/\//.test(base)) return null;
+  const rest = env.endpoint.slice("/v1".length); // "/chat/completions"
+  const session = o.sessionPath && env.endpoint !== "/v1/models" ? `/${encodeURIComponent(env.episode_uuid)}` : "";
+  return base + session + rest;
+}
+
+/** Why a call ended early: the deadline (504) or the client hanging up (nothing to answer). */
+export type CallSignals = { signal: AbortSignal; deadline: AbortSignal; deadlineSeconds: number };
+
+export async function forwardHttp(env: RelayEnvelope, o: UpstreamOptions, s: CallSignals, res: ServerResponse): Promise<void> {
+  const url = upstreamUrl(env, o);
+  if (url === null) {
+    sendError(res, 502, "no inference upstream: the episode registered no http(s) openai_base_url and the agent has no inferenceUpstream", "no_upstream");
+    return;
+  }
+  const headers: Record<string, string> = { [EPISODE_HEADER]: env.episode_uuid, accept: "application/json, text/event-stream" };
+  if (env.trainer_api_key !== "") headers["authorization"] = `Bearer ${env.trainer_api_key}`;
+  if (env.request !== null) headers["content-type"] = "application/json";
+  const timedOut = (): void => sendError(res, 504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
+
+  let up: Response;
+  try {
+    up = await fetch(url, { method: env.request === null ? "GET" : "POST", headers, body: env.request === null ? null : JSON.stringify(env.request), signal: s.signal });
+  } catch (e) {
+    if (s.deadline.aborted) timedOut();
+    else if (!s.signal.aborted) sendError(res, 502, `the inference upstream ${new URL(url).origin} could not be reached: ${describeError(e)}`, "upstream_unreachable");
+    return;
+  }
+
+  const type = up.headers.get("content-type") ?? "";
+  if (up.ok && type.includes("text/event-stream") && up.body !== null) {
+    res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+    res.flushHeaders();
+    try {
+      for await (const chunk of up.body) {
+        if (!res.write(chunk)) await new Promise((r) => res.once("drain", r));
+      }
+      res.end();
+    } catch (e) {
+      if (s.deadline.aborted) timedOut();
+      else if (!s.signal.aborted) sendError(res, 502, `the inference upstream broke off mid-stream: ${describeError(e)}`, "upstream_stream_broken");
+      else res.destroy();
+    }
+    return;
+  }
+
+  let text: string;
+  try {
+    text = await up.text();
+  } catch (e) {
+    if (s.deadline.aborted) timedOut();
+    else if (!s.signal.aborted) sendError(res, 502, `the inference upstream broke off its answer: ${describeError(e)}`, "upstream_broken");
+    return;
+  }
+  if (!up.ok) {
+    // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes through as it is.
+    if (isOpenAIErrorText(text)) sendJson(res, up.status >= 400 ? up.status : 502, text);
+    else sendError(res, up.status >= 400 ? up.status : 502, `the inference upstream answered ${up.status}: ${text.slice(0, 300)}`, "upstream_error");
+    return;
+  }
+  if (!isJsonObject(text)) {
+    sendError(res, 502, `the inference upstream answered something that is not a JSON object: ${text.slice(0, 200)}`, "upstream_garbage");
+    return;
+  }
+  sendJson(res, 200, text);
+}
+
+function isJsonObject(text: string): boolean {
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === "object" && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * The agent's inference gateway: the Worker relays a claimed episode's OpenAI-compatible call
+ * here as a signed envelope (POST /rx/relay), and the gateway takes it to the trainer, over
+ * ZeroMQ for AgentJet keys (sk-ajet-...), else over HTTP. Only envelopes signed with the
+ * engine's gateway secret are served: the gateway may be exposed through a public tunnel, and
+ * the Worker is what checks the client's per-claim key and the claim.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { checkEnvelope } from "../../../src/auth/gateway-signature";
+import { GATEWAY_RELAY_PATH, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import type { Logger } from "../log";
+import { describeError } from "../log";
+import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
+import { sendError, sendJson } from "./errors";
+import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
+import type { SecretSource } from "./secret";
+
+export type GatewayOptions = UpstreamOptions & {
+  host: string;
+  port: number;
+  secret: SecretSource;
+  /** Model names /v1/models lists for AgentJet trainers. */
+  models: string[];
+  zmqReceiveTimeoutMs: number;
+  logger: Logger;
+};
+
+/** Envelopes carry a chat history; far larger ones are not from the Worker. */
+const MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+/**
+ * The gateway answers a little before the envelope's deadline so that its own 504 (which says
+ * what it was waiting for) reaches the Worker before the Worker's fetch gives up.
+ */
+function answerBy(deadlineSeconds: number, receivedAt: number): number {
+  const ms = deadlineSeconds * 1000;
+  return receivedAt + ms - Math.min(1000, ms * 0.1);
+}
+
+export class Gateway {
+  private readonly server: Server;
+
+  constructor(private readonly o: GatewayOptions) {
+    this.server = createServer((req, res) => void this.handle(req, res).catch((e: unknown) => this.internal(res, e)));
+    // Calls wait on a model for minutes; node's default request timeout (5 min) must not cut them.
+    this.server.requestTimeout = 0;
+    this.server.keepAliveTimeout = 65_000;
+  }
+
+  async listen(): Promise<string> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.o.port, this.o.host, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+    const a = this.server.address() as AddressInfo;
+    const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
+    return `http://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${a.port}`;
+  }
+
+  async close(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private internal(res: ServerResponse, e: unknown): void {
+    this.o.logger.error(`gateway: ${describeError(e)}`);
+    if (!res.writableEnded) sendError(res, 500, `the agent's gateway failed: ${describeError(e)}`, "gateway_error");
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const receivedAt = Date.now();
+    const path = (req.url ?? "").split("?")[0];
+    if (req.method === "GET" && path === "/rx/health") return sendJson(res, 200, '{"ok":true}');
+    if (path !== GATEWAY_RELAY_PATH) return sendError(res, 404, `no route ${req.method} ${path}: the gateway serves only POST ${GATEWAY_RELAY_PATH}`, "not_found");
+    if (req.method !== "POST") return sendError(res, 405, `use POST ${GATEWAY_RELAY_PATH}`, "method_not_allowed");
+
+    const body = await readBody(req);
+    if (body === null) return sendError(res, 413, `envelope larger than ${MAX_BODY_BYTES} bytes`, "too_large");
+    const why = await this.o.secret.check((secret) =>
+      checkEnvelope(secret, header(req, TIMESTAMP_HEADER), header(req, SIGNATURE_HEADER), body, Date.now() / 1000),
+    );
+    if (why !== null) {
+      this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${why}`);
+      return sendError(res, why.startsWith("the gateway") ? 503 : 401, why, "invalid_signature");
+    }
+    let env: RelayEnvelope;
+    try {
+      env = RelayEnvelope.parse(JSON.parse(body));
+    } catch (e) {
+      return sendError(res, 400, `a signed envelope that does not parse: ${describeError(e)}`, "bad_envelope");
+    }
+
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(), Math.max(0, answerBy(env.deadline_seconds, receivedAt) - Date.now()));
+    const gone = new AbortController();
+    // The Worker hangs up when its client does (or at its own deadline): stop waiting upstream.
+    res.on("close", () => gone.abort());
+    const s: CallSignals = { signal: AbortSignal.any([deadline.signal, gone.signal]), deadline: deadline.signal, deadlineSeconds: env.deadline_seconds };
+    try {
+      if (isAgentJetKey(env.trainer_api_key)) await this.agentJet(env, receivedAt, s, res);
+      else await forwardHttp(env, this.o, s, res);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async agentJet(env: RelayEnvelope, receivedAt: number, s: CallSignals, res: ServerResponse): Promise<void> {
+    if (env.endpoint === "/v1/models") {
+      return sendJson(res, 200, JSON.stringify({ object: "list", data: this.o.models.map((id) => ({ id, object: "model", created: 0, owned_by: "agentjet" })) }));
+    }
+    if (env.endpoint !== "/v1/chat/completions" || env.request === null) {
+      return sendError(res, 404, `AgentJet trainers serve only /v1/chat/completions, not ${env.endpoint}`, "unsupported_endpoint");
+    }
+    const key = decodeAgentJetKey(env.trainer_api_key);
+    if (!key.ok) return sendError(res, 502, `${key.why}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
+    if (key.key.episode_uuid !== env.episode_uuid) {
+      // Sending it on would file the call under another episode's context tracker.
+      return sendError(res, 502, `the trainer's key names episode ${key.key.episode_uuid}, but the call is for ${env.episode_uuid}`, "bad_trainer_key");
+    }
+    const answer = await askRunner(key.key.episode_address, runnerMessage(key.key, env.request), {
+      deadlineAt: answerBy(env.deadline_seconds, receivedAt),
+      receiveTimeoutMs: this.o.zmqReceiveTimeoutMs,
+      signal: s.signal,
+    });
+    if (answer.kind === "aborted") {
+      if (s.deadline.aborted) sendError(res, 504, `the episode's runner did not answer within ${env.deadline_seconds} s`, "upstream_timeout");
+      return;
+    }
+    if (answer.kind === "deadline") {
+      const detail = `${answer.attempts} attempt${answer.attempts === 1 ? "" : "s"}${answer.lastError ? `; last error: ${answer.lastError}` : ""}`;
+      return sendError(res, 504, `the episode's runner at ${key.key.episode_address} did not answer within ${env.deadline_seconds} s (${detail})`, "upstream_timeout");
+    }
+    if (!isCompletionText(answer.text)) {
+      return sendError(res, 502, `the episode's runner answered something that is not a ChatCompletion: ${answer.text.slice(0, 200)}`, "upstream_garbage");
+    }
+    sendJson(res, 200, answer.text);
+  }
+}
+
+function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+async function readBody(req: IncomingMessage): Promise<string | null> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    const b = c as Buffer;
+    size += b.length;
+    if (size > MAX_BODY_BYTES) return null;
+    chunks.push(b);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
