@@ -1,0 +1,147 @@
+/**
+ * The gateway on its own, over real sockets: envelopes signed with the shared code, a Node
+ * ZeroMQ REP model (AgentJet's runner side) and a Node OpenAI-compatible HTTP model.
+ */
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Gateway } from "../../src/gateway/server";
+import { fixedSecret } from "../../src/gateway/secret";
+import { silentLogger } from "../../src/log";
+import { agentJetKey, envelope, post } from "./envelope";
+import { startModelServer, type ModelServer } from "./model-server";
+import { startZmqModel, type ZmqModel } from "./zmq-model";
+
+const SECRET = "gateway-test-secret";
+let http: ModelServer;
+let zmq: ZmqModel;
+let gw: Gateway;
+let gwSession: Gateway;
+let url: string;
+let sessionUrl: string;
+
+beforeAll(async () => {
+  http = await startModelServer();
+  zmq = await startZmqModel(`ipc:///tmp/rx-gw-${randomUUID()}.sock`, { slowMs: 700 });
+  const common = { host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["policy-a", "policy-b"], zmqReceiveTimeoutMs: 300, logger: silentLogger };
+  gw = new Gateway({ ...common, upstream: null, sessionPath: false });
+  gwSession = new Gateway({ ...common, upstream: `${http.url}/v1`, sessionPath: true });
+  url = await gw.listen();
+  sessionUrl = await gwSession.listen();
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await gwSession?.close();
+  zmq?.close();
+  await http?.close();
+});
+
+const ajet = (request: Record<string, unknown>, over: Parameters<typeof envelope>[0] = {}) =>
+  envelope({ trainer_api_key: agentJetKey("ep-1", zmq.addr), request, ...over });
+const plain = (request: Record<string, unknown> | null, over: Parameters<typeof envelope>[0] = {}) =>
+  envelope({ trainer_api_key: "sk-trainer-plain", trainer_base_url: `${http.url}/v1`, request, ...over });
+const chat = (model: string, extra: Record<string, unknown> = {}) => ({ model, messages: [{ role: "user", content: "hello there" }], ...extra });
+
+describe("gateway: signatures", () => {
+  it("refuses unsigned, forged, tampered and stale envelopes with 401 and an OpenAI error", async () => {
+    const env = plain(chat("tiny"));
+    for (const r of [
+      await post(url, env, null),
+      await post(url, env, "not-the-secret"),
+      await post(url, env, SECRET, { tamper: true }),
+      await post(url, env, SECRET, { ts: Math.floor(Date.now() / 1000) - 3600 }),
+    ]) {
+      expect(r.status).toBe(401);
+      expect(JSON.parse(r.text)).toMatchObject({ error: { type: "authentication_error", code: "invalid_signature" } });
+    }
+    expect(http.seen).toHaveLength(0);
+    expect((await post(url, env, SECRET)).status).toBe(200);
+  });
+});
+
+describe("gateway: AgentJet over ZeroMQ", () => {
+  it("sends the interchange JSON to the key's episode address and answers the ChatCompletion", async () => {
+    const r = await post(url, ajet(chat("tiny", { stream: true, temperature: 0.3 })), SECRET);
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.text)).toMatchObject({ object: "chat.completion", choices: [{ message: { content: "echo: hello there" } }] });
+    const call = zmq.received.at(-1)!;
+    expect(call).toMatchObject({ agent_name: "agent", target_tag: "policy", episode_uuid: "ep-1", preserve_sampling_params: false });
+    expect(call["completion_request"]).toEqual({ model: "tiny", messages: [{ role: "user", content: "hello there" }], temperature: 0.3 });
+    expect(call["timeline_uuid"]).toMatch(/^[0-9a-f]{32}$/);
+  });
+
+  it("resends on a fresh socket after a receive timeout, within the deadline", async () => {
+    const before = zmq.received.length;
+    const r = await post(url, ajet(chat("slow-first")), SECRET);
+    expect(r.status).toBe(200);
+    // The runner is busy for 700 ms and answers the dropped socket first: 2 or 3 sends of 300 ms each.
+    expect(zmq.received.length - before).toBeGreaterThanOrEqual(2);
+    // Each call gets its own timeline; the resend is the same call.
+    expect(zmq.received.at(-1)!["completion_request"]).toEqual(zmq.received.at(-2)!["completion_request"]);
+  });
+
+  it("answers 504 at the deadline when no runner listens, 502 for garbage and for a key it cannot route", async () => {
+    const t0 = Date.now();
+    const gone = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", "ipc:///tmp/rx-nobody-here.sock"), deadline_seconds: 1.5 }), SECRET);
+    expect(gone.status).toBe(504);
+    expect(JSON.parse(gone.text)).toMatchObject({ error: { code: "upstream_timeout", type: "api_error" } });
+    expect(Date.now() - t0).toBeLessThan(1500);
+    const garbage = await post(url, ajet(chat("garbage")), SECRET);
+    expect(garbage.status).toBe(502);
+    expect(JSON.parse(garbage.text).error.code).toBe("upstream_garbage");
+    const bad = await post(url, envelope({ trainer_api_key: "sk-ajet-!!!" }), SECRET);
+    expect(bad.status).toBe(502);
+    expect(JSON.parse(bad.text).error.code).toBe("bad_trainer_key");
+    const other = await post(url, ajet(chat("tiny"), { episode_uuid: "ep-2" }), SECRET);
+    expect(JSON.parse(other.text).error.message).toContain("names episode ep-1");
+  });
+
+  it("lists the configured models, and refuses /v1/completions", async () => {
+    const m = await post(url, ajet(chat("tiny"), { endpoint: "/v1/models", request: null }), SECRET);
+    expect(JSON.parse(m.text).data.map((d: { id: string }) => d.id)).toEqual(["policy-a", "policy-b"]);
+    const c = await post(url, ajet({ model: "tiny", prompt: "x" }, { endpoint: "/v1/completions" }), SECRET);
+    expect(c.status).toBe(404);
+  });
+});
+
+describe("gateway: plain HTTP upstream", () => {
+  it("forwards with the trainer's key and the episode id, whole and streamed", async () => {
+    const r = await post(url, plain(chat("tiny")), SECRET);
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.text).choices[0].message.content).toBe("echo: hello there");
+    expect(http.seen.at(-1)).toMatchObject({ path: "/v1/chat/completions", authorization: "Bearer sk-trainer-plain", episode: "ep-1" });
+    const s = await post(url, plain(chat("tiny", { stream: true })), SECRET);
+    expect(s.type).toContain("text/event-stream");
+    const deltas = s.text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content ?? "");
+    expect(deltas.join("")).toBe("echo: hello there");
+    expect(s.text.trim().endsWith("data: [DONE]")).toBe(true);
+  });
+
+  it("uses the configured upstream and the session path form; forwards /v1/models", async () => {
+    expect((await post(sessionUrl, plain(chat("tiny"), { trainer_base_url: "http://127.0.0.1:1/v1" }), SECRET)).status).toBe(200);
+    expect(http.seen.at(-1)!.path).toBe("/v1/ep-1/chat/completions");
+    const m = await post(sessionUrl, plain(null, { endpoint: "/v1/models" }), SECRET);
+    expect(JSON.parse(m.text).data.map((d: { id: string }) => d.id)).toContain("tiny");
+    expect(http.seen.at(-1)!.path).toBe("/v1/models");
+  });
+
+  it("passes the upstream's own 404 through, and answers garbage 502, a hang 504, a crash mid-stream as an error event", async () => {
+    const unknown = await post(url, plain(chat("gpt-nope")), SECRET);
+    expect(unknown.status).toBe(404);
+    expect(JSON.parse(unknown.text).error.message).toContain("gpt-nope");
+    const garbage = await post(url, plain(chat("garbage")), SECRET);
+    expect(garbage.status).toBe(502);
+    expect(JSON.parse(garbage.text).error.code).toBe("upstream_garbage");
+    const t0 = Date.now();
+    const hang = await post(url, plain(chat("hang"), { deadline_seconds: 1.5 }), SECRET);
+    expect(hang.status).toBe(504);
+    expect(JSON.parse(hang.text).error).toMatchObject({ code: "upstream_timeout", message: expect.stringContaining("1.5 s") });
+    expect(Date.now() - t0).toBeLessThan(1500);
+    const crash = await post(url, plain(chat("crash", { stream: true })), SECRET);
+    expect(crash.text).toContain('"content":"echo:"');
+    expect(crash.text).toContain('"code":"upstream_stream_broken"');
+    const nowhere = await post(url, plain(chat("tiny"), { trainer_base_url: "http://127.0.0.1:1/v1" }), SECRET);
+    expect(nowhere.status).toBe(502);
+    expect(JSON.parse(nowhere.text).error.code).toBe("upstream_unreachable");
+  });
+});

@@ -1,0 +1,99 @@
+/**
+ * A tiny OpenAI-compatible model server for the gateway's tests and the relay benchmark:
+ * deterministic answers ("echo: <last user message>"), streaming, a fixed latency, and the
+ * faults an upstream can have, chosen by model name: "hang" (never answers), "crash" (breaks
+ * off mid-stream), "garbage" (HTML), any unknown name (404 model_not_found, as vLLM answers).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+
+export const SERVED_MODELS = ["tiny", "hang", "crash", "garbage"];
+
+export type SeenRequest = { method: string; path: string; authorization: string | undefined; episode: string | undefined; body: Record<string, unknown> | null };
+
+export type ModelServer = { url: string; seen: SeenRequest[]; close(): Promise<void> };
+
+type Message = { role?: unknown; content?: unknown };
+
+export function lastUserText(body: Record<string, unknown> | null): string {
+  const messages = Array.isArray(body?.["messages"]) ? (body["messages"] as Message[]) : [];
+  const last = [...messages].reverse().find((m) => m.role === "user");
+  return typeof last?.content === "string" ? last.content : "";
+}
+
+export function completion(model: string, content: string): Record<string, unknown> {
+  return {
+    id: "chatcmpl-test",
+    object: "chat.completion",
+    created: 1,
+    model,
+    choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: "stop" }],
+    usage: { prompt_tokens: 1, completion_tokens: content.split(" ").length, total_tokens: 1 + content.split(" ").length },
+  };
+}
+
+const chunk = (model: string, delta: Record<string, unknown>, finish: string | null = null): string =>
+  `data: ${JSON.stringify({ id: "chatcmpl-test", object: "chat.completion.chunk", created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+
+export async function startModelServer(opts: { latencyMs?: number; host?: string } = {}): Promise<ModelServer> {
+  const seen: SeenRequest[] = [];
+  const sockets = new Set<import("node:net").Socket>();
+  const server: Server = createServer((req, res) => void handle(req, res));
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString("utf8");
+    const body = text === "" ? null : (JSON.parse(text) as Record<string, unknown>);
+    const path = req.url ?? "";
+    const header = (n: string): string | undefined => req.headers[n] as string | undefined;
+    seen.push({ method: req.method ?? "", path, authorization: header("authorization"), episode: header("x-episode-uuid"), body });
+    if (req.method === "GET" && path.endsWith("/models")) {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: SERVED_MODELS.map((id) => ({ id, object: "model" })) }));
+      return;
+    }
+    const model = String(body?.["model"] ?? "");
+    if (opts.latencyMs) await new Promise((r) => setTimeout(r, opts.latencyMs));
+    if (model === "hang") return;
+    if (model === "garbage") {
+      res.writeHead(200, { "content-type": "text/html" }).end("<html>502 Bad Gateway</html>");
+      return;
+    }
+    if (!SERVED_MODELS.includes(model)) {
+      res.writeHead(404, { "content-type": "application/json" }).end(
+        JSON.stringify({ error: { message: `The model \`${model}\` does not exist.`, type: "NotFoundError", param: null, code: 404 } }),
+      );
+      return;
+    }
+    const content = `echo: ${lastUserText(body)}`;
+    if (body?.["stream"] !== true) {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(completion(model, content)));
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write(chunk(model, { role: "assistant", content: "" }));
+    if (model === "crash") {
+      res.write(chunk(model, { content: "echo:" }));
+      setTimeout(() => res.socket?.destroy(), 20);
+      return;
+    }
+    for (const word of content.split(/(?= )/)) res.write(chunk(model, { content: word }));
+    res.write(chunk(model, {}, "stop"));
+    res.end("data: [DONE]\n\n");
+  }
+
+  await new Promise<void>((r) => server.listen(0, opts.host ?? "127.0.0.1", r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    seen,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
