@@ -116,6 +116,8 @@ describe("the agent process", () => {
     await t.engine.operator.syncTrainConfig("x: 1\n");
     await t.engine.operator.startEngine();
     const pid = Number((await a.waitForLine(/trainer started \(pid (\d+)\)/, "the trainer to start"))[1]);
+    // The trainer is up (its trap set) once it has printed its first line.
+    await waitUntil(async () => readFileSync(join(t.dir, "logs", "trainer.log"), "utf8").includes("trainer up:"), "the trainer to print that it is up");
     a.kill("SIGTERM");
     expect(await a.waitForExit()).toEqual({ code: 0, signal: null });
     expect(processAlive(pid)).toBe(false);
