@@ -40,15 +40,16 @@ const PENDING = [100, 10_000] as const;
 const t0 = performance.now();
 const log = (line: string) => process.stderr.write(`[bench:buffer ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`);
 
-type PullResult = { pending_groups: number; ready_pull_ms: Latency; empty_pull_ms: Latency; server_cpu_ms_per_pull: number | null; other_cpu_pct: number };
+type PullResult = { pending_groups: number; ready_pull_ms: Latency; empty_pull_ms: Latency; server_cpu_ms_per_sample: number | null; other_cpu_pct: number };
 export type BufferBenchReport = {
   started_at: string;
   machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
   settings: { posters: number; batches: number; samples_per_engine: number; rounds: number; group_size: number };
   ingest: IngestResult;
+  /** server_cpu_ms_per_sample: the engine's CPU for one sample (posting one group, then two pulls). */
   pulls: PullResult[];
   /** 10,000 pending over 100 pending; at most 2 (the log factor) passes. */
-  ratios: { ready_p50: number; ready_p99: number; empty_p50: number; cpu_per_pull: number | null };
+  ratios: { ready_p50: number; ready_p99: number; empty_p50: number; cpu_per_sample: number | null };
 };
 
 async function main(): Promise<void> {
@@ -120,7 +121,7 @@ async function main(): Promise<void> {
       pending_groups: e.pending,
       ready_pull_ms: summarize(e.ready),
       empty_pull_ms: summarize(e.empty),
-      server_cpu_ms_per_pull: pids.length > 0 ? round(e.cpuMs / e.ready.length) : null,
+      server_cpu_ms_per_sample: pids.length > 0 ? round(e.cpuMs / e.ready.length) : null,
       other_cpu_pct: round(Math.max(...e.other), 1),
     }));
     const [small, big] = pulls as [PullResult, PullResult];
@@ -133,10 +134,10 @@ async function main(): Promise<void> {
         ready_p50: ratio(small.ready_pull_ms.p50, big.ready_pull_ms.p50),
         ready_p99: ratio(small.ready_pull_ms.p99, big.ready_pull_ms.p99),
         empty_p50: ratio(small.empty_pull_ms.p50, big.empty_pull_ms.p50),
-        cpu_per_pull: small.server_cpu_ms_per_pull && big.server_cpu_ms_per_pull ? ratio(small.server_cpu_ms_per_pull, big.server_cpu_ms_per_pull) : null,
+        cpu_per_sample: small.server_cpu_ms_per_sample && big.server_cpu_ms_per_sample ? ratio(small.server_cpu_ms_per_sample, big.server_cpu_ms_per_sample) : null,
       },
     };
-    for (const p of pulls) log(`pending ${p.pending_groups}: ready pull p50 ${p.ready_pull_ms.p50} ms p99 ${p.ready_pull_ms.p99} ms; empty pull p50 ${p.empty_pull_ms.p50} ms; engine CPU ${p.server_cpu_ms_per_pull} ms per post+2 pulls`);
+    for (const p of pulls) log(`pending ${p.pending_groups}: ready pull p50 ${p.ready_pull_ms.p50} ms p99 ${p.ready_pull_ms.p99} ms; empty pull p50 ${p.empty_pull_ms.p50} ms; engine CPU ${p.server_cpu_ms_per_sample} ms per post+2 pulls`);
     log(`10,000 over 100 pending: ${JSON.stringify(full.ratios)} (a log factor would be 2)`);
 
     const dir = fileURLToPath(new URL(".", import.meta.url));
