@@ -1,0 +1,219 @@
+/**
+ * npm run bench:relay [-- --quick] [-- --calls N] [-- --latency MS] [-- --out FILE]
+ *
+ * The LLM relay's overhead per call: 64 clients, each with its own claim and per-claim key,
+ * call a local OpenAI-compatible model server with a fixed latency, streaming, (a) directly
+ * and (b) through the exchange: the Worker on Miniflare checks the key, admits the call in the
+ * engine's Durable Object and relays it signed to the agent's gateway (the agent's CLI, its
+ * own process), which forwards it to the same model server. Rounds alternate direct and
+ * relayed so both see the same machine. A call's time runs from the request to the end of
+ * the stream; time to the first content byte is kept too. The same for non-streamed calls.
+ * Prints one JSON document (and writes it to --out).
+ */
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { startLocalExchange } from "../../scripts/local/exchange";
+import { AdminClient, EngineClient } from "../../src/client";
+import { summarize, type Latency } from "../stats";
+import { signEnvelope } from "../../src/auth/gateway-signature";
+import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
+import { AgentProcess } from "../../local-agent/test/support/agent-process";
+import { startModelServer } from "../../local-agent/test/gateway/model-server";
+
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const quick = process.argv.includes("--quick");
+const CLIENTS = Number(arg("--clients") ?? 64);
+const CALLS = Number(arg("--calls") ?? (quick ? 3 : 10)); // per client and round
+const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
+/** A model call of about a second: the offered load (64/s) stays below what the relay can carry here, so the figures are overhead, not queueing. */
+const LATENCY_MS = Number(arg("--latency") ?? 1000);
+const SINGLE_CALLS = quick ? 10 : 40;
+const ADMIN = "bench-relay-admin";
+let gatewayBase = "";
+const log = (m: string): void => void process.stderr.write(`[bench:relay] ${m}\n`);
+
+/** An OpenAI-compatible endpoint, or the agent's gateway itself (signed envelopes, no Worker). */
+type Target = { url: string; key: string; gateway?: { secret: string; episode: string } };
+type Sample = { total: number; first: number };
+
+/** One call, timed to the first content and to the end of the answer. */
+async function call(t: Target, stream: boolean, i: number): Promise<Sample> {
+  const t0 = performance.now();
+  const request = { model: "tiny", stream, messages: [{ role: "user", content: `call ${i}: say something short` }] };
+  let res: Response;
+  if (t.gateway) {
+    // What the Worker sends: the signing is part of the measured time, as it is in the Worker.
+    const env: RelayEnvelope = { endpoint: "/v1/chat/completions", engine: "bench-relay", episode_uuid: t.gateway.episode, fence: 1, trainer_api_key: t.key, trainer_base_url: t.url, deadline_seconds: 600, request };
+    const body = JSON.stringify(env);
+    const ts = Math.floor(Date.now() / 1000);
+    const sig = await signEnvelope(t.gateway.secret, ts, body);
+    res = await fetch(gatewayBase + GATEWAY_RELAY_PATH, { method: "POST", headers: { "content-type": "application/json", [TIMESTAMP_HEADER]: String(ts), [SIGNATURE_HEADER]: sig }, body });
+  } else {
+    res = await fetch(`${t.url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${t.key}`, "content-type": "application/json" }, body: JSON.stringify(request) });
+  }
+  if (res.status !== 200 || res.body === null) throw new Error(`${t.url}: ${res.status} ${await res.text()}`);
+  let first = 0;
+  let text = "";
+  const dec = new TextDecoder();
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (first === 0) first = performance.now() - t0;
+    text += dec.decode(value, { stream: true });
+  }
+  const total = performance.now() - t0;
+  if (!text.includes(" short") || (stream && !text.includes("[DONE]"))) throw new Error(`unexpected answer: ${text.slice(0, 200)}`);
+  return { total, first };
+}
+
+/** Every client makes `calls` calls one after another; all clients at once. */
+async function round(targets: Target[], stream: boolean, calls: number): Promise<Sample[]> {
+  const out: Sample[] = [];
+  await Promise.all(
+    targets.map(async (t, k) => {
+      // Spread the clients' starts over one model latency: rollouts are not in lockstep, and 64
+      // calls arriving in the same millisecond would measure a burst's queue, not the relay.
+      await new Promise((r) => setTimeout(r, (k * LATENCY_MS) / targets.length));
+      for (let i = 0; i < calls; i++) out.push(await call(t, stream, i));
+    }),
+  );
+  return out;
+}
+
+const diff = (a: Latency, b: Latency) => ({ p50: Math.round((a.p50 - b.p50) * 100) / 100, p99: Math.round((a.p99 - b.p99) * 100) / 100, mean: Math.round((a.mean - b.mean) * 100) / 100 });
+
+async function main(): Promise<void> {
+  // Miniflare keeps unpersisted state under os.tmpdir() and fsyncs every commit; on tmpfs that
+  // is memory, as in production Durable Objects (see the engine benchmark).
+  if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
+  const dir = mkdtempSync(join(tmpdir(), "bench-relay-"));
+  const model = await startModelServer({ latencyMs: LATENCY_MS });
+  const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-claim-secret" });
+  let agent: AgentProcess | null = null;
+  try {
+    const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay");
+    const base = `${ex.url}/e/${created.engine}`;
+    const trainer = new EngineClient({ baseUrl: base, token: created.tokens["trainer"] as string });
+    const client = new EngineClient({ baseUrl: base, token: created.tokens["client"] as string });
+    agent = new AgentProcess({
+      ROLLOUT_SERVER: ex.url,
+      ROLLOUT_ENGINE: created.engine,
+      ROLLOUT_TRAINER_TOKEN: created.tokens["trainer"] as string,
+      ROLLOUT_FACADE_PORT: "0",
+      ROLLOUT_GATEWAY_PORT: "0",
+      ROLLOUT_STATE_DIR: join(dir, "state"),
+      ROLLOUT_LOG_DIR: join(dir, "logs"),
+      ROLLOUT_HEARTBEAT_SECONDS: "1",
+    });
+    const gw = (await agent.waitForLine(/inference gateway on (http:\/\/\S+)/, "the agent to start", 60_000))[1]!.replace(/[,;]$/, "");
+    gatewayBase = gw;
+    const secret = (await trainer.gatewaySecret()).secret;
+    for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
+      if (i > 300) throw new Error("the agent's heartbeat never reported its gateway");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const relayed: Target[] = [];
+    const direct: Target[] = [];
+    const gatewayOnly: Target[] = [];
+    for (let i = 0; i < CLIENTS; i++) {
+      await trainer.registerEpisode({ episode_uuid: `ep-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
+      const c = await client.claimEpisode({ client_uuid: `c-${i}`, discard_episode_timeout: 3600 });
+      if (!c.success) throw new Error(`claim ${i}: ${c.fail_cause}`);
+      relayed.push({ url: c.openai_base_url, key: c.openai_api_key });
+      direct.push({ url: `${model.url}/v1`, key: "sk-bench-trainer" });
+      gatewayOnly.push({ url: `${model.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: `ep-${i}` } });
+    }
+    log(`${CLIENTS} claims; model latency ${LATENCY_MS} ms; ${ROUNDS} rounds of ${CALLS} calls per client and target`);
+
+    const results: Record<string, unknown> = {};
+    for (const stream of [true, false]) {
+      await round(direct, stream, 3); // warm-up: connections, JIT, the Durable Object
+      await round(relayed, stream, 3);
+      await round(gatewayOnly, stream, 3);
+      const d: Sample[] = [];
+      const r: Sample[] = [];
+      const g: Sample[] = [];
+      for (let k = 0; k < ROUNDS; k++) {
+        const t0 = performance.now();
+        d.push(...(await round(direct, stream, CALLS)));
+        const t1 = performance.now();
+        r.push(...(await round(relayed, stream, CALLS)));
+        const t2 = performance.now();
+        g.push(...(await round(gatewayOnly, stream, CALLS)));
+        log(`${stream ? "stream" : "whole "} round ${k + 1}: direct ${(t1 - t0).toFixed(0)} ms, relayed ${(t2 - t1).toFixed(0)} ms, gateway only ${(performance.now() - t2).toFixed(0)} ms`);
+      }
+      const [dt, rt, gt] = [d, r, g].map((x) => summarize(x.map((s) => s.total))) as [Latency, Latency, Latency];
+      const [df, rf] = [d, r].map((x) => summarize(x.map((s) => s.first))) as [Latency, Latency];
+      results[stream ? "stream" : "whole"] = {
+        direct: dt,
+        relayed: rt,
+        gateway_only: gt,
+        overhead: diff(rt, dt),
+        overhead_of_gateway: diff(gt, dt),
+        first_byte: { direct: df, relayed: rf, overhead: diff(rf, df) },
+      };
+      log(`${stream ? "stream" : "whole "}: direct p50 ${dt.p50} p99 ${dt.p99}; relayed p50 ${rt.p50} p99 ${rt.p99}; gateway only p50 ${gt.p50} p99 ${gt.p99} (ms)`);
+    }
+    // One call at a time, to split the per-call overhead without queueing: the gateway's share
+    // (gateway only vs direct), the Worker's (relayed vs gateway only), and of that the
+    // admission alone: a key whose claim is over is refused by the engine after the key check
+    // and the Durable Object's read, before anything is relayed.
+    // A model of 20 ms here, so a few hundred calls take seconds.
+    const fast = await startModelServer({ latencyMs: 20 });
+    await trainer.registerEpisode({ episode_uuid: "ep-single", openai_base_url: `${fast.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
+    const sc = await client.claimEpisode({ client_uuid: "c-single", discard_episode_timeout: 3600 });
+    const singleTargets: Record<string, Target> = {
+      direct: { url: `${fast.url}/v1`, key: "sk-bench-trainer" },
+      relayed: { url: sc.openai_base_url, key: sc.openai_api_key },
+      gateway_only: { url: `${fast.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: "ep-single" } },
+    };
+    await trainer.registerEpisode({ episode_uuid: "ep-dead", openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
+    const dead = await client.claimEpisode({ client_uuid: "c-dead", discard_episode_timeout: 3600 });
+    await client.abortEpisode({ client_uuid: "c-dead", episode_uuid: dead.episode_uuid });
+    const samples = new Map<string, number[]>();
+    const one = async (name: string, fn: () => Promise<unknown>): Promise<void> => {
+      const xs = samples.get(name) ?? [];
+      samples.set(name, xs);
+      for (let i = 0; i < SINGLE_CALLS + 5; i++) {
+        const t0 = performance.now();
+        await fn();
+        if (i >= 5) xs.push(performance.now() - t0);
+      }
+    };
+    for (let k = 0; k < 2; k++) {
+      for (const [name, t] of Object.entries(singleTargets)) await one(name, () => call(t, true, 0));
+      await one("admission_refused", async () => {
+        const res = await fetch(`${dead.openai_base_url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${dead.openai_api_key}` }, body: '{"model":"tiny"}' });
+        if (res.status !== 401) throw new Error(`expected 401, got ${res.status}`);
+        await res.text();
+      });
+    }
+    const single = Object.fromEntries([...samples].map(([k, xs]) => [k, summarize(xs)]));
+    log(`one at a time (p50 ms): ${Object.entries(single).map(([k, v]) => `${k} ${v.p50}`).join(", ")}`);
+    results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single };
+    await fast.close();
+    const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
+    const doc = { clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, node: process.version, results, llm_calls_counted: counted };
+    const json = JSON.stringify(doc, null, 2);
+    process.stdout.write(json + "\n");
+    const out = arg("--out");
+    if (out) writeFileSync(out, json + "\n");
+  } finally {
+    agent?.kill("SIGTERM");
+    await agent?.waitForExit().catch(() => agent?.kill());
+    await ex.stop();
+    await model.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench:relay failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});
