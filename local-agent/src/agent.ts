@@ -24,6 +24,7 @@ import { TrainerSupervisor } from "./trainer";
 import { RunsClient } from "../../src/client";
 import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-commands";
 import { RolloutCommands } from "./rollout/rollout-commands";
+import { clearSessionsBase } from "./rollout/clear-sessions";
 import { RolloutWorkers } from "./rollout/workers";
 
 export type RunningAgent = {
@@ -142,7 +143,7 @@ export async function startAgent(
       logger,
       clock,
     }),
-    inferenceAdminUrl: config.inferenceAdminUrl ?? null,
+    inferenceAdminUrl: clearSessionsBase(config.inferenceAdminUrl, config.inferenceUpstream),
     logger,
     stop,
   });

@@ -111,7 +111,8 @@ export const OPTIONS = {
     arg: "URL",
     describe:
       "Base URL of the inference upstream (e.g. the slime LLM proxy, without /v1) that clear_sessions commands are sent to, " +
-      "as POST <url>/admin/clear_sessions, when the engine drops a group. Unset: such commands are acked as failed.",
+      "as POST <url>/admin/clear_sessions, when the engine drops a group. Default: inferenceUpstream without its /v1; " +
+      "with neither set, such commands are acked as failed.",
   },
   facadeHost: {
     flag: "--facade-host",

@@ -19,7 +19,7 @@ export async function clearSessions(
 ): Promise<Outcome | null> {
   const what = `${body.session_ids.length} session${body.session_ids.length === 1 ? "" : "s"} of ${body.group_ids.length} group${body.group_ids.length === 1 ? "" : "s"} (${body.reason})`;
   if (body.session_ids.length === 0) return { ok: true, detail: `nothing to clear: no sessions for ${what}` };
-  if (upstream === null) return { ok: false, detail: `cannot clear ${what}: this agent has no inference upstream configured (set inferenceAdminUrl)` };
+  if (upstream === null) return { ok: false, detail: `cannot clear ${what}: this agent has no inference upstream configured (set inferenceAdminUrl or inferenceUpstream)` };
   const url = `${upstream}/admin/clear_sessions`;
   const deadline = AbortSignal.timeout(opts.timeoutMs);
   try {
@@ -38,4 +38,15 @@ export async function clearSessions(
     const why = deadline.aborted ? `no answer within ${opts.timeoutMs / 1000} s` : describeError(e);
     return { ok: false, detail: `could not clear ${what} at ${url}: ${why}` };
   }
+}
+
+/**
+ * Where clear_sessions go: inferenceAdminUrl when set, else the inference upstream the
+ * gateway forwards to, without its /v1 (the seed's LLM proxy serves /v1/... and /admin/...
+ * from one origin).
+ */
+export function clearSessionsBase(inferenceAdminUrl: string | null | undefined, inferenceUpstream: string | null): string | null {
+  if (inferenceAdminUrl) return inferenceAdminUrl;
+  if (inferenceUpstream === null) return null;
+  return inferenceUpstream.replace(/\/v1\/?$/, "");
 }

@@ -5,7 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { clearSessions, type ClearSessionsBody } from "../../src/rollout/clear-sessions";
+import { clearSessions, clearSessionsBase, type ClearSessionsBody } from "../../src/rollout/clear-sessions";
 import { freePort } from "../runs/support";
 
 type Seen = { method: string; url: string; body: unknown };
@@ -61,12 +61,19 @@ describe("clearSessions", () => {
 
   it("has nothing to do without sessions, fails clearly without an upstream, and is not acked when the agent stops", async () => {
     expect(await clearSessions(null, { ...body, session_ids: [] }, opts)).toMatchObject({ ok: true });
-    expect(await clearSessions(null, body, opts)).toMatchObject({ ok: false, detail: expect.stringContaining("set inferenceAdminUrl") });
+    expect(await clearSessions(null, body, opts)).toMatchObject({ ok: false, detail: expect.stringContaining("set inferenceAdminUrl or inferenceUpstream") });
     const silent = await upstream(() => {});
     const stopper = new AbortController();
     const pending = clearSessions(silent.url, body, { timeoutMs: 5000, stop: stopper.signal });
     await new Promise((r) => setTimeout(r, 100));
     stopper.abort();
     expect(await pending).toBeNull();
+  });
+
+  it("goes to inferenceAdminUrl, or else to the gateway's inference upstream without /v1", () => {
+    expect(clearSessionsBase("http://admin:1", "http://proxy:2/v1")).toBe("http://admin:1");
+    expect(clearSessionsBase(null, "http://proxy:2/v1")).toBe("http://proxy:2");
+    expect(clearSessionsBase(undefined, "http://proxy:2")).toBe("http://proxy:2");
+    expect(clearSessionsBase(null, null)).toBeNull();
   });
 });
