@@ -54,7 +54,10 @@ export async function forwardHttp(env: RelayEnvelope, o: UpstreamOptions, s: Cal
     res.flushHeaders();
     try {
       for await (const chunk of up.body) {
-        if (!res.write(chunk)) await new Promise((r) => res.once("drain", r));
+        // A slow reader holds the upstream back; a reader that hung up ends the copy (and,
+        // through s.signal, the upstream request).
+        if (!res.write(chunk)) await drainedOrClosed(res);
+        if (res.destroyed) return;
       }
       res.end();
     } catch (e) {
@@ -84,6 +87,18 @@ export async function forwardHttp(env: RelayEnvelope, o: UpstreamOptions, s: Cal
     return;
   }
   sendJson(res, 200, text);
+}
+
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
 }
 
 function isJsonObject(text: string): boolean {
