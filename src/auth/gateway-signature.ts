@@ -9,9 +9,17 @@ import { SIGNATURE_MAX_SKEW_SECONDS } from "../protocol/relay";
 const enc = new TextEncoder();
 const hex = (buf: ArrayBuffer): string => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
 
+/** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
+const imported = new Map<string, Promise<CryptoKey>>();
+
 async function hmacHex(key: string, text: string): Promise<string> {
-  const k = await crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  return hex(await crypto.subtle.sign("HMAC", k, enc.encode(text)));
+  let k = imported.get(key);
+  if (k === undefined) {
+    if (imported.size > 1000) imported.clear();
+    k = crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    imported.set(key, k);
+  }
+  return hex(await crypto.subtle.sign("HMAC", await k, enc.encode(text)));
 }
 
 export function gatewaySecret(claimKeySecret: string, engine: string): Promise<string> {

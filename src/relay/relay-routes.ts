@@ -20,6 +20,20 @@ import { relayStream } from "./sse";
 const DEFAULT_DEADLINE_SECONDS = 600;
 const DEFAULT_KEEP_ALIVE_MS = 10_000;
 
+/** Derived secrets by engine: the derivation is an HMAC per call otherwise. */
+const derived = new Map<string, Promise<string>>();
+
+function engineGatewaySecret(claimKeySecret: string, engine: string): Promise<string> {
+  const k = `${engine}\n${claimKeySecret}`;
+  let s = derived.get(k);
+  if (s === undefined) {
+    if (derived.size > 1000) derived.clear();
+    s = gatewaySecret(claimKeySecret, engine);
+    derived.set(k, s);
+  }
+  return s;
+}
+
 function numberVar(v: string | undefined, fallback: number): number {
   const n = Number(v);
   return v !== undefined && Number.isFinite(n) && n > 0 ? n : fallback;
@@ -73,7 +87,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
   };
   const body = JSON.stringify(envelope);
   const ts = Math.floor(Date.now() / 1000);
-  const signature = await signEnvelope(await gatewaySecret(c.env.CLAIM_KEY_SECRET, key.engine), ts, body);
+  const signature = await signEnvelope(await engineGatewaySecret(c.env.CLAIM_KEY_SECRET, key.engine), ts, body);
   const upstream = fetch(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
     method: "POST",
     headers: { "content-type": "application/json", [SIGNATURE_HEADER]: signature, [TIMESTAMP_HEADER]: String(ts) },
