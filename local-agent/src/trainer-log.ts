@@ -6,8 +6,9 @@
  * new end of the file; lines written between the copy and the truncate can be lost, which is
  * acceptable for a log and is why rotation is checked only every few seconds.
  */
-import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, readSync, renameSync, statSync, unlinkSync, fstatSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
+import { tailFile } from "./runs/process-group";
 
 export const TRAINER_LOG = "trainer.log";
 
@@ -53,24 +54,6 @@ export class TrainerLog {
 
   /** The last `maxLines` lines of output (at most `maxBytes` bytes), for the engine's status detail. */
   tail(maxLines = 40, maxBytes = 8192): string {
-    let fd: number;
-    try {
-      fd = openSync(this.path, "r");
-    } catch {
-      return "";
-    }
-    try {
-      const size = fstatSync(fd).size;
-      const start = Math.max(0, size - maxBytes);
-      const buf = Buffer.alloc(size - start);
-      readSync(fd, buf, 0, buf.length, start);
-      let text = buf.toString("utf8");
-      // A cut at a byte offset may split a line (or a UTF-8 sequence): drop the partial first line.
-      if (start > 0) text = text.slice(text.indexOf("\n") + 1);
-      const lines = text.replace(/\n+$/, "").split("\n");
-      return lines.slice(-maxLines).join("\n");
-    } finally {
-      closeSync(fd);
-    }
+    return tailFile(this.path, maxLines, maxBytes);
   }
 }

@@ -10,7 +10,7 @@ const enc = new TextEncoder();
 const hex = (buf: ArrayBuffer): string => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
 
 /** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
-const imported = new Map<string, Promise<CryptoKey>>();
+const imported = new Map<string, ReturnType<typeof crypto.subtle.importKey>>();
 
 async function hmacHex(key: string, text: string): Promise<string> {
   let k = imported.get(key);
