@@ -20,7 +20,14 @@ export async function requestJson<S extends z.ZodType>(
   fetchFn: FetchLike,
   url: string,
   schema: S,
-  init: { method: "GET" | "POST" | "DELETE"; body?: unknown; token?: string | undefined; signal?: AbortSignal | undefined },
+  init: {
+    method: "GET" | "POST" | "DELETE";
+    body?: unknown;
+    token?: string | undefined;
+    signal?: AbortSignal | undefined;
+    /** Builds the error for a non-2xx JSON answer, for callers that keep more than code and detail; null falls back to the default. */
+    refusal?: (status: number, json: unknown) => ExchangeError | null;
+  },
 ): Promise<z.output<S>> {
   const headers: Record<string, string> = {};
   if (init.body !== undefined) headers["content-type"] = "application/json";
@@ -39,6 +46,8 @@ export async function requestJson<S extends z.ZodType>(
     throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
   }
   if (!res.ok) {
+    const custom = init.refusal?.(res.status, json);
+    if (custom) throw custom;
     const err = ErrorResponse.safeParse(json);
     throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail) : new ExchangeError(res.status, "http_error", text.slice(0, 500));
   }

@@ -31,7 +31,7 @@ import {
   StopRunRequest,
   type JsonValue,
 } from "../protocol/runs";
-import { ExchangeError, type FetchLike } from "./http";
+import { ExchangeError, requestJson, type FetchLike } from "./http";
 
 export class RunsRefusal extends ExchangeError {
   constructor(
@@ -67,25 +67,20 @@ export class RunsClient {
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
   }
 
-  private async call<S extends z.ZodType>(method: "GET" | "POST", path: string, schema: S, body?: unknown, signal?: AbortSignal): Promise<z.output<S>> {
-    const headers: Record<string, string> = {};
-    if (body !== undefined) headers["content-type"] = "application/json";
-    if (this.opts.token !== undefined) headers["authorization"] = `Bearer ${this.opts.token}`;
-    const res = await this.fetchFn(this.base + path, { method, headers, body: body === undefined ? null : JSON.stringify(body), ...(signal ? { signal } : {}) });
-    const text = await res.text();
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw new ExchangeError(res.status, "bad_response", `expected JSON from ${path}, got: ${text.slice(0, 200)}`);
-    }
-    if (!res.ok) {
-      const r = Refusal.safeParse(json);
-      if (!r.success) throw new ExchangeError(res.status, "http_error", text.slice(0, 500));
-      const { error, detail, ...hints } = r.data;
-      throw new RunsRefusal(res.status, error, detail, hints);
-    }
-    return schema.parse(json);
+  private call<S extends z.ZodType>(method: "GET" | "POST", path: string, schema: S, body?: unknown, signal?: AbortSignal): Promise<z.output<S>> {
+    return requestJson(this.fetchFn, this.base + path, schema, {
+      method,
+      body,
+      token: this.opts.token,
+      signal,
+      // A refusal keeps the hints the exchange sends with it (the locked value, the known fields).
+      refusal: (status, json) => {
+        const r = Refusal.safeParse(json);
+        if (!r.success) return null;
+        const { error, detail, ...hints } = r.data;
+        return new RunsRefusal(status, error, detail, hints);
+      },
+    });
   }
 
   // Environments and configuration

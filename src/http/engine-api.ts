@@ -99,6 +99,18 @@ function get(path: string, op: EngineOp, summary: string, response: z.ZodType, c
   return { method: "get", path, op, summary, input: { from: "none" }, response, call: (stub, caller) => call(stub, caller) };
 }
 
+/** A GET whose input is its query string, validated by `schema`. */
+function getQuery<S extends z.ZodType>(
+  path: string,
+  op: EngineOp,
+  summary: string,
+  schema: S,
+  response: z.ZodType,
+  call: (stub: Stub, caller: Caller, input: z.output<S>) => Promise<Reply<unknown>>,
+): RouteSpec {
+  return { method: "get", path, op, summary, input: { from: "query", schema }, response, call: (stub, caller, input) => call(stub, caller, input as z.output<S>) };
+}
+
 export const ENGINE_API: RouteSpec[] = [
   // Engine status and configuration
   get("/get_engine_status", "get_engine_status", "The engine's status, its detail and the global step.", EngineStatusResponse, (s, who) =>
@@ -155,15 +167,14 @@ export const ENGINE_API: RouteSpec[] = [
   ),
   get("/overview", "get_overview", "Counts of episodes, deliveries and commands, and the agent's presence.", EngineOverview, (s, who) => s.overview(who)),
 
-  {
-    method: "get",
-    path: "/running_episodes",
-    op: "get_overview",
-    summary: "Claimed episodes a page at a time, soonest to expire first (O(log n + limit) per page).",
-    input: { from: "query", schema: RunningEpisodesQuery },
-    response: RunningEpisodesResponse,
-    call: (s, who, q) => s.runningEpisodes(who, q as z.output<typeof RunningEpisodesQuery>),
-  },
+  getQuery(
+    "/running_episodes",
+    "get_overview",
+    "Claimed episodes a page at a time, soonest to expire first (O(log n + limit) per page).",
+    RunningEpisodesQuery,
+    RunningEpisodesResponse,
+    (s, who, q) => s.runningEpisodes(who, q),
+  ),
 
   get("/completed_tasks", "get_overview", "Train episodes ended in the current global step, per task: episodes, distinct clients, mean reward.", CompletedTasksResponse, (s, who) =>
     s.completedTasks(who),
@@ -191,15 +202,14 @@ export const ENGINE_API: RouteSpec[] = [
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),
 
   // The local-agent's channel
-  {
-    method: "get",
-    path: "/agent/commands",
-    op: "agent_poll",
-    summary: "Long-poll for due commands (wait up to 25 s); each is leased until acked or its deadline passes.",
-    input: { from: "query", schema: PollCommandsQuery },
-    response: PollCommandsResponse,
-    call: (s, who, q) => s.agentPoll(who, q as z.output<typeof PollCommandsQuery>),
-  },
+  getQuery(
+    "/agent/commands",
+    "agent_poll",
+    "Long-poll for due commands (wait up to 25 s); each is leased until acked or its deadline passes.",
+    PollCommandsQuery,
+    PollCommandsResponse,
+    (s, who, q) => s.agentPoll(who, q),
+  ),
   post("/agent/ack", "agent_ack", "Acknowledge a command by its sequence number, with its outcome.", AckCommandRequest, AckCommandResponse, (s, who, b) => s.agentAck(who, b)),
   post("/agent/heartbeat", "agent_heartbeat", "The agent is alive: its host and its trainer's state.", AgentHeartbeatRequest, HeartbeatResponse, (s, who, b) =>
     s.agentHeartbeat(who, b),
