@@ -1,23 +1,29 @@
 /**
  * What the dashboard shows when it cannot show an engine's data, in a real Chromium: no token,
  * a refused token, an unknown engine (each a clear message and a sign-in form, never a blank
- * page), an engine with no data (empty states), and the sign-in form and admin token at work.
+ * page), an engine with no data (empty states), a panel whose own read fails (only that panel
+ * says so), and the sign-in form and admin token at work.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import { ADMIN_TOKEN, createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
-import { attr } from "./support/page-data";
+import { attr, bufferOnPage, groupsOf, refreshesLater } from "./support/page-data";
+import { postRows, sessionRows } from "./support/scripted-buffer";
 
 let ex: TestExchange;
 let fresh: TestEngine;
 let other: TestEngine;
+let slime: TestEngine;
 
 beforeAll(async () => {
   ex = await startExchange();
   fresh = await createEngine(ex, "fresh");
   other = await createEngine(ex, "other");
   await other.as("trainer").updateEngineStatus({ engine_status: "ENGINE.BOOTING" });
+  // A slime-style trainer pulls groups and never reports an engine status.
+  slime = await createEngine(ex, "slime");
+  await postRows(slime, [...sessionRows("g-0", 0, true), ...sessionRows("g-1", 0, false)]);
 });
 
 afterAll(async () => {
@@ -88,7 +94,62 @@ describe("dashboard without usable data", () => {
       expect(await page.textContent("#episodes-empty")).toContain("No episode is running");
       expect(await page.isVisible("#tasks-empty")).toBe(true);
       expect(await page.locator("#reward-chart").count()).toBe(0);
+      expect(await page.textContent("#buffer-empty")).toContain("Rollout buffer not in use");
+      // Unused, the buffer still shows the settings a first group would meet.
+      expect((await bufferOnPage(page)).config).toEqual((await fresh.as("viewer").health()).buffer.config);
+      expect(await page.locator("#buffer-groups").count()).toBe(0);
+      expect(await page.textContent("#runs-empty")).toContain("No training runs");
+      expect(await page.locator("#run-current").count()).toBe(0);
       expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it("does not call an offline engine quiet while its rollout buffer is in use", async () => {
+    const { page, browser, errors } = await openDashboard(`engine=slime&token=${slime.tokens.viewer}`);
+    try {
+      await page.waitForSelector("#buffer-groups");
+      expect(await attr(page, "#engine-status", "data-status")).toBe("ENGINE.OFFLINE");
+      expect(await page.isHidden("#quiet-hint")).toBe(true);
+      const { buffer } = await slime.as("viewer").health();
+      expect((await bufferOnPage(page)).groups).toEqual(groupsOf(buffer));
+      expect(buffer).toMatchObject({ pending_groups: 1, ready_groups: 1, pending_steps: 2 });
+      expect(await page.isVisible("#runs-empty")).toBe(true);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it("confines a panel's failed read to that panel, and recovers on a later refresh", async () => {
+    const { page, browser, errors } = await openDashboard(`engine=fresh&token=${fresh.tokens.viewer}`);
+    try {
+      await page.waitForSelector("#runs-empty");
+      // As if the token lost the right to read runs, and the buffer's read hit a server error.
+      await page.route(/\/e\/fresh\/runs(\?|\/|$)/, (r) =>
+        r.fulfill({ status: 403, contentType: "application/json", body: JSON.stringify({ error: "forbidden", detail: "A viewer token may not call list_runs." }) }),
+      );
+      await page.route(/\/e\/fresh\/health$/, (r) => r.fulfill({ status: 500, contentType: "application/json", body: JSON.stringify({ error: "internal", detail: "boom" }) }));
+      await page.waitForSelector("#runs-forbidden");
+      expect(await page.textContent("#runs-forbidden")).toContain("This token may not read training runs");
+      expect(await page.textContent("#runs-forbidden")).toContain("403 forbidden");
+      expect(await page.isVisible("#buffer-problem")).toBe(true);
+      expect(await page.textContent("#buffer-problem")).toContain("500 internal: boom");
+      // The buffer keeps its last picture; the rest of the page is untouched and says nothing is wrong with it.
+      expect(await page.isVisible("#buffer-empty")).toBe(true);
+      expect(await page.isVisible("#engine-view")).toBe(true);
+      expect(await page.isHidden("#notice")).toBe(true);
+      expect(await page.isHidden("#login")).toBe(true);
+      expect(await attr(page, "#engine-status", "data-status")).toBe("ENGINE.OFFLINE");
+
+      await page.unrouteAll();
+      await page.waitForSelector("#runs-empty");
+      await refreshesLater(page);
+      expect(await page.isHidden("#buffer-problem")).toBe(true);
+      expect(await page.locator("#runs-forbidden").count()).toBe(0);
+      // The browser logs the refused fetches themselves; nothing else may go wrong.
+      expect(errors.filter((e) => !e.includes("Failed to load resource"))).toEqual([]);
     } finally {
       await browser.close();
     }
@@ -99,7 +160,7 @@ describe("dashboard without usable data", () => {
     try {
       await page.waitForSelector("#engines [data-engine=other]");
       const tabs = await page.$$eval("#engines [data-engine]", (els) => els.map((e) => e.getAttribute("data-engine")));
-      expect(tabs).toEqual(["fresh", "other"]);
+      expect(tabs).toEqual(["fresh", "other", "slime"]);
       await page.click("#engines [data-engine=other]");
       await page.waitForFunction(() => document.getElementById("engine-status")?.getAttribute("data-status") === "ENGINE.BOOTING");
       expect(page.url()).toContain("engine=other");

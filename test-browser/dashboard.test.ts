@@ -1,7 +1,8 @@
 /**
  * The dashboard in a real headless Chromium against the real Worker (Miniflare): after a scripted
- * run of a few global steps, the page shows what the API reports, follows new steps without a
- * reload, and remembers its token.
+ * run of a few global steps, rollout-buffer traffic and a few training runs, the page shows what
+ * the API reports, follows new steps, groups and run states without a reload, and remembers its
+ * token.
  */
 import { mkdir, mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -12,7 +13,9 @@ import { REPO_ROOT } from "../scripts/local/exchange";
 import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
 import { rewardOf, scriptRun } from "./support/scripted-run";
-import { attr, chartPoints, legendCounts, refreshesLater } from "./support/page-data";
+import { completeOpenGroup, scriptBuffer } from "./support/scripted-buffer";
+import { metricsAt, processes, scriptTrainingRuns } from "./support/scripted-training-runs";
+import { attr, bufferOnPage, chartPoints, groupsOf, legendCounts, refreshesLater, runsOnPage } from "./support/page-data";
 
 let ex: TestExchange;
 let browser: TestBrowser;
@@ -20,12 +23,17 @@ let engine: TestEngine;
 let page: Page;
 let errors: string[];
 const STEPS = 9;
+const GROUP_SIZE = 4;
+let activeRun: string;
 
 beforeAll(async () => {
   ex = await startExchange();
   browser = await launchBrowser();
   engine = await createEngine(ex, "gsm8k-grpo");
   await scriptRun(engine, { steps: STEPS, episodesPerStep: 8, finishInOpenStep: 7, leaveRunning: 6, leaveRegistered: 14, agent: { leavePending: 5 } });
+  await scriptBuffer(engine, { groupSize: GROUP_SIZE, complete: 7, open: 3, pull: 2 });
+  // Six finished runs and an active one: one more than the panel lists.
+  activeRun = await scriptTrainingRuns(engine, { finished: 6 });
   page = await browser.newPage();
   errors = watchErrors(page);
   // A short refresh period so the test sees updates within a second, not five.
@@ -78,6 +86,37 @@ describe("dashboard after a scripted run", () => {
     expect(Number(await attr(page, "#tasks", "data-tasks"))).toBe(done.tasks.length);
   });
 
+  it("summarizes the rollout buffer as /health reports it", async () => {
+    const { buffer } = await engine.as("viewer").health();
+    await refreshesLater(page);
+    const shown = await bufferOnPage(page);
+    expect(shown.groups).toEqual(groupsOf(buffer));
+    expect(shown.stats).toEqual({ pending_steps: buffer.pending_steps, stale_groups: buffer.stale_groups, late_rows_ignored: buffer.late_rows_ignored, duplicate_rows: buffer.duplicate_rows });
+    expect(shown.config).toEqual(buffer.config);
+    // What the script did, as the engine counted it.
+    expect(buffer).toMatchObject({ pending_groups: 3, ready_groups: 5, delivered_groups: 2, pending_steps: 3 * GROUP_SIZE * 2, duplicate_rows: 2, late_rows_ignored: 1 });
+    expect(shown.config).toMatchObject({ group_size: GROUP_SIZE, staleness_policy: "flag" });
+    expect(await page.isVisible("#buffer-empty")).toBe(false);
+  });
+
+  it("shows the active training run, its processes and metrics, and the newest runs", async () => {
+    const viewer = engine.runsAs("viewer");
+    const list = await viewer.listRuns({ limit: 6 });
+    const run = await viewer.runStatus(activeRun);
+    await refreshesLater(page);
+    const shown = await runsOnPage(page);
+    expect(list.active_run_id).toBe(activeRun);
+    expect(shown.current).toEqual({ run: activeRun, status: "running", active: "true", environment: run.environment });
+    expect(shown.processes).toEqual([...run.processes].sort((a, b) => a.order - b.order).map((p) => ({ name: p.name, state: p.state })));
+    expect(shown.processes.map((p) => p.state)).toEqual(["ready", "ready", "starting"]);
+    expect(shown.metricsStep).toBe(run.metrics?.step);
+    expect(shown.metrics).toEqual(run.metrics?.values);
+    // Five of the seven runs, newest first, as the API lists them; older ones are mentioned, not listed.
+    expect(shown.recent).toEqual(list.runs.slice(0, 5).map((r) => ({ run: r.run_id, status: r.status })));
+    expect(await page.isVisible("#runs-older")).toBe(true);
+    expect(new Set(list.runs.map((r) => r.status))).toEqual(new Set(["running", "completed", "failed", "stopped"]));
+  });
+
   it("keeps the token out of the address bar and in localStorage", async () => {
     expect(page.url()).not.toContain("token=");
     expect(page.url()).toContain(`engine=${engine.name}`);
@@ -126,6 +165,27 @@ describe("dashboard after a scripted run", () => {
     await page.waitForFunction(() => document.getElementById("engine-status")?.getAttribute("data-status") === "ENGINE.WEIGHT_SYNCING");
     expect(Number(await attr(page, "#global-step", "data-value"))).toBe(STEPS + 2);
     expect(await page.evaluate(() => "__sameDocument" in window)).toBe(true);
+  });
+
+  it("picks up buffer and run changes without reloading the page", async () => {
+    await page.evaluate(() => Object.assign(window, { __samePanels: true }));
+    const readyBefore = (await engine.as("viewer").health()).buffer.ready_groups;
+    await completeOpenGroup(engine, 0, GROUP_SIZE);
+    await engine.runsAs("trainer").reportRun(activeRun, { status: "completed", detail: "env exited with code 0", processes: processes("exited", { exit_code: 0 }), metrics: [metricsAt(3, 4)] });
+
+    await page.waitForFunction(() => document.getElementById("run-current")?.getAttribute("data-status") === "completed", undefined, { timeout: 10_000 });
+    await page.waitForFunction((n) => document.querySelector("#buffer-groups li[data-count=ready]")?.getAttribute("data-value") === String(n), readyBefore + 1, { timeout: 10_000 });
+    const { buffer } = await engine.as("viewer").health();
+    expect((await bufferOnPage(page)).groups).toEqual(groupsOf(buffer));
+    const run = await engine.runsAs("viewer").runStatus(activeRun);
+    const shown = await runsOnPage(page);
+    // No run is active now: the panel details the newest one, as the latest run.
+    expect(shown.current).toEqual({ run: activeRun, status: "completed", active: "false", environment: "gsm8k" });
+    expect(shown.processes.map((p) => p.state)).toEqual(["exited", "exited", "exited"]);
+    expect(shown.metricsStep).toBe(4);
+    expect(shown.metrics).toEqual(run.metrics?.values);
+    expect(shown.recent[0]).toEqual({ run: activeRun, status: "completed" });
+    expect(await page.evaluate(() => "__samePanels" in window)).toBe(true);
   });
 
   it("opens with the remembered token when the URL carries none", async () => {

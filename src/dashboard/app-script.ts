@@ -10,6 +10,9 @@ import { barsModule } from "./client/bars";
 import { statusViewModule } from "./client/status-view";
 import { activityViewModule } from "./client/activity-view";
 import { frameViewModule } from "./client/frame-view";
+import { bufferViewModule } from "./client/buffer-view";
+import { runsViewModule } from "./client/runs-view";
+import { panelModule } from "./client/panel";
 import { mainModule } from "./client/main";
 
 let cached: string | undefined;
@@ -26,8 +29,11 @@ export function dashboardScript(): string {
       { name: "bars", factory: barsModule, deps: ["dom", "fmt"] },
       { name: "statusView", factory: statusViewModule, deps: ["dom", "fmt", "bars"] },
       { name: "activityView", factory: activityViewModule, deps: ["dom", "fmt", "bars", "chart"] },
+      { name: "bufferView", factory: bufferViewModule, deps: ["dom", "fmt", "bars", "activityView.empty"] },
+      { name: "runsView", factory: runsViewModule, deps: ["dom", "fmt", "activityView.empty"] },
+      { name: "panel", factory: panelModule, deps: ["dom", "activityView.empty"] },
       { name: "frame", factory: frameViewModule, deps: ["dom", "fmt"] },
-      { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, frame }"] },
+      { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, bufferView, runsView, panel, frame }"] },
     ],
     "app.start();",
   );

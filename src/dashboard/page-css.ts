@@ -55,6 +55,23 @@ h2 { margin: 0 0 10px; font-size: 12px; font-weight: 600; color: var(--muted); t
 .legend li { display: flex; align-items: center; gap: 6px; color: var(--muted); }
 .legend strong { color: var(--text); font-variant-numeric: tabular-nums; }
 .swatch { width: 10px; height: 10px; border-radius: 3px; display: inline-block; }
+.seg.ready, .swatch.ready { fill: var(--claimed); background: var(--claimed); }
+.seg.dropped, .swatch.dropped { fill: var(--bad); background: var(--bad); }
+.figures { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 8px 12px; margin: 12px 0 0; }
+.figures div { min-width: 0; }
+.figures dt { color: var(--muted); font-size: 12px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.figures dd { margin: 2px 0 0; font-size: 17px; font-weight: 650; font-variant-numeric: tabular-nums; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.settings { margin-top: 12px; }
+.pill { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 12px; font-weight: 600; background: #eef0f3; color: #475467; }
+.pill.good { background: #e3f6ea; color: #0b7a3b; } .pill.busy { background: #fdf1d6; color: #8a5d00; } .pill.bad { background: #fef3f2; color: #b42318; }
+.run-head { display: flex; align-items: center; gap: 10px; flex-wrap: wrap; margin: 0; }
+.run-current table, .run-current .figures { margin-top: 10px; }
+.recent-runs { margin-top: 16px; }
+h3 { margin: 0 0 6px; font-size: 12px; font-weight: 600; color: var(--muted); }
+tr.current td { background: #f5f8ff; }
+td.run-id { max-width: 13em; overflow: hidden; text-overflow: ellipsis; }
+td.when { color: var(--muted); font-size: 12.5px; white-space: normal; }
+.panel-problem { margin: 0 0 10px; padding: 8px 12px; border-radius: 8px; background: #fffaeb; border: 1px solid #fedf89; color: #7a4d00; }
 .chart { width: 100%; height: auto; display: block; }
 .chart .grid line { stroke: #eef0f3; }
 .chart .axis text { fill: var(--muted); font-size: 12px; }

@@ -54,6 +54,10 @@ export const DASHBOARD_HTML = `${pageHead("Rollout Exchange", "/dashboard")}
       <section class="panel"><h2>Running episodes</h2><div id="episodes"></div></section>
       <section class="panel"><h2>Tasks completed, current batch</h2><div id="tasks-panel"></div></section>
     </div>
+    <div class="cards two">
+      <section class="panel"><h2>Rollout buffer</h2><p id="buffer-problem" class="panel-problem" role="status" hidden></p><div id="buffer"></div></section>
+      <section class="panel"><h2>Training runs</h2><p id="runs-problem" class="panel-problem" role="status" hidden></p><div id="runs"></div></section>
+    </div>
   </div>
   <noscript><p class="notice error">The dashboard needs JavaScript.</p></noscript>
 </main>

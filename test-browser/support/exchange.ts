@@ -1,6 +1,6 @@
 /** The real Worker served locally by Miniflare (in-memory state) for one test file. */
 import { startLocalExchange, type LocalExchange } from "../../scripts/local/exchange";
-import { AdminClient, EngineClient } from "../../src/client";
+import { AdminClient, EngineClient, RunsClient } from "../../src/client";
 import type { Role } from "../../src/protocol/admin";
 
 export const ADMIN_TOKEN = "browser-test-admin-token";
@@ -19,9 +19,15 @@ export async function startExchange(): Promise<TestExchange> {
   return { ...ex, admin: new AdminClient({ origin: ex.url, adminToken: ADMIN_TOKEN }) };
 }
 
-export type TestEngine = { name: string; tokens: Record<Role, string>; as(role: Role): EngineClient };
+export type TestEngine = { name: string; tokens: Record<Role, string>; as(role: Role): EngineClient; runsAs(role: Role): RunsClient };
 
 export async function createEngine(ex: TestExchange, name: string): Promise<TestEngine> {
   const { tokens } = await ex.admin.createEngine(name);
-  return { name, tokens, as: (role) => new EngineClient({ baseUrl: `${ex.url}/e/${name}`, token: tokens[role] }) };
+  const baseUrl = `${ex.url}/e/${name}`;
+  return {
+    name,
+    tokens,
+    as: (role) => new EngineClient({ baseUrl, token: tokens[role] }),
+    runsAs: (role) => new RunsClient({ baseUrl, token: tokens[role] }),
+  };
 }

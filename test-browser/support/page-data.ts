@@ -3,6 +3,7 @@
  * dashboard puts there for exactly this purpose, so tests compare numbers, not pixels.
  */
 import type { Page } from "playwright-core";
+import type { BufferStats } from "../../src/protocol/buffer";
 
 export type ChartPointOnPage = { step: number; mean: number; std: number; count: number; min: number; max: number };
 
@@ -29,4 +30,49 @@ export const attr = async (page: Page, selector: string, name: string): Promise<
 export async function refreshesLater(page: Page, n = 1): Promise<void> {
   const now = Number(await attr(page, "#updated", "data-refreshes"));
   await page.waitForFunction((target) => Number(document.getElementById("updated")?.getAttribute("data-refreshes")) >= target, now + n);
+}
+
+/** `{<keyAttr>: parsed data-value}` of the elements matching `selector`; data-value holds JSON (numbers, strings, null). */
+const jsonValues = (page: Page, selector: string, keyAttr: string): Promise<Record<string, unknown>> =>
+  page.$$eval(
+    selector,
+    (els, key) => Object.fromEntries(els.map((e): [string, unknown] => [e.getAttribute(key) ?? "", JSON.parse(e.getAttribute("data-value") ?? "null")])),
+    keyAttr,
+  );
+
+/** The buffer panel's group bar as /health's counts would fill it. */
+export const groupsOf = (b: BufferStats): Record<string, number> => ({ pending: b.pending_groups, ready: b.ready_groups, delivered: b.delivered_groups, dropped: b.dropped_groups });
+
+export type BufferOnPage = { groups: Record<string, number>; stats: Record<string, unknown>; config: Record<string, unknown> };
+
+/** The rollout buffer panel: groups by state, its row counts and its settings. */
+export async function bufferOnPage(page: Page): Promise<BufferOnPage> {
+  return {
+    groups: await legendCounts(page, "buffer-groups"),
+    stats: await jsonValues(page, "#buffer [data-stat]", "data-stat"),
+    config: await jsonValues(page, "#buffer-config [data-config]", "data-config"),
+  };
+}
+
+export type RunsOnPage = {
+  current: { run: string | null; status: string | null; active: string | null; environment: string | null };
+  processes: { name: string | null; state: string | null }[];
+  metricsStep: number | null;
+  metrics: Record<string, unknown>;
+  recent: { run: string | null; status: string | null }[];
+};
+
+/** The training runs panel: the detailed run, its processes and latest metrics, and the listed runs. */
+export async function runsOnPage(page: Page): Promise<RunsOnPage> {
+  const current = await page.$eval("#run-current", (e) => ({
+    run: e.getAttribute("data-run"),
+    status: e.getAttribute("data-status"),
+    active: e.getAttribute("data-active"),
+    environment: document.getElementById("run-environment")?.textContent ?? null,
+  }));
+  const processes = await page.$$eval("#run-processes tbody tr", (els) => els.map((e) => ({ name: e.getAttribute("data-process"), state: e.getAttribute("data-state") })));
+  const step = await page.locator("#run-metrics").getAttribute("data-step");
+  const metrics = await jsonValues(page, "#run-metrics [data-metric]", "data-metric");
+  const recent = await page.$$eval("#runs-table tbody tr", (els) => els.map((e) => ({ run: e.getAttribute("data-run"), status: e.getAttribute("data-status") })));
+  return { current, processes, metricsStep: step === null || step === "" ? null : Number(step), metrics, recent };
 }

@@ -7,12 +7,18 @@ import type { CompletedTasksResponse, EngineOverview, RunningEpisodesResponse } 
 import type { z } from "zod";
 import type { EngineListResponse } from "../../protocol/admin";
 import type { EngineStatusResponse, RewardHistoryResponse } from "../../protocol/swarm";
+import type { HealthResponse } from "../../protocol/buffer";
+import type { ListRunsResponse, RunStatusResponse } from "../../protocol/runs";
 import type { BrowserWindow } from "./dom";
 
 export type Problem = { status: number; error: string; detail: string };
 export type Result<T> = { ok: true; value: T } | { ok: false; problem: Problem };
 type Guard<T> = (v: unknown) => v is T;
 export type EngineList = z.infer<typeof EngineListResponse>;
+export type Health = z.infer<typeof HealthResponse>;
+export type RunList = z.infer<typeof ListRunsResponse>;
+/** A page of the newest runs, and the one the panel details: the active run, else the newest. */
+export type RecentRuns = { list: RunList; featured: RunStatusResponse | null };
 
 export function apiModule(win: BrowserWindow) {
   const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -49,6 +55,21 @@ export function apiModule(win: BrowserWindow) {
 
   const base = (engine: string) => `/e/${encodeURIComponent(engine)}`;
 
+  const runs = (engine: string, token: string, limit: number) =>
+    getJson<RunList>(`${base(engine)}/runs?limit=${limit}`, token, shape({ runs: "array", count: "number" }));
+  const run = (engine: string, token: string, runId: string) =>
+    getJson<RunStatusResponse>(`${base(engine)}/runs/${encodeURIComponent(runId)}`, token, shape({ run_id: "string", status: "string", processes: "array" }));
+
+  /** The list, then the featured run's processes and metrics: one read for the panel, as a failure of either fails it. */
+  async function recentRuns(engine: string, token: string, limit: number): Promise<Result<RecentRuns>> {
+    const list = await runs(engine, token, limit);
+    if (!list.ok) return list;
+    const id = list.value.active_run_id ?? list.value.runs[0]?.run_id ?? null;
+    if (id === null) return { ok: true, value: { list: list.value, featured: null } };
+    const one = await run(engine, token, id);
+    return one.ok ? { ok: true, value: { list: list.value, featured: one.value } } : one;
+  }
+
   return {
     overview: (engine: string, token: string) =>
       getJson<EngineOverview>(`${base(engine)}/overview`, token, shape({ engine_status: "string", episodes: "object", deliveries: "object", agent: "object" })),
@@ -65,6 +86,10 @@ export function apiModule(win: BrowserWindow) {
     /** The current step's tasks, grouped by the engine: cheap whatever the number of claims. */
     completedTasks: (engine: string, token: string) =>
       getJson<CompletedTasksResponse>(`${base(engine)}/completed_tasks`, token, shape({ tasks: "array" })),
+    /** The rollout buffer's counts and settings: a handful of counters, whatever the number of groups. */
+    health: (engine: string, token: string) => getJson<Health>(`${base(engine)}/health`, token, shape({ status: "string", buffer: "object" })),
+    /** The newest `limit` runs (the API pages them, newest first) with the featured one's detail. */
+    recentRuns,
     /** Succeeds only for the deployment's admin token. */
     engines: (adminToken: string) => getJson<EngineList>("/admin/engines", adminToken, shape({ engines: "array" })),
   };

@@ -11,6 +11,9 @@ import type { Credentials } from "./credentials";
 import type { StatusView } from "./status-view";
 import type { ActivityView } from "./activity-view";
 import type { FrameView, NavEngine } from "./frame-view";
+import type { BufferView } from "./buffer-view";
+import type { RunsView } from "./runs-view";
+import type { Panel } from "./panel";
 
 export type MainDeps = {
   dom: Dom;
@@ -18,12 +21,17 @@ export type MainDeps = {
   creds: Credentials;
   statusView: StatusView;
   activityView: ActivityView;
+  bufferView: BufferView;
+  runsView: RunsView;
+  panel: Panel;
   frame: FrameView;
 };
 
 export function mainModule(win: BrowserWindow, d: MainDeps) {
   const { byId } = d.dom;
   const PAGE_SIZE = 25;
+  /** Runs listed in the runs panel; one more is read to know whether older ones exist. */
+  const RECENT_RUNS = 5;
   /** Other engines in the switcher get a status dot each; past this many they are listed without one. */
   const NAV_STATUS_LIMIT = 12;
 
@@ -117,11 +125,13 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       await drawNav(null);
       return;
     }
-    const [ov, history, running, done] = await Promise.all([
+    const [ov, history, running, done, health, runs] = await Promise.all([
       d.api.overview(engine, token),
       d.api.rewardHistory(engine, token),
       d.api.runningEpisodes(engine, token, PAGE_SIZE, cursors[cursors.length - 1] ?? null),
       d.api.completedTasks(engine, token),
+      d.api.health(engine, token),
+      d.api.recentRuns(engine, token, RECENT_RUNS + 1),
     ]);
     if (!ov.ok) return explain(ov.problem);
     const failed = [history, running, done].find((r) => !r.ok);
@@ -156,8 +166,17 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       );
     }
     if (done.ok) byId("tasks-panel").replaceChildren(d.activityView.tasks(done.value));
+    // Not through explain(): a refused or failed buffer or runs read must not hide the whole page (panel.ts).
+    d.panel.draw("buffer", "the rollout buffer", health, (v) => d.bufferView.render(v));
+    d.panel.draw("runs", "training runs", runs, (v) => d.runsView.render(v, RECENT_RUNS, now));
     byId("engine-view").hidden = false;
-    const quiet = o.engine_status === "ENGINE.OFFLINE" && o.global_step === null && o.episodes.registered + o.episodes.claimed === 0;
+    // A slime-style trainer never reports an engine status: a used buffer or a run is activity too.
+    const quiet =
+      o.engine_status === "ENGINE.OFFLINE" &&
+      o.global_step === null &&
+      o.episodes.registered + o.episodes.claimed === 0 &&
+      !(health.ok && d.bufferView.inUse(health.value.buffer)) &&
+      !(runs.ok && runs.value.list.runs.length > 0);
     byId("engine-view").setAttribute("data-quiet", String(quiet));
     byId("quiet-hint").hidden = !quiet;
 

@@ -1,0 +1,76 @@
+/**
+ * The engine's rollout buffer (slime / AIEvoBox trainers): its groups by state as one stacked
+ * bar, the row counts that tell of trouble upstream, and the settings that decide what is
+ * dropped. /health reports counters only, so the panel costs the same for ten groups or a
+ * million and never lists them. Data attributes carry the exact numbers for test-browser/.
+ */
+import type { Health } from "./api";
+import type { Dom, DomElement } from "./dom";
+import type { Format } from "./format";
+import type { BarsModule } from "./bars";
+import type { ActivityView } from "./activity-view";
+
+type Buffer = Health["buffer"];
+
+export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty: ActivityView["empty"]) {
+  const { h } = dom;
+
+  /** Whether anything was ever posted or pulled; settings alone do not count. */
+  function inUse(b: Buffer): boolean {
+    return b.pending_groups + b.ready_groups + b.delivered_groups + b.dropped_groups + b.pending_steps + b.late_rows_ignored + b.duplicate_rows > 0;
+  }
+
+  const kib = (bytes: number): string => (bytes >= 1024 * 1024 ? `${fmt.num(bytes / (1024 * 1024))} MiB` : `${Math.round(bytes / 1024)} KiB`);
+
+  /** One setting as a phrase, its raw value in data-value (JSON, so null survives). */
+  const setting = (key: string, value: unknown, text: string): DomElement => h("span", { "data-config": key, "data-value": JSON.stringify(value) }, text);
+
+  function settings(c: Buffer["config"]): DomElement {
+    const parts = [
+      setting("group_size", c.group_size, `group size ${c.group_size}`),
+      setting("ttl_seconds", c.ttl_seconds, c.ttl_seconds === 0 ? "incomplete groups kept forever" : `incomplete groups dropped after ${fmt.duration(c.ttl_seconds)} without rows`),
+      setting("max_staleness", c.max_staleness, c.max_staleness === null ? "no staleness check" : `stale beyond ${c.max_staleness} weight versions`),
+      setting("staleness_policy", c.staleness_policy, c.staleness_policy === "flag" ? "stale groups delivered, flagged" : "stale groups dropped"),
+      setting("max_message_bytes", c.max_message_bytes, `rows up to ${kib(c.max_message_bytes)}`),
+    ];
+    return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
+  }
+
+  function figure(key: keyof Buffer, label: string, value: number, title: string): DomElement {
+    return h("div", { "data-stat": key, "data-value": value, title }, h("dt", {}, label), h("dd", {}, fmt.count(value)));
+  }
+
+  function render(health: Health): DomElement {
+    const b = health.buffer;
+    if (!inUse(b)) {
+      return h(
+        "div",
+        {},
+        empty("buffer-empty", "Rollout buffer not in use", "Groups show up here once rollout workers post step rows to /steps; the trainer pulls the complete ones with /get_rollout_data."),
+        settings(b.config),
+      );
+    }
+    return h(
+      "div",
+      { id: "buffer-summary" },
+      bars.stacked("buffer-groups", [
+        { key: "pending", label: "waiting for sessions", value: b.pending_groups },
+        { key: "ready", label: "ready to pull", value: b.ready_groups },
+        { key: "delivered", label: "delivered", value: b.delivered_groups },
+        { key: "dropped", label: "dropped", value: b.dropped_groups },
+      ]),
+      h(
+        "dl",
+        { class: "figures" },
+        figure("pending_steps", "rows in open groups", b.pending_steps, "Step rows of groups still waiting for sessions to complete"),
+        figure("stale_groups", "stale groups", b.stale_groups, "Groups that lagged the trainer's weight version by more than max_staleness when pulled or dropped"),
+        figure("late_rows_ignored", "late rows ignored", b.late_rows_ignored, "Rows for groups already delivered or dropped"),
+        figure("duplicate_rows", "duplicate rows", b.duplicate_rows, "Rows sent again (same session and step): stored once"),
+      ),
+      settings(b.config),
+    );
+  }
+
+  return { render, inUse };
+}
+export type BufferView = ReturnType<typeof bufferViewModule>;
