@@ -33,6 +33,22 @@ describe("results reach D1 through the outbox", () => {
     expect(JSON.parse(rows[1]!["workflow_output"] as string)).toMatchObject({ reward: [0, 1], metadata: { task_id: "t2" } });
   });
 
+  it("batches: one alarm writes every result of the last batch window, not only those whose window closed", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    await claimAndEnd(e, "a", 1, "t1");
+    e.clock.t += 400;
+    await claimAndEnd(e, "b", 1, "t2");
+    e.clock.t += 400;
+    await claimAndEnd(e, "c", 1, "t3");
+    // The alarm is due a window after the first result; it takes the later two along.
+    const { alarm_at } = await engineStats(e);
+    expect(alarm_at).toBe(e.clock.t - 800 + 1_000);
+    await advance(e, 200);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0, alarm_at: expect.toSatisfy((t: number | null) => t === null || t > e.clock.t + 30_000) });
+    expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["a", "b", "c"]);
+  });
+
   it("answers end_episode while D1 is failing, keeps the record, and writes it once D1 recovers", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

@@ -1002,7 +1002,7 @@ export class EngineObject extends DurableObject<Env> {
     if (this.flushing) return;
     this.flushing = true;
     try {
-      await this.outbox.flush(this.env.DB, now);
+      await this.outbox.flush(this.env.DB, now, now + OUTBOX_BATCH_MS);
     } finally {
       this.flushing = false;
     }

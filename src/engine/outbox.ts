@@ -37,11 +37,17 @@ export class Outbox {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM outbox").one().n;
   }
 
-  /** Writes due rows to D1 in batches; returns how many were written, or the error that stopped it. */
-  async flush(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
+  /**
+   * Writes due rows to D1 in batches; returns how many were written, or the error that stopped it.
+   * Rows never tried yet go along if they fall due before `horizon`: each new row is due a batch
+   * window after it was written, so without this a flush would take only the few rows whose
+   * window had just closed and the alarm would fire again milliseconds later, one D1 call per
+   * handful of rows. Rows waiting out a retry backoff still wait for `now`.
+   */
+  async flush(db: D1Database, now: number, horizon = now): Promise<{ written: number; error: string | null }> {
     let written = 0;
     for (let round = 0; round < FLUSH_ROUNDS; round++) {
-      const r = await this.flushBatch(db, now);
+      const r = await this.flushBatch(db, now, Math.max(now, horizon));
       written += r.written;
       if (r.error !== null) return { written, error: r.error };
       if (r.written < FLUSH_BATCH) break;
@@ -49,9 +55,14 @@ export class Outbox {
     return { written, error: null };
   }
 
-  private async flushBatch(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
+  private async flushBatch(db: D1Database, now: number, horizon: number): Promise<{ written: number; error: string | null }> {
     const rows = this.sql
-      .exec<OutboxRow>("SELECT id, kind, payload, attempts FROM outbox WHERE next_attempt_at <= ? ORDER BY id LIMIT ?", now, FLUSH_BATCH)
+      .exec<OutboxRow>(
+        "SELECT id, kind, payload, attempts FROM outbox WHERE next_attempt_at <= ? AND (attempts = 0 OR next_attempt_at <= ?) ORDER BY id LIMIT ?",
+        horizon,
+        now,
+        FLUSH_BATCH,
+      )
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
     const d1 = drizzle(db);
