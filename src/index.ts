@@ -12,6 +12,7 @@ import { relayRoutes } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
+import { routingPath } from "./http/path-token";
 
 export { EngineObject } from "./engine/engine-object";
 
@@ -21,7 +22,8 @@ export { EngineObject } from "./engine/engine-object";
  */
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-const app = new Hono<{ Bindings: Env; Variables: EngineVars }>();
+// Routing sees token-in-path URLs without their token (path-token.ts), so each route is registered once.
+const app = new Hono<{ Bindings: Env; Variables: EngineVars }>({ getPath: routingPath });
 
 app.use(
   "*",
@@ -36,9 +38,7 @@ app.route("/admin", adminRoutes);
 // Before the engine routes: LLM calls authenticate with their per-claim key, not an engine token.
 relayRoutes(app);
 // Training runs and their MCP endpoint (state in D1), answered before the engine routes see the path.
-for (const prefix of ["/e/:engine/t/:token", "/e/:engine"]) runRoutes(app, prefix);
-// The token-in-path form first, so /e/x/t/<token>/... is never read as an engine route named "t".
-engineRoutes(app, "/e/:engine/t/:token");
+runRoutes(app, "/e/:engine");
 engineRoutes(app, "/e/:engine");
 // The dashboard and the API reference: pages that ask for a token themselves, and the OpenAPI document.
 app.route("/", dashboardRoutes);

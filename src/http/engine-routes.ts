@@ -4,13 +4,14 @@
  * AgentJet's swarm server. Each request costs one RPC to the engine's Durable Object, which
  * also checks the token: no D1 round trip on the hot path.
  */
-import { Hono, type Context } from "hono";
+import type { Hono } from "hono";
 import type { Env } from "../env";
 import { EngineName } from "../protocol/admin";
 import { constantTimeEqual, hashToken } from "../auth/tokens";
 import { errorJson, replyJson } from "./errors";
 import { readJson, readQuery } from "./validate";
 import { ENGINE_API, type EngineVars } from "./engine-api";
+import { requestToken } from "./path-token";
 
 export type { EngineVars };
 
@@ -27,18 +28,12 @@ async function cachedHash(token: string): Promise<string> {
   return h;
 }
 
-function bearer(c: Context): string | null {
-  const h = c.req.header("authorization");
-  const m = h ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
-  return m?.[1] ?? null;
-}
-
-/** Registers the engine API under `prefix` (`/e/:engine` or `/e/:engine/t/:token`). */
+/** Registers the engine API under `prefix` (`/e/:engine`; the token-in-path form is routed the same: see path-token.ts). */
 export function engineRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>, prefix: string): void {
   app.use(`${prefix}/*`, async (c, next) => {
     const engine = c.req.param("engine") ?? "";
     if (!EngineName.safeParse(engine).success) return errorJson(c, 404, "unknown_engine", `No such engine '${engine}'.`);
-    const token = bearer(c) ?? c.req.param("token") ?? null;
+    const token = requestToken(c.req.header("authorization"), c.req.url);
     if (token === null) {
       return errorJson(c, 401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
     }

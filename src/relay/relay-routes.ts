@@ -122,7 +122,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
 }
 
 export function relayRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>): void {
-  for (const prefix of ["", "/e/:engine", "/e/:engine/t/:token"]) {
+  for (const prefix of ["", "/e/:engine"]) {
     app.post(`${prefix}/v1/chat/completions`, (c) => relay(c, "/v1/chat/completions"));
     app.post(`${prefix}/v1/completions`, (c) => relay(c, "/v1/completions"));
     app.get(`${prefix}/v1/models`, (c) => relay(c, "/v1/models"));

@@ -12,6 +12,7 @@ import type { Caller, CallerRole } from "../engine/caller";
 import type { EngineOp } from "../auth/roles";
 import { constantTimeEqual, hashToken } from "../auth/tokens";
 import { EngineName } from "../protocol/admin";
+import { requestToken } from "../http/path-token";
 import type { CommandBody } from "../protocol/commands";
 import type { Db } from "./config-store";
 import { runsClock } from "./clock";
@@ -36,8 +37,7 @@ export async function credentials(c: Context): Promise<Credentials | Refused> {
   const env = envOf(c);
   const engine = c.req.param("engine") ?? "";
   if (!EngineName.safeParse(engine).success) return refuse(404, "unknown_engine", `No such engine '${engine}'.`);
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-  const token = m?.[1] ?? c.req.param("token") ?? null;
+  const token = requestToken(c.req.header("authorization"), c.req.url);
   if (token === null) {
     return refuse(401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
   }

@@ -38,7 +38,7 @@ async function handle(c: Context, spec: RunRouteSpec): Promise<Response> {
   return answer(c, await spec.handle(ctx, parsed.value, params));
 }
 
-/** Registers the runs API and the MCP endpoint under `prefix` (`/e/:engine` or `/e/:engine/t/:token`). */
+/** Registers the runs API and the MCP endpoint under `prefix` (`/e/:engine`; token-in-path URLs route the same: see http/path-token.ts). */
 export function runRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
   for (const spec of RUNS_API) app.on(spec.method.toUpperCase(), `${prefix}${spec.path}`, (c) => handle(c, spec));
   app.post(`${prefix}/mcp`, (c) => mcpHandler(c));
