@@ -30,6 +30,8 @@ export type LocalExchangeOptions = {
   log?: (line: string) => void;
   /** wrangler config of the Worker to serve. Default: the repository's wrangler.toml. */
   configPath?: string;
+  /** Opens workerd's V8 inspector on this 127.0.0.1 port (for CPU profiles: bench/cpu-profile.ts). */
+  inspectorPort?: number;
 };
 
 export type LocalExchange = {
@@ -108,6 +110,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
     const mainModule = basename(bundle);
     mf = new Miniflare({
       ...serverOptions({ port: opts.port ?? 8787, persistDir: opts.persistDir ?? null, log }),
+      ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort, inspectorHost: "127.0.0.1" } : {}),
       workers: [
         {
           config: {
