@@ -49,8 +49,9 @@ describe("register and claim", () => {
     const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
     expect(c.episode_uuid).toBe("a");
     // Re-registering a claimed episode does not disturb the claim.
-    await trainer.registerEpisode({ episode_uuid: "a" });
+    await trainer.registerEpisode({ episode_uuid: "a", openai_api_key: "sk-late" });
     expect(await e.as("client").canContinueEpisode({ client_uuid: "c", episode_uuid: "a" })).toEqual({ can_continue: true });
+    expect((await trainer.getEpisodeBuffer()).buffer.find((x) => x.episode_uuid === "a")).toMatchObject({ openai_api_key: "sk-new" });
   });
 
   it("gives 200 concurrent claims on 20 episodes exactly 20 winners, no episode twice", async () => {

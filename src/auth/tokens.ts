@@ -19,10 +19,11 @@ export async function hashToken(token: string): Promise<string> {
 
 /** Compares two secrets without leaking where they differ through timing. */
 export function constantTimeEqual(a: string, b: string): boolean {
-  const ea = new TextEncoder().encode(a);
-  const eb = new TextEncoder().encode(b);
-  let diff = ea.length ^ eb.length;
-  for (let i = 0; i < Math.max(ea.length, eb.length); i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
+  // UTF-16 code units, not encoded bytes: equal strings have equal units, and this runs on every
+  // engine request (the admin check) without allocating.
+  let diff = a.length ^ b.length;
+  const n = Math.max(a.length, b.length);
+  for (let i = 0; i < n; i++) diff |= (a.charCodeAt(i) | 0) ^ (b.charCodeAt(i) | 0);
   return diff === 0;
 }
 

@@ -766,28 +766,21 @@ export class EngineObject extends DurableObject<Env> {
     if (this.meta.status !== "ENGINE.ROLLING") {
       return { success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." };
     }
-    const existing = this.episode(req.episode_uuid);
-    if (existing === null) {
-      this.sql.exec(
-        `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
-         VALUES (?, 'registered', ?, ?, ?, ?, ?)`,
-        req.episode_uuid,
-        this.takeQueueSeq(),
-        req.openai_base_url,
-        req.openai_api_key,
-        req.zmq_listen_result_addr,
-        this.now(),
-      );
-    } else if (existing.state === "registered") {
-      // A retried registration (the trainer retries after 2 s) keeps its place in the queue.
-      this.sql.exec(
-        "UPDATE episodes SET openai_base_url = ?, openai_api_key = ?, zmq_addr = ? WHERE episode_uuid = ?",
-        req.openai_base_url,
-        req.openai_api_key,
-        req.zmq_listen_result_addr,
-        req.episode_uuid,
-      );
-    }
+    // One statement. A retried registration (the trainer retries after 2 s) keeps its place in
+    // the queue and takes the new URL and key; a claimed or resetting episode is left alone.
+    this.sql.exec(
+      `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
+       VALUES (?, 'registered', ?, ?, ?, ?, ?)
+       ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
+         zmq_addr = excluded.zmq_addr
+       WHERE episodes.state = 'registered'`,
+      req.episode_uuid,
+      this.takeQueueSeq(),
+      req.openai_base_url,
+      req.openai_api_key,
+      req.zmq_listen_result_addr,
+      this.now(),
+    );
     return { success: true, failure_reason: "" };
   }
 
@@ -1049,6 +1042,7 @@ export class EngineObject extends DurableObject<Env> {
     } catch (e) {
       // The transaction rolled back; so must the in-memory copies.
       this.meta = this.loadMeta();
+      this.buffer.forget();
       this.nextQueueSeq = queueSeq;
       this.armAfterCommit = null;
       throw e;

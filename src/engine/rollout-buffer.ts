@@ -73,6 +73,8 @@ export type BufferHost = {
 };
 
 export class RolloutBuffer {
+  private activeMemo: boolean | null = null;
+
   constructor(
     private readonly sql: SqlStorage,
     private readonly host: BufferHost,
@@ -86,7 +88,13 @@ export class RolloutBuffer {
 
   /** Whether the buffer is in use: AgentJet trajectories join groups only then. */
   active(): boolean {
-    return this.host.getKv<boolean>("buffer_active") === true;
+    // Read on every end_episode, and it only ever turns on: remembered once read.
+    return (this.activeMemo ??= this.host.getKv<boolean>("buffer_active") === true);
+  }
+
+  /** Drops what is remembered from storage: the transaction that wrote it rolled back. */
+  forget(): void {
+    this.activeMemo = null;
   }
 
   /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
@@ -111,6 +119,7 @@ export class RolloutBuffer {
       this.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
     }
     this.host.setKv("buffer_active", true);
+    this.activeMemo = true;
     this.configure({ group_size: groupSize });
   }
 
