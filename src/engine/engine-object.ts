@@ -43,6 +43,7 @@ import { migrateEngine } from "./schema";
 import { CommandQueue } from "./command-queue";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
+import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
 import {
   EMPTY_ACCUMULATOR,
@@ -76,6 +77,8 @@ const INITIAL_META: Meta = {
   bootingStartTime: null,
   acc: EMPTY_ACCUMULATOR,
 };
+
+type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
 
 type EpisodeRow = {
   episode_uuid: string;
@@ -136,6 +139,11 @@ export class EngineObject extends DurableObject<Env> {
   /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
   private armAfterCommit: number | null = null;
   private flushing = false;
+  /** LLM calls admitted but not yet written (relay-activity.ts), and the timer that writes them. */
+  private readonly activity = new RelayActivity();
+  private activityTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The agent's heartbeat record; undefined until read. */
+  private agentMemo: AgentRecord | null | undefined = undefined;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -412,6 +420,7 @@ export class EngineObject extends DurableObject<Env> {
 
   async getEpisodeBuffer(caller: Caller): Promise<Reply<EpisodeBufferResponse>> {
     return this.guarded(caller, "get_episode_buffer", (role) => {
+      this.settleActivity();
       const secrets = seesTrainerSecrets(role);
       const buffer: EpisodeStatus[] = this.sql
         .exec<EpisodeRow>("SELECT * FROM episodes ORDER BY state, queue_seq")
@@ -436,6 +445,7 @@ export class EngineObject extends DurableObject<Env> {
 
   async getPoolInfo(caller: Caller): Promise<Reply<CurrentBatchRolloutPoolInformation>> {
     return this.guarded(caller, "get_current_batch_rollout_pool_information", () => {
+      this.settleActivity();
       const now = this.now();
       const stored = PoolInfoSchema.parse(this.getKv<unknown>("pool_info") ?? {});
       // The lease index holds exactly the claimed episodes: O(claimed), never a scan of all.
@@ -469,6 +479,7 @@ export class EngineObject extends DurableObject<Env> {
 
   async runningEpisodes(caller: Caller, q: RunningEpisodesQuery): Promise<Reply<RunningEpisodesResponse>> {
     return this.guarded<RunningEpisodesResponse>(caller, "get_overview", () => {
+      this.settleActivity();
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
       if (q.cursor !== undefined && after === null) return fail(422, "invalid_request", "cursor: not a cursor this engine handed out");
       const now = this.now();
@@ -577,7 +588,9 @@ export class EngineObject extends DurableObject<Env> {
   async agentHeartbeat(caller: Caller, req: AgentHeartbeatRequest): Promise<Reply<{ success: true; server_time: number }>> {
     return this.guarded(caller, "agent_heartbeat", () => {
       const now = this.now();
-      this.setKv("agent", { ...req, last_seen: now / 1000 });
+      const record = { ...req, last_seen: now / 1000 };
+      this.setKv("agent", record);
+      this.agentMemo = record;
       return ok({ success: true as const, server_time: now / 1000 });
     });
   }
@@ -596,6 +609,7 @@ export class EngineObject extends DurableObject<Env> {
 
   async overview(caller: Caller): Promise<Reply<EngineOverview>> {
     return this.guarded(caller, "get_overview", () => {
+      this.settleActivity();
       const deliveries = Object.fromEntries(
         this.sql.exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM finished GROUP BY delivery").toArray().map((r) => [r.delivery, r.n]),
       );
@@ -705,18 +719,47 @@ export class EngineObject extends DurableObject<Env> {
     if (ep === null || ep.state !== "claimed" || ep.fence !== key.fence) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: its episode was ended, aborted, reaped or claimed again.");
     }
-    const gateway = this.agentStatus().gateway_url;
+    const gateway = this.agentRecord()?.gateway_url ?? null;
     if (gateway === null) {
       return fail(503, "no_gateway", "No inference gateway is registered for this engine: is the local-agent running with its gateway on?");
     }
     const now = this.now();
-    this.sql.exec(
-      "UPDATE episodes SET llm_call_count = llm_call_count + 1, last_activity = ?, expires_at = ? WHERE episode_uuid = ?",
-      now,
-      now + Math.ceil(ep.discard_timeout * 1000),
-      ep.episode_uuid,
-    );
+    this.activity.note(ep.episode_uuid, ep.fence, now, now + Math.ceil(ep.discard_timeout * 1000));
+    this.activityTimer ??= setTimeout(() => {
+      this.activityTimer = null;
+      try {
+        this.settleActivity();
+      } catch (e) {
+        // Kept in the tally (settleActivity puts it back); the next read or alarm writes it.
+        console.error("engine: writing LLM call activity failed", e);
+      }
+    }, ACTIVITY_FLUSH_MS);
     return ok({ gateway_url: gateway, trainer_api_key: ep.openai_api_key, trainer_base_url: ep.openai_base_url });
+  }
+
+  /** Writes the LLM calls admitted since the last write: counts, activity and lease, per live claim. */
+  private settleActivity(): void {
+    if (this.activity.size === 0) return;
+    const items = this.activity.take();
+    try {
+      this.tx(() => {
+        for (const a of items) {
+          // A claim that ended or was superseded meanwhile keeps nothing of it.
+          this.sql.exec(
+            `UPDATE episodes SET llm_call_count = llm_call_count + ?, last_activity = MAX(last_activity, ?), expires_at = MAX(expires_at, ?)
+             WHERE episode_uuid = ? AND fence = ? AND state = 'claimed'`,
+            a.calls,
+            a.at,
+            a.expiresAt,
+            a.episodeUuid,
+            a.fence,
+          );
+        }
+      });
+    } catch (e) {
+      this.activity.restore(items);
+      throw e;
+    }
   }
 
   async gatewaySecret(caller: Caller): Promise<Reply<{ secret: string }>> {
@@ -728,6 +771,8 @@ export class EngineObject extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.armedAt = null;
     const now = this.now();
+    // Leases that LLM calls extended are written before any is judged expired.
+    this.settleActivity();
     this.tx(() => {
       const expired = this.sql
         .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
@@ -742,6 +787,7 @@ export class EngineObject extends DurableObject<Env> {
 
   /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */
   async stats(): Promise<{ registered: number; claimed: number; resetting: number; pending_commands: number; outbox: number; alarm_at: number | null }> {
+    this.settleActivity();
     return { ...this.episodeCounts(), pending_commands: this.commands.pendingCount(), outbox: this.outbox.size(), alarm_at: await this.ctx.storage.getAlarm() };
   }
 
@@ -936,7 +982,7 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private agentStatus(): AgentStatus {
-    const a = this.getKv<AgentHeartbeatRequest & { last_seen: number }>("agent");
+    const a = this.agentRecord();
     if (a === null) {
       return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, last_seen: null };
     }
@@ -951,6 +997,12 @@ export class EngineObject extends DurableObject<Env> {
       gateway_url: a.gateway_url ?? null,
       last_seen: a.last_seen,
     };
+  }
+
+  /** The agent's last heartbeat, read once and then kept in step with each heartbeat (every relayed call reads it). */
+  private agentRecord(): AgentRecord | null {
+    if (this.agentMemo === undefined) this.agentMemo = this.getKv<AgentRecord>("agent");
+    return this.agentMemo;
   }
 
   private clearEpisodes(): void {

@@ -1,0 +1,76 @@
+/**
+ * The engine's side of the LLM relay: admitting a call of a live claim. Calls are tallied in
+ * memory and written in batches (src/engine/relay-activity.ts); these tests check that what
+ * reads the counts, and the reaper, see every admitted call anyway.
+ */
+import { describe, expect, it } from "vitest";
+import { advance, createEngine, rollingWith, type TestEngine } from "./support/harness";
+
+async function withGateway(e: TestEngine): Promise<void> {
+  await e.as("trainer").heartbeat({
+    agent_id: "agent-1",
+    host: "gpu-node-1",
+    pid: 1,
+    version: "0.1.0",
+    trainer: { state: "running", pid: 2, started_at: null },
+    gateway_url: "http://gpu-node-1:10087",
+  });
+}
+
+async function claim(e: TestEngine, client: string, timeoutSeconds = 60) {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
+  expect(c.success).toBe(true);
+  return { engine: e.name, episode_uuid: c.episode_uuid, fence: c.fence! };
+}
+
+const running = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes;
+
+describe("relay admission", () => {
+  it("counts every admitted call, as soon as anything reads the count", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    await withGateway(e);
+    const key = await claim(e, "c1");
+    for (let i = 0; i < 5; i++) expect((await e.stub.relayBegin(key)).ok).toBe(true);
+    expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 5 })]);
+    expect((await e.stub.relayBegin(key)).ok).toBe(true);
+    expect((await running(e))[0]?.llm_call_count).toBe(6);
+  });
+
+  it("keeps a talking client's lease alive: the reaper sees calls not yet written", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const key = await claim(e, "c1", 60);
+    e.clock.t += 50_000;
+    expect((await e.stub.relayBegin(key)).ok).toBe(true);
+    // 70 s after the claim, 20 s after the call: the lease runs to 110 s.
+    await advance(e, 20_000);
+    expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 1, idle_seconds: 20 })]);
+    await advance(e, 41_000);
+    expect(await running(e)).toEqual([]);
+    expect(await e.stub.relayBegin(key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+  });
+
+  it("gives a superseded claim's calls to nobody", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const first = await claim(e, "c1");
+    expect((await e.stub.relayBegin(first)).ok).toBe(true);
+    await e.as("client").abortEpisode({ client_uuid: "c1", episode_uuid: first.episode_uuid });
+    const second = await claim(e, "c2");
+    expect(second.episode_uuid).toBe(first.episode_uuid);
+    expect(await e.stub.relayBegin(first)).toMatchObject({ ok: false, status: 401 });
+    expect(await running(e)).toEqual([expect.objectContaining({ client_uuid: "c2", llm_call_count: 0 })]);
+  });
+
+  it("refuses calls without a registered gateway, and sees one once the agent reports it", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const key = await claim(e, "c1");
+    expect(await e.stub.relayBegin(key)).toMatchObject({ ok: false, status: 503, error: "no_gateway" });
+    await withGateway(e);
+    expect(await e.stub.relayBegin(key)).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-1:10087" } });
+  });
+});
