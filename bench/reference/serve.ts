@@ -1,7 +1,7 @@
 /**
  * Serves the limit reference (./worker.js) on Miniflare exactly as scripts/local/exchange.ts
  * serves the real Worker: same Miniflare (the pinned devDependency), same options (workerd on
- * a 127.0.0.1 port, requests straight to the Worker with no proxy in front, placeholder
+ * a 127.0.0.1 port, requests straight into the Worker through a direct socket, placeholder
  * `request.cf`, Miniflare logging at WARN), state in memory. Only the Worker differs.
  */
 import { fileURLToPath } from "node:url";
@@ -23,7 +23,7 @@ export async function startReference(opts: { port?: number; log?: (line: string)
   const mf = new Miniflare(
     convertV4MiniflareOptions({
       host: "127.0.0.1",
-      port: opts.port ?? 0,
+      port: 0,
       log: new LineLog(log),
       handleStructuredLogs: ({ level, message }) => log(`[reference ${level}] ${message}`),
       telemetry: { enabled: false },
@@ -32,9 +32,12 @@ export async function startReference(opts: { port?: number; log?: (line: string)
       modules: true,
       scriptPath: fileURLToPath(new URL("./worker.js", import.meta.url)),
       durableObjects: { ENGINE: { className: "ReferenceEngine", useSQLite: true } },
+      // As the exchange is served: a socket straight into the Worker, not through Miniflare's entry worker.
+      unsafeDirectSockets: [{ host: "127.0.0.1", port: opts.port ?? 0 }],
     }),
   );
-  const url = (await mf.ready).origin;
+  await mf.ready;
+  const url = (await mf.unsafeGetDirectURL()).origin;
   log(`limit reference serving ${url} (in-memory state)`);
   return { url, stop: () => mf.dispose() };
 }
