@@ -14,7 +14,6 @@ import type {
   EndEpisodeRequest,
   EngineStatusResponse,
   EpisodeBufferResponse,
-  EpisodeStatus,
   BoolResponse,
   RegisterEpisodeRequest,
   RewardHistoryResponse,
@@ -44,6 +43,7 @@ import { CommandQueue } from "./command-queue";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
+import { completedTaskClients, completedTasks, decodeCursor, episodeBuffer, rewardHistory, runningDetails, runningPage, type EpisodeRow } from "./episode-views";
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
 import {
   EMPTY_ACCUMULATOR,
@@ -52,7 +52,6 @@ import {
   notReadyCause,
   rewardValues,
   scalarReward,
-  seconds,
   summarize,
   type RewardAccumulator,
 } from "./rules";
@@ -79,34 +78,6 @@ const INITIAL_META: Meta = {
 };
 
 type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
-
-type EpisodeRow = {
-  episode_uuid: string;
-  state: "registered" | "claimed" | "resetting";
-  openai_base_url: string;
-  openai_api_key: string;
-  zmq_addr: string;
-  episode_type: "train" | "eval";
-  client_uuid: string;
-  fence: number;
-  last_activity: number;
-  discard_timeout: number;
-  expires_at: number | null;
-  llm_call_count: number;
-  task_id: string;
-};
-
-const encodeCursor = (expiresAt: number, uuid: string): string => btoa(JSON.stringify([expiresAt, uuid]));
-
-function decodeCursor(cursor: string): { expiresAt: number; uuid: string } | null {
-  try {
-    const v: unknown = JSON.parse(atob(cursor));
-    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "number" && typeof v[1] === "string") return { expiresAt: v[0], uuid: v[1] };
-  } catch {
-    // not base64 or not JSON: refused below
-  }
-  return null;
-}
 
 /**
  * How long outbox rows wait so that one D1 flush carries many of them. Results are durable in
@@ -416,55 +387,18 @@ export class EngineObject extends DurableObject<Env> {
   async getEpisodeBuffer(caller: Caller): Promise<Reply<EpisodeBufferResponse>> {
     return this.guarded(caller, "get_episode_buffer", (role) => {
       this.settleActivity();
-      const secrets = seesTrainerSecrets(role);
-      const buffer: EpisodeStatus[] = this.sql
-        .exec<EpisodeRow>("SELECT * FROM episodes ORDER BY state, queue_seq")
-        .toArray()
-        .map((e) => ({
-          episode_uuid: e.episode_uuid,
-          episode_status: e.state === "registered" ? "registered" : "claimed",
-          episode_type: e.episode_type,
-          openai_base_url: secrets ? e.openai_base_url : "",
-          openai_api_key: secrets ? e.openai_api_key : "",
-          client_uuid: e.client_uuid,
-          zmq_listen_result_addr: secrets ? e.zmq_addr : "",
-          latest_activity_timestamp: e.last_activity / 1000,
-          discard_episode_timeout: e.discard_timeout,
-          llm_call_count: e.llm_call_count,
-          debug_log: [],
-          optional_task_id: e.task_id,
-        }));
-      return ok({ buffer });
+      return ok({ buffer: episodeBuffer(this.sql, seesTrainerSecrets(role)) });
     });
   }
 
   async getPoolInfo(caller: Caller): Promise<Reply<CurrentBatchRolloutPoolInformation>> {
     return this.guarded(caller, "get_current_batch_rollout_pool_information", () => {
       this.settleActivity();
-      const now = this.now();
       const stored = PoolInfoSchema.parse(this.getKv<unknown>("pool_info") ?? {});
-      // The lease index holds exactly the claimed episodes: O(claimed), never a scan of all.
-      const running: Record<string, Record<string, string>> = {};
-      for (const e of this.sql.exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' ORDER BY expires_at")) {
-        running[e.episode_uuid] = {
-          episode_status: "claimed",
-          time_since_last_activity: seconds((now - e.last_activity) / 1000),
-          discard_episode_timeout: seconds(e.discard_timeout),
-          llm_call_count: String(e.llm_call_count),
-          client_uuid: e.client_uuid,
-          optional_task_id: e.task_id,
-        };
-      }
-      const byTask: Record<string, string[]> = {};
-      for (const f of this.sql.exec<{ task_id: string; client_uuid: string }>(
-        "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' ORDER BY ended_at",
-      )) {
-        (byTask[f.task_id] ??= []).push(f.client_uuid);
-      }
       return ok({
         ...stored,
-        running_episode_details: Object.keys(running).length > 0 ? running : null,
-        completed_tasks_client_uuids: byTask,
+        running_episode_details: runningDetails(this.sql, this.now()),
+        completed_tasks_client_uuids: completedTaskClients(this.sql),
         engine_status: this.meta.status,
         global_step: this.meta.globalStep,
         booting_start_time: this.meta.bootingStartTime,
@@ -477,60 +411,18 @@ export class EngineObject extends DurableObject<Env> {
       this.settleActivity();
       const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
       if (q.cursor !== undefined && after === null) return fail(422, "invalid_request", "cursor: not a cursor this engine handed out");
-      const now = this.now();
-      // Walks the lease index from the cursor: a page costs O(log n + limit).
-      const rows = this.sql
-        .exec<EpisodeRow>(
-          `SELECT * FROM episodes WHERE state = 'claimed' AND (expires_at, episode_uuid) > (?, ?)
-           ORDER BY expires_at, episode_uuid LIMIT ?`,
-          after?.expiresAt ?? -1,
-          after?.uuid ?? "",
-          q.limit + 1,
-        )
-        .toArray();
-      const page = rows.slice(0, q.limit);
-      const last = page[page.length - 1];
-      return ok({
-        episodes: page.map((e) => ({
-          episode_uuid: e.episode_uuid,
-          client_uuid: e.client_uuid,
-          episode_type: e.episode_type,
-          task_id: e.task_id,
-          idle_seconds: (now - e.last_activity) / 1000,
-          discard_episode_timeout: e.discard_timeout,
-          expires_in: ((e.expires_at ?? now) - now) / 1000,
-          llm_call_count: e.llm_call_count,
-          fence: e.fence,
-        })),
-        next_cursor: rows.length > q.limit && last ? encodeCursor(last.expires_at ?? 0, last.episode_uuid) : null,
-        total: this.episodeCounts().claimed,
-      });
+      return ok({ ...runningPage(this.sql, this.now(), after, q.limit), total: this.episodeCounts().claimed });
     });
   }
 
   async completedTasks(caller: Caller): Promise<Reply<CompletedTasksResponse>> {
-    return this.guarded<CompletedTasksResponse>(caller, "get_overview", () => {
-      const step = this.meta.globalStep;
-      const rows = this.sql
-        .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null }>(
-          `SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward FROM finished
-           WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
-          step,
-        )
-        .toArray();
-      return ok({ global_step: step, tasks: rows });
-    });
+    return this.guarded<CompletedTasksResponse>(caller, "get_overview", () =>
+      ok({ global_step: this.meta.globalStep, tasks: completedTasks(this.sql, this.meta.globalStep) }),
+    );
   }
 
   async getRewardHistory(caller: Caller): Promise<Reply<RewardHistoryResponse>> {
-    return this.guarded(caller, "get_reward_history", () => {
-      const history = this.sql
-        .exec<{ global_step: number; mean_reward: number; std_reward: number; timestamp: number; count: number; min_reward: number; max_reward: number }>(
-          "SELECT global_step, mean_reward, std_reward, timestamp, count, min_reward, max_reward FROM reward_history ORDER BY seq",
-        )
-        .toArray();
-      return ok({ history });
-    });
+    return this.guarded(caller, "get_reward_history", () => ok({ history: rewardHistory(this.sql) }));
   }
 
   // ---------------------------------------------------------------- agent command channel

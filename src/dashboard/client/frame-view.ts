@@ -3,7 +3,7 @@
  * that replace a blank page when something is wrong (no token, a refused token, no such engine,
  * the exchange unreachable).
  */
-import type { Dom, DomElement, DomInput } from "./dom";
+import type { Dom, DomInput } from "./dom";
 import type { Format } from "./format";
 
 export type NavEngine = { name: string; status: string | null; tone: string };

@@ -1,0 +1,137 @@
+/**
+ * What the engine shows of its episodes: read-only queries over its SQLite, each walking an
+ * index or only the rows it returns. The engine object settles pending writes, checks the
+ * caller and wraps these in its replies.
+ */
+import type { CompletedTasksResponse, RunningEpisodesResponse } from "../protocol/agent";
+import type { EpisodeStatus, RewardHistoryResponse } from "../protocol/swarm";
+import { seconds } from "./rules";
+
+export type EpisodeRow = {
+  episode_uuid: string;
+  state: "registered" | "claimed" | "resetting";
+  openai_base_url: string;
+  openai_api_key: string;
+  zmq_addr: string;
+  episode_type: "train" | "eval";
+  client_uuid: string;
+  fence: number;
+  last_activity: number;
+  discard_timeout: number;
+  expires_at: number | null;
+  llm_call_count: number;
+  task_id: string;
+};
+
+const encodeCursor = (expiresAt: number, uuid: string): string => btoa(JSON.stringify([expiresAt, uuid]));
+
+export function decodeCursor(cursor: string): { expiresAt: number; uuid: string } | null {
+  try {
+    const v: unknown = JSON.parse(atob(cursor));
+    if (Array.isArray(v) && v.length === 2 && typeof v[0] === "number" && typeof v[1] === "string") return { expiresAt: v[0], uuid: v[1] };
+  } catch {
+    // not base64 or not JSON: refused below
+  }
+  return null;
+}
+
+/** Every live episode, FIFO order within each state; the trainer's secrets only when `secrets`. */
+export function episodeBuffer(sql: SqlStorage, secrets: boolean): EpisodeStatus[] {
+  return sql
+    .exec<EpisodeRow>("SELECT * FROM episodes ORDER BY state, queue_seq")
+    .toArray()
+    .map((e) => ({
+      episode_uuid: e.episode_uuid,
+      episode_status: e.state === "registered" ? "registered" : "claimed",
+      episode_type: e.episode_type,
+      openai_base_url: secrets ? e.openai_base_url : "",
+      openai_api_key: secrets ? e.openai_api_key : "",
+      client_uuid: e.client_uuid,
+      zmq_listen_result_addr: secrets ? e.zmq_addr : "",
+      latest_activity_timestamp: e.last_activity / 1000,
+      discard_episode_timeout: e.discard_timeout,
+      llm_call_count: e.llm_call_count,
+      debug_log: [],
+      optional_task_id: e.task_id,
+    }));
+}
+
+/** The seed's running_episode_details: the lease index holds exactly the claimed episodes, so O(claimed). */
+export function runningDetails(sql: SqlStorage, now: number): Record<string, Record<string, string>> | null {
+  const running: Record<string, Record<string, string>> = {};
+  for (const e of sql.exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' ORDER BY expires_at")) {
+    running[e.episode_uuid] = {
+      episode_status: "claimed",
+      time_since_last_activity: seconds((now - e.last_activity) / 1000),
+      discard_episode_timeout: seconds(e.discard_timeout),
+      llm_call_count: String(e.llm_call_count),
+      client_uuid: e.client_uuid,
+      optional_task_id: e.task_id,
+    };
+  }
+  return Object.keys(running).length > 0 ? running : null;
+}
+
+/** The seed's completed_tasks_client_uuids: the clients of every train episode ended since the last clear, per task. */
+export function completedTaskClients(sql: SqlStorage): Record<string, string[]> {
+  const byTask: Record<string, string[]> = {};
+  for (const f of sql.exec<{ task_id: string; client_uuid: string }>(
+    "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' ORDER BY ended_at",
+  )) {
+    (byTask[f.task_id] ??= []).push(f.client_uuid);
+  }
+  return byTask;
+}
+
+/** One page of claimed episodes, soonest to expire first, after `after`: O(log n + limit) on the lease index. */
+export function runningPage(
+  sql: SqlStorage,
+  now: number,
+  after: { expiresAt: number; uuid: string } | null,
+  limit: number,
+): Omit<RunningEpisodesResponse, "total"> {
+  const rows = sql
+    .exec<EpisodeRow>(
+      `SELECT * FROM episodes WHERE state = 'claimed' AND (expires_at, episode_uuid) > (?, ?)
+       ORDER BY expires_at, episode_uuid LIMIT ?`,
+      after?.expiresAt ?? -1,
+      after?.uuid ?? "",
+      limit + 1,
+    )
+    .toArray();
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  return {
+    episodes: page.map((e) => ({
+      episode_uuid: e.episode_uuid,
+      client_uuid: e.client_uuid,
+      episode_type: e.episode_type,
+      task_id: e.task_id,
+      idle_seconds: (now - e.last_activity) / 1000,
+      discard_episode_timeout: e.discard_timeout,
+      expires_in: ((e.expires_at ?? now) - now) / 1000,
+      llm_call_count: e.llm_call_count,
+      fence: e.fence,
+    })),
+    next_cursor: rows.length > limit && last ? encodeCursor(last.expires_at ?? 0, last.episode_uuid) : null,
+  };
+}
+
+/** Train episodes ended in global step `step`, per task (at most 500 tasks, the busiest first). */
+export function completedTasks(sql: SqlStorage, step: number | null): CompletedTasksResponse["tasks"] {
+  return sql
+    .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null }>(
+      `SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward FROM finished
+       WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
+      step,
+    )
+    .toArray();
+}
+
+export function rewardHistory(sql: SqlStorage): RewardHistoryResponse["history"] {
+  return sql
+    .exec<{ global_step: number; mean_reward: number; std_reward: number; timestamp: number; count: number; min_reward: number; max_reward: number }>(
+      "SELECT global_step, mean_reward, std_reward, timestamp, count, min_reward, max_reward FROM reward_history ORDER BY seq",
+    )
+    .toArray();
+}
