@@ -1,22 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Coalescer, type Schedule } from "../src/coalescer";
-
-/** A schedule the test fires by hand. */
-function manualSchedule(): { schedule: Schedule; fire(): void; armed: () => number } {
-  let pending: Array<() => void> = [];
-  return {
-    schedule: (fn) => {
-      pending.push(fn);
-      return () => (pending = pending.filter((f) => f !== fn));
-    },
-    fire: () => {
-      const fns = pending;
-      pending = [];
-      for (const f of fns) f();
-    },
-    armed: () => pending.length,
-  };
-}
+import { Coalescer } from "../src/coalescer";
+import { manualSchedule } from "./support/manual-schedule";
 
 describe("Coalescer", () => {
   it("sends the calls of one window as one batch and answers each with its own result", async () => {
