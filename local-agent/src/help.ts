@@ -1,6 +1,7 @@
 /** The text of `--help`, generated from the option table so it always matches what is parsed. */
 import { OPTIONS, OPTION_KEYS } from "./options";
 import { CONFIG_ENV } from "./config";
+import { RUNS_CONFIG_ENV } from "./runs/run-commands";
 
 export const AGENT_VERSION = "0.1.0";
 
@@ -44,6 +45,10 @@ export function helpText(program = "rollout-agent"): string {
     out.push(wrap(spec.describe, 86, "        "));
   }
   out.push(
+    "",
+    `Training runs: ${RUNS_CONFIG_ENV}=FILE names a JSON file of this host's environment directories`,
+    "and the processes a run starts (with {config}, {env_file}, {run_id}, ... placeholders). Without",
+    "it, the exchange's runs commands (scan, start, stop, inference tests) fail here saying so.",
     "",
     "Example:",
     "  ROLLOUT_TRAINER_TOKEN=... " + program + " --server https://rollout.example.com --engine default \\",

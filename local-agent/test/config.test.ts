@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { redactedConfig, resolveConfig, type ConfigSources } from "../src/config";
 import { splitCommand, expandCommand, TemplateError } from "../src/command-template";
 import { helpText } from "../src/help";
+import { RUNS_CONFIG_ENV } from "../src/runs/run-commands";
 import { OPTIONS, OPTION_KEYS } from "../src/options";
 
 const required = ["--server", "https://rx.example.com/", "--engine", "default", "--token", "tok"];
@@ -137,6 +138,7 @@ describe("--help", () => {
       expect(text).toContain(`"${key}"`);
     }
     expect(text).toContain("[default: 10086]");
+    expect(text).toContain(`${RUNS_CONFIG_ENV}=FILE`);
   });
 });
 
