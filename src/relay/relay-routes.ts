@@ -118,7 +118,8 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
     const status = (res.status >= 400 && res.status < 600 ? res.status : 502) as ContentfulStatusCode;
     return err.success ? c.json(err.data, status) : openaiError(c, status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error");
   }
-  return c.json(json as object, 200);
+  // Parsed only to refuse garbage: the upstream's own text goes back, not a re-serialization.
+  return c.body(text, 200, { "content-type": "application/json" });
 }
 
 export function relayRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>): void {
