@@ -17,7 +17,8 @@ export function routingPath(request: Request): string {
 
 /** The token carried in the URL's path, or null. */
 export function pathToken(url: string): string | null {
-  const start = url.indexOf("/e/", url.indexOf("//") + 2);
+  // The path starts at the first "/" after the authority; only the path is searched, never the query.
+  const start = url.indexOf("/", url.indexOf("//") + 2);
   if (start < 0) return null;
   const path = url.slice(start).split(/[?#]/, 1)[0] ?? "";
   return TOKEN_IN_PATH.exec(path)?.[2] ?? null;
