@@ -59,6 +59,23 @@ describe("dashboard after a scripted run", () => {
     expect(ov.episodes).toMatchObject({ registered: 14, claimed: 6 });
     expect(ov.deliveries).toMatchObject({ pending: 5, delivered: STEPS * 8 + 7 - 5 });
     expect(ov.agent).toMatchObject({ connected: true, host: "gpu-node-1" });
+    expect(await attr(page, "#rollout-workers", "data-state")).toBe(ov.agent.rollout_workers?.state);
+    expect(await page.textContent("#rollout-workers")).toBe("rollout workers running (pid 4250, job job-1)");
+  });
+
+  it("says so when the rollout workers end on their own, without reloading the page", async () => {
+    const ended = "rollout workers exited with code 1; see /var/log/rollout/rollout-workers.log on the host";
+    await engine.as("trainer").heartbeat({
+      agent_id: "agent-1",
+      host: "gpu-node-1",
+      pid: 4242,
+      version: "0.1.0",
+      trainer: { state: "running", pid: 4243, started_at: null },
+      rollout_workers: { state: "exited", pid: 4250, job_session: "job-1", detail: ended },
+    });
+    await page.waitForSelector('#rollout-workers[data-state="exited"]', { timeout: 10_000 });
+    expect(await page.textContent("#rollout-workers")).toBe(ended);
+    expect((await engine.as("viewer").overview()).agent.rollout_workers).toMatchObject({ state: "exited", detail: ended });
   });
 
   it("draws one chart point per finished step, with the API's mean, std and count", async () => {

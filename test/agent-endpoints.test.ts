@@ -25,6 +25,7 @@ describe("agent presence", () => {
       trainer_state: "running",
       trainer_pid: 999,
       gateway_url: null,
+      rollout_workers: null,
       last_seen: e.clock.t / 1000,
     });
     e.clock.t += 44_000;
@@ -34,6 +35,19 @@ describe("agent presence", () => {
     await expect(e.as("client").heartbeat(heartbeat())).rejects.toMatchObject({ status: 403 });
     const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), trainer: { state: "dancing" } }) });
     expect(bad.status).toBe(422);
+  });
+
+  it("shows the rollout workers the agent reports: running, then how they ended on their own", async () => {
+    const e = await createEngine();
+    const running = { state: "running", pid: 77, job_session: "job-1", detail: "running, group size 8" } as const;
+    await e.as("trainer").heartbeat({ ...heartbeat(), rollout_workers: running });
+    expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(running);
+    const exited = { state: "exited", pid: 77, job_session: "job-1", detail: "rollout workers exited with code 1; see /var/log/rollout-workers.log on the host" } as const;
+    await e.as("trainer").heartbeat({ ...heartbeat(), rollout_workers: exited });
+    expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(exited);
+    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), rollout_workers: { ...exited, state: "sleeping" } }) });
+    expect(bad.status).toBe(422);
+    expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(exited);
   });
 
   it("takes the engine OFFLINE with the exit code and last log lines when the trainer dies", async () => {

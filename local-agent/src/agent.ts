@@ -117,7 +117,30 @@ export async function startAgent(
     onUnexpectedExit: (exit) => void reports?.trainerExited(exit),
     onChange: () => reports?.poke(),
   });
-  reports = new Reports({ link, trainer, reach, logger, clock, backoff, stop, agentId: config.agentId, version: AGENT_VERSION, gatewayUrl });
+  const rolloutWorkers = new RolloutWorkers({
+    command: config.rolloutCommand ?? null,
+    cwd: config.rolloutCwd ?? null,
+    logDir: config.logDir,
+    stateDir: config.stateDir,
+    graceMs: config.stopGraceSeconds * 1000,
+    placeholders: { engine: config.engine, engine_url: link.baseUrl, facade_url: facadeUrl },
+    env: { ROLLOUT_ENGINE_URL: link.baseUrl, ROLLOUT_ENGINE: config.engine, ROLLOUT_FACADE_URL: facadeUrl },
+    logger,
+    clock,
+  });
+  reports = new Reports({
+    link,
+    trainer,
+    reach,
+    logger,
+    clock,
+    backoff,
+    stop,
+    agentId: config.agentId,
+    version: AGENT_VERSION,
+    gatewayUrl,
+    rolloutWorkers: () => rolloutWorkers.report(),
+  });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
     client: new RunsClient({
@@ -132,17 +155,7 @@ export async function startAgent(
     maxBackoffMs: config.retryMaxSeconds * 1000,
   });
   const rollout = new RolloutCommands({
-    workers: new RolloutWorkers({
-      command: config.rolloutCommand ?? null,
-      cwd: config.rolloutCwd ?? null,
-      logDir: config.logDir,
-      stateDir: config.stateDir,
-      graceMs: config.stopGraceSeconds * 1000,
-      placeholders: { engine: config.engine, engine_url: link.baseUrl, facade_url: facadeUrl },
-      env: { ROLLOUT_ENGINE_URL: link.baseUrl, ROLLOUT_ENGINE: config.engine, ROLLOUT_FACADE_URL: facadeUrl },
-      logger,
-      clock,
-    }),
+    workers: rolloutWorkers,
     inferenceAdminUrl: clearSessionsBase(config.inferenceAdminUrl, config.inferenceUpstream),
     logger,
     stop,

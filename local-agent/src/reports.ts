@@ -5,7 +5,7 @@
  */
 import { hostname } from "node:os";
 import { ExchangeError } from "../../src/client";
-import type { TrainerExitRequest } from "../../src/protocol";
+import type { RolloutWorkersStatus, TrainerExitRequest } from "../../src/protocol";
 import { Backoff, type BackoffOptions } from "./backoff";
 import type { Clock } from "./clock";
 import { isTransient, type EngineLink } from "./engine-link";
@@ -26,6 +26,8 @@ export type ReportDeps = {
   version: string;
   /** Where the Worker reaches this agent's inference gateway; null if it runs none. */
   gatewayUrl?: string | null;
+  /** The rollout workers' state for the heartbeat (running, or how they ended on their own). */
+  rolloutWorkers?: () => RolloutWorkersStatus | null;
 };
 
 const MAX_LOG_TAIL = 16_384;
@@ -61,6 +63,7 @@ export class Reports {
         version: this.d.version,
         gateway_url: this.d.gatewayUrl ?? null,
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
+        rollout_workers: this.d.rolloutWorkers?.() ?? null,
       });
       this.d.reach.succeeded();
       return true;

@@ -871,7 +871,7 @@ export class EngineObject extends DurableObject<Env> {
   private agentStatus(): AgentStatus {
     const a = this.agentRecord();
     if (a === null) {
-      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, last_seen: null };
+      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, rollout_workers: null, last_seen: null };
     }
     return {
       connected: this.now() / 1000 - a.last_seen < AGENT_STALE_AFTER_SECONDS,
@@ -882,6 +882,8 @@ export class EngineObject extends DurableObject<Env> {
       trainer_state: a.trainer.state,
       trainer_pid: a.trainer.pid,
       gateway_url: a.gateway_url ?? null,
+      // Records written before agents reported rollout workers have no such field.
+      rollout_workers: a.rollout_workers ?? null,
       last_seen: a.last_seen,
     };
   }

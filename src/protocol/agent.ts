@@ -10,6 +10,19 @@ export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exite
 export const TrainerState = z.enum(TRAINER_STATES);
 export type TrainerState = z.infer<typeof TrainerState>;
 
+/**
+ * The rollout workers a start_rollout command launched on the host: running, or ended on their
+ * own (how, in the agent's words: "exited with code 1"). Workers the agent was told to stop are
+ * not reported as ended.
+ */
+export const RolloutWorkersStatus = z.object({
+  state: z.enum(["running", "exited"]),
+  pid: z.number().int().nonnegative().nullable(),
+  job_session: z.string().max(256).nullable(),
+  detail: z.string().max(1000),
+});
+export type RolloutWorkersStatus = z.infer<typeof RolloutWorkersStatus>;
+
 export const AgentHeartbeatRequest = z.object({
   agent_id: z.string().min(1).max(128),
   host: z.string().max(256),
@@ -22,6 +35,8 @@ export const AgentHeartbeatRequest = z.object({
     pid: z.number().int().nonnegative().nullable().default(null),
     started_at: z.number().nullable().default(null),
   }),
+  /** Null when no rollout workers were started (or the agent predates them). */
+  rollout_workers: RolloutWorkersStatus.nullable().default(null),
 });
 export type AgentHeartbeatRequest = z.infer<typeof AgentHeartbeatRequest>;
 
@@ -37,6 +52,7 @@ export const AgentStatus = z.object({
   trainer_state: TrainerState.nullable(),
   trainer_pid: z.number().nullable(),
   gateway_url: z.string().nullable(),
+  rollout_workers: RolloutWorkersStatus.nullable(),
   /** Unix seconds of the last heartbeat; null if the agent never called in. */
   last_seen: z.number().nullable(),
 });

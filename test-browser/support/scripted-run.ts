@@ -64,7 +64,14 @@ export async function scriptRun(engine: TestEngine, opts: RunOptions): Promise<v
 /** The agent's side: one heartbeat, then every delivery command acked except the newest few. */
 async function playAgent(engine: TestEngine, leavePending: number): Promise<void> {
   const trainer = engine.as("trainer");
-  await trainer.heartbeat({ agent_id: "agent-1", host: "gpu-node-1", pid: 4242, version: "0.1.0", trainer: { state: "running", pid: 4243, started_at: Date.now() / 1000 - 3600 } });
+  await trainer.heartbeat({
+    agent_id: "agent-1",
+    host: "gpu-node-1",
+    pid: 4242,
+    version: "0.1.0",
+    trainer: { state: "running", pid: 4243, started_at: Date.now() / 1000 - 3600 },
+    rollout_workers: { state: "running", pid: 4250, job_session: "job-1", detail: "running, group size 4" },
+  });
   const deliveries = [];
   for (;;) {
     const { commands } = await trainer.pollCommands({ limit: 100 });

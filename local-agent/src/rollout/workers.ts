@@ -13,6 +13,7 @@ import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
 import type { StartRolloutCommand } from "../../../src/protocol/commands";
+import type { RolloutWorkersStatus } from "../../../src/protocol/agent";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
 import type { Logger } from "../log";
@@ -42,6 +43,8 @@ type PidFile = { pid: number; seq: number; job_session: string; group_size: numb
 
 export class RolloutWorkers {
   private current: Current | null = null;
+  /** The last workers that ended on their own (not stopped by the agent), until new ones start. */
+  private endedAlone: { pid: number | null; jobSession: string; detail: string } | null = null;
   readonly logPath: string;
   private readonly pidFile: string;
 
@@ -53,6 +56,14 @@ export class RolloutWorkers {
   status(): { running: boolean; pid: number | null; job_session: string | null; group_size: number | null } {
     const c = this.live();
     return { running: c !== null, pid: c?.proc.pid ?? null, job_session: c?.jobSession ?? null, group_size: c?.groupSize ?? null };
+  }
+
+  /** For the heartbeat: the running workers, the last ones that ended on their own, or null. */
+  report(): RolloutWorkersStatus | null {
+    const c = this.live();
+    if (c !== null) return { state: "running", pid: c.proc.pid, job_session: c.jobSession, detail: `running, group size ${c.groupSize}` };
+    const e = this.endedAlone;
+    return e === null ? null : { state: "exited", pid: e.pid, job_session: e.jobSession, detail: `${e.detail}; see ${this.logPath} on the host` };
   }
 
   /** Finds workers left running by a previous agent process. */
@@ -111,6 +122,7 @@ export class RolloutWorkers {
     }
     const pid = proc.pid as number;
     this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
+    this.endedAlone = null;
     writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now() } satisfies PidFile));
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
@@ -136,6 +148,7 @@ export class RolloutWorkers {
     if (c === null) return null;
     if (!c.proc.ended() || (c.proc.pid !== null && groupAlive(c.proc.pid))) return c;
     this.o.logger.warn(`rollout workers pid ${c.proc.pid} ${c.proc.howItEnded()}; see ${this.logPath}`);
+    this.endedAlone = { pid: c.proc.pid, jobSession: c.jobSession, detail: `rollout workers ${c.proc.howItEnded()}` };
     this.current = null;
     rmSync(this.pidFile, { force: true });
     return null;

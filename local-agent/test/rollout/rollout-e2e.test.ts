@@ -74,6 +74,9 @@ describe("rollout buffer through the agent", () => {
       for (const i of items) expect(i.reward).toBe(String(i.extra_info["session_id"]).endsWith("s0") ? 1 : 2);
       const pid = agent.rollout.workers.status().pid as number;
       expect(groupAlive(pid)).toBe(true);
+      // The agent's heartbeat tells the engine (and so the dashboard) that they run.
+      const seen = await waitUntil(async () => (await engine.viewer.overview()).agent.rollout_workers, "the workers in a heartbeat", 30_000);
+      expect(seen).toMatchObject({ state: "running", pid, job_session: "job-1" });
 
       // The never-finished group is dropped by the engine's alarm after its TTL, and the upstream is told.
       await waitUntil(() => cleared.find((c) => c.reason === "incomplete_group_ttl"), "clear_sessions at the upstream", 60_000);

@@ -88,11 +88,23 @@ describe("RolloutWorkers", () => {
   it("starts again once the workers ended on their own", async () => {
     const w = workers({ command: ["sh", "-c", "echo short-lived {job_session}"] });
     await w.start(cmd("job-1"), 1);
+    const first = w.status().pid;
     await waitUntil(() => !w.status().running, "the short-lived workers to end");
+    // What the heartbeat tells the engine: they ended on their own, and how.
+    expect(w.report()).toEqual({ state: "exited", pid: first, job_session: "job-1", detail: expect.stringMatching(/^rollout workers exited with code 0; see .*rollout-workers\.log/) });
     const out = await w.start(cmd("job-2"), 2);
     expect(out.detail).not.toContain("already");
     await waitUntil(() => log(w).includes("short-lived job-2"), "the second run's output");
     expect(logger.has(/rollout workers pid \d+ exited with code 0/)).toBe(true);
+  });
+
+  it("reports running workers, and nothing once the agent itself stopped them", async () => {
+    const w = workers();
+    expect(w.report()).toBeNull();
+    await w.start(cmd("job-1", false, 8), 1);
+    expect(w.report()).toEqual({ state: "running", pid: w.status().pid, job_session: "job-1", detail: "running, group size 8" });
+    await w.stop("test");
+    expect(w.report()).toBeNull();
   });
 
   it("adopts workers left running by a previous agent instead of starting a second set", async () => {

@@ -33,7 +33,15 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
         a.connected ? "connected" : "not connected",
       ),
       h("p", { class: "sub" }, [a.host, a.trainer_state ? `trainer ${a.trainer_state}` : null, seen].filter((x) => x !== null).join(" · ")),
+      ...(a.rollout_workers ? [workersLine(a.rollout_workers)] : []),
     );
+  }
+
+  /** Rollout workers that ended on their own stop feeding the buffer: said in red, with the agent's words. */
+  function workersLine(w: NonNullable<EngineOverview["agent"]["rollout_workers"]>): DomElement {
+    const about = [w.pid !== null ? `pid ${w.pid}` : null, w.job_session ? `job ${w.job_session}` : null].filter((x) => x !== null);
+    const text = w.state === "exited" ? w.detail : `rollout workers running${about.length > 0 ? ` (${about.join(", ")})` : ""}`;
+    return h("p", { id: "rollout-workers", class: `sub workers ${w.state}`, "data-state": w.state }, text);
   }
 
   function render(ov: EngineOverview, nowMs: number): DomElement {
