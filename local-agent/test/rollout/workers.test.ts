@@ -6,6 +6,7 @@ import { realClock } from "../../src/clock";
 import { groupAlive } from "../../src/runs/process-group";
 import { RolloutWorkers, type RolloutWorkersOptions, type StartRolloutBody } from "../../src/rollout/workers";
 import { parseRolloutCommand } from "../../src/rollout/template";
+import { RolloutWorkersStatus } from "../../../src/protocol/agent";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { processGroupOf, waitUntil } from "../support/wait";
@@ -96,6 +97,16 @@ describe("RolloutWorkers", () => {
     expect(out.detail).not.toContain("already");
     await waitUntil(() => log(w).includes("short-lived job-2"), "the second run's output");
     expect(logger.has(/rollout workers pid \d+ exited with code 0/)).toBe(true);
+  });
+
+  it("keeps its report within the heartbeat's limits, however long the log path and job session", async () => {
+    const deep = join(dir.path, ...Array.from({ length: 6 }, (_, i) => `${i}`.padEnd(200, "d")));
+    const w = workers({ command: ["sh", "-c", "exit 3"], logDir: deep });
+    await w.start(cmd("j".repeat(400)), 1);
+    await waitUntil(() => !w.status().running, "the workers to exit");
+    const r = w.report();
+    expect(RolloutWorkersStatus.parse(r)).toMatchObject({ state: "exited", detail: expect.stringMatching(/^rollout workers exited with code 3; see /) });
+    expect(r?.detail.length).toBe(1000);
   });
 
   it("reports running workers, and nothing once the agent itself stopped them", async () => {
