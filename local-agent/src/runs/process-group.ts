@@ -3,16 +3,45 @@
  * everything a process started (data loaders, inference workers) and a process survives the
  * agent being killed; the agent then finds it again by its pid.
  */
-import { closeSync, openSync, readSync, fstatSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, readSync, readdirSync } from "node:fs";
 
 /** Whether any process of the group led by `pgid` is alive. */
 export function groupAlive(pgid: number): boolean {
   try {
     process.kill(-pgid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM";
   }
+  // kill(-pgid, 0) also succeeds while the group holds only zombies: members that have ended
+  // but that nobody has reaped yet (an orphan waits for init, which in a container may be slow
+  // or never). They are dead, and must not make a clean stop look like an ignored SIGTERM.
+  return !onlyZombies(pgid);
+}
+
+/** True when /proc shows the group's members all ended (zombies); false if it cannot tell. */
+function onlyZombies(pgid: number): boolean {
+  let names: string[];
+  try {
+    names = readdirSync("/proc");
+  } catch {
+    return false;
+  }
+  let members = 0;
+  for (const name of names) {
+    if (name.charCodeAt(0) < 48 || name.charCodeAt(0) > 57) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, "utf8");
+    } catch {
+      continue; // ended meanwhile
+    }
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so read after the last ")".
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[2]) !== pgid) continue;
+    members++;
+    if (fields[0] !== "Z" && fields[0] !== "X") return false;
+  }
+  return members > 0;
 }
 
 /** Signals every process in the group; false if none was left. */
