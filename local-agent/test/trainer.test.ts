@@ -63,6 +63,16 @@ describe("TrainerSupervisor", () => {
     expect(JSON.parse(readFileSync(join(dir.path, "state", "trainer.json"), "utf8"))).toMatchObject({ pid, seq: 7 });
 
     const helper = Number((await waitUntil(() => /helper pid (\d+)/.exec(logText()), "the trainer's helper to start"))[1]);
+    // The script prints the helper's pid right after forking it; until that child has exec'd
+    // sleep it still carries the shell's SIGTERM trap, which would swallow the signal and leave
+    // "sleep 300" running (the supervisor would then rightly SIGKILL it after the grace period).
+    await waitUntil(() => {
+      try {
+        return readFileSync(`/proc/${helper}/comm`, "utf8").trim() === "sleep";
+      } catch {
+        return false;
+      }
+    }, "the helper to be running sleep");
     expect(logText()).toContain(`config=${join(dir.path, "state", "train-config.yaml")} facade=http://127.0.0.1:10086 port=10086`);
     expect(logText()).toContain("yaml: ajet:");
     expect(processGroupOf(pid as number)).toBe(pid); // leader of its own group
