@@ -6,40 +6,20 @@
  */
 import type { Hono } from "hono";
 import type { Env } from "../env";
-import { EngineName } from "../protocol/admin";
-import { constantTimeEqual, hashToken } from "../auth/tokens";
-import { errorJson, replyJson } from "./errors";
+import { replyJson } from "./errors";
 import { readJson, readQuery } from "./validate";
 import { ENGINE_API, type EngineVars } from "./engine-api";
-import { requestToken } from "./path-token";
+import { engineCaller } from "./engine-caller";
 
 export type { EngineVars };
-
-const hashCache = new Map<string, string>();
-
-/** Token hashes are deterministic, so caching them is safe; revocation is checked by the engine. */
-async function cachedHash(token: string): Promise<string> {
-  let h = hashCache.get(token);
-  if (h === undefined) {
-    if (hashCache.size > 10_000) hashCache.clear();
-    h = await hashToken(token);
-    hashCache.set(token, h);
-  }
-  return h;
-}
 
 /** Registers the engine API under `prefix` (`/e/:engine`; the token-in-path form is routed the same: see path-token.ts). */
 export function engineRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>, prefix: string): void {
   app.use(`${prefix}/*`, async (c, next) => {
-    const engine = c.req.param("engine") ?? "";
-    if (!EngineName.safeParse(engine).success) return errorJson(c, 404, "unknown_engine", `No such engine '${engine}'.`);
-    const token = requestToken(c.req.header("authorization"), c.req.url);
-    if (token === null) {
-      return errorJson(c, 401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
-    }
-    const admin = c.env.ADMIN_TOKEN !== undefined && c.env.ADMIN_TOKEN !== "" && constantTimeEqual(token, c.env.ADMIN_TOKEN);
-    c.set("caller", admin ? { admin: true } : { admin: false, tokenHash: await cachedHash(token) });
-    c.set("stub", c.env.ENGINE.get(c.env.ENGINE.idFromName(engine)));
+    const who = await engineCaller(c.env, c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+    if (!who.ok) return replyJson(c, who);
+    c.set("caller", who.body.caller);
+    c.set("stub", who.body.stub);
     await next();
   });
 

@@ -7,12 +7,9 @@
 import type { Context } from "hono";
 import { drizzle } from "drizzle-orm/d1";
 import type { Env } from "../env";
-import type { EngineObject } from "../engine/engine-object";
-import type { Caller, CallerRole } from "../engine/caller";
+import type { CallerRole } from "../engine/caller";
 import type { EngineOp } from "../auth/roles";
-import { constantTimeEqual, hashToken } from "../auth/tokens";
-import { EngineName } from "../protocol/admin";
-import { requestToken } from "../http/path-token";
+import { engineCaller, type Credentials } from "../http/engine-caller";
 import type { CommandBody } from "../protocol/commands";
 import type { Db } from "./config-store";
 import { runsClock } from "./clock";
@@ -28,22 +25,14 @@ export type RunsCtx = {
 };
 
 /** The caller and engine of a request, before any operation is checked. */
-export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject> };
+export type { Credentials };
 
 /** Hono's Context is generic in the app's variables; these routes need only its bindings. */
 export const envOf = (c: Context): Env => c.env as Env;
 
 export async function credentials(c: Context): Promise<Credentials | Refused> {
-  const env = envOf(c);
-  const engine = c.req.param("engine") ?? "";
-  if (!EngineName.safeParse(engine).success) return refuse(404, "unknown_engine", `No such engine '${engine}'.`);
-  const token = requestToken(c.req.header("authorization"), c.req.url);
-  if (token === null) {
-    return refuse(401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
-  }
-  const admin = env.ADMIN_TOKEN !== undefined && env.ADMIN_TOKEN !== "" && constantTimeEqual(token, env.ADMIN_TOKEN);
-  const caller: Caller = admin ? { admin: true } : { admin: false, tokenHash: await hashToken(token) };
-  return { engine, caller, stub: env.ENGINE.get(env.ENGINE.idFromName(engine)) };
+  const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+  return who.ok ? who.body : refuse(who.status, who.error, who.detail);
 }
 
 /** Checks `op` for the caller with the engine (one RPC) and builds the operation's context. */

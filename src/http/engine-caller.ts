@@ -1,0 +1,40 @@
+/**
+ * Who calls an engine route, before any operation is checked: the engine named in the path,
+ * the caller (the deployment's admin, or the hash of an engine token, whose role and revocation
+ * the engine itself checks) and the stub of the engine's Durable Object. One place for the
+ * engine API and the runs API, which take tokens the same way.
+ */
+import type { Env } from "../env";
+import type { Caller } from "../engine/caller";
+import type { EngineObject } from "../engine/engine-object";
+import { fail, ok, type Reply } from "../engine/reply";
+import { EngineName } from "../protocol/admin";
+import { constantTimeEqual, hashToken } from "../auth/tokens";
+import { requestToken } from "./path-token";
+
+export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject> };
+
+const hashCache = new Map<string, string>();
+
+/** Token hashes are deterministic, so caching them is safe; revocation is checked by the engine. */
+async function cachedHash(token: string): Promise<string> {
+  let h = hashCache.get(token);
+  if (h === undefined) {
+    if (hashCache.size > 10_000) hashCache.clear();
+    h = await hashToken(token);
+    hashCache.set(token, h);
+  }
+  return h;
+}
+
+/** 404 for a malformed engine name, 401 without a token (bearer header or token in the path). */
+export async function engineCaller(env: Env, engine: string, authorization: string | undefined, url: string): Promise<Reply<Credentials>> {
+  if (!EngineName.safeParse(engine).success) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
+  const token = requestToken(authorization, url);
+  if (token === null) {
+    return fail(401, "missing_token", "This route needs a token: send `Authorization: Bearer <token>` or use the base URL /e/<engine>/t/<token>.");
+  }
+  const admin = env.ADMIN_TOKEN !== undefined && env.ADMIN_TOKEN !== "" && constantTimeEqual(token, env.ADMIN_TOKEN);
+  const caller: Caller = admin ? { admin: true } : { admin: false, tokenHash: await cachedHash(token) };
+  return ok({ engine, caller, stub: env.ENGINE.get(env.ENGINE.idFromName(engine)) });
+}
