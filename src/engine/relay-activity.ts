@@ -16,15 +16,7 @@ export class RelayActivity {
 
   /** One admitted call of the claim (`episodeUuid`, `fence`) at `at`; its lease now runs to `expiresAt`. */
   note(episodeUuid: string, fence: number, at: number, expiresAt: number): void {
-    const p = this.pending.get(episodeUuid);
-    if (p !== undefined && p.fence === fence) {
-      p.calls += 1;
-      p.at = Math.max(p.at, at);
-      p.expiresAt = Math.max(p.expiresAt, expiresAt);
-    } else {
-      // A newer claim of the episode replaces what an older one left: that claim is over.
-      this.pending.set(episodeUuid, { episodeUuid, fence, calls: 1, at, expiresAt });
-    }
+    this.add({ episodeUuid, fence, calls: 1, at, expiresAt });
   }
 
   get size(): number {
@@ -40,10 +32,18 @@ export class RelayActivity {
 
   /** Puts back what a failed write took, under anything noted since. */
   restore(items: PendingActivity[]): void {
-    for (const it of items) {
-      const now = this.pending.get(it.episodeUuid);
-      if (now === undefined) this.pending.set(it.episodeUuid, it);
-      else if (now.fence === it.fence) this.pending.set(it.episodeUuid, { ...now, calls: now.calls + it.calls, at: Math.max(now.at, it.at), expiresAt: Math.max(now.expiresAt, it.expiresAt) });
+    for (const it of items) this.add(it);
+  }
+
+  /** Adds to the claim's tally; a newer claim of the episode replaces what an older one left (that claim is over). */
+  private add(it: PendingActivity): void {
+    const p = this.pending.get(it.episodeUuid);
+    if (p === undefined || p.fence < it.fence) {
+      this.pending.set(it.episodeUuid, { ...it });
+    } else if (p.fence === it.fence) {
+      p.calls += it.calls;
+      p.at = Math.max(p.at, it.at);
+      p.expiresAt = Math.max(p.expiresAt, it.expiresAt);
     }
   }
 }
