@@ -82,13 +82,13 @@ function buildDirectory(): { path: string; remove(): void } {
 
 /**
  * Miniflare's shared options for the exchange: workerd on 127.0.0.1, state in memory or under
- * `persistDir`, logs to `log`. Miniflare's own entry socket gets `port` (0 when clients use the
- * Worker's direct socket instead, as startLocalExchange does).
+ * `persistDir`, logs to `log`. Miniflare's own entry socket takes any free port: clients use
+ * the Worker's direct socket instead.
  */
-function serverOptions(opts: { port: number; persistDir: string | null; log: (line: string) => void }): Omit<MiniflareOptions, "workers"> {
+function serverOptions(opts: { persistDir: string | null; log: (line: string) => void }): Omit<MiniflareOptions, "workers"> {
   return {
     host: "127.0.0.1",
-    port: opts.port,
+    port: 0,
     ...(opts.persistDir ? { resourcePersistencePath: resolve(opts.persistDir) } : {}),
     log: new LineLog(opts.log),
     handleStructuredLogs: ({ level, message }) => opts.log(`[worker ${level}] ${message}`),
@@ -112,7 +112,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
     const bundle = await buildWorker(configPath, setup.main, buildDir.path);
     const mainModule = basename(bundle);
     mf = new Miniflare({
-      ...serverOptions({ port: 0, persistDir: opts.persistDir ?? null, log }),
+      ...serverOptions({ persistDir: opts.persistDir ?? null, log }),
       ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort, inspectorHost: "127.0.0.1" } : {}),
       workers: [
         {
