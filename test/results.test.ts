@@ -49,6 +49,29 @@ describe("results reach D1 through the outbox", () => {
     expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["a", "b", "c"]);
   });
 
+  it("writes large outputs in several statements and keeps nulls, false and non-ASCII text as sent", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 4);
+    // 4 x 200,000 characters is more than one statement's share (outbox.ts), so the batch is split.
+    const big = `é ✓ ${"x".repeat(200_000)}`;
+    for (const [i, client] of ["a", "b", "c", "d"].entries()) {
+      const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 60 });
+      const body = endBody(client, c.episode_uuid, i === 0 ? null : i, `t${i}`);
+      body.workflow_output = { ...body.workflow_output, is_success: i !== 1, log_metrics: { text: big } };
+      expect(await e.as("client").endEpisode(body)).toEqual({ success: true });
+    }
+    await advance(e, 1_000);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0 });
+    const rows = await trajectories(e.name);
+    expect(rows.map((r) => [r["client_uuid"], r["reward"], r["is_success"], r["global_step"]])).toEqual([
+      ["a", null, 1, 0],
+      ["b", 1, 0, 0],
+      ["c", 2, 1, 0],
+      ["d", 3, 1, 0],
+    ]);
+    expect(JSON.parse(rows[3]!["workflow_output"] as string)).toMatchObject({ log_metrics: { text: big } });
+  });
+
   it("answers end_episode while D1 is failing, keeps the record, and writes it once D1 recovers", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

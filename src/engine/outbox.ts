@@ -3,8 +3,7 @@
  * it records, then flushed to D1 in batches by the alarm; a failed flush is retried with backoff,
  * so a D1 hiccup neither loses a record nor fails the request that produced it.
  */
-import { getTableColumns } from "drizzle-orm";
-import { drizzle } from "drizzle-orm/d1";
+import { getTableColumns, getTableName } from "drizzle-orm";
 import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
 import { backoffMs } from "./rules";
 
@@ -17,8 +16,6 @@ type OutboxRow = { id: number; kind: string; payload: string; attempts: number }
 
 /** Rows written in one D1 batch: bounded so a long outage does not make one giant request. */
 const FLUSH_BATCH = 100;
-/** D1's limit on bound parameters in one statement. */
-const D1_MAX_PARAMS = 100;
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
 
@@ -65,24 +62,16 @@ export class Outbox {
       )
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
-    const d1 = drizzle(db);
-    const byKind = new Map<keyof Tables, unknown[]>();
+    const byKind = new Map<keyof Tables, string[]>();
     for (const r of rows) {
       const kind = r.kind as keyof Tables;
-      byKind.set(kind, [...(byKind.get(kind) ?? []), JSON.parse(r.payload)]);
+      let list = byKind.get(kind);
+      if (list === undefined) byKind.set(kind, (list = []));
+      list.push(r.payload);
     }
-    // One multi-row INSERT per table and chunk: D1 binds at most 100 parameters per statement.
-    const statements = [...byKind].flatMap(([kind, values]) => {
-      const table = TABLES[kind];
-      const perRow = Object.keys(getTableColumns(table)).length;
-      const chunk = Math.max(1, Math.floor(D1_MAX_PARAMS / perRow));
-      const out = [];
-      // The payloads were written from OutboxItems of this kind, so they fit the table.
-      for (let i = 0; i < values.length; i += chunk) out.push(d1.insert(table).values(values.slice(i, i + chunk) as never[]).onConflictDoNothing());
-      return out;
-    });
+    const statements = [...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads));
     try {
-      await d1.batch(statements as [(typeof statements)[number], ...(typeof statements)[number][]]);
+      await db.batch(statements);
     } catch (e) {
       const error = e instanceof Error ? e.message : String(e);
       for (const r of rows) {
@@ -99,4 +88,42 @@ export class Outbox {
     this.sql.exec(`DELETE FROM outbox WHERE id IN (${rows.map((r) => r.id).join(",")})`);
     return { written: rows.length, error: null };
   }
+}
+
+/**
+ * Characters of row JSON per statement: D1 caps one bound value at 2 MB, and this many UTF-16
+ * units are at most 1.5 MB of UTF-8. (A single row over the cap cannot be written either way.)
+ */
+const STATEMENT_CHARS = 512 * 1024;
+
+const insertSql = new Map<keyof Tables, string>();
+
+/**
+ * Rows go to D1 as one JSON array per statement, spread into columns by SQLite's json_each:
+ * one bound value instead of one per column and row, which is most of what a D1 write costs.
+ * The payloads are the outbox's own JSON, so nothing is parsed or serialized again.
+ */
+function insertStatements(db: D1Database, kind: keyof Tables, payloads: string[]): D1PreparedStatement[] {
+  let sql = insertSql.get(kind);
+  if (sql === undefined) {
+    const columns = Object.entries(getTableColumns(TABLES[kind])).filter(([, c]) => !(c.primary && c.autoIncrement));
+    const names = columns.map(([, c]) => `"${c.name}"`).join(", ");
+    const values = columns.map(([key]) => `json_extract(value, '$.${key}')`).join(", ");
+    sql = `INSERT INTO "${getTableName(TABLES[kind])}" (${names}) SELECT ${values} FROM json_each(?) WHERE true ON CONFLICT DO NOTHING`;
+    insertSql.set(kind, sql);
+  }
+  const out: D1PreparedStatement[] = [];
+  let chunk: string[] = [];
+  let chars = 0;
+  for (const p of payloads) {
+    if (chunk.length > 0 && chars + p.length > STATEMENT_CHARS) {
+      out.push(db.prepare(sql).bind(`[${chunk.join(",")}]`));
+      chunk = [];
+      chars = 0;
+    }
+    chunk.push(p);
+    chars += p.length;
+  }
+  if (chunk.length > 0) out.push(db.prepare(sql).bind(`[${chunk.join(",")}]`));
+  return out;
 }
