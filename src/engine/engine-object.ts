@@ -304,15 +304,23 @@ export class EngineObject extends DurableObject<Env> {
       if (metaTask !== req.task_id) {
         return fail(422, "invalid_request", `workflow_output.metadata.task_id (${JSON.stringify(metaTask)}) must equal task_id (${JSON.stringify(req.task_id)})`);
       }
-      const owned = this.ownedClaim(req);
-      if (!owned.ok) return owned;
-      if (owned.body === "already_ended") return ok({ success: true });
-      const ep = owned.body;
       const now = this.now();
       const payload = JSON.stringify(req.workflow_output);
-      const taskId = ep.task_id || req.task_id;
-      const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
-      this.tx(() => {
+      const done = this.tx((): Reply<{ success: boolean }> => {
+        // The common case, a train episode ended by its live claim, takes its row in one
+        // statement; anything else is judged by ownedClaim, which says what went wrong.
+        const taken = this.takeTrainClaim(req);
+        let ep: EpisodeRow;
+        if (taken !== null) {
+          ep = taken;
+        } else {
+          const owned = this.ownedClaim(req);
+          if (!owned.ok) return owned;
+          if (owned.body === "already_ended") return ok({ success: true });
+          ep = owned.body;
+        }
+        const taskId = ep.task_id || req.task_id;
+        const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
         this.sql.exec(
           "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
           ep.episode_uuid,
@@ -343,7 +351,7 @@ export class EngineObject extends DurableObject<Env> {
         });
         if (ep.episode_type === "train") {
           if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
-          this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
+          if (taken === null) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
           const values = rewardValues(req.workflow_output.reward);
           if (values.length > 0) this.saveMeta({ ...this.meta, acc: accumulate(this.meta.acc, values) });
           if (deliver) {
@@ -353,9 +361,10 @@ export class EngineObject extends DurableObject<Env> {
           // Evaluation results go to D1 only; the runner is reset and the episode serves again (as the seed does).
           this.releaseClaim(ep, status === "ENGINE.ROLLING" ? "requeue" : "delete");
         }
+        return ok({ success: true });
       });
-      this.afterEnqueue();
-      return ok({ success: true });
+      if (done.ok) this.afterEnqueue();
+      return done;
     });
   }
 
@@ -725,6 +734,21 @@ export class EngineObject extends DurableObject<Env> {
     if (ep.state !== "registered") return { success: true, failure_reason: "" };
     if (unregister) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
     return { success: false, failure_reason: "" };
+  }
+
+  /** Deletes and returns the episode if `req` is the live claim of a train episode; else changes nothing. */
+  private takeTrainClaim(req: { client_uuid: string; episode_uuid: string; fence?: number | undefined }): EpisodeRow | null {
+    const fence = req.fence ?? null;
+    return (
+      this.sql
+        .exec<EpisodeRow>(
+          "DELETE FROM episodes WHERE episode_uuid = ? AND state = 'claimed' AND client_uuid = ? AND episode_type = 'train' AND (?3 IS NULL OR fence = ?3) RETURNING *",
+          req.episode_uuid,
+          req.client_uuid,
+          fence,
+        )
+        .toArray()[0] ?? null
+    );
   }
 
   /** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */
