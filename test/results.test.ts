@@ -72,6 +72,29 @@ describe("results reach D1 through the outbox", () => {
     expect(JSON.parse(rows[3]!["workflow_output"] as string)).toMatchObject({ log_metrics: { text: big } });
   });
 
+  it("a row D1 refuses waits alone: the results written beside it reach D1 at once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 6);
+    // D1 refuses one row for its data, as it refuses a row over its size cap (SQLITE_TOOBIG).
+    await env.DB.exec(
+      `CREATE TRIGGER refuse_${e.name.replace(/\W/g, "_")} BEFORE INSERT ON trajectories WHEN NEW.engine = '${e.name}' AND NEW.client_uuid = 'refused' BEGIN SELECT RAISE(ABORT, 'refused for its data'); END`,
+    );
+    try {
+      for (const client of ["a", "b", "refused", "c", "d", "e"]) await claimAndEnd(e, client, 1, `t-${client}`);
+      await advance(e, 1_000);
+      expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["a", "b", "c", "d", "e"]);
+      const stuck = await engineStats(e);
+      expect(stuck.outbox).toBe(1);
+      expect(stuck.alarm_at).toBeGreaterThan(e.clock.t);
+    } finally {
+      await env.DB.exec(`DROP TRIGGER refuse_${e.name.replace(/\W/g, "_")}`);
+    }
+    // Once D1 takes it, the retry writes it, and only it.
+    await advance(e, 2_000);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0 });
+    expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["a", "b", "c", "d", "e", "refused"]);
+  });
+
   it("answers end_episode while D1 is failing, keeps the record, and writes it once D1 recovers", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

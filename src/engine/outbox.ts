@@ -16,6 +16,11 @@ type OutboxRow = { id: number; kind: string; payload: string; attempts: number }
 
 /** Rows written in one D1 batch: bounded so a long outage does not make one giant request. */
 const FLUSH_BATCH = 100;
+/**
+ * SQLite's codes for a statement refused for its data, as D1 reports them ("string or blob too
+ * big: SQLITE_TOOBIG"); an unreachable or overloaded D1 says something else.
+ */
+const REFUSED_DATA = /SQLITE_(TOOBIG|CONSTRAINT|MISMATCH|RANGE)/;
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
 
@@ -62,6 +67,17 @@ export class Outbox {
       )
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
+    return this.write(db, rows, now);
+  }
+
+  /**
+   * Writes `rows` in one D1 batch. When D1 refuses the data of a statement (a row over its size
+   * cap, a constraint), the batch is halved until the refused rows stand alone: they alone wait
+   * out a backoff, and the rows that shared their batch are written now instead of failing with
+   * them on every retry, forever. Any other failure (D1 unreachable, overloaded) is not the
+   * rows' fault: the whole batch backs off, one call spent.
+   */
+  private async write(db: D1Database, rows: OutboxRow[], now: number): Promise<{ written: number; error: string | null }> {
     const byKind = new Map<keyof Tables, string[]>();
     for (const r of rows) {
       const kind = r.kind as keyof Tables;
@@ -69,11 +85,16 @@ export class Outbox {
       if (list === undefined) byKind.set(kind, (list = []));
       list.push(r.payload);
     }
-    const statements = [...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads));
     try {
-      await db.batch(statements);
+      await db.batch([...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads)));
     } catch (e) {
       const error = e instanceof Error ? e.message : String(e);
+      if (rows.length > 1 && REFUSED_DATA.test(error)) {
+        const mid = Math.ceil(rows.length / 2);
+        const first = await this.write(db, rows.slice(0, mid), now);
+        const second = await this.write(db, rows.slice(mid), now);
+        return { written: first.written + second.written, error: first.error ?? second.error };
+      }
       for (const r of rows) {
         this.sql.exec(
           "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? WHERE id = ?",
@@ -92,7 +113,7 @@ export class Outbox {
 
 /**
  * Characters of row JSON per statement: D1 caps one bound value at 2 MB, and this many UTF-16
- * units are at most 1.5 MB of UTF-8. (A single row over the cap cannot be written either way.)
+ * units are at most 1.5 MB of UTF-8. (A row over the cap is refused alone: see write.)
  */
 const STATEMENT_CHARS = 512 * 1024;
 
