@@ -1,0 +1,94 @@
+/**
+ * `npm run bench:ab -- --against DIR`: this tree's engine against another tree's (a git
+ * worktree of main, say), under the benchmark's load, in alternating rounds.
+ *
+ * A whole `npm run bench` swings by about 10% from run to run on a shared 2-core machine, more
+ * than most single changes are worth. Here both engines run in the same process, each in its
+ * own workerd, and take turns in short rounds (A B, B A, ...), so a slow phase of the machine
+ * hits both alike; the rounds are paired, and the report is the mean workerd CPU per cycle of
+ * each and in how many pairs this tree was cheaper. Prints JSON to stdout.
+ *
+ * Flags: --against DIR (required: a checkout with its own node_modules or a link to ours)
+ *        --clients N (32) --episodes N (256) --rounds N (10) --round S (6) --warmup S (4)
+ */
+import { existsSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { join, resolve } from "node:path";
+import { AdminClient } from "../src/client";
+import { REPO_ROOT, startLocalExchange } from "../scripts/local/exchange";
+import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
+import { workerdPids } from "./stats";
+
+const flags = parseFlags(process.argv.slice(2));
+const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
+const log = (line: string): void => void process.stderr.write(`[bench:ab] ${line}\n`);
+
+type Side = { name: string; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
+
+async function startSide(name: string, dir: string, episodes: number): Promise<Side> {
+  const adminToken = `ab-${randomBytes(12).toString("hex")}`;
+  const before = new Set(workerdPids());
+  const ex = await startLocalExchange({
+    configPath: join(dir, "wrangler.toml"),
+    port: 0,
+    persistDir: null,
+    adminToken,
+    claimKeySecret: randomBytes(32).toString("hex"),
+  });
+  const pids = workerdPids().filter((p) => !before.has(p));
+  const created = await new AdminClient({ origin: ex.url, adminToken }).createEngine(`ab-${randomBytes(3).toString("hex")}`);
+  const side = { name, baseUrl: `${ex.url}/e/${created.engine}`, clientToken: created.tokens.client!, trainerToken: created.tokens.trainer!, pids, stop: () => ex.stop() };
+  const http = new Http(side.baseUrl, 40);
+  await prepareEngine(http, side.trainerToken, episodes).finally(() => http.close());
+  log(`${name}: ${dir}, ${ex.url}, workerd pid(s) ${pids.join(",")}`);
+  return side;
+}
+
+const mean = (xs: number[]): number => Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000;
+
+async function main(): Promise<void> {
+  const against = flags.get("against");
+  if (!against || !existsSync(join(against, "wrangler.toml"))) throw new Error("--against DIR: a checkout of the exchange (with wrangler.toml) to compare this tree with");
+  if (existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm"; // as npm run bench: Miniflare's state really in memory
+  const clients = num("clients", 32);
+  const episodes = num("episodes", 256);
+  const rounds = num("rounds", 10);
+  const roundS = num("round", 6);
+  const warmupS = num("warmup", 4);
+  const sides = [await startSide("this", REPO_ROOT, episodes), await startSide("against", resolve(against), episodes)];
+  const cpu = new Map<string, number[]>(sides.map((s) => [s.name, []]));
+  const cps = new Map<string, number[]>(sides.map((s) => [s.name, []]));
+  try {
+    for (let i = 0; i < rounds; i++) {
+      for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+        const r = await runLoad({ ...s, clients, episodes, durationSec: roundS, warmupSec: i === 0 ? warmupS : 2, setup: false, serverPids: s.pids });
+        if (r.server_cpu_ms_per_cycle === null) throw new Error("no workerd CPU figure: is /proc readable?");
+        if (r.errors > 0) throw new Error(`${s.name}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
+        cpu.get(s.name)!.push(r.server_cpu_ms_per_cycle);
+        cps.get(s.name)!.push(r.cycles_per_s);
+        log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${r.cycles_per_s} cycles/s, ${r.server_cpu_ms_per_cycle} ms workerd CPU per cycle, others ${r.other_cpu_pct}% of a core`);
+      }
+    }
+  } finally {
+    for (const s of sides) await s.stop();
+  }
+  const a = cpu.get("this")!;
+  const b = cpu.get("against")!;
+  const report = {
+    load: `${clients}x${episodes}`,
+    rounds,
+    round_s: roundS,
+    against: resolve(against),
+    cpu_ms_per_cycle: { this: mean(a), against: mean(b) },
+    cycles_per_s: { this: mean(cps.get("this")!), against: mean(cps.get("against")!) },
+    this_cheaper_in_rounds: a.filter((x, i) => x < b[i]!).length,
+    per_round_cpu_ms: { this: a, against: b },
+  };
+  console.log(JSON.stringify(report, null, 2));
+  log(`workerd CPU per cycle: this ${report.cpu_ms_per_cycle.this} ms, against ${report.cpu_ms_per_cycle.against} ms; this cheaper in ${report.this_cheaper_in_rounds} of ${rounds} rounds`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});
