@@ -150,6 +150,10 @@ describe("relay", () => {
     const running = await e.client.runningEpisodes();
     expect(running.episodes[0]).toMatchObject({ episode_uuid: "ep-1", llm_call_count: 3 });
     expect(running.episodes[0]!.idle_seconds).toBeLessThan(5);
+    // The request reaches the gateway as the client sent it: every field, however nested or unusual.
+    const rich = { model: "tiny", temperature: 0.7, top_k: 20, logprobs: true, extra: { nested: [1, { "é ✓": null }] }, messages: [{ role: "user", content: "héllo \u2028 \"quoted\"" }] };
+    expect((await chat(e.claim.openai_base_url, e.claim.openai_api_key, rich)).status).toBe(200);
+    expect(seen.at(-1)?.request).toEqual(rich);
     const models = await fetch(`${e.base}/v1/models`, { headers: { authorization: `Bearer ${e.claim.openai_api_key}` } });
     expect(await models.json()).toEqual({ object: "list", data: [{ id: "tiny", object: "model" }] });
   });

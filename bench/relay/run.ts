@@ -8,6 +8,8 @@
  * own process), which forwards it to the same model server. Rounds alternate direct and
  * relayed so both see the same machine. A call's time runs from the request to the end of
  * the stream; time to the first content byte is kept too. The same for non-streamed calls.
+ * --history-kb N puts N KB of earlier turns in front of every call (agentic rollouts carry long
+ * contexts; what the relay does per byte shows only then).
  * Prints one JSON document (and writes it to --out).
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -15,7 +17,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { startLocalExchange } from "../../scripts/local/exchange";
 import { AdminClient, EngineClient } from "../../src/client";
-import { summarize, type Latency } from "../stats";
+import { cpuMeter, summarize, workerdPids, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
 import { AgentProcess } from "../../local-agent/test/support/agent-process";
@@ -32,6 +34,14 @@ const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
 /** A model call of about a second: the offered load (64/s) stays below what the relay can carry here, so the figures are overhead, not queueing. */
 const LATENCY_MS = Number(arg("--latency") ?? 1000);
 const SINGLE_CALLS = quick ? 10 : 40;
+const HISTORY_KB = Number(arg("--history-kb") ?? 0);
+/** Earlier turns of a conversation, about HISTORY_KB KB of JSON, the same for every call. */
+const HISTORY: { role: string; content: string }[] = [];
+for (let size = 0; size < HISTORY_KB * 1000; ) {
+  const m = { role: HISTORY.length % 2 ? "assistant" : "user", content: `turn ${HISTORY.length}: ${"the agent reads the observation and calls a tool. ".repeat(8)}` };
+  HISTORY.push(m);
+  size += JSON.stringify(m).length + 1;
+}
 const ADMIN = "bench-relay-admin";
 let gatewayBase = "";
 const log = (m: string): void => void process.stderr.write(`[bench:relay] ${m}\n`);
@@ -43,7 +53,7 @@ type Sample = { total: number; first: number };
 /** One call, timed to the first content and to the end of the answer. */
 async function call(t: Target, stream: boolean, i: number): Promise<Sample> {
   const t0 = performance.now();
-  const request = { model: "tiny", stream, messages: [{ role: "user", content: `call ${i}: say something short` }] };
+  const request = { model: "tiny", stream, messages: [...HISTORY, { role: "user", content: `call ${i}: say something short` }] };
   let res: Response;
   if (t.gateway) {
     // What the Worker sends: the signing is part of the measured time, as it is in the Worker.
@@ -93,7 +103,9 @@ async function main(): Promise<void> {
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-"));
   const model = await startModelServer({ latencyMs: LATENCY_MS });
+  const before = new Set(workerdPids());
   const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-claim-secret" });
+  const pids = workerdPids().filter((p) => !before.has(p));
   let agent: AgentProcess | null = null;
   try {
     const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay");
@@ -177,14 +189,20 @@ async function main(): Promise<void> {
     const dead = await client.claimEpisode({ client_uuid: "c-dead", discard_episode_timeout: 3600 });
     await client.abortEpisode({ client_uuid: "c-dead", episode_uuid: dead.episode_uuid });
     const samples = new Map<string, number[]>();
+    const workerdCpu: Record<string, number[]> = {};
     const one = async (name: string, fn: () => Promise<unknown>): Promise<void> => {
       const xs = samples.get(name) ?? [];
       samples.set(name, xs);
+      const meter = cpuMeter(pids);
       for (let i = 0; i < SINGLE_CALLS + 5; i++) {
+        if (i === 5) meter.start();
         const t0 = performance.now();
         await fn();
         if (i >= 5) xs.push(performance.now() - t0);
       }
+      // workerd's CPU per call (the Worker, the engine, Miniflare's isolates): what a call costs the exchange.
+      const cpu = meter.stop();
+      if (cpu.server_cpu_pct !== null) (workerdCpu[name] ??= []).push((cpu.server_cpu_pct * 10 * cpu.wall_s) / SINGLE_CALLS);
     };
     for (let k = 0; k < 2; k++) {
       for (const [name, t] of Object.entries(singleTargets)) await one(name, () => call(t, true, 0));
@@ -196,10 +214,12 @@ async function main(): Promise<void> {
     }
     const single = Object.fromEntries([...samples].map(([k, xs]) => [k, summarize(xs)]));
     log(`one at a time (p50 ms): ${Object.entries(single).map(([k, v]) => `${k} ${v.p50}`).join(", ")}`);
-    results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single };
+    const cpuPerCall = Object.fromEntries(Object.entries(workerdCpu).map(([k, xs]) => [k, Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 100) / 100]));
+    log(`one at a time, workerd CPU per call (ms): ${Object.entries(cpuPerCall).map(([k, v]) => `${k} ${v}`).join(", ")}`);
+    results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single, workerd_cpu_ms_per_call: cpuPerCall };
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
-    const doc = { clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, node: process.version, results, llm_calls_counted: counted };
+    const doc = { clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
     const json = JSON.stringify(doc, null, 2);
     process.stdout.write(json + "\n");
     const out = arg("--out");
