@@ -10,7 +10,7 @@ import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { Env } from "../env";
 import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
-import { ChatRequestShape, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
+import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues } from "../http/errors";
 import type { EngineVars } from "../http/engine-api";
 import { openaiError } from "./openai-errors";
@@ -47,19 +47,6 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
   return { status: 502, message: `the inference gateway could not be reached: ${e instanceof Error ? e.message : String(e)}`, code: "gateway_unreachable" };
 }
 
-const NULL_REQUEST = '"request":null}';
-
-/**
- * The envelope with the client's request as the client sent it. The request is a whole JSON
- * object (it was parsed and checked above, and ChatRequestShape keeps every field), so its text
- * can stand in the envelope as it is: serializing an agent's long history again would cost the
- * Worker about 1 ms per 200 KB, on every call.
- */
-function withRequest(envelopeWithNullRequest: string, requestText: string): string {
-  if (!envelopeWithNullRequest.endsWith(NULL_REQUEST)) throw new Error("relay envelope: `request` must be its last field");
-  return `${envelopeWithNullRequest.slice(0, -NULL_REQUEST.length)}"request":${requestText}}`;
-}
-
 async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpoint: RelayEndpoint): Promise<Response> {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
   if (!m?.[1]) return openaiError(c, 401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
@@ -71,7 +58,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
   }
 
   let request: Record<string, unknown> | null = null;
-  let requestText = "null";
+  let requestText: string | null = null;
   if (endpoint !== "/v1/models") {
     requestText = await c.req.text();
     let raw: unknown;
@@ -90,7 +77,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 
   const deadline = numberVar(c.env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);
-  const envelope: RelayEnvelope = {
+  const envelope: RelayEnvelope & { request: null } = {
     endpoint,
     engine: key.engine,
     episode_uuid: key.episode_uuid,
@@ -100,7 +87,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
     deadline_seconds: deadline,
     request: null,
   };
-  const body = withRequest(JSON.stringify(envelope), requestText);
+  const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
   const signature = await signEnvelope(await engineGatewaySecret(c.env.CLAIM_KEY_SECRET, key.engine), ts, body);
   const upstream = fetch(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {

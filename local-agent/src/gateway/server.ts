@@ -8,7 +8,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { checkEnvelope } from "../../../src/auth/gateway-signature";
-import { GATEWAY_RELAY_PATH, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { envelopeRequestText, GATEWAY_RELAY_PATH, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
@@ -88,8 +88,11 @@ export class Gateway {
       return sendError(res, why.startsWith("the gateway") ? 503 : 401, why, "invalid_signature");
     }
     let env: RelayEnvelope;
+    let requestText: string | null;
     try {
-      env = RelayEnvelope.parse(JSON.parse(body));
+      const parsed: unknown = JSON.parse(body);
+      env = RelayEnvelope.parse(parsed);
+      requestText = envelopeRequestText(body, parsed as Record<string, unknown>);
     } catch (e) {
       return sendError(res, 400, `a signed envelope that does not parse: ${describeError(e)}`, "bad_envelope");
     }
@@ -102,7 +105,7 @@ export class Gateway {
     const s: CallSignals = { signal: AbortSignal.any([deadline.signal, gone.signal]), deadline: deadline.signal, deadlineSeconds: env.deadline_seconds };
     try {
       if (isAgentJetKey(env.trainer_api_key)) await this.agentJet(env, receivedAt, s, res);
-      else await forwardHttp(env, this.o, s, res);
+      else await forwardHttp(env, requestText, this.o, s, res);
     } finally {
       clearTimeout(timer);
     }

@@ -140,6 +140,10 @@ describe("relay end to end", () => {
     // The trainer's key reached the upstream, with the episode id; the client never saw either.
     expect(http.seen.at(-1)).toMatchObject({ path: "/v1/chat/completions", authorization: "Bearer sk-plain-trainer-key", episode: "ep-1" });
     expect(whole.text + streamed.text).not.toContain("sk-plain-trainer-key");
+    // The upstream gets the client's request as sent: every sampling field, nested and non-ASCII text.
+    const rich = { model: "tiny", messages: turn([], "trois é ✓"), temperature: 0.2, top_k: 5, extra_body: { guided: ["a", { b: null }] } };
+    expect(content(await chat(e.claim, rich))).toBe("echo: trois é ✓");
+    expect(http.seen.at(-1)?.body).toEqual(rich);
 
     const unknown = await chat(e.claim, { model: "gpt-nope", messages: turn([], "x") });
     expect(unknown.status).toBe(404);
@@ -157,7 +161,7 @@ describe("relay end to end", () => {
     // Still claimed by c1, every call counted; another turn works.
     expect(await e.client.canContinueEpisode({ client_uuid: "c1", episode_uuid: "ep-1" })).toEqual({ can_continue: true });
     expect(content(await chat(e.claim, { model: "tiny", messages: turn([], "still here") }))).toBe("echo: still here");
-    expect((await running(e.client)).llm_call_count).toBe(7);
+    expect((await running(e.client)).llm_call_count).toBe(8);
 
     await e.client.abortEpisode({ client_uuid: "c1", episode_uuid: "ep-1" });
     expect((await chat(e.claim, { model: "tiny", messages: turn([], "x") })).status).toBe(401);

@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import { envelopeRequestText, envelopeText, RelayEnvelope } from "../src/protocol/relay";
+
+const meta = {
+  endpoint: "/v1/chat/completions" as const,
+  engine: "e1",
+  // Strings that look like the request key must not fool the gateway's search.
+  episode_uuid: 'ep "request": {',
+  fence: 3,
+  trainer_api_key: 'sk-"request":\\',
+  trainer_base_url: "http://10.0.0.9:8000/v1",
+  deadline_seconds: 600,
+  request: null,
+};
+
+function gatewaySide(text: string): { env: RelayEnvelope; requestText: string | null } {
+  const parsed = JSON.parse(text) as Record<string, unknown>;
+  return { env: RelayEnvelope.parse(parsed), requestText: envelopeRequestText(text, parsed) };
+}
+
+describe("relay envelope layout", () => {
+  it("carries the client's request text unchanged, and the gateway finds exactly that text", () => {
+    const client = ' {"model":"tiny","request":{"request":1},"messages":[{"role":"user","content":"é \\u2028 \\"q\\" }"}],"top_k":20}\n';
+    const text = envelopeText(meta, client);
+    const { env, requestText } = gatewaySide(text);
+    expect(requestText).toBe(client);
+    expect(env).toEqual({ ...meta, request: JSON.parse(client) });
+  });
+
+  it("writes a null request as plain JSON, which the gateway does not slice", () => {
+    const text = envelopeText(meta, null);
+    expect(text).toBe(JSON.stringify(meta));
+    expect(gatewaySide(text).requestText).toBeNull();
+  });
+
+  it("the gateway falls back to serializing when request is not the last field, or an object precedes it", () => {
+    const request = { model: "tiny" };
+    const notLast = JSON.stringify({ ...meta, request, zzz: "after" });
+    expect(envelopeRequestText(notLast, JSON.parse(notLast) as Record<string, unknown>)).toBeNull();
+    const objectBefore = `{"extra":{"request":{"model":"x"}},${JSON.stringify({ ...meta, request }).slice(1)}`;
+    expect(envelopeRequestText(objectBefore, JSON.parse(objectBefore) as Record<string, unknown>)).toBeNull();
+  });
+});
