@@ -307,13 +307,11 @@ export class EngineObject extends DurableObject<Env> {
       const now = this.now();
       const payload = JSON.stringify(req.workflow_output);
       const done = this.tx((): Reply<{ success: boolean }> => {
-        // The common case, a train episode ended by its live claim, takes its row in one
-        // statement; anything else is judged by ownedClaim, which says what went wrong.
-        const taken = this.takeTrainClaim(req);
-        let ep: EpisodeRow;
-        if (taken !== null) {
-          ep = taken;
-        } else {
+        // A train episode ended by its live claim is taken (deleted) in one statement. Anything
+        // else is judged by ownedClaim, which says what went wrong; the only claim it accepts
+        // that was not taken is an eval one, which is released below, not deleted.
+        let ep = this.takeTrainClaim(req);
+        if (ep === null) {
           const owned = this.ownedClaim(req);
           if (!owned.ok) return owned;
           if (owned.body === "already_ended") return ok({ success: true });
@@ -351,7 +349,6 @@ export class EngineObject extends DurableObject<Env> {
         });
         if (ep.episode_type === "train") {
           if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
-          if (taken === null) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
           const values = rewardValues(req.workflow_output.reward);
           if (values.length > 0) this.saveMeta({ ...this.meta, acc: accumulate(this.meta.acc, values) });
           if (deliver) {
