@@ -2,6 +2,8 @@
  * Faults between the agent and the Worker, injected by a proxy in front of the real Worker:
  * refused connections, 5xx answers, no answers at all, lost acks, malformed commands.
  */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
 import { runAgent, testConfig } from "./support/agent-harness";
 import { FaultyProxy } from "./support/proxy";
@@ -25,6 +27,17 @@ async function agent(over: Parameters<typeof testConfig>[3] = {}) {
   const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }));
   t.defer(() => a.stop());
   return a;
+}
+
+/** Outcomes the agent's journal (state/outcomes.jsonl) holds, read without touching the file. */
+function journaledOutcomes(): number {
+  let text = "";
+  try {
+    text = readFileSync(join(t.dir, "state", "outcomes.jsonl"), "utf8");
+  } catch {
+    return 0;
+  }
+  return text.split("\n").filter((l) => l.startsWith('{"seq":')).length;
 }
 
 /** Rolling engine, `n` episodes registered with runners listening on ipc sockets. */
@@ -97,6 +110,9 @@ describe("the agent and an unreliable Worker", () => {
     proxy.fault = (p) => (p.endsWith("/agent/ack") ? "refuse" : "pass");
     await claimAndEnd(ids);
     for (const id of ids) await runner.waitFor("acked", id);
+    // The runner's ack reaches the agent a moment later, and only then is the outcome journaled:
+    // stopping before both are on disk would leave one to be delivered again, not re-acked.
+    await waitUntil(() => journaledOutcomes() === 2, "both outcomes in the agent's journal");
     await first.stop();
     proxy.fault = () => "pass";
     const second = await agent();
