@@ -2,8 +2,9 @@
  * Bad input: each gets a 4xx with a message that says what was wrong, and changes nothing.
  * Every case compares the engine's whole visible state before and after.
  */
+import { exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { createEngine, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
   const viewer = e.as("trainer");
@@ -86,6 +87,43 @@ describe("access", () => {
     expect((await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).status).toBe(200);
     expect((await e.as("admin").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
     expect((await raw(`/e/${e.name}/get_engine_status`, { headers: { authorization: "Basic abc" } })).status).toBe(401);
+  });
+
+  it("checks a body sent in chunks (no content-length) against the size limit as it arrives", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const before = await snapshot(e);
+    const chunked = (parts: string[]) => {
+      const enc = new TextEncoder();
+      const body = new ReadableStream<Uint8Array>({
+        start(ctl) {
+          for (const p of parts) ctl.enqueue(enc.encode(p));
+          ctl.close();
+        },
+      });
+      const req = new Request(`${ORIGIN}/e/${e.name}/claim_episode`, { method: "POST", headers: { authorization: `Bearer ${e.tokens.client}` }, body });
+      expect(req.headers.get("content-length")).toBe(null);
+      return exports.default.fetch(req);
+    };
+    const big = await chunked(['{"client_uuid": "c", "pad": "', "x".repeat(3 * 1024 * 1024), "x".repeat(1024 * 1024 + 10), '", "discard_episode_timeout": 5}']);
+    expect(big.status).toBe(413);
+    expect(await big.json()).toMatchObject({ error: "payload_too_large", detail: expect.stringMatching(/exceeds 4194304 bytes/) });
+    expect(await snapshot(e)).toEqual(before);
+    const small = await chunked(['{"client_uuid": "c", ', '"discard_episode_timeout": 5}']);
+    expect(await small.json()).toMatchObject({ success: true, client_uuid: "c", episode_uuid: "ep-0" });
+  });
+
+  it("answers HEAD on an engine GET route as its GET without a body, and checks other paths under an engine before its 404", async () => {
+    const e = await createEngine();
+    const head = await workerFetch(`${ORIGIN}/e/${e.name}/get_engine_status`, { method: "HEAD", headers: { authorization: `Bearer ${e.tokens.viewer}` } });
+    expect(head.status).toBe(200);
+    expect(head.headers.get("content-type")).toBe("application/json");
+    expect(await head.text()).toBe("");
+    expect(await raw(`/e/${e.name}/no_such_route`)).toMatchObject({ status: 401, json: { error: "missing_token" } });
+    expect(await raw(`/e/NO_SUCH/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 404, json: { error: "unknown_engine" } });
+    expect(await raw(`/e/${e.name}/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 404, json: { error: "not_found" } });
+    // A known path with the other method is not that route either.
+    expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
   });
 
   it("answers unknown routes with a JSON 404", async () => {

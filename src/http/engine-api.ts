@@ -3,9 +3,7 @@
  * request and response schemas, and the engine call it makes. The router and the OpenAPI
  * document are both generated from this one table, so they cannot drift apart.
  */
-import type { Context } from "hono";
 import { z } from "zod";
-import type { Env } from "../env";
 import type { EngineObject } from "../engine/engine-object";
 import type { Caller } from "../engine/caller";
 import type { Reply } from "../engine/reply";
@@ -56,8 +54,6 @@ import {
 } from "../protocol/buffer";
 
 export type Stub = DurableObjectStub<EngineObject>;
-export type EngineVars = { stub: Stub; caller: Caller };
-export type EngineContext = Context<{ Bindings: Env; Variables: EngineVars }>;
 
 export type RouteSpec = {
   method: "get" | "post";
@@ -68,7 +64,8 @@ export type RouteSpec = {
   /** Where the input comes from: a JSON body, the query string, or nothing. */
   input: { from: "body"; schema: z.ZodType; emptyAs?: unknown } | { from: "query"; schema: z.ZodType } | { from: "none" };
   response: z.ZodType;
-  call: (stub: Stub, caller: Caller, input: unknown, c: EngineContext) => Promise<Reply<unknown>>;
+  /** `url` is the request's, for answers that name the exchange's origin. */
+  call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -81,7 +78,7 @@ function post<S extends z.ZodType>(
   summary: string,
   schema: S,
   response: z.ZodType,
-  call: (stub: Stub, caller: Caller, input: z.output<S>, c: EngineContext) => Promise<Reply<unknown>>,
+  call: (stub: Stub, caller: Caller, input: z.output<S>, url: string) => Promise<Reply<unknown>>,
   emptyAs?: unknown,
 ): RouteSpec {
   return {
@@ -91,7 +88,7 @@ function post<S extends z.ZodType>(
     summary,
     input: { from: "body", schema, ...(emptyAs !== undefined ? { emptyAs } : {}) },
     response,
-    call: (stub, caller, input, c) => call(stub, caller, input as z.output<S>, c),
+    call: (stub, caller, input, url) => call(stub, caller, input as z.output<S>, url),
   };
 }
 
@@ -129,8 +126,8 @@ export const ENGINE_API: RouteSpec[] = [
   post("/register_episode", "register_episode", "The trainer offers an episode (ENGINE.ROLLING only).", RegisterEpisodeRequest, BoolResponse, (s, who, b) =>
     s.registerEpisode(who, b),
   ),
-  post("/claim_episode", "claim_episode", "Claim the oldest registered episode; answers success false with a fail_cause when none can be had.", ClaimEpisodeRequest, ClaimEpisodeResponse, (s, who, b, c) =>
-    s.claimEpisode(who, b, new URL(c.req.url).origin),
+  post("/claim_episode", "claim_episode", "Claim the oldest registered episode; answers success false with a fail_cause when none can be had.", ClaimEpisodeRequest, ClaimEpisodeResponse, (s, who, b, url) =>
+    s.claimEpisode(who, b, new URL(url).origin),
   ),
   post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
     s.endEpisode(who, b),

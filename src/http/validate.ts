@@ -1,15 +1,15 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import { describeIssues, errorJson } from "./errors";
+import { describeIssues, errorResponse } from "./errors";
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; response: Response };
 
 /**
- * Reads and validates a JSON body. Malformed JSON is a 400, a body of the wrong shape a 422
- * (as FastAPI answers), each with a message that says what was wrong.
+ * Validates a JSON body's text. Malformed JSON is a 400, a body of the wrong shape a 422 (as
+ * FastAPI answers), each with a message that says what was wrong. An empty body counts as
+ * `emptyAs` when one is given.
  */
-export async function readJson<S extends z.ZodType>(c: Context, schema: S, emptyAs?: unknown): Promise<Parsed<z.output<S>>> {
-  const text = await c.req.text();
+export function parseJsonText<S extends z.ZodType>(text: string, schema: S, emptyAs?: unknown): Parsed<z.output<S>> {
   let raw: unknown;
   if (text.trim() === "" && emptyAs !== undefined) {
     raw = emptyAs;
@@ -18,18 +18,23 @@ export async function readJson<S extends z.ZodType>(c: Context, schema: S, empty
       raw = JSON.parse(text);
     } catch (e) {
       const why = e instanceof Error ? e.message : String(e);
-      return { ok: false, response: errorJson(c, 400, "malformed_json", `The request body is not valid JSON: ${why}`) };
+      return { ok: false, response: errorResponse(400, "malformed_json", `The request body is not valid JSON: ${why}`) };
     }
   }
-  return check(c, schema, raw);
+  return checkInput(schema, raw);
+}
+
+/** Validates an already decoded input (a query string's parameters, say): a 422 if it has the wrong shape. */
+export function checkInput<S extends z.ZodType>(schema: S, raw: unknown): Parsed<z.output<S>> {
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) return { ok: false, response: errorResponse(422, "invalid_request", describeIssues(parsed.error)) };
+  return { ok: true, value: parsed.data };
+}
+
+export async function readJson<S extends z.ZodType>(c: Context, schema: S, emptyAs?: unknown): Promise<Parsed<z.output<S>>> {
+  return parseJsonText(await c.req.text(), schema, emptyAs);
 }
 
 export function readQuery<S extends z.ZodType>(c: Context, schema: S): Parsed<z.output<S>> {
-  return check(c, schema, c.req.query());
-}
-
-function check<S extends z.ZodType>(c: Context, schema: S, raw: unknown): Parsed<z.output<S>> {
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) return { ok: false, response: errorJson(c, 422, "invalid_request", describeIssues(parsed.error)) };
-  return { ok: true, value: parsed.data };
+  return checkInput(schema, c.req.query());
 }

@@ -12,7 +12,6 @@ import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues } from "../http/errors";
-import type { EngineVars } from "../http/engine-api";
 import { openaiError } from "./openai-errors";
 import { relayStream } from "./sse";
 
@@ -47,7 +46,7 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
   return { status: 502, message: `the inference gateway could not be reached: ${e instanceof Error ? e.message : String(e)}`, code: "gateway_unreachable" };
 }
 
-async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpoint: RelayEndpoint): Promise<Response> {
+async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Promise<Response> {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
   if (!m?.[1]) return openaiError(c, 401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
   const key = await verifyClaimKey(c.env.CLAIM_KEY_SECRET, m[1]);
@@ -124,7 +123,7 @@ async function relay(c: Context<{ Bindings: Env; Variables: EngineVars }>, endpo
   return c.body(text, 200, { "content-type": "application/json" });
 }
 
-export function relayRoutes(app: Hono<{ Bindings: Env; Variables: EngineVars }>): void {
+export function relayRoutes(app: Hono<{ Bindings: Env }>): void {
   for (const prefix of ["", "/e/:engine"]) {
     app.post(`${prefix}/v1/chat/completions`, (c) => relay(c, "/v1/chat/completions"));
     app.post(`${prefix}/v1/completions`, (c) => relay(c, "/v1/completions"));
