@@ -46,6 +46,14 @@ async function answer(env: RelayEnvelope, res: ServerResponse): Promise<void> {
         res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(completion("Hello", model)));
       }
       return;
+    case "drip": // tokens as a model sends them: one chunk at a time, a few ms apart
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (let i = 0; i < 40; i++) {
+        res.write(`data: ${JSON.stringify({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: ` t${i}` } }] })}\n\n`);
+        await new Promise((r) => setTimeout(r, 2));
+      }
+      res.end("data: [DONE]\n\n");
+      return;
     case "zmq-like": // a runner that answers one whole ChatCompletion, late
       await new Promise((r) => setTimeout(r, 600));
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(completion("whole", model)));
@@ -165,6 +173,11 @@ describe("relay", () => {
     expect(s.headers.get("content-type")).toContain("text/event-stream");
     expect(s.text).toContain('"content":"Hel"');
     expect(s.text.trim().endsWith("data: [DONE]")).toBe(true);
+    // Tokens sent one by one arrive all, in order, each as its own event, and the stream ends with [DONE].
+    const drip = await chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "drip", stream: true });
+    const tokens = drip.text.split("\n\n").filter((x) => x.startsWith("data: {")).map((x) => (JSON.parse(x.slice(6)) as { choices: { delta: { content: string } }[] }).choices[0]!.delta.content);
+    expect(tokens).toEqual(Array.from({ length: 40 }, (_, i) => ` t${i}`));
+    expect(drip.text.trim().endsWith("data: [DONE]")).toBe(true);
     const late = await chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "zmq-like", stream: true });
     expect(late.text.startsWith(": keep-alive\n\n")).toBe(true);
     const events = late.text.split("\n\n").filter((x) => x.startsWith("data: "));

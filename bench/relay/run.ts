@@ -10,6 +10,9 @@
  * the stream; time to the first content byte is kept too. The same for non-streamed calls.
  * --history-kb N puts N KB of earlier turns in front of every call (agentic rollouts carry long
  * contexts; what the relay does per byte shows only then).
+ * --drip N adds, one call at a time, a streamed answer of N tokens sent 1 ms apart, each its own
+ * chunk, direct and relayed: what the relay costs per token (the default model writes its whole
+ * stream at once).
  * Prints one JSON document (and writes it to --out).
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -35,6 +38,8 @@ const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
 const LATENCY_MS = Number(arg("--latency") ?? 1000);
 const SINGLE_CALLS = quick ? 10 : 40;
 const HISTORY_KB = Number(arg("--history-kb") ?? 0);
+/** Tokens in a streamed answer sent one by one, 1 ms apart (the model server's "drip"); 0 skips that measurement. */
+const DRIP = Number(arg("--drip") ?? 0);
 /** Earlier turns of a conversation, about HISTORY_KB KB of JSON, the same for every call. */
 const HISTORY: { role: string; content: string }[] = [];
 for (let size = 0; size < HISTORY_KB * 1000; ) {
@@ -51,9 +56,9 @@ type Target = { url: string; key: string; gateway?: { secret: string; episode: s
 type Sample = { total: number; first: number };
 
 /** One call, timed to the first content and to the end of the answer. */
-async function call(t: Target, stream: boolean, i: number): Promise<Sample> {
+async function call(t: Target, stream: boolean, i: number, model = "tiny"): Promise<Sample> {
   const t0 = performance.now();
-  const request = { model: "tiny", stream, messages: [...HISTORY, { role: "user", content: `call ${i}: say something short` }] };
+  const request = { model, stream, messages: [...HISTORY, { role: "user", content: `call ${i}: say something short` }] };
   let res: Response;
   if (t.gateway) {
     // What the Worker sends: the signing is part of the measured time, as it is in the Worker.
@@ -77,7 +82,8 @@ async function call(t: Target, stream: boolean, i: number): Promise<Sample> {
     text += dec.decode(value, { stream: true });
   }
   const total = performance.now() - t0;
-  if (!text.includes(" short") || (stream && !text.includes("[DONE]"))) throw new Error(`unexpected answer: ${text.slice(0, 200)}`);
+  const complete = model === "drip" ? text.includes(`" t${DRIP - 1}"`) : text.includes(" short");
+  if (!complete || (stream && !text.includes("[DONE]"))) throw new Error(`unexpected answer: ${text.slice(0, 200)}`);
   return { total, first };
 }
 
@@ -177,7 +183,7 @@ async function main(): Promise<void> {
     // admission alone: a key whose claim is over is refused by the engine after the key check
     // and the Durable Object's read, before anything is relayed.
     // A model of 20 ms here, so a few hundred calls take seconds.
-    const fast = await startModelServer({ latencyMs: 20 });
+    const fast = await startModelServer({ latencyMs: 20, dripTokens: DRIP });
     await trainer.registerEpisode({ episode_uuid: "ep-single", openai_base_url: `${fast.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
     const sc = await client.claimEpisode({ client_uuid: "c-single", discard_episode_timeout: 3600 });
     const singleTargets: Record<string, Target> = {
@@ -206,6 +212,11 @@ async function main(): Promise<void> {
     };
     for (let k = 0; k < 2; k++) {
       for (const [name, t] of Object.entries(singleTargets)) await one(name, () => call(t, true, 0));
+      if (DRIP > 0) {
+        // A streamed answer of DRIP tokens, each its own chunk: what relaying a token costs.
+        await one(`direct_drip_${DRIP}`, () => call(singleTargets["direct"]!, true, 0, "drip"));
+        await one(`relayed_drip_${DRIP}`, () => call(singleTargets["relayed"]!, true, 0, "drip"));
+      }
       await one("admission_refused", async () => {
         const res = await fetch(`${dead.openai_base_url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${dead.openai_api_key}` }, body: '{"model":"tiny"}' });
         if (res.status !== 401) throw new Error(`expected 401, got ${res.status}`);

@@ -3,11 +3,13 @@
  * deterministic answers ("echo: <last user message>"), streaming, a fixed latency, and the
  * faults an upstream can have, chosen by model name: "hang" (never answers), "crash" (breaks
  * off mid-stream), "garbage" (HTML), any unknown name (404 model_not_found, as vLLM answers).
+ * "drip" streams `dripTokens` tokens 1 ms apart, each its own chunk, as a model generating
+ * them does (the others write their whole stream at once).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
-export const SERVED_MODELS = ["tiny", "hang", "crash", "garbage"];
+export const SERVED_MODELS = ["tiny", "hang", "crash", "garbage", "drip"];
 
 export type SeenRequest = { method: string; path: string; authorization: string | undefined; episode: string | undefined; body: Record<string, unknown> | null };
 
@@ -35,7 +37,7 @@ export function completion(model: string, content: string): Record<string, unkno
 const chunk = (model: string, delta: Record<string, unknown>, finish: string | null = null): string =>
   `data: ${JSON.stringify({ id: "chatcmpl-test", object: "chat.completion.chunk", created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
 
-export async function startModelServer(opts: { latencyMs?: number; host?: string } = {}): Promise<ModelServer> {
+export async function startModelServer(opts: { latencyMs?: number; host?: string; dripTokens?: number } = {}): Promise<ModelServer> {
   const seen: SeenRequest[] = [];
   const sockets = new Set<import("node:net").Socket>();
   const server: Server = createServer((req, res) => void handle(req, res));
@@ -81,7 +83,14 @@ export async function startModelServer(opts: { latencyMs?: number; host?: string
       setTimeout(() => res.socket?.destroy(), 20);
       return;
     }
-    for (const word of content.split(/(?= )/)) res.write(chunk(model, { content: word }));
+    if (model === "drip") {
+      for (let i = 0; i < (opts.dripTokens ?? 50); i++) {
+        res.write(chunk(model, { content: ` t${i}` }));
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    } else {
+      for (const word of content.split(/(?= )/)) res.write(chunk(model, { content: word }));
+    }
     res.write(chunk(model, {}, "stop"));
     res.end("data: [DONE]\n\n");
   }
