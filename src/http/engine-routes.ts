@@ -5,7 +5,7 @@
  * also checks the token: no D1 round trip on the hot path.
  *
  * These routes are served straight from the ENGINE_API table, before hono sees the request:
- * going through the router cost about 80 us of workerd CPU per request, about 8% of a
+ * going through the router cost about 90 us of workerd CPU per request, about 8% of a
  * claim/end/register cycle (`npm run bench:ab`, BENCHMARKS.md), and workerd runs the Worker
  * and the engines on one thread. The answers are the router's: the same checks in the same
  * order (body size, engine name, token, input, then the engine).
