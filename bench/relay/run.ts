@@ -12,7 +12,8 @@
  * contexts; what the relay does per byte shows only then).
  * --drip N adds, one call at a time, a streamed answer of N tokens sent 1 ms apart, each its own
  * chunk, direct and relayed: what the relay costs per token (the default model writes its whole
- * stream at once).
+ * stream at once). --drip-streams also makes the 64 concurrent streams such answers, with
+ * tokens --drip-ms apart (default 20 ms: 50 tokens/s per stream, a model's pace).
  * Prints one JSON document (and writes it to --out).
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -40,6 +41,9 @@ const SINGLE_CALLS = quick ? 10 : 40;
 const HISTORY_KB = Number(arg("--history-kb") ?? 0);
 /** Tokens in a streamed answer sent one by one, 1 ms apart (the model server's "drip"); 0 skips that measurement. */
 const DRIP = Number(arg("--drip") ?? 0);
+/** With --drip N, the concurrent rounds' streamed calls get drip answers too (--drip-streams), tokens --drip-ms apart (20). */
+const DRIP_STREAMS = DRIP > 0 && process.argv.includes("--drip-streams");
+const DRIP_MS = Number(arg("--drip-ms") ?? 20);
 /** Earlier turns of a conversation, about HISTORY_KB KB of JSON, the same for every call. */
 const HISTORY: { role: string; content: string }[] = [];
 for (let size = 0; size < HISTORY_KB * 1000; ) {
@@ -95,7 +99,7 @@ async function round(targets: Target[], stream: boolean, calls: number): Promise
       // Spread the clients' starts over one model latency: rollouts are not in lockstep, and 64
       // calls arriving in the same millisecond would measure a burst's queue, not the relay.
       await new Promise((r) => setTimeout(r, (k * LATENCY_MS) / targets.length));
-      for (let i = 0; i < calls; i++) out.push(await call(t, stream, i));
+      for (let i = 0; i < calls; i++) out.push(await call(t, stream, i, stream && DRIP_STREAMS ? "drip" : "tiny"));
     }),
   );
   return out;
@@ -108,7 +112,7 @@ async function main(): Promise<void> {
   // is memory, as in production Durable Objects (see the engine benchmark).
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-"));
-  const model = await startModelServer({ latencyMs: LATENCY_MS });
+  const model = await startModelServer({ latencyMs: LATENCY_MS, dripTokens: DRIP, dripMs: DRIP_MS });
   const before = new Set(workerdPids());
   const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-claim-secret" });
   const pids = workerdPids().filter((p) => !before.has(p));

@@ -3,8 +3,8 @@
  * deterministic answers ("echo: <last user message>"), streaming, a fixed latency, and the
  * faults an upstream can have, chosen by model name: "hang" (never answers), "crash" (breaks
  * off mid-stream), "garbage" (HTML), any unknown name (404 model_not_found, as vLLM answers).
- * "drip" streams `dripTokens` tokens 1 ms apart, each its own chunk, as a model generating
- * them does (the others write their whole stream at once).
+ * "drip" streams `dripTokens` tokens `dripMs` apart (default 1 ms), each its own chunk, as a
+ * model generating them does (the others write their whole stream at once).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -37,7 +37,7 @@ export function completion(model: string, content: string): Record<string, unkno
 const chunk = (model: string, delta: Record<string, unknown>, finish: string | null = null): string =>
   `data: ${JSON.stringify({ id: "chatcmpl-test", object: "chat.completion.chunk", created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
 
-export async function startModelServer(opts: { latencyMs?: number; host?: string; dripTokens?: number } = {}): Promise<ModelServer> {
+export async function startModelServer(opts: { latencyMs?: number; host?: string; dripTokens?: number; dripMs?: number } = {}): Promise<ModelServer> {
   const seen: SeenRequest[] = [];
   const sockets = new Set<import("node:net").Socket>();
   const server: Server = createServer((req, res) => void handle(req, res));
@@ -86,7 +86,7 @@ export async function startModelServer(opts: { latencyMs?: number; host?: string
     if (model === "drip") {
       for (let i = 0; i < (opts.dripTokens ?? 50); i++) {
         res.write(chunk(model, { content: ` t${i}` }));
-        await new Promise((r) => setTimeout(r, 1));
+        await new Promise((r) => setTimeout(r, opts.dripMs ?? 1));
       }
     } else {
       for (const word of content.split(/(?= )/)) res.write(chunk(model, { content: word }));
