@@ -7,7 +7,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { Env } from "./env";
 import { adminRoutes } from "./http/admin-routes";
 import { engineRouteGate, serveEngineApi } from "./http/engine-routes";
-import { errorJson, internalError } from "./http/errors";
+import { errorResponse, internalError } from "./http/errors";
 import { MAX_BODY_BYTES, tooLarge } from "./http/body";
 import { relayRoutes } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
@@ -40,7 +40,7 @@ engineRouteGate(app, "/e/:engine");
 app.route("/", dashboardRoutes);
 app.route("/", openApiRoutes);
 
-app.notFound((c) => errorJson(c, 404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
+app.notFound((c) => errorResponse(404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
 app.onError((err) => internalError(err));
 
 export default {

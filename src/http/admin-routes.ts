@@ -10,16 +10,16 @@ import type { Env } from "../env";
 import { engines, tokens } from "../db/schema";
 import { ROLES, CreateEngineRequest, IssueTokenRequest, type CreateEngineResponse, type IssuedToken, type Role } from "../protocol/admin";
 import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../auth/tokens";
-import { errorJson } from "./errors";
+import { errorResponse } from "./errors";
 import { readJson } from "./validate";
 
 export const adminRoutes = new Hono<{ Bindings: Env }>();
 
 adminRoutes.use("*", async (c, next) => {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-  if (!m?.[1]) return errorJson(c, 401, "missing_token", "Admin routes need `Authorization: Bearer <ADMIN_TOKEN>`.");
+  if (!m?.[1]) return errorResponse(401, "missing_token", "Admin routes need `Authorization: Bearer <ADMIN_TOKEN>`.");
   if (!c.env.ADMIN_TOKEN || !constantTimeEqual(m[1], c.env.ADMIN_TOKEN)) {
-    return errorJson(c, 403, "forbidden", "This token is not the deployment's admin token.");
+    return errorResponse(403, "forbidden", "This token is not the deployment's admin token.");
   }
   await next();
 });
@@ -38,14 +38,14 @@ adminRoutes.post("/engines", async (c) => {
   const name = req.value.name;
   const db = drizzle(c.env.DB);
   if ((await db.select().from(engines).where(eq(engines.name, name)).limit(1)).length > 0) {
-    return errorJson(c, 409, "engine_exists", `Engine '${name}' already exists.`);
+    return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
   const now = Date.now();
   const minted = await Promise.all(ROLES.map((role) => mint(name, role, `${role} (created with the engine)`, now)));
   try {
     await db.batch([db.insert(engines).values({ name, createdAt: now }), db.insert(tokens).values(minted.map((m) => m.row))]);
   } catch {
-    return errorJson(c, 409, "engine_exists", `Engine '${name}' already exists.`);
+    return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
   await engineStub(c.env, name).provision(name, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
   const body: CreateEngineResponse = {
@@ -67,7 +67,7 @@ async function engineExists(env: Env, name: string): Promise<boolean> {
 
 adminRoutes.get("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
-  if (!(await engineExists(c.env, name))) return errorJson(c, 404, "unknown_engine", `No such engine '${name}'.`);
+  if (!(await engineExists(c.env, name))) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
   const rows = await drizzle(c.env.DB).select().from(tokens).where(eq(tokens.engine, name)).orderBy(tokens.createdAt);
   return c.json({
     tokens: rows.map((r) => ({ id: r.id, role: r.role, label: r.label, created_at: r.createdAt / 1000, revoked_at: r.revokedAt === null ? null : r.revokedAt / 1000 })),
@@ -78,7 +78,7 @@ adminRoutes.post("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
   const req = await readJson(c, IssueTokenRequest);
   if (!req.ok) return req.response;
-  if (!(await engineExists(c.env, name))) return errorJson(c, 404, "unknown_engine", `No such engine '${name}'.`);
+  if (!(await engineExists(c.env, name))) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
   const m = await mint(name, req.value.role, req.value.label, Date.now());
   await drizzle(c.env.DB).insert(tokens).values(m.row);
   await engineStub(c.env, name).provision(name, [{ id: m.row.id, hash: m.row.tokenHash, role: m.row.role }]);
@@ -90,7 +90,7 @@ adminRoutes.delete("/engines/:name/tokens/:id", async (c) => {
   const { name, id } = c.req.param();
   const db = drizzle(c.env.DB);
   const row = (await db.select().from(tokens).where(and(eq(tokens.engine, name), eq(tokens.id, id))).limit(1))[0];
-  if (!row) return errorJson(c, 404, "unknown_token", `Engine '${name}' has no token '${id}'.`);
+  if (!row) return errorResponse(404, "unknown_token", `Engine '${name}' has no token '${id}'.`);
   if (row.revokedAt === null) await db.update(tokens).set({ revokedAt: Date.now() }).where(eq(tokens.id, id));
   // Told every time, so a revocation that failed halfway is completed by repeating it.
   await engineStub(c.env, name).revokeToken(row.tokenHash);

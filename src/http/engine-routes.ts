@@ -43,19 +43,20 @@ export function serveEngineApi(request: Request, env: Env): Promise<Response> | 
 
 async function serve(request: Request, env: Env, engine: string, spec: RouteSpec): Promise<Response> {
   const input = spec.input;
+  const url = request.url;
   // The size is checked first, as the router's body limit did, before the token or the body is looked at.
-  const text = input.from === "body" ? await readBodyText(request) : null;
-  if (text === null && input.from === "body") return tooLarge();
-  const who = await engineCaller(env, engine, request.headers.get("authorization") ?? undefined, request.url);
+  const text = input.from === "body" ? await readBodyText(request) : "";
+  if (text === null) return tooLarge();
+  const who = await engineCaller(env, engine, request.headers.get("authorization") ?? undefined, url);
   if (!who.ok) return replyResponse(who);
   const parsed =
     input.from === "body"
-      ? parseJsonText(text ?? "", input.schema, input.emptyAs)
+      ? parseJsonText(text, input.schema, input.emptyAs)
       : input.from === "query"
-        ? checkInput(input.schema, getQueryParam(request.url))
+        ? checkInput(input.schema, getQueryParam(url))
         : { ok: true as const, value: undefined };
   if (!parsed.ok) return parsed.response;
-  return replyResponse(await spec.call(who.body.stub, who.body.caller, parsed.value, request.url));
+  return replyResponse(await spec.call(who.body.stub, who.body.caller, parsed.value, url));
 }
 
 /**

@@ -1,4 +1,3 @@
-import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
 import type { ErrorResponse } from "../protocol/admin";
@@ -23,15 +22,6 @@ export function replyResponse<T>(reply: Reply<T>, okStatus: ContentfulStatusCode
 export function internalError(err: unknown): Response {
   console.error("unhandled error", err);
   return errorResponse(500, "internal_error", err instanceof Error ? err.message : String(err));
-}
-
-// The hono forms: routes answer through these so a handler reads like the rest of its router.
-export function errorJson(_c: Context, status: ContentfulStatusCode, error: string, detail: string): Response {
-  return errorResponse(status, error, detail);
-}
-
-export function replyJson<T>(_c: Context, reply: Reply<T>, okStatus: ContentfulStatusCode = 200): Response {
-  return replyResponse(reply, okStatus);
 }
 
 /** "episode_uuid: must not be empty; workflow_output.reward: expected number" */
