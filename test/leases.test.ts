@@ -64,6 +64,26 @@ describe("leases", () => {
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 0 })]);
   });
 
+  it("a uuid registered again after it ended continues its fences: the new claim ends and counts, the old one stays fenced", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const first = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).toEqual({ success: true });
+    // The trainer registers the same uuid again (AgentJet's are fresh uuid4s, but nothing forbids it).
+    expect(await trainer.registerEpisode({ episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" })).toMatchObject({ success: true });
+    const second = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    // A fence is never reused for a uuid: the first claim's key and fence must not name this claim.
+    expect(second).toMatchObject({ success: true, episode_uuid: id, fence: first.fence! + 1 });
+    expect(second.openai_api_key).not.toBe(first.openai_api_key);
+    expect(await client.endEpisode(endBody("a", id!, 0, "task-1", { fence: second.fence }))).toEqual({ success: true });
+    // The first claim's fence is history now: a repeat of its end is answered as the repeat it is, and counted once.
+    expect(await client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).toEqual({ success: true });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.5 })]);
+  });
+
   it("sends a reaped episode with a runner to reset, and requeues it only after the runner's ack", async () => {
     const e = await createEngine();
     await rollingWith(e, 1, { zmq: true });

@@ -706,10 +706,12 @@ export class EngineObject extends DurableObject<Env> {
       return { success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." };
     }
     // One statement. A retried registration (the trainer retries after 2 s) keeps its place in
-    // the queue and takes the new URL and key; a claimed or resetting episode is left alone.
+    // the queue and takes the new URL and key; a claimed or resetting episode is left alone. A
+    // uuid that already ended in this rolling phase starts above its last fence, so a claim of
+    // its new life never shares a fence (or a per-claim key) with one of its old life.
     this.sql.exec(
-      `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity)
-       VALUES (?, 'registered', ?, ?, ?, ?, ?)
+      `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
+       VALUES (?1, 'registered', ?2, ?3, ?4, ?5, ?6, COALESCE((SELECT MAX(fence) FROM finished WHERE episode_uuid = ?1), 0))
        ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
          zmq_addr = excluded.zmq_addr
        WHERE episodes.state = 'registered'`,
@@ -756,12 +758,13 @@ export class EngineObject extends DurableObject<Env> {
     }
     const ended = this.sql
       .exec<{ fence: number }>(
-        "SELECT fence FROM finished WHERE episode_uuid = ? AND client_uuid = ? ORDER BY fence DESC LIMIT 1",
+        "SELECT fence FROM finished WHERE episode_uuid = ? AND client_uuid = ? AND (?3 IS NULL OR fence = ?3) LIMIT 1",
         req.episode_uuid,
         req.client_uuid,
+        req.fence ?? null,
       )
       .toArray()[0];
-    if (ended && (req.fence === undefined || req.fence === ended.fence)) return ok("already_ended");
+    if (ended) return ok("already_ended");
     if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
     if (ep.state !== "claimed") {
       return fail(
