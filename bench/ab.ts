@@ -10,6 +10,10 @@
  *
  * Flags: --against DIR (required: a checkout with its own node_modules or a link to ours)
  *        --clients N (32) --episodes N (256) --rounds N (10) --round S (6) --warmup S (4)
+ *        --fresh K: new workerd processes and engines for both sides every K rounds (default:
+ *        one pair for the whole run). Two runs of identical trees have differed by 0.1-0.2 ms
+ *        per cycle with one pair of processes, a bias that stays with the processes; with
+ *        fresh pairs it averages out instead of deciding the verdict.
  */
 import { existsSync } from "node:fs";
 import { randomBytes } from "node:crypto";
@@ -55,22 +59,30 @@ async function main(): Promise<void> {
   const rounds = num("rounds", 10);
   const roundS = num("round", 6);
   const warmupS = num("warmup", 4);
-  const sides = [await startSide("this", REPO_ROOT, episodes), await startSide("against", resolve(against), episodes)];
-  const cpu = new Map<string, number[]>(sides.map((s) => [s.name, []]));
-  const cps = new Map<string, number[]>(sides.map((s) => [s.name, []]));
-  try {
-    for (let i = 0; i < rounds; i++) {
-      for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
-        const r = await runLoad({ ...s, clients, episodes, durationSec: roundS, warmupSec: i === 0 ? warmupS : 2, setup: false, serverPids: s.pids });
-        if (r.server_cpu_ms_per_cycle === null) throw new Error("no workerd CPU figure: is /proc readable?");
-        if (r.errors > 0) throw new Error(`${s.name}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
-        cpu.get(s.name)!.push(r.server_cpu_ms_per_cycle);
-        cps.get(s.name)!.push(r.cycles_per_s);
-        log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${r.cycles_per_s} cycles/s, ${r.server_cpu_ms_per_cycle} ms workerd CPU per cycle, others ${r.other_cpu_pct}% of a core`);
+  const fresh = num("fresh", rounds);
+  const cpu = new Map<string, number[]>([["this", []], ["against", []]]);
+  const cps = new Map<string, number[]>([["this", []], ["against", []]]);
+  for (let first = 0; first < rounds; first += fresh) {
+    // Which side starts first alternates too, in case the order of process start matters.
+    const starts: [string, string][] = [["this", REPO_ROOT], ["against", resolve(against)]];
+    if ((first / fresh) % 2 === 1) starts.reverse();
+    const sides: Side[] = [];
+    try {
+      for (const [name, dir] of starts) sides.push(await startSide(name, dir, episodes));
+      sides.sort((a, b) => (a.name === "this" ? -1 : b.name === "this" ? 1 : 0));
+      for (let i = first; i < Math.min(rounds, first + fresh); i++) {
+        for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+          const r = await runLoad({ ...s, clients, episodes, durationSec: roundS, warmupSec: i === first ? warmupS : 2, setup: false, serverPids: s.pids });
+          if (r.server_cpu_ms_per_cycle === null) throw new Error("no workerd CPU figure: is /proc readable?");
+          if (r.errors > 0) throw new Error(`${s.name}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
+          cpu.get(s.name)!.push(r.server_cpu_ms_per_cycle);
+          cps.get(s.name)!.push(r.cycles_per_s);
+          log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${r.cycles_per_s} cycles/s, ${r.server_cpu_ms_per_cycle} ms workerd CPU per cycle, others ${r.other_cpu_pct}% of a core`);
+        }
       }
+    } finally {
+      for (const s of sides) await s.stop();
     }
-  } finally {
-    for (const s of sides) await s.stop();
   }
   const a = cpu.get("this")!;
   const b = cpu.get("against")!;
@@ -78,6 +90,7 @@ async function main(): Promise<void> {
     load: `${clients}x${episodes}`,
     rounds,
     round_s: roundS,
+    fresh_processes_every: fresh,
     against: resolve(against),
     cpu_ms_per_cycle: { this: mean(a), against: mean(b) },
     cycles_per_s: { this: mean(cps.get("this")!), against: mean(cps.get("against")!) },

@@ -1,6 +1,7 @@
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { advance, createEngine, endBody, engineStats, rollingWith, type TestEngine } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
 async function trajectories(engine: string) {
   const r = await env.DB.prepare("SELECT episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output FROM trajectories WHERE engine = ? ORDER BY id")
@@ -184,5 +185,32 @@ describe("engine status machine", () => {
     // The lease alarm of the cleared claim fires harmlessly.
     await advance(e, 60_000);
     expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0, resetting: 0 });
+  });
+});
+
+describe("an end_episode that fails half-way", () => {
+  it("keeps nothing of it: the claim stays live, nothing goes to D1, and ending it again counts once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    // The write after the claim's delete will fail: a finished row already holds this claim's
+    // fence. No path of the engine writes one; it stands in for a storage error half-way through.
+    const poison = "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery) VALUES (?, ?, 'x', 'x', 'train', 0, 'none')";
+    await runInDurableObject(e.stub, (_i, state) => void state.storage.sql.exec(poison, c.episode_uuid, c.fence));
+    const failed = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence })) });
+    expect(failed).toMatchObject({ status: 500, json: { error: "internal_error", detail: expect.stringContaining("UNIQUE constraint failed") } });
+
+    const after = await runInDurableObject(e.stub, (_i, state) => {
+      state.storage.sql.exec("DELETE FROM finished WHERE client_uuid = 'x'");
+      return state.storage.sql.exec<{ state: string; fence: number }>("SELECT state, fence FROM episodes WHERE episode_uuid = ?", c.episode_uuid).toArray();
+    });
+    expect(after).toEqual([{ state: "claimed", fence: c.fence }]);
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, registered: 1, outbox: 0 });
+
+    expect(await client.endEpisode(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence }))).toEqual({ success: true });
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 1, outbox: 1 });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 1 })]);
   });
 });
