@@ -22,6 +22,10 @@
  *                  are in memory. Both targets get the same; pass --tmpdir /tmp for disk.
  *   --quiet-wait S before each run, wait up to S seconds for the rest of the machine to go
  *                  quiet (< 25% of a core busy; default 10, 0 = never wait)
+ *   --fresh        new workerd processes (and engines) for both targets before every round,
+ *                  each round with the full warm-up. One pair of processes carries a bias of
+ *                  several percent for as long as it lives (bench:ab found identical trees
+ *                  0.1-0.2 ms per cycle apart); fresh pairs let it average out over the rounds.
  *   --record       also write bench/recorded.json and bench/recorded.svg
  */
 import { existsSync } from "node:fs";
@@ -130,7 +134,7 @@ type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; byte
 export type BenchReport = {
   started_at: string;
   machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string };
+  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string; fresh_processes_per_round: boolean };
   /** Per target and configuration: the round with the median cycles/s, every round's summary, and pool info after the load. */
   loads: Partial<Record<TargetName, (LoadResult & { rounds: RoundSummary[]; pool_info_after: PoolInfoAfterLoad })[]>>;
   pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
@@ -275,6 +279,7 @@ async function main(): Promise<void> {
   const want = (name: string) => !only || only.includes(name);
   const targetFlag = f.get("target") ?? "both";
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
+  const fresh = f.has("fresh");
   const quietWaitS = Number(f.get("quiet-wait") ?? 10);
   const quiet = async (what: string) => {
     if (quietWaitS <= 0) return;
@@ -289,12 +294,12 @@ async function main(): Promise<void> {
   const report: Omit<BenchReport, "comparison"> = {
     started_at: new Date().toISOString(),
     machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown", node: process.version, loadavg_at_start: loadavg().map((x) => round(x, 2)) },
-    settings: { duration_s: duration, rounds, warmup_s: warmup, state_dir: tmpdir() },
+    settings: { duration_s: duration, rounds, warmup_s: warmup, state_dir: tmpdir(), fresh_processes_per_round: fresh },
     loads: {},
     pool_info: {},
     profile: {},
   };
-  const est = loads.length * (duration + warmup + 2 * (rounds - 1) + 5) * (targetFlag === "both" ? 2 : 1);
+  const est = loads.length * (duration + warmup + (fresh ? warmup + 8 : 2) * (rounds - 1) + 5) * (targetFlag === "both" ? 2 : 1);
   log(`${loads.length} load configuration(s) x ${targetFlag}, ${warmup} s warm-up + ${rounds} x ${round(duration / rounds, 1)} s each (about ${Math.round(est / 60)} min of load)${want("poolinfo") ? " + pool info" : ""}`);
 
   const targets: Target[] = [];
@@ -320,19 +325,33 @@ async function main(): Promise<void> {
       // windows per target, alternating targets (E R, R E, ...) so a busy phase of the machine
       // hits both alike. The round with the median cycles/s stands for the target.
       const engines = new Map<TargetName, Awaited<ReturnType<Target["newEngine"]>>>();
-      for (const t of targets) {
+      const prepare = async (t: Target): Promise<void> => {
         const eng = await t.newEngine(load.label);
         log(`${t.name} ${load.label}: registering ${load.episodes}`);
         const http = new Http(eng.baseUrl, 40);
         await prepareEngine(http, eng.trainerToken, load.episodes, log).finally(() => http.close());
         engines.set(t.name, eng);
-      }
+      };
+      for (const t of targets) await prepare(t);
       const perRound = round(duration / rounds, 1);
       const got = new Map<TargetName, LoadResult[]>();
+      /** Episodes ended on each target's current engine (fresh engines start from none). */
+      const ended = new Map<TargetName, number>();
       for (let i = 0; i < rounds; i++) {
+        if (fresh && i > 0) {
+          for (let k = 0; k < targets.length; k++) {
+            const old = targets[k]!;
+            await old.stop();
+            const t = old.name === "engine" ? await startEngineTarget() : await startReferenceTarget();
+            log(`${t.name}: fresh processes for round ${i + 1}, ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
+            targets[k] = t;
+            await prepare(t);
+            ended.set(t.name, 0);
+          }
+        }
         for (const t of i % 2 === 0 ? targets : [...targets].reverse()) {
           const eng = engines.get(t.name)!;
-          const w = i === 0 ? warmup : Math.min(warmup, 2);
+          const w = i === 0 || fresh ? warmup : Math.min(warmup, 2);
           log(`${t.name} ${load.label} round ${i + 1}/${rounds}: ${load.clients} clients for ${w}+${perRound} s`);
           const res = await runLoad({
             ...eng,
@@ -352,6 +371,7 @@ async function main(): Promise<void> {
           );
           for (const e of res.error_samples) log(`  error: ${e}`);
           got.set(t.name, [...(got.get(t.name) ?? []), res]);
+          ended.set(t.name, (ended.get(t.name) ?? 0) + res.ended_total);
         }
       }
       for (const t of targets) {
@@ -362,7 +382,7 @@ async function main(): Promise<void> {
         (report.loads[t.name] ??= []).push({
           ...medianRound(results),
           rounds: results.map((r) => ({ cycles_per_s: r.cycles_per_s, claim_p50_ms: r.claim_ms.p50, end_p50_ms: r.end_ms.p50, server_cpu_ms_per_cycle: r.server_cpu_ms_per_cycle, errors: r.errors, other_cpu_pct: r.other_cpu_pct })),
-          pool_info_after: { finished_rows: results.reduce((a, r) => a + r.ended_total, 0), ms: after.ms, bytes: after.bytes },
+          pool_info_after: { finished_rows: ended.get(t.name) ?? 0, ms: after.ms, bytes: after.bytes },
         });
       }
     }
