@@ -1,4 +1,4 @@
-import { runDurableObjectAlarm } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
 
@@ -82,6 +82,33 @@ describe("leases", () => {
     expect(await client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).toEqual({ success: true });
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.5 })]);
+  });
+
+  it("a uuid registered again in a later rolling phase, or after it was unregistered, never reuses a fence", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const register = () => trainer.registerEpisode({ episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" });
+    const first = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    expect(first.fence).toBe(1);
+    // The step ends with the claim still open: leaving the rolling statuses clears every episode.
+    for (const engine_status of ["ENGINE.ROLLING_POST", "ENGINE.WEIGHT_SYNCING", "ENGINE.ROLLING"] as const) await trainer.updateEngineStatus({ engine_status, global_step: 1 });
+    await register();
+    const second = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 60 });
+    expect(second).toMatchObject({ success: true, episode_uuid: id, fence: 2 });
+    // The old claim's key stays dead, and its late end (with its fence) counts nowhere.
+    expect(await e.stub.relayBegin({ engine: e.name, episode_uuid: id!, fence: first.fence! })).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    await expect(client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).rejects.toMatchObject({ status: 409 });
+    // Given back, unregistered, registered again: above every fence issued so far.
+    await client.abortEpisode({ client_uuid: "b", episode_uuid: id! });
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: false });
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
+    await register();
+    expect(await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 })).toMatchObject({ success: true, fence: 3 });
+    // The floor is kept in the engine's meta for a restarted object, whose rows no longer hold fence 2.
+    const floor = await runInDurableObject(e.stub, (_i, state) => JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v).fenceFloor);
+    expect(floor).toBe(2);
   });
 
   it("sends a reaped episode with a runner to reset, and requeues it only after the runner's ack", async () => {

@@ -65,6 +65,8 @@ type Meta = {
   weightVersion: number | null;
   bootingStartTime: number | null;
   acc: RewardAccumulator;
+  /** At least every fence this engine has issued; kept for when the rows that held them are gone. */
+  fenceFloor: number;
 };
 
 const INITIAL_META: Meta = {
@@ -75,6 +77,7 @@ const INITIAL_META: Meta = {
   weightVersion: null,
   bootingStartTime: null,
   acc: EMPTY_ACCUMULATOR,
+  fenceFloor: 0,
 };
 
 type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
@@ -105,6 +108,8 @@ export class EngineObject extends DurableObject<Env> {
    * episodes hold a position, so on start-up one probe of their index gives a safe next value.
    */
   private nextQueueSeq: number;
+  /** The highest fence this engine has issued: where a newly registered episode's fences start. */
+  private fenceHigh: number;
   /** The agent session whose polls are served; older sessions' open polls give up (in memory only). */
   private pollSession: string | null = null;
   /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
@@ -133,6 +138,8 @@ export class EngineObject extends DurableObject<Env> {
     this.meta = this.loadMeta();
     this.nextQueueSeq =
       (this.sql.exec<{ m: number | null }>("SELECT MAX(queue_seq) AS m FROM episodes WHERE state = 'registered'").one().m ?? 0) + 1;
+    const maxFence = (table: string): number => this.sql.exec<{ m: number | null }>(`SELECT MAX(fence) AS m FROM ${table}`).one().m ?? 0;
+    this.fenceHigh = Math.max(this.meta.fenceFloor, maxFence("episodes"), maxFence("finished"));
     for (const r of this.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
     void ctx.blockConcurrencyWhile(async () => {
       this.armedAt = await ctx.storage.getAlarm();
@@ -204,8 +211,9 @@ export class EngineObject extends DurableObject<Env> {
     return this.guarded(caller, "update_engine_status", () => {
       this.tx(() => {
         const prev = this.meta;
-        const next: Meta = { ...prev, status: req.engine_status };
         if (isRolling(prev.status) && !isRolling(req.engine_status)) this.clearEpisodes();
+        // From this.meta, not prev: clearing may have moved the fence floor.
+        const next: Meta = { ...this.meta, status: req.engine_status };
         if (req.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") next.bootingStartTime = this.now() / 1000;
         if (prev.status === "ENGINE.BOOTING" && req.engine_status !== "ENGINE.BOOTING") next.bootingStartTime = null;
         if (req.global_step !== undefined && req.global_step !== null) {
@@ -279,6 +287,7 @@ export class EngineObject extends DurableObject<Env> {
           )
           .toArray()[0] ?? null;
       if (claimed === null) return refuse(NO_EPISODES_CAUSE);
+      if (claimed.fence > this.fenceHigh) this.fenceHigh = claimed.fence;
       this.armBy(expiresAt);
       const key = await signClaimKey(this.env.CLAIM_KEY_SECRET, { engine: this.meta.name ?? "", ...claimed });
       return ok({
@@ -707,11 +716,12 @@ export class EngineObject extends DurableObject<Env> {
     }
     // One statement. A retried registration (the trainer retries after 2 s) keeps its place in
     // the queue and takes the new URL and key; a claimed or resetting episode is left alone. A
-    // uuid that already ended in this rolling phase starts above its last fence, so a claim of
-    // its new life never shares a fence (or a per-claim key) with one of its old life.
+    // new row's fences start above every fence this engine has issued, so a uuid registered
+    // again (after it ended, was unregistered, or was cleared with its rolling phase) never
+    // has a claim that shares a fence, and so a per-claim key, with a claim of its old life.
     this.sql.exec(
       `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
-       VALUES (?1, 'registered', ?2, ?3, ?4, ?5, ?6, COALESCE((SELECT MAX(fence) FROM finished WHERE episode_uuid = ?1), 0))
+       VALUES (?, 'registered', ?, ?, ?, ?, ?, ?)
        ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
          zmq_addr = excluded.zmq_addr
        WHERE episodes.state = 'registered'`,
@@ -721,6 +731,7 @@ export class EngineObject extends DurableObject<Env> {
       req.openai_api_key,
       req.zmq_listen_result_addr,
       this.now(),
+      this.fenceHigh,
     );
     return { success: true, failure_reason: "" };
   }
@@ -731,7 +742,10 @@ export class EngineObject extends DurableObject<Env> {
     if (ep === null) return { success: false, failure_reason: "" };
     // An episode waiting for its runner's reset still belongs to the claim being undone.
     if (ep.state !== "registered") return { success: true, failure_reason: "" };
-    if (unregister) this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
+    if (unregister) {
+      this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
+      this.retireFences();
+    }
     return { success: false, failure_reason: "" };
   }
 
@@ -783,6 +797,7 @@ export class EngineObject extends DurableObject<Env> {
   private releaseClaim(ep: EpisodeRow, how: "requeue" | "delete"): void {
     if (how === "delete") {
       this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
+      this.retireFences();
     } else if (ep.zmq_addr !== "") {
       this.sql.exec(
         "UPDATE episodes SET state = 'resetting', expires_at = NULL WHERE episode_uuid = ?",
@@ -819,8 +834,12 @@ export class EngineObject extends DurableObject<Env> {
         const ep = this.episode(body.episode_uuid);
         if (ep === null || ep.state !== "resetting" || ep.fence !== body.fence) return;
         // A runner that cannot be reset cannot serve the episode again.
-        if (succeeded) this.requeue(body.episode_uuid);
-        else this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", body.episode_uuid);
+        if (succeeded) {
+          this.requeue(body.episode_uuid);
+        } else {
+          this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", body.episode_uuid);
+          this.retireFences();
+        }
         return;
       }
       case "start":
@@ -921,6 +940,16 @@ export class EngineObject extends DurableObject<Env> {
   private clearEpisodes(): void {
     this.sql.exec("DELETE FROM episodes");
     this.sql.exec("DELETE FROM finished");
+    this.retireFences();
+  }
+
+  /**
+   * Keeps the highest fence issued in meta once rows that held fences are deleted (rarely: a
+   * status change, an unregistered or dropped episode), so that a restarted object still starts
+   * new episodes above every fence it issued before.
+   */
+  private retireFences(): void {
+    if (this.fenceHigh > this.meta.fenceFloor) this.saveMeta({ ...this.meta, fenceFloor: this.fenceHigh });
   }
 
   private episode(uuid: string): EpisodeRow | null {
