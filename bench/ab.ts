@@ -59,7 +59,7 @@ async function main(): Promise<void> {
   const rounds = num("rounds", 10);
   const roundS = num("round", 6);
   const warmupS = num("warmup", 4);
-  const fresh = num("fresh", rounds);
+  const fresh = Math.max(1, Math.floor(num("fresh", rounds)));
   const cpu = new Map<string, number[]>([["this", []], ["against", []]]);
   const cps = new Map<string, number[]>([["this", []], ["against", []]]);
   for (let first = 0; first < rounds; first += fresh) {
