@@ -1,6 +1,8 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+import { EngineObject } from "../src/engine/engine-object";
+import { advance, createEngine, endBody, engineStats, ORIGIN, rollingWith } from "./support/harness";
 
 describe("leases", () => {
   it("reaps an idle claim when its discard timeout passes, not before", async () => {
@@ -109,6 +111,16 @@ describe("leases", () => {
     // The floor is kept in the engine's meta for a restarted object, whose rows no longer hold fence 2.
     const floor = await runInDurableObject(e.stub, (_i, state) => JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v).fenceFloor);
     expect(floor).toBe(2);
+    // A restarted object (a new instance over the same storage) starts above fence 3, which no row holds once its episode is unregistered.
+    await client.abortEpisode({ client_uuid: "c", episode_uuid: id! });
+    await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true });
+    const afterRestart = await runInDurableObject(e.stub, async (_i, state) => {
+      const restarted = new EngineObject(state, env);
+      const admin = { admin: true } as const;
+      await restarted.registerEpisode(admin, { episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-3", zmq_listen_result_addr: "" });
+      return restarted.claimEpisode(admin, { client_uuid: "d", episode_type: "train", discard_episode_timeout: 60 }, ORIGIN);
+    });
+    expect(afterRestart).toMatchObject({ ok: true, body: { success: true, episode_uuid: id, fence: 4 } });
   });
 
   it("sends a reaped episode with a runner to reset, and requeues it only after the runner's ack", async () => {
