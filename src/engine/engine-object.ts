@@ -742,10 +742,7 @@ export class EngineObject extends DurableObject<Env> {
     if (ep === null) return { success: false, failure_reason: "" };
     // An episode waiting for its runner's reset still belongs to the claim being undone.
     if (ep.state !== "registered") return { success: true, failure_reason: "" };
-    if (unregister) {
-      this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", episodeUuid);
-      this.retireFences();
-    }
+    if (unregister) this.dropEpisode(episodeUuid);
     return { success: false, failure_reason: "" };
   }
 
@@ -796,8 +793,7 @@ export class EngineObject extends DurableObject<Env> {
   /** Ends a claim without a result: back to the queue (after the runner's reset, if it has one) or gone. */
   private releaseClaim(ep: EpisodeRow, how: "requeue" | "delete"): void {
     if (how === "delete") {
-      this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", ep.episode_uuid);
-      this.retireFences();
+      this.dropEpisode(ep.episode_uuid);
     } else if (ep.zmq_addr !== "") {
       this.sql.exec(
         "UPDATE episodes SET state = 'resetting', expires_at = NULL WHERE episode_uuid = ?",
@@ -834,12 +830,8 @@ export class EngineObject extends DurableObject<Env> {
         const ep = this.episode(body.episode_uuid);
         if (ep === null || ep.state !== "resetting" || ep.fence !== body.fence) return;
         // A runner that cannot be reset cannot serve the episode again.
-        if (succeeded) {
-          this.requeue(body.episode_uuid);
-        } else {
-          this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", body.episode_uuid);
-          this.retireFences();
-        }
+        if (succeeded) this.requeue(body.episode_uuid);
+        else this.dropEpisode(body.episode_uuid);
         return;
       }
       case "start":
@@ -940,6 +932,12 @@ export class EngineObject extends DurableObject<Env> {
   private clearEpisodes(): void {
     this.sql.exec("DELETE FROM episodes");
     this.sql.exec("DELETE FROM finished");
+    this.retireFences();
+  }
+
+  /** Deletes an episode that leaves no finished row behind: its fence goes into the floor. */
+  private dropEpisode(uuid: string): void {
+    this.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", uuid);
     this.retireFences();
   }
 
