@@ -2,7 +2,11 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EngineObject } from "../src/engine/engine-object";
-import { advance, createEngine, endBody, engineStats, ORIGIN, rollingWith } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, ORIGIN, rollingWith, type TestEngine } from "./support/harness";
+
+/** The trainer registers episode `id` again, as AgentJet never does (its uuids are fresh) but nothing forbids. */
+const registerAgain = (e: TestEngine, id: string) =>
+  e.as("trainer").registerEpisode({ episode_uuid: id, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" });
 
 describe("leases", () => {
   it("reaps an idle claim when its discard timeout passes, not before", async () => {
@@ -73,8 +77,7 @@ describe("leases", () => {
     const trainer = e.as("trainer");
     const first = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
     expect(await client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).toEqual({ success: true });
-    // The trainer registers the same uuid again (AgentJet's are fresh uuid4s, but nothing forbids it).
-    expect(await trainer.registerEpisode({ episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" })).toMatchObject({ success: true });
+    expect(await registerAgain(e, id!)).toMatchObject({ success: true });
     const second = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
     // A fence is never reused for a uuid: the first claim's key and fence must not name this claim.
     expect(second).toMatchObject({ success: true, episode_uuid: id, fence: first.fence! + 1 });
@@ -91,12 +94,11 @@ describe("leases", () => {
     const [id] = await rollingWith(e, 1);
     const client = e.as("client");
     const trainer = e.as("trainer");
-    const register = () => trainer.registerEpisode({ episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" });
     const first = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
     expect(first.fence).toBe(1);
     // The step ends with the claim still open: leaving the rolling statuses clears every episode.
     for (const engine_status of ["ENGINE.ROLLING_POST", "ENGINE.WEIGHT_SYNCING", "ENGINE.ROLLING"] as const) await trainer.updateEngineStatus({ engine_status, global_step: 1 });
-    await register();
+    await registerAgain(e, id!);
     const second = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 60 });
     expect(second).toMatchObject({ success: true, episode_uuid: id, fence: 2 });
     // The old claim's key stays dead, and its late end (with its fence) counts nowhere.
@@ -106,7 +108,7 @@ describe("leases", () => {
     await client.abortEpisode({ client_uuid: "b", episode_uuid: id! });
     expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: false });
     expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
-    await register();
+    await registerAgain(e, id!);
     expect(await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 })).toMatchObject({ success: true, fence: 3 });
     // The floor is kept in the engine's meta for a restarted object, whose rows no longer hold fence 2.
     const floor = await runInDurableObject(e.stub, (_i, state) => JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v).fenceFloor);
