@@ -14,4 +14,10 @@ export interface Env {
   RELAY_DEADLINE_SECONDS?: string;
   /** Milliseconds between SSE keep-alive comments while a streamed answer is pending (default 10000). */
   RELAY_KEEPALIVE_MS?: string;
+  /**
+   * Where relayed calls leave for the inference gateway. Unset when deployed: the global fetch
+   * is direct there. The local server binds workerd's network service here, because Miniflare
+   * routes the global fetch through an interceptor Worker that costs an isolate hop per call.
+   */
+  RELAY_NETWORK?: Fetcher;
 }

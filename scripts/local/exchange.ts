@@ -122,6 +122,8 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
               ...setup.config.env,
               ADMIN_TOKEN: { type: "text", value: opts.adminToken },
               CLAIM_KEY_SECRET: { type: "text", value: opts.claimKeySecret },
+              // Relayed calls go straight out (see Env.RELAY_NETWORK): "local" lets a gateway on this host in.
+              RELAY_NETWORK: { type: "network", allow: ["public", "private", "local"] },
               ...Object.fromEntries(Object.entries(opts.vars ?? {}).map(([k, value]) => [k, { type: "text" as const, value }])),
             },
             manifest: {

@@ -89,7 +89,8 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
   const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
   const signature = await signEnvelope(await engineGatewaySecret(c.env.CLAIM_KEY_SECRET, key.engine), ts, body);
-  const upstream = fetch(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
+  const network = c.env.RELAY_NETWORK;
+  const upstream = (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
     method: "POST",
     headers: { "content-type": "application/json", [SIGNATURE_HEADER]: signature, [TIMESTAMP_HEADER]: String(ts) },
     body,
