@@ -14,6 +14,10 @@
  *        one pair for the whole run). Two runs of identical trees have differed by 0.1-0.2 ms
  *        per cycle with one pair of processes, a bias that stays with the processes; with
  *        fresh pairs it averages out instead of deciding the verdict.
+ *        --ops N: instead of the load, each round times every operation alone, N requests one
+ *        at a time (bench/profile.ts), and the report is per operation. Finer than the load:
+ *        its paired standard error is about 0.05 ms per request here, against about 0.1 ms per
+ *        cycle for 16 rounds of load, so it tells which operation a change made cheaper.
  */
 import { existsSync } from "node:fs";
 import { randomBytes } from "node:crypto";
@@ -21,13 +25,14 @@ import { join, resolve } from "node:path";
 import { AdminClient } from "../src/client";
 import { REPO_ROOT, startLocalExchange } from "../scripts/local/exchange";
 import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
+import { profileTarget } from "./profile";
 import { workerdPids } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
 const log = (line: string): void => void process.stderr.write(`[bench:ab] ${line}\n`);
 
-type Side = { name: string; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
+type Side = { name: string; origin: string; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
 
 async function startSide(name: string, dir: string, episodes: number): Promise<Side> {
   const adminToken = `ab-${randomBytes(12).toString("hex")}`;
@@ -41,14 +46,25 @@ async function startSide(name: string, dir: string, episodes: number): Promise<S
   });
   const pids = workerdPids().filter((p) => !before.has(p));
   const created = await new AdminClient({ origin: ex.url, adminToken }).createEngine(`ab-${randomBytes(3).toString("hex")}`);
-  const side = { name, baseUrl: `${ex.url}/e/${created.engine}`, clientToken: created.tokens.client!, trainerToken: created.tokens.trainer!, pids, stop: () => ex.stop() };
-  const http = new Http(side.baseUrl, 40);
-  await prepareEngine(http, side.trainerToken, episodes).finally(() => http.close());
+  const side = { name, origin: ex.url, baseUrl: `${ex.url}/e/${created.engine}`, clientToken: created.tokens.client!, trainerToken: created.tokens.trainer!, pids, stop: () => ex.stop() };
+  if (episodes > 0) {
+    const http = new Http(side.baseUrl, 40);
+    await prepareEngine(http, side.trainerToken, episodes).finally(() => http.close());
+  }
   log(`${name}: ${dir}, ${ex.url}, workerd pid(s) ${pids.join(",")}`);
   return side;
 }
 
 const mean = (xs: number[]): number => Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000;
+
+/** This side minus the other, round by round: the mean, its standard error, and in how many rounds this side was cheaper. */
+function paired(a: number[], b: number[]): { this: number; against: number; diff: number; se: number; this_cheaper_in: number } {
+  const d = a.map((x, i) => x - b[i]!);
+  const m = d.reduce((s, x) => s + x, 0) / d.length;
+  const sd = d.length > 1 ? Math.sqrt(d.reduce((s, x) => s + (x - m) ** 2, 0) / (d.length - 1)) : NaN;
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return { this: mean(a), against: mean(b), diff: r3(m), se: r3(sd / Math.sqrt(d.length)), this_cheaper_in: d.filter((x) => x < 0).length };
+}
 
 async function main(): Promise<void> {
   const against = flags.get("against");
@@ -60,6 +76,10 @@ async function main(): Promise<void> {
   const roundS = num("round", 6);
   const warmupS = num("warmup", 4);
   const fresh = Math.max(1, Math.floor(num("fresh", rounds)));
+  const opsFlag = Number(flags.get("ops"));
+  const opsN = flags.has("ops") ? (Number.isFinite(opsFlag) ? Math.max(10, opsFlag) : 500) : null;
+  /** Per operation (--ops): workerd CPU per request, round by round, of each side. */
+  const ops = new Map<string, { this: number[]; against: number[] }>();
   const cpu = new Map<string, number[]>([["this", []], ["against", []]]);
   const cps = new Map<string, number[]>([["this", []], ["against", []]]);
   for (let first = 0; first < rounds; first += fresh) {
@@ -68,10 +88,22 @@ async function main(): Promise<void> {
     if ((first / fresh) % 2 === 1) starts.reverse();
     const sides: Side[] = [];
     try {
-      for (const [name, dir] of starts) sides.push(await startSide(name, dir, episodes));
+      for (const [name, dir] of starts) sides.push(await startSide(name, dir, opsN === null ? episodes : 0));
       sides.sort((a, b) => (a.name === "this" ? -1 : b.name === "this" ? 1 : 0));
       for (let i = first; i < Math.min(rounds, first + fresh); i++) {
         for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+          if (opsN !== null) {
+            const side = s.name as "this" | "against";
+            const timed = await profileTarget({ ...s, floorPath: "/health", rpcPath: "/get_engine_status", pids: s.pids, n: opsN });
+            for (const o of timed) {
+              if (o.server_cpu_ms_per_req === null) throw new Error("no workerd CPU figure: is /proc readable?");
+              let row = ops.get(o.op);
+              if (row === undefined) ops.set(o.op, (row = { this: [], against: [] }));
+              row[side].push(o.server_cpu_ms_per_req);
+            }
+            log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${timed.map((o) => `${o.op} ${o.server_cpu_ms_per_req}`).join(", ")} ms`);
+            continue;
+          }
           const r = await runLoad({ ...s, clients, episodes, durationSec: roundS, warmupSec: i === first ? warmupS : 2, setup: false, serverPids: s.pids });
           if (r.server_cpu_ms_per_cycle === null) throw new Error("no workerd CPU figure: is /proc readable?");
           if (r.errors > 0) throw new Error(`${s.name}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
@@ -84,6 +116,12 @@ async function main(): Promise<void> {
       for (const s of sides) await s.stop();
     }
   }
+  if (opsN !== null) {
+    const perOp = Object.fromEntries([...ops].map(([op, r]) => [op, paired(r.this, r.against)]));
+    console.log(JSON.stringify({ ops: opsN, rounds, fresh_processes_every: fresh, against: resolve(against), workerd_cpu_ms_per_request: perOp }, null, 2));
+    for (const [op, p] of Object.entries(perOp)) log(`${op.padEnd(20)} this ${p.this} ms, against ${p.against} ms: ${p.diff} +- ${p.se}, this cheaper in ${p.this_cheaper_in} of ${rounds}`);
+    return;
+  }
   const a = cpu.get("this")!;
   const b = cpu.get("against")!;
   const report = {
@@ -95,6 +133,8 @@ async function main(): Promise<void> {
     cpu_ms_per_cycle: { this: mean(a), against: mean(b) },
     cycles_per_s: { this: mean(cps.get("this")!), against: mean(cps.get("against")!) },
     this_cheaper_in_rounds: a.filter((x, i) => x < b[i]!).length,
+    /** This minus against, round by round, with its standard error. */
+    difference_ms: (({ diff, se }) => ({ mean: diff, se }))(paired(a, b)),
     per_round_cpu_ms: { this: a, against: b },
   };
   console.log(JSON.stringify(report, null, 2));
