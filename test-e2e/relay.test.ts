@@ -17,6 +17,8 @@ let exchange: LocalExchange;
 let gateway: Server;
 let gatewayUrl: string;
 const seen: RelayEnvelope[] = [];
+/** Per engine, whether its relayed calls came through Miniflare's outbound Worker (it adds CF-Worker). */
+const viaOutboundWorker = new Map<string, boolean>();
 const rejected: string[] = [];
 let secrets = new Map<string, string>();
 
@@ -88,6 +90,7 @@ async function onGateway(req: IncomingMessage, res: ServerResponse): Promise<voi
     return;
   }
   seen.push(env);
+  viaOutboundWorker.set(env.engine, req.headers["cf-worker"] !== undefined);
   await answer(env, res);
 }
 
@@ -111,10 +114,11 @@ afterAll(async () => {
 });
 
 let n = 0;
-async function engineWithClaim(opts: { gateway?: boolean; timeout?: number } = {}) {
-  const admin = new AdminClient({ origin: exchange.url, adminToken: ADMIN });
+async function engineWithClaim(opts: { gateway?: boolean; timeout?: number; on?: LocalExchange } = {}) {
+  const origin = (opts.on ?? exchange).url;
+  const admin = new AdminClient({ origin, adminToken: ADMIN });
   const created = await admin.createEngine(`relay-${Date.now().toString(36)}-${n++}`);
-  const base = `${exchange.url}/e/${created.engine}`;
+  const base = `${origin}/e/${created.engine}`;
   const trainer = new EngineClient({ baseUrl: base, token: created.tokens["trainer"] });
   const client = new EngineClient({ baseUrl: base, token: created.tokens["client"] });
   secrets.set(created.engine, (await trainer.gatewaySecret()).secret);
@@ -164,6 +168,23 @@ describe("relay", () => {
     expect(seen.at(-1)?.request).toEqual(rich);
     const models = await fetch(`${e.base}/v1/models`, { headers: { authorization: `Bearer ${e.claim.openai_api_key}` } });
     expect(await models.json()).toEqual({ object: "list", data: [{ id: "tiny", object: "model" }] });
+    // The local server sends them out through workerd's network service, not Miniflare's outbound Worker.
+    expect(viaOutboundWorker.get(e.engine)).toBe(false);
+  });
+
+  it("relays through the global fetch too, as a deployed Worker (no RELAY_NETWORK binding) does", async () => {
+    const deployedLike = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "relay-claim-secret", relayNetwork: false });
+    try {
+      const e = await engineWithClaim({ on: deployedLike });
+      const whole = await chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "tiny" });
+      expect(JSON.parse(whole.text)).toMatchObject({ object: "chat.completion", choices: [{ message: { content: "Hello" } }] });
+      const stream = await chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "drip", stream: true });
+      expect(stream.text.split("\n\n").filter((x) => x.startsWith("data: {"))).toHaveLength(40);
+      expect(viaOutboundWorker.get(e.engine)).toBe(true);
+      expect((await e.client.runningEpisodes()).episodes[0]).toMatchObject({ llm_call_count: 2 });
+    } finally {
+      await deployedLike.stop();
+    }
   });
 
   it("streams: passes SSE through, and turns a late whole completion into a chunk after keep-alives", async () => {

@@ -35,6 +35,11 @@ export type LocalExchangeOptions = {
   configPath?: string;
   /** Opens workerd's V8 inspector on this 127.0.0.1 port (for CPU profiles: bench/cpu-profile.ts). */
   inspectorPort?: number;
+  /**
+   * Relayed calls leave through workerd's network service (Env.RELAY_NETWORK). Default true;
+   * false serves the Worker as deployed, where they use the global fetch (tests cover both).
+   */
+  relayNetwork?: boolean;
 };
 
 export type LocalExchange = {
@@ -123,7 +128,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
               ADMIN_TOKEN: { type: "text", value: opts.adminToken },
               CLAIM_KEY_SECRET: { type: "text", value: opts.claimKeySecret },
               // Relayed calls go straight out (see Env.RELAY_NETWORK): "local" lets a gateway on this host in.
-              RELAY_NETWORK: { type: "network", allow: ["public", "private", "local"] },
+              ...(opts.relayNetwork === false ? {} : { RELAY_NETWORK: { type: "network" as const, allow: ["public", "private", "local"] } }),
               ...Object.fromEntries(Object.entries(opts.vars ?? {}).map(([k, value]) => [k, { type: "text" as const, value }])),
             },
             manifest: {
