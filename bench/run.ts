@@ -115,6 +115,10 @@ async function startReferenceTarget(): Promise<Target> {
   };
 }
 
+function startTarget(name: TargetName): Promise<Target> {
+  return name === "engine" ? startEngineTarget() : startReferenceTarget();
+}
+
 type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; server_cpu_ms_per_cycle: number | null; errors: number; other_cpu_pct: number };
 
 /** The round with the median cycles/s (the lower middle one for an even count); errors and retries summed over all rounds. */
@@ -304,8 +308,8 @@ async function main(): Promise<void> {
 
   const targets: Target[] = [];
   try {
-    if (targetFlag !== "reference") targets.push(await startEngineTarget());
-    if (targetFlag !== "engine") targets.push(await startReferenceTarget());
+    if (targetFlag !== "reference") targets.push(await startTarget("engine"));
+    if (targetFlag !== "engine") targets.push(await startTarget("reference"));
     for (const t of targets) log(`${t.name}: ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
 
     if (want("profile")) {
@@ -342,7 +346,7 @@ async function main(): Promise<void> {
           for (let k = 0; k < targets.length; k++) {
             const old = targets[k]!;
             await old.stop();
-            const t = old.name === "engine" ? await startEngineTarget() : await startReferenceTarget();
+            const t = await startTarget(old.name);
             log(`${t.name}: fresh processes for round ${i + 1}, ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
             targets[k] = t;
             await prepare(t);
