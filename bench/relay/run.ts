@@ -8,6 +8,8 @@
  * own process), which forwards it to the same model server. Rounds alternate direct and
  * relayed so both see the same machine. A call's time runs from the request to the end of
  * the stream; time to the first content byte is kept too. The same for non-streamed calls.
+ * Alongside, the relay's floor (./floor): a bare Worker and a bare Node proxy in the same two
+ * hops, so the exchange's overhead can be read against what any such relay costs here.
  * --history-kb N puts N KB of earlier turns in front of every call (agentic rollouts carry long
  * contexts; what the relay does per byte shows only then).
  * --drip N adds, one call at a time, a streamed answer of N tokens sent 1 ms apart, each its own
@@ -26,6 +28,7 @@ import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
 import { AgentProcess } from "../../local-agent/test/support/agent-process";
 import { startModelServer } from "../../local-agent/test/gateway/model-server";
+import { startRelayFloor, type RelayFloor } from "./floor/serve";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -117,6 +120,7 @@ async function main(): Promise<void> {
   const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-claim-secret" });
   const pids = workerdPids().filter((p) => !before.has(p));
   let agent: AgentProcess | null = null;
+  let floor: RelayFloor | null = null;
   try {
     const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay");
     const base = `${ex.url}/e/${created.engine}`;
@@ -140,9 +144,13 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 100));
     }
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    floor = await startRelayFloor({ upstream: model.url, log });
+    const floorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p));
     const relayed: Target[] = [];
     const direct: Target[] = [];
     const gatewayOnly: Target[] = [];
+    const floorBoth: Target[] = [];
+    const floorProxy: Target[] = [];
     for (let i = 0; i < CLIENTS; i++) {
       await trainer.registerEpisode({ episode_uuid: `ep-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
       const c = await client.claimEpisode({ client_uuid: `c-${i}`, discard_episode_timeout: 3600 });
@@ -150,6 +158,8 @@ async function main(): Promise<void> {
       relayed.push({ url: c.openai_base_url, key: c.openai_api_key });
       direct.push({ url: `${model.url}/v1`, key: "sk-bench-trainer" });
       gatewayOnly.push({ url: `${model.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: `ep-${i}` } });
+      floorBoth.push({ url: `${floor.url}/v1`, key: "sk-bench-trainer" });
+      floorProxy.push({ url: `${floor.proxyUrl}/v1`, key: "sk-bench-trainer" });
     }
     log(`${CLIENTS} claims; model latency ${LATENCY_MS} ms; ${ROUNDS} rounds of ${CALLS} calls per client and target`);
 
@@ -158,9 +168,13 @@ async function main(): Promise<void> {
       await round(direct, stream, 3); // warm-up: connections, JIT, the Durable Object
       await round(relayed, stream, 3);
       await round(gatewayOnly, stream, 3);
+      await round(floorBoth, stream, 3);
+      await round(floorProxy, stream, 3);
       const d: Sample[] = [];
       const r: Sample[] = [];
       const g: Sample[] = [];
+      const f: Sample[] = [];
+      const fp: Sample[] = [];
       for (let k = 0; k < ROUNDS; k++) {
         const t0 = performance.now();
         d.push(...(await round(direct, stream, CALLS)));
@@ -168,9 +182,17 @@ async function main(): Promise<void> {
         r.push(...(await round(relayed, stream, CALLS)));
         const t2 = performance.now();
         g.push(...(await round(gatewayOnly, stream, CALLS)));
-        log(`${stream ? "stream" : "whole "} round ${k + 1}: direct ${(t1 - t0).toFixed(0)} ms, relayed ${(t2 - t1).toFixed(0)} ms, gateway only ${(performance.now() - t2).toFixed(0)} ms`);
+        const t3 = performance.now();
+        f.push(...(await round(floorBoth, stream, CALLS)));
+        const t4 = performance.now();
+        fp.push(...(await round(floorProxy, stream, CALLS)));
+        const ms = (a: number, b: number) => (b - a).toFixed(0);
+        log(
+          `${stream ? "stream" : "whole "} round ${k + 1}: direct ${ms(t0, t1)} ms, relayed ${ms(t1, t2)} ms, gateway only ${ms(t2, t3)} ms, ` +
+            `floor ${ms(t3, t4)} ms, floor proxy only ${ms(t4, performance.now())} ms`,
+        );
       }
-      const [dt, rt, gt] = [d, r, g].map((x) => summarize(x.map((s) => s.total))) as [Latency, Latency, Latency];
+      const [dt, rt, gt, ft, fpt] = [d, r, g, f, fp].map((x) => summarize(x.map((s) => s.total))) as [Latency, Latency, Latency, Latency, Latency];
       const [df, rf] = [d, r].map((x) => summarize(x.map((s) => s.first))) as [Latency, Latency];
       results[stream ? "stream" : "whole"] = {
         direct: dt,
@@ -178,9 +200,18 @@ async function main(): Promise<void> {
         gateway_only: gt,
         overhead: diff(rt, dt),
         overhead_of_gateway: diff(gt, dt),
+        floor: ft,
+        floor_proxy_only: fpt,
+        overhead_of_floor: diff(ft, dt),
+        overhead_of_floor_proxy: diff(fpt, dt),
+        // What the exchange adds beyond the floor's two bare hops.
+        overhead_beyond_floor: diff(rt, ft),
         first_byte: { direct: df, relayed: rf, overhead: diff(rf, df) },
       };
-      log(`${stream ? "stream" : "whole "}: direct p50 ${dt.p50} p99 ${dt.p99}; relayed p50 ${rt.p50} p99 ${rt.p99}; gateway only p50 ${gt.p50} p99 ${gt.p99} (ms)`);
+      log(
+        `${stream ? "stream" : "whole "}: direct p50 ${dt.p50} p99 ${dt.p99}; relayed p50 ${rt.p50} p99 ${rt.p99}; gateway only p50 ${gt.p50} p99 ${gt.p99}; ` +
+          `floor p50 ${ft.p50} p99 ${ft.p99}; floor proxy only p50 ${fpt.p50} p99 ${fpt.p99} (ms)`,
+      );
     }
     // One call at a time, to split the per-call overhead without queueing: the gateway's share
     // (gateway only vs direct), the Worker's (relayed vs gateway only), and of that the
@@ -195,6 +226,10 @@ async function main(): Promise<void> {
       relayed: { url: sc.openai_base_url, key: sc.openai_api_key },
       gateway_only: { url: `${fast.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: "ep-single" } },
     };
+    const fastFloor = await startRelayFloor({ upstream: fast.url, log });
+    const fastFloorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p) && !floorPids.includes(p));
+    singleTargets["floor"] = { url: `${fastFloor.url}/v1`, key: "sk-bench-trainer" };
+    singleTargets["floor_proxy_only"] = { url: `${fastFloor.proxyUrl}/v1`, key: "sk-bench-trainer" };
     await trainer.registerEpisode({ episode_uuid: "ep-dead", openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
     const dead = await client.claimEpisode({ client_uuid: "c-dead", discard_episode_timeout: 3600 });
     await client.abortEpisode({ client_uuid: "c-dead", episode_uuid: dead.episode_uuid });
@@ -203,7 +238,8 @@ async function main(): Promise<void> {
     const one = async (name: string, fn: () => Promise<unknown>): Promise<void> => {
       const xs = samples.get(name) ?? [];
       samples.set(name, xs);
-      const meter = cpuMeter(pids);
+      // Each target's CPU is its own server's: the floor has a workerd of its own.
+      const meter = cpuMeter(name === "floor" ? fastFloorPids : pids);
       for (let i = 0; i < SINGLE_CALLS + 5; i++) {
         if (i === 5) meter.start();
         const t0 = performance.now();
@@ -232,6 +268,7 @@ async function main(): Promise<void> {
     const cpuPerCall = Object.fromEntries(Object.entries(workerdCpu).map(([k, xs]) => [k, Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 100) / 100]));
     log(`one at a time, workerd CPU per call (ms): ${Object.entries(cpuPerCall).map(([k, v]) => `${k} ${v}`).join(", ")}`);
     results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single, workerd_cpu_ms_per_call: cpuPerCall };
+    await fastFloor.stop();
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
     const doc = { clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
@@ -242,6 +279,7 @@ async function main(): Promise<void> {
   } finally {
     agent?.kill("SIGTERM");
     await agent?.waitForExit().catch(() => agent?.kill());
+    await floor?.stop();
     await ex.stop();
     await model.close();
     rmSync(dir, { recursive: true, force: true });

@@ -1,0 +1,78 @@
+/**
+ * The relay's floor: what any two-hop relay of the same shape costs on this machine, so the
+ * exchange's overhead can be read against it (as the engine benchmark reads cycles/s against
+ * its limit reference). Client -> a bare Worker (./worker.js, served by the same Miniflare the
+ * same way as the exchange: a socket straight into the Worker, a network binding out) -> a
+ * bare Node proxy in its own process (./proxy.ts, as the agent's gateway is) -> the model.
+ * What the exchange adds on top of this is its own work: the per-claim key, the engine's
+ * admission, the signed envelope and its check, the error handling.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { Miniflare, convertV4MiniflareOptions } from "miniflare";
+import { LineLog } from "../../../scripts/local/exchange";
+
+export type RelayFloor = {
+  /** The bare Worker's origin: call `${url}/v1/chat/completions`. */
+  url: string;
+  /** The bare Node proxy's origin alone (the gateway's floor). */
+  proxyUrl: string;
+  stop(): Promise<void>;
+};
+
+/** Starts ./proxy.ts in its own process, forwarding to `upstream`; resolves with its origin. */
+async function startProxy(upstream: string): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./proxy.ts", import.meta.url)), upstream], { stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout! });
+  const port = await new Promise<string>((resolve, reject) => {
+    child.once("exit", (code) => reject(new Error(`the relay floor's proxy exited (${code}) before listening`)));
+    lines.on("line", (l) => {
+      const m = /^listening (\d+)$/.exec(l);
+      if (m) resolve(m[1]!);
+    });
+  });
+  return { url: `http://127.0.0.1:${port}`, child };
+}
+
+export async function startRelayFloor(opts: { upstream: string; log?: (line: string) => void }): Promise<RelayFloor> {
+  const log = opts.log ?? (() => {});
+  const { url: proxyUrl, child } = await startProxy(opts.upstream);
+  const stopProxy = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill("SIGTERM");
+    await once(child, "exit");
+  };
+  const mf = new Miniflare(
+    convertV4MiniflareOptions({
+      host: "127.0.0.1",
+      port: 0,
+      log: new LineLog(log),
+      handleStructuredLogs: ({ level, message }) => log(`[relay floor ${level}] ${message}`),
+      telemetry: { enabled: false },
+      cf: false,
+      compatibilityDate: "2026-11-01",
+      modules: true,
+      scriptPath: fileURLToPath(new URL("./worker.js", import.meta.url)),
+      bindings: { PROXY: proxyUrl },
+      serviceBindings: { NET: { network: { allow: ["public", "private", "local"] } } },
+      unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
+    }),
+  );
+  try {
+    await mf.ready;
+  } catch (e) {
+    await stopProxy();
+    throw e;
+  }
+  const url = (await mf.unsafeGetDirectURL()).origin;
+  return {
+    url,
+    proxyUrl,
+    stop: async () => {
+      await mf.dispose();
+      await stopProxy();
+    },
+  };
+}
