@@ -16,9 +16,10 @@
  * chunk, direct and relayed: what the relay costs per token (the default model writes its whole
  * stream at once). --drip-streams also makes the 64 concurrent streams such answers, with
  * tokens --drip-ms apart (default 20 ms: 50 tokens/s per stream, a model's pace).
- * Prints one JSON document (and writes it to --out).
+ * Prints one JSON document (and writes it to --out, with a chart of the overheads next to it
+ * as FILE.svg). --render FILE.json only draws the chart of an earlier run's JSON.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { startLocalExchange } from "../../scripts/local/exchange";
@@ -29,6 +30,7 @@ import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvel
 import { AgentProcess } from "../../local-agent/test/support/agent-process";
 import { startModelServer } from "../../local-agent/test/gateway/model-server";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
+import { renderRelayChart, type RelayChartInput } from "./chart";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -110,7 +112,19 @@ async function round(targets: Target[], stream: boolean, calls: number): Promise
 
 const diff = (a: Latency, b: Latency) => ({ p50: Math.round((a.p50 - b.p50) * 100) / 100, p99: Math.round((a.p99 - b.p99) * 100) / 100, mean: Math.round((a.mean - b.mean) * 100) / 100 });
 
+type ChartDoc = Omit<RelayChartInput, "stream" | "whole" | "one_at_a_time"> & { results: Pick<RelayChartInput, "stream" | "whole" | "one_at_a_time"> };
+
+/** FILE.svg next to FILE.json. */
+function writeChart(jsonPath: string, doc: ChartDoc): void {
+  const svg = jsonPath.replace(/\.json$/, "") + ".svg";
+  writeFileSync(svg, renderRelayChart({ ...doc, ...doc.results }));
+  log(`chart: ${svg}`);
+}
+
 async function main(): Promise<void> {
+  const render = arg("--render");
+  if (render) return writeChart(render, JSON.parse(readFileSync(render, "utf8")) as ChartDoc);
+  const startedAt = new Date().toISOString();
   // Miniflare keeps unpersisted state under os.tmpdir() and fsyncs every commit; on tmpfs that
   // is memory, as in production Durable Objects (see the engine benchmark).
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
@@ -271,11 +285,14 @@ async function main(): Promise<void> {
     await fastFloor.stop();
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
-    const doc = { clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
+    const doc = { started_at: startedAt, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
     const json = JSON.stringify(doc, null, 2);
     process.stdout.write(json + "\n");
     const out = arg("--out");
-    if (out) writeFileSync(out, json + "\n");
+    if (out) {
+      writeFileSync(out, json + "\n");
+      writeChart(out, doc as unknown as ChartDoc);
+    }
   } finally {
     agent?.kill("SIGTERM");
     await agent?.waitForExit().catch(() => agent?.kill());
