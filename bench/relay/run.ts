@@ -135,6 +135,7 @@ async function main(): Promise<void> {
   const pids = workerdPids().filter((p) => !before.has(p));
   let agent: AgentProcess | null = null;
   let floor: RelayFloor | null = null;
+  let fastFloor: RelayFloor | null = null;
   try {
     const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay");
     const base = `${ex.url}/e/${created.engine}`;
@@ -240,7 +241,7 @@ async function main(): Promise<void> {
       relayed: { url: sc.openai_base_url, key: sc.openai_api_key },
       gateway_only: { url: `${fast.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: "ep-single" } },
     };
-    const fastFloor = await startRelayFloor({ upstream: fast.url, log });
+    fastFloor = await startRelayFloor({ upstream: fast.url, log });
     const fastFloorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p) && !floorPids.includes(p));
     singleTargets["floor"] = { url: `${fastFloor.url}/v1`, key: "sk-bench-trainer" };
     singleTargets["floor_proxy_only"] = { url: `${fastFloor.proxyUrl}/v1`, key: "sk-bench-trainer" };
@@ -282,7 +283,6 @@ async function main(): Promise<void> {
     const cpuPerCall = Object.fromEntries(Object.entries(workerdCpu).map(([k, xs]) => [k, Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 100) / 100]));
     log(`one at a time, workerd CPU per call (ms): ${Object.entries(cpuPerCall).map(([k, v]) => `${k} ${v}`).join(", ")}`);
     results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single, workerd_cpu_ms_per_call: cpuPerCall };
-    await fastFloor.stop();
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
     const doc = { started_at: startedAt, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
@@ -296,6 +296,7 @@ async function main(): Promise<void> {
   } finally {
     agent?.kill("SIGTERM");
     await agent?.waitForExit().catch(() => agent?.kill());
+    await fastFloor?.stop();
     await floor?.stop();
     await ex.stop();
     await model.close();

@@ -1,7 +1,8 @@
 /**
  * The relay floor's Node half, run as its own process as the agent's gateway is: forwards
  * every request to the upstream origin (argv[2]) on the same path with undici's `request`
- * (as the gateway does) and pipes the answer back. Prints `listening <port>` when ready.
+ * (as the gateway does) and pipes the answer back. Prints `listening <port>` when ready, and
+ * exits when its standard input closes.
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -33,3 +34,5 @@ const server = createServer((req, res) => {
 server.keepAliveTimeout = 60_000;
 server.listen(0, "127.0.0.1", () => process.stdout.write(`listening ${(server.address() as AddressInfo).port}\n`));
 process.on("SIGTERM", () => process.exit(0));
+// The benchmark holds this pipe open; if it dies without stopping the proxy, the pipe closes.
+process.stdin.on("close", () => process.exit(0)).resume();

@@ -24,7 +24,7 @@ export type RelayFloor = {
 
 /** Starts ./proxy.ts in its own process, forwarding to `upstream`; resolves with its origin. */
 async function startProxy(upstream: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./proxy.ts", import.meta.url)), upstream], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./proxy.ts", import.meta.url)), upstream], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! });
   const port = await new Promise<string>((resolve, reject) => {
     child.once("exit", (code) => reject(new Error(`the relay floor's proxy exited (${code}) before listening`)));
