@@ -2,7 +2,7 @@
  * Signing of relay envelopes between the Worker and an engine's inference gateway. The secret
  * is derived per engine from the deployment's CLAIM_KEY_SECRET, so no extra secret has to be
  * configured: the agent fetches it with its trainer token (GET /agent/gateway_secret).
- * WebCrypto only, so the Worker and the Node agent share this file.
+ * WebCrypto by default, so the Worker and the Node agent share this file.
  */
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../protocol/relay";
 
@@ -26,16 +26,33 @@ export function gatewaySecret(claimKeySecret: string, engine: string): Promise<s
   return hmacHex(claimKeySecret, `gateway\n${engine}`);
 }
 
+/** What an envelope's signature covers. */
+const signedText = (timestamp: number, body: string): string => `${timestamp}\n${body}`;
+
 export function signEnvelope(secret: string, timestamp: number, body: string): Promise<string> {
-  return hmacHex(secret, `${timestamp}\n${body}`);
+  return hmacHex(secret, signedText(timestamp, body));
 }
 
-/** Null when the signature is good and fresh; otherwise why not. */
-export async function checkEnvelope(secret: string, timestamp: string | undefined, signature: string | undefined, body: string, nowSeconds: number): Promise<string | null> {
+/** HMAC-SHA-256 of `text` with `key`, as lowercase hex. */
+export type HmacHex = (key: string, text: string) => string | Promise<string>;
+
+/**
+ * Null when the signature is good and fresh; otherwise why not. `hmac` is WebCrypto's unless
+ * the caller has a faster one: Node's WebCrypto runs each MAC on its thread pool, so the agent's
+ * gateway passes node:crypto's synchronous `createHmac` (the same MAC).
+ */
+export async function checkEnvelope(
+  secret: string,
+  timestamp: string | undefined,
+  signature: string | undefined,
+  body: string,
+  nowSeconds: number,
+  hmac: HmacHex = hmacHex,
+): Promise<string | null> {
   if (!timestamp || !signature) return "unsigned request: the gateway only accepts envelopes signed by the exchange";
   const ts = Number(timestamp);
   if (!Number.isFinite(ts) || Math.abs(nowSeconds - ts) > SIGNATURE_MAX_SKEW_SECONDS) return "stale or malformed signature timestamp";
-  const expected = await signEnvelope(secret, ts, body);
+  const expected = await hmac(secret, signedText(ts, body));
   if (expected.length !== signature.length) return "bad signature";
   let diff = 0;
   for (let i = 0; i < expected.length; i++) diff |= expected.charCodeAt(i) ^ signature.charCodeAt(i);

@@ -3,10 +3,14 @@
  * ZeroMQ REP model (AgentJet's runner side) and a Node OpenAI-compatible HTTP model.
  */
 import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../../src/gateway/server";
 import { fixedSecret } from "../../src/gateway/secret";
 import { silentLogger } from "../../src/log";
+import { signEnvelope } from "../../../src/auth/gateway-signature";
+import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import { agentJetKey, envelope, post } from "./envelope";
 import { startModelServer, type ModelServer } from "./model-server";
 import { startZmqModel, type ZmqModel } from "./zmq-model";
@@ -115,6 +119,46 @@ describe("gateway: plain HTTP upstream", () => {
     const deltas = s.text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content ?? "");
     expect(deltas.join("")).toBe("echo: hello there");
     expect(s.text.trim().endsWith("data: [DONE]")).toBe(true);
+  });
+
+  it("passes each streamed token on as it comes, not held for the ones after it", async () => {
+    // The upstream sends token k+1 only once the client has token k through the gateway, so a
+    // gateway that held writes back (it coalesces those of one event-loop turn) would stall here.
+    const seen: (() => void)[] = [];
+    const reached = [0, 1, 2].map((k) => new Promise<void>((resolve) => (seen[k] = resolve)));
+    const upstream = createServer((req, res) => {
+      req.resume();
+      void (async () => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        for (let k = 0; k < 3; k++) {
+          res.write(`data: ${JSON.stringify({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: `t${k}` } }] })}\n\n`);
+          await reached[k];
+        }
+        res.end("data: [DONE]\n\n");
+      })();
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    try {
+      const env = plain(chat("tiny", { stream: true }), { trainer_base_url: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1` });
+      const body = JSON.stringify(env);
+      const ts = Math.floor(Date.now() / 1000);
+      const res = await fetch(url + GATEWAY_RELAY_PATH, {
+        method: "POST",
+        headers: { "content-type": "application/json", [TIMESTAMP_HEADER]: String(ts), [SIGNATURE_HEADER]: await signEnvelope(SECRET, ts, body) },
+        body,
+      });
+      let text = "";
+      const dec = new TextDecoder();
+      for await (const chunk of res.body!) {
+        text += dec.decode(chunk, { stream: true });
+        for (let k = 0; k < 3; k++) if (text.includes(`"t${k}"`)) seen[k]!();
+      }
+      expect(text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content)).toEqual(["t0", "t1", "t2"]);
+      expect(text.trim().endsWith("data: [DONE]"), JSON.stringify(text)).toBe(true);
+    } finally {
+      upstream.closeAllConnections();
+      await new Promise((r) => upstream.close(r));
+    }
   });
 
   it("uses the configured upstream and the session path form; forwards /v1/models", async () => {
