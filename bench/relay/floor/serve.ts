@@ -1,8 +1,8 @@
 /**
  * The relay's floor: what any two-hop relay of the same shape costs on this machine, so the
  * exchange's overhead can be read against it (as the engine benchmark reads cycles/s against
- * its limit reference). Client -> a bare Worker (./worker.js, served by the same Miniflare the
- * same way as the exchange: a socket straight into the Worker, a network binding out) -> a
+ * its limit reference). Client -> a bare Worker (./worker.js, served as the exchange is, by
+ * ../../bare-worker.ts, with a network binding out) -> a
  * bare Node proxy in its own process (./proxy.ts, as the agent's gateway is) -> the model.
  * What the exchange adds on top of this is its own work: the per-claim key, the engine's
  * admission, the signed envelope and its check, the error handling.
@@ -11,8 +11,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { Miniflare, convertV4MiniflareOptions } from "miniflare";
-import { LineLog } from "../../../scripts/local/exchange";
+import { serveBareWorker, type BareWorker } from "../../bare-worker";
 
 export type RelayFloor = {
   /** The bare Worker's origin: call `${url}/v1/chat/completions`. */
@@ -44,34 +43,24 @@ export async function startRelayFloor(opts: { upstream: string; log?: (line: str
     child.kill("SIGTERM");
     await once(child, "exit");
   };
-  const mf = new Miniflare(
-    convertV4MiniflareOptions({
-      host: "127.0.0.1",
-      port: 0,
-      log: new LineLog(log),
-      handleStructuredLogs: ({ level, message }) => log(`[relay floor ${level}] ${message}`),
-      telemetry: { enabled: false },
-      cf: false,
-      compatibilityDate: "2026-11-01",
-      modules: true,
+  let worker: BareWorker;
+  try {
+    worker = await serveBareWorker({
       scriptPath: fileURLToPath(new URL("./worker.js", import.meta.url)),
+      label: "relay floor",
+      log,
       bindings: { PROXY: proxyUrl },
       serviceBindings: { NET: { network: { allow: ["public", "private", "local"] } } },
-      unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
-    }),
-  );
-  try {
-    await mf.ready;
+    });
   } catch (e) {
     await stopProxy();
     throw e;
   }
-  const url = (await mf.unsafeGetDirectURL()).origin;
   return {
-    url,
+    url: worker.url,
     proxyUrl,
     stop: async () => {
-      await mf.dispose();
+      await worker.stop();
       await stopProxy();
     },
   };
