@@ -82,6 +82,10 @@ const INITIAL_META: Meta = {
 
 type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
 
+/** What ending or releasing a claim needs of its episode. */
+type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr">;
+const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, episode_type, zmq_addr";
+
 /**
  * How long outbox rows wait so that one D1 flush carries many of them. Results are durable in
  * the engine before anyone is answered; only their copy in D1 waits this long.
@@ -746,13 +750,18 @@ export class EngineObject extends DurableObject<Env> {
     return { success: false, failure_reason: "" };
   }
 
-  /** Deletes and returns the episode if `req` is the live claim of a train episode; else changes nothing. */
-  private takeTrainClaim(req: { client_uuid: string; episode_uuid: string; fence?: number | undefined }): EpisodeRow | null {
+  /**
+   * Deletes and returns the episode if `req` is the live claim of a train episode; else changes
+   * nothing. Only the columns an end reads come back: workerd builds each returned row property
+   * by property, and `RETURNING *` (14 columns) made this statement the dearest of an end.
+   */
+  private takeTrainClaim(req: { client_uuid: string; episode_uuid: string; fence?: number | undefined }): ClaimRow | null {
     const fence = req.fence ?? null;
     return (
       this.sql
-        .exec<EpisodeRow>(
-          "DELETE FROM episodes WHERE episode_uuid = ? AND state = 'claimed' AND client_uuid = ? AND episode_type = 'train' AND (?3 IS NULL OR fence = ?3) RETURNING *",
+        .exec<ClaimRow>(
+          `DELETE FROM episodes WHERE episode_uuid = ? AND state = 'claimed' AND client_uuid = ? AND episode_type = 'train' AND (?3 IS NULL OR fence = ?3)
+           RETURNING ${CLAIM_ROW_COLUMNS}`,
           req.episode_uuid,
           req.client_uuid,
           fence,
@@ -791,7 +800,7 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   /** Ends a claim without a result: back to the queue (after the runner's reset, if it has one) or gone. */
-  private releaseClaim(ep: EpisodeRow, how: "requeue" | "delete"): void {
+  private releaseClaim(ep: ClaimRow, how: "requeue" | "delete"): void {
     if (how === "delete") {
       this.dropEpisode(ep.episode_uuid);
     } else if (ep.zmq_addr !== "") {
@@ -845,7 +854,7 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   /** An AgentJet trajectory joins the buffer's group for its task, as one completed single-step session. */
-  private joinBuffer(ep: EpisodeRow, taskId: string, output: EndEpisodeRequest["workflow_output"]): void {
+  private joinBuffer(ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"]): void {
     const row: StepRow = {
       session_id: `${ep.episode_uuid}#${ep.fence}`,
       group_id: taskId,
