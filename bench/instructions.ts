@@ -9,7 +9,11 @@
  * effects. What still varies between runs is work whose amount depends on the wall clock: the
  * outbox's D1 flush runs once a second, so under valgrind's slowdown each flush carries fewer
  * rows and its fixed cost weighs more on end_episode than under real load, and differently from
- * run to run (about 5%). Use --reps for a mean and its standard error.
+ * run to run (about 5%). Use --reps for a mean and its standard error. And valgrind runs workerd
+ * some 50 times slower, so after the warm-up V8 may still run the hot JavaScript in its baseline
+ * tiers (a profile shows Sparkplug's prologue and interpreter handlers) where a load run has it
+ * optimized: JavaScript weighs more here than under load, which is why the engine's instruction
+ * ratio to the reference (about 0.69) is lower than its CPU-time ratio under load (0.75-0.8).
  *
  * Flags: --target engine|reference|both (both) --against DIR (instead of the reference: the
  *        engine of another checkout, e.g. a git worktree) --ops register,claim,end (all five
