@@ -753,7 +753,8 @@ export class EngineObject extends DurableObject<Env> {
   /**
    * Deletes and returns the episode if `req` is the live claim of a train episode; else changes
    * nothing. Only the columns an end reads come back: workerd builds each returned row property
-   * by property, and `RETURNING *` (14 columns) made this statement the dearest of an end.
+   * by property, and `RETURNING *` (14 columns) cost several percent of an end's instructions
+   * (`npm run bench:instr`, BENCHMARKS.md).
    */
   private takeTrainClaim(req: { client_uuid: string; episode_uuid: string; fence?: number | undefined }): ClaimRow | null {
     const fence = req.fence ?? null;
