@@ -9,11 +9,10 @@
  * effects. What still varies between runs is work whose amount depends on the wall clock: the
  * outbox's D1 flush runs once a second, so under valgrind's slowdown each flush carries fewer
  * rows and its fixed cost weighs more on end_episode than under real load, and differently from
- * run to run (about 5%). Use --reps for a mean and its standard error. And valgrind runs workerd
- * some 50 times slower, so after the warm-up V8 may still run the hot JavaScript in its baseline
- * tiers (a profile shows Sparkplug's prologue and interpreter handlers) where a load run has it
- * optimized: JavaScript weighs more here than under load, which is why the engine's instruction
- * ratio to the reference (about 0.69) is lower than its CPU-time ratio under load (0.75-0.8).
+ * run to run (about 5%). Use --reps for a mean and its standard error. valgrind runs workerd
+ * some 50 times slower, so after a short warm-up V8 may still run some JavaScript in its baseline
+ * tiers; V8 flags in MINIFLARE_WORKERD_V8_FLAGS (e.g. "--invocation-count-for-turbofan=200")
+ * tier it up sooner. With those flags the counts here moved by 1-2% (BENCHMARKS.md, session 8).
  *
  * Flags: --target engine|reference|both (both) --against DIR (instead of the reference: the
  *        engine of another checkout, e.g. a git worktree) --ops register,claim,end (all five
