@@ -20,10 +20,9 @@
  *        0.05 ms), against about 0.1 ms per cycle for 16 rounds of load.
  */
 import { existsSync } from "node:fs";
-import { randomBytes } from "node:crypto";
 import { join, resolve } from "node:path";
-import { AdminClient } from "../src/client";
-import { REPO_ROOT, startLocalExchange } from "../scripts/local/exchange";
+import { REPO_ROOT } from "../scripts/local/exchange";
+import { startBenchEngine } from "./bench-engine";
 import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
 import { profileTarget } from "./profile";
 import { workerdPids } from "./stats";
@@ -35,23 +34,15 @@ const log = (line: string): void => void process.stderr.write(`[bench:ab] ${line
 type Side = { name: string; origin: string; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
 
 async function startSide(name: string, dir: string, episodes: number): Promise<Side> {
-  const adminToken = `ab-${randomBytes(12).toString("hex")}`;
   const before = new Set(workerdPids());
-  const ex = await startLocalExchange({
-    configPath: join(dir, "wrangler.toml"),
-    port: 0,
-    persistDir: null,
-    adminToken,
-    claimKeySecret: randomBytes(32).toString("hex"),
-  });
+  const engine = await startBenchEngine("ab", dir);
   const pids = workerdPids().filter((p) => !before.has(p));
-  const created = await new AdminClient({ origin: ex.url, adminToken }).createEngine(`ab-${randomBytes(3).toString("hex")}`);
-  const side = { name, origin: ex.url, baseUrl: `${ex.url}/e/${created.engine}`, clientToken: created.tokens.client!, trainerToken: created.tokens.trainer!, pids, stop: () => ex.stop() };
+  const side = { ...engine, name, pids };
   if (episodes > 0) {
     const http = new Http(side.baseUrl, 40);
     await prepareEngine(http, side.trainerToken, episodes).finally(() => http.close());
   }
-  log(`${name}: ${dir}, ${ex.url}, workerd pid(s) ${pids.join(",")}`);
+  log(`${name}: ${dir}, ${engine.origin}, workerd pid(s) ${pids.join(",")}`);
   return side;
 }
 

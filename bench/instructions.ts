@@ -26,8 +26,8 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { AdminClient } from "../src/client";
-import { REPO_ROOT, startLocalExchange } from "../scripts/local/exchange";
+import { REPO_ROOT } from "../scripts/local/exchange";
+import { startBenchEngine } from "./bench-engine";
 import { Http, parseFlags } from "./loadgen";
 import { operationSteps, type OpTarget } from "./profile";
 import { startReference } from "./reference/serve";
@@ -94,25 +94,8 @@ function instructionsSinceZero(dir: string, pid: number): number {
 }
 
 async function startEngine(name: string, checkout: string): Promise<Side> {
-  const adminToken = `instr-${randomBytes(12).toString("hex")}`;
-  const ex = await startLocalExchange({
-    configPath: join(checkout, "wrangler.toml"),
-    port: 0,
-    persistDir: null,
-    adminToken,
-    claimKeySecret: randomBytes(32).toString("hex"),
-  });
-  const created = await new AdminClient({ origin: ex.url, adminToken }).createEngine(`instr-${randomBytes(3).toString("hex")}`);
-  return {
-    name,
-    origin: ex.url,
-    baseUrl: `${ex.url}/e/${created.engine}`,
-    clientToken: created.tokens.client!,
-    trainerToken: created.tokens.trainer!,
-    floorPath: "/health",
-    rpcPath: "/get_engine_status",
-    stop: () => ex.stop(),
-  };
+  const engine = await startBenchEngine("instr", checkout);
+  return { ...engine, name, floorPath: "/health", rpcPath: "/get_engine_status" };
 }
 
 async function startRef(): Promise<Side> {
