@@ -68,7 +68,7 @@ export async function operationSteps(o: OpTarget, root: Http, http: Http): Promi
       op: "claim_episode",
       run: async () => {
         const client = `profile-${randomUUID()}`;
-        const r = await http.call("POST", "/claim_episode", o.clientToken, { client_uuid: client, episode_type: "train", discard_episode_timeout: 60 });
+        const r = await http.call("POST", "/claim_episode", o.clientToken, { client_uuid: client, episode_type: "train", discard_episode_timeout: 3600 });
         expectOk("claim_episode", r, "success");
         claimed.push({ client, episode: String(r.body["episode_uuid"]) });
       },

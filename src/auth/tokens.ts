@@ -19,8 +19,7 @@ export async function hashToken(token: string): Promise<string> {
 
 /** Compares two secrets without leaking where they differ through timing. */
 export function constantTimeEqual(a: string, b: string): boolean {
-  // UTF-16 code units, not encoded bytes: equal strings have equal units, and this runs on every
-  // engine request (the admin check) without allocating.
+  // UTF-16 code units, not encoded bytes: equal strings have equal units, so nothing is encoded.
   let diff = a.length ^ b.length;
   const n = Math.max(a.length, b.length);
   for (let i = 0; i < n; i++) diff |= (a.charCodeAt(i) | 0) ^ (b.charCodeAt(i) | 0);

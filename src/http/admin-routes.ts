@@ -12,6 +12,7 @@ import { ROLES, CreateEngineRequest, IssueTokenRequest, type CreateEngineRespons
 import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../auth/tokens";
 import { errorResponse } from "./errors";
 import { readJson } from "./validate";
+import { engineStub } from "./engine-stub";
 
 export const adminRoutes = new Hono<{ Bindings: Env }>();
 
@@ -29,8 +30,6 @@ async function mint(engine: string, role: Role, label: string, now: number) {
   const hash = await hashToken(token);
   return { token, row: { id: newTokenId(), engine, role, tokenHash: hash, label, createdAt: now, revokedAt: null } };
 }
-
-const engineStub = (env: Env, name: string) => env.ENGINE.get(env.ENGINE.idFromName(name));
 
 adminRoutes.post("/engines", async (c) => {
   const req = await readJson(c, CreateEngineRequest);

@@ -12,6 +12,7 @@ import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues } from "../http/errors";
+import { engineStub } from "../http/engine-stub";
 import { openaiError } from "./openai-errors";
 import { relayStream } from "./sse";
 
@@ -71,7 +72,7 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
     request = shape.data;
   }
 
-  const stub = c.env.ENGINE.get(c.env.ENGINE.idFromName(key.engine));
+  const stub = engineStub(c.env, key.engine);
   const admitted = await stub.relayBegin(key);
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 
