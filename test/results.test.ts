@@ -1,7 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
 async function trajectories(engine: string) {
   const r = await env.DB.prepare("SELECT episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output FROM trajectories WHERE engine = ? ORDER BY id")
@@ -200,6 +200,8 @@ describe("an end_episode that fails half-way", () => {
     await runInDurableObject(e.stub, (_i, state) => void state.storage.sql.exec(poison, c.episode_uuid, c.fence));
     const failed = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence })) });
     expect(failed).toMatchObject({ status: 500, json: { error: "internal_error", detail: expect.stringContaining("UNIQUE constraint failed") } });
+    // The engine broke itself (ctx.abort) so that none of the turn's writes committed.
+    await reconnect(e);
 
     const after = await runInDurableObject(e.stub, (_i, state) => {
       state.storage.sql.exec("DELETE FROM finished WHERE client_uuid = 'x'");

@@ -1,7 +1,8 @@
 /**
  * One Durable Object per engine: the single writer for its episodes, leases, commands and
- * reward accumulator. Every state change is one synchronous SQLite transaction, so concurrent
- * requests cannot race; one alarm, always set no later than the earliest deadline, reaps.
+ * reward accumulator. Every state change is synchronous and atomic (one SQLite transaction, or
+ * one turn of workerd's implicit transaction: see inTurn), so concurrent requests cannot race;
+ * one alarm, always set no later than the earliest deadline, reaps.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
@@ -319,7 +320,7 @@ export class EngineObject extends DurableObject<Env> {
       }
       const now = this.now();
       const payload = JSON.stringify(req.workflow_output);
-      const done = this.tx((): Reply<{ success: boolean }> => {
+      const done = this.inTurn((): Reply<{ success: boolean }> => {
         // A train episode ended by its live claim is taken (deleted) in one statement. Anything
         // else is judged by ownedClaim, which says what went wrong; the only claim it accepts
         // that was not taken is an eval one, which is released below, not deleted.
@@ -1034,6 +1035,31 @@ export class EngineObject extends DurableObject<Env> {
 
   private takeQueueSeq(): number {
     return this.nextQueueSeq++;
+  }
+
+  /**
+   * Runs `fn`'s writes in workerd's implicit transaction, which commits everything written in
+   * one turn of the event loop together, instead of an explicit one. transactionSync first
+   * commits the implicit transaction that the turn's other requests wrote into, then commits
+   * again itself, and each commit holds the output gate: on end_episode, the hot path, that cost
+   * about 10% of the engine's CPU per cycle under load (BENCHMARKS.md, session 9). Atomicity is
+   * kept by breaking the object if `fn` throws: ctx.abort() resets it before the turn ends, so
+   * nothing written in this turn commits (the turn's other answers, held by the output gate, fail
+   * with it rather than claim writes that were dropped), and the object restarts from its last
+   * commit. Only for writes that fail on a bug or a storage fault, never on a request's data.
+   */
+  private inTurn<T>(fn: () => T): T {
+    let result: T;
+    try {
+      result = fn();
+    } catch (e) {
+      const reason = e instanceof Error ? e.message : String(e);
+      this.ctx.abort(`a write failed half-way, so the engine restarts from its last commit: ${reason}`);
+      throw e;
+    }
+    this.armBy(this.armAfterCommit);
+    this.armAfterCommit = null;
+    return result;
   }
 
   private tx<T>(fn: () => T): T {

@@ -52,6 +52,17 @@ export async function createEngine(prefix?: string): Promise<TestEngine> {
   };
 }
 
+/**
+ * A new stub for an engine whose object was reset (ctx.abort): stubs of the old instance stay
+ * broken. The new instance gets the test's clock again.
+ */
+export async function reconnect(engine: TestEngine): Promise<void> {
+  engine.stub = env.ENGINE.get(env.ENGINE.idFromName(engine.name));
+  await runInDurableObject(engine.stub, (instance: EngineObject) => {
+    instance.now = () => engine.clock.t;
+  });
+}
+
 /** Moves the engine's clock forward and runs its alarm, as if that much time had passed. */
 export async function advance(engine: TestEngine, ms: number): Promise<boolean> {
   engine.clock.t += ms;
