@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { EMPTY_ACCUMULATOR, accumulate, backoffMs, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE } from "../src/engine/rules";
 import { mayRun } from "../src/auth/roles";
 import { signClaimKey, verifyClaimKey } from "../src/auth/claim-key";
+import { b64url } from "../src/auth/tokens";
 
 describe("reward statistics", () => {
   it("matches the two-pass mean and population std (numpy.std) on awkward values", () => {
@@ -64,6 +65,18 @@ describe("backoff", () => {
   it("doubles from the base and stops at the cap", () => {
     expect([1, 2, 3, 4].map((a) => backoffMs(a))).toEqual([1000, 2000, 4000, 8000]);
     expect(backoffMs(40)).toBe(300_000);
+  });
+});
+
+describe("base64url", () => {
+  it("encodes every length and byte value as btoa does, without padding", () => {
+    const viaBtoa = (b: Uint8Array) => btoa(String.fromCharCode(...b)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    for (let len = 0; len <= 40; len++) {
+      const bytes = Uint8Array.from({ length: len }, (_, i) => (i * 97 + len * 31) & 255);
+      expect(b64url(bytes)).toBe(viaBtoa(bytes));
+    }
+    const all = Uint8Array.from({ length: 256 }, (_, i) => i);
+    expect(b64url(all)).toBe(viaBtoa(all));
   });
 });
 

@@ -10,11 +10,12 @@ import { b64url } from "./tokens";
 export type ClaimKeyFields = { engine: string; episode_uuid: string; fence: number };
 
 const keys = new Map<string, Promise<CryptoKey>>();
+const utf8 = new TextEncoder();
 
 function hmacKey(secret: string): Promise<CryptoKey> {
   let k = keys.get(secret);
   if (!k) {
-    k = crypto.subtle.importKey("raw", new TextEncoder().encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+    k = crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
       "sign",
       "verify",
     ]);
@@ -26,8 +27,8 @@ function hmacKey(secret: string): Promise<CryptoKey> {
 const signedText = (f: ClaimKeyFields): string => `${f.engine}\n${f.episode_uuid}\n${f.fence}`;
 
 export async function signClaimKey(secret: string, f: ClaimKeyFields): Promise<string> {
-  const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), new TextEncoder().encode(signedText(f)));
-  const ep = b64url(new TextEncoder().encode(f.episode_uuid));
+  const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), utf8.encode(signedText(f)));
+  const ep = b64url(utf8.encode(f.episode_uuid));
   return `sk-rx.${f.engine}.${f.fence}.${ep}.${b64url(new Uint8Array(sig))}`;
 }
 
@@ -50,6 +51,6 @@ export async function verifyClaimKey(secret: string, key: string): Promise<Claim
   const sig = fromB64url(sigText);
   if (!Number.isInteger(fence) || fence < 0 || !epBytes || !sig) return null;
   const fields = { engine, episode_uuid: new TextDecoder().decode(epBytes), fence };
-  const good = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, new TextEncoder().encode(signedText(fields)));
+  const good = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, utf8.encode(signedText(fields)));
   return good ? fields : null;
 }
