@@ -129,7 +129,8 @@ export class EngineObject extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    migrateEngine(this.sql);
+    // One transaction: a migration that fails half-way (one rebuilds tables) leaves nothing behind.
+    ctx.storage.transactionSync(() => migrateEngine(this.sql));
     this.commands = new CommandQueue(this.sql);
     this.outbox = new Outbox(this.sql);
     this.buffer = new RolloutBuffer(this.sql, {
