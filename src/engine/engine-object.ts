@@ -1041,9 +1041,10 @@ export class EngineObject extends DurableObject<Env> {
   /**
    * Runs `fn`'s writes in workerd's implicit transaction, which commits everything written in
    * one turn of the event loop together, instead of an explicit one. transactionSync first
-   * commits the implicit transaction that the turn's other requests wrote into, then commits
-   * again itself, and each commit holds the output gate: on end_episode, the hot path, that cost
-   * about 10% of the engine's CPU per cycle under load (BENCHMARKS.md, session 9). Atomicity is
+   * commits the implicit transaction that the turn's other requests wrote into, then runs
+   * SAVEPOINT and RELEASE and commits again itself. Under the benchmark's load each request has a
+   * turn to itself, so this saves two statements per end rather than commits; CPU time did not
+   * resolve the gain (BENCHMARKS.md, session 9). Atomicity is
    * kept by breaking the object if `fn` throws: ctx.abort() resets it before the turn ends, so
    * nothing written in this turn commits (the turn's other answers, held by the output gate, fail
    * with it rather than claim writes that were dropped), and the object restarts from its last
