@@ -1059,8 +1059,7 @@ export class EngineObject extends DurableObject<Env> {
       this.ctx.abort(`a write failed half-way, so the engine restarts from its last commit: ${reason}`);
       throw e;
     }
-    this.armBy(this.armAfterCommit);
-    this.armAfterCommit = null;
+    this.armDeferred();
     return result;
   }
 
@@ -1077,9 +1076,14 @@ export class EngineObject extends DurableObject<Env> {
       this.armAfterCommit = null;
       throw e;
     }
+    this.armDeferred();
+    return result;
+  }
+
+  /** Arms the alarm for the deadlines that writes just made durable added (addOutbox). */
+  private armDeferred(): void {
     this.armBy(this.armAfterCommit);
     this.armAfterCommit = null;
-    return result;
   }
 
   private loadMeta(): Meta {

@@ -4,10 +4,11 @@
  * the earliest due command and outbox row are each one index probe, never a scan.
  */
 
-export const ENGINE_DDL = `
-CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, id TEXT NOT NULL UNIQUE, role TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS episodes (
+/**
+ * Shared by the first schema (ENGINE_DDL) and migration 3, which rebuilds these tables with
+ * another key: the same text in both, so the copied rows land in the same columns.
+ */
+const EPISODES_COLUMNS = `
   episode_uuid TEXT PRIMARY KEY,
   state TEXT NOT NULL CHECK (state IN ('registered', 'claimed', 'resetting')),
   queue_seq INTEGER,
@@ -21,11 +22,25 @@ CREATE TABLE IF NOT EXISTS episodes (
   discard_timeout REAL NOT NULL DEFAULT -1,
   expires_at INTEGER,
   llm_call_count INTEGER NOT NULL DEFAULT 0,
-  task_id TEXT NOT NULL DEFAULT ''
-);
+  task_id TEXT NOT NULL DEFAULT ''`;
+const EPISODES_INDEXES = `
 CREATE INDEX IF NOT EXISTS episodes_queue ON episodes (queue_seq) WHERE state = 'registered';
 CREATE INDEX IF NOT EXISTS episodes_lease ON episodes (expires_at) WHERE state = 'claimed';
-CREATE INDEX IF NOT EXISTS episodes_resetting ON episodes (episode_uuid) WHERE state = 'resetting';
+CREATE INDEX IF NOT EXISTS episodes_resetting ON episodes (episode_uuid) WHERE state = 'resetting';`;
+const OUTBOX_COLUMNS = `
+  kind TEXT NOT NULL,
+  payload TEXT NOT NULL,
+  next_attempt_at INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT ''`;
+const OUTBOX_INDEX = "CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt_at);";
+
+export const ENGINE_DDL = `
+CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, id TEXT NOT NULL UNIQUE, role TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (${EPISODES_COLUMNS}
+);
+${EPISODES_INDEXES}
 CREATE TABLE IF NOT EXISTS finished (
   episode_uuid TEXT NOT NULL,
   fence INTEGER NOT NULL,
@@ -49,14 +64,9 @@ CREATE TABLE IF NOT EXISTS commands (
 );
 CREATE INDEX IF NOT EXISTS commands_due ON commands (visible_at, seq) WHERE acked_at IS NULL;
 CREATE TABLE IF NOT EXISTS outbox (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  kind TEXT NOT NULL,
-  payload TEXT NOT NULL,
-  next_attempt_at INTEGER NOT NULL,
-  attempts INTEGER NOT NULL DEFAULT 0,
-  last_error TEXT NOT NULL DEFAULT ''
+  id INTEGER PRIMARY KEY AUTOINCREMENT,${OUTBOX_COLUMNS}
 );
-CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt_at);
+${OUTBOX_INDEX}
 CREATE TABLE IF NOT EXISTS reward_history (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   global_step INTEGER NOT NULL,
@@ -85,31 +95,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // sqlite_sequence table on every insert: an outbox id only orders and names pending rows, and
   // a new one is still above every pending one. Per claim/end/register cycle under load: 17.4
   // -> 13.5 WAL frames written (BENCHMARKS.md, session 9).
-  `CREATE TABLE episodes_v3 (
-     episode_uuid TEXT PRIMARY KEY,
-     state TEXT NOT NULL CHECK (state IN ('registered', 'claimed', 'resetting')),
-     queue_seq INTEGER,
-     openai_base_url TEXT NOT NULL,
-     openai_api_key TEXT NOT NULL,
-     zmq_addr TEXT NOT NULL,
-     episode_type TEXT NOT NULL DEFAULT 'train',
-     client_uuid TEXT NOT NULL DEFAULT '',
-     fence INTEGER NOT NULL DEFAULT 0,
-     last_activity INTEGER NOT NULL,
-     discard_timeout REAL NOT NULL DEFAULT -1,
-     expires_at INTEGER,
-     llm_call_count INTEGER NOT NULL DEFAULT 0,
-     task_id TEXT NOT NULL DEFAULT ''
+  `CREATE TABLE episodes_v3 (${EPISODES_COLUMNS}
    ) WITHOUT ROWID;
-   INSERT INTO episodes_v3 (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, episode_type, client_uuid, fence,
-       last_activity, discard_timeout, expires_at, llm_call_count, task_id)
-     SELECT episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, episode_type, client_uuid, fence,
-       last_activity, discard_timeout, expires_at, llm_call_count, task_id FROM episodes;
+   INSERT INTO episodes_v3 SELECT * FROM episodes;
    DROP TABLE episodes;
    ALTER TABLE episodes_v3 RENAME TO episodes;
-   CREATE INDEX episodes_queue ON episodes (queue_seq) WHERE state = 'registered';
-   CREATE INDEX episodes_lease ON episodes (expires_at) WHERE state = 'claimed';
-   CREATE INDEX episodes_resetting ON episodes (episode_uuid) WHERE state = 'resetting';
+   ${EPISODES_INDEXES}
    CREATE TABLE finished_v3 (
      episode_uuid TEXT NOT NULL,
      fence INTEGER NOT NULL,
@@ -128,18 +119,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    DROP TABLE finished;
    ALTER TABLE finished_v3 RENAME TO finished;
    CREATE TABLE outbox_v3 (
-     id INTEGER PRIMARY KEY,
-     kind TEXT NOT NULL,
-     payload TEXT NOT NULL,
-     next_attempt_at INTEGER NOT NULL,
-     attempts INTEGER NOT NULL DEFAULT 0,
-     last_error TEXT NOT NULL DEFAULT ''
+     id INTEGER PRIMARY KEY,${OUTBOX_COLUMNS}
    );
-   INSERT INTO outbox_v3 (id, kind, payload, next_attempt_at, attempts, last_error)
-     SELECT id, kind, payload, next_attempt_at, attempts, last_error FROM outbox;
+   INSERT INTO outbox_v3 SELECT * FROM outbox;
    DROP TABLE outbox;
    ALTER TABLE outbox_v3 RENAME TO outbox;
-   CREATE INDEX outbox_due ON outbox (next_attempt_at);`,
+   ${OUTBOX_INDEX}`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
