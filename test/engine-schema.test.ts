@@ -30,7 +30,7 @@ describe("engine schema migrations", () => {
         ],
       };
     });
-    expect(schema.columns).toEqual(expect.arrayContaining(["global_step", "reward", "leased_by"]));
+    expect(schema.columns).toEqual(expect.arrayContaining(["global_step", "reward", "leased_by", "acc_epoch", "reward_values"]));
     // Migration 3: the hot tables keyed by their own text key, the outbox without sqlite_sequence.
     expect(schema.withoutRowid).toEqual([
       { name: "episodes", wr: 1 },

@@ -145,6 +145,52 @@ describe("reward history", () => {
     ]);
   });
 
+  it("counts each reward once when a step number comes back, across a restart and for eval episodes not at all", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 6);
+    const trainer = e.as("trainer");
+    await claimAndEnd(e, "a", 1);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await claimAndEnd(e, "b", 0.5);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+    // Step 0 again: a's reward was counted for its first run and must not count twice.
+    await claimAndEnd(e, "c", [0, 0.25]);
+    const ev = await e.as("client").claimEpisode({ client_uuid: "d", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(await e.as("client").endEpisode(endBody("d", ev.episode_uuid, 100))).toEqual({ success: true });
+    // The accumulator is read from durable rows, so a restarted engine still has it.
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([
+      expect.objectContaining({ global_step: 0, count: 1, mean_reward: 1 }),
+      expect.objectContaining({ global_step: 1, count: 1, mean_reward: 0.5 }),
+      expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.125, min_reward: 0, max_reward: 0.25 }),
+    ]);
+  });
+
+  it("keeps what an engine accumulated before rows carried their epoch (migration 4), and counts it once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    await claimAndEnd(e, "a", 1);
+    // As an engine at schema 3 left it: the reward in the meta's accumulator, the row without an epoch.
+    await runInDurableObject(e.stub, (_i, state) => {
+      const sql = state.storage.sql;
+      sql.exec("UPDATE finished SET acc_epoch = NULL");
+      const meta = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v) as Record<string, unknown>;
+      delete meta["accEpoch"];
+      sql.exec("UPDATE kv SET v = ? WHERE k = 'meta'", JSON.stringify({ ...meta, acc: { n: 1, mean: 1, m2: 0, min: 1, max: 1 } }));
+    });
+    // A restart in a turn of its own (an abort drops its own turn's writes), so the edited meta is read back.
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+    expect(await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec("SELECT acc_epoch FROM finished").toArray())).toEqual([{ acc_epoch: null }]);
+    await claimAndEnd(e, "b", 0);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([
+      expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.5, min_reward: 0, max_reward: 1 }),
+    ]);
+  });
+
   it("writes no entry for a step without train rewards", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

@@ -65,7 +65,13 @@ type Meta = {
   globalStep: number | null;
   weightVersion: number | null;
   bootingStartTime: number | null;
+  /**
+   * The current step's rewards that are no longer in finished rows (cleared with their rolling
+   * phase, or written before rows kept them); the rest are the rows of epoch accEpoch (liveAcc).
+   */
   acc: RewardAccumulator;
+  /** Which finished rows count toward the current step: those written with this epoch. */
+  accEpoch: number;
   /** At least every fence this engine has issued; kept for when the rows that held them are gone. */
   fenceFloor: number;
 };
@@ -78,6 +84,7 @@ const INITIAL_META: Meta = {
   weightVersion: null,
   bootingStartTime: null,
   acc: EMPTY_ACCUMULATOR,
+  accEpoch: 0,
   fenceFloor: 0,
 };
 
@@ -223,7 +230,11 @@ export class EngineObject extends DurableObject<Env> {
         if (req.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") next.bootingStartTime = this.now() / 1000;
         if (prev.status === "ENGINE.BOOTING" && req.engine_status !== "ENGINE.BOOTING") next.bootingStartTime = null;
         if (req.global_step !== undefined && req.global_step !== null) {
-          if (prev.globalStep !== null && prev.globalStep !== req.global_step) next.acc = this.finalizeStep(prev.globalStep, prev.acc);
+          if (prev.globalStep !== null && prev.globalStep !== req.global_step) {
+            this.finalizeStep(prev.globalStep);
+            next.acc = EMPTY_ACCUMULATOR;
+            next.accEpoch = this.meta.accEpoch + 1;
+          }
           next.globalStep = req.global_step;
         }
         if (req.engine_status_detail !== undefined && req.engine_status_detail !== null) next.detail = req.engine_status_detail;
@@ -334,8 +345,11 @@ export class EngineObject extends DurableObject<Env> {
         }
         const taskId = ep.task_id || req.task_id;
         const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
+        const reward = req.workflow_output.reward;
+        const counted = ep.episode_type === "train" && rewardValues(reward).length > 0;
         this.sql.exec(
-          "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
           ep.episode_uuid,
           ep.fence,
           ep.client_uuid,
@@ -344,7 +358,9 @@ export class EngineObject extends DurableObject<Env> {
           now,
           deliver ? "pending" : "none",
           this.meta.globalStep,
-          scalarReward(req.workflow_output.reward),
+          scalarReward(reward),
+          counted ? this.meta.accEpoch : null,
+          Array.isArray(reward) ? JSON.stringify(reward) : null,
         );
         this.addOutbox({
           kind: "trajectory",
@@ -364,8 +380,6 @@ export class EngineObject extends DurableObject<Env> {
         });
         if (ep.episode_type === "train") {
           if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
-          const values = rewardValues(req.workflow_output.reward);
-          if (values.length > 0) this.saveMeta({ ...this.meta, acc: accumulate(this.meta.acc, values) });
           if (deliver) {
             this.enqueue({ kind: "deliver", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr, payload });
           }
@@ -881,8 +895,25 @@ export class EngineObject extends DurableObject<Env> {
     this.armBy(this.buffer.nextExpiry());
   }
 
-  private finalizeStep(step: number, acc: RewardAccumulator): RewardAccumulator {
-    if (acc.n === 0) return acc;
+  /**
+   * The current step's accumulator: the meta's part and the rewards of this epoch's finished
+   * rows. Read when a step ends or its rows are cleared, not on every end, so ends write no
+   * meta; it scans the finished rows (those of the current rolling phase), once per step.
+   */
+  private liveAcc(): RewardAccumulator {
+    let acc = this.meta.acc;
+    const rows = this.sql.exec<{ reward: number; reward_values: string | null }>(
+      "SELECT reward, reward_values FROM finished WHERE acc_epoch = ? ORDER BY ended_at",
+      this.meta.accEpoch,
+    );
+    for (const r of rows) acc = accumulate(acc, r.reward_values === null ? [r.reward] : (JSON.parse(r.reward_values) as number[]));
+    return acc;
+  }
+
+  /** Writes the step's reward history entry, if it had rewards; the caller starts the next epoch. */
+  private finalizeStep(step: number): void {
+    const acc = this.liveAcc();
+    if (acc.n === 0) return;
     const s = summarize(acc);
     const timestamp = this.now() / 1000;
     const seq = this.sql
@@ -901,7 +932,6 @@ export class EngineObject extends DurableObject<Env> {
       kind: "reward",
       row: { engine: this.meta.name ?? "", seq, globalStep: step, meanReward: s.mean, stdReward: s.std, count: s.count, minReward: s.min, maxReward: s.max, timestamp },
     });
-    return EMPTY_ACCUMULATOR;
   }
 
   /** Counted over the partial index of each state, never by scanning the table. */
@@ -942,6 +972,8 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private clearEpisodes(): void {
+    // The current step's rewards outlive their rows: folded into the meta, under a new epoch.
+    this.saveMeta({ ...this.meta, acc: this.liveAcc(), accEpoch: this.meta.accEpoch + 1 });
     this.sql.exec("DELETE FROM episodes");
     this.sql.exec("DELETE FROM finished");
     this.retireFences();

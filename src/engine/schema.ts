@@ -125,6 +125,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    DROP TABLE outbox;
    ALTER TABLE outbox_v3 RENAME TO outbox;
    ${OUTBOX_INDEX}`,
+  // 4: the reward accumulator of the current step is read from the finished rows that count
+  // toward it (acc_epoch is the meta's accEpoch when the row was written; null for rows that
+  // carry no train reward) instead of being rewritten in kv on every end: one statement and
+  // one page fewer per end. reward_values keeps a list reward whole (reward is its mean).
+  // Rows written before this have no epoch: what they added is in the meta's accumulator.
+  "ALTER TABLE finished ADD COLUMN acc_epoch INTEGER; ALTER TABLE finished ADD COLUMN reward_values TEXT;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
