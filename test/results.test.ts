@@ -1,7 +1,12 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { EngineObject } from "../src/engine/engine-object";
+import type { Caller } from "../src/engine/caller";
+import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
 import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
+
+const ADMIN: Caller = { admin: true };
 
 async function trajectories(engine: string) {
   const r = await env.DB.prepare("SELECT episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output FROM trajectories WHERE engine = ? ORDER BY id")
@@ -235,15 +240,23 @@ describe("engine status machine", () => {
 });
 
 describe("an end_episode that fails half-way", () => {
-  it("keeps nothing of it: the claim stays live, nothing goes to D1, and ending it again counts once", async () => {
+  /**
+   * An engine with two episodes, ep-0 claimed by "a". Ending that claim will fail after the
+   * claim's delete: a finished row already holds its fence. No path of the engine writes one; it
+   * stands in for a storage error half-way through.
+   */
+  async function poisonedClaim() {
     const e = await createEngine();
     await rollingWith(e, 2);
-    const client = e.as("client");
-    const c = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
-    // The write after the claim's delete will fail: a finished row already holds this claim's
-    // fence. No path of the engine writes one; it stands in for a storage error half-way through.
+    const c = await e.as("client").claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
     const poison = "INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery) VALUES (?, ?, 'x', 'x', 'train', 0, 'none')";
     await runInDurableObject(e.stub, (_i, state) => void state.storage.sql.exec(poison, c.episode_uuid, c.fence));
+    return { e, c };
+  }
+
+  it("keeps nothing of it: the claim stays live, nothing goes to D1, and ending it again counts once", async () => {
+    const { e, c } = await poisonedClaim();
+    const client = e.as("client");
     const failed = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence })) });
     expect(failed).toMatchObject({ status: 500, json: { error: "internal_error", detail: expect.stringContaining("UNIQUE constraint failed") } });
     // The engine broke itself (ctx.abort) so that none of the turn's writes committed.
@@ -260,5 +273,48 @@ describe("an end_episode that fails half-way", () => {
     expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 1, outbox: 1 });
     await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 1 })]);
+  });
+
+  it("takes the writes that shared its commit down with it, and none of their callers is told success", async () => {
+    const { e, c } = await poisonedClaim();
+    // Called in one go, the three wait for the same shared turn: the register and the claim
+    // write first, then the end fails half-way and the engine breaks itself.
+    const group = runInDurableObject(e.stub, (inst: EngineObject) =>
+      Promise.allSettled([
+        inst.registerEpisode(ADMIN, RegisterEpisodeRequest.parse({ episode_uuid: "ep-new" })),
+        inst.claimEpisode(ADMIN, ClaimEpisodeRequest.parse({ client_uuid: "b", discard_episode_timeout: 60 }), "http://exchange.test"),
+        inst.endEpisode(ADMIN, EndEpisodeRequest.parse(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence }))),
+      ]),
+    );
+    // The register's and the claim's answers were held for the commit that never came.
+    await expect(group).rejects.toThrow();
+    await reconnect(e);
+    const rows = await runInDurableObject(e.stub, (_i, state) => {
+      state.storage.sql.exec("DELETE FROM finished WHERE client_uuid = 'x'");
+      return state.storage.sql.exec<{ episode_uuid: string; state: string; client_uuid: string }>("SELECT episode_uuid, state, client_uuid FROM episodes ORDER BY episode_uuid").toArray();
+    });
+    expect(rows).toEqual([
+      { episode_uuid: "ep-0", state: "claimed", client_uuid: "a" },
+      { episode_uuid: "ep-1", state: "registered", client_uuid: "" },
+    ]);
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, registered: 1, outbox: 0 });
+  });
+});
+
+describe("group commit", () => {
+  it("makes the hot writes that arrive together durable together, and each is answered", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 40);
+    const client = e.as("client");
+    const claims = await Promise.all(Array.from({ length: 40 }, (_, i) => client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 60 })));
+    expect(new Set(claims.map((c) => c.episode_uuid)).size).toBe(40);
+    const ends = await Promise.all(claims.map((c, i) => client.endEpisode(endBody(`c${i}`, c.episode_uuid, i, "task-1", { fence: c.fence }))));
+    expect(ends.every((r) => r.success)).toBe(true);
+    const trainer = e.as("trainer");
+    const regs = await Promise.all(Array.from({ length: 40 }, (_, i) => trainer.registerEpisode({ episode_uuid: `again-${i}` })));
+    expect(regs.every((r) => r.success)).toBe(true);
+    // A new instance reads only what was committed.
+    await reconnect(e);
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 40, outbox: 40 });
   });
 });

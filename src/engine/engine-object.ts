@@ -2,7 +2,8 @@
  * One Durable Object per engine: the single writer for its episodes, leases, commands and
  * reward accumulator. Every state change is synchronous and atomic (one SQLite transaction, or
  * one turn of workerd's implicit transaction: see inTurn), so concurrent requests cannot race;
- * one alarm, always set no later than the earliest deadline, reaps.
+ * the hot writes (register, claim, end) that arrive together share that turn and its commit
+ * (shared-turn.ts); one alarm, always set no later than the earliest deadline, reaps.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
@@ -43,6 +44,7 @@ import { migrateEngine } from "./schema";
 import { CommandQueue } from "./command-queue";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
+import { SharedTurn } from "./shared-turn";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import { completedTaskClients, completedTasks, decodeCursor, episodeBuffer, rewardHistory, runningDetails, runningPage, type EpisodeRow } from "./episode-views";
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
@@ -129,6 +131,8 @@ export class EngineObject extends DurableObject<Env> {
   private flushing = false;
   /** LLM calls admitted but not yet written (relay-activity.ts), and the timer that writes them. */
   private readonly activity = new RelayActivity();
+  /** Where the hot writes wait to share a commit (shared-turn.ts). */
+  private readonly sharedTurn = new SharedTurn();
   private activityTimer: ReturnType<typeof setTimeout> | null = null;
   /** The agent's heartbeat record; undefined until read. */
   private agentMemo: AgentRecord | null | undefined = undefined;
@@ -249,7 +253,7 @@ export class EngineObject extends DurableObject<Env> {
 
   async registerEpisode(caller: Caller, req: RegisterEpisodeRequest): Promise<Reply<BoolResponse>> {
     // One statement: atomic without an explicit transaction.
-    return this.guarded(caller, "register_episode", () => ok(this.registerOne(req)));
+    return this.guardedInSharedTurn(caller, "register_episode", () => ok(this.registerOne(req)));
   }
 
   async batchRegisterEpisodes(caller: Caller, episodes: RegisterEpisodeRequest[]): Promise<Reply<BatchBoolResponse>> {
@@ -278,7 +282,7 @@ export class EngineObject extends DurableObject<Env> {
   // ---------------------------------------------------------------- episodes: client side
 
   async claimEpisode(caller: Caller, req: ClaimEpisodeRequest, origin: string): Promise<Reply<ClaimEpisodeResponse>> {
-    return this.guarded(caller, "claim_episode", async () => {
+    return this.guardedInSharedTurn(caller, "claim_episode", async () => {
       const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
         ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
       if (this.meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(this.meta.status));
@@ -320,7 +324,7 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   async endEpisode(caller: Caller, req: EndEpisodeRequest): Promise<Reply<{ success: boolean }>> {
-    return this.guarded(caller, "end_episode", () => {
+    return this.guardedInSharedTurn(caller, "end_episode", () => {
       const status = this.meta.status;
       if (!isRolling(status)) {
         return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
@@ -721,6 +725,16 @@ export class EngineObject extends DurableObject<Env> {
     return run(role);
   }
 
+  /**
+   * guarded, run in the next shared turn (shared-turn.ts): for the hot writes (register, claim,
+   * end), so that all of them that arrive together share one commit. Authorized in that turn,
+   * as the write is.
+   */
+  private async guardedInSharedTurn<T>(caller: Caller, op: EngineOp, run: (role: CallerRole) => Reply<T> | Promise<Reply<T>>): Promise<Reply<T>> {
+    await this.sharedTurn.next();
+    return this.guarded(caller, op, run);
+  }
+
   private authorize(caller: Caller, op: EngineOp): CallerRole | Failure {
     if (this.meta.name === null) return fail(404, "unknown_engine", "No such engine.");
     if (caller.admin) return "admin";
@@ -1074,13 +1088,12 @@ export class EngineObject extends DurableObject<Env> {
    * Runs `fn`'s writes in workerd's implicit transaction, which commits everything written in
    * one turn of the event loop together, instead of an explicit one. transactionSync first
    * commits the implicit transaction that the turn's other requests wrote into, then runs
-   * SAVEPOINT and RELEASE and commits again itself. Under the benchmark's load each request has a
-   * turn to itself, so this saves two statements per end rather than commits; CPU time did not
-   * resolve the gain (BENCHMARKS.md, session 9). Atomicity is
-   * kept by breaking the object if `fn` throws: ctx.abort() resets it before the turn ends, so
-   * nothing written in this turn commits (the turn's other answers, held by the output gate, fail
-   * with it rather than claim writes that were dropped), and the object restarts from its last
-   * commit. Only for writes that fail on a bug or a storage fault, never on a request's data.
+   * SAVEPOINT and RELEASE and commits again itself, which would split a shared turn's group
+   * commit (shared-turn.ts) in two. Atomicity is kept by breaking the object if `fn` throws:
+   * ctx.abort() resets it before the turn ends, so nothing written in this turn commits (the
+   * answers of the calls that shared the turn, held by the output gate, fail with it rather than
+   * claim writes that were dropped), and the object restarts from its last commit. Only for
+   * writes that fail on a bug or a storage fault, never on a request's data.
    */
   private inTurn<T>(fn: () => T): T {
     let result: T;
