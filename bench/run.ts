@@ -27,6 +27,9 @@
  *                  several percent for as long as it lives (bench:ab found identical trees
  *                  0.1-0.2 ms per cycle apart); fresh pairs let it average out over the rounds.
  *   --record       also write bench/recorded.json and bench/recorded.svg
+ *   --reference-group-commit  the reference shares commits as the engine does (worker.js):
+ *                  not the issue's reference, for telling the engine's own work from its
+ *                  commit strategy; the report's settings say which reference ran
  */
 import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
@@ -98,9 +101,12 @@ async function startEngineTarget(): Promise<Target> {
   };
 }
 
+/** --reference-group-commit: see the header. */
+let referenceGroupCommit = false;
+
 async function startReferenceTarget(): Promise<Target> {
   const before = new Set(workerdPids());
-  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`) });
+  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit: referenceGroupCommit });
   const pids = workerdPids().filter((p) => !before.has(p));
   return {
     name: "reference",
@@ -138,7 +144,7 @@ type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; byte
 export type BenchReport = {
   started_at: string;
   machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string; fresh_processes_per_round: boolean };
+  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string; fresh_processes_per_round: boolean; reference_group_commit: boolean };
   /** Per target and configuration: the round with the median cycles/s, every round's summary, and pool info after the load. */
   loads: Partial<Record<TargetName, (LoadResult & { rounds: RoundSummary[]; pool_info_after: PoolInfoAfterLoad })[]>>;
   pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
@@ -284,6 +290,7 @@ async function main(): Promise<void> {
   const targetFlag = f.get("target") ?? "both";
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
   const fresh = f.has("fresh");
+  referenceGroupCommit = f.has("reference-group-commit");
   const quietWaitS = Number(f.get("quiet-wait") ?? 10);
   const quiet = async (what: string) => {
     if (quietWaitS <= 0) return;
@@ -298,7 +305,7 @@ async function main(): Promise<void> {
   const report: Omit<BenchReport, "comparison"> = {
     started_at: new Date().toISOString(),
     machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? "unknown", node: process.version, loadavg_at_start: loadavg().map((x) => round(x, 2)) },
-    settings: { duration_s: duration, rounds, warmup_s: warmup, state_dir: tmpdir(), fresh_processes_per_round: fresh },
+    settings: { duration_s: duration, rounds, warmup_s: warmup, state_dir: tmpdir(), fresh_processes_per_round: fresh, reference_group_commit: referenceGroupCommit },
     loads: {},
     pool_info: {},
     profile: {},

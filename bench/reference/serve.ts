@@ -7,7 +7,7 @@ import { serveBareWorker, type BareWorker } from "../bare-worker";
 
 export type ReferenceServer = BareWorker;
 
-export async function startReference(opts: { port?: number; log?: (line: string) => void } = {}): Promise<ReferenceServer> {
+export async function startReference(opts: { port?: number; log?: (line: string) => void; groupCommit?: boolean } = {}): Promise<ReferenceServer> {
   const log = opts.log ?? (() => {});
   const ref = await serveBareWorker({
     scriptPath: fileURLToPath(new URL("./worker.js", import.meta.url)),
@@ -15,7 +15,8 @@ export async function startReference(opts: { port?: number; log?: (line: string)
     log,
     ...(opts.port !== undefined ? { port: opts.port } : {}),
     durableObjects: { ENGINE: { className: "ReferenceEngine", useSQLite: true } },
+    ...(opts.groupCommit ? { bindings: { GROUP_COMMIT: "1" } } : {}),
   });
-  log(`limit reference serving ${ref.url} (in-memory state)`);
+  log(`limit reference serving ${ref.url} (in-memory state${opts.groupCommit ? ", group commit" : ""})`);
   return ref;
 }
