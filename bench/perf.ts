@@ -27,6 +27,8 @@
  * Flags: --target engine|reference|both (both) --clients N (32) --episodes N (256)
  *        --warmup S (8) --duration S (20) --freq HZ (2000) --top N (15) --counts
  *        --keep (leave perf.data and the JIT maps in a temp dir, for `perf report -i`)
+ *        --reference-group-commit (the reference shares commits as the engine does: see
+ *        bench/reference/worker.js)
  * Prints JSON to stdout and a side-by-side table to stderr. Needs root (or a permissive
  * perf_event_paranoid) and, for --counts, tracefs (mounted here if it is not).
  */
@@ -57,7 +59,7 @@ async function startTarget(name: TargetName): Promise<Target> {
     const e = await startBenchEngine("perf");
     return { name, ...e, pids: workerdPids().filter((p) => !before.has(p)) };
   }
-  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`) });
+  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit: flags.has("reference-group-commit") });
   return {
     name,
     baseUrl: `${ref.url}/e/ref-perf-${randomBytes(3).toString("hex")}`,
