@@ -302,7 +302,7 @@ describe("an end_episode that fails half-way", () => {
 });
 
 describe("group commit", () => {
-  it("makes the hot writes that arrive together durable together, and each is answered", async () => {
+  it("answers every one of many concurrent claims, ends and registers, and keeps them all across a restart", async () => {
     const e = await createEngine();
     await rollingWith(e, 40);
     const client = e.as("client");

@@ -11,7 +11,7 @@
  * together with every call that arrived meanwhile: one commit for all of them, each page they
  * share (the queue's tail, the newest leases, the outbox's tail) written once. Durability is
  * unchanged: no answer leaves before the commit that holds its writes. What it costs is one
- * timer per group, and at most one turn of the event loop of latency.
+ * timer per group, and the wait for a 0 ms timer before each hot write.
  *
  * The calls of a group run in the order they arrived, each up to its first real await, so the
  * engine still changes one call at a time; they are only made durable together.
