@@ -101,12 +101,9 @@ async function startEngineTarget(): Promise<Target> {
   };
 }
 
-/** --reference-group-commit: see the header. */
-let referenceGroupCommit = false;
-
-async function startReferenceTarget(): Promise<Target> {
+async function startReferenceTarget(groupCommit: boolean): Promise<Target> {
   const before = new Set(workerdPids());
-  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit: referenceGroupCommit });
+  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit });
   const pids = workerdPids().filter((p) => !before.has(p));
   return {
     name: "reference",
@@ -121,8 +118,9 @@ async function startReferenceTarget(): Promise<Target> {
   };
 }
 
-function startTarget(name: TargetName): Promise<Target> {
-  return name === "engine" ? startEngineTarget() : startReferenceTarget();
+/** `referenceGroupCommit`: --reference-group-commit (see the header). */
+function startTarget(name: TargetName, referenceGroupCommit: boolean): Promise<Target> {
+  return name === "engine" ? startEngineTarget() : startReferenceTarget(referenceGroupCommit);
 }
 
 type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; server_cpu_ms_per_cycle: number | null; errors: number; other_cpu_pct: number };
@@ -290,7 +288,7 @@ async function main(): Promise<void> {
   const targetFlag = f.get("target") ?? "both";
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
   const fresh = f.has("fresh");
-  referenceGroupCommit = f.has("reference-group-commit");
+  const referenceGroupCommit = f.has("reference-group-commit");
   const quietWaitS = Number(f.get("quiet-wait") ?? 10);
   const quiet = async (what: string) => {
     if (quietWaitS <= 0) return;
@@ -315,8 +313,8 @@ async function main(): Promise<void> {
 
   const targets: Target[] = [];
   try {
-    if (targetFlag !== "reference") targets.push(await startTarget("engine"));
-    if (targetFlag !== "engine") targets.push(await startTarget("reference"));
+    if (targetFlag !== "reference") targets.push(await startTarget("engine", referenceGroupCommit));
+    if (targetFlag !== "engine") targets.push(await startTarget("reference", referenceGroupCommit));
     for (const t of targets) log(`${t.name}: ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
 
     if (want("profile")) {
@@ -353,7 +351,7 @@ async function main(): Promise<void> {
           for (let k = 0; k < targets.length; k++) {
             const old = targets[k]!;
             await old.stop();
-            const t = await startTarget(old.name);
+            const t = await startTarget(old.name, referenceGroupCommit);
             log(`${t.name}: fresh processes for round ${i + 1}, ${t.origin}, workerd pid(s) ${t.pids.join(",") || "?"}`);
             targets[k] = t;
             await prepare(t);
