@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import type { Caller } from "../src/engine/caller";
 import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
-import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
+import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
 const ADMIN: Caller = { admin: true };
 
@@ -282,7 +282,7 @@ describe("an end_episode that fails half-way", () => {
     const group = runInDurableObject(e.stub, (inst: EngineObject) =>
       Promise.allSettled([
         inst.registerEpisode(ADMIN, RegisterEpisodeRequest.parse({ episode_uuid: "ep-new" })),
-        inst.claimEpisode(ADMIN, ClaimEpisodeRequest.parse({ client_uuid: "b", discard_episode_timeout: 60 }), "http://exchange.test"),
+        inst.claimEpisode(ADMIN, ClaimEpisodeRequest.parse({ client_uuid: "b", discard_episode_timeout: 60 }), ORIGIN),
         inst.endEpisode(ADMIN, EndEpisodeRequest.parse(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence }))),
       ]),
     );
@@ -302,6 +302,29 @@ describe("an end_episode that fails half-way", () => {
 });
 
 describe("group commit", () => {
+  it("runs register, end and claim in the next shared turn, in the order they came, not at once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await e.as("client").claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    const seen = await runInDurableObject(e.stub, async (inst: EngineObject, state) => {
+      const rows = () => state.storage.sql.exec<{ episode_uuid: string; state: string }>("SELECT episode_uuid, state FROM episodes ORDER BY episode_uuid").toArray();
+      const calls = [
+        inst.registerEpisode(ADMIN, RegisterEpisodeRequest.parse({ episode_uuid: "ep-new" })),
+        inst.endEpisode(ADMIN, EndEpisodeRequest.parse(endBody("a", c.episode_uuid, 1, "task-1", { fence: c.fence }))),
+        inst.claimEpisode(ADMIN, ClaimEpisodeRequest.parse({ client_uuid: "b", discard_episode_timeout: 60 }), ORIGIN),
+      ];
+      const before = rows();
+      const answers = await Promise.all(calls);
+      return { before, answers, after: rows() };
+    });
+    // When the three calls returned, none had written: each waits for the shared turn.
+    expect(seen.before).toEqual([{ episode_uuid: "ep-0", state: "claimed" }]);
+    // In that turn they ran in the order they came: the claim took the episode registered just before it.
+    expect(seen.answers.map((a) => a.ok && a.body.success)).toEqual([true, true, true]);
+    expect(seen.answers[2]).toMatchObject({ ok: true, body: { episode_uuid: "ep-new" } });
+    expect(seen.after).toEqual([{ episode_uuid: "ep-new", state: "claimed" }]);
+  });
+
   it("answers every one of many concurrent claims, ends and registers, and keeps them all across a restart", async () => {
     const e = await createEngine();
     await rollingWith(e, 40);
