@@ -104,6 +104,7 @@ function stopOnSignals(): void {
 
 async function main(): Promise<void> {
   stopOnSignals();
+  say(`Node ${process.versions.node} (${process.execPath})`);
   const { secrets, created } = await ensureDevVars(DEV_VARS);
   say(created.length ? `wrote new ${created.join(" and ")} to ${DEV_VARS}` : `using the secrets in ${DEV_VARS}`);
 
