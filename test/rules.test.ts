@@ -90,4 +90,48 @@ describe("per-claim keys", () => {
     expect(await verifyClaimKey("secret", [parts[0], "e2", parts[2], parts[3], parts[4]].join("."))).toBeNull();
     expect(await verifyClaimKey("secret", "sk-ajet-abc")).toBeNull();
   });
+
+  it("accepts each key in exactly one spelling", async () => {
+    // 10 bytes of episode id and 32 of signature: both end in a partial base64 group, whose last
+    // character has spare low bits that atob ignores.
+    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "ep-0000001", fence: 7 });
+    const [head, engine, fence, ep, sig] = key.split(".") as [string, string, string, string, string];
+    const join = (...p: string[]) => p.join(".");
+    const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const flipLowBit = (s: string) => s.slice(0, -1) + B64[B64.indexOf(s.at(-1)!) ^ 1]!;
+    // The flipped spellings decode to the same bytes, which is the defect.
+    expect(atob(flipLowBit(sig).replace(/-/g, "+").replace(/_/g, "/"))).toBe(atob(sig.replace(/-/g, "+").replace(/_/g, "/")));
+    expect(await verifyClaimKey("secret", key)).not.toBeNull();
+    for (const forged of [
+      join(head, engine, fence, ep, flipLowBit(sig)),
+      join(head, engine, fence, flipLowBit(ep), sig),
+      join(head, engine, fence, ep, sig + "="),
+      join(head, engine, fence, ep + "==", sig),
+      join(head, engine, "07", ep, sig),
+      join(head, engine, "7e0", ep, sig),
+      join(head, engine, "7.0", ep, sig),
+      join(head, engine, "+7", ep, sig),
+      join(head, engine, " 7", ep, sig),
+      join(head, engine, "0x7", ep, sig),
+    ]) {
+      expect(await verifyClaimKey("secret", forged), forged).toBeNull();
+    }
+  });
+
+  it("refuses an episode id that is not UTF-8, rather than reading it as U+FFFD", async () => {
+    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "\uFFFD", fence: 1 });
+    const [head, engine, fence, , sig] = key.split(".") as [string, string, string, string, string];
+    // 0xFF is not UTF-8; a lenient decoder reads it as the U+FFFD this key was signed for.
+    expect(await verifyClaimKey("secret", [head, engine, fence, b64url(new Uint8Array([0xff])), sig].join("."))).toBeNull();
+    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", episode_uuid: "\uFFFD", fence: 1 });
+  });
+
+  it("keeps a leading byte order mark as part of the episode id", async () => {
+    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "x", fence: 1 });
+    const [head, engine, fence, , sig] = key.split(".") as [string, string, string, string, string];
+    const withBom = b64url(new Uint8Array([0xef, 0xbb, 0xbf, 0x78]));
+    expect(await verifyClaimKey("secret", [head, engine, fence, withBom, sig].join("."))).toBeNull();
+    const bomKey = await signClaimKey("secret", { engine: "e1", episode_uuid: "\uFEFFx", fence: 1 });
+    expect(await verifyClaimKey("secret", bomKey)).toEqual({ engine: "e1", episode_uuid: "\uFEFFx", fence: 1 });
+  });
 });

@@ -32,25 +32,51 @@ export async function signClaimKey(secret: string, f: ClaimKeyFields): Promise<s
   return `sk-rx.${f.engine}.${f.fence}.${ep}.${b64url(new Uint8Array(sig))}`;
 }
 
+/**
+ * Decodes base64url only in the spelling b64url writes: no padding, and no set bits beyond the
+ * last byte. atob alone accepts a last character with a changed padding bit as the same bytes,
+ * which would give one key several spellings.
+ */
 function fromB64url(s: string): Uint8Array | null {
+  let bytes: Uint8Array;
   try {
     const bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
-    return Uint8Array.from(bin, (ch) => ch.charCodeAt(0));
+    bytes = Uint8Array.from(bin, (ch) => ch.charCodeAt(0));
   } catch {
     return null;
   }
+  return b64url(bytes) === s ? bytes : null;
 }
 
-/** Returns the fields when the signature is ours, else null. Liveness of the claim is the engine's call. */
+/** A fence as signClaimKey writes it: decimal digits, no sign, no leading zero, no exponent. */
+const FENCE_TEXT = /^(0|[1-9][0-9]{0,15})$/;
+/**
+ * Strict UTF-8: a sequence that is not UTF-8 is refused, not replaced by U+FFFD (which many
+ * spellings share), and a leading BOM is kept as a character, not dropped (which would let
+ * "\uFEFFx" stand for "x").
+ */
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * Returns the fields when the key is one signClaimKey wrote, spelled exactly as it spells it and
+ * signed by us; else null. Liveness of the claim is the engine's call.
+ */
 export async function verifyClaimKey(secret: string, key: string): Promise<ClaimKeyFields | null> {
   const parts = key.split(".");
   if (parts.length !== 5 || parts[0] !== "sk-rx") return null;
   const [, engine, fenceText, epText, sigText] = parts as [string, string, string, string, string];
+  if (!FENCE_TEXT.test(fenceText)) return null;
   const fence = Number(fenceText);
   const epBytes = fromB64url(epText);
   const sig = fromB64url(sigText);
-  if (!Number.isInteger(fence) || fence < 0 || !epBytes || !sig) return null;
-  const fields = { engine, episode_uuid: new TextDecoder().decode(epBytes), fence };
+  if (!Number.isSafeInteger(fence) || !epBytes || !sig) return null;
+  let episodeUuid: string;
+  try {
+    episodeUuid = strictUtf8.decode(epBytes);
+  } catch {
+    return null;
+  }
+  const fields = { engine, episode_uuid: episodeUuid, fence };
   const good = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, utf8.encode(signedText(fields)));
   return good ? fields : null;
 }
