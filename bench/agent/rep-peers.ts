@@ -12,8 +12,14 @@ export class RepPeers {
   readonly acks: Ack[] = [];
   count = 0;
   private readonly socks: Reply[] = [];
-  /** Keep only the count, not each ack (for long runs). */
-  constructor(private readonly record = true) {}
+  /**
+   * `record` false keeps only the count, not each ack (for long runs); `onMessage` sees each
+   * message's text as it arrives, before its ack leaves.
+   */
+  constructor(
+    private readonly record = true,
+    private readonly onMessage?: (text: string, receivedAt: number) => void,
+  ) {}
 
   async start(n: number): Promise<void> {
     for (let i = 0; i < n; i++) {
@@ -29,6 +35,7 @@ export class RepPeers {
     try {
       for await (const [msg] of sock) {
         const receivedAt = performance.timeOrigin + performance.now();
+        this.onMessage?.(msg?.toString("utf8") ?? "", receivedAt);
         await sock.send("ack");
         this.count++;
         if (this.record) {

@@ -22,6 +22,8 @@ function env(over: Record<string, string> = {}): Record<string, string> {
     ROLLOUT_ENGINE: t.engine.name,
     ROLLOUT_TRAINER_TOKEN: t.engine.tokens.trainer,
     ROLLOUT_FACADE_PORT: "0",
+    // Not the gateway's default port: another agent on this host (a parallel test run) may hold it.
+    ROLLOUT_GATEWAY_PORT: "0",
     ROLLOUT_STATE_DIR: join(t.dir, "state"),
     ROLLOUT_LOG_DIR: join(t.dir, "logs"),
     ROLLOUT_POLL_WAIT_SECONDS: "1",

@@ -1,0 +1,314 @@
+/**
+ * npm run chaos [-- --quick] [-- --clients N] [-- --out FILE] [-- --svg FILE]
+ *
+ * Fault injection under load. Clients claim and end episodes, a trainer keeps the queue full,
+ * and the local-agent delivers every result to ZeroMQ runners. Meanwhile the local exchange's
+ * whole process group (Node, Miniflare and workerd) is SIGKILLed and restarted on the same
+ * state, then the agent is SIGKILLed and restarted on its journal. Every end_episode answered
+ * success carries a result id, and the runners record each id they receive, so the run can
+ * tell:
+ *  - lost: acknowledged to a client, never delivered. Must be none.
+ *  - delivered twice. Allowed only for a result the runner received just before the agent's
+ *    SIGKILL (IN_FLIGHT_MS) and again after its restart: the agent had handed it over but not
+ *    yet journaled the outcome, so it cannot know the runner has it (the at-least-once window).
+ *  - how long deliveries took to resume after each restart.
+ * Exits 1 when something acknowledged was lost or delivered twice outside that window.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir, cpus } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { AdminClient, EngineClient, ExchangeError } from "../../src/client";
+import { AgentProcess } from "../../local-agent/test/support/agent-process";
+import { RepPeers } from "../agent/rep-peers";
+import { renderChaosChart } from "./chart";
+
+const argv = process.argv.slice(2);
+const arg = (name: string): string | undefined => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+const quick = argv.includes("--quick");
+const CLIENTS = Number(arg("--clients") ?? (quick ? 8 : 16));
+/** When each fault lands and when the load stops, in seconds from the start of the load. */
+const PLAN = quick ? { exchangeKill: 8, agentKill: 20, loadEnd: 30 } : { exchangeKill: 20, agentKill: 50, loadEnd: 80 };
+/** How long, after the load stops, every acknowledged result has to arrive. */
+const DRAIN_S = 90;
+const RUNNERS = 16;
+/** The trainer keeps about this many episodes registered and unclaimed. */
+const QUEUE_TARGET = 256;
+const REQUEST_TIMEOUT_MS = 10_000;
+/**
+ * A result counts as in flight at the agent's SIGKILL when its runner received it at most this
+ * long before the kill. The agent journals an outcome as soon as the runner's ack arrives, a
+ * round trip on loopback; a second delivery of a result received earlier than this means a
+ * journaled outcome was executed again.
+ */
+const IN_FLIGHT_MS = 1000;
+
+const ADMIN_TOKEN = "chaos-admin-token";
+const log = (m: string): void => void process.stderr.write(`[chaos] ${m}\n`);
+const now = (): number => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+    s.on("error", reject);
+  });
+}
+
+/** The exchange in its own process group, so that one SIGKILL ends Node, Miniflare and workerd alike. */
+class ExchangeProcess {
+  private child: ChildProcess | null = null;
+  constructor(private readonly env: Record<string, string>) {}
+
+  async start(): Promise<string> {
+    const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "exchange-process.ts")], {
+      env: { ...process.env, ...this.env },
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child = child;
+    const stderr: string[] = [];
+    createInterface({ input: child.stderr! }).on("line", (l) => stderr.push(l));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the exchange did not start in 120 s:\n${stderr.join("\n")}`)), 120_000);
+      createInterface({ input: child.stdout! }).on("line", (l) => {
+        const m = /^ready (\S+)/.exec(l);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1] as string);
+        }
+      });
+      child.on("exit", (code, signal) => {
+        clearTimeout(timer);
+        reject(new Error(`the exchange exited (${code ?? signal}) before it served:\n${stderr.join("\n")}`));
+      });
+    });
+  }
+
+  /** SIGKILL to the whole group, and waits until its leader is gone. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const gone = new Promise<void>((r) => child.once("exit", () => r()));
+    process.kill(-child.pid!, "SIGKILL");
+    await gone;
+  }
+}
+
+type Receipt = { at: number };
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "rollout-chaos-"));
+  const port = await freePort();
+  const exchange = new ExchangeProcess({
+    CHAOS_PORT: String(port),
+    CHAOS_STATE_DIR: join(dir, "exchange-state"),
+    CHAOS_ADMIN_TOKEN: ADMIN_TOKEN,
+    CHAOS_CLAIM_KEY_SECRET: "chaos-claim-secret",
+    CHAOS_COMMAND_LEASE_SECONDS: "60",
+  });
+  const receipts = new Map<string, Receipt[]>();
+  const runners = new RepPeers(false, (text, at) => {
+    let id: unknown;
+    try {
+      id = (JSON.parse(text) as { metadata?: { result_id?: unknown } }).metadata?.result_id;
+    } catch {
+      return; // a runner control message (RUNNER.SPECIAL.RESET_CONTEXT_TRACKER for a reaped claim)
+    }
+    if (typeof id !== "string") return;
+    const list = receipts.get(id) ?? [];
+    list.push({ at });
+    receipts.set(id, list);
+  });
+  let agent: AgentProcess | null = null;
+  try {
+    await runners.start(RUNNERS);
+    log(`starting the exchange on port ${port}`);
+    const origin = await exchange.start();
+    const admin = new AdminClient({ origin, adminToken: ADMIN_TOKEN });
+    const created = await admin.createEngine("chaos");
+    const baseUrl = `${origin}/e/chaos`;
+    const timed = (input: string, init?: RequestInit) => fetch(input, { ...init, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+    const trainer = new EngineClient({ baseUrl, token: created.tokens.trainer, fetch: timed });
+    const client = new EngineClient({ baseUrl, token: created.tokens.client, fetch: timed });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+
+    const agentEnv = {
+      ROLLOUT_SERVER: origin,
+      ROLLOUT_ENGINE: "chaos",
+      ROLLOUT_TRAINER_TOKEN: created.tokens.trainer,
+      ROLLOUT_FACADE_PORT: "0",
+      ROLLOUT_GATEWAY_PORT: "0",
+      ROLLOUT_STATE_DIR: join(dir, "agent-state"),
+      ROLLOUT_LOG_DIR: join(dir, "agent-logs"),
+    };
+    const startAgent = async (): Promise<AgentProcess> => {
+      const a = new AgentProcess(agentEnv);
+      await a.waitForLine(/trainer facade on/, "the agent to start", 60_000);
+      return a;
+    };
+    agent = await startAgent();
+
+    // ---------------------------------------------------------------- the load
+    const acknowledged = new Map<string, number>();
+    let stop = false;
+    let registered = 0;
+    let claims = 0;
+    let clientErrors = 0;
+    let trainerErrors = 0;
+    const trainerLoop = async () => {
+      while (!stop) {
+        const want = QUEUE_TARGET - (registered - claims);
+        if (want < 32) {
+          await sleep(20);
+          continue;
+        }
+        const batch = Array.from({ length: Math.min(want, 128) }, (_, i) => ({
+          episode_uuid: `ep-${registered + i}`,
+          zmq_listen_result_addr: runners.addrs[(registered + i) % RUNNERS] as string,
+        }));
+        try {
+          await trainer.batchRegisterEpisodes({ episodes: batch });
+          registered += batch.length;
+        } catch {
+          trainerErrors++;
+          await sleep(200);
+        }
+      }
+    };
+    const clientLoop = async (c: number) => {
+      const clientUuid = `client-${c}`;
+      while (!stop) {
+        try {
+          const claim = await client.claimEpisode({ client_uuid: clientUuid, episode_type: "train", discard_episode_timeout: 20 });
+          if (!claim.success) {
+            await sleep(20);
+            continue;
+          }
+          claims++;
+          const resultId = `${claim.episode_uuid}#${claim.fence ?? 0}`;
+          const ended = await client.endEpisode({
+            client_uuid: clientUuid,
+            episode_uuid: claim.episode_uuid,
+            task_id: claim.episode_uuid,
+            workflow_output: { reward: 1, metadata: { task_id: claim.episode_uuid, result_id: resultId } },
+          });
+          if (ended.success) acknowledged.set(resultId, now());
+        } catch (e) {
+          // The exchange is down or the claim was lost with it: not acknowledged, so not counted.
+          if (!(e instanceof ExchangeError)) clientErrors++;
+          await sleep(100);
+        }
+      }
+    };
+
+    const t0 = now();
+    const at = (s: number) => sleep(Math.max(0, t0 + s * 1000 - now()));
+    const loops = [trainerLoop(), ...Array.from({ length: CLIENTS }, (_, c) => clientLoop(c))];
+    log(`load: ${CLIENTS} clients, ${RUNNERS} runners; exchange SIGKILL at ${PLAN.exchangeKill} s, agent SIGKILL at ${PLAN.agentKill} s, load ends at ${PLAN.loadEnd} s`);
+
+    await at(PLAN.exchangeKill);
+    const exchangeKillAt = now();
+    await exchange.kill();
+    log(`exchange SIGKILLed at ${((exchangeKillAt - t0) / 1000).toFixed(1)} s (${acknowledged.size} results acknowledged so far)`);
+    await exchange.start();
+    const exchangeUpAt = now();
+    log(`exchange serving again after ${((exchangeUpAt - exchangeKillAt) / 1000).toFixed(1)} s`);
+
+    await at(PLAN.agentKill);
+    const agentKillAt = now();
+    agent.kill("SIGKILL");
+    await agent.waitForExit();
+    const agentLog = [...agent.lines];
+    log(`agent SIGKILLed at ${((agentKillAt - t0) / 1000).toFixed(1)} s`);
+    agent = await startAgent();
+    const agentUpAt = now();
+    log(`agent started again after ${((agentUpAt - agentKillAt) / 1000).toFixed(1)} s`);
+
+    await at(PLAN.loadEnd);
+    stop = true;
+    await Promise.all(loops);
+    const loadEndAt = now();
+    log(`load stopped: ${acknowledged.size} results acknowledged; waiting up to ${DRAIN_S} s for their delivery`);
+    const drainDeadline = now() + DRAIN_S * 1000;
+    const undelivered = () => [...acknowledged.keys()].filter((id) => !receipts.has(id));
+    while (undelivered().length > 0 && now() < drainDeadline) await sleep(250);
+    // Late duplicates would arrive after the last first delivery: give them a moment.
+    await sleep(2000);
+
+    // ---------------------------------------------------------------- the verdict
+    const all = [...receipts.values()].flat().map((r) => r.at);
+    const firstAfter = (t: number) => all.filter((x) => x >= t).reduce((m, x) => Math.min(m, x), Infinity);
+    const twice = [...receipts.entries()].filter(([, r]) => r.length > 1);
+    const inWindow = twice.filter(([, r]) => r.length === 2 && r[0]!.at <= agentKillAt && r[0]!.at >= agentKillAt - IN_FLIGHT_MS && r[1]!.at >= agentKillAt);
+    const firstBeforeKillMs = twice.map(([, r]) => Math.round(agentKillAt - r[0]!.at)).sort((a, b) => a - b);
+    const lost = undelivered();
+    const seconds = (t: number) => (Number.isFinite(t) ? Math.round(t) / 1000 : null);
+    const report = {
+      machine: { cores: cpus().length, node: process.version },
+      settings: { quick, clients: CLIENTS, runners: RUNNERS, plan_s: PLAN, drain_s: DRAIN_S },
+      acknowledged: acknowledged.size,
+      delivered: receipts.size,
+      lost: lost.length,
+      delivered_twice: twice.length,
+      delivered_twice_in_agent_kill_window: inWindow.length,
+      delivered_twice_outside_window: twice.length - inWindow.length,
+      in_flight_window_ms: IN_FLIGHT_MS,
+      /** For each result delivered twice: how long before the agent's SIGKILL its first delivery was. */
+      delivered_twice_first_ms_before_agent_kill: { min: firstBeforeKillMs[0] ?? null, max: firstBeforeKillMs.at(-1) ?? null },
+      delivered_but_not_acknowledged: [...receipts.keys()].filter((id) => !acknowledged.has(id)).length,
+      resume_after_exchange_restart_s: seconds(firstAfter(exchangeUpAt) - exchangeUpAt),
+      exchange_down_s: seconds(exchangeUpAt - exchangeKillAt),
+      resume_after_agent_restart_s: seconds(firstAfter(agentUpAt) - agentUpAt),
+      agent_down_s: seconds(agentUpAt - agentKillAt),
+      results_per_s: Math.round(acknowledged.size / ((loadEndAt - t0) / 1000)),
+      client_network_errors: clientErrors,
+      trainer_errors: trainerErrors,
+      agent_repeat_lines: [...agentLog, ...agent.lines].filter((l) => /handed out [2-9] times|had already been acked/.test(l)).length,
+      examples: { lost: lost.slice(0, 5), twice_outside_window: twice.filter((t) => !inWindow.includes(t)).slice(0, 5).map(([id]) => id) },
+    };
+    console.log(JSON.stringify(report, null, 2));
+    const out = arg("--out");
+    if (out) writeFileSync(out, JSON.stringify(report, null, 2) + "\n");
+    const svg = arg("--svg");
+    if (svg) {
+      writeFileSync(
+        svg,
+        renderChaosChart({
+          t0,
+          receipts: all,
+          acknowledged: [...acknowledged.values()],
+          marks: [
+            { at: exchangeKillAt, label: "exchange SIGKILL" },
+            { at: exchangeUpAt, label: "exchange up" },
+            { at: agentKillAt, label: "agent SIGKILL" },
+            { at: agentUpAt, label: "agent up" },
+            { at: loadEndAt, label: "load ends" },
+          ],
+          summary: `${report.acknowledged} acknowledged, ${report.lost} lost, ${report.delivered_twice} delivered twice (${report.delivered_twice_in_agent_kill_window} in the agent-kill window); ${CLIENTS} clients, ${report.machine.cores} cores`,
+        }),
+      );
+    }
+    const ok = report.lost === 0 && report.delivered_twice_outside_window === 0 && report.acknowledged > 0;
+    log(ok ? "nothing acknowledged was lost; no result was delivered twice outside the agent-kill window" : "FAILED: see lost / delivered_twice_outside_window");
+    process.exitCode = ok ? 0 : 1;
+  } finally {
+    agent?.kill("SIGKILL");
+    await exchange.kill().catch(() => {});
+    runners.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});
