@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { AgentProcess } from "./support/agent-process";
+import { AgentProcess, suiteAgentEnv } from "./support/agent-process";
 import { PyRunner } from "./support/py-runner";
 import { exchangeSuite } from "./support/suite";
 import { processAlive, waitUntil } from "./support/wait";
@@ -18,16 +18,7 @@ const t = exchangeSuite({ commandLeaseSeconds: LEASE_SECONDS });
 
 function env(over: Record<string, string> = {}): Record<string, string> {
   return {
-    ROLLOUT_SERVER: t.ex.url,
-    ROLLOUT_ENGINE: t.engine.name,
-    ROLLOUT_TRAINER_TOKEN: t.engine.tokens.trainer,
-    ROLLOUT_FACADE_PORT: "0",
-    // Not the gateway's default port: another agent on this host (a parallel test run) may hold it.
-    ROLLOUT_GATEWAY_PORT: "0",
-    ROLLOUT_STATE_DIR: join(t.dir, "state"),
-    ROLLOUT_LOG_DIR: join(t.dir, "logs"),
-    ROLLOUT_POLL_WAIT_SECONDS: "1",
-    ROLLOUT_HEARTBEAT_SECONDS: "0.5",
+    ...suiteAgentEnv(t),
     ROLLOUT_RETRY_MAX_SECONDS: "0.5",
     ROLLOUT_STOP_GRACE_SECONDS: "3",
     ...over,

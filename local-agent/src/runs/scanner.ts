@@ -11,7 +11,10 @@ import type { Clock } from "../clock";
 import { runWithDeadline } from "./run-with-deadline";
 import type { RunsConfig } from "./runs-config";
 
-export const SCANNER_SCRIPT = fileURLToPath(new URL("../../python/scan_environments.py", import.meta.url));
+/** Set only in the rollout-agent package's bundle (local-agent/build.ts), whose python/ sits elsewhere relative to the code. */
+declare const BUNDLED_PYTHON_DIR: string | undefined;
+const PYTHON_DIR = typeof BUNDLED_PYTHON_DIR === "string" ? BUNDLED_PYTHON_DIR : "../../python/";
+export const SCANNER_SCRIPT = fileURLToPath(new URL(`${PYTHON_DIR}scan_environments.py`, import.meta.url));
 
 const ScanOutput = z.object({ environments: z.array(EnvironmentInfo), problems: z.array(ScanProblem) });
 const FieldsOutput = z.union([z.object({ config_class: z.string(), fields: z.array(ConfigField) }), z.object({ error: z.string() })]);
