@@ -2,12 +2,13 @@
  * Faults between the agent and the Worker, injected by a proxy in front of the real Worker:
  * refused connections, 5xx answers, no answers at all, lost acks, malformed commands.
  */
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
 import { runAgent, testConfig } from "./support/agent-harness";
+import { journaledOutcomes } from "./support/journal";
 import { FaultyProxy } from "./support/proxy";
 import { PyRunner } from "./support/py-runner";
+import { repPeer } from "./support/rep-peer";
 import { exchangeSuite } from "./support/suite";
 import { waitUntil } from "./support/wait";
 
@@ -27,17 +28,6 @@ async function agent(over: Parameters<typeof testConfig>[3] = {}) {
   const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }));
   t.defer(() => a.stop());
   return a;
-}
-
-/** Outcomes the agent's journal (state/outcomes.jsonl) holds, read without touching the file. */
-function journaledOutcomes(): number {
-  let text = "";
-  try {
-    text = readFileSync(join(t.dir, "state", "outcomes.jsonl"), "utf8");
-  } catch {
-    return 0;
-  }
-  return text.split("\n").filter((l) => l.startsWith('{"seq":')).length;
 }
 
 /** Rolling engine, `n` episodes registered with runners listening on ipc sockets. */
@@ -104,6 +94,31 @@ describe("the agent and an unreliable Worker", () => {
     for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
   });
 
+  it("never runs a command again whose redelivery crossed its ack: the journal remembers acked outcomes", async () => {
+    // Deadlines long enough for the held requests: each is answered once, not timed out and retried.
+    await agent({ requestTimeoutSeconds: 10 });
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    // A runner that keeps listening, so that a second delivery would be received.
+    const peer = await repPeer();
+    t.defer(() => peer.close());
+    await t.engine.trainer.registerEpisode({ episode_uuid: "crossed", zmq_listen_result_addr: peer.addr });
+    // The ack waits until the engine has handed the command out again (its lease ran out), and
+    // that poll's answer waits until the ack's answer has reached the agent.
+    let handedOut = 0;
+    proxy.hold = async (path, phase, body) => {
+      if (path.endsWith("/agent/ack") && phase === "request") await waitUntil(() => handedOut >= 2, "the command to be handed out again", 4 * LEASE_SECONDS * 1000);
+      if (path.endsWith("/agent/commands") && phase === "answer" && body.includes('"kind":"deliver"') && ++handedOut >= 2) {
+        await waitUntil(() => proxy.answered("/agent/ack") >= 1, "the ack's answer");
+      }
+    };
+    await claimAndEnd(["crossed"]);
+    await waitUntil(() => peer.received.length >= 1, "the result to reach the runner");
+    await waitUntil(async () => (await deliveries()).delivered === 1, "the ack to land");
+    // The redelivered command is answered from the journal: its ack is re-sent, the runner is left alone.
+    await waitUntil(() => proxy.answered("/agent/ack") >= 2, "the re-sent ack", 4 * LEASE_SECONDS * 1000);
+    expect(peer.received).toHaveLength(1);
+  });
+
   it("keeps finished outcomes across an agent restart and acks them then", async () => {
     const first = await agent();
     const { runner, ids } = await episodes(2, "restart");
@@ -112,7 +127,7 @@ describe("the agent and an unreliable Worker", () => {
     for (const id of ids) await runner.waitFor("acked", id);
     // The runner's ack reaches the agent a moment later, and only then is the outcome journaled:
     // stopping before both are on disk would leave one to be delivered again, not re-acked.
-    await waitUntil(() => journaledOutcomes() === 2, "both outcomes in the agent's journal");
+    await waitUntil(() => journaledOutcomes(join(t.dir, "state")) === 2, "both outcomes in the agent's journal");
     await first.stop();
     proxy.fault = () => "pass";
     const second = await agent();
