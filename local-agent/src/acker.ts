@@ -45,11 +45,14 @@ export class Acker {
     return p;
   }
 
-  /** After a restart: acks whose outcome was recorded but never confirmed. */
-  resendJournal(): number {
+  /**
+   * After a restart: acks whose outcome was recorded but never confirmed. `settled` resolves
+   * once each has been answered (or given up), which is when polling may start.
+   */
+  resendJournal(): { count: number; settled: Promise<void> } {
     const pending = this.d.journal.unacked();
-    for (const [seq, outcome] of pending) void this.send(seq, outcome);
-    return pending.length;
+    const sends = pending.map(([seq, outcome]) => this.send(seq, outcome));
+    return { count: pending.length, settled: Promise.allSettled(sends).then(() => undefined) };
   }
 
   get pending(): number {

@@ -175,11 +175,17 @@ export async function startAgent(
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}; inference gateway on ${gatewayLocalUrl}${gatewayUrl === gatewayLocalUrl ? "" : `, reached at ${gatewayUrl}`}`);
   trainer.adopt();
   rollout.workers.adopt();
-  const resent = acker.resendJournal();
-  if (resent > 0) logger.info(`re-sending ${resent} ack${resent === 1 ? "" : "s"} of commands finished before the restart`);
+  const replay = acker.resendJournal();
+  if (replay.count > 0) logger.info(`re-sending ${replay.count} ack${replay.count === 1 ? "" : "s"} of commands finished before the restart`);
+  // A poll sent alongside those acks would be handed their commands again (the engine releases
+  // a dead session's leases at once), so it waits for their answers; not forever, though: an ack
+  // the exchange keeps failing must not stop the agent working (the journal answers its command).
+  const replayed = untilOr(replay.settled, clock, (config.requestTimeoutSeconds + config.retryMaxSeconds) * 1000, stop);
 
   const loops = [
-    commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+    replayed.then(() =>
+      commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+    ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
     rotateLoop(trainerLog, logger, clock, stop),
     // Scan the environments and find the runs a previous agent left; a run's processes outlive the agent.
@@ -227,4 +233,11 @@ async function rotateLoop(log: TrainerLog, logger: Logger, clock: Clock, stop: A
     }
     await clock.sleep(LOG_ROTATE_CHECK_MS, stop);
   }
+}
+
+/** Resolves when `p` settles, or after `ms`, or when the agent stops, whichever comes first. */
+async function untilOr(p: Promise<void>, clock: Clock, ms: number, stop: AbortSignal): Promise<void> {
+  const done = new AbortController();
+  await Promise.race([p, clock.sleep(ms, AbortSignal.any([stop, done.signal]))]);
+  done.abort();
 }
