@@ -5,7 +5,6 @@
  */
 import { ExchangeError } from "../../src/client";
 import { Backoff, type BackoffOptions } from "./backoff";
-import type { Clock } from "./clock";
 import { isTransient, type EngineLink } from "./engine-link";
 import { describeError, type Logger } from "./log";
 import type { Outcome, OutcomeJournal } from "./outcome-journal";
@@ -16,7 +15,6 @@ export type AckerDeps = {
   journal: OutcomeJournal;
   reach: Reachability;
   logger: Logger;
-  clock: Clock;
   backoff: BackoffOptions;
   stop: AbortSignal;
 };
@@ -83,7 +81,7 @@ export class Acker {
           return;
         }
         this.d.reach.failed(`acking command ${seq}`, e);
-        await this.d.clock.sleep(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }
   }

@@ -64,8 +64,9 @@ export async function startAgent(
   const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };
   const link = new EngineLink(config.server, config.engine, config.token, config.requestTimeoutSeconds * 1000);
   const reach = new Reachability(logger, clock, link.baseUrl);
+  link.onAnswered = () => reach.succeeded();
   const journal = new OutcomeJournal(config.stateDir);
-  const acker = new Acker({ link, journal, reach, logger, clock, backoff, stop });
+  const acker = new Acker({ link, journal, reach, logger, backoff, stop });
   const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
 
   // The facade's port is known only after listen (it may be 0), and the trainer needs it.
@@ -143,12 +144,9 @@ export async function startAgent(
   });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
-    client: new RunsClient({
-      baseUrl: link.baseUrl,
-      token: config.token,
-      fetch: (input, init) => fetch(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(config.requestTimeoutSeconds * 1000) }),
-    }),
+    client: new RunsClient({ baseUrl: link.baseUrl, token: config.token, fetch: link.fetch }),
     clock,
+    reach,
     logger,
     agentId: config.agentId,
     stop,
@@ -184,7 +182,7 @@ export async function startAgent(
 
   const loops = [
     replayed.then(() =>
-      commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+      commandLoop({ link, dispatcher, reach, logger, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
     ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
     rotateLoop(trainerLog, logger, clock, stop),

@@ -48,8 +48,9 @@ export class Reports {
       // A fresh wake-up before sending: a poke during the request then makes another one follow at once.
       const wake = new AbortController();
       this.wake = wake;
-      await this.heartbeat();
-      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal]));
+      const sent = await this.heartbeat();
+      // After a failed one, the next goes out as soon as the exchange is back: it may have marked the agent gone.
+      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal, ...(sent ? [] : [this.d.reach.recovered])]));
     }
   }
 
@@ -99,7 +100,7 @@ export class Reports {
           return;
         }
         this.d.reach.failed("reporting the trainer's exit", e);
-        await this.d.clock.sleep(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }
   }

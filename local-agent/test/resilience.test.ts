@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
 import { runAgent, testConfig } from "./support/agent-harness";
 import { journaledOutcomes } from "./support/journal";
+import { ManualClock } from "./support/manual-clock";
 import { FaultyProxy } from "./support/proxy";
 import { PyRunner } from "./support/py-runner";
 import { repPeer } from "./support/rep-peer";
@@ -24,8 +25,8 @@ beforeEach(async () => {
   t.defer(() => proxy.close());
 });
 
-async function agent(over: Parameters<typeof testConfig>[3] = {}) {
-  const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }));
+async function agent(over: Parameters<typeof testConfig>[3] = {}, clock?: ManualClock) {
+  const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }), clock);
   t.defer(() => a.stop());
   return a;
 }
@@ -48,6 +49,15 @@ async function claimAndEnd(ids: string[]): Promise<void> {
     const c = await t.engine.client.claimEpisode({ client_uuid: `c-${id}`, episode_type: "train", discard_episode_timeout: 600 });
     expect(c.episode_uuid).toBe(id);
     expect(await t.engine.client.endEpisode({ client_uuid: `c-${id}`, episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id })).toEqual({ success: true });
+  }
+}
+
+/** Moves the manual clock on in 100 ms steps, letting the agent's loops run between them, until `done` (at most `maxMs`). */
+async function advanceUntil(clock: ManualClock, done: () => boolean, maxMs: number): Promise<void> {
+  for (let moved = 0; !done(); moved += 100) {
+    if (moved >= maxMs) throw new Error(`not done after ${maxMs} ms of the manual clock`);
+    await clock.advance(100);
+    await new Promise((r) => setTimeout(r, 5)); // real time for the agent's requests to fail or get through
   }
 }
 
@@ -78,6 +88,31 @@ describe("the agent and an unreliable Worker", () => {
     for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
     expect(a.lines.filter((l) => /cannot reach the exchange at .* retrying with backoff/.test(l)).length).toBeGreaterThanOrEqual(3);
     expect(a.lines.filter((l) => /the exchange is reachable again after [\d.]+ s; resuming where the agent left off/.test(l)).length).toBeGreaterThanOrEqual(3);
+  });
+
+  it("resumes every loop once one request gets through after an outage: a poll deep in its backoff does not sleep it out", async () => {
+    const clock = new ManualClock(Date.now());
+    // The default retry ceiling: a poll that failed a few times waits 15-30 s before its next try.
+    const a = await agent({ retryMaxSeconds: 30, heartbeatSeconds: 1 }, clock);
+    const { runner, ids } = await episodes(1, "idle");
+    await waitUntil(() => a.lines.some((l) => l.includes("rollout-agent")), "the agent to start");
+    proxy.fault = () => "refuse";
+    // The long poll under way when the outage began is answered; the next one is refused.
+    await waitUntil(() => proxy.faults("/agent/commands") >= 1, "a poll to be refused");
+    // The outage lasts until the poll's backoff is longer than any other wait of the agent (the
+    // log rotation's 5 s); the heartbeat, every second of the manual clock, keeps failing meanwhile.
+    const longest = () => Math.max(...clock.pending);
+    await advanceUntil(clock, () => longest() > 5000, 60_000);
+    await claimAndEnd(ids);
+
+    proxy.fault = () => "pass";
+    const recoveries = () => a.lines.filter((l) => /the exchange is reachable again after/.test(l)).length;
+    const seen = recoveries();
+    // The heartbeat gets through within its next beats, well before the poll's next try.
+    await advanceUntil(clock, () => recoveries() > seen, longest() - 1000);
+    // No more time passes: the poll must go at once, and the result reach its runner.
+    await runner.waitFor("acked", ids[0], 5000);
+    expect(longest()).toBeLessThanOrEqual(5000);
   });
 
   it("never delivers a result twice when its ack is lost: the redelivered command is answered from the journal", async () => {

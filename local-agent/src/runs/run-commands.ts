@@ -12,6 +12,7 @@ import { RunsClient } from "../../../src/client";
 import type { CommandBody } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
+import type { Reachability } from "../reachability";
 import type { Outcome } from "../outcome-journal";
 import { ExchangeReporter } from "./exchange-reporter";
 import { testModel } from "./inference-test";
@@ -31,6 +32,8 @@ export type RunCommandsDeps = {
   config: { ok: true; config: RunsConfig } | { ok: false; errors: string[] };
   client: RunsClient;
   clock: Clock;
+  /** Cuts the reporter's retry waits short once the exchange answers again. */
+  reach: Reachability;
   logger: Logger;
   agentId: string;
   stop: AbortSignal;
