@@ -42,6 +42,7 @@ import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { migrateEngine } from "./schema";
 import { CommandQueue } from "./command-queue";
+import { CommandOutcomes } from "./command-outcomes";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
@@ -110,6 +111,8 @@ export class EngineObject extends DurableObject<Env> {
 
   private readonly sql: SqlStorage;
   private readonly commands: CommandQueue;
+  /** The agent's refusals (command-outcomes.ts). */
+  private readonly outcomes: CommandOutcomes;
   private readonly outbox: Outbox;
   private readonly buffer: RolloutBuffer;
   private meta: Meta;
@@ -143,6 +146,7 @@ export class EngineObject extends DurableObject<Env> {
     // One transaction: a migration that fails half-way (one rebuilds tables) leaves nothing behind.
     ctx.storage.transactionSync(() => migrateEngine(this.sql));
     this.commands = new CommandQueue(this.sql);
+    this.outcomes = new CommandOutcomes({ get: (k) => this.getKv(k), set: (k, v) => this.setKv(k, v) });
     this.outbox = new Outbox(this.sql);
     this.buffer = new RolloutBuffer(this.sql, {
       engine: () => this.meta.name ?? "",
@@ -505,6 +509,7 @@ export class EngineObject extends DurableObject<Env> {
       this.tx(() => {
         this.commands.ack(req.seq, req.ok, req.detail, this.now());
         this.applyAck(cmd.body, req.ok, req.detail);
+        this.outcomes.acked(req.seq, cmd.body, req.ok, req.detail, this.now());
       });
       this.afterEnqueue();
       return ok({ success: true, first_ack: true });
@@ -551,6 +556,7 @@ export class EngineObject extends DurableObject<Env> {
         episodes: this.episodeCounts(),
         deliveries: { pending: deliveries["pending"] ?? 0, delivered: deliveries["delivered"] ?? 0, undeliverable: deliveries["undeliverable"] ?? 0 },
         undeliverable,
+        refusals: this.outcomes.refusals(),
         pending_commands: this.commands.pendingCount(),
         outbox: this.outbox.size(),
         agent: this.agentStatus(),
