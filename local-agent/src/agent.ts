@@ -141,6 +141,7 @@ export async function startAgent(
     version: AGENT_VERSION,
     gatewayUrl,
     rolloutWorkers: () => rolloutWorkers.report(),
+    runsOffReason: () => runs.offReason,
   });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),

@@ -28,6 +28,8 @@ export type ReportDeps = {
   gatewayUrl?: string | null;
   /** The rollout workers' state for the heartbeat (running, or how they ended on their own). */
   rolloutWorkers?: () => RolloutWorkersStatus | null;
+  /** Why training runs are off on this host; null when they are on. */
+  runsOffReason?: () => string | null;
 };
 
 const MAX_LOG_TAIL = 16_384;
@@ -65,6 +67,7 @@ export class Reports {
         gateway_url: this.d.gatewayUrl ?? null,
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
         rollout_workers: this.d.rolloutWorkers?.() ?? null,
+        runs_off_reason: this.d.runsOffReason?.()?.slice(0, 2000) ?? null,
       });
       this.d.reach.succeeded();
       return true;

@@ -37,6 +37,8 @@ export const AgentHeartbeatRequest = z.object({
   }),
   /** Null when no rollout workers were started (or the agent predates them). */
   rollout_workers: RolloutWorkersStatus.nullable().default(null),
+  /** Why training runs are off on this host (no runs config, or one that does not load); null when they are on. */
+  runs_off_reason: z.string().max(2000).nullable().default(null),
 });
 export type AgentHeartbeatRequest = z.infer<typeof AgentHeartbeatRequest>;
 
@@ -53,6 +55,8 @@ export const AgentStatus = z.object({
   trainer_pid: z.number().nullable(),
   gateway_url: z.string().nullable(),
   rollout_workers: RolloutWorkersStatus.nullable(),
+  /** Why training runs are off on the agent's host, in its words; null when they are on (or unknown). */
+  runs_off_reason: z.string().nullable(),
   /** Unix seconds of the last heartbeat; null if the agent never called in. */
   last_seen: z.number().nullable(),
 });

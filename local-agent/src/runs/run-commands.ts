@@ -64,6 +64,11 @@ export class RunCommands {
     this.supervisor = d.config.ok ? new RunSupervisor({ config: d.config.config, reporter: this.reporter, clock: d.clock, logger: d.logger, agentId: d.agentId, stop: d.stop }) : null;
   }
 
+  /** Why training runs are off on this host, for the heartbeat (the engine tells callers of the catalog); null when they are on. */
+  get offReason(): string | null {
+    return this.d.config.ok ? null : this.d.config.errors.join("; ");
+  }
+
   /** At agent start: scan once and find the runs a previous agent left. */
   async startup(): Promise<void> {
     if (!this.d.config.ok) {
