@@ -215,6 +215,20 @@ describe("dashboard after a scripted run", () => {
     expect(errs).toEqual([]);
   });
 
+  it("shows the commands the agent refused, in its words, without reloading the page", async () => {
+    const why = "no runs config on this host (set ROLLOUT_RUNS_CONFIG to a JSON file; see local-agent/src/runs/runs-config.ts)";
+    const scan = await engine.runsAs("operator").scanEnvironments();
+    const { commands } = await engine.as("trainer").pollCommands({ limit: 100 });
+    expect(commands.map((c) => c.seq)).toContain(scan.command_seq);
+    await engine.as("trainer").ackCommand({ seq: scan.command_seq, ok: false, detail: why });
+    const item = `#agent-refusals li[data-seq="${scan.command_seq}"]`;
+    await page.waitForSelector(item, { timeout: 10_000 });
+    const text = (await page.textContent(item)) ?? "";
+    expect(text).toMatch(new RegExp(`^refused scan_environments \\(command ${scan.command_seq}, [\\d.]+ s ago\\): `));
+    expect(text.endsWith(why)).toBe(true);
+    expect((await engine.as("viewer").overview()).refusals[0]).toMatchObject({ seq: scan.command_seq, kind: "scan_environments", detail: why });
+  });
+
   it("logged no error in the browser", () => {
     expect(errors).toEqual([]);
   });

@@ -72,6 +72,7 @@ describe("rl_* tools through the MCP client", () => {
         "rl_get_results",
         "rl_list_environments",
         "rl_list_runs",
+        "rl_scan_environments",
         "rl_select_environment",
         "rl_start_training",
         "rl_stop_training",

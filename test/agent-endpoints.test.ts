@@ -26,6 +26,7 @@ describe("agent presence", () => {
       trainer_pid: 999,
       gateway_url: null,
       rollout_workers: null,
+      runs_off_reason: null,
       last_seen: e.clock.t / 1000,
     });
     e.clock.t += 44_000;

@@ -1,6 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { advance, createEngine, endBody, rollingWith } from "./support/harness";
+import { MAX_REFUSALS } from "../src/protocol/agent";
 
 describe("agent command channel", () => {
   it("queues start with the synced YAML, and stop, in order", async () => {
@@ -89,6 +90,35 @@ describe("agent command channel", () => {
     const { commands } = await e.as("trainer").pollCommands();
     await e.as("trainer").ackCommand({ seq: commands[0]!.seq, ok: false, detail: "spawn ajet ENOENT" });
     expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_detail: "trainer failed to start: spawn ajet ENOENT" });
+  });
+});
+
+describe("the agent's refusals", () => {
+  it("keeps the latest refusals for the overview, newest first, and leaves undelivered results to their own list", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    await e.as("operator").syncTrainConfig("x: 1\n");
+    for (let i = 0; i < MAX_REFUSALS + 2; i++) {
+      await e.as("operator").startEngine();
+      const { commands } = await trainer.pollCommands();
+      e.clock.t += 1000;
+      await trainer.ackCommand({ seq: commands[0]!.seq, ok: false, detail: `spawn ajet ENOENT (${i})` });
+    }
+    await e.as("operator").stopEngine();
+    const stop = (await trainer.pollCommands()).commands[0]!;
+    await trainer.ackCommand({ seq: stop.seq, ok: true, detail: "no trainer was running" });
+    await rollingWith(e, 1, { zmq: true });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("c", c.episode_uuid, 1));
+    const deliver = (await trainer.pollCommands()).commands.find((x) => x.body.kind === "deliver")!;
+    await trainer.ackCommand({ seq: deliver.seq, ok: false, detail: "runner gone" });
+
+    const o = await e.as("viewer").overview();
+    expect(o.refusals).toHaveLength(MAX_REFUSALS);
+    expect(o.refusals[0]).toEqual({ seq: expect.any(Number), kind: "start", detail: `spawn ajet ENOENT (${MAX_REFUSALS + 1})`, at: e.clock.t / 1000 });
+    expect(o.refusals.map((r) => r.detail).at(-1)).toBe("spawn ajet ENOENT (2)");
+    expect(o.refusals.every((r) => r.kind === "start")).toBe(true);
+    expect(o.undeliverable).toMatchObject([{ episode_uuid: c.episode_uuid, detail: "runner gone" }]);
   });
 });
 

@@ -101,6 +101,45 @@ describe("environment catalog", () => {
   });
 });
 
+describe("catalog status", () => {
+  const heartbeat = (runs_off_reason: string | null = null) =>
+    e.as("trainer").heartbeat({ agent_id: "agent-1", host: "gpu-1", pid: 7, trainer: { state: "idle" }, runs_off_reason });
+  const status = async () => (await runsAs(e, "viewer").listEnvironments()).catalog_status;
+
+  it("says no agent is connected, then that it left, with the catalog it reported", async () => {
+    expect(await status()).toEqual({ state: "no_agent", detail: expect.stringMatching(/^No agent has connected to this engine: start the rollout agent/) });
+    await heartbeat();
+    await withCatalog();
+    expect(await status()).toEqual({ state: "ready", detail: expect.stringMatching(/^2 environments from the agent's scan at \d{4}-/) });
+    e.clock.t += 120_000;
+    expect(await status()).toEqual({
+      state: "no_agent",
+      detail: expect.stringMatching(/^The engine's agent on gpu-1 is not connected \(last heard from 120 s ago\); runs cannot start until it is back\. The 2 environments listed are from its scan at /),
+    });
+  });
+
+  it("passes on the agent's reason when its host has no runs config", async () => {
+    await heartbeat("no runs config on this host (set ROLLOUT_RUNS_CONFIG to a JSON file)");
+    expect(await status()).toEqual({
+      state: "no_runs_config",
+      detail: "The agent on gpu-1 has training runs off: no runs config on this host (set ROLLOUT_RUNS_CONFIG to a JSON file). Give it a runs config (ROLLOUT_RUNS_CONFIG) and restart it; it scans when it starts.",
+    });
+  });
+
+  it("follows a scan: not scanned, pending, failed with the agent's error, then ready once a catalog is reported", async () => {
+    await heartbeat();
+    expect((await status()).state).toBe("not_scanned");
+    const { command_seq } = await runsAs(e, "operator").scanEnvironments();
+    expect(await status()).toEqual({ state: "scan_pending", detail: `The agent is scanning its environment directories (command ${command_seq}); list again in a few seconds.` });
+    await e.as("trainer").ackCommand({ seq: command_seq, ok: false, detail: "environment directory /opt/envs does not exist" });
+    expect(await status()).toEqual({ state: "scan_failed", detail: expect.stringMatching(/^The last scan failed: environment directory \/opt\/envs does not exist\. Fix that on the GPU host/) });
+    // The refusal reaches the engine's overview too.
+    expect((await e.as("viewer").overview()).refusals).toEqual([{ seq: command_seq, kind: "scan_environments", detail: "environment directory /opt/envs does not exist", at: e.clock.t / 1000 }]);
+    await withCatalog();
+    expect((await status()).state).toBe("ready");
+  });
+});
+
 describe("run configuration", () => {
   it("shows nothing selected, then the selected environment's fields, locked fields and YAML", async () => {
     await withCatalog();

@@ -31,7 +31,7 @@ describe("MCP endpoint", () => {
   it("lists only the tools the token's role may call", async () => {
     const names = async (token: string) => ((await rpc(token, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string }[] }).tools.map((t) => t.name);
     expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs"]);
-    expect(await names(e.tokens.operator)).toHaveLength(10);
+    expect(await names(e.tokens.operator)).toHaveLength(11);
     const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { type: string; properties: Record<string, unknown>; required?: string[] } }[] };
     const edit = listed.tools.find((t) => t.name === "rl_edit_config")!;
     expect(edit.inputSchema).toMatchObject({ type: "object", required: ["field", "value"] });
@@ -51,6 +51,31 @@ describe("MCP endpoint", () => {
     const badArgs = (await call(e.tokens.operator, "rl_edit_config", { field: 3 })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
     expect(badArgs).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments", tool: "rl_edit_config" } });
     expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+  });
+
+  it("says why the environment list is empty, with next steps that can work", async () => {
+    const list = async () => (await call(e.tokens.viewer, "rl_list_environments", {})).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown>; content: { text: string }[] };
+    const none = await list();
+    expect(none.isError).toBe(false);
+    expect(none.structuredContent).toMatchObject({ count: 0, catalog_status: { state: "no_agent" } });
+    expect(none.content[0]!.text).toContain("No agent has connected to this engine");
+    expect(none.structuredContent["next_steps"]).toEqual([expect.stringMatching(/^start the rollout agent on the GPU host/), "rl_list_environments() again afterwards"]);
+
+    await e.as("trainer").heartbeat({ agent_id: "a", host: "gpu-1", pid: 1, trainer: { state: "idle" }, runs_off_reason: "no runs config on this host" });
+    expect((await list()).structuredContent).toMatchObject({
+      catalog_status: { state: "no_runs_config", detail: expect.stringContaining("no runs config on this host") },
+      next_steps: [expect.stringMatching(/set ROLLOUT_RUNS_CONFIG/), "rl_list_environments() again afterwards"],
+    });
+
+    await e.as("trainer").heartbeat({ agent_id: "a", host: "gpu-1", pid: 1, trainer: { state: "idle" } });
+    expect((await list()).structuredContent).toMatchObject({ catalog_status: { state: "not_scanned" }, next_steps: [expect.stringMatching(/^rl_scan_environments\(\)/), expect.any(String)] });
+    const scan = (await call(e.tokens.operator, "rl_scan_environments", {})).json?.["result"] as { structuredContent: { command_seq: number } };
+    expect((await list()).structuredContent).toMatchObject({ catalog_status: { state: "scan_pending" } });
+    await e.as("trainer").ackCommand({ seq: scan.structuredContent.command_seq, ok: false, detail: "python3 not found" });
+    expect((await list()).structuredContent).toMatchObject({ catalog_status: { state: "scan_failed", detail: expect.stringContaining("python3 not found") } });
+
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    expect((await list()).structuredContent).toMatchObject({ count: 2, catalog_status: { state: "ready" }, next_steps: [expect.stringMatching(/^rl_select_environment/), expect.any(String)] });
   });
 
   it("answers protocol mistakes with JSON-RPC errors", async () => {

@@ -5,7 +5,6 @@
  */
 import { ExchangeError } from "../../src/client";
 import { Backoff, type BackoffOptions } from "./backoff";
-import type { Clock } from "./clock";
 import { isTransient, type EngineLink } from "./engine-link";
 import { describeError, type Logger } from "./log";
 import type { Outcome, OutcomeJournal } from "./outcome-journal";
@@ -16,7 +15,6 @@ export type AckerDeps = {
   journal: OutcomeJournal;
   reach: Reachability;
   logger: Logger;
-  clock: Clock;
   backoff: BackoffOptions;
   stop: AbortSignal;
 };
@@ -45,11 +43,14 @@ export class Acker {
     return p;
   }
 
-  /** After a restart: acks whose outcome was recorded but never confirmed. */
-  resendJournal(): number {
+  /**
+   * After a restart: acks whose outcome was recorded but never confirmed. `settled` resolves
+   * once each has been answered (or given up), which is when polling may start.
+   */
+  resendJournal(): { count: number; settled: Promise<void> } {
     const pending = this.d.journal.unacked();
-    for (const [seq, outcome] of pending) void this.send(seq, outcome);
-    return pending.length;
+    const sends = pending.map(([seq, outcome]) => this.send(seq, outcome));
+    return { count: pending.length, settled: Promise.allSettled(sends).then(() => undefined) };
   }
 
   get pending(): number {
@@ -80,7 +81,7 @@ export class Acker {
           return;
         }
         this.d.reach.failed(`acking command ${seq}`, e);
-        await this.d.clock.sleep(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }
   }

@@ -64,8 +64,9 @@ export async function startAgent(
   const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };
   const link = new EngineLink(config.server, config.engine, config.token, config.requestTimeoutSeconds * 1000);
   const reach = new Reachability(logger, clock, link.baseUrl);
+  link.onAnswered = () => reach.succeeded();
   const journal = new OutcomeJournal(config.stateDir);
-  const acker = new Acker({ link, journal, reach, logger, clock, backoff, stop });
+  const acker = new Acker({ link, journal, reach, logger, backoff, stop });
   const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
 
   // The facade's port is known only after listen (it may be 0), and the trainer needs it.
@@ -140,15 +141,13 @@ export async function startAgent(
     version: AGENT_VERSION,
     gatewayUrl,
     rolloutWorkers: () => rolloutWorkers.report(),
+    runsOffReason: () => runs.offReason,
   });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
-    client: new RunsClient({
-      baseUrl: link.baseUrl,
-      token: config.token,
-      fetch: (input, init) => fetch(input, { ...init, signal: init?.signal ?? AbortSignal.timeout(config.requestTimeoutSeconds * 1000) }),
-    }),
+    client: new RunsClient({ baseUrl: link.baseUrl, token: config.token, fetch: link.fetch }),
     clock,
+    reach,
     logger,
     agentId: config.agentId,
     stop,
@@ -175,11 +174,17 @@ export async function startAgent(
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}; inference gateway on ${gatewayLocalUrl}${gatewayUrl === gatewayLocalUrl ? "" : `, reached at ${gatewayUrl}`}`);
   trainer.adopt();
   rollout.workers.adopt();
-  const resent = acker.resendJournal();
-  if (resent > 0) logger.info(`re-sending ${resent} ack${resent === 1 ? "" : "s"} of commands finished before the restart`);
+  const replay = acker.resendJournal();
+  if (replay.count > 0) logger.info(`re-sending ${replay.count} ack${replay.count === 1 ? "" : "s"} of commands finished before the restart`);
+  // A poll sent alongside those acks would be handed their commands again (the engine releases
+  // a dead session's leases at once), so it waits for their answers; not forever, though: an ack
+  // the exchange keeps failing must not stop the agent working (the journal answers its command).
+  const replayed = untilOr(replay.settled, clock, (config.requestTimeoutSeconds + config.retryMaxSeconds) * 1000, stop);
 
   const loops = [
-    commandLoop({ link, dispatcher, reach, logger, clock, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+    replayed.then(() =>
+      commandLoop({ link, dispatcher, reach, logger, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+    ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
     rotateLoop(trainerLog, logger, clock, stop),
     // Scan the environments and find the runs a previous agent left; a run's processes outlive the agent.
@@ -227,4 +232,11 @@ async function rotateLoop(log: TrainerLog, logger: Logger, clock: Clock, stop: A
     }
     await clock.sleep(LOG_ROTATE_CHECK_MS, stop);
   }
+}
+
+/** Resolves when `p` settles, or after `ms`, or when the agent stops, whichever comes first. */
+async function untilOr(p: Promise<void>, clock: Clock, ms: number, stop: AbortSignal): Promise<void> {
+  const done = new AbortController();
+  await Promise.race([p, clock.sleep(ms, AbortSignal.any([stop, done.signal]))]);
+  done.abort();
 }

@@ -5,7 +5,6 @@
  */
 import { ExchangeError } from "../../src/client";
 import { Backoff, type BackoffOptions } from "./backoff";
-import type { Clock } from "./clock";
 import type { Dispatcher } from "./dispatcher";
 import { isTransient, type EngineLink } from "./engine-link";
 import type { Logger } from "./log";
@@ -16,7 +15,6 @@ export type CommandLoopDeps = {
   dispatcher: Dispatcher;
   reach: Reachability;
   logger: Logger;
-  clock: Clock;
   backoff: BackoffOptions;
   stop: AbortSignal;
   waitSeconds: number;
@@ -45,7 +43,7 @@ export async function commandLoop(d: CommandLoopDeps): Promise<void> {
         const why = e instanceof ExchangeError ? `${e.status} ${e.detail}` : String(e);
         d.logger.error(`the exchange refused the agent's command poll: ${why}; check the engine name and the trainer token`);
       }
-      await d.clock.sleep(backoff.next(), d.stop);
+      await d.reach.pause(backoff.next(), d.stop);
     }
   }
 }

@@ -29,7 +29,10 @@ export class EngineLink {
    */
   readonly session = crypto.randomUUID();
   readonly client: EngineClient;
-  private readonly fetchFn: FetchLike;
+  /** fetch with the request deadline; every answer but a 5xx or 429 calls `onAnswered`. */
+  readonly fetch: FetchLike;
+  /** Told whenever the exchange answers: however the agent reached it, it is reachable (see reachability.ts). */
+  onAnswered: () => void = () => undefined;
 
   constructor(
     server: string,
@@ -40,15 +43,19 @@ export class EngineLink {
     fetchImpl: FetchLike = (input, init) => fetch(input, init),
   ) {
     this.baseUrl = `${server.replace(/\/+$/, "")}/e/${encodeURIComponent(engine)}`;
-    this.fetchFn = (input, init) => withDeadline(fetchImpl, input, init, timeoutMs);
-    this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetchFn });
+    this.fetch = async (input, init) => {
+      const res = await withDeadline(fetchImpl, input, init, timeoutMs);
+      if (res.status < 500 && res.status !== 429) this.onAnswered();
+      return res;
+    };
+    this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetch });
   }
 
   /** Long-polls for commands; each is validated on its own. */
   async pollCommands(waitSeconds: number, limit: number, stop: AbortSignal): Promise<PolledCommand[]> {
     const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + this.timeoutMs)]);
     const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}&session=${this.session}`;
-    const { commands } = await requestJson(this.fetchFn, url, LenientPoll, { method: "GET", token: this.token, signal });
+    const { commands } = await requestJson(this.fetch, url, LenientPoll, { method: "GET", token: this.token, signal });
     return commands.map((raw): PolledCommand => {
       const parsed = Command.safeParse(raw);
       if (parsed.success) return { ok: true, command: parsed.data };
@@ -62,7 +69,7 @@ export class EngineLink {
   async forward(method: string, pathAndQuery: string, body: Buffer | null, contentType: string | undefined): Promise<RawAnswer> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
     if (contentType !== undefined) headers["content-type"] = contentType;
-    const res = await this.fetchFn(this.baseUrl + pathAndQuery, { method, headers, body: body === null || body.length === 0 ? null : new Uint8Array(body) });
+    const res = await this.fetch(this.baseUrl + pathAndQuery, { method, headers, body: body === null || body.length === 0 ? null : new Uint8Array(body) });
     return { status: res.status, contentType: res.headers.get("content-type") ?? "application/json", body: Buffer.from(await res.arrayBuffer()) };
   }
 }

@@ -8,6 +8,11 @@
  * moment it is known, before the ack is sent, and a redelivered command whose outcome is here
  * is answered from the journal instead of being executed again.
  *
+ * An acked outcome is still remembered for a while, in memory: a poll answer that left the
+ * engine just before the ack landed can reach the agent after the ack's answer, and that
+ * command must not run again either. After a restart no such answer is on its way (the
+ * dead process's polls died with it), so the file need not keep them.
+ *
  * An append-only file of JSON lines: `{"seq":1,"ok":true,"detail":"..."}` when a command
  * finishes and `{"acked":1}` once the engine confirmed the ack. appendFileSync reaches the
  * kernel before it returns, so a SIGKILL of the agent right after loses nothing (a host
@@ -20,9 +25,13 @@ import { join } from "node:path";
 export type Outcome = { ok: boolean; detail: string };
 
 const COMPACT_AFTER_LINES = 10_000;
+/** Acked outcomes remembered; far more than one poll's worth of commands (100) can be crossing their acks. */
+const REMEMBER_ACKED = 10_000;
 
 export class OutcomeJournal {
   private readonly pending = new Map<number, Outcome>();
+  /** Recently acked outcomes, oldest first. */
+  private readonly ackedRecently = new Map<number, Outcome>();
   private readonly path: string;
   private linesSinceCompact = 0;
 
@@ -33,9 +42,9 @@ export class OutcomeJournal {
     this.compact();
   }
 
-  /** Outcomes recorded but not yet acknowledged by the engine, by seq. */
+  /** The outcome of a command this agent finished: not yet acknowledged by the engine, or acknowledged lately. */
   get(seq: number): Outcome | undefined {
-    return this.pending.get(seq);
+    return this.pending.get(seq) ?? this.ackedRecently.get(seq);
   }
 
   unacked(): Array<[number, Outcome]> {
@@ -49,7 +58,11 @@ export class OutcomeJournal {
 
   /** The engine has the ack: the outcome is no longer needed. */
   acked(seq: number): void {
-    if (!this.pending.delete(seq)) return;
+    const outcome = this.pending.get(seq);
+    if (outcome === undefined) return;
+    this.pending.delete(seq);
+    this.ackedRecently.set(seq, outcome);
+    if (this.ackedRecently.size > REMEMBER_ACKED) this.ackedRecently.delete(this.ackedRecently.keys().next().value as number);
     this.append({ acked: seq });
   }
 

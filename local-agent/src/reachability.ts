@@ -3,6 +3,12 @@
  * logged once when it starts, with a progress line every 30 s while it lasts, and once when it
  * ends: a Worker that is down for an hour with 500 acks waiting does not produce 500 lines a
  * second, and the operator still sees that the agent is alive and waiting.
+ *
+ * It is also the loops' shared wake-up: each loop backs off on its own (up to 30 s), so without
+ * it a poll could sleep out its backoff long after the heartbeat got through. A wait begun
+ * through `pause` ends as soon as any request is answered again. An agent's first request after
+ * an outage is still jittered by its own backoff, so a fleet that lost the Worker together does
+ * not come back together.
  */
 import type { Clock } from "./clock";
 import { describeError, type Logger } from "./log";
@@ -13,6 +19,8 @@ export class Reachability {
   private downSince: number | null = null;
   private lastProgress = 0;
   private failures = 0;
+  /** Aborted when the current (or next) outage ends, then replaced. */
+  private recovery = new AbortController();
 
   constructor(
     private readonly logger: Logger,
@@ -22,6 +30,16 @@ export class Reachability {
 
   get down(): boolean {
     return this.downSince !== null;
+  }
+
+  /** Aborts once the exchange answers a request again; taken while it answers, at the end of the next outage. */
+  get recovered(): AbortSignal {
+    return this.recovery.signal;
+  }
+
+  /** Sleeps a backoff wait (or until `stop`), cut short when the exchange is reachable again. */
+  pause(ms: number, stop: AbortSignal): Promise<void> {
+    return this.clock.sleep(ms, AbortSignal.any([stop, this.recovery.signal]));
   }
 
   failed(what: string, err: unknown): void {
@@ -45,5 +63,8 @@ export class Reachability {
     this.logger.info(`the exchange is reachable again after ${secs} s; resuming where the agent left off`);
     this.downSince = null;
     this.failures = 0;
+    const woken = this.recovery;
+    this.recovery = new AbortController();
+    woken.abort();
   }
 }

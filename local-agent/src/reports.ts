@@ -28,6 +28,8 @@ export type ReportDeps = {
   gatewayUrl?: string | null;
   /** The rollout workers' state for the heartbeat (running, or how they ended on their own). */
   rolloutWorkers?: () => RolloutWorkersStatus | null;
+  /** Why training runs are off on this host; null when they are on. */
+  runsOffReason?: () => string | null;
 };
 
 const MAX_LOG_TAIL = 16_384;
@@ -48,8 +50,9 @@ export class Reports {
       // A fresh wake-up before sending: a poke during the request then makes another one follow at once.
       const wake = new AbortController();
       this.wake = wake;
-      await this.heartbeat();
-      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal]));
+      const sent = await this.heartbeat();
+      // After a failed one, the next goes out as soon as the exchange is back: it may have marked the agent gone.
+      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal, ...(sent ? [] : [this.d.reach.recovered])]));
     }
   }
 
@@ -64,6 +67,7 @@ export class Reports {
         gateway_url: this.d.gatewayUrl ?? null,
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
         rollout_workers: this.d.rolloutWorkers?.() ?? null,
+        runs_off_reason: this.d.runsOffReason?.()?.slice(0, 2000) ?? null,
       });
       this.d.reach.succeeded();
       return true;
@@ -99,7 +103,7 @@ export class Reports {
           return;
         }
         this.d.reach.failed("reporting the trainer's exit", e);
-        await this.d.clock.sleep(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }
   }

@@ -67,4 +67,30 @@ describe("Reachability", () => {
     expect(log.lines[2]).toBe("info the exchange is reachable again after 35.0 s; resuming where the agent left off");
     expect(r.down).toBe(false);
   });
+
+  it("cuts every backoff wait short when the exchange answers again, and only then", async () => {
+    const clock = new ManualClock();
+    const r = new Reachability(new MemoryLogger(), clock, "http://x/e/e1");
+    const stop = new AbortController();
+    r.failed("polling for commands", new Error("ECONNREFUSED"));
+    const woke: string[] = [];
+    const poll = r.pause(30_000, stop.signal).then(() => woke.push("poll"));
+    const ack = r.pause(20_000, stop.signal).then(() => woke.push("ack"));
+    await clock.advance(1000);
+    r.failed("heartbeat", new Error("ECONNREFUSED"));
+    await clock.advance(0);
+    expect(woke).toEqual([]);
+    r.succeeded();
+    await Promise.all([poll, ack]);
+    expect(woke.sort()).toEqual(["ack", "poll"]);
+    expect(clock.now() - Date.UTC(2026, 10, 30)).toBe(1000);
+    // A wait begun while the exchange answers runs its course unless a later outage ends.
+    let later = false;
+    void r.pause(5000, stop.signal).then(() => (later = true));
+    r.succeeded();
+    await clock.advance(0);
+    expect(later).toBe(false);
+    await clock.advance(5000);
+    expect(later).toBe(true);
+  });
 });

@@ -1,13 +1,17 @@
 /**
  * The agent as a real process (the CLI), killed and restarted: SIGKILL in the middle of
- * deliveries, SIGKILL with a trainer running, SIGTERM, and start-up failures.
+ * deliveries, SIGKILL between journaling an outcome and its ack, SIGKILL with a trainer running,
+ * SIGTERM, and start-up failures.
  */
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { AgentProcess, suiteAgentEnv } from "./support/agent-process";
+import { journaledOutcomes } from "./support/journal";
+import { FaultyProxy } from "./support/proxy";
 import { PyRunner } from "./support/py-runner";
+import { repPeer, type RepPeer } from "./support/rep-peer";
 import { exchangeSuite } from "./support/suite";
 import { processAlive, waitUntil } from "./support/wait";
 
@@ -76,6 +80,52 @@ describe("the agent process", () => {
     // their runners took them and stopped listening, so the redelivery finds nobody.
     expect(d.undeliverable).toBeLessThanOrEqual(inFlight);
     expect(d.delivered).toBeGreaterThanOrEqual(ids.length - inFlight);
+  });
+
+  it("is SIGKILLed after journaling a delivery whose ack never arrived: restarted, it acks before polling and the runner gets the result once", async () => {
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const proxy = new FaultyProxy(t.ex.url);
+    await proxy.listen();
+    t.defer(() => proxy.close());
+    const settings = env({ ROLLOUT_SERVER: proxy.url });
+    // Runners that keep listening: a second delivery of a result would be received, and counted.
+    const peers: Record<string, RepPeer> = {};
+    const endOne = async (id: string) => {
+      const peer = (peers[id] = await repPeer());
+      t.defer(() => peer.close());
+      await t.engine.trainer.registerEpisode({ episode_uuid: id, zmq_listen_result_addr: peer.addr });
+      await t.engine.client.claimEpisode({ client_uuid: `c-${id}`, episode_type: "train", discard_episode_timeout: 600 });
+      await t.engine.client.endEpisode({ client_uuid: `c-${id}`, episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id });
+    };
+
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "refuse" : "pass");
+    const first = agent(settings);
+    await started(first);
+    await endOne("journaled");
+    await waitUntil(() => peers["journaled"]!.received.length === 1, "the result to reach its runner");
+    await waitUntil(() => journaledOutcomes(join(t.dir, "state")) === 1, "the outcome in the journal");
+    first.kill("SIGKILL");
+    await first.waitForExit();
+
+    // The race a restarted agent can lose: its replayed ack is slow to get through, and a poll
+    // answer reaches it only after that ack's answer. A poll sent alongside the ack is handed
+    // the command again (the dead agent's lease is released to the new session at once).
+    proxy.fault = () => "pass";
+    proxy.hold = async (path, phase) => {
+      if (path.endsWith("/agent/ack") && phase === "request") await new Promise((r) => setTimeout(r, 500));
+      if (path.endsWith("/agent/commands") && phase === "answer") await waitUntil(() => proxy.answered("/agent/ack") >= 1, "the replayed ack's answer");
+    };
+    const second = agent(settings);
+    await started(second);
+    await second.waitForLine(/re-sending 1 ack of commands finished before the restart/, "the replayed ack");
+    await waitUntil(async () => (await t.engine.viewer.overview()).deliveries.delivered === 1, "the replayed ack to land");
+    // A result ended now is handed out by a later poll than any that could carry the first again.
+    await endOne("after-restart");
+    await waitUntil(() => peers["after-restart"]!.received.length === 1, "the next result to reach its runner");
+    await waitUntil(async () => (await t.engine.viewer.overview()).deliveries.delivered === 2, "the next result's ack");
+
+    expect(peers["journaled"]!.received).toHaveLength(1);
+    expect(second.lines.filter((l) => /handed out again|handed out \d+ times|had already been acked/.test(l))).toEqual([]);
   });
 
   it("leaves a running trainer behind when SIGKILLed; the next agent adopts it and can stop it", async () => {

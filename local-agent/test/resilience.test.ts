@@ -2,12 +2,14 @@
  * Faults between the agent and the Worker, injected by a proxy in front of the real Worker:
  * refused connections, 5xx answers, no answers at all, lost acks, malformed commands.
  */
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
 import { runAgent, testConfig } from "./support/agent-harness";
+import { journaledOutcomes } from "./support/journal";
+import { ManualClock } from "./support/manual-clock";
 import { FaultyProxy } from "./support/proxy";
 import { PyRunner } from "./support/py-runner";
+import { repPeer } from "./support/rep-peer";
 import { exchangeSuite } from "./support/suite";
 import { waitUntil } from "./support/wait";
 
@@ -23,21 +25,10 @@ beforeEach(async () => {
   t.defer(() => proxy.close());
 });
 
-async function agent(over: Parameters<typeof testConfig>[3] = {}) {
-  const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }));
+async function agent(over: Parameters<typeof testConfig>[3] = {}, clock?: ManualClock) {
+  const a = await runAgent(testConfig(proxy.url, t.engine, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3, ...over }), clock);
   t.defer(() => a.stop());
   return a;
-}
-
-/** Outcomes the agent's journal (state/outcomes.jsonl) holds, read without touching the file. */
-function journaledOutcomes(): number {
-  let text = "";
-  try {
-    text = readFileSync(join(t.dir, "state", "outcomes.jsonl"), "utf8");
-  } catch {
-    return 0;
-  }
-  return text.split("\n").filter((l) => l.startsWith('{"seq":')).length;
 }
 
 /** Rolling engine, `n` episodes registered with runners listening on ipc sockets. */
@@ -58,6 +49,15 @@ async function claimAndEnd(ids: string[]): Promise<void> {
     const c = await t.engine.client.claimEpisode({ client_uuid: `c-${id}`, episode_type: "train", discard_episode_timeout: 600 });
     expect(c.episode_uuid).toBe(id);
     expect(await t.engine.client.endEpisode({ client_uuid: `c-${id}`, episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id })).toEqual({ success: true });
+  }
+}
+
+/** Moves the manual clock on in 100 ms steps, letting the agent's loops run between them, until `done` (at most `maxMs`). */
+async function advanceUntil(clock: ManualClock, done: () => boolean, maxMs: number): Promise<void> {
+  for (let moved = 0; !done(); moved += 100) {
+    if (moved >= maxMs) throw new Error(`not done after ${maxMs} ms of the manual clock`);
+    await clock.advance(100);
+    await new Promise((r) => setTimeout(r, 5)); // real time for the agent's requests to fail or get through
   }
 }
 
@@ -90,6 +90,31 @@ describe("the agent and an unreliable Worker", () => {
     expect(a.lines.filter((l) => /the exchange is reachable again after [\d.]+ s; resuming where the agent left off/.test(l)).length).toBeGreaterThanOrEqual(3);
   });
 
+  it("resumes every loop once one request gets through after an outage: a poll deep in its backoff does not sleep it out", async () => {
+    const clock = new ManualClock(Date.now());
+    // The default retry ceiling: a poll that failed a few times waits 15-30 s before its next try.
+    const a = await agent({ retryMaxSeconds: 30, heartbeatSeconds: 1 }, clock);
+    const { runner, ids } = await episodes(1, "idle");
+    await waitUntil(() => a.lines.some((l) => l.includes("rollout-agent")), "the agent to start");
+    proxy.fault = () => "refuse";
+    // The long poll under way when the outage began is answered; the next one is refused.
+    await waitUntil(() => proxy.faults("/agent/commands") >= 1, "a poll to be refused");
+    // The outage lasts until the poll's backoff is longer than any other wait of the agent (the
+    // log rotation's 5 s); the heartbeat, every second of the manual clock, keeps failing meanwhile.
+    const longest = () => Math.max(...clock.pending);
+    await advanceUntil(clock, () => longest() > 5000, 60_000);
+    await claimAndEnd(ids);
+
+    proxy.fault = () => "pass";
+    const recoveries = () => a.lines.filter((l) => /the exchange is reachable again after/.test(l)).length;
+    const seen = recoveries();
+    // The heartbeat gets through within its next beats, well before the poll's next try.
+    await advanceUntil(clock, () => recoveries() > seen, longest() - 1000);
+    // No more time passes: the poll must go at once, and the result reach its runner.
+    await runner.waitFor("acked", ids[0], 5000);
+    expect(longest()).toBeLessThanOrEqual(5000);
+  });
+
   it("never delivers a result twice when its ack is lost: the redelivered command is answered from the journal", async () => {
     const a = await agent();
     const { runner, ids } = await episodes(3, "lost-ack");
@@ -104,6 +129,31 @@ describe("the agent and an unreliable Worker", () => {
     for (const id of ids) expect(runner.of("result", id)).toHaveLength(1);
   });
 
+  it("never runs a command again whose redelivery crossed its ack: the journal remembers acked outcomes", async () => {
+    // Deadlines long enough for the held requests: each is answered once, not timed out and retried.
+    await agent({ requestTimeoutSeconds: 10 });
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    // A runner that keeps listening, so that a second delivery would be received.
+    const peer = await repPeer();
+    t.defer(() => peer.close());
+    await t.engine.trainer.registerEpisode({ episode_uuid: "crossed", zmq_listen_result_addr: peer.addr });
+    // The ack waits until the engine has handed the command out again (its lease ran out), and
+    // that poll's answer waits until the ack's answer has reached the agent.
+    let handedOut = 0;
+    proxy.hold = async (path, phase, body) => {
+      if (path.endsWith("/agent/ack") && phase === "request") await waitUntil(() => handedOut >= 2, "the command to be handed out again", 4 * LEASE_SECONDS * 1000);
+      if (path.endsWith("/agent/commands") && phase === "answer" && body.includes('"kind":"deliver"') && ++handedOut >= 2) {
+        await waitUntil(() => proxy.answered("/agent/ack") >= 1, "the ack's answer");
+      }
+    };
+    await claimAndEnd(["crossed"]);
+    await waitUntil(() => peer.received.length >= 1, "the result to reach the runner");
+    await waitUntil(async () => (await deliveries()).delivered === 1, "the ack to land");
+    // The redelivered command is answered from the journal: its ack is re-sent, the runner is left alone.
+    await waitUntil(() => proxy.answered("/agent/ack") >= 2, "the re-sent ack", 4 * LEASE_SECONDS * 1000);
+    expect(peer.received).toHaveLength(1);
+  });
+
   it("keeps finished outcomes across an agent restart and acks them then", async () => {
     const first = await agent();
     const { runner, ids } = await episodes(2, "restart");
@@ -112,7 +162,7 @@ describe("the agent and an unreliable Worker", () => {
     for (const id of ids) await runner.waitFor("acked", id);
     // The runner's ack reaches the agent a moment later, and only then is the outcome journaled:
     // stopping before both are on disk would leave one to be delivered again, not re-acked.
-    await waitUntil(() => journaledOutcomes() === 2, "both outcomes in the agent's journal");
+    await waitUntil(() => journaledOutcomes(join(t.dir, "state")) === 2, "both outcomes in the agent's journal");
     await first.stop();
     proxy.fault = () => "pass";
     const second = await agent();

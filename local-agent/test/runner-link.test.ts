@@ -2,10 +2,10 @@
  * ZeroMQ delivery against real sockets: a Node REP peer (zeromq) and a Python runner (pyzmq)
  * that speaks AgentJet's exact messages.
  */
-import { Reply } from "zeromq";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { RESET_CONTEXT_TRACKER, sendToRunner } from "../src/runner-link";
 import { PyRunner } from "./support/py-runner";
+import { repPeer as startPeer, type RepPeer } from "./support/rep-peer";
 import { tempDir } from "./support/temp";
 
 let dir: ReturnType<typeof tempDir>;
@@ -19,27 +19,11 @@ afterEach(() => {
   dir.remove();
 });
 
-/** A Node REP peer that records what it receives and answers `reply` (after `delayMs`). */
-async function repPeer(opts: { reply?: string; delayMs?: number; addr?: string } = {}): Promise<{ addr: string; received: string[]; close(): void }> {
-  const sock = new Reply({ linger: 0 });
-  await sock.bind(opts.addr ?? "tcp://127.0.0.1:*");
-  const received: string[] = [];
-  void (async () => {
-    try {
-      for await (const [msg] of sock) {
-        received.push(msg?.toString("utf8") ?? "");
-        if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
-        await sock.send(opts.reply ?? "ack");
-      }
-    } catch {
-      // closed
-    }
-  })();
-  const close = (): void => {
-    if (!sock.closed) sock.close();
-  };
-  cleanups.push(close);
-  return { addr: sock.lastEndpoint as string, received, close };
+/** A REP peer closed after the test. */
+async function repPeer(opts: Parameters<typeof startPeer>[0] = {}): Promise<RepPeer> {
+  const peer = await startPeer(opts);
+  cleanups.push(peer.close);
+  return peer;
 }
 
 function runner(o: Omit<ConstructorParameters<typeof PyRunner>[0], "ipcDir">): PyRunner {

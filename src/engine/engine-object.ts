@@ -42,6 +42,7 @@ import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { migrateEngine } from "./schema";
 import { CommandQueue } from "./command-queue";
+import { CommandOutcomes, type ScanRecord } from "./command-outcomes";
 import { Outbox, type OutboxItem } from "./outbox";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
@@ -110,6 +111,8 @@ export class EngineObject extends DurableObject<Env> {
 
   private readonly sql: SqlStorage;
   private readonly commands: CommandQueue;
+  /** The agent's refusals and the last scan's state (command-outcomes.ts). */
+  private readonly outcomes: CommandOutcomes;
   private readonly outbox: Outbox;
   private readonly buffer: RolloutBuffer;
   private meta: Meta;
@@ -143,6 +146,7 @@ export class EngineObject extends DurableObject<Env> {
     // One transaction: a migration that fails half-way (one rebuilds tables) leaves nothing behind.
     ctx.storage.transactionSync(() => migrateEngine(this.sql));
     this.commands = new CommandQueue(this.sql);
+    this.outcomes = new CommandOutcomes({ get: (k) => this.getKv(k), set: (k, v) => this.setKv(k, v) });
     this.outbox = new Outbox(this.sql);
     this.buffer = new RolloutBuffer(this.sql, {
       engine: () => this.meta.name ?? "",
@@ -505,6 +509,7 @@ export class EngineObject extends DurableObject<Env> {
       this.tx(() => {
         this.commands.ack(req.seq, req.ok, req.detail, this.now());
         this.applyAck(cmd.body, req.ok, req.detail);
+        this.outcomes.acked(req.seq, cmd.body, req.ok, req.detail, this.now());
       });
       this.afterEnqueue();
       return ok({ success: true, first_ack: true });
@@ -551,6 +556,7 @@ export class EngineObject extends DurableObject<Env> {
         episodes: this.episodeCounts(),
         deliveries: { pending: deliveries["pending"] ?? 0, delivered: deliveries["delivered"] ?? 0, undeliverable: deliveries["undeliverable"] ?? 0 },
         undeliverable,
+        refusals: this.outcomes.refusals(),
         pending_commands: this.commands.pendingCount(),
         outbox: this.outbox.size(),
         agent: this.agentStatus(),
@@ -624,9 +630,26 @@ export class EngineObject extends DurableObject<Env> {
   /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */
   async enqueueFor(caller: Caller, op: EngineOp, body: CommandBody): Promise<Reply<{ seq: number }>> {
     return this.guarded(caller, op, () => {
-      const seq = this.tx(() => this.commands.enqueue(body, this.now()));
+      const seq = this.tx(() => {
+        const seq = this.commands.enqueue(body, this.now());
+        this.outcomes.queued(seq, body);
+        return seq;
+      });
       this.afterEnqueue();
       return ok({ seq });
+    });
+  }
+
+  /** What the training-run catalog says about itself: is an agent there, can it run them, and the last scan. */
+  async catalogState(caller: Caller): Promise<Reply<{ agent: AgentStatus; scan: ScanRecord | null; now: number }>> {
+    return this.guarded(caller, "list_environments", () => ok({ agent: this.agentStatus(), scan: this.outcomes.lastScan(), now: this.now() / 1000 }));
+  }
+
+  /** The agent reported a catalog (to D1, through the Worker): an earlier failed scan is no longer the news. */
+  async catalogReported(caller: Caller): Promise<Reply<{ success: true }>> {
+    return this.guarded(caller, "agent_report_catalog", () => {
+      this.outcomes.catalogReported();
+      return ok({ success: true as const });
     });
   }
 
@@ -962,7 +985,7 @@ export class EngineObject extends DurableObject<Env> {
   private agentStatus(): AgentStatus {
     const a = this.agentRecord();
     if (a === null) {
-      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, rollout_workers: null, last_seen: null };
+      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, rollout_workers: null, runs_off_reason: null, last_seen: null };
     }
     return {
       connected: this.now() / 1000 - a.last_seen < AGENT_STALE_AFTER_SECONDS,
@@ -975,6 +998,7 @@ export class EngineObject extends DurableObject<Env> {
       gateway_url: a.gateway_url ?? null,
       // Records written before agents reported rollout workers have no such field.
       rollout_workers: a.rollout_workers ?? null,
+      runs_off_reason: a.runs_off_reason ?? null,
       last_seen: a.last_seen,
     };
   }

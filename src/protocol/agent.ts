@@ -37,6 +37,8 @@ export const AgentHeartbeatRequest = z.object({
   }),
   /** Null when no rollout workers were started (or the agent predates them). */
   rollout_workers: RolloutWorkersStatus.nullable().default(null),
+  /** Why training runs are off on this host (no runs config, or one that does not load); null when they are on. */
+  runs_off_reason: z.string().max(2000).nullable().default(null),
 });
 export type AgentHeartbeatRequest = z.infer<typeof AgentHeartbeatRequest>;
 
@@ -53,6 +55,8 @@ export const AgentStatus = z.object({
   trainer_pid: z.number().nullable(),
   gateway_url: z.string().nullable(),
   rollout_workers: RolloutWorkersStatus.nullable(),
+  /** Why training runs are off on the agent's host, in its words; null when they are on (or unknown). */
+  runs_off_reason: z.string().nullable(),
   /** Unix seconds of the last heartbeat; null if the agent never called in. */
   last_seen: z.number().nullable(),
 });
@@ -80,6 +84,18 @@ export type BatchBoolResponse = z.infer<typeof BatchBoolResponse>;
 
 export const DeliveryProblem = z.object({ episode_uuid: z.string(), fence: z.number(), detail: z.string(), ended_at: z.number() });
 
+/** A command the agent refused or could not carry out (acked with ok=false), in its words. */
+export const CommandRefusal = z.object({
+  seq: z.number().int(),
+  kind: z.string(),
+  detail: z.string(),
+  /** Unix seconds of the ack. */
+  at: z.number(),
+});
+export type CommandRefusal = z.infer<typeof CommandRefusal>;
+/** How many refusals an engine keeps (the newest). */
+export const MAX_REFUSALS = 20;
+
 /** A viewer's summary of an engine: counts, never the whole episode table. */
 export const EngineOverview = z.object({
   engine: z.string(),
@@ -90,6 +106,8 @@ export const EngineOverview = z.object({
   deliveries: z.object({ pending: z.number(), delivered: z.number(), undeliverable: z.number() }),
   /** The most recent undeliverable results, newest first (at most 20). */
   undeliverable: z.array(DeliveryProblem),
+  /** The agent's most recent refusals, newest first (at most MAX_REFUSALS); results it could not deliver are under `undeliverable` instead. */
+  refusals: z.array(CommandRefusal),
   pending_commands: z.number(),
   outbox: z.number(),
   agent: AgentStatus,

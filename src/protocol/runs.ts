@@ -52,6 +52,15 @@ export const CatalogReport = z.object({
 });
 export type CatalogReport = z.infer<typeof CatalogReport>;
 
+export const CATALOG_STATES = ["ready", "no_agent", "no_runs_config", "scan_pending", "scan_failed", "not_scanned"] as const;
+/**
+ * Why the catalog is what it is: `ready` (the last scan's report), or what stands in the way:
+ * no agent connected, an agent without a runs config, a scan queued or under way, a scan that
+ * failed, or an agent that has not reported a scan. `detail` says it in words, with what to do.
+ */
+export const CatalogStatus = z.object({ state: z.enum(CATALOG_STATES), detail: z.string() });
+export type CatalogStatus = z.infer<typeof CatalogStatus>;
+
 export const CatalogResponse = z.object({
   environments: z.array(EnvironmentInfo),
   count: z.number().int(),
@@ -60,6 +69,7 @@ export const CatalogResponse = z.object({
   /** Unix seconds of the agent's last scan report; null before the first. */
   scanned_at: z.number().nullable(),
   selected: z.string().nullable(),
+  catalog_status: CatalogStatus,
 });
 export type CatalogResponse = z.infer<typeof CatalogResponse>;
 

@@ -13,20 +13,24 @@ import type {
   SelectEnvironmentRequest,
   SetLockedFieldsRequest,
 } from "../protocol/runs";
+import { catalogStatus } from "./catalog-status";
 import * as store from "./config-store";
 import type { RunsCtx } from "./context";
 import { done, refuse, type RunsReply } from "./reply";
 import { checkEdit, fieldViews, renderYaml } from "./run-config";
 
 export async function listEnvironments(ctx: RunsCtx): Promise<RunsReply<CatalogResponse>> {
-  const [cat, selected] = await Promise.all([store.loadCatalog(ctx.db, ctx.engine), store.selectedEnvironment(ctx.db, ctx.engine)]);
+  const [cat, selected, engine] = await Promise.all([store.loadCatalog(ctx.db, ctx.engine), store.selectedEnvironment(ctx.db, ctx.engine), ctx.catalogState()]);
+  if (!engine.ok) return engine;
+  const scannedAt = cat.scannedAt === null ? null : cat.scannedAt / 1000;
   return done({
     environments: cat.environments,
     count: cat.environments.length,
     problems: cat.problems,
     directories: cat.directories,
-    scanned_at: cat.scannedAt === null ? null : cat.scannedAt / 1000,
+    scanned_at: scannedAt,
     selected,
+    catalog_status: catalogStatus({ agent: engine.agent, scan: engine.scan, scannedAt, count: cat.environments.length, now: engine.now }),
   });
 }
 
@@ -45,6 +49,7 @@ export async function reportCatalog(ctx: RunsCtx, report: CatalogReport): Promis
     seen.add(e.name);
   }
   await store.replaceCatalog(ctx.db, ctx.engine, report, ctx.now());
+  await ctx.catalogReported();
   return done({ success: true as const, count: report.environments.length });
 }
 

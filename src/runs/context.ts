@@ -11,6 +11,8 @@ import type { CallerRole } from "../engine/caller";
 import type { EngineOp } from "../auth/roles";
 import { engineCaller, type Credentials } from "../http/engine-caller";
 import type { CommandBody } from "../protocol/commands";
+import type { AgentStatus } from "../protocol/agent";
+import type { ScanRecord } from "../engine/command-outcomes";
 import type { Db } from "./config-store";
 import { runsClock } from "./clock";
 import { refuse, type Refused } from "./reply";
@@ -21,6 +23,10 @@ export type RunsCtx = {
   role: CallerRole;
   /** Queues a command for the engine's agent, checked against `op` for this caller. */
   enqueue(op: EngineOp, body: CommandBody): Promise<{ ok: true; seq: number } | Refused>;
+  /** The engine's side of the catalog: its agent and the last scan (see engine/command-outcomes.ts). */
+  catalogState(): Promise<{ ok: true; agent: AgentStatus; scan: ScanRecord | null; now: number } | Refused>;
+  /** Tells the engine the agent reported a catalog. */
+  catalogReported(): Promise<void>;
   now(): number;
 };
 
@@ -47,6 +53,13 @@ export async function authorize(env: Env, who: Credentials, op: EngineOp): Promi
     enqueue: async (cmdOp, body) => {
       const r = await who.stub.enqueueFor(who.caller, cmdOp, body);
       return r.ok ? { ok: true, seq: r.body.seq } : refuse(r.status, r.error, r.detail);
+    },
+    catalogState: async () => {
+      const r = await who.stub.catalogState(who.caller);
+      return r.ok ? { ok: true, ...r.body } : refuse(r.status, r.error, r.detail);
+    },
+    catalogReported: async () => {
+      await who.stub.catalogReported(who.caller);
     },
   };
 }

@@ -5,15 +5,15 @@
  */
 import { RunsClient } from "../../../src/client";
 import type { AgentActiveRunsResponse, RunReportResponse } from "../../../src/protocol/runs";
-import type { Clock } from "../clock";
 import { isTransient } from "../engine-link";
 import { describeError, type Logger } from "../log";
+import type { Reachability } from "../reachability";
 import type { ReportInput, RunReporter } from "./run-supervisor";
 
 export class ExchangeReporter implements RunReporter {
   constructor(
     readonly client: RunsClient,
-    private readonly d: { clock: Clock; logger: Logger; stop: AbortSignal; maxBackoffMs: number },
+    private readonly d: { reach: Reachability; logger: Logger; stop: AbortSignal; maxBackoffMs: number },
   ) {}
 
   async report(runId: string, report: ReportInput): Promise<RunReportResponse | null> {
@@ -36,7 +36,7 @@ export class ExchangeReporter implements RunReporter {
         }
         if (this.d.stop.aborted) return null;
         this.d.logger.warn(`could not ${what} (${describeError(e)}); retrying in ${Math.round(wait / 1000)} s`);
-        await this.d.clock.sleep(wait, this.d.stop);
+        await this.d.reach.pause(wait, this.d.stop);
         wait = Math.min(wait * 2, this.d.maxBackoffMs);
       }
     }

@@ -12,6 +12,7 @@ import { RunsClient } from "../../../src/client";
 import type { CommandBody } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
+import type { Reachability } from "../reachability";
 import type { Outcome } from "../outcome-journal";
 import { ExchangeReporter } from "./exchange-reporter";
 import { testModel } from "./inference-test";
@@ -31,6 +32,8 @@ export type RunCommandsDeps = {
   config: { ok: true; config: RunsConfig } | { ok: false; errors: string[] };
   client: RunsClient;
   clock: Clock;
+  /** Cuts the reporter's retry waits short once the exchange answers again. */
+  reach: Reachability;
   logger: Logger;
   agentId: string;
   stop: AbortSignal;
@@ -59,6 +62,11 @@ export class RunCommands {
   constructor(private readonly d: RunCommandsDeps) {
     this.reporter = new ExchangeReporter(d.client, d);
     this.supervisor = d.config.ok ? new RunSupervisor({ config: d.config.config, reporter: this.reporter, clock: d.clock, logger: d.logger, agentId: d.agentId, stop: d.stop }) : null;
+  }
+
+  /** Why training runs are off on this host, for the heartbeat (the engine tells callers of the catalog); null when they are on. */
+  get offReason(): string | null {
+    return this.d.config.ok ? null : this.d.config.errors.join("; ");
   }
 
   /** At agent start: scan once and find the runs a previous agent left. */

@@ -14,6 +14,7 @@ import { startAgent, type RunningAgent } from "../../src/agent";
 import { realClock } from "../../src/clock";
 import { lineLogger } from "../../src/log";
 import { groupAlive } from "../../src/runs/process-group";
+import { loadRunsConfig } from "../../src/runs/run-commands";
 import { parseRunsConfig } from "../../src/runs/runs-config";
 import { testConfig } from "../support/agent-harness";
 import { startTestExchange, type TestEngine, type TestExchange } from "../support/exchange";
@@ -95,6 +96,7 @@ describe("training runs through the agent", () => {
       // Imported when Python is quick enough (scanner.test.ts covers the import itself), else read from the source.
       expect(cat.environments.find((e) => e.name === "gsm8k")).toMatchObject({ config_class: "GSM8kConfig", fields: expect.arrayContaining([expect.objectContaining({ name: "temperature" })]) });
       expect(cat.problems.map((p) => p.file_path)).toEqual([join(ENVS, "broken_env.py")]);
+      expect(cat.catalog_status.state).toBe("ready");
 
       const op = as("operator");
       await op.setLockedFields({ set: [{ section: "env", name: "max_token_length", value: 8192 }] });
@@ -142,6 +144,33 @@ describe("training runs through the agent", () => {
       expect(done.summary).toMatchObject({ best_model: "tiny", environment_working: true });
     } finally {
       await a.stop();
+    }
+  });
+});
+
+describe("an agent without a runs config", () => {
+  it("tells the catalog's callers why it is empty, and its refusal of a scan reaches the engine's overview", async () => {
+    const bare = await ex.newEngine();
+    const here = tempDir();
+    const runs = (role: keyof TestEngine["tokens"]) => new RunsClient({ baseUrl: bare.baseUrl, token: bare.tokens[role] });
+    expect((await runs("viewer").listEnvironments()).catalog_status.state).toBe("no_agent");
+    const config = testConfig(ex.url, bare, here.path);
+    // What the CLI loads on a host where ROLLOUT_RUNS_CONFIG is not set.
+    const off = loadRunsConfig({}, here.path, config.stateDir);
+    const a = await startAgent(config, lineLogger((l) => lines.push(l), realClock), realClock, { runsConfig: off });
+    try {
+      const status = await waitUntil(async () => {
+        const s = (await runs("viewer").listEnvironments()).catalog_status;
+        return s.state === "no_runs_config" ? s : null;
+      }, "the catalog to say the host has no runs config");
+      expect(status.detail).toContain("has training runs off: no runs config on this host (set ROLLOUT_RUNS_CONFIG to a JSON file");
+
+      const scan = await runs("operator").scanEnvironments();
+      const refusal = await waitUntil(async () => (await bare.viewer.overview()).refusals.find((r) => r.seq === scan.command_seq), "the agent's refusal in the overview");
+      expect(refusal).toMatchObject({ kind: "scan_environments", detail: expect.stringMatching(/^no runs config on this host/) });
+    } finally {
+      await a.stop();
+      here.remove();
     }
   });
 });

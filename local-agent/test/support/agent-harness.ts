@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { startAgent, type RunningAgent } from "../../src/agent";
 import type { AgentConfig } from "../../src/config";
 import { lineLogger } from "../../src/log";
-import { realClock } from "../../src/clock";
+import { realClock, type Clock } from "../../src/clock";
 import type { TestEngine } from "./exchange";
 
 export function testConfig(server: string, engine: TestEngine, dir: string, over: Partial<AgentConfig> = {}): AgentConfig {
@@ -40,13 +40,13 @@ export function testConfig(server: string, engine: TestEngine, dir: string, over
   };
 }
 
-/** Starts the agent; its log lines are kept (and printed when AGENT_TEST_LOG is set). */
-export async function runAgent(config: AgentConfig): Promise<RunningAgent & { lines: string[] }> {
+/** Starts the agent (its waits on `clock`); its log lines are kept (and printed when AGENT_TEST_LOG is set). */
+export async function runAgent(config: AgentConfig, clock: Clock = realClock): Promise<RunningAgent & { lines: string[] }> {
   const lines: string[] = [];
   const logger = lineLogger((l) => {
     lines.push(l);
     if (process.env.AGENT_TEST_LOG) process.stderr.write(`[agent] ${l}\n`);
   }, realClock);
-  const agent = await startAgent(config, logger);
+  const agent = await startAgent(config, logger, clock);
   return Object.assign(agent, { lines });
 }

@@ -1,7 +1,9 @@
 /**
  * An HTTP proxy in front of the real Worker that a test can make misbehave: refuse
- * connections, answer 503, or never answer, for all paths or some. It also counts the
- * requests that reach the Worker, by path, which is how the facade's coalescing is measured.
+ * connections, answer 503, or never answer, for all paths or some, or hold a request or an
+ * answer back until the test lets it go (to make two messages cross in a chosen order). It also
+ * counts the requests that reach the Worker, by path, which is how the facade's coalescing is
+ * measured, and the answers passed back.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
@@ -14,7 +16,11 @@ export class FaultyProxy {
   fault: (path: string) => Fault = () => "pass";
   /** Rewrites the Worker's answer body before it is passed on (to inject what the Worker would never send). */
   transform: (path: string, body: Buffer) => Buffer = (_p, b) => b;
+  /** Awaited before a request is forwarded (with its body) and before the Worker's answer is passed on (with the answer). */
+  hold: (path: string, phase: "request" | "answer", body: Buffer) => Promise<void> | void = () => undefined;
   readonly counts = new Map<string, number>();
+  /** Answers passed back to the client, by path. */
+  readonly answers = new Map<string, number>();
   /** Requests that met a fault: its kind and the path. */
   readonly faulted: Array<{ fault: Fault; path: string }> = [];
   private readonly server = createServer((req, res) => void this.handle(req, res));
@@ -37,9 +43,12 @@ export class FaultyProxy {
 
   /** Requests that reached the Worker whose path ends with `suffix`. */
   count(suffix: string): number {
-    let n = 0;
-    for (const [p, c] of this.counts) if (p.endsWith(suffix)) n += c;
-    return n;
+    return sumBySuffix(this.counts, suffix);
+  }
+
+  /** Answers passed back whose path ends with `suffix`. */
+  answered(suffix: string): number {
+    return sumBySuffix(this.answers, suffix);
   }
 
   /** Faulted requests whose path ends with `suffix`. */
@@ -75,18 +84,27 @@ export class FaultyProxy {
       this.hung.add(res); // never answered; the client's deadline must end it
       return;
     }
-    this.counts.set(path, (this.counts.get(path) ?? 0) + 1);
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && k !== "host" && k !== "connection") headers[k] = v;
     try {
+      await this.hold(path, "request", Buffer.concat(chunks));
+      this.counts.set(path, (this.counts.get(path) ?? 0) + 1);
       const upstream = await fetch(this.target + (req.url ?? "/"), { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : null });
       const body = this.transform(path, Buffer.from(await upstream.arrayBuffer()));
+      await this.hold(path, "answer", body);
       res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/json" });
       res.end(body);
+      this.answers.set(path, (this.answers.get(path) ?? 0) + 1);
     } catch {
       req.socket.destroy();
     }
   }
+}
+
+function sumBySuffix(counts: Map<string, number>, suffix: string): number {
+  let n = 0;
+  for (const [p, c] of counts) if (p.endsWith(suffix)) n += c;
+  return n;
 }

@@ -22,7 +22,10 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return h("section", { class: "card" }, h("h2", {}, title), ...body);
   }
 
-  function agentCard(a: EngineOverview["agent"], nowMs: number): DomElement {
+  /** Refusals shown in the agent's card; the overview holds more. */
+  const REFUSALS_SHOWN = 3;
+
+  function agentCard(a: EngineOverview["agent"], refusals: EngineOverview["refusals"], nowMs: number): DomElement {
     const seen = a.last_seen === null ? "never called in" : `last seen ${fmt.ago(a.last_seen, nowMs)}`;
     return card(
       "GPU host agent",
@@ -34,6 +37,18 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
       ),
       h("p", { class: "sub" }, [a.host, a.trainer_state ? `trainer ${a.trainer_state}` : null, seen].filter((x) => x !== null).join(" · ")),
       ...(a.rollout_workers ? [workersLine(a.rollout_workers)] : []),
+      ...(refusals.length > 0 ? [refusalList(refusals, nowMs)] : []),
+    );
+  }
+
+  /** Commands the agent refused or failed, newest first, in its words: otherwise only its own log would say. */
+  function refusalList(refusals: EngineOverview["refusals"], nowMs: number): DomElement {
+    return h(
+      "ul",
+      { id: "agent-refusals", class: "sub refusals", "data-count": refusals.length },
+      ...refusals
+        .slice(0, REFUSALS_SHOWN)
+        .map((r) => h("li", { "data-seq": r.seq, "data-kind": r.kind }, `refused ${r.kind} (command ${r.seq}, ${fmt.ago(r.at, nowMs)}): ${r.detail}`)),
     );
   }
 
@@ -63,7 +78,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
           h("p", { id: "global-step", class: "big", "data-value": ov.global_step ?? "" }, ov.global_step === null ? "–" : String(ov.global_step)),
           h("p", { class: "sub" }, ov.global_step === null ? "the trainer has not reported a step" : "as last reported by the trainer"),
         ),
-        agentCard(ov.agent, nowMs),
+        agentCard(ov.agent, ov.refusals, nowMs),
       ),
       h(
         "div",

@@ -56,7 +56,7 @@ async function callTool(env: Env, who: Credentials, role: string, req: JsonRpcRe
   if ("ok" in ctx) return result(req.id, toolResult({ ...refusalBody(ctx), role }, true));
   const out = await t.call(ctx, args.data);
   if (!out.ok) return result(req.id, toolResult(refusalBody(out), true));
-  return result(req.id, toolResult({ ...(out.body as Record<string, unknown>), next_steps: t.nextSteps }, false));
+  return result(req.id, toolResult({ ...(out.body as Record<string, unknown>), next_steps: t.nextSteps(out.body) }, false));
 }
 
 async function answerRequest(env: Env, who: Credentials, role: Parameters<typeof mayRun>[0], req: JsonRpcRequest): Promise<Outgoing> {

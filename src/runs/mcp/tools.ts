@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import type { EngineOp } from "../../auth/roles";
-import { EditConfigRequest, ListRunsQuery, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
+import { EditConfigRequest, ListRunsQuery, type CatalogResponse, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
 import * as config from "../config-ops";
 import type { RunsCtx } from "../context";
 import * as inference from "../inference-ops";
@@ -19,19 +19,45 @@ export type Tool = {
   op: EngineOp;
   input: z.ZodObject;
   call: (ctx: RunsCtx, args: unknown) => Promise<RunsReply<unknown>>;
-  nextSteps: string[];
+  /** What to call next, given the tool's answer. */
+  nextSteps: (body: unknown) => string[];
 };
 
-function tool<S extends z.ZodObject>(
+function tool<S extends z.ZodObject, B>(
   name: string,
   title: string,
   op: EngineOp,
   input: S,
   description: string,
-  nextSteps: string[],
-  call: (ctx: RunsCtx, args: z.output<S>) => Promise<RunsReply<unknown>>,
+  nextSteps: string[] | ((body: B) => string[]),
+  call: (ctx: RunsCtx, args: z.output<S>) => Promise<RunsReply<B>>,
 ): Tool {
-  return { name, title, op, input, description, nextSteps, call: (ctx, args) => call(ctx, args as z.output<S>) };
+  const next = typeof nextSteps === "function" ? (body: unknown) => nextSteps(body as B) : () => nextSteps;
+  return { name, title, op, input, description, nextSteps: next, call: (ctx, args) => call(ctx, args as z.output<S>) };
+}
+
+/** Selecting needs environments listed; whatever the catalog's status says stands in the way comes with it (or alone). */
+function catalogNextSteps(cat: CatalogResponse): string[] {
+  const select = cat.count > 0 ? ["rl_select_environment(name) to choose one", "rl_get_current_config() after selecting, to see its fields"] : [];
+  return [...select, ...unblockSteps(cat.catalog_status.state)];
+}
+
+function unblockSteps(state: CatalogResponse["catalog_status"]["state"]): string[] {
+  const again = "rl_list_environments() again afterwards";
+  switch (state) {
+    case "ready":
+      return [];
+    case "no_agent":
+      return ["start the rollout agent on the GPU host with this engine's name and trainer token (an operator's job; see catalog_status.detail)", again];
+    case "no_runs_config":
+      return ["give the agent a runs config: set ROLLOUT_RUNS_CONFIG on the GPU host and restart it (an operator's job; see catalog_status.detail)", again];
+    case "scan_pending":
+      return ["rl_list_environments() again in a few seconds, once the scan is reported"];
+    case "scan_failed":
+      return ["fix what catalog_status.detail says on the GPU host", "rl_scan_environments() to scan again", again];
+    case "not_scanned":
+      return ["rl_scan_environments() to ask the agent for a scan", again];
+  }
 }
 
 const NoArgs = z.object({});
@@ -46,9 +72,18 @@ export const TOOLS: readonly Tool[] = [
     "List RL environments",
     "list_environments",
     NoArgs,
-    "List the RL training environments on the engine's GPU host: BaseEnv subclasses found by the agent's scan, with name, class, file, description and config class. Files that could not be parsed are listed under `problems`. Read an environment's file to learn how it loads data and scores answers before choosing.",
-    ["rl_select_environment(name) to choose one", "rl_get_current_config() after selecting, to see its fields"],
+    "List the RL training environments on the engine's GPU host: BaseEnv subclasses found by the agent's scan, with name, class, file, description and config class. Files that could not be parsed are listed under `problems`. `catalog_status` says whether the list is current or what stands in the way (no agent connected, no runs config on the host, a scan pending or failed). Read an environment's file to learn how it loads data and scores answers before choosing.",
+    catalogNextSteps,
     (ctx) => config.listEnvironments(ctx),
+  ),
+  tool(
+    "rl_scan_environments",
+    "Scan for RL environments",
+    "scan_environments",
+    NoArgs,
+    "Ask the GPU host's agent to scan its environment directories again and report the catalog (after environments were added or fixed). It answers at once; the scan takes seconds: call rl_list_environments to see the result, or why there is none.",
+    ["rl_list_environments() in a few seconds to see the catalog and its catalog_status"],
+    (ctx) => config.scanEnvironments(ctx),
   ),
   tool(
     "rl_select_environment",
