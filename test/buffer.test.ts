@@ -1,8 +1,9 @@
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
-import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -211,7 +212,7 @@ describe("bad rows change nothing", () => {
     ["a negative step index", { steps: [step("s", "g", -1, 1)] }, 422, /steps.0.step_index: must not be negative/],
     ["a reward that is not a number", { steps: [{ ...step("s", "g", 0, 1), reward: "1.0" }] }, 422, /steps.0.reward/],
     ["an empty batch", { steps: [] }, 422, /at least one row/],
-    ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: .* bytes; this engine takes at most 524288/],
+    ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: messages and response are 600,\d{3} bytes of UTF-8; this engine takes at most 524,288 bytes per row \(max_message_bytes\)/],
     ["a session that changes group", { steps: [step("s", "g", 0, 1), step("s", "h", 1, 1)] }, 422, /session s belongs to group g, not h/],
   ];
   for (const [name, body, status, detail] of cases) {
@@ -231,6 +232,57 @@ describe("bad rows change nothing", () => {
     expect((await raw(`/e/nope-nope/steps`, { token: e.tokens.client, body })).status).toBe(404);
     expect((await raw(`/e/${e.name}/steps`, { token: e.tokens.viewer, body })).status).toBe(403);
     expect((await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.client, body: "{}" })).status).toBe(403);
+  });
+});
+
+describe("sizes, in bytes and within what the stores hold", () => {
+  const post = (e: TestEngine, steps: Row[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps }) });
+
+  it("counts max_message_bytes in bytes of UTF-8, not in characters", async () => {
+    const e = await buffered(1);
+    // 200 Ki characters of three bytes each: 600 KiB, over the default 512 KiB.
+    const wide = await post(e, [{ ...step("s1", "g1", 0, 1, true), messages: [{ role: "user", content: "東".repeat(200 * 1024) }] }]);
+    expect(wide.status).toBe(413);
+    expect(wide.json).toMatchObject({ error: "payload_too_large", detail: expect.stringMatching(/^steps.0: messages and response are 614,\d{3} bytes of UTF-8; this engine takes at most 524,288 bytes per row \(max_message_bytes\)$/) });
+    // 170 Ki of them (510 KiB) fit.
+    const fits = await post(e, [{ ...step("s1", "g1", 0, 1, true), messages: [{ role: "user", content: "東".repeat(170 * 1024) }] }]);
+    expect(fits.json).toMatchObject({ accepted: 1 });
+  });
+
+  it("refuses a max_message_bytes above what one stored row may take, and takes the most it may", async () => {
+    const e = await buffered(1);
+    const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 3 * 1024 * 1024 }) });
+    expect(res.status).toBe(422);
+    expect(res.json).toMatchObject({ error: "invalid_request", detail: expect.stringMatching(/max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row/) });
+    expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(512 * 1024);
+    expect((await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 })).max_message_bytes).toBe(1_900_000);
+  });
+
+  it("reads a max_message_bytes stored above that ceiling as the ceiling", async () => {
+    const e = await buffered(1);
+    await runInDurableObject(e.stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE kv SET v = json_set(v, '$.max_message_bytes', 3145728) WHERE k = 'buffer_config'");
+    });
+    expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(1_900_000);
+  });
+
+  it("refuses a row that would not fit the engine's records as they hold it, whatever max_message_bytes says", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 });
+    const before = await e.as("viewer").health();
+    // Free-form fields do not count against max_message_bytes, but they are stored with the row.
+    const extra = await post(e, [step("s1", "g1", 0, 1, false), { ...step("s1", "g1", 1, 1, true), notes: "x".repeat(1_950_000) }]);
+    expect(extra.status).toBe(413);
+    expect(extra.json).toMatchObject({
+      error: "payload_too_large",
+      detail: expect.stringMatching(/^steps.1 \(its messages, response and extra fields\) is 1,950,\d{3} bytes as stored; the limit is 1,900,000 bytes \(D1 and Durable Object storage hold 2,000,000 bytes per row\)$/),
+    });
+    // A million newlines are a million bytes, and two million escaped in the outbox's JSON.
+    const escaped = await post(e, [{ ...step("s1", "g1", 0, 1, true), response: "\n".repeat(1_000_000) }]);
+    expect(escaped.status).toBe(413);
+    expect(String(escaped.json?.["detail"])).toMatch(/^steps.0 \(its messages, response and extra fields\) is 2,000,\d{3} bytes as stored/);
+    expect(await e.as("viewer").health()).toEqual(before);
+    expect((await engineStats(e)).outbox).toBe(0);
   });
 });
 

@@ -562,9 +562,9 @@ export class EngineObject extends DurableObject<Env> {
 
   async postSteps(caller: Caller, steps: StepRow[]): Promise<Reply<PostStepsResponse>> {
     return this.guarded<PostStepsResponse>(caller, "post_steps", () => {
-      const refused = this.buffer.check(steps);
-      if (refused !== null) return refused;
-      const result = this.tx(() => this.buffer.ingest(steps));
+      const checked = this.buffer.check(steps);
+      if (!checked.ok) return checked;
+      const result = this.tx(() => this.buffer.ingest(checked.body));
       this.afterBufferChange();
       return ok(result);
     });
@@ -901,7 +901,8 @@ export class EngineObject extends DurableObject<Env> {
       is_success: output.is_success,
       metadata: output.metadata,
     };
-    if (this.buffer.check([row]) === null) this.buffer.ingest([row]);
+    const checked = this.buffer.check([row]);
+    if (checked.ok) this.buffer.ingest(checked.body);
   }
 
   private afterBufferChange(): void {

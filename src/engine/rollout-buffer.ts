@@ -7,6 +7,7 @@
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, PostStepsResponse, StepRow } from "../protocol/buffer";
 import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
 import type { CommandBody } from "../protocol/commands";
+import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
 import { isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
 import { fail, ok, type Reply } from "./reply";
@@ -59,6 +60,35 @@ export const DEFAULT_MAX_GROUPS = 1000;
 /** The TTL alarm drops at most this many groups per run, then re-arms at once. */
 const DROP_BATCH = 500;
 
+/** A row that may be stored, with the JSON of its messages and of its free-form fields. */
+export type CheckedStep = { row: StepRow; messages: string; extra: string };
+
+/** The row with its JSON texts: the messages, and the free-form fields (every one the buffer has no column for). */
+function checkedStep(row: StepRow): CheckedStep {
+  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version: _v, ...extra } = row;
+  return { row, messages: JSON.stringify(messages), extra: JSON.stringify(extra) };
+}
+
+/**
+ * Why a row is too large, or null. Its messages and response count against max_message_bytes
+ * in bytes of UTF-8. Its outbox record holds the messages', response's and extra fields' texts
+ * escaped once more inside its JSON, and that record is the largest thing the row becomes (the
+ * engine's row and D1's hold them unescaped): it must fit MAX_STORED_BYTES. Short rows are not
+ * counted: each UTF-16 unit is at most 3 bytes of UTF-8 and at most 6 escaped.
+ */
+function sizeRefusal(at: string, step: CheckedStep, maxMessageBytes: number): string | null {
+  const { messages, extra } = step;
+  const { response } = step.row;
+  if ((messages.length + response.length) * 3 > maxMessageBytes) {
+    const bytes = utf8Bytes(messages) + utf8Bytes(response);
+    if (bytes > maxMessageBytes) {
+      return `${at}: messages and response are ${formatBytes(bytes)} of UTF-8; this engine takes at most ${formatBytes(maxMessageBytes)} per row (max_message_bytes)`;
+    }
+  }
+  if ((messages.length + response.length + extra.length) * MAX_JSON_BYTES_PER_UNIT + 6 <= MAX_STORED_BYTES) return null;
+  return storedTooLarge(`${at} (its messages, response and extra fields)`, jsonStringBytes(messages) + jsonStringBytes(response) + jsonStringBytes(extra));
+}
+
 type GroupRow = { group_id: string; state: "pending" | "ready" | "delivered" | "dropped"; completed_sessions: number; min_weight_version: number | null; stale: number };
 type Counters = { delivered: number; dropped: number; stale: number; late: number; duplicates: number; nextReadySeq: number; nextOutcomeSeq: number };
 const NO_COUNTERS: Counters = { delivered: 0, dropped: 0, stale: 0, late: 0, duplicates: 0, nextReadySeq: 1, nextOutcomeSeq: 1 };
@@ -83,7 +113,9 @@ export class RolloutBuffer {
   }
 
   config(): BufferConfig {
-    return { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+    const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+    // Set before max_message_bytes had its ceiling, a config may hold more than the stores do.
+    return { ...stored, max_message_bytes: Math.min(stored.max_message_bytes, MAX_STORED_BYTES) };
   }
 
   /** Whether the buffer is in use: AgentJet trajectories join groups only then. */
@@ -125,16 +157,17 @@ export class RolloutBuffer {
 
   /**
    * Checks a batch before anything is written: sizes, and that no session changes group.
-   * Returns the failure, or null when the whole batch may be stored.
+   * Returns the rows with their JSON texts, made once for the engine's row, its outbox record
+   * and D1, or the failure when any row may not be stored.
    */
-  check(rows: StepRow[]): ReturnType<typeof fail> | null {
+  check(rows: StepRow[]): Reply<CheckedStep[]> {
     const { max_message_bytes } = this.config();
     const groupOf = new Map<string, string>();
+    const checked: CheckedStep[] = [];
     for (const [i, r] of rows.entries()) {
-      const bytes = JSON.stringify(r.messages).length + r.response.length;
-      if (bytes > max_message_bytes) {
-        return fail(413, "payload_too_large", `steps.${i}: messages and response are ${bytes} bytes; this engine takes at most ${max_message_bytes} per row`);
-      }
+      const step = checkedStep(r);
+      const refused = sizeRefusal(`steps.${i}`, step, max_message_bytes);
+      if (refused !== null) return fail(413, "payload_too_large", refused);
       const known =
         groupOf.get(r.session_id) ??
         this.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_sessions WHERE session_id = ?", r.session_id).toArray()[0]?.group_id;
@@ -142,12 +175,13 @@ export class RolloutBuffer {
         return fail(422, "invalid_request", `steps.${i}: session ${r.session_id} belongs to group ${known}, not ${r.group_id}`);
       }
       groupOf.set(r.session_id, r.group_id);
+      checked.push(step);
     }
-    return null;
+    return ok(checked);
   }
 
   /** Stores a checked batch. Idempotent by (session_id, step_index). */
-  ingest(rows: StepRow[]): PostStepsResponse {
+  ingest(rows: CheckedStep[]): PostStepsResponse {
     const now = this.host.now();
     const { group_size } = this.config();
     let accepted = 0;
@@ -156,7 +190,7 @@ export class RolloutBuffer {
     const lateSessions = new Set<string>();
     const lateGroups = new Set<string>();
     const ready: string[] = [];
-    for (const r of rows) {
+    for (const { row: r, messages, extra } of rows) {
       const group = this.group(r.group_id);
       if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
         late++;
@@ -166,7 +200,7 @@ export class RolloutBuffer {
         }
         continue;
       }
-      const { session_id, group_id, step_index, messages, response, reward, truncated, is_session_completed, weight_version, ...extra } = r;
+      const { session_id, group_id, step_index, response, reward, truncated, is_session_completed, weight_version } = r;
       const uid = crypto.randomUUID();
       const stored = this.sql
         .exec<{ pk: number }>(
@@ -176,13 +210,13 @@ export class RolloutBuffer {
           session_id,
           step_index,
           group_id,
-          JSON.stringify(messages),
+          messages,
           response,
           reward,
           truncated ? 1 : 0,
           is_session_completed ? 1 : 0,
           weight_version,
-          JSON.stringify(extra),
+          extra,
           now,
         )
         .toArray();
@@ -229,9 +263,9 @@ export class RolloutBuffer {
           truncated,
           isSessionCompleted: is_session_completed,
           weightVersion: weight_version,
-          messages: JSON.stringify(messages),
+          messages,
           response,
-          extra: JSON.stringify(extra),
+          extra,
           createdAt: now,
         },
       });

@@ -4,7 +4,9 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
+import { formatBytes, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
 
+/** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024;
 
 export const ChatMessage = z
@@ -94,7 +96,16 @@ export const BufferConfig = z.object({
   /** Weight versions a group's oldest step may lag behind the trainer's; null disables. */
   max_staleness: z.number().int().min(0).nullable(),
   staleness_policy: StalenessPolicy,
-  max_message_bytes: z.number().int().min(1024).max(3 * 1024 * 1024),
+  /**
+   * Bytes of UTF-8 in one row's messages (as JSON) and response. At most what one stored value
+   * may take: a row is also refused when, with its extra fields, it would not fit the engine's
+   * records as they hold it (escaped inside their JSON).
+   */
+  max_message_bytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(MAX_STORED_BYTES, `must be at most ${formatBytes(MAX_STORED_BYTES)}, the most one stored value may take (${STORES_HOLD})`),
 });
 export type BufferConfig = z.infer<typeof BufferConfig>;
 
