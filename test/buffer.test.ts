@@ -3,6 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
+import { jsonBytes, MAX_STORED_BYTES } from "../src/protocol/limits";
 import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
@@ -283,6 +284,33 @@ describe("sizes, in bytes and within what the stores hold", () => {
     expect(String(escaped.json?.["detail"])).toMatch(/^steps.0 \(its messages, response and extra fields\) is 2,000,\d{3} bytes as stored/);
     expect(await e.as("viewer").health()).toEqual(before);
     expect((await engineStats(e)).outbox).toBe(0);
+  });
+
+  it("hands out at most 1000 groups in one pull, whatever max_groups asks", async () => {
+    const e = await buffered(1);
+    const rows = Array.from({ length: 1001 }, (_, i) => step(`s${i}`, `g${String(i).padStart(4, "0")}`, 0, 1, true));
+    await e.as("client").postSteps({ steps: rows.slice(0, 1000) });
+    await e.as("client").postSteps({ steps: rows.slice(1000) });
+    const first = await e.as("trainer").getRolloutData({ max_groups: 5000 });
+    expect(first.data.meta_info.finished_groups).toHaveLength(1000);
+    expect((await e.as("trainer").getRolloutData({ max_groups: 5000 })).data.meta_info.finished_groups).toEqual(["g1000"]);
+  });
+
+  it("asks to clear a dropped group's sessions in commands small enough to store, however many there are", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    // 1400 session ids of 256 characters that JSON escapes to 6 bytes each: 2.1 MB of ids.
+    const ids = Array.from({ length: 1400 }, (_, i) => "\u0001".repeat(250) + String(i).padStart(6, "0"));
+    for (let i = 0; i < ids.length; i += 700) await e.as("client").postSteps({ steps: ids.slice(i, i + 700).map((id) => step(id, "crowded", 0, 0)) });
+    await advance(e, 60_000);
+    const { commands } = await e.as("trainer").pollCommands({ limit: 100 });
+    const clears = commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions");
+    expect(clears.length).toBeGreaterThan(1);
+    for (const c of clears) {
+      expect(c).toMatchObject({ group_ids: ["crowded"], reason: "incomplete_group_ttl" });
+      expect(jsonBytes(c)).toBeLessThan(MAX_STORED_BYTES);
+    }
+    expect(clears.flatMap((c) => (c.kind === "clear_sessions" ? c.session_ids : []))).toEqual([...ids].sort());
   });
 });
 

@@ -55,8 +55,12 @@ CREATE TABLE IF NOT EXISTS buf_pulls (cursor INTEGER PRIMARY KEY AUTOINCREMENT, 
 
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
 export const KEPT_PULLS = 4;
-/** A pull without max_groups hands out at most this many groups. */
-export const DEFAULT_MAX_GROUPS = 1000;
+/**
+ * A pull hands out at most this many groups, whatever max_groups asks. The pull's row keeps their
+ * ids as JSON: 1000 ids of at most 256 characters, each at most 6 bytes escaped, are at most
+ * 1,538,000 bytes with quotes and commas, under MAX_STORED_BYTES.
+ */
+export const MAX_GROUPS_PER_PULL = 1000;
 /** The TTL alarm drops at most this many groups per run, then re-arms at once. */
 const DROP_BATCH = 500;
 
@@ -87,6 +91,47 @@ function sizeRefusal(at: string, step: CheckedStep, maxMessageBytes: number): st
   }
   if ((messages.length + response.length + extra.length) * MAX_JSON_BYTES_PER_UNIT + 6 <= MAX_STORED_BYTES) return null;
   return storedTooLarge(`${at} (its messages, response and extra fields)`, jsonStringBytes(messages) + jsonStringBytes(response) + jsonStringBytes(extra));
+}
+
+/** The order Array.prototype.sort gives strings by default. */
+const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+type SessionOf = { session: string; group: string };
+type ClearSessions = Extract<CommandBody, { kind: "clear_sessions" }>;
+type ClearSessionsReason = ClearSessions["reason"];
+
+/**
+ * Bytes of ids per clear_sessions command. A group's sessions are unbounded in number, and so
+ * are a drop's (up to DROP_BATCH groups); each command is a row of the engine's command queue,
+ * which must fit MAX_STORED_BYTES, and a request the agent posts to the inference upstream.
+ */
+const CLEAR_SESSIONS_BYTES = 256 * 1024;
+
+/** The commands that ask to clear `sessions`: their ids sorted, with their groups', in chunks of at most CLEAR_SESSIONS_BYTES. */
+export function clearSessionsCommands(sessions: readonly SessionOf[], reason: ClearSessionsReason): ClearSessions[] {
+  const out: ClearSessions[] = [];
+  let ids: string[] = [];
+  let groups = new Set<string>();
+  let bytes = 0;
+  const flush = () => {
+    if (ids.length > 0) out.push({ kind: "clear_sessions", session_ids: ids.sort(), group_ids: [...groups].sort(), reason });
+    ids = [];
+    groups = new Set();
+    bytes = 0;
+  };
+  // By group, so that a chunk names as few groups as it can.
+  const ordered = [...sessions].sort((a, b) => byCodeUnits(a.group, b.group) || byCodeUnits(a.session, b.session));
+  for (const { session, group } of ordered) {
+    // Each id as a JSON string and its comma.
+    const sessionBytes = jsonStringBytes(session) + 1;
+    const groupBytes = jsonStringBytes(group) + 1;
+    if (ids.length > 0 && bytes + sessionBytes + (groups.has(group) ? 0 : groupBytes) > CLEAR_SESSIONS_BYTES) flush();
+    bytes += sessionBytes + (groups.has(group) ? 0 : groupBytes);
+    ids.push(session);
+    groups.add(group);
+  }
+  flush();
+  return out;
 }
 
 type GroupRow = { group_id: string; state: "pending" | "ready" | "delivered" | "dropped"; completed_sessions: number; min_weight_version: number | null; stale: number };
@@ -187,16 +232,14 @@ export class RolloutBuffer {
     let accepted = 0;
     let duplicates = 0;
     let late = 0;
-    const lateSessions = new Set<string>();
-    const lateGroups = new Set<string>();
+    const lateSessions: SessionOf[] = [];
     const ready: string[] = [];
     for (const { row: r, messages, extra } of rows) {
       const group = this.group(r.group_id);
       if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
         late++;
         if (group.state === "dropped") {
-          lateSessions.add(r.session_id);
-          lateGroups.add(r.group_id);
+          lateSessions.push({ session: r.session_id, group: r.group_id });
         }
         continue;
       }
@@ -270,9 +313,7 @@ export class RolloutBuffer {
         },
       });
     }
-    if (lateSessions.size > 0) {
-      this.host.enqueue({ kind: "clear_sessions", session_ids: [...lateSessions].sort(), group_ids: [...lateGroups].sort(), reason: "late_rows_from_dropped_groups" });
-    }
+    this.clearSessions(lateSessions, "late_rows_from_dropped_groups");
     this.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
     return { success: true, accepted, duplicates, late, groups_ready: ready };
   }
@@ -284,7 +325,7 @@ export class RolloutBuffer {
     const candidates = this.sql
       .exec<GroupRow>(
         "SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?",
-        maxGroups ?? DEFAULT_MAX_GROUPS,
+        Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL),
       )
       .toArray();
     const deliver: string[] = [];
@@ -403,25 +444,21 @@ export class RolloutBuffer {
 
   /** Sessions that never completed are not part of a delivered group: the upstream may forget them. */
   private clearIncompleteSessions(groups: string[]): void {
-    const sessions: string[] = [];
-    const affected: string[] = [];
+    const sessions: SessionOf[] = [];
     for (const id of groups) {
       const open = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
-      if (open.length === 0) continue;
-      affected.push(id);
       for (const s of open) {
-        sessions.push(s.session_id);
+        sessions.push({ session: s.session_id, group: id });
         this.sql.exec("DELETE FROM buf_steps WHERE session_id = ?", s.session_id);
       }
     }
-    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: affected.sort(), reason: "incomplete_sessions_of_delivered_group" });
+    this.clearSessions(sessions, "incomplete_sessions_of_delivered_group");
   }
 
   private drop(groups: string[], reason: "incomplete_group_ttl" | "stale_group", now: number): void {
-    const sessions: string[] = [];
+    const sessions: SessionOf[] = [];
     for (const id of groups) {
-      const own = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id).toArray().map((s) => s.session_id);
-      sessions.push(...own);
+      for (const s of this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id)) sessions.push({ session: s.session_id, group: id });
       const steps = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
       this.recordOutcome(id, "dropped", reason, reason === "stale_group", steps, null, now);
       this.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
@@ -429,7 +466,11 @@ export class RolloutBuffer {
       this.sql.exec("UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ? WHERE group_id = ?", reason === "stale_group" ? 1 : 0, id);
     }
     this.bump((c) => ({ ...c, dropped: c.dropped + groups.length }));
-    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: [...groups].sort(), reason });
+    this.clearSessions(sessions, reason);
+  }
+
+  private clearSessions(sessions: SessionOf[], reason: ClearSessionsReason): void {
+    for (const body of clearSessionsCommands(sessions, reason)) this.host.enqueue(body);
   }
 
   private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {

@@ -50,7 +50,7 @@ export const PostStepsResponse = z.object({
 export type PostStepsResponse = z.infer<typeof PostStepsResponse>;
 
 export const GetRolloutDataRequest = z.object({
-  /** As in the seed, 0 or null means no limit. */
+  /** As in the seed, 0 or null means no limit of the trainer's; a pull hands out at most 1000 groups either way. */
   max_groups: z.number().int().nonnegative().nullable().optional(),
   /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
   cursor: z.number().int().positive().optional(),
