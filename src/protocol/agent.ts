@@ -4,6 +4,7 @@
  * coalesces many runner threads' requests into one).
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
 
 export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
@@ -65,7 +66,7 @@ export const TrainerExitRequest = z.object({
   exit_code: z.number().int().nullable(),
   signal: z.string().max(32).nullable().default(null),
   /** The last lines of the trainer's output, for the operator. */
-  log_tail: z.string().max(16_384).default(""),
+  log_tail: textOfAtMost(16_384).default(""),
 });
 export type TrainerExitRequest = z.infer<typeof TrainerExitRequest>;
 

@@ -3,6 +3,7 @@
  * the agent acks each by seq, and an unacked command is handed out again after its deadline.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 
 export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
 export const StopCommand = z.object({ kind: z.literal("stop"), reason: z.string() });
@@ -101,7 +102,7 @@ export const AckCommandRequest = z.object({
   seq: z.number().int().positive(),
   ok: z.boolean(),
   /** Plain words for the operator: what happened. */
-  detail: z.string().max(65_536).default(""),
+  detail: textOfAtMost(65_536).default(""),
 });
 export type AckCommandRequest = z.infer<typeof AckCommandRequest>;
 

@@ -12,6 +12,8 @@
  * Miniflare enforces none of them, so a value over one is accepted locally and fails only when
  * deployed; an outbox row over D1's would be retried forever. Sizes are checked here instead.
  */
+import { z } from "zod";
+
 export const D1_MAX_ROW_BYTES = 2_000_000;
 export const D1_MAX_BOUND_PARAMETERS = 100;
 export const D1_MAX_STATEMENT_BYTES = 100_000;
@@ -82,4 +84,24 @@ export function storedJsonTooLarge(what: string, value: unknown): string | null 
   // Each UTF-16 unit is at most 3 bytes of UTF-8: short texts need no count.
   if (text.length * 3 <= MAX_STORED_BYTES) return null;
   return storedTooLarge(what, utf8Bytes(text));
+}
+
+/**
+ * Marks a validation issue as a size over a limit: the Worker answers it 413 payload_too_large,
+ * as it answers a body over its size, rather than 422.
+ */
+export const TOO_LARGE = { too_large: true } as const;
+
+export const isTooLargeIssue = (issue: z.core.$ZodIssue): boolean => issue.code === "custom" && issue.params?.["too_large"] === true;
+
+/** A string of at most `max` bytes of UTF-8: a size, as what it takes to send and to store. */
+export function textOfAtMost(max: number) {
+  return z
+    .string()
+    .check((ctx) => {
+      if (ctx.value.length * 3 <= max) return;
+      const n = utf8Bytes(ctx.value);
+      if (n > max) ctx.issues.push({ code: "custom", message: `is ${formatBytes(n)} of UTF-8; the limit is ${formatBytes(max)}`, input: ctx.value, params: TOO_LARGE });
+    })
+    .meta({ description: `At most ${formatBytes(max)} of UTF-8.` });
 }

@@ -5,6 +5,7 @@
  * client and the local-agent all validate with these schemas.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 
 /** Any JSON value: config values are whatever the environment's config class accepts. */
 export const JsonValue = z.json();
@@ -159,7 +160,7 @@ export const ProcessReport = z.object({
   pid: z.number().int().positive().nullable().default(null),
   command: z.string().max(8192).default(""),
   log_path: z.string().max(4096).default(""),
-  log_tail: z.string().max(16_384).default(""),
+  log_tail: textOfAtMost(16_384).default(""),
   exit_code: z.number().int().nullable().default(null),
   signal: z.string().max(32).nullable().default(null),
   /** Unix seconds. */
@@ -185,7 +186,7 @@ export const AGENT_RUN_STATUSES = ["starting", "running", "stopped", "completed"
 export const RunReport = z.object({
   status: z.enum(AGENT_RUN_STATUSES),
   /** Plain words for the operator: why the run failed, what was stopped. */
-  detail: z.string().max(16_384).default(""),
+  detail: textOfAtMost(16_384).default(""),
   processes: z.array(ProcessReport).max(64).default([]),
   metrics: z.array(MetricsPoint).max(500).default([]),
   agent_id: z.string().max(128).default(""),

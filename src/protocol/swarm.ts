@@ -4,13 +4,14 @@
  * Objects strip unknown keys: newer clients send extra fields, which we accept and ignore.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 import { EngineStatus } from "./status";
 
 const uuidLike = z.string().min(1, "must not be empty").max(256, "is longer than 256 characters");
 const optionalText = (max: number) => z.string().max(max, `is longer than ${max} characters`).default("");
 
 export const SyncTrainConfigRequest = z.object({
-  yaml_as_string: z.string().max(1_000_000, "is larger than 1 MB"),
+  yaml_as_string: textOfAtMost(1_000_000),
 });
 
 export const SwarmThrottlePolicy = z.object({
@@ -93,7 +94,7 @@ export type RegisterEpisodeRequest = z.infer<typeof RegisterEpisodeRequest>;
 
 export const UpdateEngineStatusRequest = z.object({
   engine_status: EngineStatus,
-  engine_status_detail: z.string().max(65_536).nullable().optional(),
+  engine_status_detail: textOfAtMost(65_536).nullable().optional(),
   global_step: z.number().int().nonnegative().nullable().optional(),
   /** Our addition (rollout buffer): the trainer's current weight version. */
   weight_version: z.number().int().nonnegative().nullable().optional(),
