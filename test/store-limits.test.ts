@@ -4,7 +4,8 @@
  * enforces neither, so these check that the exchange refuses up front what would fail deployed).
  */
 import { describe, expect, it } from "vitest";
-import { createEngine, endBody, engineStats, raw, rollingWith } from "./support/harness";
+import { createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { GSM8K_FIELDS, refusal, runsAs, sampleCatalog } from "./support/runs";
 
 const STORES = "the limit is 1,900,000 bytes (D1 and Durable Object storage hold 2,000,000 bytes per row)";
 
@@ -69,5 +70,71 @@ describe("values the engine stores fit a stored row", () => {
     expect(res.json?.["detail"]).toMatch(/^the pool information is 2,\d{3},\d{3} bytes as stored; /);
     expect(res.json?.["detail"]).toContain(STORES);
     expect(await e.as("viewer").getPoolInfo()).toMatchObject({ completed_episodes: 3, completed_tasks_details: {} });
+  });
+});
+
+describe("training runs keep D1 rows that fit", () => {
+  /** A refusal for a value too large to store: 413, the name, the size, the limit. */
+  async function refusedAsTooLarge(fn: () => Promise<unknown>, what: RegExp): Promise<void> {
+    const r = await refusal(fn);
+    expect(r.status).toBe(413);
+    expect(r.code).toBe("payload_too_large");
+    expect(r.detail).toMatch(new RegExp(`^${what.source} is [\\d,]+ bytes as stored; `));
+    expect(r.detail).toContain(STORES);
+  }
+
+  async function selected(): Promise<TestEngine> {
+    const e = await createEngine("limits");
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    return e;
+  }
+
+  it("refuses a catalog with an environment or problems too large for their rows, keeping the last catalog", async () => {
+    const e = await createEngine("limits");
+    const agent = runsAs(e, "trainer");
+    await agent.reportCatalog(sampleCatalog());
+    const big = { ...sampleCatalog().environments[0]!, name: "big", fields: [...GSM8K_FIELDS, { name: "prompt", type: "str", default: "x".repeat(1_950_000) }] };
+    await refusedAsTooLarge(() => agent.reportCatalog(sampleCatalog({ environments: [big] })), /environments\.0 \(big\)/);
+    const problems = Array.from({ length: 450 }, (_, i) => ({ file_path: `/opt/envs/${i}.py`, error: "E".repeat(4000) }));
+    const dirs = Array.from({ length: 64 }, (_, i) => `/opt/${i}/${"d".repeat(4000)}`);
+    await refusedAsTooLarge(() => agent.reportCatalog(sampleCatalog({ problems, directories: dirs })), /the directories and problems/);
+    expect((await runsAs(e, "viewer").listEnvironments()).environments.map((x) => x.name)).toEqual(["countdown", "gsm8k"]);
+  });
+
+  it("refuses a locked value or an edit too large for its row", async () => {
+    const e = await selected();
+    const op = runsAs(e, "operator");
+    await refusedAsTooLarge(() => op.setLockedFields({ set: [{ section: "trainer", name: "notes", value: "x".repeat(1_950_000) }] }), /set\.0\.value \(trainer\.notes\)/);
+    await refusedAsTooLarge(() => op.editConfig("tokenizer_name", "x".repeat(1_950_000)), /value/);
+    const config = await op.getConfig();
+    expect(config.edits).toEqual({});
+    expect(config.locked_fields).toEqual([]);
+  });
+
+  it("refuses to start a run whose YAML, made of edits that each fit, would not fit its row or its command", async () => {
+    const e = await selected();
+    const op = runsAs(e, "operator");
+    await op.editConfig("tokenizer_name", "x".repeat(1_000_000));
+    await op.editConfig("stop_words", ["y".repeat(1_000_000)]);
+    await refusedAsTooLarge(() => op.startRun(), /config_yaml/);
+    expect((await op.listRuns()).runs).toEqual([]);
+    expect(await engineStats(e)).toMatchObject({ pending_commands: 0 });
+  });
+
+  it("refuses a run report whose metrics point is too large for its row", async () => {
+    const e = await selected();
+    const run = await runsAs(e, "operator").startRun();
+    const agent = runsAs(e, "trainer");
+    await refusedAsTooLarge(() => agent.reportRun(run.run_id, { status: "running", metrics: [{ index: 0, at: 1, values: { text: "x".repeat(1_950_000) } }] }), /metrics\.0\.values/);
+    expect(await runsAs(e, "viewer").runStatus(run.run_id)).toMatchObject({ status: "pending", metrics: null });
+  });
+
+  it("refuses an inference test report too large for its row", async () => {
+    const e = await selected();
+    const t = await runsAs(e, "operator").startInferenceTest({ models: [{ model: "m", base_url: "http://127.0.0.1:8001/v1" }] });
+    const model = { model: "m", base_url: "http://127.0.0.1:8001/v1", steps_tested: 0, total_completions: 0, correct_completions: 0, accuracy: 0, steps_with_correct: 0, step_success_rate: 0, steps: [], error: "boom", log_tail: "x".repeat(1_950_000), seconds: 1 };
+    await refusedAsTooLarge(() => runsAs(e, "trainer").reportInferenceTest(t.test_id, { status: "failed", models: [model] }), /models/);
+    expect(await runsAs(e, "viewer").inferenceTest(t.test_id)).toMatchObject({ status: "pending", models: [] });
   });
 });
