@@ -101,7 +101,10 @@ export type PollCommandsResponse = z.infer<typeof PollCommandsResponse>;
 export const AckCommandRequest = z.object({
   seq: z.number().int().positive(),
   ok: z.boolean(),
-  /** Plain words for the operator: what happened. */
+  /**
+   * Plain words for the operator: what happened. Kept in the command's and the episode's rows as
+   * is, and in the meta row when a start failed (at most 393,216 bytes escaped): under what a row holds.
+   */
   detail: textOfAtMost(65_536).default(""),
 });
 export type AckCommandRequest = z.infer<typeof AckCommandRequest>;

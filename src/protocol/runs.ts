@@ -151,7 +151,10 @@ export type ProcessState = z.infer<typeof ProcessState>;
 
 export const RunId = z.string().regex(/^run_[a-z0-9]{4,40}$/, "run ids look like run_k3x9...");
 
-/** One process of a run, as the agent reports it. */
+/**
+ * One process of a run, as the agent reports it, one D1 row each: besides its 16,384-byte log
+ * tail, at most 16,384 UTF-16 units (49,152 bytes of UTF-8), far under what a row holds.
+ */
 export const ProcessReport = z.object({
   name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, "process names are 1-64 characters of letters, digits, _ . -"),
   /** Start order, from 0; processes stop in reverse order. */
@@ -281,6 +284,10 @@ export const InferenceModel = z.object({
 });
 export type InferenceModel = z.infer<typeof InferenceModel>;
 
+/**
+ * Kept as JSON in the test's D1 row and sent in its command: 8 models of at most 2,376 UTF-16
+ * units, at most 114,048 bytes escaped, far under what a row holds.
+ */
 export const StartInferenceTestRequest = z.object({
   num_steps: z.number().int().min(1).max(50).default(3),
   group_size: z.number().int().min(1).max(64).default(16),

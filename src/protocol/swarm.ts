@@ -84,6 +84,11 @@ export const CheckWhetherEpisodeClaimedRequest = z.object({
 export const BoolResponse = z.object({ success: z.boolean(), failure_reason: z.string().default("") });
 export type BoolResponse = z.infer<typeof BoolResponse>;
 
+/**
+ * An episode's row holds these with the claim's client_uuid and task_id: at most 12,032 UTF-16
+ * units, 36,096 bytes of UTF-8; its reset command holds the uuid and address escaped, at most
+ * 7,680 bytes. Far under what a row holds (protocol/limits.ts), so no size is checked here.
+ */
 export const RegisterEpisodeRequest = z.object({
   episode_uuid: uuidLike,
   openai_base_url: optionalText(2048),
@@ -94,6 +99,7 @@ export type RegisterEpisodeRequest = z.infer<typeof RegisterEpisodeRequest>;
 
 export const UpdateEngineStatusRequest = z.object({
   engine_status: EngineStatus,
+  /** Kept in the engine's meta row as JSON: at most 393,216 bytes escaped (6 per byte), under what a row holds. */
   engine_status_detail: textOfAtMost(65_536).nullable().optional(),
   global_step: z.number().int().nonnegative().nullable().optional(),
   /** Our addition (rollout buffer): the trainer's current weight version. */
