@@ -3,6 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
+import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
 import { jsonBytes, MAX_STORED_BYTES } from "../src/protocol/limits";
 import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
@@ -167,6 +168,67 @@ describe("TTL, late rows and staleness", () => {
     expect((await e.as("trainer").getRolloutData()).success).toBe(false);
     await e.as("operator").configureBuffer({ group_size: 2 });
     expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g"]);
+  });
+});
+
+describe("rows and sessions once their group is decided", () => {
+  it("counts a retried batch that lands after its group was delivered as duplicates, and only new rows as late", async () => {
+    const e = await buffered(1);
+    const batch = { steps: [step("s1", "g1", 0, 0.5), step("s1", "g1", 1, 1, true)] };
+    await e.as("client").postSteps(batch);
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g1"]);
+    expect(await e.as("client").postSteps(batch)).toEqual({ success: true, accepted: 0, duplicates: 2, late: 0, groups_ready: [] });
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g1", 2, 1), step("s2", "g1", 0, 1, true)] })).toMatchObject({ accepted: 0, duplicates: 0, late: 2 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ duplicate_rows: 2, late_rows_ignored: 2 });
+  });
+
+  it("counts a retried batch that lands after its group was dropped as duplicates, and asks to clear nothing more", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    const batch = { steps: [step("s1", "g1", 0, 1, true)] };
+    await e.as("client").postSteps(batch);
+    await advance(e, 60_000);
+    expect(await e.as("client").postSteps(batch)).toMatchObject({ accepted: 0, duplicates: 1, late: 0 });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions")).toEqual([{ kind: "clear_sessions", session_ids: ["s1"], group_ids: ["g1"], reason: "incomplete_group_ttl" }]);
+  });
+
+  it("keeps a session in its group after the group's pull is no longer kept, and after a drop", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    await e.as("trainer").getRolloutData();
+    // KEPT_PULLS more pulls: g1's pull, its steps, are forgotten.
+    for (let i = 0; i < 4; i++) {
+      await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+      await e.as("trainer").getRolloutData();
+    }
+    const moved = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [step("s1", "g2", 1, 1, true)] }) });
+    expect(moved).toMatchObject({ status: 422, json: { error: "invalid_request", detail: "steps.0: session s1 belongs to group g1, not g2" } });
+
+    await e.as("operator").configureBuffer({ group_size: 2 });
+    await e.as("client").postSteps({ steps: [step("d1", "doomed", 0, 1, true)] });
+    await advance(e, 60_000);
+    const fled = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [step("d1", "elsewhere", 1, 1, true)] }) });
+    expect(fled).toMatchObject({ status: 422, json: { detail: "steps.0: session d1 belongs to group doomed, not elsewhere" } });
+  });
+
+  it("forgets a decided group's sessions SESSION_MEMORY_MS after its steps went, by the alarm", async () => {
+    const e = await buffered(1);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    for (let i = 0; i < 5; i++) {
+      if (i > 0) await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+      await e.as("trainer").getRolloutData();
+    }
+    const sessionsOf = (group: string) =>
+      runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_sessions WHERE group_id = ?", group).one().n);
+    await advance(e, SESSION_MEMORY_MS - 1);
+    expect(await sessionsOf("g1")).toBe(1);
+    await advance(e, 1);
+    expect(await sessionsOf("g1")).toBe(0);
+    // Its pull is still kept: the later groups' sessions stay.
+    expect(await sessionsOf("x4")).toBe(1);
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g9", 0, 1, true)] })).toMatchObject({ accepted: 1, groups_ready: ["g9"] });
   });
 });
 

@@ -714,6 +714,7 @@ export class EngineObject extends DurableObject<Env> {
         .toArray();
       for (const ep of expired) this.releaseClaim(ep, "requeue");
       this.buffer.dropExpired(now);
+      this.buffer.forgetSessions(now);
     });
     this.wakePollers();
     await this.flushOutbox(now);

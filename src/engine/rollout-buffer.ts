@@ -12,47 +12,6 @@ import { isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
 import { fail, ok, type Reply } from "./reply";
 
-export const BUFFER_DDL = `
-CREATE TABLE IF NOT EXISTS buf_groups (
-  group_id TEXT PRIMARY KEY,
-  state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'delivered', 'dropped')),
-  completed_sessions INTEGER NOT NULL DEFAULT 0,
-  min_weight_version INTEGER,
-  last_row_at INTEGER NOT NULL,
-  ready_seq INTEGER,
-  pull_cursor INTEGER,
-  stale INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS buf_groups_ready ON buf_groups (ready_seq) WHERE state = 'ready';
-CREATE INDEX IF NOT EXISTS buf_groups_ttl ON buf_groups (last_row_at) WHERE state = 'pending';
-CREATE INDEX IF NOT EXISTS buf_groups_pull ON buf_groups (pull_cursor) WHERE pull_cursor IS NOT NULL;
-CREATE TABLE IF NOT EXISTS buf_sessions (
-  session_id TEXT PRIMARY KEY,
-  group_id TEXT NOT NULL,
-  completed INTEGER NOT NULL DEFAULT 0,
-  terminal_reward REAL
-);
-CREATE INDEX IF NOT EXISTS buf_sessions_group ON buf_sessions (group_id);
-CREATE TABLE IF NOT EXISTS buf_steps (
-  pk INTEGER PRIMARY KEY AUTOINCREMENT,
-  uid TEXT NOT NULL,
-  session_id TEXT NOT NULL,
-  step_index INTEGER NOT NULL,
-  group_id TEXT NOT NULL,
-  messages TEXT NOT NULL,
-  response TEXT NOT NULL,
-  reward REAL NOT NULL,
-  truncated INTEGER NOT NULL,
-  is_session_completed INTEGER NOT NULL,
-  weight_version INTEGER NOT NULL,
-  extra TEXT NOT NULL,
-  created_at INTEGER NOT NULL,
-  UNIQUE (session_id, step_index)
-);
-CREATE INDEX IF NOT EXISTS buf_steps_group ON buf_steps (group_id, session_id, step_index);
-CREATE TABLE IF NOT EXISTS buf_pulls (cursor INTEGER PRIMARY KEY AUTOINCREMENT, created_at INTEGER NOT NULL, group_ids TEXT NOT NULL);
-`;
-
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
 export const KEPT_PULLS = 4;
 /**
@@ -63,6 +22,16 @@ export const KEPT_PULLS = 4;
 export const MAX_GROUPS_PER_PULL = 1000;
 /** The TTL alarm drops at most this many groups per run, then re-arms at once. */
 const DROP_BATCH = 500;
+/**
+ * How long a session is remembered once its group's steps are gone (the group dropped, or
+ * delivered and its pull no longer kept): while it is, the session joins no other group and
+ * its rows sent again count as duplicates, not late. Far beyond any retry window (a client
+ * retries a batch for minutes), and a bound on the memory: the sessions of groups whose steps
+ * went in the last 7 days, besides those of live groups. The alarm forgets the sessions of at
+ * most FORGET_BATCH groups per run, then re-arms at once.
+ */
+export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
+const FORGET_BATCH = 500;
 
 /** A row that may be stored, with the JSON of its messages and of its free-form fields. */
 export type CheckedStep = { row: StepRow; messages: string; extra: string };
@@ -150,12 +119,11 @@ export type BufferHost = {
 export class RolloutBuffer {
   private activeMemo: boolean | null = null;
 
+  /** `sql` has the buffer's tables (schema.ts). */
   constructor(
     private readonly sql: SqlStorage,
     private readonly host: BufferHost,
-  ) {
-    sql.exec(BUFFER_DDL);
-  }
+  ) {}
 
   config(): BufferConfig {
     const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
@@ -189,10 +157,10 @@ export class RolloutBuffer {
 
   startRollout(groupSize: number, restart: boolean): void {
     if (restart) {
-      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready')";
+      // As the seed does, a restart also forgets which groups were dropped, and so their sessions.
+      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')";
       this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${gone})`);
       this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${gone})`);
-      // As the seed does, a restart also forgets which groups were dropped.
       this.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
     }
     this.host.setKv("buffer_active", true);
@@ -237,6 +205,10 @@ export class RolloutBuffer {
     for (const { row: r, messages, extra } of rows) {
       const group = this.group(r.group_id);
       if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
+        if (this.storedBefore(r.session_id, r.step_index)) {
+          duplicates++;
+          continue;
+        }
         late++;
         if (group.state === "dropped") {
           lateSessions.push({ session: r.session_id, group: r.group_id });
@@ -276,7 +248,13 @@ export class RolloutBuffer {
         weight_version,
         now,
       );
-      this.sql.exec("INSERT INTO buf_sessions (session_id, group_id) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING", session_id, group_id);
+      this.sql.exec(
+        `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
+         ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
+        session_id,
+        group_id,
+        step_index,
+      );
       if (is_session_completed) {
         const first = this.sql
           .exec("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING session_id", reward, session_id)
@@ -357,7 +335,7 @@ export class RolloutBuffer {
       this.recordOutcome(id, "delivered", staleSet.has(id) ? "stale_flagged" : "complete", staleSet.has(id), own.length, cursor, now);
     }
     this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length }));
-    this.forgetOldPulls(cursor);
+    this.forgetOldPulls(cursor, now);
     return {
       success: true,
       message: `Successfully read ${items.length} items`,
@@ -394,12 +372,30 @@ export class RolloutBuffer {
     return expired.length;
   }
 
-  /** When the oldest pending group expires, if the TTL is on. */
+  /** Forgets the sessions of groups whose memory ran out (SESSION_MEMORY_MS). Returns how many groups' sessions went. */
+  forgetSessions(now: number): number {
+    const due = this.sql
+      .exec<{ group_id: string }>(
+        "SELECT group_id FROM buf_groups WHERE sessions_expire_at IS NOT NULL AND sessions_expire_at <= ? ORDER BY sessions_expire_at LIMIT ?",
+        now,
+        FORGET_BATCH,
+      )
+      .toArray();
+    for (const g of due) {
+      this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", g.group_id);
+      this.sql.exec("UPDATE buf_groups SET sessions_expire_at = NULL WHERE group_id = ?", g.group_id);
+    }
+    return due.length;
+  }
+
+  /** The buffer's next deadline: when the oldest pending group expires (if the TTL is on), or sessions are to be forgotten. */
   nextExpiry(): number | null {
     const { ttl_seconds } = this.config();
-    if (ttl_seconds <= 0) return null;
-    const t = this.sql.exec<{ t: number | null }>("SELECT MIN(last_row_at) AS t FROM buf_groups WHERE state = 'pending'").one().t;
-    return t === null ? null : t + ttl_seconds * 1000;
+    const oldest = ttl_seconds <= 0 ? null : this.sql.exec<{ t: number | null }>("SELECT MIN(last_row_at) AS t FROM buf_groups WHERE state = 'pending'").one().t;
+    const forget = this.sql.exec<{ t: number | null }>("SELECT MIN(sessions_expire_at) AS t FROM buf_groups WHERE sessions_expire_at IS NOT NULL").one().t;
+    const ttlAt = oldest === null ? null : oldest + ttl_seconds * 1000;
+    if (ttlAt === null || forget === null) return ttlAt ?? forget;
+    return Math.min(ttlAt, forget);
   }
 
   stats(): BufferStats {
@@ -418,6 +414,12 @@ export class RolloutBuffer {
   }
 
   // ---------------------------------------------------------------- internals
+
+  /** Whether this row of a session was stored before: its step is at most the highest the session stored. */
+  private storedBefore(sessionId: string, stepIndex: number): boolean {
+    const max = this.sql.exec<{ max_step: number | null }>("SELECT max_step FROM buf_sessions WHERE session_id = ?", sessionId).toArray()[0]?.max_step ?? null;
+    return max !== null && stepIndex <= max;
+  }
 
   private group(id: string): GroupRow | null {
     return this.sql.exec<GroupRow>("SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE group_id = ?", id).toArray()[0] ?? null;
@@ -462,8 +464,12 @@ export class RolloutBuffer {
       const steps = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
       this.recordOutcome(id, "dropped", reason, reason === "stale_group", steps, null, now);
       this.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
-      this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", id);
-      this.sql.exec("UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ? WHERE group_id = ?", reason === "stale_group" ? 1 : 0, id);
+      this.sql.exec(
+        "UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ?, sessions_expire_at = ? WHERE group_id = ?",
+        reason === "stale_group" ? 1 : 0,
+        now + SESSION_MEMORY_MS,
+        id,
+      );
     }
     this.bump((c) => ({ ...c, dropped: c.dropped + groups.length }));
     this.clearSessions(sessions, reason);
@@ -500,13 +506,13 @@ export class RolloutBuffer {
     });
   }
 
-  private forgetOldPulls(latest: number): void {
+  /** Forgets the steps of pulls no longer kept; their sessions are remembered for SESSION_MEMORY_MS more. */
+  private forgetOldPulls(latest: number, now: number): void {
     const old = this.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
     for (const p of old) {
       const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
       this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${groups})`, p.cursor);
-      this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${groups})`, p.cursor);
-      this.sql.exec("UPDATE buf_groups SET pull_cursor = NULL WHERE pull_cursor = ?", p.cursor);
+      this.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
       this.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
     }
   }

@@ -40,9 +40,9 @@ export const PostStepsResponse = z.object({
   success: z.literal(true),
   /** Rows stored now. */
   accepted: z.number().int(),
-  /** Rows already stored by an earlier (retried) batch: (session_id, step_index) seen before. */
+  /** Rows already stored by an earlier (retried) batch: (session_id, step_index) seen before, also once their group was delivered or dropped. */
   duplicates: z.number().int(),
-  /** Rows for groups already dropped or delivered: ignored and counted. */
+  /** New rows for groups already dropped or delivered: ignored and counted. */
   late: z.number().int(),
   /** Groups that became ready with this batch. */
   groups_ready: z.array(z.string()),
