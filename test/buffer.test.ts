@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
-import { jsonBytes, MAX_STORED_BYTES } from "../src/protocol/limits";
+import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
@@ -370,7 +370,7 @@ describe("sizes, in bytes and within what the stores hold", () => {
     expect(clears.length).toBeGreaterThan(1);
     for (const c of clears) {
       expect(c).toMatchObject({ group_ids: ["crowded"], reason: "incomplete_group_ttl" });
-      expect(jsonBytes(c)).toBeLessThan(MAX_STORED_BYTES);
+      expect(utf8Bytes(JSON.stringify(c))).toBeLessThan(MAX_STORED_BYTES);
     }
     expect(clears.flatMap((c) => (c.kind === "clear_sessions" ? c.session_ids : []))).toEqual([...ids].sort());
   });

@@ -4,12 +4,19 @@
  * enforces neither, so these check that the exchange refuses up front what would fail deployed).
  */
 import { describe, expect, it } from "vitest";
+import { jsonStringBytes, utf8Bytes } from "../src/protocol/limits";
 import { createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 import { GSM8K_FIELDS, refusal, runsAs, sampleCatalog } from "./support/runs";
 
 const STORES = "the limit is 1,900,000 bytes (D1 and Durable Object storage hold 2,000,000 bytes per row)";
 
 describe("text limits count bytes of UTF-8", () => {
+  it("counts as TextEncoder does, without encoding", () => {
+    const texts = ["", "ascii", "é", "東", "😀", "a😀b", "\ud800", "x\udc00y", "\ud800\ud800\udc00", "mixed é 東 😀 \u0001"];
+    for (const t of texts) expect(utf8Bytes(t)).toBe(new TextEncoder().encode(t).length);
+    expect(jsonStringBytes('a"\n\u0001東')).toBe(new TextEncoder().encode(JSON.stringify('a"\n\u0001東')).length);
+  });
+
   it("refuses a training YAML of 400,000 three-byte characters, 413 naming the limit, and changes nothing", async () => {
     const e = await createEngine("limits");
     const res = await raw(`/e/${e.name}/sync_train_config`, { token: e.tokens.operator, body: JSON.stringify({ yaml_as_string: "東".repeat(400_000) }) });

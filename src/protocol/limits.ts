@@ -10,7 +10,8 @@
  *   the KV API); 100 bound parameters; 100 KB of SQL text per statement.
  *
  * Miniflare enforces none of them, so a value over one is accepted locally and fails only when
- * deployed; an outbox row over D1's would be retried forever. Sizes are checked here instead.
+ * deployed; an outbox row over D1's would be retried forever. Sizes are checked against these
+ * before anything is written.
  */
 import { z } from "zod";
 
@@ -22,15 +23,12 @@ export const DO_MAX_ROW_BYTES = 2_000_000;
 export const DO_MAX_BOUND_PARAMETERS = 100;
 export const DO_MAX_STATEMENT_BYTES = 100_000;
 
-/** Why a stored value has a ceiling, for error details. */
-export const STORES_HOLD = "D1 and Durable Object storage hold 2,000,000 bytes per row";
-
 /**
- * The most one client-sized value may take as stored. 100,000 bytes under both stores'
- * 2,000,000 are left for what its row or record holds beside it: ids, names, numbers and JSON
- * keys, each bounded by its schema to a few kilobytes.
+ * The most one client-sized value may take as stored: 1,900,000 bytes. The 100,000 under both
+ * stores' 2,000,000 are left for what its row or record holds beside it: ids, names, numbers
+ * and JSON keys, each bounded by its schema to a few kilobytes.
  */
-export const MAX_STORED_BYTES = 1_900_000;
+export const MAX_STORED_BYTES = Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES) - 100_000;
 
 /** Bytes of `s` in UTF-8, counted without encoding it. A lone surrogate counts as U+FFFD (3 bytes). */
 export function utf8Bytes(s: string): number {
@@ -51,9 +49,6 @@ export function utf8Bytes(s: string): number {
   return n;
 }
 
-/** Bytes of `value` as JSON text. */
-export const jsonBytes = (value: unknown): number => utf8Bytes(JSON.stringify(value) ?? "");
-
 /**
  * Bytes of `s` as a JSON string, quoted and escaped, as a record that embeds it holds it (the
  * engine's outbox and command rows are JSON). At most 6 per UTF-16 unit (`\u0001`) plus the quotes.
@@ -65,6 +60,9 @@ export const MAX_JSON_BYTES_PER_UNIT = 6;
 
 /** 1900000 -> "1,900,000 bytes". */
 export const formatBytes = (n: number): string => `${String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",")} bytes`;
+
+/** Why a stored value has a ceiling, for error details. */
+export const STORES_HOLD = `D1 and Durable Object storage hold ${formatBytes(Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES))} per row`;
 
 /** Why `what`, taking `bytes` as stored, cannot be stored; null when it fits. */
 export function storedTooLarge(what: string, bytes: number): string | null {
