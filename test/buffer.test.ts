@@ -1,8 +1,11 @@
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
-import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
+import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
+import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -168,6 +171,67 @@ describe("TTL, late rows and staleness", () => {
   });
 });
 
+describe("rows and sessions once their group is decided", () => {
+  it("counts a retried batch that lands after its group was delivered as duplicates, and only new rows as late", async () => {
+    const e = await buffered(1);
+    const batch = { steps: [step("s1", "g1", 0, 0.5), step("s1", "g1", 1, 1, true)] };
+    await e.as("client").postSteps(batch);
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g1"]);
+    expect(await e.as("client").postSteps(batch)).toEqual({ success: true, accepted: 0, duplicates: 2, late: 0, groups_ready: [] });
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g1", 2, 1), step("s2", "g1", 0, 1, true)] })).toMatchObject({ accepted: 0, duplicates: 0, late: 2 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ duplicate_rows: 2, late_rows_ignored: 2 });
+  });
+
+  it("counts a retried batch that lands after its group was dropped as duplicates, and asks to clear nothing more", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    const batch = { steps: [step("s1", "g1", 0, 1, true)] };
+    await e.as("client").postSteps(batch);
+    await advance(e, 60_000);
+    expect(await e.as("client").postSteps(batch)).toMatchObject({ accepted: 0, duplicates: 1, late: 0 });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions")).toEqual([{ kind: "clear_sessions", session_ids: ["s1"], group_ids: ["g1"], reason: "incomplete_group_ttl" }]);
+  });
+
+  it("keeps a session in its group after the group's pull is no longer kept, and after a drop", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    await e.as("trainer").getRolloutData();
+    // KEPT_PULLS more pulls: g1's pull, its steps, are forgotten.
+    for (let i = 0; i < 4; i++) {
+      await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+      await e.as("trainer").getRolloutData();
+    }
+    const moved = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [step("s1", "g2", 1, 1, true)] }) });
+    expect(moved).toMatchObject({ status: 422, json: { error: "invalid_request", detail: "steps.0: session s1 belongs to group g1, not g2" } });
+
+    await e.as("operator").configureBuffer({ group_size: 2 });
+    await e.as("client").postSteps({ steps: [step("d1", "doomed", 0, 1, true)] });
+    await advance(e, 60_000);
+    const fled = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [step("d1", "elsewhere", 1, 1, true)] }) });
+    expect(fled).toMatchObject({ status: 422, json: { detail: "steps.0: session d1 belongs to group doomed, not elsewhere" } });
+  });
+
+  it("forgets a decided group's sessions SESSION_MEMORY_MS after its steps went, by the alarm", async () => {
+    const e = await buffered(1);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    for (let i = 0; i < 5; i++) {
+      if (i > 0) await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+      await e.as("trainer").getRolloutData();
+    }
+    const sessionsOf = (group: string) =>
+      runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_sessions WHERE group_id = ?", group).one().n);
+    await advance(e, SESSION_MEMORY_MS - 1);
+    expect(await sessionsOf("g1")).toBe(1);
+    await advance(e, 1);
+    expect(await sessionsOf("g1")).toBe(0);
+    // Its pull is still kept: the later groups' sessions stay.
+    expect(await sessionsOf("x4")).toBe(1);
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g9", 0, 1, true)] })).toMatchObject({ accepted: 1, groups_ready: ["g9"] });
+  });
+});
+
 describe("AgentJet trajectories join groups by task_id", () => {
   it("turns each ended train episode into a completed session of its task's group", async () => {
     const e = await buffered(2);
@@ -211,7 +275,7 @@ describe("bad rows change nothing", () => {
     ["a negative step index", { steps: [step("s", "g", -1, 1)] }, 422, /steps.0.step_index: must not be negative/],
     ["a reward that is not a number", { steps: [{ ...step("s", "g", 0, 1), reward: "1.0" }] }, 422, /steps.0.reward/],
     ["an empty batch", { steps: [] }, 422, /at least one row/],
-    ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: .* bytes; this engine takes at most 524288/],
+    ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: messages and response are 600,\d{3} bytes of UTF-8; this engine takes at most 524,288 bytes per row \(max_message_bytes\)/],
     ["a session that changes group", { steps: [step("s", "g", 0, 1), step("s", "h", 1, 1)] }, 422, /session s belongs to group g, not h/],
   ];
   for (const [name, body, status, detail] of cases) {
@@ -231,6 +295,84 @@ describe("bad rows change nothing", () => {
     expect((await raw(`/e/nope-nope/steps`, { token: e.tokens.client, body })).status).toBe(404);
     expect((await raw(`/e/${e.name}/steps`, { token: e.tokens.viewer, body })).status).toBe(403);
     expect((await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.client, body: "{}" })).status).toBe(403);
+  });
+});
+
+describe("sizes, in bytes and within what the stores hold", () => {
+  const post = (e: TestEngine, steps: Row[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps }) });
+
+  it("counts max_message_bytes in bytes of UTF-8, not in characters", async () => {
+    const e = await buffered(1);
+    // 200 Ki characters of three bytes each: 600 KiB, over the default 512 KiB.
+    const wide = await post(e, [{ ...step("s1", "g1", 0, 1, true), messages: [{ role: "user", content: "東".repeat(200 * 1024) }] }]);
+    expect(wide.status).toBe(413);
+    expect(wide.json).toMatchObject({ error: "payload_too_large", detail: expect.stringMatching(/^steps.0: messages and response are 614,\d{3} bytes of UTF-8; this engine takes at most 524,288 bytes per row \(max_message_bytes\)$/) });
+    // 170 Ki of them (510 KiB) fit.
+    const fits = await post(e, [{ ...step("s1", "g1", 0, 1, true), messages: [{ role: "user", content: "東".repeat(170 * 1024) }] }]);
+    expect(fits.json).toMatchObject({ accepted: 1 });
+  });
+
+  it("refuses a max_message_bytes above what one stored row may take, and takes the most it may", async () => {
+    const e = await buffered(1);
+    const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 3 * 1024 * 1024 }) });
+    expect(res.status).toBe(422);
+    expect(res.json).toMatchObject({ error: "invalid_request", detail: expect.stringMatching(/max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row/) });
+    expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(512 * 1024);
+    expect((await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 })).max_message_bytes).toBe(1_900_000);
+  });
+
+  it("reads a max_message_bytes stored above that ceiling as the ceiling", async () => {
+    const e = await buffered(1);
+    await runInDurableObject(e.stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE kv SET v = json_set(v, '$.max_message_bytes', 3145728) WHERE k = 'buffer_config'");
+    });
+    expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(1_900_000);
+  });
+
+  it("refuses a row that would not fit the engine's records as they hold it, whatever max_message_bytes says", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 });
+    const before = await e.as("viewer").health();
+    // Free-form fields do not count against max_message_bytes, but they are stored with the row.
+    const extra = await post(e, [step("s1", "g1", 0, 1, false), { ...step("s1", "g1", 1, 1, true), notes: "x".repeat(1_950_000) }]);
+    expect(extra.status).toBe(413);
+    expect(extra.json).toMatchObject({
+      error: "payload_too_large",
+      detail: expect.stringMatching(/^steps.1 \(its messages, response and extra fields\) is 1,950,\d{3} bytes as stored; the limit is 1,900,000 bytes \(D1 and Durable Object storage hold 2,000,000 bytes per row\)$/),
+    });
+    // A million newlines are a million bytes, and two million escaped in the outbox's JSON.
+    const escaped = await post(e, [{ ...step("s1", "g1", 0, 1, true), response: "\n".repeat(1_000_000) }]);
+    expect(escaped.status).toBe(413);
+    expect(String(escaped.json?.["detail"])).toMatch(/^steps.0 \(its messages, response and extra fields\) is 2,000,\d{3} bytes as stored/);
+    expect(await e.as("viewer").health()).toEqual(before);
+    expect((await engineStats(e)).outbox).toBe(0);
+  });
+
+  it("hands out at most 1000 groups in one pull, whatever max_groups asks", async () => {
+    const e = await buffered(1);
+    const rows = Array.from({ length: 1001 }, (_, i) => step(`s${i}`, `g${String(i).padStart(4, "0")}`, 0, 1, true));
+    await e.as("client").postSteps({ steps: rows.slice(0, 1000) });
+    await e.as("client").postSteps({ steps: rows.slice(1000) });
+    const first = await e.as("trainer").getRolloutData({ max_groups: 5000 });
+    expect(first.data.meta_info.finished_groups).toHaveLength(1000);
+    expect((await e.as("trainer").getRolloutData({ max_groups: 5000 })).data.meta_info.finished_groups).toEqual(["g1000"]);
+  });
+
+  it("asks to clear a dropped group's sessions in commands small enough to store, however many there are", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    // 1400 session ids of 256 characters that JSON escapes to 6 bytes each: 2.1 MB of ids.
+    const ids = Array.from({ length: 1400 }, (_, i) => "\u0001".repeat(250) + String(i).padStart(6, "0"));
+    for (let i = 0; i < ids.length; i += 700) await e.as("client").postSteps({ steps: ids.slice(i, i + 700).map((id) => step(id, "crowded", 0, 0)) });
+    await advance(e, 60_000);
+    const { commands } = await e.as("trainer").pollCommands({ limit: 100 });
+    const clears = commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions");
+    expect(clears.length).toBeGreaterThan(1);
+    for (const c of clears) {
+      expect(c).toMatchObject({ group_ids: ["crowded"], reason: "incomplete_group_ttl" });
+      expect(utf8Bytes(JSON.stringify(c))).toBeLessThan(MAX_STORED_BYTES);
+    }
+    expect(clears.flatMap((c) => (c.kind === "clear_sessions" ? c.session_ids : []))).toEqual([...ids].sort());
   });
 });
 

@@ -1,7 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ENGINE_DDL, ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
+import { BUFFER_DDL, ENGINE_DDL, ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
 
 describe("engine schema migrations", () => {
   it("upgrades an engine created by the first schema, once", async () => {
@@ -9,11 +9,18 @@ describe("engine schema migrations", () => {
     const schema = await runInDurableObject(stub, (_i, state) => {
       const sql = state.storage.sql;
       // The tables as the first version created them (ENGINE_DDL), holding a row.
-      for (const t of ["episodes", "finished", "commands", "outbox"]) sql.exec(`DROP TABLE ${t}`);
+      for (const t of ["episodes", "finished", "commands", "outbox", "buf_groups", "buf_sessions", "buf_steps"]) sql.exec(`DROP TABLE ${t}`);
       sql.exec(ENGINE_DDL);
+      sql.exec(BUFFER_DDL);
       sql.exec("INSERT INTO finished VALUES ('old', 1, 'c', 't', 'train', 1, 'none', '')");
       sql.exec("INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence) VALUES ('ep', 'registered', 7, 'u', 'k', '', 1, 3)");
       sql.exec("INSERT INTO outbox (kind, payload, next_attempt_at) VALUES ('trajectory', '{}', 5)");
+      // A delivered group whose pull is kept: one session with its steps, one whose steps went (it never completed).
+      sql.exec("INSERT INTO buf_groups (group_id, state, completed_sessions, last_row_at, pull_cursor) VALUES ('g', 'delivered', 1, 9, 1)");
+      sql.exec("INSERT INTO buf_sessions (session_id, group_id, completed) VALUES ('done', 'g', 1), ('open', 'g', 0)");
+      for (const i of [0, 1, 2]) {
+        sql.exec("INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at) VALUES (?, 'done', ?, 'g', '[]', '', 1, 0, ?, 0, '{}', 9)", `u${i}`, i, i === 2 ? 1 : 0);
+      }
       sql.exec("UPDATE kv SET v = '0' WHERE k = 'schema_version'");
       expect(migrateEngine(sql)).toBe(ENGINE_MIGRATIONS.length);
       expect(migrateEngine(sql)).toBe(ENGINE_MIGRATIONS.length);
@@ -23,6 +30,9 @@ describe("engine schema migrations", () => {
         withoutRowid: sql.exec<{ name: string; wr: number }>("SELECT name, wr FROM pragma_table_list WHERE name IN ('episodes', 'finished', 'outbox') ORDER BY name").toArray(),
         autoincrement: sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_schema WHERE name = 'outbox' AND sql LIKE '%AUTOINCREMENT%'").one().n,
         indexes: sql.exec<{ name: string }>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN ('episodes', 'outbox') AND sql IS NOT NULL ORDER BY name").toArray().map((r) => r.name),
+        bufferColumns: [...names("buf_sessions"), ...names("buf_groups")],
+        bufferIndexes: sql.exec<{ name: string }>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'buf_groups' AND sql IS NOT NULL ORDER BY name").toArray().map((r) => r.name),
+        sessions: sql.exec("SELECT session_id, group_id, completed, max_step FROM buf_sessions ORDER BY session_id").toArray(),
         rows: [
           sql.exec("SELECT episode_uuid, state, queue_seq, fence FROM episodes").toArray(),
           sql.exec("SELECT episode_uuid, fence, client_uuid FROM finished").toArray(),
@@ -39,6 +49,13 @@ describe("engine schema migrations", () => {
     ]);
     expect(schema.autoincrement).toBe(0);
     expect(schema.indexes).toEqual(["episodes_lease", "episodes_queue", "episodes_resetting", "outbox_due"]);
+    // Migration 5: sessions remember their highest stored step (none for one whose steps went), and groups when to forget them.
+    expect(schema.bufferColumns).toEqual(expect.arrayContaining(["max_step", "sessions_expire_at"]));
+    expect(schema.bufferIndexes).toEqual(["buf_groups_pull", "buf_groups_ready", "buf_groups_sessions_expire", "buf_groups_ttl"]);
+    expect(schema.sessions).toEqual([
+      { session_id: "done", group_id: "g", completed: 1, max_step: 2 },
+      { session_id: "open", group_id: "g", completed: 0, max_step: null },
+    ]);
     expect(schema.rows).toEqual([
       [{ episode_uuid: "ep", state: "registered", queue_seq: 7, fence: 3 }],
       [{ episode_uuid: "old", fence: 1, client_uuid: "c" }],

@@ -41,6 +41,7 @@ import { gatewaySecret } from "../auth/gateway-signature";
 import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { migrateEngine } from "./schema";
+import { storedJsonTooLarge, storedStringTooLarge } from "../protocol/limits";
 import { CommandQueue } from "./command-queue";
 import { CommandOutcomes, type ScanRecord } from "./command-outcomes";
 import { Outbox, type OutboxItem } from "./outbox";
@@ -194,6 +195,9 @@ export class EngineObject extends DurableObject<Env> {
       if (this.meta.status !== "ENGINE.OFFLINE") {
         return fail(400, "engine_started", "Engine is already started. Call `stop_engine` first before syncing new training configuration.");
       }
+      // Kept as a JSON string in kv, and so in the start command it goes out in.
+      const tooLarge = storedStringTooLarge("yaml_as_string", yaml);
+      if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
       this.setKv("train_config_yaml", yaml);
       return ok({ success: true as const });
     });
@@ -278,6 +282,8 @@ export class EngineObject extends DurableObject<Env> {
     return this.guarded(caller, "update_current_batch_rollout_pool_information", () => {
       // The engine computes these itself; what the trainer sends for them is ignored.
       const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {} };
+      const tooLarge = storedJsonTooLarge("the pool information", stored);
+      if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
       this.setKv("pool_info", stored);
       return ok({ success: true, failure_reason: "" });
     });
@@ -340,6 +346,9 @@ export class EngineObject extends DurableObject<Env> {
       }
       const now = this.now();
       const payload = JSON.stringify(req.workflow_output);
+      // The trajectory's outbox record and the runner's deliver command hold it escaped inside their JSON.
+      const tooLarge = storedStringTooLarge("workflow_output", payload);
+      if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
       const done = this.inTurn((): Reply<{ success: boolean }> => {
         // A train episode ended by its live claim is taken (deleted) in one statement. Anything
         // else is judged by ownedClaim, which says what went wrong; the only claim it accepts
@@ -568,9 +577,9 @@ export class EngineObject extends DurableObject<Env> {
 
   async postSteps(caller: Caller, steps: StepRow[]): Promise<Reply<PostStepsResponse>> {
     return this.guarded<PostStepsResponse>(caller, "post_steps", () => {
-      const refused = this.buffer.check(steps);
-      if (refused !== null) return refused;
-      const result = this.tx(() => this.buffer.ingest(steps));
+      const checked = this.buffer.check(steps);
+      if (!checked.ok) return checked;
+      const result = this.tx(() => this.buffer.ingest(checked.body));
       this.afterBufferChange();
       return ok(result);
     });
@@ -728,6 +737,7 @@ export class EngineObject extends DurableObject<Env> {
         .toArray();
       for (const ep of expired) this.releaseClaim(ep, "requeue");
       this.buffer.dropExpired(now);
+      this.buffer.forgetSessions(now);
     });
     this.wakePollers();
     await this.flushOutbox(now);
@@ -924,7 +934,8 @@ export class EngineObject extends DurableObject<Env> {
       is_success: output.is_success,
       metadata: output.metadata,
     };
-    if (this.buffer.check([row]) === null) this.buffer.ingest([row]);
+    const checked = this.buffer.check([row]);
+    if (checked.ok) this.buffer.ingest(checked.body);
   }
 
   private afterBufferChange(): void {

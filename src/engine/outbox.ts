@@ -105,15 +105,20 @@ export class Outbox {
       }
       return { written: 0, error };
     }
-    // Ids are integers from our own table, so they can stand in the statement.
+    // Ids are integers from our own table, so they can stand in the statement: FLUSH_BATCH of
+    // them are under 2 KB of SQL, far from the 100 KB a statement may hold.
     this.sql.exec(`DELETE FROM outbox WHERE id IN (${rows.map((r) => r.id).join(",")})`);
     return { written: rows.length, error: null };
   }
 }
 
 /**
- * Characters of row JSON per statement: D1 caps one bound value at 2 MB, and this many UTF-16
- * units are at most 1.5 MB of UTF-8. (A row over the cap is refused alone: see write.)
+ * UTF-16 units of row JSON per statement. A statement binds one value, the JSON array of its
+ * rows (D1 takes 100 bound parameters; the SQL text is under 1 KB of its 100,000 bytes), and
+ * D1 holds at most 2,000,000 bytes in one value (protocol/limits.ts): this many units are at
+ * most 1,572,864 bytes of UTF-8. A longer record goes alone, and none is longer than
+ * MAX_STORED_BYTES: what a client sizes is refused before it is written if it would be. (A
+ * row D1 still refuses waits alone: see write.)
  */
 const STATEMENT_CHARS = 512 * 1024;
 

@@ -7,57 +7,101 @@
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, PostStepsResponse, StepRow } from "../protocol/buffer";
 import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
 import type { CommandBody } from "../protocol/commands";
+import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
 import { isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
 import { fail, ok, type Reply } from "./reply";
 
-export const BUFFER_DDL = `
-CREATE TABLE IF NOT EXISTS buf_groups (
-  group_id TEXT PRIMARY KEY,
-  state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'delivered', 'dropped')),
-  completed_sessions INTEGER NOT NULL DEFAULT 0,
-  min_weight_version INTEGER,
-  last_row_at INTEGER NOT NULL,
-  ready_seq INTEGER,
-  pull_cursor INTEGER,
-  stale INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS buf_groups_ready ON buf_groups (ready_seq) WHERE state = 'ready';
-CREATE INDEX IF NOT EXISTS buf_groups_ttl ON buf_groups (last_row_at) WHERE state = 'pending';
-CREATE INDEX IF NOT EXISTS buf_groups_pull ON buf_groups (pull_cursor) WHERE pull_cursor IS NOT NULL;
-CREATE TABLE IF NOT EXISTS buf_sessions (
-  session_id TEXT PRIMARY KEY,
-  group_id TEXT NOT NULL,
-  completed INTEGER NOT NULL DEFAULT 0,
-  terminal_reward REAL
-);
-CREATE INDEX IF NOT EXISTS buf_sessions_group ON buf_sessions (group_id);
-CREATE TABLE IF NOT EXISTS buf_steps (
-  pk INTEGER PRIMARY KEY AUTOINCREMENT,
-  uid TEXT NOT NULL,
-  session_id TEXT NOT NULL,
-  step_index INTEGER NOT NULL,
-  group_id TEXT NOT NULL,
-  messages TEXT NOT NULL,
-  response TEXT NOT NULL,
-  reward REAL NOT NULL,
-  truncated INTEGER NOT NULL,
-  is_session_completed INTEGER NOT NULL,
-  weight_version INTEGER NOT NULL,
-  extra TEXT NOT NULL,
-  created_at INTEGER NOT NULL,
-  UNIQUE (session_id, step_index)
-);
-CREATE INDEX IF NOT EXISTS buf_steps_group ON buf_steps (group_id, session_id, step_index);
-CREATE TABLE IF NOT EXISTS buf_pulls (cursor INTEGER PRIMARY KEY AUTOINCREMENT, created_at INTEGER NOT NULL, group_ids TEXT NOT NULL);
-`;
-
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
 export const KEPT_PULLS = 4;
-/** A pull without max_groups hands out at most this many groups. */
-export const DEFAULT_MAX_GROUPS = 1000;
+/**
+ * A pull hands out at most this many groups, whatever max_groups asks. The pull's row keeps their
+ * ids as JSON: 1000 ids of at most 256 characters, each at most 6 bytes escaped, are at most
+ * 1,538,000 bytes with quotes and commas, under MAX_STORED_BYTES.
+ */
+export const MAX_GROUPS_PER_PULL = 1000;
 /** The TTL alarm drops at most this many groups per run, then re-arms at once. */
 const DROP_BATCH = 500;
+/**
+ * How long a session is remembered once its group's steps are gone (the group dropped, or
+ * delivered and its pull no longer kept): while it is, the session joins no other group and
+ * its rows sent again count as duplicates, not late. Far beyond any retry window (a client
+ * retries a batch for minutes), and a bound on the memory: the sessions of groups whose steps
+ * went in the last 7 days, besides those of live groups. The alarm forgets the sessions of at
+ * most FORGET_BATCH groups per run, then re-arms at once.
+ */
+export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
+const FORGET_BATCH = 500;
+
+/** A row that may be stored, with the JSON of its messages and of its free-form fields. */
+export type CheckedStep = { row: StepRow; messages: string; extra: string };
+
+/** The row with its JSON texts: the messages, and the free-form fields (every one the buffer has no column for). */
+function checkedStep(row: StepRow): CheckedStep {
+  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version: _v, ...extra } = row;
+  return { row, messages: JSON.stringify(messages), extra: JSON.stringify(extra) };
+}
+
+/**
+ * Why a row is too large, or null. Its messages and response count against max_message_bytes
+ * in bytes of UTF-8. Its outbox record holds the messages', response's and extra fields' texts
+ * escaped once more inside its JSON, and that record is the largest thing the row becomes (the
+ * engine's row and D1's hold them unescaped): it must fit MAX_STORED_BYTES. Short rows are not
+ * counted: each UTF-16 unit is at most 3 bytes of UTF-8 and at most 6 escaped.
+ */
+function sizeRefusal(at: string, step: CheckedStep, maxMessageBytes: number): string | null {
+  const { messages, extra } = step;
+  const { response } = step.row;
+  if ((messages.length + response.length) * 3 > maxMessageBytes) {
+    const bytes = utf8Bytes(messages) + utf8Bytes(response);
+    if (bytes > maxMessageBytes) {
+      return `${at}: messages and response are ${formatBytes(bytes)} of UTF-8; this engine takes at most ${formatBytes(maxMessageBytes)} per row (max_message_bytes)`;
+    }
+  }
+  if ((messages.length + response.length + extra.length) * MAX_JSON_BYTES_PER_UNIT + 6 <= MAX_STORED_BYTES) return null;
+  return storedTooLarge(`${at} (its messages, response and extra fields)`, jsonStringBytes(messages) + jsonStringBytes(response) + jsonStringBytes(extra));
+}
+
+/** The order Array.prototype.sort gives strings by default. */
+const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+type SessionOf = { session: string; group: string };
+type ClearSessions = Extract<CommandBody, { kind: "clear_sessions" }>;
+type ClearSessionsReason = ClearSessions["reason"];
+
+/**
+ * Bytes of ids per clear_sessions command. A group's sessions are unbounded in number, and so
+ * are a drop's (up to DROP_BATCH groups); each command is a row of the engine's command queue,
+ * which must fit MAX_STORED_BYTES, and a request the agent posts to the inference upstream.
+ */
+const CLEAR_SESSIONS_BYTES = 256 * 1024;
+
+/** The commands that ask to clear `sessions`: their ids sorted, with their groups', in chunks of at most CLEAR_SESSIONS_BYTES. */
+export function clearSessionsCommands(sessions: readonly SessionOf[], reason: ClearSessionsReason): ClearSessions[] {
+  const out: ClearSessions[] = [];
+  let ids: string[] = [];
+  let groups = new Set<string>();
+  let bytes = 0;
+  const flush = () => {
+    if (ids.length > 0) out.push({ kind: "clear_sessions", session_ids: ids.sort(), group_ids: [...groups].sort(), reason });
+    ids = [];
+    groups = new Set();
+    bytes = 0;
+  };
+  // By group, so that a chunk names as few groups as it can.
+  const ordered = [...sessions].sort((a, b) => byCodeUnits(a.group, b.group) || byCodeUnits(a.session, b.session));
+  for (const { session, group } of ordered) {
+    // Each id as a JSON string and its comma.
+    const sessionBytes = jsonStringBytes(session) + 1;
+    const groupBytes = jsonStringBytes(group) + 1;
+    if (ids.length > 0 && bytes + sessionBytes + (groups.has(group) ? 0 : groupBytes) > CLEAR_SESSIONS_BYTES) flush();
+    bytes += sessionBytes + (groups.has(group) ? 0 : groupBytes);
+    ids.push(session);
+    groups.add(group);
+  }
+  flush();
+  return out;
+}
 
 type GroupRow = { group_id: string; state: "pending" | "ready" | "delivered" | "dropped"; completed_sessions: number; min_weight_version: number | null; stale: number };
 type Counters = { delivered: number; dropped: number; stale: number; late: number; duplicates: number; nextReadySeq: number; nextOutcomeSeq: number };
@@ -75,15 +119,16 @@ export type BufferHost = {
 export class RolloutBuffer {
   private activeMemo: boolean | null = null;
 
+  /** `sql` has the buffer's tables (schema.ts). */
   constructor(
     private readonly sql: SqlStorage,
     private readonly host: BufferHost,
-  ) {
-    sql.exec(BUFFER_DDL);
-  }
+  ) {}
 
   config(): BufferConfig {
-    return { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+    const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+    // Set before max_message_bytes had its ceiling, a config may hold more than the stores do.
+    return { ...stored, max_message_bytes: Math.min(stored.max_message_bytes, MAX_STORED_BYTES) };
   }
 
   /** Whether the buffer is in use: AgentJet trajectories join groups only then. */
@@ -112,10 +157,10 @@ export class RolloutBuffer {
 
   startRollout(groupSize: number, restart: boolean): void {
     if (restart) {
-      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready')";
+      // As the seed does, a restart also forgets which groups were dropped, and so their sessions.
+      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')";
       this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${gone})`);
       this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${gone})`);
-      // As the seed does, a restart also forgets which groups were dropped.
       this.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
     }
     this.host.setKv("buffer_active", true);
@@ -125,16 +170,17 @@ export class RolloutBuffer {
 
   /**
    * Checks a batch before anything is written: sizes, and that no session changes group.
-   * Returns the failure, or null when the whole batch may be stored.
+   * Returns the rows with their JSON texts, made once for the engine's row, its outbox record
+   * and D1, or the failure when any row may not be stored.
    */
-  check(rows: StepRow[]): ReturnType<typeof fail> | null {
+  check(rows: StepRow[]): Reply<CheckedStep[]> {
     const { max_message_bytes } = this.config();
     const groupOf = new Map<string, string>();
+    const checked: CheckedStep[] = [];
     for (const [i, r] of rows.entries()) {
-      const bytes = JSON.stringify(r.messages).length + r.response.length;
-      if (bytes > max_message_bytes) {
-        return fail(413, "payload_too_large", `steps.${i}: messages and response are ${bytes} bytes; this engine takes at most ${max_message_bytes} per row`);
-      }
+      const step = checkedStep(r);
+      const refused = sizeRefusal(`steps.${i}`, step, max_message_bytes);
+      if (refused !== null) return fail(413, "payload_too_large", refused);
       const known =
         groupOf.get(r.session_id) ??
         this.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_sessions WHERE session_id = ?", r.session_id).toArray()[0]?.group_id;
@@ -142,31 +188,34 @@ export class RolloutBuffer {
         return fail(422, "invalid_request", `steps.${i}: session ${r.session_id} belongs to group ${known}, not ${r.group_id}`);
       }
       groupOf.set(r.session_id, r.group_id);
+      checked.push(step);
     }
-    return null;
+    return ok(checked);
   }
 
   /** Stores a checked batch. Idempotent by (session_id, step_index). */
-  ingest(rows: StepRow[]): PostStepsResponse {
+  ingest(rows: CheckedStep[]): PostStepsResponse {
     const now = this.host.now();
     const { group_size } = this.config();
     let accepted = 0;
     let duplicates = 0;
     let late = 0;
-    const lateSessions = new Set<string>();
-    const lateGroups = new Set<string>();
+    const lateSessions: SessionOf[] = [];
     const ready: string[] = [];
-    for (const r of rows) {
+    for (const { row: r, messages, extra } of rows) {
       const group = this.group(r.group_id);
       if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
+        if (this.storedBefore(r.session_id, r.step_index)) {
+          duplicates++;
+          continue;
+        }
         late++;
         if (group.state === "dropped") {
-          lateSessions.add(r.session_id);
-          lateGroups.add(r.group_id);
+          lateSessions.push({ session: r.session_id, group: r.group_id });
         }
         continue;
       }
-      const { session_id, group_id, step_index, messages, response, reward, truncated, is_session_completed, weight_version, ...extra } = r;
+      const { session_id, group_id, step_index, response, reward, truncated, is_session_completed, weight_version } = r;
       const uid = crypto.randomUUID();
       const stored = this.sql
         .exec<{ pk: number }>(
@@ -176,13 +225,13 @@ export class RolloutBuffer {
           session_id,
           step_index,
           group_id,
-          JSON.stringify(messages),
+          messages,
           response,
           reward,
           truncated ? 1 : 0,
           is_session_completed ? 1 : 0,
           weight_version,
-          JSON.stringify(extra),
+          extra,
           now,
         )
         .toArray();
@@ -199,7 +248,13 @@ export class RolloutBuffer {
         weight_version,
         now,
       );
-      this.sql.exec("INSERT INTO buf_sessions (session_id, group_id) VALUES (?, ?) ON CONFLICT (session_id) DO NOTHING", session_id, group_id);
+      this.sql.exec(
+        `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
+         ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
+        session_id,
+        group_id,
+        step_index,
+      );
       if (is_session_completed) {
         const first = this.sql
           .exec("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING session_id", reward, session_id)
@@ -229,16 +284,14 @@ export class RolloutBuffer {
           truncated,
           isSessionCompleted: is_session_completed,
           weightVersion: weight_version,
-          messages: JSON.stringify(messages),
+          messages,
           response,
-          extra: JSON.stringify(extra),
+          extra,
           createdAt: now,
         },
       });
     }
-    if (lateSessions.size > 0) {
-      this.host.enqueue({ kind: "clear_sessions", session_ids: [...lateSessions].sort(), group_ids: [...lateGroups].sort(), reason: "late_rows_from_dropped_groups" });
-    }
+    this.clearSessions(lateSessions, "late_rows_from_dropped_groups");
     this.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
     return { success: true, accepted, duplicates, late, groups_ready: ready };
   }
@@ -250,7 +303,7 @@ export class RolloutBuffer {
     const candidates = this.sql
       .exec<GroupRow>(
         "SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?",
-        maxGroups ?? DEFAULT_MAX_GROUPS,
+        Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL),
       )
       .toArray();
     const deliver: string[] = [];
@@ -282,7 +335,7 @@ export class RolloutBuffer {
       this.recordOutcome(id, "delivered", staleSet.has(id) ? "stale_flagged" : "complete", staleSet.has(id), own.length, cursor, now);
     }
     this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length }));
-    this.forgetOldPulls(cursor);
+    this.forgetOldPulls(cursor, now);
     return {
       success: true,
       message: `Successfully read ${items.length} items`,
@@ -319,12 +372,30 @@ export class RolloutBuffer {
     return expired.length;
   }
 
-  /** When the oldest pending group expires, if the TTL is on. */
+  /** Forgets the sessions of groups whose memory ran out (SESSION_MEMORY_MS). Returns how many groups' sessions went. */
+  forgetSessions(now: number): number {
+    const due = this.sql
+      .exec<{ group_id: string }>(
+        "SELECT group_id FROM buf_groups WHERE sessions_expire_at IS NOT NULL AND sessions_expire_at <= ? ORDER BY sessions_expire_at LIMIT ?",
+        now,
+        FORGET_BATCH,
+      )
+      .toArray();
+    for (const g of due) {
+      this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", g.group_id);
+      this.sql.exec("UPDATE buf_groups SET sessions_expire_at = NULL WHERE group_id = ?", g.group_id);
+    }
+    return due.length;
+  }
+
+  /** The buffer's next deadline: when the oldest pending group expires (if the TTL is on), or sessions are to be forgotten. */
   nextExpiry(): number | null {
     const { ttl_seconds } = this.config();
-    if (ttl_seconds <= 0) return null;
-    const t = this.sql.exec<{ t: number | null }>("SELECT MIN(last_row_at) AS t FROM buf_groups WHERE state = 'pending'").one().t;
-    return t === null ? null : t + ttl_seconds * 1000;
+    const oldest = ttl_seconds <= 0 ? null : this.sql.exec<{ t: number | null }>("SELECT MIN(last_row_at) AS t FROM buf_groups WHERE state = 'pending'").one().t;
+    const forget = this.sql.exec<{ t: number | null }>("SELECT MIN(sessions_expire_at) AS t FROM buf_groups WHERE sessions_expire_at IS NOT NULL").one().t;
+    const ttlAt = oldest === null ? null : oldest + ttl_seconds * 1000;
+    if (ttlAt === null || forget === null) return ttlAt ?? forget;
+    return Math.min(ttlAt, forget);
   }
 
   stats(): BufferStats {
@@ -343,6 +414,12 @@ export class RolloutBuffer {
   }
 
   // ---------------------------------------------------------------- internals
+
+  /** Whether this row of a session was stored before: its step is at most the highest the session stored. */
+  private storedBefore(sessionId: string, stepIndex: number): boolean {
+    const max = this.sql.exec<{ max_step: number | null }>("SELECT max_step FROM buf_sessions WHERE session_id = ?", sessionId).toArray()[0]?.max_step ?? null;
+    return max !== null && stepIndex <= max;
+  }
 
   private group(id: string): GroupRow | null {
     return this.sql.exec<GroupRow>("SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE group_id = ?", id).toArray()[0] ?? null;
@@ -369,33 +446,37 @@ export class RolloutBuffer {
 
   /** Sessions that never completed are not part of a delivered group: the upstream may forget them. */
   private clearIncompleteSessions(groups: string[]): void {
-    const sessions: string[] = [];
-    const affected: string[] = [];
+    const sessions: SessionOf[] = [];
     for (const id of groups) {
       const open = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
-      if (open.length === 0) continue;
-      affected.push(id);
       for (const s of open) {
-        sessions.push(s.session_id);
+        sessions.push({ session: s.session_id, group: id });
         this.sql.exec("DELETE FROM buf_steps WHERE session_id = ?", s.session_id);
       }
     }
-    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: affected.sort(), reason: "incomplete_sessions_of_delivered_group" });
+    this.clearSessions(sessions, "incomplete_sessions_of_delivered_group");
   }
 
   private drop(groups: string[], reason: "incomplete_group_ttl" | "stale_group", now: number): void {
-    const sessions: string[] = [];
+    const sessions: SessionOf[] = [];
     for (const id of groups) {
-      const own = this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id).toArray().map((s) => s.session_id);
-      sessions.push(...own);
+      for (const s of this.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id)) sessions.push({ session: s.session_id, group: id });
       const steps = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
       this.recordOutcome(id, "dropped", reason, reason === "stale_group", steps, null, now);
       this.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
-      this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", id);
-      this.sql.exec("UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ? WHERE group_id = ?", reason === "stale_group" ? 1 : 0, id);
+      this.sql.exec(
+        "UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ?, sessions_expire_at = ? WHERE group_id = ?",
+        reason === "stale_group" ? 1 : 0,
+        now + SESSION_MEMORY_MS,
+        id,
+      );
     }
     this.bump((c) => ({ ...c, dropped: c.dropped + groups.length }));
-    if (sessions.length > 0) this.host.enqueue({ kind: "clear_sessions", session_ids: sessions.sort(), group_ids: [...groups].sort(), reason });
+    this.clearSessions(sessions, reason);
+  }
+
+  private clearSessions(sessions: SessionOf[], reason: ClearSessionsReason): void {
+    for (const body of clearSessionsCommands(sessions, reason)) this.host.enqueue(body);
   }
 
   private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {
@@ -425,13 +506,13 @@ export class RolloutBuffer {
     });
   }
 
-  private forgetOldPulls(latest: number): void {
+  /** Forgets the steps of pulls no longer kept; their sessions are remembered for SESSION_MEMORY_MS more. */
+  private forgetOldPulls(latest: number, now: number): void {
     const old = this.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
     for (const p of old) {
       const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
       this.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${groups})`, p.cursor);
-      this.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${groups})`, p.cursor);
-      this.sql.exec("UPDATE buf_groups SET pull_cursor = NULL WHERE pull_cursor = ?", p.cursor);
+      this.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
       this.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
     }
   }

@@ -79,10 +79,52 @@ CREATE TABLE IF NOT EXISTS reward_history (
 );
 `;
 
+/** The rollout buffer's tables (rollout-buffer.ts), as its first version created them. */
+export const BUFFER_DDL = `
+CREATE TABLE IF NOT EXISTS buf_groups (
+  group_id TEXT PRIMARY KEY,
+  state TEXT NOT NULL CHECK (state IN ('pending', 'ready', 'delivered', 'dropped')),
+  completed_sessions INTEGER NOT NULL DEFAULT 0,
+  min_weight_version INTEGER,
+  last_row_at INTEGER NOT NULL,
+  ready_seq INTEGER,
+  pull_cursor INTEGER,
+  stale INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS buf_groups_ready ON buf_groups (ready_seq) WHERE state = 'ready';
+CREATE INDEX IF NOT EXISTS buf_groups_ttl ON buf_groups (last_row_at) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS buf_groups_pull ON buf_groups (pull_cursor) WHERE pull_cursor IS NOT NULL;
+CREATE TABLE IF NOT EXISTS buf_sessions (
+  session_id TEXT PRIMARY KEY,
+  group_id TEXT NOT NULL,
+  completed INTEGER NOT NULL DEFAULT 0,
+  terminal_reward REAL
+);
+CREATE INDEX IF NOT EXISTS buf_sessions_group ON buf_sessions (group_id);
+CREATE TABLE IF NOT EXISTS buf_steps (
+  pk INTEGER PRIMARY KEY AUTOINCREMENT,
+  uid TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  step_index INTEGER NOT NULL,
+  group_id TEXT NOT NULL,
+  messages TEXT NOT NULL,
+  response TEXT NOT NULL,
+  reward REAL NOT NULL,
+  truncated INTEGER NOT NULL,
+  is_session_completed INTEGER NOT NULL,
+  weight_version INTEGER NOT NULL,
+  extra TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  UNIQUE (session_id, step_index)
+);
+CREATE INDEX IF NOT EXISTS buf_steps_group ON buf_steps (group_id, session_id, step_index);
+CREATE TABLE IF NOT EXISTS buf_pulls (cursor INTEGER PRIMARY KEY AUTOINCREMENT, created_at INTEGER NOT NULL, group_ids TEXT NOT NULL);
+`;
+
 /**
- * Changes to an existing engine's tables, applied once each in order, after ENGINE_DDL. The
- * version reached is kept in kv (`schema_version`); fresh engines run them too, so ENGINE_DDL
- * stays the first version's schema and the current one is ENGINE_DDL plus these.
+ * Changes to an existing engine's tables, applied once each in order, after ENGINE_DDL and
+ * BUFFER_DDL. The version reached is kept in kv (`schema_version`); fresh engines run them too,
+ * so those two stay the first version's schema and the current one is they plus these.
  */
 export const ENGINE_MIGRATIONS: readonly string[] = [
   // 1: finished episodes remember their global step and reward, for per-step task views.
@@ -131,11 +173,20 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // one page fewer per end. reward_values keeps a list reward whole (reward is its mean).
   // Rows written before this have no epoch: what they added is in the meta's accumulator.
   "ALTER TABLE finished ADD COLUMN acc_epoch INTEGER; ALTER TABLE finished ADD COLUMN reward_values TEXT;",
+  // 5: a session belongs to one group for good, and a retried row is told from a late one, also
+  // once its group's steps are gone: buf_sessions rows outlive the steps (until
+  // sessions_expire_at, set when the group's steps go) and remember the highest step stored.
+  // Sessions whose steps were already gone have none (NULL): their rows count as late, as before.
+  `ALTER TABLE buf_sessions ADD COLUMN max_step INTEGER;
+   UPDATE buf_sessions SET max_step = (SELECT MAX(step_index) FROM buf_steps WHERE buf_steps.session_id = buf_sessions.session_id);
+   ALTER TABLE buf_groups ADD COLUMN sessions_expire_at INTEGER;
+   CREATE INDEX IF NOT EXISTS buf_groups_sessions_expire ON buf_groups (sessions_expire_at) WHERE sessions_expire_at IS NOT NULL;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
 export function migrateEngine(sql: SqlStorage): number {
   sql.exec(ENGINE_DDL);
+  sql.exec(BUFFER_DDL);
   const row = sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'schema_version'").toArray()[0];
   let version = row ? Number(JSON.parse(row.v)) : 0;
   for (; version < ENGINE_MIGRATIONS.length; version++) sql.exec(ENGINE_MIGRATIONS[version]!);

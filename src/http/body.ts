@@ -5,6 +5,11 @@
  */
 import { errorResponse } from "./errors";
 
+/**
+ * Bytes as sent, here and in the router's bodyLimit. A transfer limit only: D1 and Durable
+ * Object storage hold 2,000,000 bytes per row, so what a body holds is checked against that
+ * value by value where it is stored (protocol/limits.ts).
+ */
 export const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
 export const tooLarge = (): Response => errorResponse(413, "payload_too_large", `The request body exceeds ${MAX_BODY_BYTES} bytes.`);

@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
+import { isTooLargeIssue } from "../protocol/limits";
 import { describeIssues, errorResponse } from "./errors";
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; response: Response };
@@ -24,10 +25,16 @@ export function parseJsonText<S extends z.ZodType>(text: string, schema: S, empt
   return checkInput(schema, raw);
 }
 
-/** Validates an already decoded input (a query string's parameters, say): a 422 if it has the wrong shape. */
+/**
+ * Validates an already decoded input (a query string's parameters, say): a 422 if it has the
+ * wrong shape, a 413 if a value in it is over its size (as a body over its size is).
+ */
 export function checkInput<S extends z.ZodType>(schema: S, raw: unknown): Parsed<z.output<S>> {
   const parsed = schema.safeParse(raw);
-  if (!parsed.success) return { ok: false, response: errorResponse(422, "invalid_request", describeIssues(parsed.error)) };
+  if (!parsed.success) {
+    const [status, code] = parsed.error.issues.some(isTooLargeIssue) ? ([413, "payload_too_large"] as const) : ([422, "invalid_request"] as const);
+    return { ok: false, response: errorResponse(status, code, describeIssues(parsed.error)) };
+  }
   return { ok: true, value: parsed.data };
 }
 

@@ -15,7 +15,7 @@ const WHEN: Record<ErrorStatus, string> = {
   403: "The token's role may not call this route.",
   404: "Unknown engine, episode, token or route.",
   409: "The request conflicts with the current state (e.g. a claim that was reaped or superseded, an engine that exists).",
-  413: "The request body is larger than the exchange accepts (4 MiB).",
+  413: "The request body is larger than the exchange accepts (4 MiB), or a value in it is larger than its limit (in bytes of UTF-8) or than the stores hold; `detail` names the limit.",
   422: "The body or query does not match the schema; `detail` names each offending field.",
 };
 

@@ -4,6 +4,7 @@
  * coalesces many runner threads' requests into one).
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
 
 export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
@@ -23,6 +24,10 @@ export const RolloutWorkersStatus = z.object({
 });
 export type RolloutWorkersStatus = z.infer<typeof RolloutWorkersStatus>;
 
+/**
+ * Kept whole in the engine's kv as JSON: its strings are at most 3,776 UTF-16 units, 22,656
+ * bytes escaped (6 per unit), far under what a row holds (protocol/limits.ts).
+ */
 export const AgentHeartbeatRequest = z.object({
   agent_id: z.string().min(1).max(128),
   host: z.string().max(256),
@@ -68,8 +73,8 @@ export const HeartbeatResponse = z.object({ success: z.literal(true), server_tim
 export const TrainerExitRequest = z.object({
   exit_code: z.number().int().nullable(),
   signal: z.string().max(32).nullable().default(null),
-  /** The last lines of the trainer's output, for the operator. */
-  log_tail: z.string().max(16_384).default(""),
+  /** The last lines of the trainer's output, for the operator; kept in the engine's meta row, at most 98,304 bytes escaped. */
+  log_tail: textOfAtMost(16_384).default(""),
 });
 export type TrainerExitRequest = z.infer<typeof TrainerExitRequest>;
 

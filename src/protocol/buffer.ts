@@ -4,7 +4,9 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
+import { formatBytes, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
 
+/** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024;
 
 export const ChatMessage = z
@@ -38,9 +40,9 @@ export const PostStepsResponse = z.object({
   success: z.literal(true),
   /** Rows stored now. */
   accepted: z.number().int(),
-  /** Rows already stored by an earlier (retried) batch: (session_id, step_index) seen before. */
+  /** Rows already stored by an earlier (retried) batch: (session_id, step_index) seen before, also once their group was delivered or dropped. */
   duplicates: z.number().int(),
-  /** Rows for groups already dropped or delivered: ignored and counted. */
+  /** New rows for groups already dropped or delivered: ignored and counted. */
   late: z.number().int(),
   /** Groups that became ready with this batch. */
   groups_ready: z.array(z.string()),
@@ -48,7 +50,7 @@ export const PostStepsResponse = z.object({
 export type PostStepsResponse = z.infer<typeof PostStepsResponse>;
 
 export const GetRolloutDataRequest = z.object({
-  /** As in the seed, 0 or null means no limit. */
+  /** As in the seed, 0 or null means no limit of the trainer's; a pull hands out at most 1000 groups either way. */
   max_groups: z.number().int().nonnegative().nullable().optional(),
   /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
   cursor: z.number().int().positive().optional(),
@@ -94,7 +96,16 @@ export const BufferConfig = z.object({
   /** Weight versions a group's oldest step may lag behind the trainer's; null disables. */
   max_staleness: z.number().int().min(0).nullable(),
   staleness_policy: StalenessPolicy,
-  max_message_bytes: z.number().int().min(1024).max(3 * 1024 * 1024),
+  /**
+   * Bytes of UTF-8 in one row's messages (as JSON) and response. At most what one stored value
+   * may take: a row is also refused when, with its extra fields, it would not fit the engine's
+   * records as they hold it (escaped inside their JSON).
+   */
+  max_message_bytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(MAX_STORED_BYTES, `must be at most ${formatBytes(MAX_STORED_BYTES)}, the most one stored value may take (${STORES_HOLD})`),
 });
 export type BufferConfig = z.infer<typeof BufferConfig>;
 

@@ -3,6 +3,7 @@
  * the agent acks each by seq, and an unacked command is handed out again after its deadline.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 
 export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
 export const StopCommand = z.object({ kind: z.literal("stop"), reason: z.string() });
@@ -100,8 +101,11 @@ export type PollCommandsResponse = z.infer<typeof PollCommandsResponse>;
 export const AckCommandRequest = z.object({
   seq: z.number().int().positive(),
   ok: z.boolean(),
-  /** Plain words for the operator: what happened. */
-  detail: z.string().max(65_536).default(""),
+  /**
+   * Plain words for the operator: what happened. Kept in the command's and the episode's rows as
+   * is, and in the meta row when a start failed (at most 393,216 bytes escaped): under what a row holds.
+   */
+  detail: textOfAtMost(65_536).default(""),
 });
 export type AckCommandRequest = z.infer<typeof AckCommandRequest>;
 

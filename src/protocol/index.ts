@@ -6,3 +6,4 @@ export * from "./agent";
 export * from "./buffer";
 export * from "./relay";
 export * from "./runs";
+export * from "./limits";

@@ -5,6 +5,7 @@
  * client and the local-agent all validate with these schemas.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 
 /** Any JSON value: config values are whatever the environment's config class accepts. */
 export const JsonValue = z.json();
@@ -160,7 +161,10 @@ export type ProcessState = z.infer<typeof ProcessState>;
 
 export const RunId = z.string().regex(/^run_[a-z0-9]{4,40}$/, "run ids look like run_k3x9...");
 
-/** One process of a run, as the agent reports it. */
+/**
+ * One process of a run, as the agent reports it, one D1 row each: besides its 16,384-byte log
+ * tail, at most 16,384 UTF-16 units (49,152 bytes of UTF-8), far under what a row holds.
+ */
 export const ProcessReport = z.object({
   name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, "process names are 1-64 characters of letters, digits, _ . -"),
   /** Start order, from 0; processes stop in reverse order. */
@@ -169,7 +173,7 @@ export const ProcessReport = z.object({
   pid: z.number().int().positive().nullable().default(null),
   command: z.string().max(8192).default(""),
   log_path: z.string().max(4096).default(""),
-  log_tail: z.string().max(16_384).default(""),
+  log_tail: textOfAtMost(16_384).default(""),
   exit_code: z.number().int().nullable().default(null),
   signal: z.string().max(32).nullable().default(null),
   /** Unix seconds. */
@@ -195,7 +199,7 @@ export const AGENT_RUN_STATUSES = ["starting", "running", "stopped", "completed"
 export const RunReport = z.object({
   status: z.enum(AGENT_RUN_STATUSES),
   /** Plain words for the operator: why the run failed, what was stopped. */
-  detail: z.string().max(16_384).default(""),
+  detail: textOfAtMost(16_384).default(""),
   processes: z.array(ProcessReport).max(64).default([]),
   metrics: z.array(MetricsPoint).max(500).default([]),
   agent_id: z.string().max(128).default(""),
@@ -290,6 +294,10 @@ export const InferenceModel = z.object({
 });
 export type InferenceModel = z.infer<typeof InferenceModel>;
 
+/**
+ * Kept as JSON in the test's D1 row and sent in its command: 8 models of at most 2,376 UTF-16
+ * units, at most 114,048 bytes escaped, far under what a row holds.
+ */
 export const StartInferenceTestRequest = z.object({
   num_steps: z.number().int().min(1).max(50).default(3),
   group_size: z.number().int().min(1).max(64).default(16),

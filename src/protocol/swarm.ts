@@ -4,13 +4,14 @@
  * Objects strip unknown keys: newer clients send extra fields, which we accept and ignore.
  */
 import { z } from "zod";
+import { textOfAtMost } from "./limits";
 import { EngineStatus } from "./status";
 
 const uuidLike = z.string().min(1, "must not be empty").max(256, "is longer than 256 characters");
 const optionalText = (max: number) => z.string().max(max, `is longer than ${max} characters`).default("");
 
 export const SyncTrainConfigRequest = z.object({
-  yaml_as_string: z.string().max(1_000_000, "is larger than 1 MB"),
+  yaml_as_string: textOfAtMost(1_000_000),
 });
 
 export const SwarmThrottlePolicy = z.object({
@@ -83,6 +84,11 @@ export const CheckWhetherEpisodeClaimedRequest = z.object({
 export const BoolResponse = z.object({ success: z.boolean(), failure_reason: z.string().default("") });
 export type BoolResponse = z.infer<typeof BoolResponse>;
 
+/**
+ * An episode's row holds these with the claim's client_uuid and task_id: at most 12,032 UTF-16
+ * units, 36,096 bytes of UTF-8; its reset command holds the uuid and address escaped, at most
+ * 7,680 bytes. Far under what a row holds (protocol/limits.ts), so no size is checked here.
+ */
 export const RegisterEpisodeRequest = z.object({
   episode_uuid: uuidLike,
   openai_base_url: optionalText(2048),
@@ -93,7 +99,8 @@ export type RegisterEpisodeRequest = z.infer<typeof RegisterEpisodeRequest>;
 
 export const UpdateEngineStatusRequest = z.object({
   engine_status: EngineStatus,
-  engine_status_detail: z.string().max(65_536).nullable().optional(),
+  /** Kept in the engine's meta row as JSON: at most 393,216 bytes escaped (6 per byte), under what a row holds. */
+  engine_status_detail: textOfAtMost(65_536).nullable().optional(),
   global_step: z.number().int().nonnegative().nullable().optional(),
   /** Our addition (rollout buffer): the trainer's current weight version. */
   weight_version: z.number().int().nonnegative().nullable().optional(),

@@ -16,7 +16,8 @@ import type {
 import { catalogStatus } from "./catalog-status";
 import * as store from "./config-store";
 import type { RunsCtx } from "./context";
-import { done, refuse, type RunsReply } from "./reply";
+import { storedJsonTooLarge } from "../protocol/limits";
+import { done, refuse, tooLarge, type RunsReply } from "./reply";
 import { checkEdit, fieldViews, renderYaml } from "./run-config";
 
 export async function listEnvironments(ctx: RunsCtx): Promise<RunsReply<CatalogResponse>> {
@@ -48,6 +49,13 @@ export async function reportCatalog(ctx: RunsCtx, report: CatalogReport): Promis
     }
     seen.add(e.name);
   }
+  // Each environment is a D1 row holding its fields' JSON; its own JSON is at least as large.
+  for (const [i, e] of report.environments.entries()) {
+    const over = storedJsonTooLarge(`environments.${i} (${e.name})`, e);
+    if (over !== null) return tooLarge(over);
+  }
+  const over = storedJsonTooLarge("the directories and problems", { agent_id: report.agent_id, directories: report.directories, problems: report.problems });
+  if (over !== null) return tooLarge(over);
   await store.replaceCatalog(ctx.db, ctx.engine, report, ctx.now());
   await ctx.catalogReported();
   return done({ success: true as const, count: report.environments.length });
@@ -103,6 +111,8 @@ export async function selectEnvironment(ctx: RunsCtx, req: SelectEnvironmentRequ
 }
 
 export async function editConfig(ctx: RunsCtx, req: EditConfigRequest): Promise<RunsReply<{ message: string; field: string; value: JsonValue; edits: Record<string, JsonValue> }>> {
+  const over = storedJsonTooLarge("value", req.value);
+  if (over !== null) return tooLarge(over);
   const d = await loadDraft(ctx);
   if (d.selected === null) return refuse(409, "no_environment_selected", "No environment is selected: select one first (POST /runs/config/environment or rl_select_environment).");
   if (d.env === null) return unknownEnvironment(ctx, d.selected);
@@ -120,6 +130,10 @@ export async function setLockedFields(ctx: RunsCtx, req: SetLockedFieldsRequest)
   const keys = [...req.set, ...req.remove].map((f) => `${f.section}.${f.name}`);
   const twice = keys.find((k, i) => keys.indexOf(k) !== i);
   if (twice !== undefined) return refuse(422, "invalid_request", `${twice} is named twice; set or remove each field once per request.`, { field: twice });
+  for (const [i, f] of req.set.entries()) {
+    const over = storedJsonTooLarge(`set.${i}.value (${f.section}.${f.name})`, f.value);
+    if (over !== null) return tooLarge(over);
+  }
   await store.changeLockedFields(ctx.db, ctx.engine, req, ctx.now());
   return done({ locked_fields: await store.lockedFields(ctx.db, ctx.engine) });
 }

@@ -11,7 +11,8 @@ import { ModelResult, StartInferenceTestRequest, type InferenceTestReport, type 
 import { loadDraft, unknownEnvironment } from "./config-ops";
 import { parseJson } from "./config-store";
 import type { RunsCtx } from "./context";
-import { done, refuse, type RunsReply } from "./reply";
+import { storedJsonTooLarge } from "../protocol/limits";
+import { done, refuse, tooLarge, type RunsReply } from "./reply";
 
 type TestRow = typeof inferenceTests.$inferSelect;
 const Models = z.array(ModelResult);
@@ -94,6 +95,8 @@ export async function agentReportInferenceTest(ctx: RunsCtx, id: string, report:
   if ("ok" in row) return row;
   // A finished test keeps its result: a report repeated after a lost answer changes nothing.
   if (row.status === "done" || row.status === "failed") return done(view(row));
+  const over = storedJsonTooLarge("models", report.models);
+  if (over !== null) return tooLarge(over);
   const finished = report.status !== "running";
   await ctx.db
     .update(inferenceTests)

@@ -18,7 +18,8 @@ import type {
 import { loadDraft, unknownEnvironment } from "./config-ops";
 import type { RunsCtx } from "./context";
 import { applyReport, applyStop, isTerminal } from "./lifecycle";
-import { done, refuse, type RunsReply } from "./reply";
+import { storedJsonTooLarge, storedStringTooLarge, storedTooLarge, utf8Bytes } from "../protocol/limits";
+import { done, refuse, tooLarge, type RunsReply } from "./reply";
 import { renderYaml, staleEdits } from "./run-config";
 import * as store from "./run-store";
 
@@ -61,10 +62,15 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
   const now = ctx.now();
   const id = newRunId();
   const yaml = renderYaml(fields, d.locked, d.edits);
+  const edits = JSON.stringify(d.edits);
+  // Edits each fit, but the YAML holds them all: the run's D1 row holds it with the edits, and
+  // the agent's start_run command (a row of the engine's queue) holds it escaped.
+  const over = storedStringTooLarge("config_yaml", yaml) ?? storedTooLarge("config_yaml with the edits", utf8Bytes(yaml) + utf8Bytes(edits));
+  if (over !== null) return tooLarge(over);
   try {
     await store.insertRun(
       ctx.db,
-      { id, engine: ctx.engine, environment: d.env.name, environmentFile: d.env.file_path, status: "pending", configYaml: yaml, edits: JSON.stringify(d.edits), createdAt: now, updatedAt: now },
+      { id, engine: ctx.engine, environment: d.env.name, environmentFile: d.env.file_path, status: "pending", configYaml: yaml, edits, createdAt: now, updatedAt: now },
       `run of ${d.env.name} created; start queued for the agent`,
     );
   } catch (err) {
@@ -175,6 +181,10 @@ export async function agentReport(ctx: RunsCtx, runId: string, report: RunReport
   const names = report.processes.map((p) => p.name);
   const twice = names.find((n, i) => names.indexOf(n) !== i);
   if (twice !== undefined) return refuse(422, "invalid_request", `processes: '${twice}' is listed twice.`);
+  for (const [i, m] of report.metrics.entries()) {
+    const over = storedJsonTooLarge(`metrics.${i}.values`, m.values);
+    if (over !== null) return tooLarge(over);
+  }
   const out = applyReport(run.status, report.status);
   const now = ctx.now();
   const set: Parameters<typeof store.statusStatements>[2] = { updatedAt: now };

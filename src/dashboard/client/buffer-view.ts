@@ -64,7 +64,7 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
         { class: "figures" },
         figure("pending_steps", "rows in open groups", b.pending_steps, "Step rows of groups still waiting for sessions to complete"),
         figure("stale_groups", "stale groups", b.stale_groups, "Groups that lagged the trainer's weight version by more than max_staleness when pulled or dropped"),
-        figure("late_rows_ignored", "late rows ignored", b.late_rows_ignored, "Rows for groups already delivered or dropped"),
+        figure("late_rows_ignored", "late rows ignored", b.late_rows_ignored, "New rows for groups already delivered or dropped"),
         figure("duplicate_rows", "duplicate rows", b.duplicate_rows, "Rows sent again (same session and step): stored once"),
       ),
       settings(b.config),

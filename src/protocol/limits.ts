@@ -1,0 +1,105 @@
+/**
+ * What the stores hold, and sizes counted as they store them: in bytes of UTF-8, not in
+ * characters. Every record the exchange keeps lands in an engine's SQLite (its rows, outbox and
+ * command queue) and most of them in D1 too. Cloudflare's limits (the D1 and Durable Objects
+ * "Limits" pages of developers.cloudflare.com):
+ *
+ * - D1: 2,000,000 bytes per string, BLOB or table row; 100 bound parameters per statement;
+ *   100,000 bytes of SQL text per statement (each statement of a batch counts alone).
+ * - SQLite-backed Durable Objects: 2 MB per string, BLOB or table row (and per key plus value of
+ *   the KV API); 100 bound parameters; 100 KB of SQL text per statement.
+ *
+ * Miniflare enforces none of them, so a value over one is accepted locally and fails only when
+ * deployed; an outbox row over D1's would be retried forever. Sizes are checked against these
+ * before anything is written.
+ */
+import { z } from "zod";
+
+export const D1_MAX_ROW_BYTES = 2_000_000;
+export const D1_MAX_BOUND_PARAMETERS = 100;
+export const D1_MAX_STATEMENT_BYTES = 100_000;
+/** "2 MB", read as D1's 2,000,000 bytes: the smaller of its two readings. */
+export const DO_MAX_ROW_BYTES = 2_000_000;
+export const DO_MAX_BOUND_PARAMETERS = 100;
+export const DO_MAX_STATEMENT_BYTES = 100_000;
+
+/**
+ * The most one client-sized value may take as stored: 1,900,000 bytes. The 100,000 under both
+ * stores' 2,000,000 are left for what its row or record holds beside it: ids, names, numbers
+ * and JSON keys, each bounded by its schema to a few kilobytes.
+ */
+export const MAX_STORED_BYTES = Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES) - 100_000;
+
+/** Bytes of `s` in UTF-8, counted without encoding it. A lone surrogate counts as U+FFFD (3 bytes). */
+export function utf8Bytes(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) {
+      n += 1;
+    } else if (c >= 0xd800 && c < 0xdc00 && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      // A surrogate pair: two units, four bytes.
+      n += 2;
+      i++;
+    } else {
+      n += 2;
+    }
+  }
+  return n;
+}
+
+/**
+ * Bytes of `s` as a JSON string, quoted and escaped, as a record that embeds it holds it (the
+ * engine's outbox and command rows are JSON). At most 6 per UTF-16 unit (`\u0001`) plus the quotes.
+ */
+export const jsonStringBytes = (s: string): number => utf8Bytes(JSON.stringify(s));
+
+/** The most bytes one UTF-16 unit of a string takes as a JSON string. */
+export const MAX_JSON_BYTES_PER_UNIT = 6;
+
+/** 1900000 -> "1,900,000 bytes". */
+export const formatBytes = (n: number): string => `${String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",")} bytes`;
+
+/** Why a stored value has a ceiling, for error details. */
+export const STORES_HOLD = `D1 and Durable Object storage hold ${formatBytes(Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES))} per row`;
+
+/** Why `what`, taking `bytes` as stored, cannot be stored; null when it fits. */
+export function storedTooLarge(what: string, bytes: number): string | null {
+  if (bytes <= MAX_STORED_BYTES) return null;
+  return `${what} is ${formatBytes(bytes)} as stored; the limit is ${formatBytes(MAX_STORED_BYTES)} (${STORES_HOLD})`;
+}
+
+/** storedTooLarge for a string the store keeps inside a JSON record; counted only when it could be too large. */
+export function storedStringTooLarge(what: string, s: string): string | null {
+  if (s.length * MAX_JSON_BYTES_PER_UNIT + 2 <= MAX_STORED_BYTES) return null;
+  return storedTooLarge(what, jsonStringBytes(s));
+}
+
+/** storedTooLarge for a value the store keeps as its JSON text. */
+export function storedJsonTooLarge(what: string, value: unknown): string | null {
+  const text = JSON.stringify(value) ?? "";
+  // Each UTF-16 unit is at most 3 bytes of UTF-8: short texts need no count.
+  if (text.length * 3 <= MAX_STORED_BYTES) return null;
+  return storedTooLarge(what, utf8Bytes(text));
+}
+
+/**
+ * Marks a validation issue as a size over a limit: the Worker answers it 413 payload_too_large,
+ * as it answers a body over its size, rather than 422.
+ */
+export const TOO_LARGE = { too_large: true } as const;
+
+export const isTooLargeIssue = (issue: z.core.$ZodIssue): boolean => issue.code === "custom" && issue.params?.["too_large"] === true;
+
+/** A string of at most `max` bytes of UTF-8: a size, as what it takes to send and to store. */
+export function textOfAtMost(max: number) {
+  return z
+    .string()
+    .check((ctx) => {
+      if (ctx.value.length * 3 <= max) return;
+      const n = utf8Bytes(ctx.value);
+      if (n > max) ctx.issues.push({ code: "custom", message: `is ${formatBytes(n)} of UTF-8; the limit is ${formatBytes(max)}`, input: ctx.value, params: TOO_LARGE });
+    })
+    .meta({ description: `At most ${formatBytes(max)} of UTF-8.` });
+}
