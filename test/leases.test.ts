@@ -2,7 +2,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EngineObject } from "../src/engine/engine-object";
-import { advance, createEngine, endBody, engineStats, ORIGIN, rollingWith, type TestEngine } from "./support/harness";
+import { advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, rollingWith, type TestEngine } from "./support/harness";
 
 /** The trainer registers episode `id` again, as AgentJet never does (its uuids are fresh) but nothing forbids. */
 const registerAgain = (e: TestEngine, id: string) =>
@@ -102,7 +102,7 @@ describe("leases", () => {
     const second = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 60 });
     expect(second).toMatchObject({ success: true, episode_uuid: id, fence: 2 });
     // The old claim's key stays dead, and its late end (with its fence) counts nowhere.
-    expect(await e.stub.relayBegin({ engine: e.name, episode_uuid: id!, fence: first.fence! })).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(await e.stub.relayBegin(await claimKeyFields(first.openai_api_key))).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
     await expect(client.endEpisode(endBody("a", id!, 1, "task-1", { fence: first.fence }))).rejects.toMatchObject({ status: 409 });
     // Given back, unregistered, registered again: above every fence issued so far.
     await client.abortEpisode({ client_uuid: "b", episode_uuid: id! });

@@ -4,7 +4,7 @@
  * reads the counts, and the reaper, see every admitted call anyway.
  */
 import { describe, expect, it } from "vitest";
-import { advance, createEngine, rollingWith, type TestEngine } from "./support/harness";
+import { advance, claimKeyFields, createEngine, rollingWith, type TestEngine } from "./support/harness";
 
 async function withGateway(e: TestEngine): Promise<void> {
   await e.as("trainer").heartbeat({
@@ -20,7 +20,7 @@ async function withGateway(e: TestEngine): Promise<void> {
 async function claim(e: TestEngine, client: string, timeoutSeconds = 60) {
   const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
   expect(c.success).toBe(true);
-  return { engine: e.name, episode_uuid: c.episode_uuid, fence: c.fence! };
+  return claimKeyFields(c.openai_api_key);
 }
 
 const running = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes;

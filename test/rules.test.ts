@@ -82,19 +82,23 @@ describe("base64url", () => {
 
 describe("per-claim keys", () => {
   it("verifies its own signature and rejects forgeries", async () => {
-    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "ep.1/x", fence: 3 });
-    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", episode_uuid: "ep.1/x", fence: 3 });
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "Ab3_-x9Z", episode_uuid: "ep.1/x", fence: 3 });
+    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", incarnation: "Ab3_-x9Z", episode_uuid: "ep.1/x", fence: 3 });
     expect(await verifyClaimKey("other-secret", key)).toBeNull();
     const parts = key.split(".");
-    expect(await verifyClaimKey("secret", [parts[0], parts[1], "4", parts[3], parts[4]].join("."))).toBeNull();
-    expect(await verifyClaimKey("secret", [parts[0], "e2", parts[2], parts[3], parts[4]].join("."))).toBeNull();
+    const swap = (i: number, v: string) => parts.map((p, j) => (j === i ? v : p)).join(".");
+    expect(await verifyClaimKey("secret", swap(3, "4"))).toBeNull();
+    expect(await verifyClaimKey("secret", swap(1, "e2"))).toBeNull();
+    // The same claim of another incarnation of the engine (deleted and created again), or of none.
+    expect(await verifyClaimKey("secret", swap(2, "Ab3_-x9Y"))).toBeNull();
+    expect(await verifyClaimKey("secret", parts.filter((_, j) => j !== 2).join("."))).toBeNull();
     expect(await verifyClaimKey("secret", "sk-ajet-abc")).toBeNull();
   });
 
   it("accepts each key in exactly one spelling", async () => {
     // 10 bytes of episode id and 32 of signature: both end in a partial base64 group, whose last
     // character has spare low bits that atob ignores.
-    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "ep-0000001", fence: 7 });
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "ep-0000001", fence: 7 });
     const [head, engine, fence, ep, sig] = key.split(".") as [string, string, string, string, string];
     const join = (...p: string[]) => p.join(".");
     const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -119,19 +123,25 @@ describe("per-claim keys", () => {
   });
 
   it("refuses an episode id that is not UTF-8, rather than reading it as U+FFFD", async () => {
-    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "\uFFFD", fence: 1 });
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "\uFFFD", fence: 1 });
     const [head, engine, fence, , sig] = key.split(".") as [string, string, string, string, string];
     // 0xFF is not UTF-8; a lenient decoder reads it as the U+FFFD this key was signed for.
     expect(await verifyClaimKey("secret", [head, engine, fence, b64url(new Uint8Array([0xff])), sig].join("."))).toBeNull();
-    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", episode_uuid: "\uFFFD", fence: 1 });
+    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", incarnation: "", episode_uuid: "\uFFFD", fence: 1 });
   });
 
   it("keeps a leading byte order mark as part of the episode id", async () => {
-    const key = await signClaimKey("secret", { engine: "e1", episode_uuid: "x", fence: 1 });
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "x", fence: 1 });
     const [head, engine, fence, , sig] = key.split(".") as [string, string, string, string, string];
     const withBom = b64url(new Uint8Array([0xef, 0xbb, 0xbf, 0x78]));
     expect(await verifyClaimKey("secret", [head, engine, fence, withBom, sig].join("."))).toBeNull();
-    const bomKey = await signClaimKey("secret", { engine: "e1", episode_uuid: "\uFEFFx", fence: 1 });
-    expect(await verifyClaimKey("secret", bomKey)).toEqual({ engine: "e1", episode_uuid: "\uFEFFx", fence: 1 });
+    const bomKey = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "\uFEFFx", fence: 1 });
+    expect(await verifyClaimKey("secret", bomKey)).toEqual({ engine: "e1", incarnation: "", episode_uuid: "\uFEFFx", fence: 1 });
+  });
+
+  it("keeps the five-part form for engines made before incarnations", async () => {
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "ep-7", fence: 2 });
+    expect(key.split(".")).toHaveLength(5);
+    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", incarnation: "", episode_uuid: "ep-7", fence: 2 });
   });
 });

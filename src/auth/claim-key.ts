@@ -2,12 +2,16 @@
  * Per-claim OpenAI keys. A client gets its own key for the LLM relay instead of the trainer's
  * secret one; the key names its engine (so `/v1/...` at the origin can route it) and is bound
  * to one claim by its fence, so it dies when that claim ends, is aborted, reaped or superseded.
+ * It also names the engine's incarnation: an engine deleted and created again under the same
+ * name starts its fences again, and a key of the old engine must not fit a claim of the new one.
  *
- * Format: `sk-rx.<engine>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>`.
+ * Format: `sk-rx.<engine>.<incarnation>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>`, or
+ * `sk-rx.<engine>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>` for engines made before
+ * incarnations (theirs is ""), so keys out when they were are still good.
  */
 import { b64url } from "./tokens";
 
-export type ClaimKeyFields = { engine: string; episode_uuid: string; fence: number };
+export type ClaimKeyFields = { engine: string; incarnation: string; episode_uuid: string; fence: number };
 
 const keys = new Map<string, Promise<CryptoKey>>();
 const utf8 = new TextEncoder();
@@ -24,12 +28,20 @@ function hmacKey(secret: string): Promise<CryptoKey> {
   return k;
 }
 
-const signedText = (f: ClaimKeyFields): string => `${f.engine}\n${f.episode_uuid}\n${f.fence}`;
+/** A new engine's incarnation: random, short, and made of characters a key's parts may hold. */
+export function newIncarnation(): string {
+  return b64url(crypto.getRandomValues(new Uint8Array(6)));
+}
+
+// "@" cannot occur in an engine name, so no text with an incarnation equals one without.
+const signedText = (f: ClaimKeyFields): string =>
+  `${f.engine}${f.incarnation === "" ? "" : `@${f.incarnation}`}\n${f.episode_uuid}\n${f.fence}`;
 
 export async function signClaimKey(secret: string, f: ClaimKeyFields): Promise<string> {
   const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), utf8.encode(signedText(f)));
   const ep = b64url(utf8.encode(f.episode_uuid));
-  return `sk-rx.${f.engine}.${f.fence}.${ep}.${b64url(new Uint8Array(sig))}`;
+  const incarnation = f.incarnation === "" ? "" : `${f.incarnation}.`;
+  return `sk-rx.${f.engine}.${incarnation}${f.fence}.${ep}.${b64url(new Uint8Array(sig))}`;
 }
 
 /**
@@ -50,6 +62,8 @@ function fromB64url(s: string): Uint8Array | null {
 
 /** A fence as signClaimKey writes it: decimal digits, no sign, no leading zero, no exponent. */
 const FENCE_TEXT = /^(0|[1-9][0-9]{0,15})$/;
+/** An incarnation as newIncarnation writes it. */
+const INCARNATION_TEXT = /^[A-Za-z0-9_-]{8}$/;
 /**
  * Strict UTF-8: a sequence that is not UTF-8 is refused, not replaced by U+FFFD (which many
  * spellings share), and a leading BOM is kept as a character, not dropped (which would let
@@ -63,8 +77,15 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
  */
 export async function verifyClaimKey(secret: string, key: string): Promise<ClaimKeyFields | null> {
   const parts = key.split(".");
-  if (parts.length !== 5 || parts[0] !== "sk-rx") return null;
-  const [, engine, fenceText, epText, sigText] = parts as [string, string, string, string, string];
+  if ((parts.length !== 5 && parts.length !== 6) || parts[0] !== "sk-rx") return null;
+  const [engine, incarnation, fenceText, epText, sigText] = (parts.length === 6 ? parts.slice(1) : [parts[1], "", ...parts.slice(2)]) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  if (parts.length === 6 && !INCARNATION_TEXT.test(incarnation)) return null;
   if (!FENCE_TEXT.test(fenceText)) return null;
   const fence = Number(fenceText);
   const epBytes = fromB64url(epText);
@@ -76,7 +97,7 @@ export async function verifyClaimKey(secret: string, key: string): Promise<Claim
   } catch {
     return null;
   }
-  const fields = { engine, episode_uuid: episodeUuid, fence };
+  const fields = { engine, incarnation, episode_uuid: episodeUuid, fence };
   const good = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, utf8.encode(signedText(fields)));
   return good ? fields : null;
 }

@@ -36,7 +36,7 @@ import {
 } from "../protocol/agent";
 import { isRolling, type EngineStatus } from "../protocol/status";
 import { mayRun, seesTrainerSecrets, type EngineOp } from "../auth/roles";
-import { signClaimKey, type ClaimKeyFields } from "../auth/claim-key";
+import { newIncarnation, signClaimKey, type ClaimKeyFields } from "../auth/claim-key";
 import { gatewaySecret } from "../auth/gateway-signature";
 import type { Caller, CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
@@ -78,6 +78,8 @@ type Meta = {
   accEpoch: number;
   /** At least every fence this engine has issued; kept for when the rows that held them are gone. */
   fenceFloor: number;
+  /** Told apart from an engine of the same name deleted before it ("" for engines made before this field): claim keys name it. */
+  incarnation: string;
 };
 
 const INITIAL_META: Meta = {
@@ -90,6 +92,7 @@ const INITIAL_META: Meta = {
   acc: EMPTY_ACCUMULATOR,
   accEpoch: 0,
   fenceFloor: 0,
+  incarnation: "",
 };
 
 type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
@@ -173,7 +176,7 @@ export class EngineObject extends DurableObject<Env> {
   /** Makes this object the engine `name` and adds token hashes. Idempotent. */
   provision(name: string, tokens: { id: string; hash: string; role: Role }[]): void {
     this.tx(() => {
-      if (this.meta.name === null) this.saveMeta({ ...this.meta, name });
+      if (this.meta.name === null) this.saveMeta({ ...this.meta, name, incarnation: newIncarnation() });
       for (const t of tokens) this.sql.exec("INSERT OR REPLACE INTO tokens (hash, id, role) VALUES (?, ?, ?)", t.hash, t.id, t.role);
     });
     for (const t of tokens) this.tokens.set(t.hash, t.role);
@@ -320,7 +323,7 @@ export class EngineObject extends DurableObject<Env> {
       if (claimed === null) return refuse(NO_EPISODES_CAUSE);
       if (claimed.fence > this.fenceHigh) this.fenceHigh = claimed.fence;
       this.armBy(expiresAt);
-      const key = await signClaimKey(this.env.CLAIM_KEY_SECRET, { engine: this.meta.name ?? "", ...claimed });
+      const key = await signClaimKey(this.env.CLAIM_KEY_SECRET, { engine: this.meta.name ?? "", incarnation: this.meta.incarnation, ...claimed });
       return ok({
         success: true,
         client_uuid: req.client_uuid,
@@ -670,6 +673,9 @@ export class EngineObject extends DurableObject<Env> {
    */
   async relayBegin(key: ClaimKeyFields): Promise<Reply<{ gateway_url: string; trainer_api_key: string; trainer_base_url: string }>> {
     if (this.meta.name === null || this.meta.name !== key.engine) return fail(404, "unknown_engine", "No such engine.");
+    if (this.meta.incarnation !== key.incarnation) {
+      return fail(401, "claim_not_live", "This key's claim is no longer live: it was made by an engine of this name that has been deleted.");
+    }
     if (!isRolling(this.meta.status)) {
       return fail(503, "engine_not_rolling", `The engine is ${this.meta.status}: LLM calls are served only while ENGINE.ROLLING or ENGINE.ROLLING_POST.`);
     }

@@ -5,6 +5,7 @@
 import { runInDurableObject, runDurableObjectAlarm } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { AdminClient, EngineClient, type FetchLike } from "../../src/client";
+import { verifyClaimKey, type ClaimKeyFields } from "../../src/auth/claim-key";
 import type { EngineObject } from "../../src/engine/engine-object";
 import type { Role } from "../../src/protocol/admin";
 
@@ -115,3 +116,10 @@ export function endBody(client_uuid: string, episode_uuid: string, reward: numbe
 }
 
 export const engineStats = (engine: TestEngine) => engine.stub.stats();
+
+/** What a per-claim key handed out by claim_episode names (engine, incarnation, episode, fence), as the relay reads it. */
+export async function claimKeyFields(key: string): Promise<ClaimKeyFields> {
+  const fields = await verifyClaimKey(env.CLAIM_KEY_SECRET, key);
+  if (fields === null) throw new Error(`not a per-claim key of this exchange: ${key}`);
+  return fields;
+}
