@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { admin, createEngine, raw, uniqueName, ADMIN_TOKEN } from "./support/harness";
+import { admin, createEngine, raw, rollingWith, uniqueName, ADMIN_TOKEN } from "./support/harness";
 
 describe("admin: engines and tokens", () => {
   it("creates an engine with one token per role, and lists it", async () => {
@@ -64,5 +64,35 @@ describe("admin: engines and tokens", () => {
     const wrong = await raw("/admin/engines", { token: e.tokens.operator, body: JSON.stringify({ name }) });
     expect(wrong.status).toBe(403);
     expect((await admin.listEngines()).engines.map((x) => x.name)).not.toContain(name);
+  });
+
+  it("places an engine: a location hint and a jurisdiction, stored, shown, and the engine reachable", async () => {
+    const e = await createEngine("placed", { location_hint: "weur", jurisdiction: "eu" });
+    const row = await env.DB.prepare("SELECT location_hint, jurisdiction FROM engines WHERE name = ?").bind(e.name).first();
+    expect(row).toEqual({ location_hint: "weur", jurisdiction: "eu" });
+    expect((await admin.listEngines()).engines.find((x) => x.name === e.name)).toMatchObject({ location_hint: "weur", jurisdiction: "eu" });
+    // workerd has no jurisdictions (it throws for every one): locally the engine lives unconfined, and works.
+    await rollingWith(e, 1);
+    expect(await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 })).toMatchObject({ success: true });
+    expect((await e.viaUrl("viewer").getEngineStatus()).engine_status).toBe("ENGINE.ROLLING");
+    const hintOnly = await admin.createEngine(uniqueName("hinted"), { location_hint: "apac" });
+    expect(hintOnly).toMatchObject({ location_hint: "apac", jurisdiction: null });
+    const plain = await admin.createEngine(uniqueName("plain"));
+    expect(plain).toMatchObject({ location_hint: null, jurisdiction: null });
+  });
+
+  it("refuses a location hint or jurisdiction Cloudflare does not document, creating nothing", async () => {
+    for (const [field, value, says] of [
+      ["location_hint", "mars", "unknown location hint"],
+      ["location_hint", "apac-ne", "unknown location hint"],
+      ["jurisdiction", "uk", "unknown jurisdiction"],
+      ["jurisdiction", 7, "unknown jurisdiction"],
+    ] as const) {
+      const name = uniqueName("badplace");
+      const res = await raw("/admin/engines", { token: ADMIN_TOKEN, body: JSON.stringify({ name, [field]: value }) });
+      expect(res.status, `${field}=${value}`).toBe(422);
+      expect(res.json).toMatchObject({ error: "invalid_request", detail: expect.stringContaining(says) });
+      expect(await env.DB.prepare("SELECT name FROM engines WHERE name = ?").bind(name).first()).toBeNull();
+    }
   });
 });

@@ -1,6 +1,6 @@
 /** A typed client for the deployment admin's API (engines and tokens). */
 import { z } from "zod";
-import { CreateEngineResponse, EngineListResponse, IssuedToken, TokenListResponse, type Role } from "../protocol/admin";
+import { CreateEngineResponse, EngineListResponse, IssuedToken, TokenListResponse, type Jurisdiction, type LocationHint, type Role } from "../protocol/admin";
 import { requestJson, type FetchLike } from "./http";
 
 export class AdminClient {
@@ -11,7 +11,9 @@ export class AdminClient {
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
   }
 
-  createEngine = (name: string) => requestJson(this.fetchFn, `${this.base}/engines`, CreateEngineResponse, { method: "POST", body: { name }, token: this.token });
+  /** `location_hint` and `jurisdiction` place the engine's Durable Object (README, "Admin API"); both optional. */
+  createEngine = (name: string, placement: { location_hint?: LocationHint; jurisdiction?: Jurisdiction } = {}) =>
+    requestJson(this.fetchFn, `${this.base}/engines`, CreateEngineResponse, { method: "POST", body: { name, ...placement }, token: this.token });
   listEngines = () => requestJson(this.fetchFn, `${this.base}/engines`, EngineListResponse, { method: "GET", token: this.token });
   listTokens = (engine: string) =>
     requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}/tokens`, TokenListResponse, { method: "GET", token: this.token });

@@ -3,11 +3,16 @@
  * Migrations in migrations/ are generated from this file by drizzle-kit (`npm run db:generate`).
  */
 import { sql } from "drizzle-orm";
+import { JURISDICTIONS, LOCATION_HINTS } from "../protocol/admin";
 import { sqliteTable, text, integer, real, primaryKey, uniqueIndex, index } from "drizzle-orm/sqlite-core";
 
 export const engines = sqliteTable("engines", {
   name: text("name").primaryKey(),
   createdAt: integer("created_at").notNull(),
+  /** Where the engine's Durable Object is asked to live (protocol/admin.ts LOCATION_HINTS), or null. */
+  locationHint: text("location_hint", { enum: LOCATION_HINTS }),
+  /** The jurisdiction its Durable Object is confined to (JURISDICTIONS), or null: part of the object's id. */
+  jurisdiction: text("jurisdiction", { enum: JURISDICTIONS }),
 });
 
 export const tokens = sqliteTable(

@@ -12,7 +12,7 @@ import { ROLES, CreateEngineRequest, IssueTokenRequest, type CreateEngineRespons
 import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../auth/tokens";
 import { errorResponse } from "./errors";
 import { readJson } from "./validate";
-import { engineStub } from "./engine-stub";
+import { engineStub, placedEngineStub } from "./engine-stub";
 
 export const adminRoutes = new Hono<{ Bindings: Env }>();
 
@@ -34,7 +34,7 @@ async function mint(engine: string, role: Role, label: string, now: number) {
 adminRoutes.post("/engines", async (c) => {
   const req = await readJson(c, CreateEngineRequest);
   if (!req.ok) return req.response;
-  const name = req.value.name;
+  const { name, location_hint: locationHint, jurisdiction } = req.value;
   const db = drizzle(c.env.DB);
   if ((await db.select().from(engines).where(eq(engines.name, name)).limit(1)).length > 0) {
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
@@ -42,13 +42,16 @@ adminRoutes.post("/engines", async (c) => {
   const now = Date.now();
   const minted = await Promise.all(ROLES.map((role) => mint(name, role, `${role} (created with the engine)`, now)));
   try {
-    await db.batch([db.insert(engines).values({ name, createdAt: now }), db.insert(tokens).values(minted.map((m) => m.row))]);
+    await db.batch([db.insert(engines).values({ name, createdAt: now, locationHint, jurisdiction }), db.insert(tokens).values(minted.map((m) => m.row))]);
   } catch {
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
-  await engineStub(c.env, name).provision(name, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
+  const placement = { name, jurisdiction, locationHint };
+  await placedEngineStub(c.env, placement).provision(name, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
   const body: CreateEngineResponse = {
     engine: name,
+    location_hint: locationHint,
+    jurisdiction,
     tokens: Object.fromEntries(minted.map((m) => [m.row.role, m.token])) as Record<Role, string>,
     token_ids: Object.fromEntries(minted.map((m) => [m.row.role, m.row.id])) as Record<Role, string>,
   };
@@ -57,16 +60,18 @@ adminRoutes.post("/engines", async (c) => {
 
 adminRoutes.get("/engines", async (c) => {
   const rows = await drizzle(c.env.DB).select().from(engines).orderBy(engines.name);
-  return c.json({ engines: rows.map((r) => ({ name: r.name, created_at: r.createdAt / 1000 })) });
+  return c.json({
+    engines: rows.map((r) => ({ name: r.name, created_at: r.createdAt / 1000, location_hint: r.locationHint, jurisdiction: r.jurisdiction })),
+  });
 });
 
-async function engineExists(env: Env, name: string): Promise<boolean> {
-  return (await drizzle(env.DB).select().from(engines).where(eq(engines.name, name)).limit(1)).length > 0;
+async function engineRow(env: Env, name: string) {
+  return (await drizzle(env.DB).select().from(engines).where(eq(engines.name, name)).limit(1))[0] ?? null;
 }
 
 adminRoutes.get("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
-  if (!(await engineExists(c.env, name))) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+  if ((await engineRow(c.env, name)) === null) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
   const rows = await drizzle(c.env.DB).select().from(tokens).where(eq(tokens.engine, name)).orderBy(tokens.createdAt);
   return c.json({
     tokens: rows.map((r) => ({ id: r.id, role: r.role, label: r.label, created_at: r.createdAt / 1000, revoked_at: r.revokedAt === null ? null : r.revokedAt / 1000 })),
@@ -77,10 +82,11 @@ adminRoutes.post("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
   const req = await readJson(c, IssueTokenRequest);
   if (!req.ok) return req.response;
-  if (!(await engineExists(c.env, name))) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+  const engine = await engineRow(c.env, name);
+  if (engine === null) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
   const m = await mint(name, req.value.role, req.value.label, Date.now());
   await drizzle(c.env.DB).insert(tokens).values(m.row);
-  await engineStub(c.env, name).provision(name, [{ id: m.row.id, hash: m.row.tokenHash, role: m.row.role }]);
+  await placedEngineStub(c.env, engine).provision(name, [{ id: m.row.id, hash: m.row.tokenHash, role: m.row.role }]);
   const body: IssuedToken = { id: m.row.id, role: m.row.role, token: m.token };
   return c.json(body, 201);
 });
@@ -92,6 +98,6 @@ adminRoutes.delete("/engines/:name/tokens/:id", async (c) => {
   if (!row) return errorResponse(404, "unknown_token", `Engine '${name}' has no token '${id}'.`);
   if (row.revokedAt === null) await db.update(tokens).set({ revokedAt: Date.now() }).where(eq(tokens.id, id));
   // Told every time, so a revocation that failed halfway is completed by repeating it.
-  await engineStub(c.env, name).revokeToken(row.tokenHash);
+  await (await engineStub(c.env, name))?.revokeToken(row.tokenHash);
   return c.json({ success: true });
 });

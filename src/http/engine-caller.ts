@@ -11,7 +11,7 @@ import { fail, ok, type Reply } from "../engine/reply";
 import { EngineName } from "../protocol/admin";
 import { hashToken } from "../auth/tokens";
 import { requestToken } from "./path-token";
-import { engineStub } from "./engine-stub";
+import { cachedEngineStub, engineStub } from "./engine-stub";
 
 export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject> };
 
@@ -25,7 +25,10 @@ async function hashAndCache(token: string): Promise<string> {
   return h;
 }
 
-/** 404 for a malformed engine name, 401 without a token (bearer header or token in the path). */
+/**
+ * 404 for a malformed engine name, 401 without a token (bearer header or token in the path),
+ * 404 for an engine that does not exist (its D1 row, read once per isolate: engine-stub.ts).
+ */
 export async function engineCaller(env: Env, engine: string, authorization: string | undefined, url: string): Promise<Reply<Credentials>> {
   if (!EngineName.safeParse(engine).success) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
   const token = requestToken(authorization, url);
@@ -39,5 +42,7 @@ export async function engineCaller(env: Env, engine: string, authorization: stri
   const adminToken = env.ADMIN_TOKEN;
   const admin = adminToken !== undefined && adminToken !== "" && hash === (hashCache.get(adminToken) ?? (await hashAndCache(adminToken)));
   const caller: Caller = admin ? { admin: true } : { admin: false, tokenHash: hash };
-  return ok({ engine, caller, stub: engineStub(env, engine) });
+  const stub = cachedEngineStub(env, engine) ?? (await engineStub(env, engine));
+  if (stub === null) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
+  return ok({ engine, caller, stub });
 }

@@ -10,13 +10,35 @@ export const EngineName = z
   .string()
   .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, "engine names are 1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit");
 
-export const CreateEngineRequest = z.object({ name: EngineName });
+/**
+ * Where an engine's Durable Object should live: Cloudflare's documented location hints (best
+ * effort, honoured when the object is first created) and jurisdictions (a guarantee: the object
+ * runs and stores data only inside it). developers.cloudflare.com/durable-objects/reference/data-location
+ */
+export const LOCATION_HINTS = ["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"] as const;
+export const LocationHint = z.enum(LOCATION_HINTS, {
+  error: (issue) => `unknown location hint ${JSON.stringify(issue.input)}; expected one of ${LOCATION_HINTS.join(", ")}`,
+});
+export type LocationHint = z.infer<typeof LocationHint>;
+export const JURISDICTIONS = ["eu", "fedramp", "us"] as const;
+export const Jurisdiction = z.enum(JURISDICTIONS, {
+  error: (issue) => `unknown jurisdiction ${JSON.stringify(issue.input)}; expected one of ${JURISDICTIONS.join(", ")}`,
+});
+export type Jurisdiction = z.infer<typeof Jurisdiction>;
+
+export const CreateEngineRequest = z.object({
+  name: EngineName,
+  location_hint: LocationHint.nullish().transform((v) => v ?? null),
+  jurisdiction: Jurisdiction.nullish().transform((v) => v ?? null),
+});
 
 export const IssuedToken = z.object({ id: z.string(), role: Role, token: z.string() });
 export type IssuedToken = z.infer<typeof IssuedToken>;
 
 export const CreateEngineResponse = z.object({
   engine: z.string(),
+  location_hint: LocationHint.nullable(),
+  jurisdiction: Jurisdiction.nullable(),
   tokens: z.record(Role, z.string()),
   token_ids: z.record(Role, z.string()),
 });
@@ -34,7 +56,12 @@ export const TokenInfo = z.object({
 export type TokenInfo = z.infer<typeof TokenInfo>;
 export const TokenListResponse = z.object({ tokens: z.array(TokenInfo) });
 
-export const EngineInfo = z.object({ name: z.string(), created_at: z.number() });
+export const EngineInfo = z.object({
+  name: z.string(),
+  created_at: z.number(),
+  location_hint: LocationHint.nullable(),
+  jurisdiction: Jurisdiction.nullable(),
+});
 export const EngineListResponse = z.object({ engines: z.array(EngineInfo) });
 
 /** Every 4xx/5xx body the exchange produces. `detail` matches FastAPI's shape, which AgentJet logs. */

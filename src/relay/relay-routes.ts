@@ -72,7 +72,8 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
     request = shape.data;
   }
 
-  const stub = engineStub(c.env, key.engine);
+  const stub = await engineStub(c.env, key.engine);
+  if (stub === null) return openaiError(c, 404, `No such engine '${key.engine}'.`, "unknown_engine");
   const admitted = await stub.relayBegin(key);
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 

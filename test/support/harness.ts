@@ -31,8 +31,14 @@ export type TestEngine = {
   clock: { t: number };
 };
 
-export async function createEngine(prefix?: string): Promise<TestEngine> {
-  const created = await admin.createEngine(uniqueName(prefix));
+/**
+ * A new engine, named `<prefix>-<unique>` or exactly `opts.name`.
+ * Its stub addresses the object by name alone: workerd has no jurisdictions, so an engine given
+ * one lives in the same object locally (http/engine-stub.ts).
+ */
+export async function createEngine(prefix?: string, opts: { name?: string } & Parameters<AdminClient["createEngine"]>[1] = {}): Promise<TestEngine> {
+  const { name: exact, ...placement } = opts;
+  const created = await admin.createEngine(exact ?? uniqueName(prefix), placement);
   const name = created.engine;
   const tokens = created.tokens as Record<Role, string>;
   const stub = env.ENGINE.get(env.ENGINE.idFromName(name));
