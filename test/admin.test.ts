@@ -70,7 +70,7 @@ describe("admin: engines and tokens", () => {
     const e = await createEngine("placed", { location_hint: "weur", jurisdiction: "eu" });
     const row = await env.DB.prepare("SELECT location_hint, jurisdiction FROM engines WHERE name = ?").bind(e.name).first();
     expect(row).toEqual({ location_hint: "weur", jurisdiction: "eu" });
-    expect((await admin.listEngines()).engines.find((x) => x.name === e.name)).toMatchObject({ location_hint: "weur", jurisdiction: "eu" });
+    expect((await admin.listEngines()).engines.find((x) => x.name === e.name)).toMatchObject({ location_hint: "weur", jurisdiction: "eu", deleting_since: null });
     // workerd has no jurisdictions (it throws for every one): locally the engine lives unconfined, and works.
     await rollingWith(e, 1);
     expect(await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 })).toMatchObject({ success: true });

@@ -1,6 +1,15 @@
 /** A typed client for the deployment admin's API (engines and tokens). */
 import { z } from "zod";
-import { CreateEngineResponse, EngineListResponse, IssuedToken, TokenListResponse, type Jurisdiction, type LocationHint, type Role } from "../protocol/admin";
+import {
+  CreateEngineResponse,
+  DeleteEngineResponse,
+  EngineListResponse,
+  IssuedToken,
+  TokenListResponse,
+  type Jurisdiction,
+  type LocationHint,
+  type Role,
+} from "../protocol/admin";
 import { requestJson, type FetchLike } from "./http";
 
 export class AdminClient {
@@ -24,4 +33,21 @@ export class AdminClient {
       method: "DELETE",
       token: this.token,
     });
+
+  /** One DELETE: it may end with work left (`done: false`, a 202), which the next one carries on. */
+  deleteEngineOnce = (engine: string, opts: { force?: boolean; keep_history?: boolean } = {}) =>
+    requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}?force=${opts.force === true}&keep_history=${opts.keep_history === true}`, DeleteEngineResponse, {
+      method: "DELETE",
+      token: this.token,
+    });
+
+  /** Deletes an engine, repeating the DELETE until it is done; answers the rows deleted (or kept) by table. */
+  async deleteEngine(engine: string, opts: { force?: boolean; keep_history?: boolean } = {}): Promise<DeleteEngineResponse> {
+    const rows: Record<string, number> = {};
+    for (;;) {
+      const r = await this.deleteEngineOnce(engine, opts);
+      for (const [table, n] of Object.entries(r.rows)) rows[table] = (rows[table] ?? 0) + n;
+      if (r.done) return { ...r, rows };
+    }
+  }
 }

@@ -13,6 +13,8 @@ export const engines = sqliteTable("engines", {
   locationHint: text("location_hint", { enum: LOCATION_HINTS }),
   /** The jurisdiction its Durable Object is confined to (JURISDICTIONS), or null: part of the object's id. */
   jurisdiction: text("jurisdiction", { enum: JURISDICTIONS }),
+  /** When a delete began (admin-routes.ts); until the row is gone the engine answers 404 and its name stays taken. */
+  deletingSince: integer("deleting_since"),
 });
 
 export const tokens = sqliteTable(

@@ -135,7 +135,10 @@ export class EngineObject extends DurableObject<Env> {
   private pollSession: string | null = null;
   /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
   private armAfterCommit: number | null = null;
-  private flushing = false;
+  /** The outbox flush under way, if any. */
+  private flushRun: Promise<unknown> | null = null;
+  /** Set by destroy(): the engine is deleted, and everything answers 404 until this instance is gone. */
+  private closed = false;
   /** LLM calls admitted but not yet written (relay-activity.ts), and the timer that writes them. */
   private readonly activity = new RelayActivity();
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
@@ -175,6 +178,12 @@ export class EngineObject extends DurableObject<Env> {
 
   /** Makes this object the engine `name` and adds token hashes. Idempotent. */
   provision(name: string, tokens: { id: string; hash: string; role: Role }[]): void {
+    // A deleted engine's instance still remembers it in memory (destroy): it is reset instead,
+    // which fails this call, and the admin route provisions the fresh instance.
+    if (this.closed) {
+      this.ctx.abort("the engine was deleted; its name is being used again");
+      throw new Error("engine instance reset");
+    }
     this.tx(() => {
       if (this.meta.name === null) this.saveMeta({ ...this.meta, name, incarnation: newIncarnation() });
       for (const t of tokens) this.sql.exec("INSERT OR REPLACE INTO tokens (hash, id, role) VALUES (?, ?, ?)", t.hash, t.id, t.role);
@@ -185,6 +194,43 @@ export class EngineObject extends DurableObject<Env> {
   revokeToken(hash: string): void {
     this.sql.exec("DELETE FROM tokens WHERE hash = ?", hash);
     this.tokens.delete(hash);
+  }
+
+  /**
+   * Deletes all the engine holds, for DELETE /admin/engines/<name>: refused while its agent is
+   * connected, unless forced. From then on every request answers 404, open agent polls
+   * included. A flush under way is waited for, so that no D1 row of the engine is written
+   * after this returns; with `keepHistory` the whole outbox is written to D1 first. This instance
+   * then stays closed, since its memory still holds the deleted engine: the next provision()
+   * resets it. Repeatable: deleting a deleted (or never made) engine changes nothing.
+   */
+  async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
+    if (!this.closed && !opts.force) {
+      const agent = this.agentStatus();
+      if (agent.connected) {
+        const ago = Math.round(this.now() / 1000 - (agent.last_seen ?? 0));
+        return fail(409, "agent_connected", `The engine's agent (${agent.host ?? "unknown host"}) sent a heartbeat ${ago} s ago: stop it first, or delete with ?force=true.`);
+      }
+    }
+    const wasClosed = this.closed;
+    this.closed = true;
+    this.wakeAllPollers();
+    await this.flushRun;
+    let written = 0;
+    if (opts.keepHistory) {
+      const r = await this.outbox.drain(this.env.DB, this.now());
+      written = r.written;
+      if (r.error !== null) {
+        this.closed = wasClosed;
+        return fail(503, "history_not_written", `The engine's last results could not be written to D1 (${r.error}); nothing was deleted. Try again, or delete without keep_history.`);
+      }
+    }
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    this.armedAt = null;
+    // Timers and requests of this instance still under way find empty tables, not missing ones.
+    this.ctx.storage.transactionSync(() => migrateEngine(this.sql));
+    return ok({ outbox_written: written });
   }
 
   // ---------------------------------------------------------------- engine status
@@ -494,6 +540,7 @@ export class EngineObject extends DurableObject<Env> {
       const superseded = () => session !== null && session !== this.pollSession;
       const deadline = Date.now() + q.wait * 1000;
       for (;;) {
+        if (this.closed) return this.gone();
         if (superseded()) return ok({ commands: [] });
         if (this.commands.hasDue(this.now()) || Date.now() >= deadline) break;
         await new Promise<void>((resolve) => {
@@ -505,6 +552,7 @@ export class EngineObject extends DurableObject<Env> {
           this.pollWaiters.add(done);
         });
       }
+      if (this.closed) return this.gone();
       if (superseded()) return ok({ commands: [] });
       const now = this.now();
       const commands = this.tx(() => this.commands.lease(now, this.commandLeaseMs(), q.limit, session));
@@ -672,7 +720,7 @@ export class EngineObject extends DurableObject<Env> {
    * live. Counts the call and refreshes the lease, since a client talking to the model is not idle.
    */
   async relayBegin(key: ClaimKeyFields): Promise<Reply<{ gateway_url: string; trainer_api_key: string; trainer_base_url: string }>> {
-    if (this.meta.name === null || this.meta.name !== key.engine) return fail(404, "unknown_engine", "No such engine.");
+    if (this.closed || this.meta.name === null || this.meta.name !== key.engine) return this.gone();
     if (this.meta.incarnation !== key.incarnation) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: it was made by an engine of this name that has been deleted.");
     }
@@ -733,6 +781,7 @@ export class EngineObject extends DurableObject<Env> {
   // ---------------------------------------------------------------- alarm
 
   override async alarm(): Promise<void> {
+    if (this.closed) return;
     this.armedAt = null;
     const now = this.now();
     // Leases that LLM calls extended are written before any is judged expired.
@@ -775,12 +824,16 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private authorize(caller: Caller, op: EngineOp): CallerRole | Failure {
-    if (this.meta.name === null) return fail(404, "unknown_engine", "No such engine.");
+    if (this.meta.name === null || this.closed) return this.gone();
     if (caller.admin) return "admin";
     const role = this.tokens.get(caller.tokenHash);
     if (role === undefined) return fail(401, "invalid_token", `The token is not valid for engine '${this.meta.name}' (unknown or revoked).`);
     if (!mayRun(role, op)) return fail(403, "forbidden", `A ${role} token may not call ${op}.`);
     return role;
+  }
+
+  private gone(): Failure {
+    return fail(404, "unknown_engine", "No such engine.");
   }
 
   private registerOne(req: RegisterEpisodeRequest): BoolResponse {
@@ -1083,12 +1136,11 @@ export class EngineObject extends DurableObject<Env> {
   }
 
   private async flushOutbox(now: number): Promise<void> {
-    if (this.flushing) return;
-    this.flushing = true;
+    if (this.flushRun !== null) return;
     try {
-      await this.outbox.flush(this.env.DB, now, now + OUTBOX_BATCH_MS);
+      await (this.flushRun = this.outbox.flush(this.env.DB, now, now + OUTBOX_BATCH_MS));
     } finally {
-      this.flushing = false;
+      this.flushRun = null;
     }
   }
 
@@ -1108,6 +1160,7 @@ export class EngineObject extends DurableObject<Env> {
 
   /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery or outbox retry. */
   private rearm(now: number): void {
+    if (this.closed) return;
     const lease = this.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;
     const candidates = [lease, this.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry()].filter(
       (t): t is number => t !== null,

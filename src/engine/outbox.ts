@@ -57,6 +57,21 @@ export class Outbox {
     return { written, error: null };
   }
 
+  /**
+   * Writes every row to D1 now, backoffs or not (an engine deleted with its history keeps all of
+   * it); stops at the first failure, whose rows back off again from `now`.
+   */
+  async drain(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
+    this.sql.exec("UPDATE outbox SET next_attempt_at = ? WHERE next_attempt_at > ?", now, now);
+    let written = 0;
+    while (this.size() > 0) {
+      const r = await this.flush(db, now);
+      written += r.written;
+      if (r.error !== null || r.written === 0) return { written, error: r.error ?? "rows were left that no flush took" };
+    }
+    return { written, error: null };
+  }
+
   private async flushBatch(db: D1Database, now: number, horizon: number): Promise<{ written: number; error: string | null }> {
     const rows = this.sql
       .exec<OutboxRow>(

@@ -1,18 +1,30 @@
 /**
  * The deployment admin's API: engines and their tokens. D1 holds engines and token hashes;
  * each engine's Durable Object holds the hashes it checks on every request, so D1 is written
- * first and the engine is told second (a token the engine knows is always on record).
+ * first and the engine is told second (a token the engine knows is always on record). Deleting
+ * goes the other way round: the engine's object first, its D1 rows after (engine-rows.ts).
  */
 import { Hono } from "hono";
-import { and, eq } from "drizzle-orm";
+import { and, eq, isNull } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Env } from "../env";
 import { engines, tokens } from "../db/schema";
-import { ROLES, CreateEngineRequest, IssueTokenRequest, type CreateEngineResponse, type IssuedToken, type Role } from "../protocol/admin";
+import {
+  ROLES,
+  CreateEngineRequest,
+  DeleteEngineQuery,
+  IssueTokenRequest,
+  type CreateEngineResponse,
+  type DeleteEngineResponse,
+  type IssuedToken,
+  type Role,
+} from "../protocol/admin";
 import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../auth/tokens";
-import { errorResponse } from "./errors";
-import { readJson } from "./validate";
-import { engineStub, placedEngineStub } from "./engine-stub";
+import type { EngineObject } from "../engine/engine-object";
+import { errorResponse, replyResponse } from "./errors";
+import { readJson, readQuery } from "./validate";
+import { engineStub, forgetEngine, placedEngineStub, type EnginePlacement } from "./engine-stub";
+import { archiveName, deleteEngineRows } from "./engine-rows";
 
 export const adminRoutes = new Hono<{ Bindings: Env }>();
 
@@ -31,12 +43,31 @@ async function mint(engine: string, role: Role, label: string, now: number) {
   return { token, row: { id: newTokenId(), engine, role, tokenHash: hash, label, createdAt: now, revokedAt: null } };
 }
 
+const unknownEngine = (name: string) => errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+
+/**
+ * Tells the engine's object its name and tokens. The object of an engine deleted under the same
+ * name resets itself on the first try (EngineObject.destroy), so a failure is tried once more,
+ * on the fresh instance.
+ */
+async function provision(env: Env, engine: EnginePlacement, hashes: Parameters<EngineObject["provision"]>[1]): Promise<void> {
+  try {
+    await placedEngineStub(env, engine).provision(engine.name, hashes);
+  } catch {
+    await placedEngineStub(env, engine).provision(engine.name, hashes);
+  }
+}
+
 adminRoutes.post("/engines", async (c) => {
   const req = await readJson(c, CreateEngineRequest);
   if (!req.ok) return req.response;
   const { name, location_hint: locationHint, jurisdiction } = req.value;
   const db = drizzle(c.env.DB);
-  if ((await db.select().from(engines).where(eq(engines.name, name)).limit(1)).length > 0) {
+  const existing = (await db.select().from(engines).where(eq(engines.name, name)).limit(1))[0];
+  if (existing !== undefined) {
+    if (existing.deletingSince !== null) {
+      return errorResponse(409, "engine_exists", `Engine '${name}' is being deleted: repeat DELETE /admin/engines/${name} to finish, then create it.`);
+    }
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
   const now = Date.now();
@@ -46,8 +77,7 @@ adminRoutes.post("/engines", async (c) => {
   } catch {
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
-  const placement = { name, jurisdiction, locationHint };
-  await placedEngineStub(c.env, placement).provision(name, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
+  await provision(c.env, { name, jurisdiction, locationHint }, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
   const body: CreateEngineResponse = {
     engine: name,
     location_hint: locationHint,
@@ -61,17 +91,25 @@ adminRoutes.post("/engines", async (c) => {
 adminRoutes.get("/engines", async (c) => {
   const rows = await drizzle(c.env.DB).select().from(engines).orderBy(engines.name);
   return c.json({
-    engines: rows.map((r) => ({ name: r.name, created_at: r.createdAt / 1000, location_hint: r.locationHint, jurisdiction: r.jurisdiction })),
+    engines: rows.map((r) => ({
+      name: r.name,
+      created_at: r.createdAt / 1000,
+      location_hint: r.locationHint,
+      jurisdiction: r.jurisdiction,
+      deleting_since: r.deletingSince === null ? null : r.deletingSince / 1000,
+    })),
   });
 });
 
-async function engineRow(env: Env, name: string) {
-  return (await drizzle(env.DB).select().from(engines).where(eq(engines.name, name)).limit(1))[0] ?? null;
+/** The engine's row, unless there is none or it is being deleted. */
+async function liveEngine(env: Env, name: string) {
+  const row = (await drizzle(env.DB).select().from(engines).where(eq(engines.name, name)).limit(1))[0];
+  return row !== undefined && row.deletingSince === null ? row : null;
 }
 
 adminRoutes.get("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
-  if ((await engineRow(c.env, name)) === null) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+  if ((await liveEngine(c.env, name)) === null) return unknownEngine(name);
   const rows = await drizzle(c.env.DB).select().from(tokens).where(eq(tokens.engine, name)).orderBy(tokens.createdAt);
   return c.json({
     tokens: rows.map((r) => ({ id: r.id, role: r.role, label: r.label, created_at: r.createdAt / 1000, revoked_at: r.revokedAt === null ? null : r.revokedAt / 1000 })),
@@ -82,11 +120,11 @@ adminRoutes.post("/engines/:name/tokens", async (c) => {
   const name = c.req.param("name");
   const req = await readJson(c, IssueTokenRequest);
   if (!req.ok) return req.response;
-  const engine = await engineRow(c.env, name);
-  if (engine === null) return errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+  const engine = await liveEngine(c.env, name);
+  if (engine === null) return unknownEngine(name);
   const m = await mint(name, req.value.role, req.value.label, Date.now());
   await drizzle(c.env.DB).insert(tokens).values(m.row);
-  await placedEngineStub(c.env, engine).provision(name, [{ id: m.row.id, hash: m.row.tokenHash, role: m.row.role }]);
+  await provision(c.env, engine, [{ id: m.row.id, hash: m.row.tokenHash, role: m.row.role }]);
   const body: IssuedToken = { id: m.row.id, role: m.row.role, token: m.token };
   return c.json(body, 201);
 });
@@ -100,4 +138,30 @@ adminRoutes.delete("/engines/:name/tokens/:id", async (c) => {
   // Told every time, so a revocation that failed halfway is completed by repeating it.
   await (await engineStub(c.env, name))?.revokeToken(row.tokenHash);
   return c.json({ success: true });
+});
+
+/**
+ * Deletes an engine: its object's state first (refused while its agent is connected, unless
+ * forced), then its D1 rows in chunks. The row is marked first thing after the object is gone,
+ * so a delete cut off half-way is finished by repeating it, with the same archive name.
+ */
+adminRoutes.delete("/engines/:name", async (c) => {
+  const name = c.req.param("name");
+  const q = readQuery(c, DeleteEngineQuery);
+  if (!q.ok) return q.response;
+  const db = drizzle(c.env.DB);
+  const row = (await db.select().from(engines).where(eq(engines.name, name)).limit(1))[0];
+  if (row === undefined) return unknownEngine(name);
+  if (row.deletingSince === null) {
+    const destroyed = await placedEngineStub(c.env, row).destroy({ force: q.value.force, keepHistory: q.value.keep_history });
+    if (!destroyed.ok) return replyResponse(destroyed);
+    await db.update(engines).set({ deletingSince: Date.now() }).where(and(eq(engines.name, name), isNull(engines.deletingSince)));
+  }
+  forgetEngine(c.env, name);
+  // Read back rather than taken from above: a concurrent delete may have marked it first.
+  const since = (await db.select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, name)).limit(1))[0]?.since ?? Date.now();
+  const archive = q.value.keep_history ? { name: archiveName(name, since), at: since } : null;
+  const result = await deleteEngineRows(c.env.DB, name, archive);
+  const body: DeleteEngineResponse = { engine: name, done: result.done, history_kept_as: archive?.name ?? null, rows: result.rows };
+  return c.json(body, result.done ? 200 : 202);
 });

@@ -18,6 +18,7 @@ import { readBodyText, tooLarge } from "./body";
 import { checkInput, parseJsonText } from "./validate";
 import { ENGINE_API, type RouteSpec } from "./engine-api";
 import { engineCaller } from "./engine-caller";
+import { isUnknownEngine, movedEngineStub } from "./engine-stub";
 import { routingPath } from "./path-token";
 
 /** `/e/<engine>/<operation path>`, once a `/t/<token>` part has been taken out (path-token.ts). */
@@ -56,7 +57,14 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
         ? checkInput(input.schema, getQueryParam(url))
         : { ok: true as const, value: undefined };
   if (!parsed.ok) return parsed.response;
-  return replyResponse(await spec.call(who.body.stub, who.body.caller, parsed.value, url));
+  const { stub, caller } = who.body;
+  let reply = await spec.call(stub, caller, parsed.value, url);
+  if (isUnknownEngine(reply)) {
+    // The engine's object says it is none: deleted, or made again elsewhere since its route was read.
+    const moved = await movedEngineStub(env, engine, stub);
+    if (moved !== null) reply = await spec.call(moved, caller, parsed.value, url);
+  }
+  return replyResponse(reply);
 }
 
 /**

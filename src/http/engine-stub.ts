@@ -8,13 +8,16 @@
  * time, about 23 thousand instructions in workerd (bench:instr, BENCHMARKS.md), on each of a
  * cycle's three requests. Only the stub is made per request: a stub belongs to its request.
  *
- * A jurisdiction is fixed when its engine is made, so a kept route stays right; routes are read
- * again after ROUTE_TTL_MS all the same, so that a row changed in D1 is seen in time.
+ * A kept route goes stale only when its engine is deleted and made again with another
+ * jurisdiction while this isolate lives: the old object answers that there is no such engine,
+ * and `movedEngineStub` then reads the row again. Routes are read again after ROUTE_TTL_MS too,
+ * for callers that do not ask.
  */
 import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Env } from "../env";
 import type { EngineObject } from "../engine/engine-object";
+import type { Failure } from "../engine/reply";
 import { engines } from "../db/schema";
 import { LOCATION_HINTS, type Jurisdiction, type LocationHint } from "../protocol/admin";
 
@@ -76,17 +79,40 @@ export function cachedEngineStub(env: Pick<Env, "ENGINE">, name: string): Stub |
   return env.ENGINE.get(route.id, route.options);
 }
 
-/** The engine's stub, from its kept route or its D1 row; null when there is no such engine. */
+/** The engine's stub, from its kept route or its D1 row; null when there is no such engine (or it is being deleted). */
 export async function engineStub(env: RouteEnv, name: string): Promise<Stub | null> {
   const kept = cachedEngineStub(env, name);
   if (kept !== undefined) return kept;
   const row = (
     await drizzle(env.DB)
-      .select({ jurisdiction: engines.jurisdiction, locationHint: engines.locationHint })
+      .select({ jurisdiction: engines.jurisdiction, locationHint: engines.locationHint, deletingSince: engines.deletingSince })
       .from(engines)
       .where(eq(engines.name, name))
       .limit(1)
   )[0];
-  if (row === undefined) return null;
+  if (row === undefined || row.deletingSince !== null) {
+    forgetEngine(env, name);
+    return null;
+  }
   return placedEngineStub(env, { name, jurisdiction: row.jurisdiction, locationHint: row.locationHint });
+}
+
+/** Drops the kept route of an engine: it was deleted, or made again. */
+export function forgetEngine(env: Pick<Env, "ENGINE">, name: string): void {
+  routes.get(env.ENGINE)?.delete(name);
+}
+
+/** Whether an engine's object answered that it is no engine (never made, or deleted). */
+export function isUnknownEngine(reply: { ok: boolean } | Failure): boolean {
+  return !reply.ok && "error" in reply && reply.error === "unknown_engine";
+}
+
+/**
+ * After `stale` answered that it is no engine: the stub of the engine's object if its row now
+ * names another one (deleted and made again elsewhere), else null.
+ */
+export async function movedEngineStub(env: RouteEnv, name: string, stale: Stub): Promise<Stub | null> {
+  forgetEngine(env, name);
+  const fresh = await engineStub(env, name);
+  return fresh !== null && !fresh.id.equals(stale.id) ? fresh : null;
 }

@@ -6,7 +6,16 @@
  * apart unnoticed.
  */
 import { z } from "zod";
-import { CreateEngineRequest, CreateEngineResponse, EngineListResponse, IssueTokenRequest, IssuedToken, TokenListResponse } from "../protocol/admin";
+import {
+  CreateEngineRequest,
+  CreateEngineResponse,
+  DeleteEngineQuery,
+  DeleteEngineResponse,
+  EngineListResponse,
+  IssueTokenRequest,
+  IssuedToken,
+  TokenListResponse,
+} from "../protocol/admin";
 
 export type AdminRouteSpec = {
   method: "get" | "post" | "delete";
@@ -15,10 +24,14 @@ export type AdminRouteSpec = {
   operationId: string;
   summary: string;
   body?: z.ZodType;
+  /** The query string's parameters, if it takes any. */
+  query?: z.ZodType;
   response: z.ZodType;
   successStatus: 200 | 201;
-  /** 4xx statuses this route answers besides 401/403 (which every admin route may answer). */
-  errors: readonly (400 | 404 | 409 | 413 | 422)[];
+  /** Another success status with the same body: 202 for work left that a repeated request carries on. */
+  partialStatus?: 202;
+  /** Error statuses this route answers besides 401/403 (which every admin route may answer). */
+  errors: readonly (400 | 404 | 409 | 413 | 422 | 503)[];
 };
 
 const BODY_ERRORS = [400, 413, 422] as const;
@@ -70,5 +83,17 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     response: z.object({ success: z.boolean() }),
     successStatus: 200,
     errors: [404],
+  },
+  {
+    method: "delete",
+    path: "/admin/engines/{name}",
+    operationId: "admin_delete_engine",
+    summary:
+      "Delete an engine: its Durable Object's state, its tokens and its D1 rows (or, with keep_history, all but its history). 409 while its agent is connected, unless forced. Answers 202 when work is left: repeat the request.",
+    query: DeleteEngineQuery,
+    response: DeleteEngineResponse,
+    successStatus: 200,
+    partialStatus: 202,
+    errors: [404, 409, 422, 503],
   },
 ];

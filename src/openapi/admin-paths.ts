@@ -1,7 +1,7 @@
 /** OpenAPI path items for the deployment admin's routes and the health check. */
 import { ADMIN_API, type AdminRouteSpec } from "./admin-api";
 import { errorRef, type ErrorStatus } from "./error-responses";
-import { toJsonSchema, type JsonSchema } from "./json-schema";
+import { queryParameters, toJsonSchema, type JsonSchema } from "./json-schema";
 
 export const ADMIN_TAG = "admin";
 
@@ -15,11 +15,10 @@ const pathParams = (path: string): JsonSchema[] =>
   }));
 
 function operation(spec: AdminRouteSpec): JsonSchema {
+  const content = { "application/json": { schema: toJsonSchema(spec.response, "output") } };
   const responses: JsonSchema = {
-    [String(spec.successStatus)]: {
-      description: spec.successStatus === 201 ? "Created." : "Success.",
-      content: { "application/json": { schema: toJsonSchema(spec.response, "output") } },
-    },
+    [String(spec.successStatus)]: { description: spec.successStatus === 201 ? "Created." : "Success.", content },
+    ...(spec.partialStatus ? { [String(spec.partialStatus)]: { description: "Done in part: repeat the request to carry on.", content } } : {}),
   };
   const statuses: ErrorStatus[] = [401, 403, ...spec.errors];
   for (const s of statuses.sort()) responses[String(s)] = errorRef(s);
@@ -30,7 +29,7 @@ function operation(spec: AdminRouteSpec): JsonSchema {
     tags: [ADMIN_TAG],
     "x-roles": ["admin"],
     security: [{ adminToken: [] }],
-    parameters: pathParams(spec.path),
+    parameters: [...pathParams(spec.path), ...(spec.query ? queryParameters(spec.query) : [])],
     ...(spec.body ? { requestBody: { required: true, content: { "application/json": { schema: toJsonSchema(spec.body, "input") } } } } : {}),
     responses,
   };

@@ -1,12 +1,12 @@
 /**
- * The 4xx answers of the exchange as OpenAPI components. Every one has the same body,
+ * The error answers of the exchange as OpenAPI components. Every one has the same body,
  * ErrorResponse {error, detail}: `error` is a stable code for programs, `detail` a sentence
  * for people (FastAPI's field name, which AgentJet logs).
  */
 import { ErrorResponse } from "../protocol/admin";
 import { toJsonSchema, type JsonSchema } from "./json-schema";
 
-export const ERROR_STATUSES = [400, 401, 403, 404, 409, 413, 422] as const;
+export const ERROR_STATUSES = [400, 401, 403, 404, 409, 413, 422, 503] as const;
 export type ErrorStatus = (typeof ERROR_STATUSES)[number];
 
 const WHEN: Record<ErrorStatus, string> = {
@@ -17,6 +17,7 @@ const WHEN: Record<ErrorStatus, string> = {
   409: "The request conflicts with the current state (e.g. a claim that was reaped or superseded, an engine that exists).",
   413: "The request body is larger than the exchange accepts (4 MiB), or a value in it is larger than its limit (in bytes of UTF-8) or than the stores hold; `detail` names the limit.",
   422: "The body or query does not match the schema; `detail` names each offending field.",
+  503: "A store the request needs could not be written (e.g. the engine's last results to D1); nothing was changed, try again.",
 };
 
 /** Component name of the response for a status, e.g. `Error401`. */

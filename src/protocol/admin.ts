@@ -61,8 +61,31 @@ export const EngineInfo = z.object({
   created_at: z.number(),
   location_hint: LocationHint.nullable(),
   jurisdiction: Jurisdiction.nullable(),
+  /** When a delete began that has not finished (its engine answers 404 meanwhile); repeat the DELETE to finish it. */
+  deleting_since: z.number().nullable(),
 });
 export const EngineListResponse = z.object({ engines: z.array(EngineInfo) });
+
+const QueryFlag = z.enum(["true", "false"], { error: 'expected "true" or "false"' }).transform((v) => v === "true");
+
+export const DeleteEngineQuery = z.object({
+  force: QueryFlag.default(false).describe("Delete even while the engine's agent is connected (its heartbeat is recent)."),
+  keep_history: QueryFlag.default(false).describe(
+    "Keep the engine's trajectories, reward history, training runs and inference tests in D1, filed under `<name>@<ms since the epoch when the delete began>`.",
+  ),
+});
+export type DeleteEngineQuery = z.infer<typeof DeleteEngineQuery>;
+
+/** 200 once everything is gone; 202 (`done: false`) when the request ran out of its share of work: repeat it. */
+export const DeleteEngineResponse = z.object({
+  engine: z.string(),
+  done: z.boolean(),
+  /** Where the kept history is filed, or null when it was deleted. */
+  history_kept_as: z.string().nullable(),
+  /** D1 rows this request deleted (or, for kept history, re-filed), by table. */
+  rows: z.record(z.string(), z.number()),
+});
+export type DeleteEngineResponse = z.infer<typeof DeleteEngineResponse>;
 
 /** Every 4xx/5xx body the exchange produces. `detail` matches FastAPI's shape, which AgentJet logs. */
 export const ErrorResponse = z.object({ error: z.string(), detail: z.string() });

@@ -12,7 +12,7 @@ import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues } from "../http/errors";
-import { engineStub } from "../http/engine-stub";
+import { engineStub, isUnknownEngine, movedEngineStub } from "../http/engine-stub";
 import { openaiError } from "./openai-errors";
 import { relayStream } from "./sse";
 
@@ -74,7 +74,11 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
 
   const stub = await engineStub(c.env, key.engine);
   if (stub === null) return openaiError(c, 404, `No such engine '${key.engine}'.`, "unknown_engine");
-  const admitted = await stub.relayBegin(key);
+  let admitted = await stub.relayBegin(key);
+  if (isUnknownEngine(admitted)) {
+    const moved = await movedEngineStub(c.env, key.engine, stub);
+    if (moved !== null) admitted = await moved.relayBegin(key);
+  }
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 
   const deadline = numberVar(c.env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);

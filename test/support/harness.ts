@@ -32,7 +32,7 @@ export type TestEngine = {
 };
 
 /**
- * A new engine, named `<prefix>-<unique>` or exactly `opts.name`.
+ * A new engine, named `<prefix>-<unique>` or exactly `opts.name` (to make a deleted one again).
  * Its stub addresses the object by name alone: workerd has no jurisdictions, so an engine given
  * one lives in the same object locally (http/engine-stub.ts).
  */

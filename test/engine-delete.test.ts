@@ -1,0 +1,282 @@
+/**
+ * DELETE /admin/engines/<name> through the real Worker, D1 and Durable Objects: what goes (the
+ * object's state, its tokens, every D1 row of the engine) and what stays with keep_history; the
+ * refusal while the agent is connected; routes, open long-polls and per-claim keys answering 404
+ * afterwards; the name made again from nothing; a big engine deleted over several requests; and
+ * a delete in the middle of claims, ends, registrations and outbox flushes.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { getTableColumns, getTableName, is } from "drizzle-orm";
+import { SQLiteTable } from "drizzle-orm/sqlite-core";
+import { describe, expect, it, vi } from "vitest";
+import * as schema from "../src/db/schema";
+import type { EngineObject } from "../src/engine/engine-object";
+import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
+
+const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
+/** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
+const ENGINE_TABLES = tables.filter((t) => "engine" in getTableColumns(t)).map(getTableName);
+const RUN_TABLES = tables.filter((t) => "runId" in getTableColumns(t)).map(getTableName);
+const HISTORY_TABLES: string[] = ["trajectories", "reward_history", "runs", "inference_tests"];
+
+async function count(sql: string, ...args: unknown[]): Promise<number> {
+  return (await env.DB.prepare(sql).bind(...args).first<{ n: number }>())?.n ?? -1;
+}
+
+/** Rows of `engine` in every table, and of the runs `runIds` in their child tables. */
+async function d1Rows(engine: string, runIds: string[]): Promise<Record<string, number>> {
+  const out: Record<string, number> = { engines: await count("SELECT COUNT(*) AS n FROM engines WHERE name = ?", engine) };
+  for (const t of ENGINE_TABLES) out[t] = await count(`SELECT COUNT(*) AS n FROM ${t} WHERE engine = ?`, engine);
+  for (const t of RUN_TABLES) out[t] = await count(`SELECT COUNT(*) AS n FROM ${t} WHERE run_id IN (SELECT value FROM json_each(?))`, JSON.stringify(runIds));
+  return out;
+}
+
+const nothing = (rows: Record<string, number>) => Object.fromEntries(Object.keys(rows).map((t) => [t, 0]));
+
+/** What the engine's object holds: rows per table (its schema version aside) and its alarm. */
+function objectState(stub: DurableObjectStub<EngineObject>) {
+  return runInDurableObject(stub, async (_i, state) => {
+    const names = state.storage.sql.exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%'").toArray();
+    const rows: Record<string, number> = {};
+    for (const { name } of names) {
+      const n = state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM "${name}"${name === "kv" ? " WHERE k != 'schema_version'" : ""}`).one().n;
+      if (n > 0) rows[name] = n;
+    }
+    return { rows, alarm: await state.storage.getAlarm() };
+  });
+}
+
+/**
+ * An engine with a row in every D1 table, each made the way production makes it: ended
+ * episodes and a finished step (trajectories, reward history, through the outbox), a pulled
+ * buffer group, the runs catalog, locked fields, a selection and an edit, a run with processes,
+ * events and metrics, an inference test. Answers the run's id.
+ */
+async function populate(e: TestEngine): Promise<string> {
+  fixRunsClock();
+  const [ep0, ep1] = await rollingWith(e, 2);
+  const client = e.as("client");
+  const trainer = e.as("trainer");
+  await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+  for (const [i, id] of [ep0!, ep1!].entries()) {
+    await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 600 });
+    await client.endEpisode(endBody(`c${i}`, id, 0.5 + i));
+  }
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+  await client.postSteps({ steps: [{ session_id: "s1", group_id: "g1", step_index: 0, messages: [], response: "r", reward: 1, is_session_completed: true }] });
+  await trainer.getRolloutData({ max_groups: 10 });
+  await advance(e, 2_000);
+
+  const operator = runsAs(e, "operator");
+  await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+  await operator.setLockedFields({ set: [{ section: "env", name: "max_token_length", value: 8192 }] });
+  await operator.selectEnvironment({ name: "gsm8k" });
+  await operator.editConfig("group_size", 4);
+  const run = await operator.startRun();
+  await runsAs(e, "trainer").reportRun(run.run_id, {
+    status: "running",
+    processes: [{ name: "api", order: 0, state: "ready", pid: 10, command: "run-api", log_path: "/tmp/api.log" }],
+    metrics: [{ index: 0, step: 1, at: 1, values: { "train/reward_mean": 0.1 } }],
+  });
+  await operator.startInferenceTest({ models: [{ model: "m", base_url: "http://127.0.0.1:8001/v1" }] });
+  return run.run_id;
+}
+
+describe("deleting an engine", () => {
+  it("removes the object's state, the tokens and every D1 row of the engine; its routes, claim keys and name are gone", async () => {
+    const e = await createEngine("del");
+    const runId = await populate(e);
+    const before = await d1Rows(e.name, [runId]);
+    // The seed is complete: a table added to the schema without a row here fails this line.
+    expect(Object.entries(before).filter(([, n]) => n === 0)).toEqual([]);
+    await rollingWith(e, 1, { prefix: "live" });
+    const claim = await e.as("client").claimEpisode({ client_uuid: "holder", discard_episode_timeout: 600 });
+
+    const deleted = await admin.deleteEngine(e.name);
+    expect(deleted).toMatchObject({ engine: e.name, done: true, history_kept_as: null });
+    expect(deleted.rows).toMatchObject({ engines: 1, tokens: 4, trajectories: 2, reward_history: 1, runs: 1, run_events: expect.any(Number) });
+
+    expect(await d1Rows(e.name, [runId])).toEqual(nothing(before));
+    expect(await objectState(e.stub)).toEqual({ rows: {}, alarm: null });
+    for (const token of [e.tokens.viewer, e.tokens.trainer, ADMIN_TOKEN]) {
+      const r = await raw(`/e/${e.name}/get_engine_status`, { token });
+      expect([r.status, r.json?.["error"]]).toEqual([404, "unknown_engine"]);
+    }
+    expect((await raw(`/e/${e.name}/t/${e.tokens.client}/claim_episode`, { body: JSON.stringify({ client_uuid: "x", discard_episode_timeout: 60 }) })).status).toBe(404);
+    expect((await raw(`/e/${e.name}/runs`, { token: e.tokens.viewer })).status).toBe(404);
+    const llm = await raw(`/e/${e.name}/v1/chat/completions`, { token: claim.openai_api_key, body: JSON.stringify({ model: "m", messages: [] }) });
+    expect(llm.status).toBe(404);
+    expect(await e.stub.relayBegin(await claimKeyFields(claim.openai_api_key))).toMatchObject({ ok: false, status: 404 });
+    expect((await admin.listEngines()).engines.map((x) => x.name)).not.toContain(e.name);
+    await expect(admin.listTokens(e.name)).rejects.toMatchObject({ status: 404 });
+    await expect(admin.deleteEngine(e.name)).rejects.toMatchObject({ status: 404, code: "unknown_engine" });
+  });
+
+  it("keeps the history under <name>@<time> with keep_history, the results still in the outbox included", async () => {
+    const e = await createEngine("keep");
+    const runId = await populate(e);
+    // Ended, but its row has not left the engine's outbox yet (no alarm since).
+    await rollingWith(e, 1, { prefix: "last", step: 1 });
+    await e.as("client").claimEpisode({ client_uuid: "late", discard_episode_timeout: 600 });
+    await e.as("client").endEpisode(endBody("late", "last-0", 1));
+
+    const r = await admin.deleteEngine(e.name, { keep_history: true });
+    expect(r.history_kept_as).toMatch(new RegExp(`^${e.name}@\\d+$`));
+    const archive = r.history_kept_as!;
+    const left = await d1Rows(e.name, []);
+    expect(left).toEqual(nothing(left));
+    const kept = await d1Rows(archive, [runId]);
+    for (const t of Object.keys(kept)) {
+      if (HISTORY_TABLES.includes(t)) expect(kept[t], t).toBeGreaterThan(0);
+      else if (RUN_TABLES.includes(t)) expect(kept[t], `${t} follows its run`).toBeGreaterThan(0);
+      else expect(kept[t], t).toBe(0);
+    }
+    expect(kept["trajectories"]).toBe(3);
+    // The run the agent can no longer report on is stopped, not left running forever.
+    expect(await env.DB.prepare("SELECT status, detail FROM runs WHERE id = ?").bind(runId).first()).toEqual({ status: "stopped", detail: "the engine was deleted" });
+
+    // The name is free, and its new engine sees none of it.
+    const again = await createEngine(undefined, { name: e.name });
+    fixRunsClock();
+    expect((await runsAs(again, "viewer").listRuns()).runs).toEqual([]);
+    await runsAs(again, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(again, "operator").selectEnvironment({ name: "gsm8k" });
+    expect((await runsAs(again, "operator").startRun()).status).toBe("pending");
+  });
+
+  it("is refused while the agent is connected, unless forced, and changes nothing then", async () => {
+    const e = await createEngine("agent");
+    const heartbeat = { agent_id: "a1", host: "gpu-7", pid: 1, version: "1", trainer: { state: "running" as const, pid: 2, started_at: null } };
+    await e.as("trainer").heartbeat(heartbeat);
+    const refused = await raw(`/admin/engines/${e.name}`, { method: "DELETE", token: ADMIN_TOKEN });
+    expect(refused.status).toBe(409);
+    expect(refused.json).toMatchObject({ error: "agent_connected", detail: expect.stringContaining("gpu-7") });
+    expect((await e.as("viewer").overview()).agent).toMatchObject({ connected: true, host: "gpu-7" });
+    expect(await count("SELECT COUNT(*) AS n FROM tokens WHERE engine = ?", e.name)).toBe(4);
+
+    // An agent gone quiet (no heartbeat for 45 s) no longer holds the engine.
+    e.clock.t += 46_000;
+    expect((await admin.deleteEngine(e.name)).done).toBe(true);
+
+    const forced = await createEngine("agent-forced");
+    await forced.as("trainer").heartbeat(heartbeat);
+    expect((await admin.deleteEngine(forced.name, { force: true })).done).toBe(true);
+    expect((await raw(`/e/${forced.name}/overview`, { token: forced.tokens.viewer })).status).toBe(404);
+  });
+
+  it("answers the agent's open long-poll with 404", async () => {
+    const e = await createEngine("poll");
+    const poll = raw(`/e/${e.name}/agent/commands?wait=25`, { token: e.tokens.trainer });
+    await vi.waitFor(() => runInDurableObject(e.stub, (i: EngineObject) => expect((i as unknown as { pollWaiters: Set<unknown> }).pollWaiters.size).toBe(1)));
+    const started = Date.now();
+    await admin.deleteEngine(e.name);
+    const r = await poll;
+    expect([r.status, r.json?.["error"]]).toEqual([404, "unknown_engine"]);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("lets the name be made again from nothing: new tokens, no state, fences anew, and old keys dead", async () => {
+    const first = await createEngine("again");
+    await rollingWith(first, 2);
+    const old = await first.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    await first.as("client").endEpisode(endBody("c", "ep-0", 1));
+    await first.as("trainer").heartbeat({ agent_id: "a1", host: "gpu-1", pid: 1, version: "1", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu-1:10087" });
+    await admin.deleteEngine(first.name, { force: true });
+
+    const again = await createEngine(undefined, { name: first.name, location_hint: "enam" });
+    expect((await raw(`/e/${again.name}/get_engine_status`, { token: first.tokens.viewer })).status).toBe(401);
+    expect(await again.as("viewer").getEngineStatus()).toEqual({ engine_status: "ENGINE.OFFLINE", engine_status_detail: null, global_step: null });
+    expect(await again.as("viewer").overview()).toMatchObject({ engine: again.name, episodes: { registered: 0, claimed: 0, resetting: 0 }, pending_commands: 0, outbox: 0, agent: { connected: false, host: null } });
+    expect((await again.as("viewer").getRewardHistory()).history).toEqual([]);
+    expect((await admin.listTokens(again.name)).tokens).toHaveLength(4);
+
+    // The same episode, claimed again: its fence starts over, and the old engine's key for it does not fit.
+    await rollingWith(again, 1);
+    const fresh = await again.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    expect([fresh.episode_uuid, fresh.fence]).toEqual([old.episode_uuid, old.fence]);
+    await again.as("trainer").heartbeat({ agent_id: "a2", host: "gpu-2", pid: 1, version: "1", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu-2:10087" });
+    expect(await again.stub.relayBegin(await claimKeyFields(old.openai_api_key))).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(await again.stub.relayBegin(await claimKeyFields(fresh.openai_api_key))).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-2:10087" } });
+  });
+
+  it("deletes a big engine in bounded requests; one cut short is finished by repeating it", async () => {
+    const e = await createEngine("big");
+    const N = 45_000;
+    await env.DB.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+       INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output, ended_at)
+       SELECT ?1, 'ep-' || i, 1, 'c', 't', 'train', 0, 0.5, 1, '{}', i FROM n`,
+    )
+      .bind(e.name, N)
+      .run();
+
+    const partial = await admin.deleteEngineOnce(e.name);
+    expect(partial.done).toBe(false);
+    expect(partial.rows["trajectories"]).toBeGreaterThan(0);
+    expect(partial.rows["trajectories"]).toBeLessThan(N);
+    // Meanwhile: the engine answers 404, its name stays taken, and the list says a delete is under way.
+    expect((await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).status).toBe(404);
+    await expect(admin.createEngine(e.name)).rejects.toMatchObject({ status: 409, detail: expect.stringContaining("being deleted") });
+    await expect(admin.issueToken(e.name, "client")).rejects.toMatchObject({ status: 404 });
+    expect((await admin.listEngines()).engines.find((x) => x.name === e.name)?.deleting_since).toEqual(expect.any(Number));
+
+    const rest = await admin.deleteEngine(e.name);
+    expect(rest.done).toBe(true);
+    expect((partial.rows["trajectories"] ?? 0) + (rest.rows["trajectories"] ?? 0)).toBe(N);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", e.name)).toBe(0);
+    expect(await count("SELECT COUNT(*) AS n FROM engines WHERE name = ?", e.name)).toBe(0);
+  });
+
+  it("answers every request in flight during a delete with 2xx or a clean 404, and leaves nothing behind", async () => {
+    const e = await createEngine("load");
+    await rollingWith(e, 24);
+    const answers: { status: number; error: unknown; path: string }[] = [];
+    const call = async (path: string, token: string, body?: unknown) => {
+      const r = await raw(`/e/${e.name}${path}`, { token, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      answers.push({ status: r.status, error: r.json?.["error"], path });
+      return r;
+    };
+    let requests = 0;
+    // Evaluation episodes go back to the queue when ended, so the clients never run dry; their results go to D1.
+    const client = async (i: number) => {
+      for (;;) {
+        const c = await call("/claim_episode", e.tokens.client, { client_uuid: `c${i}`, episode_type: "eval", discard_episode_timeout: 600 });
+        requests++;
+        if (c.status !== 200) return;
+        if (c.json?.["success"] !== true) continue;
+        const end = await call("/end_episode", e.tokens.client, endBody(`c${i}`, String(c.json["episode_uuid"]), i));
+        if (end.status !== 200) return;
+      }
+    };
+    const trainer = async () => {
+      for (let i = 0; ; i++) {
+        const r = await call("/register_episode", e.tokens.trainer, { episode_uuid: `more-${i}` });
+        if (r.status !== 200) return;
+      }
+    };
+    // The outbox flushes to D1 on the engine's alarm: run it over and over, as time passes.
+    const alarms = async () => {
+      for (;;) {
+        try {
+          if (!(await advance(e, 1_100))) return;
+        } catch {
+          return;
+        }
+      }
+    };
+    const poll = call("/agent/commands?wait=25", e.tokens.trainer);
+    const load = [...Array.from({ length: 6 }, (_, i) => client(i)), trainer(), alarms()];
+    await vi.waitFor(() => expect(requests).toBeGreaterThan(80), { timeout: 20_000 });
+    const deleted = await admin.deleteEngine(e.name);
+    await Promise.all([...load, poll]);
+
+    expect(deleted.done).toBe(true);
+    expect(answers.filter((a) => a.status === 404).length).toBeGreaterThan(0);
+    expect(answers.filter((a) => !(a.status === 200 || (a.status === 404 && a.error === "unknown_engine")))).toEqual([]);
+    const left = await d1Rows(e.name, []);
+    expect(left).toEqual(nothing(left));
+    expect(await objectState(e.stub)).toEqual({ rows: {}, alarm: null });
+  }, 30_000);
+});
