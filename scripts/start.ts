@@ -115,6 +115,7 @@ async function main(): Promise<void> {
     persistDir: STATE_DIR,
     adminToken: secrets.ADMIN_TOKEN,
     claimKeySecret: secrets.CLAIM_KEY_SECRET,
+    rateLimits: true,
     log: say,
   });
 

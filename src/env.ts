@@ -20,4 +20,8 @@ export interface Env {
    * routes the global fetch through an interceptor Worker that costs an isolate hop per call.
    */
   RELAY_NETWORK?: Fetcher;
+  /** Per-token request limits of client, operator and viewer tokens (wrangler.toml `[[ratelimits]]`; http/rate-limit.ts). */
+  RATE_LIMIT_CLIENT?: RateLimit;
+  /** Per-token request limits of trainer tokens, the agent's channel counted apart. */
+  RATE_LIMIT_TRAINER?: RateLimit;
 }

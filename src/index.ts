@@ -14,6 +14,7 @@ import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
 import { routingPath } from "./http/path-token";
+import { rateLimited } from "./http/rate-limit";
 
 export { EngineObject } from "./engine/engine-object";
 
@@ -43,8 +44,14 @@ app.route("/", openApiRoutes);
 app.notFound((c) => errorResponse(404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
 app.onError((err) => internalError(err));
 
+function serve(request: Request, env: Env, ctx: ExecutionContext): Response | Promise<Response> {
+  return serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
+}
+
 export default {
   fetch(request, env, ctx) {
-    return serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
+    // Per-token limits first (http/rate-limit.ts): a request over its limit costs no engine call.
+    const limited = rateLimited(request, env);
+    return limited === null ? serve(request, env, ctx) : limited.then((refusal) => refusal ?? serve(request, env, ctx));
   },
 } satisfies ExportedHandler<Env>;

@@ -40,6 +40,12 @@ export type LocalExchangeOptions = {
    * false serves the Worker as deployed, where they use the global fetch (tests cover both).
    */
   relayNetwork?: boolean;
+  /**
+   * Serves wrangler.toml's per-token request limits (`[[ratelimits]]`), as a deployment does.
+   * Default false: the tests and benchmarks that start an exchange drive one token far past a
+   * deployment's limits on purpose. `npm start` turns them on.
+   */
+  rateLimits?: boolean;
 };
 
 export type LocalExchange = {
@@ -125,6 +131,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
             ...setup.config,
             env: {
               ...setup.config.env,
+              ...(opts.rateLimits ? setup.rateLimits : {}),
               ADMIN_TOKEN: { type: "text", value: opts.adminToken },
               CLAIM_KEY_SECRET: { type: "text", value: opts.claimKeySecret },
               // Relayed calls go straight out (see Env.RELAY_NETWORK): "local" lets a gateway on this host in.

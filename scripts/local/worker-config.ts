@@ -25,6 +25,8 @@ type ConfigBinding = {
   migrations_table?: string;
   class_name?: string;
   script_name?: string;
+  namespace_id?: string;
+  simple?: { limit: number; period?: number };
 };
 
 export type D1Migrations = { binding: string; dir: string; table: string | undefined };
@@ -36,6 +38,8 @@ export type WorkerSetup = {
   /** Everything but the code (`manifest`) and the secrets, which the caller adds. */
   config: Omit<WorkerConfig, "manifest">;
   d1Migrations: D1Migrations[];
+  /** The `[[ratelimits]]` bindings, kept out of `config.env`: the caller decides whether to serve them. */
+  rateLimits: Env;
 };
 
 export function readWorkerSetup(configPath: string): WorkerSetup {
@@ -49,6 +53,7 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
   const env: Env = {};
   const exports: Exports = {};
   const d1Migrations: D1Migrations[] = [];
+  const rateLimits: Env = {};
   for (const [binding, b] of Object.entries(bindings)) {
     if (b.type === "plain_text") {
       env[binding] = { type: "text", value: String(b.value) };
@@ -60,6 +65,11 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
     } else if (b.type === "durable_object_namespace" && b.class_name && !b.script_name) {
       env[binding] = { type: "durable-object", worker: name, exportName: b.class_name };
       exports[b.class_name] = { type: "durable-object", storage: sqlite.get(b.class_name) ? "sqlite" : "legacy-kv" };
+    } else if (b.type === "ratelimit" && b.simple) {
+      // Miniflare counts them in a Durable Object of its own, in fixed windows of the wall clock.
+      const period = b.simple.period ?? 60;
+      if (period !== 10 && period !== 60) throw new Error(`${configPath}: ratelimit ${binding} has period ${period}; Cloudflare takes 10 or 60`);
+      rateLimits[binding] = { type: "rate-limit", namespace: b.namespace_id ?? binding, simple: { limit: b.simple.limit, period } };
     } else {
       throw new Error(`${configPath}: binding ${binding} (${b.type}) is not served locally yet; add it in scripts/local/worker-config.ts`);
     }
@@ -71,5 +81,5 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
     env,
     exports,
   };
-  return { name, main, config: worker, d1Migrations };
+  return { name, main, config: worker, d1Migrations, rateLimits };
 }

@@ -18,12 +18,15 @@ export type Credentials = { engine: string; caller: Caller; stub: DurableObjectS
 const hashCache = new Map<string, string>();
 
 /** Token hashes are deterministic, so caching them is safe; revocation is checked by the engine. */
-async function hashAndCache(token: string): Promise<string> {
+export async function hashAndCache(token: string): Promise<string> {
   const h = await hashToken(token);
   if (hashCache.size > 10_000) hashCache.clear();
   hashCache.set(token, h);
   return h;
 }
+
+/** The SHA-256 of a token, from the cache when it is there. */
+export const cachedTokenHash = (token: string): string | undefined => hashCache.get(token);
 
 /**
  * 404 for a malformed engine name, 401 without a token (bearer header or token in the path),

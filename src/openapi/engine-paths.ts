@@ -22,7 +22,8 @@ export function rolesFor(spec: RouteSpec): string[] {
 export const operationIdOf = (spec: RouteSpec): string => spec.path.replace(/^\//, "").replace(/\//g, "_");
 
 function errorStatuses(spec: RouteSpec): ErrorStatus[] {
-  const statuses: ErrorStatus[] = [401, 403, 404];
+  // 429: every engine route counts against its token's request limit (http/rate-limit.ts).
+  const statuses: ErrorStatus[] = [401, 403, 404, 429];
   if (spec.input.from === "body") statuses.push(400, 413, 422);
   if (spec.input.from === "query") statuses.push(422);
   // Only writes can conflict with the engine's state (a lost claim, an engine already started).

@@ -6,7 +6,7 @@
 import { ErrorResponse } from "../protocol/admin";
 import { toJsonSchema, type JsonSchema } from "./json-schema";
 
-export const ERROR_STATUSES = [400, 401, 403, 404, 409, 413, 422, 503] as const;
+export const ERROR_STATUSES = [400, 401, 403, 404, 409, 413, 422, 429, 503] as const;
 export type ErrorStatus = (typeof ERROR_STATUSES)[number];
 
 const WHEN: Record<ErrorStatus, string> = {
@@ -17,6 +17,7 @@ const WHEN: Record<ErrorStatus, string> = {
   409: "The request conflicts with the current state (e.g. a claim that was reaped or superseded, an engine that exists).",
   413: "The request body is larger than the exchange accepts (4 MiB), or a value in it is larger than its limit (in bytes of UTF-8) or than the stores hold; `detail` names the limit.",
   422: "The body or query does not match the schema; `detail` names each offending field.",
+  429: "The token sent more requests than its limit allows (per token; README, \"Limits\"). Retry after the seconds in `Retry-After`.",
   503: "A store the request needs could not be written (e.g. the engine's last results to D1); nothing was changed, try again.",
 };
 
@@ -28,6 +29,7 @@ export function errorComponents(): { schemas: Record<string, JsonSchema>; respon
   for (const status of ERROR_STATUSES) {
     responses[`Error${status}`] = {
       description: WHEN[status],
+      ...(status === 429 ? { headers: { "Retry-After": { description: "Seconds until the token's count starts afresh.", schema: { type: "integer" } } } } : {}),
       content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
     };
   }
