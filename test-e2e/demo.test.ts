@@ -23,7 +23,7 @@ function runDemo(args: string[]): Promise<{ code: number | null; stdout: string;
 describe("npm run demo", () => {
   for (const mode of ["agentjet", "buffer"] as const) {
     it(`learns in ${mode} mode: the reward rises from chance`, { timeout: 240_000 }, async () => {
-      const steps = 8;
+      const steps = 12;
       const r = await runDemo(["--mode", mode, "--steps", String(steps), "--seed", "7", "--json"]);
       expect(r.code, r.stderr).toBe(0);
       expect(r.stderr).toContain("/dashboard?engine=demo&token=");

@@ -42,9 +42,11 @@ export async function runAgentJetClient(id: number, engine: EngineClient, rng: R
       await engine.endEpisode({ ...end, workflow_output: { reward: r, is_success: r === 1, metadata: { task_id: task.id, tool, episode_uuid: claim.episode_uuid } } });
       stats.episodes++;
     } catch (e) {
-      // A claim that ended under us (the step moved on) is the only expected refusal.
-      if (!(e instanceof ExchangeError)) throw e;
+      // A refusal (a claim that ended under us as the step moved on) or a network error: say
+      // what it was unless it is the expected refusal, and go on. A client that stops would
+      // leave its episode claimed until the lease ran out.
       stats.errors++;
+      if (!(e instanceof ExchangeError && e.code === "claim_lost")) process.stderr.write(`[demo] client ${id}: ${e instanceof Error ? e.message : String(e)}\n`);
       await sleep(100);
     }
   }

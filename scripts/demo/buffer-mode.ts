@@ -8,7 +8,7 @@
 import { EngineClient } from "../../src/client";
 import { MODEL, type Policy, type Sample } from "./policy";
 import { pick, type Rng } from "./rng";
-import { TASKS, TOOLS, prompt, reward, type Tool } from "./tasks";
+import { TASKS, TOOLS, prompt, reward, type Task, type Tool } from "./tasks";
 import type { StepResult } from "./agentjet-trainer";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -21,6 +21,10 @@ export class GroupRequests {
     if (this.wanted <= 0) return null;
     this.wanted--;
     return this.version;
+  }
+  /** A group taken for `version` that could not be made; forgotten if the trainer has moved on. */
+  giveBack(version: number): void {
+    if (version === this.version) this.wanted++;
   }
 }
 
@@ -77,32 +81,43 @@ export async function runBufferWorker(
       await sleep(20);
       continue;
     }
-    const task = pick(rng, TASKS);
-    const group_id = `w${id}-g${n++}-${task.id}`;
-    const steps = [];
-    for (let s = 0; s < groupSize; s++) {
-      const messages = [{ role: "user", content: prompt(task) }];
-      const res = await fetch(`${policyUrl}/chat/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: MODEL, messages, temperature: 1 }),
-      });
-      if (!res.ok) throw new Error(`the policy answered ${res.status}: ${await res.text()}`);
-      const answer = (await res.json()) as { choices: { message: { content: string } }[] };
-      const tool = answer.choices[0]?.message.content ?? "";
-      steps.push({
-        session_id: `${group_id}-s${s}`,
-        group_id,
-        step_index: 0,
-        messages,
-        response: tool,
-        reward: reward(task, tool),
-        is_session_completed: true,
-        weight_version: version,
-        task_id: task.id,
-        tool,
-      });
+    try {
+      await postGroup(engine, policyUrl, `w${id}-g${n++}`, pick(rng, TASKS), groupSize, version);
+    } catch (e) {
+      // The group is still owed: hand it back for this worker or another to make.
+      requests.giveBack(version);
+      process.stderr.write(`[demo] rollout worker ${id}: ${e instanceof Error ? e.message : String(e)}; retrying\n`);
+      await sleep(500);
     }
-    await engine.postSteps({ steps });
   }
+}
+
+/** One group: `groupSize` sessions of one task, sampled from the policy, posted as one batch of rows. */
+async function postGroup(engine: EngineClient, policyUrl: string, name: string, task: Task, groupSize: number, version: number): Promise<void> {
+  const group_id = `${name}-${task.id}`;
+  const steps = [];
+  for (let s = 0; s < groupSize; s++) {
+    const messages = [{ role: "user", content: prompt(task) }];
+    const res = await fetch(`${policyUrl}/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages, temperature: 1 }),
+    });
+    if (!res.ok) throw new Error(`the policy answered ${res.status}: ${await res.text()}`);
+    const answer = (await res.json()) as { choices: { message: { content: string } }[] };
+    const tool = answer.choices[0]?.message.content ?? "";
+    steps.push({
+      session_id: `${group_id}-s${s}`,
+      group_id,
+      step_index: 0,
+      messages,
+      response: tool,
+      reward: reward(task, tool),
+      is_session_completed: true,
+      weight_version: version,
+      task_id: task.id,
+      tool,
+    });
+  }
+  await engine.postSteps({ steps });
 }
