@@ -169,7 +169,7 @@ describe("deleting an engine", () => {
   it("answers the agent's open long-poll with 404", async () => {
     const e = await createEngine("poll");
     const poll = raw(`/e/${e.name}/agent/commands?wait=25`, { token: e.tokens.trainer });
-    await vi.waitFor(() => runInDurableObject(e.stub, (i: EngineObject) => expect((i as unknown as { pollWaiters: Set<unknown> }).pollWaiters.size).toBe(1)));
+    await vi.waitFor(() => runInDurableObject(e.stub, (i: EngineObject) => expect((i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size).toBe(1)));
     const started = Date.now();
     await admin.deleteEngine(e.name);
     const r = await poll;

@@ -135,3 +135,21 @@ export function rewardHistory(sql: SqlStorage): RewardHistoryResponse["history"]
     )
     .toArray();
 }
+
+/** Finished episodes by where their result stands on its way to the runner. */
+export function deliveryCounts(sql: SqlStorage): { pending: number; delivered: number; undeliverable: number } {
+  const by = Object.fromEntries(
+    sql.exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM finished GROUP BY delivery").toArray().map((r) => [r.delivery, r.n]),
+  );
+  return { pending: by["pending"] ?? 0, delivered: by["delivered"] ?? 0, undeliverable: by["undeliverable"] ?? 0 };
+}
+
+/** The newest results the agent could not deliver, with its reason. */
+export function undeliverable(sql: SqlStorage): { episode_uuid: string; fence: number; detail: string; ended_at: number }[] {
+  return sql
+    .exec<{ episode_uuid: string; fence: number; delivery_detail: string; ended_at: number }>(
+      "SELECT episode_uuid, fence, delivery_detail, ended_at FROM finished WHERE delivery = 'undeliverable' ORDER BY ended_at DESC LIMIT 20",
+    )
+    .toArray()
+    .map((r) => ({ episode_uuid: r.episode_uuid, fence: r.fence, detail: r.delivery_detail, ended_at: r.ended_at / 1000 }));
+}

@@ -1,0 +1,90 @@
+/**
+ * The engine's one alarm, always set no later than its earliest deadline (a lease's expiry, a
+ * command's redelivery, an outbox row's flush, a buffer group's TTL), and the outbox that the
+ * alarm flushes to D1.
+ */
+import type { Outbox, OutboxItem } from "./outbox";
+
+/**
+ * How long outbox rows wait so that one D1 flush carries many of them. Results are durable in
+ * the engine before anyone is answered; only their copy in D1 waits this long.
+ */
+export const OUTBOX_BATCH_MS = 1000;
+
+export class AlarmSchedule {
+  /** When the alarm is set for, as far as this instance knows; null until read (load). */
+  private armedAt: number | null = null;
+  /** The earliest outbox deadline added inside the running transaction; armed once it commits. */
+  private armAfterCommit: number | null = null;
+  /** The outbox flush under way, if any. */
+  private flushRun: Promise<unknown> | null = null;
+
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    private readonly outbox: Outbox,
+    private readonly now: () => number,
+  ) {}
+
+  /** Reads when the alarm is set. Once, at start-up, before any request (blockConcurrencyWhile). */
+  async load(): Promise<void> {
+    this.armedAt = await this.storage.getAlarm();
+  }
+
+  /** Makes sure the alarm fires no later than `t`. Cheap: no query, one storage call at most. */
+  armBy(t: number | null): void {
+    if (t === null) return;
+    if (this.armedAt === null || t < this.armedAt) {
+      this.armedAt = t;
+      void this.storage.setAlarm(t);
+    }
+  }
+
+  /** Sets the alarm to the earliest of `deadlines`, or clears it when there is none. */
+  rearm(deadlines: (number | null)[]): void {
+    const due = deadlines.filter((t): t is number => t !== null);
+    if (due.length === 0) {
+      this.armedAt = null;
+      void this.storage.deleteAlarm();
+      return;
+    }
+    this.armedAt = Math.min(...due);
+    void this.storage.setAlarm(this.armedAt);
+  }
+
+  /** The alarm fired, or storage was wiped: nothing is set any more. */
+  cleared(): void {
+    this.armedAt = null;
+  }
+
+  /** Queues a record for D1; the alarm that flushes it is armed once the running transaction commits. */
+  addOutbox(item: OutboxItem): void {
+    const due = this.now() + OUTBOX_BATCH_MS;
+    this.outbox.add(item, due);
+    if (this.armAfterCommit === null || due < this.armAfterCommit) this.armAfterCommit = due;
+  }
+
+  /** Arms the alarm for the deadlines that writes just made durable added (addOutbox). */
+  armDeferred(): void {
+    this.armBy(this.armAfterCommit);
+    this.armAfterCommit = null;
+  }
+
+  /** The transaction that added them rolled back. */
+  discardDeferred(): void {
+    this.armAfterCommit = null;
+  }
+
+  async flushOutbox(db: D1Database, now: number): Promise<void> {
+    if (this.flushRun !== null) return;
+    try {
+      await (this.flushRun = this.outbox.flush(db, now, now + OUTBOX_BATCH_MS));
+    } finally {
+      this.flushRun = null;
+    }
+  }
+
+  /** Resolves once the flush under way, if any, is over. */
+  async flushed(): Promise<void> {
+    await this.flushRun;
+  }
+}

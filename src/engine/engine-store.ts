@@ -1,0 +1,70 @@
+/**
+ * The engine's small, hot state (Meta), kept in memory and written through to its kv table,
+ * and that table itself: what every part of the engine reads and writes besides its own tables.
+ */
+import type { EngineStatus } from "../protocol/status";
+import { EMPTY_ACCUMULATOR, type RewardAccumulator } from "./rules";
+
+export type Meta = {
+  name: string | null;
+  status: EngineStatus;
+  detail: string | null;
+  globalStep: number | null;
+  weightVersion: number | null;
+  bootingStartTime: number | null;
+  /**
+   * The current step's rewards that are no longer in finished rows (cleared with their rolling
+   * phase, or written before rows kept them); the rest are the rows of epoch accEpoch (liveAcc).
+   */
+  acc: RewardAccumulator;
+  /** Which finished rows count toward the current step: those written with this epoch. */
+  accEpoch: number;
+  /** At least every fence this engine has issued; kept for when the rows that held them are gone. */
+  fenceFloor: number;
+  /** Told apart from an engine of the same name deleted before it ("" for engines made before this field): claim keys name it. */
+  incarnation: string;
+};
+
+const INITIAL_META: Meta = {
+  name: null,
+  status: "ENGINE.OFFLINE",
+  detail: null,
+  globalStep: null,
+  weightVersion: null,
+  bootingStartTime: null,
+  acc: EMPTY_ACCUMULATOR,
+  accEpoch: 0,
+  fenceFloor: 0,
+  incarnation: "",
+};
+
+export class EngineStore {
+  meta: Meta;
+
+  constructor(readonly sql: SqlStorage) {
+    this.meta = this.loadMeta();
+  }
+
+  saveMeta(next: Meta): void {
+    this.setKv("meta", next);
+    this.meta = next;
+  }
+
+  /** Reads the meta again: a transaction that wrote it rolled back. */
+  reload(): void {
+    this.meta = this.loadMeta();
+  }
+
+  getKv<T>(k: string): T | null {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = ?", k).toArray()[0];
+    return row ? (JSON.parse(row.v) as T) : null;
+  }
+
+  setKv(k: string, v: unknown): void {
+    this.sql.exec("INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v", k, JSON.stringify(v));
+  }
+
+  private loadMeta(): Meta {
+    return { ...INITIAL_META, ...(this.getKv<Partial<Meta>>("meta") ?? {}) };
+  }
+}

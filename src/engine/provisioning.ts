@@ -1,0 +1,46 @@
+/**
+ * Which tokens may act on this engine: their hashes, kept in the engine's own table and in
+ * memory, so that checking a caller costs no D1 query. Written by the admin routes when an
+ * engine is created, a token issued or revoked.
+ */
+import type { Role } from "../protocol/admin";
+import { mayRun, type EngineOp } from "../auth/roles";
+import { newIncarnation } from "../auth/claim-key";
+import type { Caller, CallerRole } from "./caller";
+import type { EngineStore } from "./engine-store";
+import { fail, type Failure } from "./reply";
+
+export type TokenGrant = { id: string; hash: string; role: Role };
+
+export class Provisioning {
+  private readonly tokens = new Map<string, Role>();
+
+  constructor(private readonly store: EngineStore) {
+    for (const r of store.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
+  }
+
+  /** Makes this object the engine `name` (once) and adds token hashes. Idempotent; runs in the caller's transaction. */
+  provision(name: string, grants: TokenGrant[]): void {
+    if (this.store.meta.name === null) this.store.saveMeta({ ...this.store.meta, name, incarnation: newIncarnation() });
+    for (const t of grants) this.store.sql.exec("INSERT OR REPLACE INTO tokens (hash, id, role) VALUES (?, ?, ?)", t.hash, t.id, t.role);
+  }
+
+  /** The grants are committed: callers holding them are let in. */
+  granted(grants: TokenGrant[]): void {
+    for (const t of grants) this.tokens.set(t.hash, t.role);
+  }
+
+  revoke(hash: string): void {
+    this.store.sql.exec("DELETE FROM tokens WHERE hash = ?", hash);
+    this.tokens.delete(hash);
+  }
+
+  /** The caller's role if it may do `op` here; else why not (401 unknown token, 403 role). */
+  authorize(caller: Caller, op: EngineOp): CallerRole | Failure {
+    if (caller.admin) return "admin";
+    const role = this.tokens.get(caller.tokenHash);
+    if (role === undefined) return fail(401, "invalid_token", `The token is not valid for engine '${this.store.meta.name}' (unknown or revoked).`);
+    if (!mayRun(role, op)) return fail(403, "forbidden", `A ${role} token may not call ${op}.`);
+    return role;
+  }
+}

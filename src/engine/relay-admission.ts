@@ -1,0 +1,91 @@
+/**
+ * Admission of relayed LLM calls: the Worker has checked a per-claim key's signature, and the
+ * engine checks that its claim is still live and names the gateway and the trainer's key. Each
+ * admitted call counts toward its claim and refreshes its lease (a client talking to the model
+ * is not idle), through the tally of relay-activity.ts rather than a write per call.
+ */
+import type { ClaimKeyFields } from "../auth/claim-key";
+import { isRolling } from "../protocol/status";
+import type { AgentChannel } from "./agent-channel";
+import type { EngineStore } from "./engine-store";
+import type { Episodes } from "./episodes";
+import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
+import { fail, ok, type Failure, type Reply } from "./reply";
+
+export type Admission = { gateway_url: string; trainer_api_key: string; trainer_base_url: string };
+
+export type AdmissionHost = {
+  now(): number;
+  tx<T>(fn: () => T): T;
+  closed(): boolean;
+  gone(): Failure;
+};
+
+export class RelayAdmission {
+  /** LLM calls admitted but not yet written, and the timer that writes them. */
+  private readonly activity = new RelayActivity();
+  private activityTimer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    private readonly store: EngineStore,
+    private readonly episodes: Episodes,
+    private readonly channel: AgentChannel,
+    private readonly host: AdmissionHost,
+  ) {}
+
+  admit(key: ClaimKeyFields): Reply<Admission> {
+    const meta = this.store.meta;
+    if (this.host.closed() || meta.name === null || meta.name !== key.engine) return this.host.gone();
+    if (meta.incarnation !== key.incarnation) {
+      return fail(401, "claim_not_live", "This key's claim is no longer live: it was made by an engine of this name that has been deleted.");
+    }
+    if (!isRolling(meta.status)) {
+      return fail(503, "engine_not_rolling", `The engine is ${meta.status}: LLM calls are served only while ENGINE.ROLLING or ENGINE.ROLLING_POST.`);
+    }
+    const ep = this.episodes.episode(key.episode_uuid);
+    if (ep === null || ep.state !== "claimed" || ep.fence !== key.fence) {
+      return fail(401, "claim_not_live", "This key's claim is no longer live: its episode was ended, aborted, reaped or claimed again.");
+    }
+    const gateway = this.channel.gatewayUrl();
+    if (gateway === null) {
+      return fail(503, "no_gateway", "No inference gateway is registered for this engine: is the local-agent running with its gateway on?");
+    }
+    const now = this.host.now();
+    this.activity.note(ep.episode_uuid, ep.fence, now, now + Math.ceil(ep.discard_timeout * 1000));
+    this.activityTimer ??= setTimeout(() => {
+      this.activityTimer = null;
+      try {
+        this.settle();
+      } catch (e) {
+        // Kept in the tally (settle puts it back); the next read or alarm writes it.
+        console.error("engine: writing LLM call activity failed", e);
+      }
+    }, ACTIVITY_FLUSH_MS);
+    return ok({ gateway_url: gateway, trainer_api_key: ep.openai_api_key, trainer_base_url: ep.openai_base_url });
+  }
+
+  /** Writes the LLM calls admitted since the last write: counts, activity and lease, per live claim. */
+  settle(): void {
+    if (this.activity.size === 0) return;
+    const items = this.activity.take();
+    try {
+      this.host.tx(() => {
+        for (const a of items) {
+          // A claim that ended or was superseded meanwhile keeps nothing of it.
+          this.store.sql.exec(
+            `UPDATE episodes SET llm_call_count = llm_call_count + ?, last_activity = MAX(last_activity, ?), expires_at = MAX(expires_at, ?)
+             WHERE episode_uuid = ? AND fence = ? AND state = 'claimed'`,
+            a.calls,
+            a.at,
+            a.expiresAt,
+            a.episodeUuid,
+            a.fence,
+          );
+        }
+      });
+    } catch (e) {
+      this.activity.restore(items);
+      throw e;
+    }
+  }
+}
