@@ -150,7 +150,7 @@ describe("reward history", () => {
     ]);
   });
 
-  it("counts each reward once when a step number comes back, across a restart and for eval episodes not at all", async () => {
+  it("counts each reward once when a step number comes back (a new run), across a restart and for eval episodes not at all", async () => {
     const e = await createEngine();
     await rollingWith(e, 6);
     const trainer = e.as("trainer");
@@ -166,10 +166,12 @@ describe("reward history", () => {
     await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
     await reconnect(e);
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
-    expect((await e.as("viewer").getRewardHistory()).history).toEqual([
+    // Going back to step 0 began a run of its own: the earlier run keeps its two steps.
+    const current = await e.as("viewer").getRewardHistory();
+    expect(current.history).toEqual([expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.125, min_reward: 0, max_reward: 0.25 })]);
+    expect((await e.as("viewer").getRewardHistory({ run: current.run! - 1 })).history).toEqual([
       expect.objectContaining({ global_step: 0, count: 1, mean_reward: 1 }),
       expect.objectContaining({ global_step: 1, count: 1, mean_reward: 0.5 }),
-      expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.125, min_reward: 0, max_reward: 0.25 }),
     ]);
   });
 

@@ -13,7 +13,7 @@ export const VIEWER_OPS = [
   "get_overview",
 ] as const;
 export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode", "post_steps"] as const;
-export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine", "configure_buffer"] as const;
+export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine", "configure_buffer", "begin_history_run"] as const;
 export const TRAINER_OPS = [
   "register_episode",
   "update_engine_status",

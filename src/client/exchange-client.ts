@@ -37,6 +37,9 @@ import {
   UpdateBufferConfigRequest,
   GatewaySecretResponse,
   CompletedTasksResponse,
+  BeginRunRequest,
+  BeginRunResponse,
+  HistoryRunsResponse,
 } from "../protocol";
 import { requestJson, type FetchLike } from "./http";
 
@@ -98,7 +101,10 @@ export class EngineClient {
   updatePoolInfo = (info: In<typeof CurrentBatchRolloutPoolInformation>) =>
     this.post("/update_current_batch_rollout_pool_information", BoolResponse, info);
   getPoolInfo = () => this.get("/get_current_batch_rollout_pool_information", CurrentBatchRolloutPoolInformation);
-  getRewardHistory = () => this.get("/get_reward_history", RewardHistoryResponse);
+  /** The current run's reward history, or run `run`'s. */
+  getRewardHistory = (q: { run?: number } = {}) => this.get(`/get_reward_history${queryString(q)}`, RewardHistoryResponse);
+  historyRuns = (q: { limit?: number; before?: number } = {}) => this.get(`/history/runs${queryString(q)}`, HistoryRunsResponse);
+  beginHistoryRun = (req: In<typeof BeginRunRequest> = {}) => this.post("/history/begin_run", BeginRunResponse, req);
 
   /** Long-polls the agent command channel; `wait` seconds (at most 25) when nothing is due. */
   pollCommands = (q: { wait?: number; limit?: number; session?: string } = {}, signal?: AbortSignal) =>

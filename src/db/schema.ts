@@ -43,6 +43,12 @@ export const trajectories = sqliteTable(
     taskId: text("task_id").notNull(),
     episodeType: text("episode_type", { enum: ["train", "eval"] }).notNull(),
     globalStep: integer("global_step"),
+    /**
+     * The run of the engine's history it belongs to (protocol/history.ts). Null for rows written
+     * before runs: they are the engine's earlier run, run 1 (not backfilled, which would rewrite
+     * the whole table in one statement).
+     */
+    run: integer("run"),
     /** The scalar reward, or the mean of a list reward; null when the client sent none. */
     reward: real("reward"),
     isSuccess: integer("is_success", { mode: "boolean" }),
@@ -50,7 +56,11 @@ export const trajectories = sqliteTable(
     endedAt: integer("ended_at").notNull(),
   },
   // The outbox may deliver a row twice; this key makes the second insert a no-op.
-  (t) => [uniqueIndex("trajectories_claim_idx").on(t.engine, t.episodeUuid, t.fence), index("trajectories_step_idx").on(t.engine, t.globalStep)],
+  (t) => [
+    uniqueIndex("trajectories_claim_idx").on(t.engine, t.episodeUuid, t.fence),
+    index("trajectories_step_idx").on(t.engine, t.globalStep),
+    index("trajectories_run_idx").on(t.engine, t.run, t.globalStep),
+  ],
 );
 
 export const rewardHistory = sqliteTable(
@@ -59,6 +69,8 @@ export const rewardHistory = sqliteTable(
     engine: text("engine").notNull(),
     /** The engine's own sequence number for the entry, so a retried write is idempotent. */
     seq: integer("seq").notNull(),
+    /** The run of the engine's history the step belongs to; null for rows written before runs. */
+    run: integer("run"),
     globalStep: integer("global_step").notNull(),
     meanReward: real("mean_reward").notNull(),
     stdReward: real("std_reward").notNull(),
@@ -79,6 +91,8 @@ export const bufferSteps = sqliteTable(
     sessionId: text("session_id").notNull(),
     stepIndex: integer("step_index").notNull(),
     groupId: text("group_id").notNull(),
+    /** The run of the engine's history its group belongs to; null for rows written before runs. */
+    run: integer("run"),
     reward: real("reward").notNull(),
     truncated: integer("truncated", { mode: "boolean" }).notNull(),
     isSessionCompleted: integer("is_session_completed", { mode: "boolean" }).notNull(),
@@ -99,6 +113,8 @@ export const bufferGroups = sqliteTable(
     /** The engine's own sequence number for the outcome, so a retried write is idempotent. */
     seq: integer("seq").notNull(),
     groupId: text("group_id").notNull(),
+    /** The run of the engine's history the group belongs to; null for rows written before runs. */
+    run: integer("run"),
     outcome: text("outcome", { enum: ["delivered", "dropped"] }).notNull(),
     reason: text("reason").notNull(),
     stale: integer("stale", { mode: "boolean" }).notNull(),

@@ -6,6 +6,7 @@
  *
  * - episodes.ts: episodes and their leases (register, claim, end, abort, reap);
  * - status-and-rewards.ts: the status machine and the reward history of each step;
+ * - history-runs.ts: the runs that history is divided into;
  * - agent-channel.ts: the local-agent's commands, polls, acks and heartbeat;
  * - relay-admission.ts: admitting relayed LLM calls of live claims;
  * - provisioning.ts: the engine's name and the token hashes it lets in;
@@ -42,6 +43,7 @@ import type {
   RunningEpisodesResponse,
   TrainerExitRequest,
 } from "../protocol/agent";
+import type { BeginRunRequest, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
 import { storedJsonTooLarge } from "../protocol/limits";
 import { seesTrainerSecrets, type EngineOp } from "../auth/roles";
@@ -59,11 +61,12 @@ import { CommandOutcomes, type ScanRecord } from "./command-outcomes";
 import { AgentChannel } from "./agent-channel";
 import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
+import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission } from "./relay-admission";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
-import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, rewardHistory, runningDetails, runningPage, undeliverable } from "./episode-views";
+import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, runningDetails, runningPage, undeliverable } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
   const s = Number(env.COMMAND_LEASE_SECONDS ?? "60");
@@ -81,6 +84,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly channel: AgentChannel;
   private readonly episodes: Episodes;
   private readonly status: StatusAndRewards;
+  private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
   private readonly provisioning: Provisioning;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
@@ -114,6 +118,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     const addOutbox = (item: OutboxItem): void => schedule.addOutbox(item);
     this.buffer = new RolloutBuffer(sql, {
       engine: () => store.meta.name ?? "",
+      run: () => store.meta.run,
       now,
       getKv: (k) => store.getKv(k),
       setKv: (k, v) => store.setKv(k, v),
@@ -121,7 +126,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
       enqueue,
     });
     this.episodes = new Episodes(store, this.buffer, { now, armBy: (t) => schedule.armBy(t), addOutbox, enqueue });
-    this.status = new StatusAndRewards(store, this.episodes, { now, addOutbox, enqueue });
+    this.runs = new HistoryRuns(store);
+    this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
+    this.tx(() => this.status.ensureRun());
     this.relay = new RelayAdmission(store, this.episodes, this.channel, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
     void ctx.blockConcurrencyWhile(() => schedule.load());
@@ -279,7 +286,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       return ok({
         ...stored,
         running_episode_details: runningDetails(this.store.sql, this.now()),
-        completed_tasks_client_uuids: completedTaskClients(this.store.sql),
+        completed_tasks_client_uuids: completedTaskClients(this.store.sql, meta.run),
         engine_status: meta.status,
         global_step: meta.globalStep,
         booting_start_time: meta.bootingStartTime,
@@ -299,12 +306,28 @@ export class EngineObject extends DurableObject<EngineEnv> {
   async completedTasks(caller: Caller): Promise<Reply<CompletedTasksResponse>> {
     return this.guarded<CompletedTasksResponse>(caller, "get_overview", () => {
       const step = this.store.meta.globalStep;
-      return ok({ global_step: step, tasks: completedTasks(this.store.sql, step) });
+      return ok({ global_step: step, tasks: completedTasks(this.store.sql, step, this.store.meta.run) });
     });
   }
 
-  async getRewardHistory(caller: Caller): Promise<Reply<RewardHistoryResponse>> {
-    return this.guarded(caller, "get_reward_history", () => ok({ history: rewardHistory(this.store.sql) }));
+  async getRewardHistory(caller: Caller, q: RewardHistoryQuery = {}): Promise<Reply<RewardHistoryResponse>> {
+    return this.guarded(caller, "get_reward_history", () => {
+      const h = this.status.history(q);
+      return h === null ? fail(404, "unknown_run", `This engine has no run ${q.run}; GET /history/runs lists its runs.`) : ok(h);
+    });
+  }
+
+  /** The runs the engine's history is divided into, newest first. */
+  async historyRuns(caller: Caller, q: HistoryRunsQuery): Promise<Reply<HistoryRunsResponse>> {
+    return this.guarded(caller, "get_reward_history", () => ok(this.runs.list(q)));
+  }
+
+  /** An operator begins a new run: the history from here on is kept apart from what came before. */
+  async beginHistoryRun(caller: Caller, req: BeginRunRequest): Promise<Reply<{ success: true; run: number; new_run: boolean }>> {
+    return this.guarded(caller, "begin_history_run", () => {
+      const r = this.tx(() => this.status.beginRun("operator", null, req.note));
+      return ok({ success: true as const, run: r.run, new_run: r.newRun });
+    });
   }
 
   async overview(caller: Caller): Promise<Reply<EngineOverview>> {
@@ -406,7 +429,14 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */
   async enqueueFor(caller: Caller, op: EngineOp, body: CommandBody): Promise<Reply<{ seq: number }>> {
-    return this.guarded(caller, op, () => this.afterCommands(ok({ seq: this.tx(() => this.channel.enqueueFor(body)) })));
+    return this.guarded(caller, op, () => {
+      const seq = this.tx(() => {
+        // A training run of the runs API starts a trainer: it begins a run of the history.
+        if (body.kind === "start_run") this.status.beginRun("training_run", body.run_id);
+        return this.channel.enqueueFor(body);
+      });
+      return this.afterCommands(ok({ seq }));
+    });
   }
 
   /** What the training-run catalog says about itself: is an agent there, can it run them, and the last scan. */

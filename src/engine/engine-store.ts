@@ -23,6 +23,8 @@ export type Meta = {
   fenceFloor: number;
   /** Told apart from an engine of the same name deleted before it ("" for engines made before this field): claim keys name it. */
   incarnation: string;
+  /** The current run of the engine's history (history-runs.ts); 0 until the first one begins. */
+  run: number;
 };
 
 const INITIAL_META: Meta = {
@@ -36,6 +38,7 @@ const INITIAL_META: Meta = {
   accEpoch: 0,
   fenceFloor: 0,
   incarnation: "",
+  run: 0,
 };
 
 export class EngineStore {

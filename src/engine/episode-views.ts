@@ -4,7 +4,7 @@
  * caller and wraps these in its replies.
  */
 import type { CompletedTasksResponse, RunningEpisodesResponse } from "../protocol/agent";
-import type { EpisodeStatus, RewardHistoryResponse } from "../protocol/swarm";
+import type { EpisodeStatus } from "../protocol/swarm";
 import { seconds } from "./rules";
 
 export type EpisodeRow = {
@@ -72,11 +72,12 @@ export function runningDetails(sql: SqlStorage, now: number): Record<string, Rec
   return Object.keys(running).length > 0 ? running : null;
 }
 
-/** The seed's completed_tasks_client_uuids: the clients of every train episode ended since the last clear, per task. */
-export function completedTaskClients(sql: SqlStorage): Record<string, string[]> {
+/** The seed's completed_tasks_client_uuids: the clients of every train episode of the run ended since the last clear, per task. */
+export function completedTaskClients(sql: SqlStorage, run: number): Record<string, string[]> {
   const byTask: Record<string, string[]> = {};
   for (const f of sql.exec<{ task_id: string; client_uuid: string }>(
-    "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' ORDER BY ended_at",
+    "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' AND run = ? ORDER BY ended_at",
+    run,
   )) {
     (byTask[f.task_id] ??= []).push(f.client_uuid);
   }
@@ -117,21 +118,14 @@ export function runningPage(
   };
 }
 
-/** Train episodes ended in global step `step`, per task (at most 500 tasks, the busiest first). */
-export function completedTasks(sql: SqlStorage, step: number | null): CompletedTasksResponse["tasks"] {
+/** Train episodes of the run ended in global step `step`, per task (at most 500 tasks, the busiest first). */
+export function completedTasks(sql: SqlStorage, step: number | null, run: number): CompletedTasksResponse["tasks"] {
   return sql
     .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null }>(
       `SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward FROM finished
-       WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
+       WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? AND run = ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
       step,
-    )
-    .toArray();
-}
-
-export function rewardHistory(sql: SqlStorage): RewardHistoryResponse["history"] {
-  return sql
-    .exec<{ global_step: number; mean_reward: number; std_reward: number; timestamp: number; count: number; min_reward: number; max_reward: number }>(
-      "SELECT global_step, mean_reward, std_reward, timestamp, count, min_reward, max_reward FROM reward_history ORDER BY seq",
+      run,
     )
     .toArray();
 }

@@ -188,8 +188,8 @@ export class Episodes {
     const reward = req.workflow_output.reward;
     const counted = ep.episode_type === "train" && rewardValues(reward).length > 0;
     this.store.sql.exec(
-      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       ep.episode_uuid,
       ep.fence,
       ep.client_uuid,
@@ -201,6 +201,7 @@ export class Episodes {
       scalarReward(reward),
       counted ? meta.accEpoch : null,
       Array.isArray(reward) ? JSON.stringify(reward) : null,
+      meta.run,
     );
     this.host.addOutbox({
       kind: "trajectory",
@@ -212,6 +213,7 @@ export class Episodes {
         taskId,
         episodeType: ep.episode_type,
         globalStep: meta.globalStep,
+        run: meta.run,
         reward: scalarReward(req.workflow_output.reward),
         isSuccess: req.workflow_output.is_success,
         workflowOutput: payload,

@@ -109,6 +109,8 @@ const NO_COUNTERS: Counters = { delivered: 0, dropped: 0, stale: 0, late: 0, dup
 
 export type BufferHost = {
   engine(): string;
+  /** The current run of the engine's history: a group belongs to the run it began in. */
+  run(): number;
   now(): number;
   getKv<T>(k: string): T | null;
   setKv(k: string, v: unknown): void;
@@ -196,6 +198,7 @@ export class RolloutBuffer {
   /** Stores a checked batch. Idempotent by (session_id, step_index). */
   ingest(rows: CheckedStep[]): PostStepsResponse {
     const now = this.host.now();
+    const run = this.host.run();
     const { group_size } = this.config();
     let accepted = 0;
     let duplicates = 0;
@@ -241,12 +244,13 @@ export class RolloutBuffer {
       }
       accepted++;
       this.sql.exec(
-        `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at) VALUES (?, 'pending', ?, ?)
+        `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, run) VALUES (?, 'pending', ?, ?, ?)
          ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
            min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)`,
         group_id,
         weight_version,
         now,
+        run,
       );
       this.sql.exec(
         `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
@@ -280,6 +284,7 @@ export class RolloutBuffer {
           sessionId: session_id,
           stepIndex: step_index,
           groupId: group_id,
+          run,
           reward,
           truncated,
           isSessionCompleted: is_session_completed,
@@ -482,8 +487,8 @@ export class RolloutBuffer {
   private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {
     const seq = this.bump((c) => ({ ...c, nextOutcomeSeq: c.nextOutcomeSeq + 1 })).nextOutcomeSeq - 1;
     const agg = this.sql
-      .exec<{ sessions: number; avg: number | null; minwv: number | null }>(
-        "SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg, (SELECT min_weight_version FROM buf_groups WHERE group_id = ?1) AS minwv",
+      .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null }>(
+        "SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg, (SELECT min_weight_version FROM buf_groups WHERE group_id = ?1) AS minwv, (SELECT run FROM buf_groups WHERE group_id = ?1) AS run",
         groupId,
       )
       .one();
@@ -493,6 +498,7 @@ export class RolloutBuffer {
         engine: this.host.engine(),
         seq,
         groupId,
+        run: agg.run,
         outcome,
         reason,
         stale,

@@ -64,3 +64,19 @@ export const seconds = (s: number): string => `${s.toFixed(1)}s`;
 export function backoffMs(attempts: number, baseMs = 1000, capMs = 5 * 60_000): number {
   return Math.min(capMs, baseMs * 2 ** Math.min(20, Math.max(0, attempts - 1)));
 }
+
+/**
+ * Whether a status update begins a new run of the engine's history, and why: the trainer
+ * started (the engine leaves OFFLINE), booted again without stopping, or went back to an
+ * earlier global step (restarted outside the exchange). A weight sync that carries on at the
+ * same step, or any later step, stays in its run.
+ */
+export function runBeginning(
+  prev: { status: EngineStatus; globalStep: number | null },
+  next: { engine_status: EngineStatus; global_step?: number | null | undefined },
+): "trainer_started" | "trainer_booted" | "step_backwards" | null {
+  if (prev.status === "ENGINE.OFFLINE" && next.engine_status !== "ENGINE.OFFLINE") return "trainer_started";
+  if (next.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") return "trainer_booted";
+  if (next.global_step !== undefined && next.global_step !== null && prev.globalStep !== null && next.global_step < prev.globalStep) return "step_backwards";
+  return null;
+}

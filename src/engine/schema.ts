@@ -181,6 +181,39 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    UPDATE buf_sessions SET max_step = (SELECT MAX(step_index) FROM buf_steps WHERE buf_steps.session_id = buf_sessions.session_id);
    ALTER TABLE buf_groups ADD COLUMN sessions_expire_at INTEGER;
    CREATE INDEX IF NOT EXISTS buf_groups_sessions_expire ON buf_groups (sessions_expire_at) WHERE sessions_expire_at IS NOT NULL;`,
+  // 6: the history is divided into runs (history-runs.ts). Every reward history entry, finished
+  // episode and buffer group carries its run; what an engine holds from before this becomes one earlier run
+  // (run 1), which stays the current one (meta.run) until the next run begins.
+  // reward_history is rebuilt rather than altered, which also holds when it has the column already.
+  `CREATE TABLE IF NOT EXISTS history_runs (
+     run INTEGER PRIMARY KEY,
+     started_at INTEGER NOT NULL,
+     began TEXT NOT NULL,
+     training_run_id TEXT,
+     note TEXT NOT NULL DEFAULT ''
+   );
+   CREATE TABLE reward_history_v6 (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT,
+     run INTEGER NOT NULL,
+     global_step INTEGER NOT NULL,
+     mean_reward REAL NOT NULL,
+     std_reward REAL NOT NULL,
+     count INTEGER NOT NULL,
+     min_reward REAL NOT NULL,
+     max_reward REAL NOT NULL,
+     timestamp REAL NOT NULL
+   );
+   INSERT INTO reward_history_v6 (seq, run, global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp)
+     SELECT seq, 1, global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp FROM reward_history;
+   DROP TABLE reward_history;
+   ALTER TABLE reward_history_v6 RENAME TO reward_history;
+   CREATE INDEX reward_history_run ON reward_history (run, seq);
+   ALTER TABLE buf_groups ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
+   ALTER TABLE finished ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
+   INSERT OR IGNORE INTO history_runs (run, started_at, began)
+     SELECT 1, COALESCE((SELECT CAST(MIN(timestamp) * 1000 AS INTEGER) FROM reward_history), (SELECT MIN(ended_at) FROM finished), 0), 'earlier'
+     WHERE EXISTS (SELECT 1 FROM kv WHERE k = 'meta' AND json_extract(v, '$.name') IS NOT NULL);
+   UPDATE kv SET v = json_set(v, '$.run', 1) WHERE k = 'meta' AND EXISTS (SELECT 1 FROM history_runs);`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -3,18 +3,21 @@
  * the reward history it writes as the trainer's global step moves on. A rolling phase that ends
  * clears its episodes; its rewards outlive them, folded into the meta's accumulator, so that a
  * status change never loses the step's history (the seed clears it before it is written).
- * Methods that write run inside the transaction their caller opens.
+ * The history is divided into runs (history-runs.ts): a trainer's start begins one, and a run's
+ * steps never mix with another's. Methods that write run inside the transaction their caller opens.
  */
 import type { BoolResponse, EngineStatusResponse, UpdateEngineStatusRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import type { TrainerExitRequest } from "../protocol/agent";
+import type { RewardHistoryQuery, RunBeginning } from "../protocol/history";
 import { isRolling } from "../protocol/status";
 import { storedStringTooLarge } from "../protocol/limits";
 import type { EngineStore, Meta } from "./engine-store";
 import type { Episodes } from "./episodes";
+import type { HistoryRuns } from "./history-runs";
 import type { OutboxItem } from "./outbox";
 import { fail, ok, type Reply } from "./reply";
-import { EMPTY_ACCUMULATOR, accumulate, summarize, type RewardAccumulator } from "./rules";
+import { EMPTY_ACCUMULATOR, accumulate, runBeginning, summarize, type RewardAccumulator } from "./rules";
 
 export type StatusHost = {
   now(): number;
@@ -26,6 +29,7 @@ export class StatusAndRewards {
   constructor(
     private readonly store: EngineStore,
     private readonly episodes: Episodes,
+    private readonly runs: HistoryRuns,
     private readonly host: StatusHost,
   ) {}
 
@@ -53,6 +57,7 @@ export class StatusAndRewards {
       return fail(409, "engine_started", `Engine is already started (status ${this.store.meta.status}). Call /stop_engine first.`);
     }
     this.clearEpisodes();
+    this.beginRun("start_engine");
     this.store.saveMeta({ ...this.store.meta, status: "ENGINE.BOOTING", bootingStartTime: this.host.now() / 1000, detail: null });
     this.host.enqueue({ kind: "start", yaml_as_string: yaml });
     return ok({ success: true as const });
@@ -66,13 +71,16 @@ export class StatusAndRewards {
 
   update(req: UpdateEngineStatusRequest): BoolResponse {
     const prev = this.store.meta;
+    const began = runBeginning(prev, req);
     if (isRolling(prev.status) && !isRolling(req.engine_status)) this.clearEpisodes();
-    // From the store, not prev: clearing may have moved the fence floor.
+    // A new run has already written the step the old one was at.
+    const freshRun = began !== null && this.beginRun(began).newRun;
+    // From the store, not prev: clearing may have moved the fence floor, and a run begun.
     const next: Meta = { ...this.store.meta, status: req.engine_status };
     if (req.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") next.bootingStartTime = this.host.now() / 1000;
     if (prev.status === "ENGINE.BOOTING" && req.engine_status !== "ENGINE.BOOTING") next.bootingStartTime = null;
     if (req.global_step !== undefined && req.global_step !== null) {
-      if (prev.globalStep !== null && prev.globalStep !== req.global_step) {
+      if (!freshRun && prev.globalStep !== null && prev.globalStep !== req.global_step) {
         this.finalizeStep(prev.globalStep);
         next.acc = EMPTY_ACCUMULATOR;
         next.accEpoch = this.store.meta.accEpoch + 1;
@@ -98,6 +106,39 @@ export class StatusAndRewards {
     if (!succeeded && this.store.meta.status === "ENGINE.BOOTING") {
       this.store.saveMeta({ ...this.store.meta, status: "ENGINE.OFFLINE", bootingStartTime: null, detail: `trainer failed to start: ${detail}` });
     }
+  }
+
+  /**
+   * Begins a run of the history: the current step's rewards are written to the run they were
+   * earned in, and the accumulator starts empty. A current run with nothing in it yet (no step
+   * written, no reward counted) is kept instead, with what this beginning says of it: a start
+   * is usually told twice (start_engine, then the trainer's own BOOTING or ROLLING).
+   */
+  beginRun(began: RunBeginning, trainingRunId: string | null = null, note = ""): { run: number; newRun: boolean } {
+    const meta = this.store.meta;
+    if (meta.run !== 0 && !this.runs.hasSteps(meta.run) && this.liveAcc().n === 0) {
+      this.runs.amend(meta.run, trainingRunId, note);
+      return { run: meta.run, newRun: false };
+    }
+    if (meta.run !== 0 && meta.globalStep !== null) this.finalizeStep(meta.globalStep);
+    const run = this.runs.add(began, this.host.now(), trainingRunId, note);
+    this.store.saveMeta({ ...this.store.meta, run, acc: EMPTY_ACCUMULATOR, accEpoch: this.store.meta.accEpoch + 1 });
+    return { run, newRun: true };
+  }
+
+  /**
+   * An engine that was active when it was given runs, with no history to make its earlier run
+   * of (schema migration 6), begins one now: whatever it records next belongs to a run.
+   */
+  ensureRun(): void {
+    if (this.store.meta.run === 0 && this.store.meta.status !== "ENGINE.OFFLINE") this.beginRun("trainer_started");
+  }
+
+  /** The reward history of `q.run`, or of the current run; null when there is no such run. */
+  history(q: RewardHistoryQuery): { history: ReturnType<HistoryRuns["history"]>; run: number | null } | null {
+    const run = q.run ?? this.store.meta.run;
+    if (q.run !== undefined && !this.runs.exists(q.run)) return null;
+    return run === 0 ? { history: [], run: null } : { history: this.runs.history(run), run };
   }
 
   private clearEpisodes(): void {
@@ -129,7 +170,8 @@ export class StatusAndRewards {
     const timestamp = this.host.now() / 1000;
     const seq = this.store.sql
       .exec<{ seq: number }>(
-        "INSERT INTO reward_history (global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        "INSERT INTO reward_history (run, global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        this.store.meta.run,
         step,
         s.mean,
         s.std,
@@ -141,7 +183,7 @@ export class StatusAndRewards {
       .one().seq;
     this.host.addOutbox({
       kind: "reward",
-      row: { engine: this.store.meta.name ?? "", seq, globalStep: step, meanReward: s.mean, stdReward: s.std, count: s.count, minReward: s.min, maxReward: s.max, timestamp },
+      row: { engine: this.store.meta.name ?? "", seq, run: this.store.meta.run, globalStep: step, meanReward: s.mean, stdReward: s.std, count: s.count, minReward: s.min, maxReward: s.max, timestamp },
     });
   }
 }

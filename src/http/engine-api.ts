@@ -41,6 +41,7 @@ import {
 } from "../protocol/agent";
 
 import { GatewaySecretResponse } from "../protocol/relay";
+import { BeginRunRequest, BeginRunResponse, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
 import {
   BufferConfig,
   GetRolloutDataRequest,
@@ -159,8 +160,20 @@ export const ENGINE_API: RouteSpec[] = [
     CurrentBatchRolloutPoolInformation,
     (s, who) => s.getPoolInfo(who),
   ),
-  get("/get_reward_history", "get_reward_history", "Reward mean, std, count, min and max per finished global step.", RewardHistoryResponse, (s, who) =>
-    s.getRewardHistory(who),
+  getQuery(
+    "/get_reward_history",
+    "get_reward_history",
+    "Reward mean, std, count, min and max per finished global step, of the current run (or ?run=N).",
+    RewardHistoryQuery,
+    RewardHistoryResponse,
+    (s, who, q) => s.getRewardHistory(who, q),
+  ),
+  getQuery("/history/runs", "get_reward_history", "The runs the engine's history is divided into, newest first, with their steps and last reward.", HistoryRunsQuery, HistoryRunsResponse, (s, who, q) =>
+    s.historyRuns(who, q),
+  ),
+  post("/history/begin_run", "begin_history_run", "Begin a new run of the history (a run with nothing in it yet is kept, with the note).", BeginRunRequest, BeginRunResponse, (s, who, b) =>
+    s.beginHistoryRun(who, b),
+    {},
   ),
   get("/overview", "get_overview", "Counts of episodes, deliveries and commands, and the agent's presence.", EngineOverview, (s, who) => s.overview(who)),
 

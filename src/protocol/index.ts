@@ -7,3 +7,4 @@ export * from "./buffer";
 export * from "./relay";
 export * from "./runs";
 export * from "./limits";
+export * from "./history";

@@ -166,5 +166,9 @@ export const RewardHistoryEntry = z.object({
   max_reward: z.number(),
 });
 export type RewardHistoryEntry = z.infer<typeof RewardHistoryEntry>;
-export const RewardHistoryResponse = z.object({ history: z.array(RewardHistoryEntry) });
+export const RewardHistoryResponse = z.object({
+  history: z.array(RewardHistoryEntry),
+  /** Our addition: the run this history is of (protocol/history.ts); null before the engine's first run. */
+  run: z.number().int().nullable(),
+});
 export type RewardHistoryResponse = z.infer<typeof RewardHistoryResponse>;
