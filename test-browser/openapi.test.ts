@@ -9,6 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Validator } from "@seriousme/openapi-schema-validator";
+import { z } from "zod";
 import { ENGINE_API } from "../src/http/engine-api";
 import { mayRun } from "../src/auth/roles";
 import { ROLES } from "../src/protocol/admin";
@@ -22,7 +23,11 @@ type Operation = {
   responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
   requestBody?: unknown;
 };
-type Doc = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { responses: Record<string, { content: Record<string, { schema: unknown }> }> } };
+type Doc = {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  components: { responses: Record<string, { content: Record<string, { schema: unknown }> }>; schemas: Record<string, Record<string, unknown>> };
+};
 
 let ex: TestExchange;
 let doc: Doc;
@@ -79,6 +84,18 @@ describe("/openapi.json", () => {
         }
       }
     }
+  });
+
+  it("describes refusals with their hints: a runs refusal matches the documented error body", async () => {
+    const { tokens } = await ex.admin.createEngine("refusing");
+    const res = await fetch(`${ex.url}/e/refusing/runs/run_0000`, { headers: { authorization: `Bearer ${tokens.viewer}` } });
+    expect(res.status).toBe(404);
+    const body: unknown = await res.json();
+    expect(body).toMatchObject({ error: "unknown_run", run_id: "run_0000" });
+    expect(doc.paths["/e/{engine}/runs/{run_id}"]?.["get"]?.responses["404"]?.$ref).toBe("#/components/responses/Error404");
+    const documented = z.fromJSONSchema(doc.components.schemas["ErrorResponse"] as Parameters<typeof z.fromJSONSchema>[0]);
+    expect(documented.safeParse(body).error).toBeUndefined();
+    expect(documented.safeParse({ error: "unknown_run" }).success).toBe(false);
   });
 
   it("describes the admin routes as they answer", async () => {
