@@ -61,9 +61,10 @@ function mcpOperation(tokenInPath: boolean): JsonSchema {
     parameters: [{ $ref: "#/components/parameters/engine" }, ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : [])],
     requestBody: { required: true, content: { "application/json": { schema: { type: "object", description: "A JSON-RPC 2.0 message, or a batch (array) of them." } } } },
     responses: {
-      "200": { description: "The JSON-RPC answer(s).", content: { "application/json": { schema: { type: "object" } } } },
+      "200": { description: "The JSON-RPC answer, or for a batch the list of them.", content: { "application/json": { schema: { type: ["object", "array"] } } } },
       "202": { description: "Accepted: the message was a notification or a response." },
-      ...Object.fromEntries(([401, 403, 404] as const).map((s) => [String(s), errorRef(s)])),
+      "400": { description: "Not JSON, or no JSON-RPC message (a JSON-RPC error); or an unsupported MCP-Protocol-Version (an error body).", content: { "application/json": { schema: { type: "object" } } } },
+      ...Object.fromEntries(([401, 403, 404, 413] as const).map((s) => [String(s), errorRef(s)])),
     },
   };
 }
