@@ -33,6 +33,15 @@ const cases: Case[] = [
   { name: "a register without episode_uuid", path: "register_episode", role: "trainer", body: JSON.stringify({ zmq_listen_result_addr: "tcp://x:1" }), status: 422, detail: /episode_uuid/ },
   { name: "a yaml that is not a string", path: "sync_train_config", role: "operator", body: JSON.stringify({ yaml_as_string: 42 }), status: 422, detail: /yaml_as_string/ },
   { name: "an ack with a bad seq", path: "agent/ack", role: "trainer", body: JSON.stringify({ seq: "one", ok: true }), status: 422, detail: /seq/ },
+  {
+    name: "a workflow output nested 100000 deep",
+    path: "end_episode",
+    role: "client",
+    body: `{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t", "workflow_output": {"reward": 1, "metadata": {"task_id": "t"}, "log_metrics": {"deep": ${"[".repeat(100_000)}${"]".repeat(100_000)}}}}`,
+    status: 422,
+    detail: /body: nests arrays and objects deeper than 128 levels/,
+  },
+  { name: "a run config value nested 100000 deep", path: "runs/config/edit", role: "operator", body: `{"field": "group_size", "value": ${"[".repeat(100_000)}${"]".repeat(100_000)}}`, status: 422, detail: /deeper than 128/ },
   { name: "an oversized body", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", pad: "x".repeat(4 * 1024 * 1024 + 10) }), status: 413, detail: /exceeds 4194304 bytes/ },
 ];
 
@@ -49,6 +58,17 @@ describe("bad input changes nothing", () => {
       expect(await snapshot(e)).toEqual(before);
     });
   }
+});
+
+describe("nesting", () => {
+  it("counts only arrays and objects, not brackets inside strings, and takes 128 levels", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const metrics = `${"[".repeat(125)}"[[[{{{"${"]".repeat(125)}`;
+    const body = `{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t", "workflow_output": {"reward": 1, "metadata": {"task_id": "t"}, "log_metrics": {"deep": ${metrics}, "text": "${"[".repeat(1000)}"}}}`;
+    expect(await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body })).toMatchObject({ status: 200, json: { success: true } });
+  });
 });
 
 describe("access", () => {

@@ -97,6 +97,18 @@ describe("MCP endpoint", () => {
     expect([version.status, version.json?.["error"]]).toEqual([400, "unsupported_protocol_version"]);
   });
 
+  it("refuses tool arguments nested deeper than 128 levels, and changes nothing", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const deep = (n: number) => "[".repeat(n) + "]".repeat(n);
+    const edit = (value: string) => rpc(e.tokens.operator, `{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rl_edit_config", "arguments": {"field": "stop_words", "value": ${value}}}}`);
+    const refused = await edit(deep(100_000));
+    expect([refused.status, refused.json?.["error"]]).toEqual([400, expect.objectContaining({ code: -32600, message: expect.stringContaining("deeper than 128") })]);
+    expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+    // Nesting short of the limit is a value like any other (here the wrong type for the field).
+    expect((await edit(deep(100))).json?.["result"]).toMatchObject({ isError: true, structuredContent: { error: "wrong_type" } });
+  });
+
   it("needs an engine token (also in the path), and offers no GET stream", async () => {
     expect((await rpc(undefined, { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
     expect((await rpc("rx_viewer_not-a-token", { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
