@@ -147,6 +147,11 @@ describe("/openapi.json", () => {
       expect(anon.status).toBe(401);
       expect(Object.keys((await anon.json()) as object).sort()).toEqual(["detail", "error"]);
     }
+    // A DELETE takes no body, but one sent past the size limit is refused like any other.
+    const revoke = `${ex.url}/admin/engines/${name}/tokens/${tokenId}`;
+    const huge = await fetch(revoke, { method: "DELETE", headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, body: "x".repeat(4 * 1024 * 1024 + 1) });
+    expect(huge.status).toBe(413);
+    expect(Object.keys(doc.paths["/admin/engines/{name}/tokens/{id}"]?.["delete"]?.responses ?? {})).toContain("413");
   });
 
   it("lists only routes that exist: each documented engine path answers 401 without a token, not 404", async () => {
