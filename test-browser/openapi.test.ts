@@ -110,6 +110,7 @@ describe("/openapi.json", () => {
       [JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }), 202],
       ["{", 400],
       [JSON.stringify({ jsonrpc: "1.0", id: 1 }), 400],
+      [JSON.stringify([{ jsonrpc: "1.0", id: 1 }, { jsonrpc: "2.0" }]), 400],
       [JSON.stringify({ pad: "x".repeat(4 * 1024 * 1024) }), 413],
     ];
     for (const [body, status] of cases) {

@@ -63,7 +63,7 @@ function mcpOperation(tokenInPath: boolean): JsonSchema {
     responses: {
       "200": { description: "The JSON-RPC answer, or for a batch the list of them.", content: { "application/json": { schema: { type: ["object", "array"] } } } },
       "202": { description: "Accepted: the message was a notification or a response." },
-      "400": { description: "Not JSON, or no JSON-RPC message (a JSON-RPC error); or an unsupported MCP-Protocol-Version (an error body).", content: { "application/json": { schema: { type: "object" } } } },
+      "400": { description: "Not JSON, or no JSON-RPC message (a JSON-RPC error, for a batch a list of them); or an unsupported MCP-Protocol-Version (an error body).", content: { "application/json": { schema: { type: ["object", "array"] } } } },
       ...Object.fromEntries(([401, 403, 404, 413] as const).map((s) => [String(s), errorRef(s)])),
     },
   };
