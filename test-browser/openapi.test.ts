@@ -101,7 +101,7 @@ describe("/openapi.json", () => {
     expect(documented.safeParse({ error: "unknown_run" }).success).toBe(false);
   });
 
-  it("describes the MCP endpoint as it answers: a batch, a notification, a parse error, a bad message, an oversized body", async () => {
+  it("describes the MCP endpoint as it answers: a batch, a notification, a parse error, bad messages, an oversized body", async () => {
     const { tokens } = await ex.admin.createEngine("mcp-documented");
     const op = (doc as unknown as ReadDoc).paths["/e/{engine}/mcp"]?.["post"];
     expect(op).toBeDefined();
@@ -111,8 +111,9 @@ describe("/openapi.json", () => {
       ["{", 400],
       [JSON.stringify({ jsonrpc: "1.0", id: 1 }), 400],
       [JSON.stringify([{ jsonrpc: "1.0", id: 1 }, { jsonrpc: "2.0" }]), 400],
-      [JSON.stringify({ pad: "x".repeat(4 * 1024 * 1024) }), 413],
     ];
+    // runs-mcp.test.ts sends one over the limit (here, over a socket, the early 413 can race the upload).
+    expect(Object.keys(op?.responses ?? {})).toContain("413");
     for (const [body, status] of cases) {
       const res = await fetch(`${ex.url}/e/mcp-documented/mcp`, { method: "POST", headers: { authorization: `Bearer ${tokens.viewer}`, "content-type": "application/json" }, body });
       expect(res.status, body.slice(0, 80)).toBe(status);
@@ -148,10 +149,8 @@ describe("/openapi.json", () => {
       expect(anon.status).toBe(401);
       expect(Object.keys((await anon.json()) as object).sort()).toEqual(["detail", "error"]);
     }
-    // A DELETE takes no body, but one sent past the size limit is refused like any other.
-    const revoke = `${ex.url}/admin/engines/${name}/tokens/${tokenId}`;
-    const huge = await fetch(revoke, { method: "DELETE", headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, body: "x".repeat(4 * 1024 * 1024 + 1) });
-    expect(huge.status).toBe(413);
+    // A DELETE takes no body, but one sent past the size limit is refused like any other
+    // (bad-input.test.ts sends one: over a socket, a refusal before the body is read can race it).
     expect(Object.keys(doc.paths["/admin/engines/{name}/tokens/{id}"]?.["delete"]?.responses ?? {})).toContain("413");
   });
 

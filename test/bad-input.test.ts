@@ -4,7 +4,7 @@
  */
 import { exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
   const viewer = e.as("trainer");
@@ -144,6 +144,13 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 404, json: { error: "not_found" } });
     // A known path with the other method is not that route either.
     expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+
+  it("refuses an oversized body on a route that reads none (revoking a token), and revokes nothing", async () => {
+    const e = await createEngine();
+    const res = await raw(`/admin/engines/${e.name}/tokens/${e.tokenIds.viewer}`, { method: "DELETE", token: ADMIN_TOKEN, body: "x".repeat(4 * 1024 * 1024 + 1) });
+    expect(res).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
   });
 
   it("answers unknown routes with a JSON 404", async () => {

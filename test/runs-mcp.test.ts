@@ -95,6 +95,8 @@ describe("MCP endpoint", () => {
     expect((batch.json as unknown as { id: string }[]).map((m) => m.id)).toEqual(["a", "b"]);
     const version = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping" }, { "mcp-protocol-version": "1999-01-01" });
     expect([version.status, version.json?.["error"]]).toEqual([400, "unsupported_protocol_version"]);
+    const huge = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(4 * 1024 * 1024) } });
+    expect([huge.status, huge.json?.["error"]]).toEqual([413, "payload_too_large"]);
   });
 
   it("refuses tool arguments nested deeper than 128 levels, and changes nothing", async () => {
