@@ -153,6 +153,13 @@ describe("access", () => {
     expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
   });
 
+  it("refuses an oversized LLM call as an OpenAI error, as the relay's other refusals are", async () => {
+    for (const path of ["/v1/chat/completions", "/e/some-engine/v1/chat/completions", "/e/some-engine/t/rx_client_x/v1/completions"]) {
+      const res = await raw(path, { token: "sk-rx.some-engine.1.ZXAtMA.c2ln", body: JSON.stringify({ model: "m", pad: "x".repeat(4 * 1024 * 1024) }) });
+      expect(res, path).toMatchObject({ status: 413, json: { error: { message: expect.stringContaining("exceeds 4194304 bytes"), type: "invalid_request_error", param: null, code: "payload_too_large" } } });
+    }
+  });
+
   it("answers unknown routes with a JSON 404", async () => {
     const res = await raw("/nope");
     expect(res).toMatchObject({ status: 404, json: { error: "not_found" } });
