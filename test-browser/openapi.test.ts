@@ -73,6 +73,12 @@ describe("/openapi.json", () => {
     }
     const ids = Object.values(doc.paths).flatMap((item) => Object.values(item).map((op) => op.operationId));
     expect(new Set(ids).size).toBe(ids.length);
+    // Every request under an engine with a role's token counts against its limit: the training
+    // runs' routes and MCP too, not only ENGINE_API's.
+    for (const [path, item] of Object.entries(doc.paths)) {
+      if (!path.startsWith("/e/{engine}/") || path.includes("/v1/")) continue;
+      for (const [method, op] of Object.entries(item)) expect(Object.keys(op.responses), `${method} ${path}`).toContain("429");
+    }
   });
 
   it("gives every 4xx the {error, detail} body", () => {
