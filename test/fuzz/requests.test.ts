@@ -81,6 +81,8 @@ describe("fuzzing every route from the OpenAPI document", () => {
           } catch (e) {
             throw new Error(`${where}: ${message(e)}`);
           }
+          // Deleting the world's engine ends the run: its views are gone, as they should be.
+          if (answer.status < 300 && req.method === "DELETE" && req.path === "/admin/engines/{name}") return;
           const after = await look(`after ${where}`);
           if (refused) expect(after, `${where}, a refusal, yet the engine's state changed: ${answer.text.slice(0, 300)}`).toEqual(before);
           before = after;
