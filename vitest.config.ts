@@ -18,6 +18,10 @@ export default defineConfig(async () => {
                   ADMIN_TOKEN: "test-admin-token",
                   CLAIM_KEY_SECRET: "test-claim-key-secret",
                   TEST_MIGRATIONS: migrations,
+                  // The fuzz suite's knobs (test/fuzz/requests.test.ts): more runs, or a failing seed to replay.
+                  FUZZ_RUNS: process.env["FUZZ_RUNS"] ?? "",
+                  FUZZ_SEED: process.env["FUZZ_SEED"] ?? "",
+                  FUZZ_PATH: process.env["FUZZ_PATH"] ?? "",
                 },
               },
             }),

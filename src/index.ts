@@ -9,7 +9,8 @@ import { adminRoutes } from "./http/admin-routes";
 import { engineRouteGate, serveEngineApi } from "./http/engine-routes";
 import { errorResponse, internalError } from "./http/errors";
 import { MAX_BODY_BYTES, tooLarge } from "./http/body";
-import { relayRoutes } from "./relay/relay-routes";
+import { RELAY_PATH, relayRoutes } from "./relay/relay-routes";
+import { openaiError } from "./relay/openai-errors";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
@@ -25,7 +26,8 @@ app.use(
   "*",
   bodyLimit({
     maxSize: MAX_BODY_BYTES,
-    onError: () => tooLarge(),
+    // The relay's clients are OpenAI clients: this refusal is an OpenAI error there, like its others.
+    onError: (c) => (RELAY_PATH.test(c.req.path) ? openaiError(c, 413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`, "payload_too_large") : tooLarge()),
   }),
 );
 

@@ -9,10 +9,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Validator } from "@seriousme/openapi-schema-validator";
+import { z } from "zod";
 import { ENGINE_API } from "../src/http/engine-api";
 import { mayRun } from "../src/auth/roles";
 import { ROLES } from "../src/protocol/admin";
 import { ADMIN_API } from "../src/openapi/admin-api";
+import { promiseOf, type Doc as ReadDoc } from "../test/fuzz/document";
 import { ADMIN_TOKEN, startExchange, type TestExchange } from "./support/exchange";
 
 type Operation = {
@@ -22,7 +24,11 @@ type Operation = {
   responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
   requestBody?: unknown;
 };
-type Doc = { openapi: string; paths: Record<string, Record<string, Operation>>; components: { responses: Record<string, { content: Record<string, { schema: unknown }> }> } };
+type Doc = {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  components: { responses: Record<string, { content: Record<string, { schema: unknown }> }>; schemas: Record<string, Record<string, unknown>> };
+};
 
 let ex: TestExchange;
 let doc: Doc;
@@ -67,17 +73,61 @@ describe("/openapi.json", () => {
     }
     const ids = Object.values(doc.paths).flatMap((item) => Object.values(item).map((op) => op.operationId));
     expect(new Set(ids).size).toBe(ids.length);
+    // Every request under an engine with a role's token counts against its limit: the training
+    // runs' routes and MCP too, not only ENGINE_API's.
+    for (const [path, item] of Object.entries(doc.paths)) {
+      if (!path.startsWith("/e/{engine}/") || path.includes("/v1/")) continue;
+      for (const [method, op] of Object.entries(item)) expect(Object.keys(op.responses), `${method} ${path}`).toContain("429");
+    }
   });
 
   it("gives every 4xx the {error, detail} body", () => {
-    for (const item of Object.values(doc.paths)) {
+    for (const [path, item] of Object.entries(doc.paths)) {
       for (const op of Object.values(item)) {
         for (const [status, r] of Object.entries(op.responses)) {
           if (!status.startsWith("4")) continue;
+          // MCP answers a message it cannot read with JSON-RPC's own error object, as the protocol has it.
+          if (path.endsWith("/mcp") && status === "400") continue;
           expect(r.$ref).toBe(`#/components/responses/Error${status}`);
           expect(doc.components.responses[`Error${status}`]?.content["application/json"]?.schema).toEqual({ $ref: "#/components/schemas/ErrorResponse" });
         }
       }
+    }
+  });
+
+  it("describes refusals with their hints: a runs refusal matches the documented error body", async () => {
+    const { tokens } = await ex.admin.createEngine("refusing");
+    const res = await fetch(`${ex.url}/e/refusing/runs/run_0000`, { headers: { authorization: `Bearer ${tokens.viewer}` } });
+    expect(res.status).toBe(404);
+    const body: unknown = await res.json();
+    expect(body).toMatchObject({ error: "unknown_run", run_id: "run_0000" });
+    expect(doc.paths["/e/{engine}/runs/{run_id}"]?.["get"]?.responses["404"]?.$ref).toBe("#/components/responses/Error404");
+    const documented = z.fromJSONSchema(doc.components.schemas["ErrorResponse"] as Parameters<typeof z.fromJSONSchema>[0]);
+    expect(documented.safeParse(body).error).toBeUndefined();
+    expect(documented.safeParse({ error: "unknown_run" }).success).toBe(false);
+  });
+
+  it("describes the MCP endpoint as it answers: a batch, a notification, a parse error, bad messages, an oversized body", async () => {
+    const { tokens } = await ex.admin.createEngine("mcp-documented");
+    const op = (doc as unknown as ReadDoc).paths["/e/{engine}/mcp"]?.["post"];
+    expect(op).toBeDefined();
+    const cases: [string, number][] = [
+      [JSON.stringify([{ jsonrpc: "2.0", id: 1, method: "ping" }, { jsonrpc: "2.0", id: 2, method: "tools/list" }]), 200],
+      [JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }), 202],
+      ["{", 400],
+      [JSON.stringify({ jsonrpc: "1.0", id: 1 }), 400],
+      [JSON.stringify([{ jsonrpc: "1.0", id: 1 }, { jsonrpc: "2.0" }]), 400],
+    ];
+    // runs-mcp.test.ts sends one over the limit (here, over a socket, the early 413 can race the upload).
+    expect(Object.keys(op?.responses ?? {})).toContain("413");
+    for (const [body, status] of cases) {
+      const res = await fetch(`${ex.url}/e/mcp-documented/mcp`, { method: "POST", headers: { authorization: `Bearer ${tokens.viewer}`, "content-type": "application/json" }, body });
+      expect(res.status, body.slice(0, 80)).toBe(status);
+      const promised = promiseOf(doc as unknown as ReadDoc, op!, status);
+      expect(promised, `the document lists ${status} for MCP`).toBeDefined();
+      const text = await res.text();
+      if (promised?.kind === "json") expect(promised.schema.safeParse(JSON.parse(text)).error, `${status}: ${text.slice(0, 200)}`).toBeUndefined();
+      else expect(text).toBe("");
     }
   });
 
@@ -105,6 +155,9 @@ describe("/openapi.json", () => {
       expect(anon.status).toBe(401);
       expect(Object.keys((await anon.json()) as object).sort()).toEqual(["detail", "error"]);
     }
+    // A DELETE takes no body, but one sent past the size limit is refused like any other
+    // (bad-input.test.ts sends one: over a socket, a refusal before the body is read can race it).
+    expect(Object.keys(doc.paths["/admin/engines/{name}/tokens/{id}"]?.["delete"]?.responses ?? {})).toContain("413");
   });
 
   it("lists only routes that exist: each documented engine path answers 401 without a token, not 404", async () => {

@@ -183,6 +183,24 @@ describe("running episodes", () => {
     });
   });
 
+  it("pages through episodes and clients whose names are not Latin-1", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 0);
+    const names = ["ep-😀", "ep-\u202eevil", "ep-e\u0301", "ep-plain"];
+    for (const id of names) await e.as("trainer").registerEpisode({ episode_uuid: id });
+    for (const [i, id] of names.entries()) await e.as("client").claimEpisode({ client_uuid: `c-${id}`, discard_episode_timeout: 10 + i });
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const res = await raw(`/e/${e.name}/running_episodes?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`, { token: e.tokens.viewer });
+      expect(res.status, res.text).toBe(200);
+      const page = res.json as { episodes: { episode_uuid: string }[]; next_cursor: string | null };
+      seen.push(...page.episodes.map((x) => x.episode_uuid));
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor && seen.length <= names.length);
+    expect(seen).toEqual(names);
+  });
+
   it("refuses a forged cursor and a bad limit", async () => {
     const e = await createEngine();
     const forged = await raw(`/e/${e.name}/running_episodes?cursor=bm90LWpzb24`, { token: e.tokens.viewer });

@@ -4,7 +4,7 @@
  */
 import { exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
   const viewer = e.as("trainer");
@@ -33,6 +33,15 @@ const cases: Case[] = [
   { name: "a register without episode_uuid", path: "register_episode", role: "trainer", body: JSON.stringify({ zmq_listen_result_addr: "tcp://x:1" }), status: 422, detail: /episode_uuid/ },
   { name: "a yaml that is not a string", path: "sync_train_config", role: "operator", body: JSON.stringify({ yaml_as_string: 42 }), status: 422, detail: /yaml_as_string/ },
   { name: "an ack with a bad seq", path: "agent/ack", role: "trainer", body: JSON.stringify({ seq: "one", ok: true }), status: 422, detail: /seq/ },
+  {
+    name: "a workflow output nested 100000 deep",
+    path: "end_episode",
+    role: "client",
+    body: `{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t", "workflow_output": {"reward": 1, "metadata": {"task_id": "t"}, "log_metrics": {"deep": ${"[".repeat(100_000)}${"]".repeat(100_000)}}}}`,
+    status: 422,
+    detail: /body: nests arrays and objects deeper than 128 levels/,
+  },
+  { name: "a run config value nested 100000 deep", path: "runs/config/edit", role: "operator", body: `{"field": "group_size", "value": ${"[".repeat(100_000)}${"]".repeat(100_000)}}`, status: 422, detail: /deeper than 128/ },
   { name: "an oversized body", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", pad: "x".repeat(4 * 1024 * 1024 + 10) }), status: 413, detail: /exceeds 4194304 bytes/ },
 ];
 
@@ -49,6 +58,17 @@ describe("bad input changes nothing", () => {
       expect(await snapshot(e)).toEqual(before);
     });
   }
+});
+
+describe("nesting", () => {
+  it("counts only arrays and objects, not brackets inside strings, and takes 128 levels", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const metrics = `${"[".repeat(125)}"[[[{{{"${"]".repeat(125)}`;
+    const body = `{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t", "workflow_output": {"reward": 1, "metadata": {"task_id": "t"}, "log_metrics": {"deep": ${metrics}, "text": "${"[".repeat(1000)}"}}}`;
+    expect(await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body })).toMatchObject({ status: 200, json: { success: true } });
+  });
 });
 
 describe("access", () => {
@@ -124,6 +144,20 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 404, json: { error: "not_found" } });
     // A known path with the other method is not that route either.
     expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+
+  it("refuses an oversized body on a route that reads none (revoking a token), and revokes nothing", async () => {
+    const e = await createEngine();
+    const res = await raw(`/admin/engines/${e.name}/tokens/${e.tokenIds.viewer}`, { method: "DELETE", token: ADMIN_TOKEN, body: "x".repeat(4 * 1024 * 1024 + 1) });
+    expect(res).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+  });
+
+  it("refuses an oversized LLM call as an OpenAI error, as the relay's other refusals are", async () => {
+    for (const path of ["/v1/chat/completions", "/e/some-engine/v1/chat/completions", "/e/some-engine/t/rx_client_x/v1/completions"]) {
+      const res = await raw(path, { token: "sk-rx.some-engine.1.ZXAtMA.c2ln", body: JSON.stringify({ model: "m", pad: "x".repeat(4 * 1024 * 1024) }) });
+      expect(res, path).toMatchObject({ status: 413, json: { error: { message: expect.stringContaining("exceeds 4194304 bytes"), type: "invalid_request_error", param: null, code: "payload_too_large" } } });
+    }
   });
 
   it("answers unknown routes with a JSON 404", async () => {

@@ -274,6 +274,7 @@ describe("bad rows change nothing", () => {
     ["a row without a session id", { steps: [{ ...step("s", "g", 0, 1), session_id: "" }] }, 422, /steps.0.session_id: must not be empty/],
     ["a negative step index", { steps: [step("s", "g", -1, 1)] }, 422, /steps.0.step_index: must not be negative/],
     ["a reward that is not a number", { steps: [{ ...step("s", "g", 0, 1), reward: "1.0" }] }, 422, /steps.0.reward/],
+    ["a reward too large to average (avg_reward came out null)", { steps: [step("s", "g", 0, 1e308, true)] }, 422, /steps.0.reward: must be within ±/],
     ["an empty batch", { steps: [] }, 422, /at least one row/],
     ["oversized messages", { steps: [step("ok", "g", 0, 1), { ...step("s", "g", 0, 1), messages: [{ role: "user", content: "x".repeat(600_000) }] }] }, 413, /steps.1: messages and response are 600,\d{3} bytes of UTF-8; this engine takes at most 524,288 bytes per row \(max_message_bytes\)/],
     ["a session that changes group", { steps: [step("s", "g", 0, 1), step("s", "h", 1, 1)] }, 422, /session s belongs to group g, not h/],

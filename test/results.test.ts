@@ -150,6 +150,22 @@ describe("reward history", () => {
     ]);
   });
 
+  it("refuses rewards whose statistics would overflow, so the step still moves on, and takes the largest it accepts", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3);
+    const c = await e.as("client").claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    for (const reward of [1e308, [1, -1e308], 1e15 + 1]) {
+      const res = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(endBody("a", c.episode_uuid, reward, "t")) });
+      expect([res.status, res.json?.["detail"]]).toEqual([422, expect.stringContaining("workflow_output.reward")]);
+    }
+    expect(await e.as("client").endEpisode(endBody("a", c.episode_uuid, 1e15, "t"))).toEqual({ success: true });
+    await claimAndEnd(e, "b", [-1e15, 1e15]);
+    expect(await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 })).toEqual({ success: true, failure_reason: "" });
+    const { history } = await e.as("viewer").getRewardHistory();
+    expect(history).toEqual([{ global_step: 0, mean_reward: expect.closeTo(1e15 / 3, -1), std_reward: expect.any(Number), count: 3, min_reward: -1e15, max_reward: 1e15, timestamp: expect.any(Number) }]);
+    expect(Number.isFinite(history[0]?.std_reward)).toBe(true);
+  });
+
   it("counts each reward once when a step number comes back (a new run), across a restart and for eval episodes not at all", async () => {
     const e = await createEngine();
     await rollingWith(e, 6);

@@ -95,6 +95,20 @@ describe("MCP endpoint", () => {
     expect((batch.json as unknown as { id: string }[]).map((m) => m.id)).toEqual(["a", "b"]);
     const version = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping" }, { "mcp-protocol-version": "1999-01-01" });
     expect([version.status, version.json?.["error"]]).toEqual([400, "unsupported_protocol_version"]);
+    const huge = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(4 * 1024 * 1024) } });
+    expect([huge.status, huge.json?.["error"]]).toEqual([413, "payload_too_large"]);
+  });
+
+  it("refuses tool arguments nested deeper than 128 levels, and changes nothing", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const deep = (n: number) => "[".repeat(n) + "]".repeat(n);
+    const edit = (value: string) => rpc(e.tokens.operator, `{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rl_edit_config", "arguments": {"field": "stop_words", "value": ${value}}}}`);
+    const refused = await edit(deep(100_000));
+    expect([refused.status, refused.json?.["error"]]).toEqual([400, expect.objectContaining({ code: -32600, message: expect.stringContaining("deeper than 128") })]);
+    expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+    // Nesting short of the limit is a value like any other (here the wrong type for the field).
+    expect((await edit(deep(100))).json?.["result"]).toMatchObject({ isError: true, structuredContent: { error: "wrong_type" } });
   });
 
   it("needs an engine token (also in the path), and offers no GET stream", async () => {

@@ -23,7 +23,12 @@ export type EpisodeRow = {
   task_id: string;
 };
 
-const encodeCursor = (expiresAt: number, uuid: string): string => btoa(JSON.stringify([expiresAt, uuid]));
+/**
+ * btoa takes Latin-1 only, and an episode's name may be any text: the JSON is written in ASCII
+ * (every other character as its \u escape, which JSON.parse reads back the same).
+ */
+const encodeCursor = (expiresAt: number, uuid: string): string =>
+  btoa(JSON.stringify([expiresAt, uuid]).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
 
 export function decodeCursor(cursor: string): { expiresAt: number; uuid: string } | null {
   try {

@@ -6,6 +6,34 @@ import { describeIssues, errorResponse } from "./errors";
 export type Parsed<T> = { ok: true; value: T } | { ok: false; response: Response };
 
 /**
+ * How deep a request body may nest arrays and objects: far beyond any real body, and far short
+ * of where recursive code after the parse (the RPC to the engine, zod's JSON values,
+ * JSON.stringify) runs out of stack, which made a deeply nested body a 500.
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/** Whether JSON text nests arrays and objects deeper than `max`, by one pass over it (brackets in strings do not count). */
+export function nestsDeeperThan(text: string, max: number): boolean {
+  // Every level costs at least two characters.
+  if (text.length <= 2 * max) return false;
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+export const tooDeep = `body: nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`;
+
+/**
  * Validates a JSON body's text. Malformed JSON is a 400, a body of the wrong shape a 422 (as
  * FastAPI answers), each with a message that says what was wrong. An empty body counts as
  * `emptyAs` when one is given.
@@ -15,6 +43,7 @@ export function parseJsonText<S extends z.ZodType>(text: string, schema: S, empt
   if (text.trim() === "" && emptyAs !== undefined) {
     raw = emptyAs;
   } else {
+    if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, response: errorResponse(422, "invalid_request", tooDeep) };
     try {
       raw = JSON.parse(text);
     } catch (e) {

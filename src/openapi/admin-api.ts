@@ -82,7 +82,8 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     summary: "Revoke a token; the engine refuses it from the next request on.",
     response: z.object({ success: z.boolean() }),
     successStatus: 200,
-    errors: [404],
+    // No body is read, but one sent past the size limit is refused before the route runs.
+    errors: [404, 413],
   },
   {
     method: "delete",

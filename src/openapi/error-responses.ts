@@ -1,7 +1,7 @@
 /**
  * The error answers of the exchange as OpenAPI components. Every one has the same body,
  * ErrorResponse {error, detail}: `error` is a stable code for programs, `detail` a sentence
- * for people (FastAPI's field name, which AgentJet logs).
+ * for people (FastAPI's field name, which AgentJet logs); some add hints to act on.
  */
 import { ErrorResponse } from "../protocol/admin";
 import { toJsonSchema, type JsonSchema } from "./json-schema";
@@ -33,5 +33,7 @@ export function errorComponents(): { schemas: Record<string, JsonSchema>; respon
       content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
     };
   }
-  return { schemas: { ErrorResponse: toJsonSchema(ErrorResponse, "output") }, responses };
+  // Open to more fields: the training runs' refusals carry hints beside the two (locked_value,
+  // available_fields, active_run_id, ...), which the same body has to describe.
+  return { schemas: { ErrorResponse: toJsonSchema(ErrorResponse.loose(), "output") }, responses };
 }

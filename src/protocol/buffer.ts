@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { formatBytes, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
+import { Reward } from "./swarm";
 
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024;
@@ -24,7 +25,7 @@ export const StepRow = z
     /** The prompt messages of this step; the response is appended as the assistant's turn. */
     messages: z.array(ChatMessage).max(10_000),
     response: z.string().default(""),
-    reward: z.number().finite("must be a finite number"),
+    reward: Reward,
     truncated: z.boolean().default(false),
     is_session_completed: z.boolean().default(false),
     weight_version: z.number().int().nonnegative().default(0),

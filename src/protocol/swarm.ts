@@ -47,8 +47,17 @@ export const ClaimEpisodeResponse = z.object({
 });
 export type ClaimEpisodeResponse = z.infer<typeof ClaimEpisodeResponse>;
 
+/**
+ * A reward, of an episode or of a buffer step: within a bound far beyond any reward, and small
+ * enough that the averages over them (a step's Welford mean and variance, engine/rules.ts; a
+ * pull's avg_reward) cannot overflow: rewards of 1e308 made the step's std NaN, and every later
+ * step change a 500.
+ */
+const MAX_REWARD = 1e15;
+export const Reward = z.number().min(-MAX_REWARD, `must be within ±${MAX_REWARD}`).max(MAX_REWARD, `must be within ±${MAX_REWARD}`);
+
 export const WorkflowOutput = z.object({
-  reward: z.union([z.number(), z.array(z.number())]).nullable().default(null),
+  reward: z.union([Reward, z.array(Reward)]).nullable().default(null),
   is_success: z.boolean().nullable().default(null),
   metadata: z.record(z.string(), z.unknown()).default({}),
   log_metrics: z.record(z.string(), z.unknown()).default({}),

@@ -130,6 +130,9 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
   return c.body(text, 200, { "content-type": "application/json" });
 }
 
+/** The relay's paths, as the router sees them (a token in the path already taken out). */
+export const RELAY_PATH = /^(\/e\/[^/]+)?\/v1\//;
+
 export function relayRoutes(app: Hono<{ Bindings: Env }>): void {
   for (const prefix of ["", "/e/:engine"]) {
     app.post(`${prefix}/v1/chat/completions`, (c) => relay(c, "/v1/chat/completions"));

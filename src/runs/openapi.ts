@@ -17,7 +17,8 @@ const openApiPath = (path: string): string => path.replace(/:(\w+)/g, "{$1}");
 const operationIdOf = (spec: RunRouteSpec): string => `${spec.method}_${spec.path.replace(/^\//, "").replace(/[/:]+/g, "_")}`;
 
 function errorStatuses(spec: RunRouteSpec): ErrorStatus[] {
-  const statuses = new Set<ErrorStatus>([401, 403, 404]);
+  // 429: these routes count against the token's request limit as the engine's do (http/rate-limit.ts).
+  const statuses = new Set<ErrorStatus>([401, 403, 404, 429]);
   if (spec.input.from === "body") for (const s of [400, 413, 422] as const) statuses.add(s);
   if (spec.input.from === "query") statuses.add(422);
   if (spec.method === "post") statuses.add(409);
@@ -61,9 +62,10 @@ function mcpOperation(tokenInPath: boolean): JsonSchema {
     parameters: [{ $ref: "#/components/parameters/engine" }, ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : [])],
     requestBody: { required: true, content: { "application/json": { schema: { type: "object", description: "A JSON-RPC 2.0 message, or a batch (array) of them." } } } },
     responses: {
-      "200": { description: "The JSON-RPC answer(s).", content: { "application/json": { schema: { type: "object" } } } },
+      "200": { description: "The JSON-RPC answer, or for a batch the list of them.", content: { "application/json": { schema: { type: ["object", "array"] } } } },
       "202": { description: "Accepted: the message was a notification or a response." },
-      ...Object.fromEntries(([401, 403, 404] as const).map((s) => [String(s), errorRef(s)])),
+      "400": { description: "Not JSON, or no JSON-RPC message (a JSON-RPC error, for a batch a list of them); or an unsupported MCP-Protocol-Version (an error body).", content: { "application/json": { schema: { type: ["object", "array"] } } } },
+      ...Object.fromEntries(([401, 403, 404, 413, 429] as const).map((s) => [String(s), errorRef(s)])),
     },
   };
 }

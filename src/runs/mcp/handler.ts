@@ -14,6 +14,7 @@ import { z } from "zod";
 import { mayRun } from "../../auth/roles";
 import type { Env } from "../../env";
 import { describeIssues } from "../../http/errors";
+import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
 import { toJsonSchema } from "../../openapi/json-schema";
 import { authorize, credentials, envOf, type Credentials } from "../context";
 import type { Refused } from "../reply";
@@ -92,9 +93,11 @@ export async function mcpHandler(c: Context): Promise<Response> {
   if (version !== undefined && !(PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
     return c.json({ error: "unsupported_protocol_version", detail: `MCP-Protocol-Version ${version} is not supported; supported: ${PROTOCOL_VERSIONS.join(", ")}.` }, 400);
   }
+  const text = await c.req.text();
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return rpcJson(c, rpcError(null, ERR.invalidRequest, `Invalid request: ${tooDeep}.`), 400);
   let raw: unknown;
   try {
-    raw = JSON.parse(await c.req.text());
+    raw = JSON.parse(text);
   } catch (e) {
     return rpcJson(c, rpcError(null, ERR.parse, `Parse error: ${e instanceof Error ? e.message : String(e)}`), 400);
   }

@@ -1,0 +1,102 @@
+/**
+ * What every answer must be: never a 5xx (the relay's gateway failures aside), JSON whenever it
+ * has a body, and what the document promises for its route and status. Says whether the answer
+ * was a refusal, after which the engine must look exactly as it did before.
+ */
+import { z } from "zod";
+import { describeIssues } from "../../src/http/errors";
+import { ErrorResponse } from "../../src/protocol/admin";
+import { OpenAIError } from "../../src/protocol/relay";
+import type { Target } from "./arbitraries";
+import { promiseOf, type Doc, type Operation } from "./document";
+import type { Answer } from "./world";
+
+/**
+ * The relay's own 5xx: no gateway registered or the engine not rolling (503), a gateway that
+ * cannot be reached (502) or does not answer in time (504). They are its documented answers to
+ * a well-formed call of a live claim, not failures of the exchange.
+ */
+const RELAY_GATEWAY_CODES = new Set(["no_gateway", "engine_not_rolling", "gateway_unreachable", "upstream_timeout"]);
+
+/** The body of a refusal that the document does not describe (a path without that method). */
+const AnyExchangeError = ErrorResponse.loose();
+
+class Broken extends Error {
+  override name = "Broken";
+}
+
+function parseJson(answer: Answer): unknown {
+  if (!(answer.contentType ?? "").startsWith("application/json")) throw new Broken(`a ${answer.status} answer that is not JSON (content-type ${answer.contentType}): ${answer.text.slice(0, 300)}`);
+  try {
+    return JSON.parse(answer.text) as unknown;
+  } catch {
+    throw new Broken(`a ${answer.status} answer whose body does not parse as JSON: ${answer.text.slice(0, 300)}`);
+  }
+}
+
+function conform(schema: z.ZodType, json: unknown, what: string): void {
+  const r = schema.safeParse(json);
+  if (!r.success) throw new Broken(`${what}: ${describeIssues(r.error)}; got ${JSON.stringify(json).slice(0, 500)}`);
+}
+
+/** An MCP answer (one message or a batch) in which every message is an error or a refused tool call. */
+function mcpRefused(json: unknown): boolean {
+  const messages = Array.isArray(json) ? json : [json];
+  return messages.every((m: unknown) => {
+    if (typeof m !== "object" || m === null) return false;
+    if ("error" in m) return true;
+    const result = (m as { result?: { isError?: unknown } }).result;
+    return result?.isError === true;
+  });
+}
+
+/** Checks an answer; throws Broken if it breaks a rule. True when it refused the request. */
+export function judge(doc: Doc, target: Target, method: string, answer: Answer): boolean {
+  const { status } = answer;
+  if (target.shape === "openai") {
+    if (status >= 200 && status < 300) {
+      if ((answer.contentType ?? "").startsWith("text/event-stream")) return false;
+      parseJson(answer);
+      return false;
+    }
+    const json = parseJson(answer);
+    conform(OpenAIError, json, `the relay's ${status} is not an OpenAI error`);
+    if (status >= 500) {
+      const code = (json as z.infer<typeof OpenAIError>).error.code ?? "";
+      if (!RELAY_GATEWAY_CODES.has(code)) throw new Broken(`the relay answered ${status} ${code}`);
+      return status === 503;
+    }
+    return status >= 400;
+  }
+  if (status >= 500) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
+  if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
+  const op = target.op;
+  if (method === "HEAD") {
+    if (answer.text !== "") throw new Broken(`a HEAD answered with a body: ${answer.text.slice(0, 200)}`);
+    if (op === undefined && status < 400) throw new Broken(`a HEAD of a path without a GET answered ${status}`);
+    if (op && promiseOf(doc, op, status) === undefined) throw new Broken(`HEAD answered ${status}, which the document does not list for the GET`);
+    return status >= 400;
+  }
+  if (op === undefined) {
+    // A method the path does not have: refused like any unknown route.
+    if (status < 400) throw new Broken(`a method the document does not list for this path answered ${status}: ${answer.text.slice(0, 300)}`);
+    conform(AnyExchangeError, parseJson(answer), `the ${status} is not {error, detail}`);
+    return true;
+  }
+  const promised = promiseOf(doc, op, status);
+  if (promised === undefined) throw new Broken(`${status}, which the document does not list for ${op.operationId}: ${answer.text.slice(0, 300)}`);
+  if (promised.kind === "empty") {
+    if (answer.text !== "") throw new Broken(`a ${status} documented without a body answered ${answer.text.slice(0, 200)}`);
+    return status >= 400;
+  }
+  const json = parseJson(answer);
+  conform(promised.schema, json, `the ${status} answer does not match the document's schema for ${op.operationId}`);
+  return status >= 400 || (target.path.endsWith("/mcp") && mcpRefused(json));
+}
+
+/** A read of a snapshot: what the views show must be a documented 200, as any answer. */
+export function judgeView(doc: Doc, op: Operation, view: { status: number; body: unknown }): void {
+  const promised = promiseOf(doc, op, 200);
+  if (view.status !== 200 || promised?.kind !== "json") throw new Broken(`the view ${op.operationId} answered ${view.status}: ${JSON.stringify(view.body).slice(0, 300)}`);
+  conform(promised.schema, view.body, `the view ${op.operationId} does not match the document`);
+}

@@ -1,0 +1,67 @@
+/**
+ * Bodies the fuzz world would accept, by route (below the engine's base URL, or the admin's
+ * path). Bodies made from the schema alone seldom get past the engine's own rules (an episode
+ * that exists, a claim's own client, metadata.task_id equal to task_id, a field the selected
+ * environment has): these are the other starting points of the mutations in arbitraries.ts,
+ * naming what world.ts builds.
+ */
+import { sampleCatalog } from "../support/sample-catalog";
+
+const workflowOutput = (reward: unknown, task: string) => ({ reward, is_success: true, metadata: { task_id: task }, log_metrics: { turns: 3 } });
+
+export const SEEDS: Record<string, unknown[]> = {
+  "/sync_train_config": [{ yaml_as_string: "trainer:\n  lr: 2e-5\n" }],
+  "/start_engine": [{}],
+  "/stop_engine": [{}],
+  "/update_engine_status": [
+    { engine_status: "ENGINE.ROLLING", global_step: 2, weight_version: 2, engine_status_detail: "step 2" },
+    { engine_status: "ENGINE.ROLLING_POST" },
+    { engine_status: "ENGINE.WEIGHT_SYNCING", global_step: 1 },
+  ],
+  "/register_episode": [{ episode_uuid: "ep-4", openai_base_url: "http://127.0.0.1:9/v1", openai_api_key: "sk-ajet-e30=", zmq_listen_result_addr: "" }],
+  "/claim_episode": [{ client_uuid: "c-3", episode_type: "train", discard_episode_timeout: 60 }, { client_uuid: "c-3", episode_type: "eval", discard_episode_timeout: 1, throttle_policy: null }],
+  "/end_episode": [
+    { client_uuid: "c-2", episode_uuid: "ep-2", task_id: "t-2", workflow_output: workflowOutput(1, "t-2") },
+    { client_uuid: "c-😀", episode_uuid: "ep-😀", task_id: "t-1", fence: 1, workflow_output: workflowOutput([0.5, 1], "t-1") },
+    { client_uuid: "c-1", episode_uuid: "ep-1", task_id: "t-1", fence: 1, workflow_output: workflowOutput(0, "t-1") },
+  ],
+  "/abort_episode": [{ client_uuid: "c-2", episode_uuid: "ep-2", task_id: "", workflow_output: workflowOutput(0, "") }],
+  "/can_continue_episode": [{ client_uuid: "c-2", episode_uuid: "ep-2" }],
+  "/is_episode_claimed": [{ episode_uuid: "ep-3", unregister_if_not_claimed: true }, { episode_uuid: "ep-2" }],
+  "/get_episode_buffer": [{}],
+  "/update_current_batch_rollout_pool_information": [{ sample_collection_method: "fuzz", completed_episodes: 2, completed_tasks_rewards: { "t-1": [0.5] }, completed_tasks_details: { "t-1": ["ep-0"] } }],
+  "/steps": [
+    {
+      steps: [
+        { session_id: "s-4", group_id: "g-2", step_index: 0, messages: [{ role: "user", content: "q" }], response: "a", reward: 1, is_session_completed: true, weight_version: 1, env_id: "e-1" },
+        { session_id: "s-3", group_id: "g-2", step_index: 1, messages: [{ role: "user", content: "q" }], response: "b", reward: 0, is_session_completed: true, weight_version: 0 },
+      ],
+    },
+  ],
+  "/get_rollout_data": [{ max_groups: 1 }, {}, { cursor: 1 }],
+  "/start_rollout": [{ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" }],
+  "/buffer/config": [{ group_size: 1, ttl_seconds: 60, max_staleness: 0, staleness_policy: "drop", max_message_bytes: 4096 }],
+  "/agent/ack": [{ seq: 1, ok: true, detail: "done" }, { seq: 2, ok: false, detail: "runner gone" }],
+  "/agent/heartbeat": [{ agent_id: "agent-1", host: "gpu-1", pid: 10, version: "2", trainer: { state: "running", pid: 11, started_at: 1 }, rollout_workers: { state: "running", pid: 12, job_session: "fuzz-job", detail: "" } }],
+  "/agent/trainer_exit": [{ exit_code: 1, signal: null, log_tail: "Traceback: boom" }],
+  "/batch/is_episode_claimed": [{ checks: [{ episode_uuid: "ep-2" }, { episode_uuid: "ep-3", unregister_if_not_claimed: true }] }],
+  "/batch/register_episode": [{ episodes: [{ episode_uuid: "ep-5" }, { episode_uuid: "ep-0", zmq_listen_result_addr: "tcp://127.0.0.1:20002" }] }],
+  "/runs/environments/scan": [{}],
+  "/runs/config/environment": [{ name: "countdown", reset_edits: true }, { name: "gsm8k" }],
+  "/runs/config/edit": [{ field: "temperature", value: 0.7 }, { field: "stop_words", value: ["</s>"] }],
+  "/runs/config/locked": [{ set: [{ section: "trainer", name: "lr", value: 0.1 }], remove: [{ section: "env", name: "max_token_length" }] }],
+  "/runs/start": [{ environment: "gsm8k" }, {}],
+  "/runs/inference_tests": [{ models: [{ model: "m-2", base_url: "http://127.0.0.1:9/v1", api_key_env: "FUZZ_KEY" }], num_steps: 1, group_size: 1, timeout_seconds: 5 }],
+  "/runs/agent/catalog": [sampleCatalog()],
+  "/runs/agent/runs/{run_id}": [
+    { status: "running", processes: [{ name: "api", order: 0, state: "ready", pid: 100, command: "run-api", started_at: 1, ready_at: 2 }], metrics: [{ index: 0, step: 1, at: 3, values: { loss: 0.5 } }] },
+    { status: "failed", detail: "api exited", processes: [{ name: "api", order: 0, state: "failed", exit_code: 1 }] },
+  ],
+  "/runs/agent/inference_tests/{test_id}": [{ status: "running", detail: "model 1 of 1" }, { status: "failed", detail: "no such model" }],
+  "/runs/{run_id}/stop": [{ reason: "fuzz", force: true }, {}],
+  "/admin/engines": [{ name: "fuzz-made" }],
+  "/admin/engines/{name}/tokens": [{ role: "viewer", label: "made by the fuzzer" }],
+};
+
+/** The seeds of a documented path (either form of an engine route). */
+export const seedsFor = (path: string): unknown[] => SEEDS[path.replace(/^\/e\/\{engine\}(\/t\/\{token\})?/, "")] ?? [];
