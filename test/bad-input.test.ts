@@ -42,6 +42,10 @@ const cases: Case[] = [
     detail: /body: nests arrays and objects deeper than 128 levels/,
   },
   { name: "a run config value nested 100000 deep", path: "runs/config/edit", role: "operator", body: `{"field": "group_size", "value": ${"[".repeat(100_000)}${"]".repeat(100_000)}}`, status: 422, detail: /deeper than 128/ },
+  // Written as JSON escapes: the body itself is valid UTF-8, the id it names is not valid Unicode.
+  { name: "an episode id with a lone surrogate", path: "register_episode", role: "trainer", body: '{"episode_uuid": "ep-\\ud800"}', status: 422, detail: /episode_uuid: holds a lone surrogate/ },
+  { name: "a session id with a lone surrogate", path: "steps", role: "client", body: '{"steps": [{"session_id": "s-\\udc00", "group_id": "g", "step_index": 0, "messages": [], "reward": 1}]}', status: 422, detail: /session_id: holds a lone surrogate/ },
+  { name: "a task id with a lone surrogate", path: "end_episode", role: "client", body: '{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t\\ud83d", "workflow_output": {"reward": 1, "metadata": {"task_id": "t\\ud83d"}}}', status: 422, detail: /task_id: holds a lone surrogate/ },
   { name: "an oversized body", path: "end_episode", role: "client", body: JSON.stringify({ client_uuid: "c", pad: "x".repeat(4 * 1024 * 1024 + 10) }), status: 413, detail: /exceeds 4194304 bytes/ },
 ];
 

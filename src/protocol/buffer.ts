@@ -4,7 +4,7 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
-import { formatBytes, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
+import { formatBytes, idText, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
 import { Reward } from "./swarm";
 
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
@@ -19,8 +19,8 @@ export const ChatMessage = z
 
 export const StepRow = z
   .object({
-    session_id: z.string().min(1, "must not be empty").max(256),
-    group_id: z.string().min(1, "must not be empty").max(256),
+    session_id: idText(256),
+    group_id: idText(256),
     step_index: z.number().int("must be an integer").nonnegative("must not be negative"),
     /** The prompt messages of this step; the response is appended as the assistant's turn. */
     messages: z.array(ChatMessage).max(10_000),

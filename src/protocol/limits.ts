@@ -103,3 +103,18 @@ export function textOfAtMost(max: number) {
     })
     .meta({ description: `At most ${formatBytes(max)} of UTF-8.` });
 }
+
+/**
+ * Whether `s` is well-formed UTF-16 (String.prototype.isWellFormed, ES2024): no lone surrogate.
+ * A lone surrogate has no UTF-8 form, so a store writes it as U+FFFD and an id would come back
+ * changed: ids are refused with one instead.
+ */
+export const isWellFormed = (s: string): boolean => !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
+
+/** An id: 1 to `max` characters of well-formed Unicode. */
+export const idText = (max = 256) =>
+  z
+    .string()
+    .min(1, "must not be empty")
+    .max(max, `is longer than ${max} characters`)
+    .refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form: it would be stored as U+FFFD");

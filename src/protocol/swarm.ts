@@ -4,10 +4,10 @@
  * Objects strip unknown keys: newer clients send extra fields, which we accept and ignore.
  */
 import { z } from "zod";
-import { textOfAtMost } from "./limits";
+import { idText, isWellFormed, textOfAtMost } from "./limits";
 import { EngineStatus } from "./status";
 
-const uuidLike = z.string().min(1, "must not be empty").max(256, "is longer than 256 characters");
+const uuidLike = idText(256);
 const optionalText = (max: number) => z.string().max(max, `is longer than ${max} characters`).default("");
 
 export const SyncTrainConfigRequest = z.object({
@@ -18,7 +18,7 @@ export const SwarmThrottlePolicy = z.object({
   ratio: z.number().default(1.5),
   expected_batch_size: z.number().int().optional(),
   expected_num_repeat: z.number().int().optional(),
-  current_task_id: z.string().max(256).default(""),
+  current_task_id: z.string().max(256).refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form").default(""),
 });
 
 export const EpisodeType = z.enum(["train", "eval"], {
@@ -68,7 +68,7 @@ export const EndEpisodeRequest = z.object({
   client_uuid: uuidLike,
   episode_uuid: uuidLike,
   workflow_output: WorkflowOutput,
-  task_id: z.string().max(256).default(""),
+  task_id: z.string().max(256).refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form").default(""),
   /** Optional fence from our claim response; AgentJet clients omit it and are fenced by client_uuid. */
   fence: z.number().int().nonnegative().optional(),
 });
