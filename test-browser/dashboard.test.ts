@@ -30,10 +30,11 @@ beforeAll(async () => {
   ex = await startExchange();
   browser = await launchBrowser();
   engine = await createEngine(ex, "gsm8k-grpo");
+  // Six finished runs and an active one: one more than the panel lists. Each start begins a run
+  // of the history; the trainer's steps below are the active one's.
+  activeRun = await scriptTrainingRuns(engine, { finished: 6 });
   await scriptRun(engine, { steps: STEPS, episodesPerStep: 8, finishInOpenStep: 7, leaveRunning: 6, leaveRegistered: 14, agent: { leavePending: 5 } });
   await scriptBuffer(engine, { groupSize: GROUP_SIZE, complete: 7, open: 3, pull: 2 });
-  // Six finished runs and an active one: one more than the panel lists.
-  activeRun = await scriptTrainingRuns(engine, { finished: 6 });
   page = await browser.newPage();
   errors = watchErrors(page);
   // A short refresh period so the test sees updates within a second, not five.

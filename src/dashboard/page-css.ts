@@ -84,6 +84,9 @@ td.when { color: var(--muted); font-size: 12.5px; white-space: normal; }
 .chart .point { fill: #fff; stroke: var(--accent); stroke-width: 1.75; }
 .chart .point.last { fill: var(--accent); }
 .chart .point:hover { stroke-width: 3; }
+.chart .point.off-scale { fill: #fff; stroke: var(--bad, #c0392b); stroke-dasharray: 2 1.5; }
+.run-picker { display: flex; align-items: center; gap: 8px; margin: 0 0 8px; color: var(--muted, #667085); }
+.run-picker select { font: inherit; padding: 2px 6px; border: 1px solid var(--line); border-radius: 6px; background: #fff; }
 .chart-summary { margin: 0 0 8px; color: var(--muted); display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }
 .chart-summary .latest { margin-left: auto; color: var(--text); }
 .key { display: inline-block; width: 18px; height: 10px; border-radius: 2px; }

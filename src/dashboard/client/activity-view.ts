@@ -5,7 +5,8 @@
  */
 import type { CompletedTasksResponse, RunningEpisodesResponse } from "../../protocol/agent";
 import type { RewardHistoryEntry } from "../../protocol/swarm";
-import type { Dom, DomElement } from "./dom";
+import type { HistoryRun } from "../../protocol/history";
+import type { Dom, DomElement, DomInput } from "./dom";
 import type { Format } from "./format";
 import type { BarsModule } from "./bars";
 import type { ChartModule } from "./chart";
@@ -18,18 +19,47 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
   const empty = (id: string, title: string, text: string): DomElement =>
     h("div", { class: "empty", id }, h("p", { class: "empty-title" }, title), h("p", {}, text));
 
-  function rewards(history: readonly RewardHistoryEntry[]): DomElement {
+  /** What the picker says of a run: its number, how it began and how far it got. */
+  function runLabel(r: HistoryRun): string {
+    const began = r.began.replace(/_/g, " ");
+    const steps = r.steps === 0 ? "no steps yet" : `${r.steps} step${r.steps === 1 ? "" : "s"}${r.last_mean_reward === null ? "" : `, last mean ${fmt.num(r.last_mean_reward)}`}`;
+    return `run ${r.run}${r.current ? " (current)" : ""} · ${began}${r.training_run_id ? ` ${r.training_run_id}` : ""} · ${steps}`;
+  }
+
+  /** Picks the run whose curve is shown: the current one unless the reader chose another. */
+  function runPicker(runs: readonly HistoryRun[], shown: number | null, onPick: (run: number | null) => void): DomElement {
+    const select = h(
+      "select",
+      { id: "run-picker", "aria-label": "Run of the history" },
+      ...runs.map((r) => h("option", { value: r.current ? "" : String(r.run), selected: r.run === shown }, runLabel(r))),
+    ) as DomInput;
+    select.addEventListener("change", () => onPick(select.value === "" ? null : Number(select.value)));
+    return h("label", { class: "run-picker" }, "showing ", select);
+  }
+
+  /**
+   * The reward curve of one run of the history (`shown`), with a picker for the others. The
+   * history is in the order it was written, so its last entry is the latest step.
+   */
+  function rewards(history: readonly RewardHistoryEntry[], runs: readonly HistoryRun[], shown: number | null, onPick: (run: number | null) => void): DomElement {
+    const picker = runs.length > 1 ? runPicker(runs, shown, onPick) : null;
     if (history.length === 0) {
-      return empty(
-        "reward-empty",
-        "No reward history yet",
-        "The curve appears once the trainer finishes its first global step: rewards of the step's train episodes are summarized when global_step advances.",
+      return h(
+        "div",
+        { "data-run": shown ?? "" },
+        picker,
+        empty(
+          "reward-empty",
+          "No reward history yet",
+          "The curve appears once the trainer finishes its first global step: rewards of the step's train episodes are summarized when global_step advances.",
+        ),
       );
     }
-    const last = history.reduce((a, b) => (b.global_step > a.global_step ? b : a));
+    const last = history[history.length - 1]!;
     return h(
       "div",
-      {},
+      { "data-run": shown ?? "" },
+      picker,
       h(
         "p",
         { class: "chart-summary" },

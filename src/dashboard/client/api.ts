@@ -7,6 +7,7 @@ import type { CompletedTasksResponse, EngineOverview, RunningEpisodesResponse } 
 import type { z } from "zod";
 import type { EngineListResponse } from "../../protocol/admin";
 import type { EngineStatusResponse, RewardHistoryResponse } from "../../protocol/swarm";
+import type { HistoryRunsResponse } from "../../protocol/history";
 import type { HealthResponse } from "../../protocol/buffer";
 import type { ListRunsResponse, RunStatusResponse } from "../../protocol/runs";
 import type { BrowserWindow } from "./dom";
@@ -75,8 +76,11 @@ export function apiModule(win: BrowserWindow) {
       getJson<EngineOverview>(`${base(engine)}/overview`, token, shape({ engine_status: "string", episodes: "object", deliveries: "object", agent: "object" })),
     status: (engine: string, token: string) =>
       getJson<EngineStatusResponse>(`${base(engine)}/get_engine_status`, token, shape({ engine_status: "string" })),
-    rewardHistory: (engine: string, token: string) =>
-      getJson<RewardHistoryResponse>(`${base(engine)}/get_reward_history`, token, shape({ history: "array" })),
+    /** One run's reward history: the current run's when `run` is null. */
+    rewardHistory: (engine: string, token: string, run: number | null) =>
+      getJson<RewardHistoryResponse>(`${base(engine)}/get_reward_history${run === null ? "" : `?run=${run}`}`, token, shape({ history: "array" })),
+    /** The newest runs of the history, for the reward chart's picker. */
+    historyRuns: (engine: string, token: string) => getJson<HistoryRunsResponse>(`${base(engine)}/history/runs?limit=50`, token, shape({ runs: "array" })),
     runningEpisodes: (engine: string, token: string, limit: number, cursor: string | null) =>
       getJson<RunningEpisodesResponse>(
         `${base(engine)}/running_episodes?limit=${limit}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`,

@@ -15,10 +15,12 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
   const MAX_MARKERS = 400;
 
   function marker(p: ReturnType<ChartGeometryModule["layout"]>["points"][number], last: boolean): DomElement {
+    const off = p.offScale === null ? "" : ` (off the scale: drawn at the ${p.offScale === "above" ? "top" : "bottom"} edge)`;
     return s(
       "circle",
       {
-        class: last ? "point last" : "point",
+        class: `point${last ? " last" : ""}${p.offScale === null ? "" : " off-scale"}`,
+        "data-off-scale": p.offScale ?? "",
         cx: p.x,
         cy: p.y,
         r: last ? 4.5 : 3,
@@ -29,7 +31,7 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
         "data-min": p.min_reward,
         "data-max": p.max_reward,
       },
-      s("title", {}, `step ${p.global_step}: mean ${fmt.num(p.mean_reward)} ± ${fmt.num(p.std_reward)} (${p.count} episodes, min ${fmt.num(p.min_reward)}, max ${fmt.num(p.max_reward)})`),
+      s("title", {}, `step ${p.global_step}: mean ${fmt.num(p.mean_reward)} ± ${fmt.num(p.std_reward)} (${p.count} episodes, min ${fmt.num(p.min_reward)}, max ${fmt.num(p.max_reward)})${off}`),
     );
   }
 
@@ -39,7 +41,8 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
     const right = box.width - box.right;
     const bottom = box.height - box.bottom;
     const sampled = g.points.length > MAX_MARKERS;
-    const markers = sampled ? g.points.slice(-1) : g.points;
+    // Off-scale points keep their marker even when the rest are left out: it is what says so.
+    const markers = sampled ? g.points.filter((p, i) => p.offScale !== null || i === g.points.length - 1) : g.points;
     return s(
       "svg",
       {
@@ -50,6 +53,7 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
         "aria-label": `Mean reward per global step over ${g.points.length} steps`,
         "data-points": g.points.length,
         "data-sampled": String(sampled),
+        "data-x-scale": g.xScale,
       },
       s(
         "g",
@@ -65,8 +69,9 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
         "g",
         { class: "axis x" },
         s("line", { x1: box.left, x2: right, y1: bottom, y2: bottom }),
-        ...g.xTicks.map((t) => s("text", { x: t.at, y: bottom + 18, "text-anchor": "middle" }, String(t.value))),
-        s("text", { class: "label", x: right, y: box.height - 4, "text-anchor": "end" }, "global step"),
+        // A label at the plot's right edge ends there, so that a long step number stays on the page.
+        ...g.xTicks.map((t) => s("text", { x: t.at, y: bottom + 18, "text-anchor": t.at > right - 40 ? "end" : "middle" }, String(t.value))),
+        s("text", { class: "label", x: right, y: box.height - 4, "text-anchor": "end" }, g.xScale === "ordinal" ? "global step (in order, not to scale)" : "global step"),
       ),
       s("path", { class: "band", d: g.bandPath, "data-role": "std-band" }),
       s("path", { class: "mean", d: g.meanPath, "data-role": "mean-line" }),

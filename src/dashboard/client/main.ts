@@ -40,6 +40,8 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
   let engine = params.get("engine") ?? Object.keys(d.creds.load().tokens)[0] ?? "default";
   /** Cursors of the running-episode pages seen so far: [null, c1, c2, ...]; the last is the page shown. */
   let cursors: (string | null)[] = [null];
+  /** The run of the history whose reward curve is shown; null: the current one, whichever it is. */
+  let shownRun: number | null = null;
   let timer: number | null = null;
   let inFlight = false;
   let again = false;
@@ -63,7 +65,10 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
   }
 
   function select(name: string): void {
-    if (name !== engine) cursors = [null];
+    if (name !== engine) {
+      cursors = [null];
+      shownRun = null;
+    }
     engine = name;
     syncUrl();
     void refreshNow();
@@ -125,9 +130,10 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       await drawNav(null);
       return;
     }
-    const [ov, history, running, done, health, runs] = await Promise.all([
+    const [ov, history, historyRuns, running, done, health, runs] = await Promise.all([
       d.api.overview(engine, token),
-      d.api.rewardHistory(engine, token),
+      d.api.rewardHistory(engine, token, shownRun),
+      d.api.historyRuns(engine, token),
       d.api.runningEpisodes(engine, token, PAGE_SIZE, cursors[cursors.length - 1] ?? null),
       d.api.completedTasks(engine, token),
       d.api.health(engine, token),
@@ -142,7 +148,17 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
     const now = Date.now();
     const o = ov.value;
     byId("overview").replaceChildren(d.statusView.render(o, now));
-    if (history.ok) byId("rewards").replaceChildren(d.activityView.rewards(history.value.history));
+    if (history.ok) {
+      const pick = (run: number | null) => {
+        shownRun = run;
+        void refreshNow();
+      };
+      const listed = historyRuns.ok ? historyRuns.value.runs : [];
+      byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, history.value.run ?? null, pick));
+    } else if (shownRun !== null) {
+      // The run picked is gone (the engine was made again): back to the current one.
+      shownRun = null;
+    }
     if (running.ok) {
       // A page that emptied under us (episodes ended) sends the reader back to the first page.
       if (running.value.episodes.length === 0 && cursors.length > 1) {
