@@ -3,6 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import type { Caller } from "../src/engine/caller";
+import { FLUSH_STATEMENTS, Outbox } from "../src/engine/outbox";
 import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
 import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
@@ -76,6 +77,30 @@ describe("results reach D1 through the outbox", () => {
       ["d", 3, 1, 0],
     ]);
     expect(JSON.parse(rows[3]!["workflow_output"] as string)).toMatchObject({ log_metrics: { text: big } });
+  });
+
+  it("stops a flush at its budget of D1 statements (D1 takes 1,000 queries per invocation), and the rest follow", async () => {
+    const e = await createEngine();
+    // One more ended episode than a batch takes: a flush would write two batches.
+    const ids = await rollingWith(e, 101);
+    const client = e.as("client");
+    for (const id of ids) {
+      const c = await client.claimEpisode({ client_uuid: `c-${id}`, discard_episode_timeout: 60 });
+      expect(await client.endEpisode(endBody(`c-${id}`, c.episode_uuid, 1, "t"))).toEqual({ success: true });
+    }
+    const flushed = await runInDurableObject(e.stub, async (_i, state) => {
+      const outbox = new Outbox(state.storage.sql);
+      const now = Date.UTC(2100, 0, 1);
+      // With a budget of one statement, the first batch (100 small rows of one kind: one
+      // statement) goes, and the second is left for the next alarm.
+      const first = await outbox.flush(env.DB, now, now, 1);
+      const left = outbox.size();
+      const second = await outbox.flush(env.DB, now, now, 1);
+      return { first, left, second, after: outbox.size() };
+    });
+    expect(flushed).toEqual({ first: { written: 100, error: null, statements: 1 }, left: 1, second: { written: 1, error: null, statements: 1 }, after: 0 });
+    expect((await trajectories(e.name)).length).toBe(101);
+    expect(FLUSH_STATEMENTS).toBeLessThanOrEqual(500);
   });
 
   it("a row D1 refuses waits alone: the results written beside it reach D1 at once", async () => {

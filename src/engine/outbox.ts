@@ -5,6 +5,7 @@
  */
 import { getTableColumns, getTableName } from "drizzle-orm";
 import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
+import { D1_MAX_QUERIES_PER_INVOCATION } from "../protocol/limits";
 import { backoffMs } from "./rules";
 
 /** Each kind of record and the D1 table it goes to. */
@@ -23,6 +24,13 @@ const FLUSH_BATCH = 100;
 const REFUSED_DATA = /SQLITE_(TOOBIG|CONSTRAINT|MISMATCH|RANGE)/;
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
+/**
+ * D1 statements one flush may send. D1 takes at most 1,000 queries per invocation (each
+ * statement of a batch counts); a flush stops starting batches at half of that, which leaves
+ * room for the batch under way and the halving of a refused one (write), and for whatever else
+ * the alarm's invocation does. The rows left are due, so the alarm comes back for them at once.
+ */
+export const FLUSH_STATEMENTS = D1_MAX_QUERIES_PER_INVOCATION / 2;
 
 export class Outbox {
   constructor(private readonly sql: SqlStorage) {}
@@ -46,15 +54,16 @@ export class Outbox {
    * window had just closed and the alarm would fire again milliseconds later, one D1 call per
    * handful of rows. Rows waiting out a retry backoff still wait for `now`.
    */
-  async flush(db: D1Database, now: number, horizon = now): Promise<{ written: number; error: string | null }> {
+  async flush(db: D1Database, now: number, horizon = now, statementBudget = FLUSH_STATEMENTS): Promise<{ written: number; error: string | null; statements: number }> {
+    const sent = { statements: 0 };
     let written = 0;
-    for (let round = 0; round < FLUSH_ROUNDS; round++) {
-      const r = await this.flushBatch(db, now, Math.max(now, horizon));
+    for (let round = 0; round < FLUSH_ROUNDS && sent.statements < statementBudget; round++) {
+      const r = await this.flushBatch(db, now, Math.max(now, horizon), sent);
       written += r.written;
-      if (r.error !== null) return { written, error: r.error };
+      if (r.error !== null) return { written, error: r.error, statements: sent.statements };
       if (r.written < FLUSH_BATCH) break;
     }
-    return { written, error: null };
+    return { written, error: null, statements: sent.statements };
   }
 
   /**
@@ -64,15 +73,18 @@ export class Outbox {
   async drain(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
     this.sql.exec("UPDATE outbox SET next_attempt_at = ? WHERE next_attempt_at > ?", now, now);
     let written = 0;
+    let statements = 0;
     while (this.size() > 0) {
-      const r = await this.flush(db, now);
+      if (statements >= FLUSH_STATEMENTS) return { written, error: `${this.size()} records are left, more than one request may write to D1: repeat it` };
+      const r = await this.flush(db, now, now, FLUSH_STATEMENTS - statements);
       written += r.written;
+      statements += r.statements;
       if (r.error !== null || r.written === 0) return { written, error: r.error ?? "rows were left that no flush took" };
     }
     return { written, error: null };
   }
 
-  private async flushBatch(db: D1Database, now: number, horizon: number): Promise<{ written: number; error: string | null }> {
+  private async flushBatch(db: D1Database, now: number, horizon: number, sent: { statements: number }): Promise<{ written: number; error: string | null }> {
     const rows = this.sql
       .exec<OutboxRow>(
         "SELECT id, kind, payload, attempts FROM outbox WHERE next_attempt_at <= ? AND (attempts = 0 OR next_attempt_at <= ?) ORDER BY id LIMIT ?",
@@ -82,7 +94,7 @@ export class Outbox {
       )
       .toArray();
     if (rows.length === 0) return { written: 0, error: null };
-    return this.write(db, rows, now);
+    return this.write(db, rows, now, sent);
   }
 
   /**
@@ -92,7 +104,7 @@ export class Outbox {
    * them on every retry, forever. Any other failure (D1 unreachable, overloaded) is not the
    * rows' fault: the whole batch backs off, one call spent.
    */
-  private async write(db: D1Database, rows: OutboxRow[], now: number): Promise<{ written: number; error: string | null }> {
+  private async write(db: D1Database, rows: OutboxRow[], now: number, sent: { statements: number }): Promise<{ written: number; error: string | null }> {
     const byKind = new Map<keyof Tables, string[]>();
     for (const r of rows) {
       const kind = r.kind as keyof Tables;
@@ -100,14 +112,16 @@ export class Outbox {
       if (list === undefined) byKind.set(kind, (list = []));
       list.push(r.payload);
     }
+    const statements = [...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads));
+    sent.statements += statements.length;
     try {
-      await db.batch([...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads)));
+      await db.batch(statements);
     } catch (e) {
       const error = e instanceof Error ? e.message : String(e);
       if (rows.length > 1 && REFUSED_DATA.test(error)) {
         const mid = Math.ceil(rows.length / 2);
-        const first = await this.write(db, rows.slice(0, mid), now);
-        const second = await this.write(db, rows.slice(mid), now);
+        const first = await this.write(db, rows.slice(0, mid), now, sent);
+        const second = await this.write(db, rows.slice(mid), now, sent);
         return { written: first.written + second.written, error: first.error ?? second.error };
       }
       for (const r of rows) {

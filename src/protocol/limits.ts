@@ -5,7 +5,8 @@
  * "Limits" pages of developers.cloudflare.com):
  *
  * - D1: 2,000,000 bytes per string, BLOB or table row; 100 bound parameters per statement;
- *   100,000 bytes of SQL text per statement (each statement of a batch counts alone).
+ *   100,000 bytes of SQL text per statement (each statement of a batch counts alone); 1,000
+ *   queries per invocation.
  * - SQLite-backed Durable Objects: 2 MB per string, BLOB or table row (and per key plus value of
  *   the KV API); 100 bound parameters; 100 KB of SQL text per statement.
  *
@@ -18,6 +19,8 @@ import { z } from "zod";
 export const D1_MAX_ROW_BYTES = 2_000_000;
 export const D1_MAX_BOUND_PARAMETERS = 100;
 export const D1_MAX_STATEMENT_BYTES = 100_000;
+/** D1 queries one Worker (or Durable Object) invocation may make; each statement of a batch counts. */
+export const D1_MAX_QUERIES_PER_INVOCATION = 1_000;
 /** "2 MB", read as D1's 2,000,000 bytes: the smaller of its two readings. */
 export const DO_MAX_ROW_BYTES = 2_000_000;
 export const DO_MAX_BOUND_PARAMETERS = 100;
