@@ -10,11 +10,14 @@ import { eq } from "drizzle-orm";
 import { rewardHistory, trajectories } from "../src/db/schema";
 import { advance, createEngine, endBody, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
-/** Rolls one global step: `n` episodes registered, claimed and ended with `reward`, then the step moves on. */
-async function step(e: TestEngine, globalStep: number, reward: number, n = 2): Promise<void> {
+/**
+ * Rolls one global step: `n` episodes registered, claimed and ended with `reward`, then the step
+ * moves on. A null step rolls with no global_step at all, as a load generator does.
+ */
+async function step(e: TestEngine, globalStep: number | null, reward: number, n = 2): Promise<void> {
   const trainer = e.as("trainer");
   const client = e.as("client");
-  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: globalStep });
+  await trainer.updateEngineStatus(globalStep === null ? { engine_status: "ENGINE.ROLLING" } : { engine_status: "ENGINE.ROLLING", global_step: globalStep });
   for (let i = 0; i < n; i++) {
     const id = `s${globalStep}-${Math.random().toString(36).slice(2, 8)}`;
     await trainer.registerEpisode({ episode_uuid: id });
@@ -103,6 +106,24 @@ describe("runs of the history", () => {
     expect(runs).toHaveLength(1);
     expect(means((await e.as("viewer").getRewardHistory()).history)).toEqual([[1, 0.5]]);
     expect((await e.as("viewer").getRewardHistory()).history[0]).toMatchObject({ count: 4 });
+  });
+
+  it("keeps a trainer whose global_step appears on an engine already rolling without one apart from the step-less rewards", async () => {
+    const e = await createEngine();
+    // A load generator rolls with no global_step (bench/loadgen.ts) ...
+    await step(e, null, 100, 3);
+    // ... and a trainer then reports its steps while the engine is still ROLLING.
+    await step(e, 1, 0.5);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    const viewer = e.as("viewer");
+    const now = await viewer.getRewardHistory();
+    expect(now.history).toEqual([expect.objectContaining({ global_step: 1, count: 2, mean_reward: 0.5 })]);
+    const { runs } = await viewer.historyRuns();
+    expect(runs.map((r) => [r.run, r.began, r.steps])).toEqual([
+      [2, "step_appeared", 1],
+      [1, "trainer_started", 0],
+    ]);
+    expect(now.run).toBe(2);
   });
 
   it("begins a run with start_engine, which the trainer's own BOOTING does not begin again", async () => {

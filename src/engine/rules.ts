@@ -67,16 +67,20 @@ export function backoffMs(attempts: number, baseMs = 1000, capMs = 5 * 60_000): 
 
 /**
  * Whether a status update begins a new run of the engine's history, and why: the trainer
- * started (the engine leaves OFFLINE), booted again without stopping, or went back to an
- * earlier global step (restarted outside the exchange). A weight sync that carries on at the
- * same step, or any later step, stays in its run.
+ * started (the engine leaves OFFLINE), booted again without stopping, went back to an earlier
+ * global step (restarted outside the exchange), or reported a global step on an engine that had
+ * rolled without one (a load generator, then a trainer). A weight sync that carries on at the
+ * same step, or any later step, stays in its run. The status machine keeps a run that has
+ * nothing in it yet rather than begin another.
  */
 export function runBeginning(
   prev: { status: EngineStatus; globalStep: number | null },
   next: { engine_status: EngineStatus; global_step?: number | null | undefined },
-): "trainer_started" | "trainer_booted" | "step_backwards" | null {
+): "trainer_started" | "trainer_booted" | "step_backwards" | "step_appeared" | null {
   if (prev.status === "ENGINE.OFFLINE" && next.engine_status !== "ENGINE.OFFLINE") return "trainer_started";
   if (next.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") return "trainer_booted";
-  if (next.global_step !== undefined && next.global_step !== null && prev.globalStep !== null && next.global_step < prev.globalStep) return "step_backwards";
+  if (next.global_step === undefined || next.global_step === null) return null;
+  if (prev.globalStep === null) return "step_appeared";
+  if (next.global_step < prev.globalStep) return "step_backwards";
   return null;
 }

@@ -15,9 +15,11 @@ import { textOfAtMost } from "./limits";
  * - trainer_started: the engine left ENGINE.OFFLINE (a trainer started, or came back after stopping);
  * - trainer_booted: the trainer went back to ENGINE.BOOTING without stopping (it restarted);
  * - step_backwards: the trainer's global_step went backwards (restarted outside the exchange);
+ * - step_appeared: a global_step was reported on an engine that had been rolling without one
+ *   (a load generator before a trainer): the step-less episodes stay in the run before;
  * - earlier: the history from before runs were kept apart, as one run.
  */
-export const RUN_BEGINNINGS = ["start_engine", "training_run", "operator", "trainer_started", "trainer_booted", "step_backwards", "earlier"] as const;
+export const RUN_BEGINNINGS = ["start_engine", "training_run", "operator", "trainer_started", "trainer_booted", "step_backwards", "step_appeared", "earlier"] as const;
 export const RunBeginning = z.enum(RUN_BEGINNINGS);
 export type RunBeginning = z.infer<typeof RunBeginning>;
 
