@@ -9,6 +9,7 @@ import { drizzle } from "drizzle-orm/d1";
 import { eq } from "drizzle-orm";
 import { rewardHistory, trajectories } from "../src/db/schema";
 import { advance, createEngine, endBody, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
+import { runsAs, sampleCatalog } from "./support/runs";
 
 /**
  * Rolls one global step: `n` episodes registered, claimed and ended with `reward`, then the step
@@ -140,6 +141,27 @@ describe("runs of the history", () => {
       [2, "start_engine", 1],
       [1, "trainer_started", 1],
     ]);
+  });
+
+  it("begins a run, linked to it, when a training run of the runs API starts; the trainer's BOOTING does not begin another", async () => {
+    const e = await createEngine();
+    await step(e, 1, 0.2);
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const training = await runsAs(e, "operator").startRun();
+    // The trainer the agent starts for it boots and rolls from step 1.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.BOOTING" });
+    await step(e, 1, 0.7);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    const viewer = e.as("viewer");
+    const { runs, current_run } = await viewer.historyRuns();
+    expect(current_run).toBe(2);
+    expect(runs.map((r) => ({ run: r.run, began: r.began, training_run_id: r.training_run_id, steps: r.steps }))).toEqual([
+      { run: 2, began: "training_run", training_run_id: training.run_id, steps: 1 },
+      { run: 1, began: "trainer_started", training_run_id: null, steps: 1 },
+    ]);
+    expect(means((await viewer.getRewardHistory()).history)).toEqual([[1, 0.7]]);
+    expect(means((await viewer.getRewardHistory({ run: 1 })).history)).toEqual([[1, 0.2]]);
   });
 
   it("lets an operator begin a run, keeps an empty one instead of making another, and refuses others", async () => {
