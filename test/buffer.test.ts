@@ -266,6 +266,36 @@ describe("records in D1", () => {
       { group_id: "lost", outcome: "dropped", reason: "incomplete_group_ttl", stale: 0, sessions: 1, steps: 1, pull_cursor: null },
     ]);
   });
+
+  it("gives each step row its group's run, also a row that arrives after a new run began", async () => {
+    const e = await buffered(2);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const client = e.as("client");
+    await client.postSteps({ steps: [step("s1", "early", 0, 1, true), step("s2", "early", 0, 0)] });
+    // Buffer groups are what this run holds: the operator's begin makes a new run, not a note on this one.
+    expect(await e.as("operator").beginHistoryRun({ note: "new reward model" })).toEqual({ success: true, run: 2, new_run: true });
+    await client.postSteps({ steps: [step("s2", "early", 1, 1, true), step("s3", "late", 0, 1, true), step("s4", "late", 0, 0, true)] });
+    const inEngine = await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec("SELECT group_id, run FROM buf_groups ORDER BY group_id").toArray());
+    expect(inEngine).toEqual([
+      { group_id: "early", run: 1 },
+      { group_id: "late", run: 2 },
+    ]);
+    expect((await e.as("trainer").getRolloutData()).data.meta_info).toMatchObject({ finished_groups: ["early", "late"] });
+    await advance(e, 5_000);
+    const steps = await env.DB.prepare("SELECT session_id, step_index, group_id, run FROM buffer_steps WHERE engine = ? ORDER BY session_id, step_index").bind(e.name).all();
+    expect(steps.results).toEqual([
+      { session_id: "s1", step_index: 0, group_id: "early", run: 1 },
+      { session_id: "s2", step_index: 0, group_id: "early", run: 1 },
+      { session_id: "s2", step_index: 1, group_id: "early", run: 1 },
+      { session_id: "s3", step_index: 0, group_id: "late", run: 2 },
+      { session_id: "s4", step_index: 0, group_id: "late", run: 2 },
+    ]);
+    const groups = await env.DB.prepare("SELECT group_id, outcome, run FROM buffer_groups WHERE engine = ? ORDER BY seq").bind(e.name).all();
+    expect(groups.results).toEqual([
+      { group_id: "early", outcome: "delivered", run: 1 },
+      { group_id: "late", outcome: "delivered", run: 2 },
+    ]);
+  });
 });
 
 describe("bad rows change nothing", () => {

@@ -26,9 +26,12 @@ export class HistoryRuns {
     if (note !== "") this.store.sql.exec("UPDATE history_runs SET note = ? WHERE run = ?", note, run);
   }
 
-  /** Whether the run has reward history entries (its accumulator is the status machine's to judge). */
-  hasSteps(run: number): boolean {
-    return this.store.sql.exec("SELECT 1 FROM reward_history WHERE run = ? LIMIT 1", run).toArray().length > 0;
+  /**
+   * Whether the run has reward history entries or buffer groups (its accumulator is the status
+   * machine's to judge): an engine fed only through the rollout buffer writes no reward history.
+   */
+  holdsAnything(run: number): boolean {
+    return this.store.sql.exec("SELECT 1 FROM reward_history WHERE run = ?1 UNION ALL SELECT 1 FROM buf_groups WHERE run = ?1 LIMIT 1", run).toArray().length > 0;
   }
 
   exists(run: number): boolean {

@@ -243,15 +243,19 @@ export class RolloutBuffer {
         continue;
       }
       accepted++;
-      this.sql.exec(
-        `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, run) VALUES (?, 'pending', ?, ?, ?)
-         ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
-           min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)`,
-        group_id,
-        weight_version,
-        now,
-        run,
-      );
+      // A row carries its group's run, which a row arriving after a new run began did not begin.
+      const groupRun = this.sql
+        .exec<{ run: number }>(
+          `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, run) VALUES (?, 'pending', ?, ?, ?)
+           ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
+             min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)
+           RETURNING run`,
+          group_id,
+          weight_version,
+          now,
+          run,
+        )
+        .one().run;
       this.sql.exec(
         `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
          ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
@@ -284,7 +288,7 @@ export class RolloutBuffer {
           sessionId: session_id,
           stepIndex: step_index,
           groupId: group_id,
-          run,
+          run: groupRun,
           reward,
           truncated,
           isSessionCompleted: is_session_completed,

@@ -111,12 +111,12 @@ export class StatusAndRewards {
   /**
    * Begins a run of the history: the current step's rewards are written to the run they were
    * earned in, and the accumulator starts empty. A current run with nothing in it yet (no step
-   * written, no reward counted) is kept instead, with what this beginning says of it: a start
-   * is usually told twice (start_engine, then the trainer's own BOOTING or ROLLING).
+   * written, no reward counted, no buffer group) is kept instead, with what this beginning says
+   * of it: a start is usually told twice (start_engine, then the trainer's own BOOTING or ROLLING).
    */
   beginRun(began: RunBeginning, trainingRunId: string | null = null, note = ""): { run: number; newRun: boolean } {
     const meta = this.store.meta;
-    if (meta.run !== 0 && !this.runs.hasSteps(meta.run) && this.liveAcc().n === 0) {
+    if (meta.run !== 0 && !this.runs.holdsAnything(meta.run) && this.liveAcc().n === 0) {
       this.runs.amend(meta.run, trainingRunId, note);
       return { run: meta.run, newRun: false };
     }
