@@ -109,6 +109,28 @@ describe("runs of the history", () => {
     expect((await e.as("viewer").getRewardHistory()).history[0]).toMatchObject({ count: 4 });
   });
 
+  it("counts the current run's step in progress in its episodes, once, through a weight sync and after the step is written", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const counts = async () => (await e.as("viewer").historyRuns()).runs.map((r) => ({ run: r.run, steps: r.steps, episodes: r.episodes }));
+    await step(e, 1, 0.5);
+    expect(await counts()).toEqual([{ run: 1, steps: 0, episodes: 2 }]);
+    // A weight sync clears the step's episodes; their rewards are still the step's.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect(await counts()).toEqual([{ run: 1, steps: 0, episodes: 2 }]);
+    await step(e, 1, 0.5, 1);
+    expect(await counts()).toEqual([{ run: 1, steps: 0, episodes: 3 }]);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect(await counts()).toEqual([{ run: 1, steps: 1, episodes: 3 }]);
+    // An earlier run's count is its written steps': the current step belongs to the current run.
+    await step(e, 2, 0.5);
+    expect(await e.as("operator").beginHistoryRun()).toMatchObject({ run: 2, new_run: true });
+    expect(await counts()).toEqual([
+      { run: 2, steps: 0, episodes: 0 },
+      { run: 1, steps: 2, episodes: 5 },
+    ]);
+  });
+
   it("keeps a trainer whose global_step appears on an engine already rolling without one apart from the step-less rewards", async () => {
     const e = await createEngine();
     // A load generator rolls with no global_step (bench/loadgen.ts) ...

@@ -38,7 +38,8 @@ export class HistoryRuns {
     return this.store.sql.exec("SELECT 1 FROM history_runs WHERE run = ?", run).toArray().length > 0;
   }
 
-  list(q: HistoryRunsQuery): HistoryRunsResponse {
+  /** `unwritten` counts the current step's rewards, which the current run's episodes include. */
+  list(q: HistoryRunsQuery, unwritten: () => number): HistoryRunsResponse {
     const current = this.store.meta.run;
     const rows = this.store.sql
       .exec<RunRow>(
@@ -47,7 +48,7 @@ export class HistoryRuns {
         q.limit,
       )
       .toArray();
-    return { current_run: current === 0 ? null : current, runs: rows.map((r) => this.view(r, current)) };
+    return { current_run: current === 0 ? null : current, runs: rows.map((r) => this.view(r, current, r.run === current ? unwritten() : 0)) };
   }
 
   history(run: number): RewardHistoryResponse["history"] {
@@ -59,7 +60,7 @@ export class HistoryRuns {
       .toArray();
   }
 
-  private view(r: RunRow, current: number): HistoryRun {
+  private view(r: RunRow, current: number, unwritten: number): HistoryRun {
     const sql = this.store.sql;
     const agg = sql
       .exec<{ steps: number; episodes: number | null; first_step: number | null; last_step: number | null }>(
@@ -76,7 +77,7 @@ export class HistoryRuns {
       training_run_id: r.training_run_id,
       note: r.note,
       steps: agg.steps,
-      episodes: agg.episodes ?? 0,
+      episodes: (agg.episodes ?? 0) + unwritten,
       first_step: agg.first_step,
       last_step: agg.last_step,
       last_mean_reward: last?.mean_reward ?? null,

@@ -141,6 +141,20 @@ export class StatusAndRewards {
     return run === 0 ? { history: [], run: null } : { history: this.runs.history(run), run };
   }
 
+  /**
+   * The rewards counted toward the current step, not yet in the reward history: liveAcc's count,
+   * summed in SQL rather than folded row by row, since a viewer's runs list asks for it.
+   */
+  currentStepCount(): number {
+    const rows = this.store.sql
+      .exec<{ n: number }>(
+        "SELECT COALESCE(SUM(CASE WHEN reward_values IS NULL THEN 1 ELSE json_array_length(reward_values) END), 0) AS n FROM finished WHERE acc_epoch = ?",
+        this.store.meta.accEpoch,
+      )
+      .one().n;
+    return this.store.meta.acc.n + rows;
+  }
+
   private clearEpisodes(): void {
     // The current step's rewards outlive their rows: folded into the meta, under a new epoch.
     this.store.saveMeta({ ...this.store.meta, acc: this.liveAcc(), accEpoch: this.store.meta.accEpoch + 1 });
