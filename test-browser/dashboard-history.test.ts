@@ -1,7 +1,8 @@
 /**
  * The reward chart and the runs of an engine's history, in a real Chromium: the current run by
  * default, a picker for the earlier ones, and a chart that stays readable with the step numbers
- * and rewards users have really sent (one step number of 946,829,836, a mean of 2001.8).
+ * and rewards users have really sent (one step number of 946,829,836, a mean of 2001.8), and
+ * with negative rewards, a step whose episodes ended without a reward and one without any.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
@@ -15,10 +16,10 @@ let browser: TestBrowser;
 let page: Page;
 let errors: string[];
 
-/** One global step: an episode per reward, claimed and ended. */
-async function step(globalStep: number, rewards: number[]): Promise<void> {
-  const trainer = engine.as("trainer");
-  const client = engine.as("client");
+/** One global step: an episode per reward (null: an episode that ended without one), claimed and ended. */
+async function step(globalStep: number, rewards: (number | null)[], e: TestEngine = engine): Promise<void> {
+  const trainer = e.as("trainer");
+  const client = e.as("client");
   await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: globalStep });
   for (const [i, reward] of rewards.entries()) {
     const id = `s${globalStep}-${i}-${Math.random().toString(36).slice(2, 7)}`;
@@ -98,5 +99,63 @@ describe("the reward chart and the runs of the history", () => {
     expect(await attr(page, "#reward-chart", "data-x-scale")).toBe("linear");
     expect((await chartPoints(page)).map((p) => p.step)).toEqual([1, 2]);
     expect(errors).toEqual([]);
+  });
+});
+
+describe("the reward chart with negative and missing values", () => {
+  it("draws negative means on a readable axis, keeps a missing step's place, and leaves reward-less episodes out", async () => {
+    const signs = await createEngine(ex, "signs");
+    // Means rising from -1 through 0; step 4's episodes ended without a reward, so it has no
+    // entry; step 6 has one such episode beside two that cancel out; step 10's mean is far below.
+    const means: [number, (number | null)[]][] = [
+      [1, [-1]],
+      [2, [-0.8]],
+      [3, [-0.6]],
+      [4, [null, null]],
+      [5, [-0.2]],
+      [6, [0.05, -0.05, null]],
+      [7, [0.2]],
+      [8, [0.4]],
+      [9, [0.6]],
+      [10, [-2001.8]],
+    ];
+    for (const [s, rewards] of means) await step(s, rewards, signs);
+    await signs.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 11 });
+    const { history } = await signs.as("viewer").getRewardHistory();
+    expect(history.map((h) => h.global_step)).toEqual([1, 2, 3, 5, 6, 7, 8, 9, 10]);
+
+    const p = await browser.newPage();
+    const pageErrors = watchErrors(p);
+    await p.goto(`${ex.url}/dashboard?refresh=0.3&engine=signs&token=${signs.tokens.viewer}`);
+    await p.waitForSelector('#reward-chart[data-points="9"]');
+    const points = await chartPoints(p);
+    expect(points.map((q) => [q.step, q.mean, q.count])).toEqual(history.map((h) => [h.global_step, h.mean_reward, h.count]));
+    // The episode without a reward is not counted: step 6 is its two rewards'.
+    expect(points.find((q) => q.step === 6)?.count).toBe(2);
+
+    // A linear x-axis from step 1 to 10, where the missing step 4 keeps its place.
+    expect(await attr(p, "#reward-chart", "data-x-scale")).toBe("linear");
+    const x = await xs(p);
+    const perStep = (x[1]! - x[0]!) / (points[1]!.step - points[0]!.step);
+    expect(perStep).toBeGreaterThan(50);
+    for (const [i, q] of points.entries()) expect(Math.abs(x[i]! - x[0]! - perStep * (q.step - points[0]!.step))).toBeLessThan(0.05);
+
+    // The mean of -2001.8 is drawn at the bottom edge, marked; the rest keep the plot's height.
+    expect(await p.$$eval("#reward-chart circle.point.off-scale", (els) => els.map((e) => [e.getAttribute("data-step"), e.getAttribute("data-off-scale")]))).toEqual([["10", "below"]]);
+    const y = await ys(p);
+    expect(y).toHaveLength(8);
+    expect(Math.max(...y) - Math.min(...y)).toBeGreaterThan(150);
+    expect(y).toEqual([...y].sort((a, b) => b - a));
+    // The y-axis spans the kept means, below and above zero, not the odd one.
+    const yTicks = await p.$$eval("#reward-chart .axis.y text", (els) => els.map((e) => Number(e.textContent)));
+    expect(yTicks.every(Number.isFinite)).toBe(true);
+    expect(Math.min(...yTicks)).toBeLessThan(0);
+    expect(Math.min(...yTicks)).toBeGreaterThan(-2);
+    expect(Math.max(...yTicks)).toBeGreaterThan(0);
+    expect(Math.max(...yTicks)).toBeLessThan(2);
+    const paths = await p.$$eval("#reward-chart path", (els) => els.map((e) => e.getAttribute("d") ?? ""));
+    expect(paths.every((d) => d !== "" && !d.includes("NaN"))).toBe(true);
+    expect(pageErrors).toEqual([]);
+    await p.close();
   });
 });
