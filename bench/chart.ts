@@ -2,7 +2,7 @@
  * A small hand-written SVG of one bench run: cycles/s per load configuration, engine next to
  * the limit reference, with the 0.8x-reference target and the seed's figures marked.
  */
-import type { BenchReport } from "./run";
+import type { BenchReport } from "./report";
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 

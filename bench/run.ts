@@ -44,8 +44,8 @@ import { claimMore, fillPool, timePoolInfo, type PoolInfoResult } from "./poolin
 import { waitQuiet, workerdPids } from "./stats";
 import { profileTarget, type OpProfile } from "./profile";
 import { renderChart } from "./chart";
+import type { BenchReport, Check, Comparison, RoundSummary, Side, TargetName } from "./report";
 
-type TargetName = "engine" | "reference";
 type Target = {
   name: TargetName;
   origin: string;
@@ -123,8 +123,6 @@ function startTarget(name: TargetName, referenceGroupCommit: boolean): Promise<T
   return name === "engine" ? startEngineTarget() : startReferenceTarget(referenceGroupCommit);
 }
 
-type RoundSummary = { cycles_per_s: number; claim_p50_ms: number; end_p50_ms: number; server_cpu_ms_per_cycle: number | null; errors: number; other_cpu_pct: number };
-
 /** The round with the median cycles/s (the lower middle one for an even count); errors and retries summed over all rounds. */
 function medianRound(results: LoadResult[]): LoadResult {
   const sorted = [...results].sort((a, b) => a.cycles_per_s - b.cycles_per_s);
@@ -136,38 +134,6 @@ function medianRound(results: LoadResult[]): LoadResult {
     error_samples: results.flatMap((r) => r.error_samples).slice(0, 5),
   };
 }
-
-type PoolInfoAfterLoad = { finished_rows: number; ms: PoolInfoResult["ms"]; bytes: number };
-
-export type BenchReport = {
-  started_at: string;
-  machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { duration_s: number; rounds: number; warmup_s: number; state_dir: string; fresh_processes_per_round: boolean; reference_group_commit: boolean };
-  /** Per target and configuration: the round with the median cycles/s, every round's summary, and pool info after the load. */
-  loads: Partial<Record<TargetName, (LoadResult & { rounds: RoundSummary[]; pool_info_after: PoolInfoAfterLoad })[]>>;
-  pool_info: Partial<Record<TargetName, PoolInfoResult[]>>;
-  profile: Partial<Record<TargetName, OpProfile[]>>;
-  comparison: Comparison;
-};
-
-type Check = { target: string; value: string; met: boolean | null };
-type Side<T extends TargetName> = {
-  [K in `${T}_cycles_per_s` | `${T}_claim_p50_ms` | `${T}_end_p50_ms` | `${T}_errors` | `${T}_other_cpu_pct`]?: number;
-} & { [K in `${T}_cpu_ms_per_cycle`]?: number | null };
-/** One load configuration, both targets side by side. */
-type LoadComparison = Side<"engine"> &
-  Side<"reference"> & {
-    label: string;
-    /** engine cycles/s over the reference's */
-    ratio?: number;
-    /** engine workerd CPU per cycle over the reference's */
-    cpu_ratio?: number;
-  };
-type Comparison = {
-  per_load: LoadComparison[];
-  claim_p50_10k_over_256: Partial<Record<TargetName, number>>;
-  checks: Check[];
-};
 
 function side<T extends TargetName>(t: T, r: LoadResult): Side<T> {
   return {

@@ -2,7 +2,7 @@
  * A small hand-written SVG of one bench:buffer run: get_rollout_data p50 and p99 with 100
  * and with 10,000 pending groups, side by side, and the ingestion rate in the title.
  */
-import type { BufferBenchReport } from "./run";
+import type { BufferBenchReport } from "./report";
 
 export function renderBufferChart(r: BufferBenchReport): string {
   const W = 640;

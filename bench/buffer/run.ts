@@ -24,9 +24,10 @@ import { fileURLToPath } from "node:url";
 import { AdminClient, EngineClient } from "../../src/client";
 import { startLocalExchange } from "../../scripts/local/exchange";
 import { parseFlags } from "../loadgen";
-import { cpuMeter, summarize, waitQuiet, workerdPids, type Latency } from "../stats";
+import { cpuMeter, summarize, waitQuiet, workerdPids } from "../stats";
 import { renderBufferChart } from "./chart";
-import { fillPending, ingest, round, timePulls, type IngestResult } from "./workload";
+import { fillPending, ingest, round, timePulls } from "./workload";
+import type { BufferBenchReport, PullResult } from "./report";
 
 const f = parseFlags(process.argv.slice(2));
 const quick = f.has("quick");
@@ -39,18 +40,6 @@ const PENDING = [100, 10_000] as const;
 
 const t0 = performance.now();
 const log = (line: string) => process.stderr.write(`[bench:buffer ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`);
-
-type PullResult = { pending_groups: number; ready_pull_ms: Latency; empty_pull_ms: Latency; server_cpu_ms_per_sample: number | null; other_cpu_pct: number };
-export type BufferBenchReport = {
-  started_at: string;
-  machine: { cores: number; cpu: string; node: string; loadavg_at_start: number[] };
-  settings: { posters: number; batches: number; samples_per_engine: number; rounds: number; group_size: number };
-  ingest: IngestResult;
-  /** server_cpu_ms_per_sample: the engine's CPU for one sample (posting one group, then two pulls). */
-  pulls: PullResult[];
-  /** 10,000 pending over 100 pending; at most 2 (the log factor) passes. */
-  ratios: { ready_p50: number; ready_p99: number; empty_p50: number; cpu_per_sample: number | null };
-};
 
 async function main(): Promise<void> {
   const tmp = f.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);

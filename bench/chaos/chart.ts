@@ -53,7 +53,9 @@ export function renderChaosChart(r: ChaosChartInput): string {
   r.marks.forEach((m, i) => {
     const mx = x((m.at - r.t0) / 1000);
     out.push(`<line x1="${mx.toFixed(1)}" x2="${mx.toFixed(1)}" y1="${top}" y2="${H - bottom}" stroke="#c00" stroke-dasharray="4,3"/>`);
-    out.push(`<text x="${(mx + 3).toFixed(1)}" y="${top + 12 + (i % 2) * 14}" fill="#c00">${esc(m.label)}</text>`);
+    // A mark near the right edge gets its label on its left, where there is room for it.
+    const nearEnd = mx > W - right - 90;
+    out.push(`<text x="${(nearEnd ? mx - 3 : mx + 3).toFixed(1)}" y="${top + 12 + (i % 2) * 14}" fill="#c00"${nearEnd ? ' text-anchor="end"' : ""}>${esc(m.label)}</text>`);
   });
   out.push(`<path d="${line(acked)}" fill="none" stroke="#8c8c8c" stroke-width="1.5"/>`);
   out.push(`<path d="${line(delivered)}" fill="none" stroke="#f38020" stroke-width="2"/>`);

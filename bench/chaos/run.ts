@@ -34,6 +34,12 @@ const quick = argv.includes("--quick");
 const CLIENTS = Number(arg("--clients") ?? (quick ? 8 : 16));
 /** When each fault lands and when the load stops, in seconds from the start of the load. */
 const PLAN = quick ? { exchangeKill: 8, agentKill: 20, loadEnd: 30 } : { exchangeKill: 20, agentKill: 50, loadEnd: 80 };
+/**
+ * At least this long between a restart and the next fault (or the end of the load), whatever the
+ * plan says: on a busy machine the exchange can take half a minute to come back, and a fault
+ * landing before deliveries resumed would make the resume times measure the next outage.
+ */
+const SETTLE_S = quick ? 6 : 15;
 /** How long, after the load stops, every acknowledged result has to arrive. */
 const DRAIN_S = 90;
 const RUNNERS = 16;
@@ -213,7 +219,7 @@ async function main(): Promise<void> {
     const t0 = now();
     const at = (s: number) => sleep(Math.max(0, t0 + s * 1000 - now()));
     const loops = [trainerLoop(), ...Array.from({ length: CLIENTS }, (_, c) => clientLoop(c))];
-    log(`load: ${CLIENTS} clients, ${RUNNERS} runners; exchange SIGKILL at ${PLAN.exchangeKill} s, agent SIGKILL at ${PLAN.agentKill} s, load ends at ${PLAN.loadEnd} s`);
+    log(`load: ${CLIENTS} clients, ${RUNNERS} runners; exchange SIGKILL at ${PLAN.exchangeKill} s, agent SIGKILL at ${PLAN.agentKill} s, load ends at ${PLAN.loadEnd} s (each at least ${SETTLE_S} s after the restart before it)`);
 
     await at(PLAN.exchangeKill);
     const exchangeKillAt = now();
@@ -223,7 +229,8 @@ async function main(): Promise<void> {
     const exchangeUpAt = now();
     log(`exchange serving again after ${((exchangeUpAt - exchangeKillAt) / 1000).toFixed(1)} s`);
 
-    await at(PLAN.agentKill);
+    const since = (t: number) => (t - t0) / 1000;
+    await at(Math.max(PLAN.agentKill, since(exchangeUpAt) + SETTLE_S));
     const agentKillAt = now();
     agent.kill("SIGKILL");
     await agent.waitForExit();
@@ -233,7 +240,7 @@ async function main(): Promise<void> {
     const agentUpAt = now();
     log(`agent started again after ${((agentUpAt - agentKillAt) / 1000).toFixed(1)} s`);
 
-    await at(PLAN.loadEnd);
+    await at(Math.max(PLAN.loadEnd, since(agentUpAt) + SETTLE_S));
     stop = true;
     await Promise.all(loops);
     const loadEndAt = now();
@@ -254,7 +261,15 @@ async function main(): Promise<void> {
     const seconds = (t: number) => (Number.isFinite(t) ? Math.round(t) / 1000 : null);
     const report = {
       machine: { cores: cpus().length, node: process.version },
-      settings: { quick, clients: CLIENTS, runners: RUNNERS, plan_s: PLAN, drain_s: DRAIN_S },
+      settings: { quick, clients: CLIENTS, runners: RUNNERS, plan_s: PLAN, settle_s: SETTLE_S, drain_s: DRAIN_S },
+      /** When each fault and restart happened, in seconds from the start of the load. */
+      timeline_s: {
+        exchange_kill: seconds(exchangeKillAt - t0),
+        exchange_up: seconds(exchangeUpAt - t0),
+        agent_kill: seconds(agentKillAt - t0),
+        agent_up: seconds(agentUpAt - t0),
+        load_end: seconds(loadEndAt - t0),
+      },
       acknowledged: acknowledged.size,
       delivered: receipts.size,
       lost: lost.length,

@@ -33,8 +33,6 @@ export type LocalExchangeOptions = {
   log?: (line: string) => void;
   /** wrangler config of the Worker to serve. Default: the repository's wrangler.toml. */
   configPath?: string;
-  /** Opens workerd's V8 inspector on this 127.0.0.1 port (for CPU profiles: bench/cpu-profile.ts). */
-  inspectorPort?: number;
   /**
    * Relayed calls leave through workerd's network service (Env.RELAY_NETWORK). Default true;
    * false serves the Worker as deployed, where they use the global fetch (tests cover both).
@@ -124,7 +122,6 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
     const mainModule = basename(bundle);
     mf = new Miniflare({
       ...serverOptions({ persistDir: opts.persistDir ?? null, log }),
-      ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort, inspectorHost: "127.0.0.1" } : {}),
       workers: [
         {
           config: {

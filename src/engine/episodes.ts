@@ -310,7 +310,7 @@ export class Episodes {
    * Deletes and returns the episode if `req` is the live claim of a train episode; else changes
    * nothing. Only the columns an end reads come back: workerd builds each returned row property
    * by property, and `RETURNING *` (14 columns) cost several percent of an end's instructions
-   * (`npm run bench:instr`, BENCHMARKS.md).
+   * (counted with valgrind's callgrind; BENCHMARKS.md).
    */
   private takeTrainClaim(req: ClaimRef): ClaimRow | null {
     const fence = req.fence ?? null;

@@ -5,7 +5,7 @@
  *
  * The route (the object's id and the get() options) is read once per isolate and kept: the hot
  * path costs no D1 query, and no `idFromName` either, which derives the id with SHA-256 every
- * time, about 23 thousand instructions in workerd (bench:instr, BENCHMARKS.md), on each of a
+ * time, about 23 thousand instructions in workerd (valgrind's callgrind, BENCHMARKS.md), on each of a
  * cycle's three requests. Only the stub is made per request: a stub belongs to its request.
  *
  * A kept route goes stale only when its engine is deleted and made again with another
