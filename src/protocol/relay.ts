@@ -4,10 +4,10 @@
  * signed envelope. The gateway answers with the upstream's response, streamed or whole.
  */
 import { z } from "zod";
+import { CallContext } from "./ledger";
+import { RelayEndpoint } from "./relay-endpoint";
 
-export const RELAY_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/models"] as const;
-export const RelayEndpoint = z.enum(RELAY_ENDPOINTS);
-export type RelayEndpoint = z.infer<typeof RelayEndpoint>;
+export { RELAY_ENDPOINTS, RelayEndpoint } from "./relay-endpoint";
 
 /** Where the Worker posts envelopes, below the gateway's base URL. */
 export const GATEWAY_RELAY_PATH = "/rx/relay";
@@ -27,6 +27,8 @@ export const RelayEnvelope = z.object({
   trainer_base_url: z.string(),
   /** Seconds the gateway may spend on the upstream before giving up. */
   deadline_seconds: z.number().positive(),
+  /** What the ledger needs to record the call (absent from Workers older than the ledger: record nothing). */
+  call: CallContext.optional(),
   /** The client's request body (null for GET /v1/models). */
   request: z.record(z.string(), z.unknown()).nullable(),
 });
