@@ -63,6 +63,8 @@ import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission } from "./relay-admission";
+import { LedgerSettings } from "./ledger-settings";
+import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
@@ -86,6 +88,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly status: StatusAndRewards;
   private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
+  private readonly ledger: LedgerSettings;
   private readonly provisioning: Provisioning;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
   private readonly sharedTurn = new SharedTurn();
@@ -129,7 +132,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.runs = new HistoryRuns(store);
     this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
     this.tx(() => this.status.ensureRun());
-    this.relay = new RelayAdmission(store, this.episodes, this.channel, { now, tx, closed, gone });
+    this.ledger = new LedgerSettings(store);
+    this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
     void ctx.blockConcurrencyWhile(() => schedule.load());
   }
@@ -415,6 +419,25 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async configureBuffer(caller: Caller, patch: Partial<BufferConfig>): Promise<Reply<BufferConfig>> {
     return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(ok(this.tx(() => this.buffer.configure(patch)))));
+  }
+
+  // ---------------------------------------------------------------- the trajectory ledger's settings
+
+  async ledgerConfig(caller: Caller): Promise<Reply<LedgerConfig>> {
+    return this.guarded(caller, "get_ledger_config", () => ok(this.ledger.get()));
+  }
+
+  async configureLedger(caller: Caller, patch: UpdateLedgerConfigRequest): Promise<Reply<LedgerConfig>> {
+    return this.guarded(caller, "configure_ledger", () => {
+      try {
+        const next = this.tx(() => this.ledger.configure(patch));
+        this.ledger.committed(next);
+        return ok(next);
+      } catch (e) {
+        this.ledger.committed(null);
+        throw e;
+      }
+    });
   }
 
   // ---------------------------------------------------------------- for Worker-side features

@@ -53,13 +53,16 @@ export function envelopeText(envelope: RelayEnvelope & { request: null }, reques
  * The request's own JSON text inside an envelope's text, for the gateway to send on without
  * serializing it again; null when the envelope is not laid out for that (then serialize
  * `request`). `parsed` is the envelope's JSON.parse. Every other field is a string or a number,
- * whose JSON holds no bare quote, so the first `"request":` is the key; when it is also the last
- * key, the text from there to the closing brace is the request.
+ * whose JSON holds no bare quote, or `call`, an object of such fields none of which is named
+ * `request`; so the first `"request":` is the key, and when it is also the last key, the text
+ * from there to the closing brace is the request.
  */
 export function envelopeRequestText(text: string, parsed: Record<string, unknown>): string | null {
   const keys = Object.keys(parsed);
   if (keys.at(-1) !== "request" || parsed["request"] === null || typeof parsed["request"] !== "object") return null;
-  if (!keys.every((k) => k === "request" || typeof parsed[k] !== "object")) return null;
+  const flat = (v: unknown): boolean => typeof v !== "object" || v === null;
+  const callIsFlat = (v: unknown): boolean => typeof v === "object" && v !== null && !Array.isArray(v) && !("request" in v) && Object.values(v).every(flat);
+  if (!keys.every((k) => k === "request" || flat(parsed[k]) || (k === "call" && callIsFlat(parsed[k])))) return null;
   const at = text.indexOf(REQUEST_KEY);
   const end = text.lastIndexOf("}");
   return at < 0 || end <= at ? null : text.slice(at + REQUEST_KEY.length, end);
