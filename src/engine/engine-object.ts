@@ -446,8 +446,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
    * Checks a caller for an operation without doing it, for features whose state lives in D1
    * rather than here (training runs): one hop to the engine, which holds the token hashes.
    */
-  async authorizeOp(caller: Caller, op: EngineOp): Promise<Reply<{ role: CallerRole; engine: string }>> {
-    return this.guarded(caller, op, (role) => ok({ role, engine: this.store.meta.name ?? "" }));
+  async authorizeOp(caller: Caller, op: EngineOp): Promise<Reply<{ role: CallerRole; engine: string; incarnation: string }>> {
+    return this.guarded(caller, op, (role) => ok({ role, engine: this.store.meta.name ?? "", incarnation: this.store.meta.incarnation }));
   }
 
   /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */

@@ -178,6 +178,15 @@ export const TrajectoryListQuery = z.strictObject({
 });
 export type TrajectoryListQuery = z.infer<typeof TrajectoryListQuery>;
 
+export const TrajectoryExportQuery = z.strictObject({
+  ...TrajectoryFilters.shape,
+  /** JSON lines, one trajectory each (the only format so far; named so that others can follow). */
+  format: z.literal("jsonl").optional(),
+  /** Resume an export after the trajectory a list page's next_cursor names. */
+  cursor: z.string().max(512).optional(),
+});
+export type TrajectoryExportQuery = z.infer<typeof TrajectoryExportQuery>;
+
 export const TrajectorySummary = z.object({
   episode_uuid: z.string(),
   fence: z.number().int(),
