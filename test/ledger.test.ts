@@ -182,6 +182,29 @@ describe("trajectory ledger", () => {
     expect(b.call_id).not.toBe(trimmed.call_id);
   });
 
+  it("keeps aborted and reaped claims as trajectories, with their calls and no reward", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const a = await claimOne(e, "ca");
+    await post(e, batchOf([call(a, { body: { messages: [user], answer: answer2 } })]));
+    const abort = await e.as("client").abortEpisode({ ...endBody(a.client, a.episode, 0, ""), task_id: "" });
+    expect(abort.success).toBe(true);
+    const r = await e.as("client").claimEpisode({ client_uuid: "cr", discard_episode_timeout: 60 });
+    const reaped = await claimKeyFields(r.openai_api_key);
+    await advance(e, 61_000);
+    await advance(e, 2_000);
+    const v = ledgerOf(e, "viewer");
+    const list = await v.list();
+    expect(list.trajectories.map((t) => [t.client_uuid, t.outcome, t.reward, t.calls])).toEqual([
+      ["cr", "reaped", null, 0],
+      ["ca", "aborted", null, 1],
+    ]);
+    expect((await v.list({ outcome: "reaped" })).trajectories.map((t) => t.episode_uuid)).toEqual([reaped.episode_uuid]);
+    const t = await v.trajectory(a.episode, a.fence);
+    expect(t).toMatchObject({ outcome: "aborted", reward: null });
+    expect(t.calls).toHaveLength(1);
+  });
+
   it("records a resent batch once", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);
