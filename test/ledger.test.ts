@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import type { CallBatch, CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/ledger/packed";
-import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
   new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch });
@@ -24,7 +24,8 @@ async function claimOne(e: TestEngine, client: string): Promise<Claim> {
 
 let seq = 0;
 function call(c: Claim, over: Partial<Omit<CallRecord, "body">> & { body: Partial<CallRecord["body"]> }): CallRecord {
-  const t = 1_800_000_000_000 + 1000 * seq++;
+  // Near the engine's test clock (2099), so that no sweep of the ledger takes them.
+  const t = Date.UTC(2098, 11, 31) + 1000 * seq++;
   const { body, ...rest } = over;
   return {
     call_id: `call-${seq}-${Math.random().toString(36).slice(2)}`,
@@ -203,6 +204,31 @@ describe("trajectory ledger", () => {
     const t = await v.trajectory(a.episode, a.fence);
     expect(t).toMatchObject({ outcome: "aborted", reward: null });
     expect(t.calls).toHaveLength(1);
+  });
+
+  it("deletes calls older than retention_days from D1 and R2 in the engine's alarm, hourly once the ledger is used", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await ledgerOf(e, "operator").configure({ retention_days: 2 });
+    await e.as("trainer").heartbeat({ agent_id: "a", host: "h", pid: 1, version: "0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu:1" });
+    const c = await claimOne(e, "c1");
+    if (c.key === undefined) throw new Error("claimed");
+    expect((await e.stub.relayBegin(c.key)).ok).toBe(true);
+    const day = 86_400_000;
+    const old = call(c, { admitted_at: e.clock.t - 3 * day, body: { messages: [user] } });
+    const recent = call(c, { admitted_at: e.clock.t - day, body: { messages: [user] } });
+    await post(e, batchOf([old, recent]));
+    const objects = async () => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(e.name)}/` })).objects.length;
+    expect(await objects()).toBe(1);
+    // Not yet: the first sweep is an hour after the first call with capture on.
+    await advance(e, 1000);
+    expect(await countRows(e.name)).toBe(2);
+    await advance(e, 3_600_000);
+    const left = await env.DB.prepare("SELECT call_id FROM llm_calls WHERE engine = ?").bind(e.name).all<{ call_id: string }>();
+    expect(left.results.map((r) => r.call_id)).toEqual([recent.call_id]);
+    // The object's day (the Worker's real clock) is long before the engine's test clock's cutoff.
+    expect(await objects()).toBe(0);
+    expect((await engineStats(e)).alarm_at).toBeLessThanOrEqual(e.clock.t + 3_600_000);
   });
 
   it("records a resent batch once", async () => {

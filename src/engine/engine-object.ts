@@ -64,6 +64,7 @@ import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission } from "./relay-admission";
 import { LedgerSettings } from "./ledger-settings";
+import { LedgerRetention } from "./ledger-retention";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
@@ -89,6 +90,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
   private readonly ledger: LedgerSettings;
+  private readonly retention: LedgerRetention;
   private readonly provisioning: Provisioning;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
   private readonly sharedTurn = new SharedTurn();
@@ -133,7 +135,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
     this.tx(() => this.status.ensureRun());
     this.ledger = new LedgerSettings(store);
-    this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, { now, tx, closed, gone });
+    this.retention = new LedgerRetention(store, (t) => schedule.armBy(t));
+    this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, this.retention, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
     void ctx.blockConcurrencyWhile(() => schedule.load());
   }
@@ -501,8 +504,10 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
-    // The earliest pending deadline: lease expiry, command redelivery, outbox retry, group TTL.
-    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), this.channel.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry()]);
+    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, this.ledger.get().retention_days, now);
+    if (this.closed) return;
+    // The earliest pending deadline: lease expiry, command redelivery, outbox retry, group TTL, the ledger's sweep.
+    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), this.channel.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
   }
 
   /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */

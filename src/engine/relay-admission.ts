@@ -11,6 +11,7 @@ import type { EngineStore } from "./engine-store";
 import type { Episodes } from "./episodes";
 import type { CaptureMode } from "../protocol/ledger";
 import type { LedgerSettings } from "./ledger-settings";
+import type { LedgerRetention } from "./ledger-retention";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import { fail, ok, type Failure, type Reply } from "./reply";
 
@@ -43,6 +44,7 @@ export class RelayAdmission {
     private readonly episodes: Episodes,
     private readonly channel: AgentChannel,
     private readonly ledger: LedgerSettings,
+    private readonly retention: LedgerRetention,
     private readonly host: AdmissionHost,
   ) {}
 
@@ -74,11 +76,13 @@ export class RelayAdmission {
         console.error("engine: writing LLM call activity failed", e);
       }
     }, ACTIVITY_FLUSH_MS);
+    const capture = this.ledger.get().capture;
+    if (capture !== "off") this.retention.noteUse(now);
     return ok({
       gateway_url: gateway,
       trainer_api_key: ep.openai_api_key,
       trainer_base_url: ep.openai_base_url,
-      capture: this.ledger.get().capture,
+      capture,
       client_uuid: ep.client_uuid,
       task_id: ep.task_id,
       weight_version: meta.weightVersion,
