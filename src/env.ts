@@ -3,6 +3,8 @@ import type { EngineObject } from "./engine/engine-object";
 /** Bindings and secrets (wrangler.toml, .dev.vars locally, `wrangler secret` when deployed). */
 export interface Env {
   DB: D1Database;
+  /** The trajectory ledger's call bodies (src/ledger): one object per batch, indexed by D1's llm_calls. */
+  LEDGER: R2Bucket;
   ENGINE: DurableObjectNamespace<EngineObject>;
   /** The deployment admin's bearer token: creates engines and issues tokens. */
   ADMIN_TOKEN: string;

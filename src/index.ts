@@ -14,6 +14,7 @@ import { openaiError } from "./relay/openai-errors";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
+import { ledgerRoutes } from "./ledger/routes";
 import { routingPath } from "./http/path-token";
 import { rateLimited } from "./http/rate-limit";
 
@@ -37,6 +38,8 @@ app.route("/admin", adminRoutes);
 relayRoutes(app);
 // Training runs and their MCP endpoint (state in D1), answered before the engine routes see the path.
 runRoutes(app, "/e/:engine");
+// The trajectory ledger (state in D1 and R2), likewise.
+ledgerRoutes(app, "/e/:engine");
 // The engine API itself is served before the router (serveEngineApi, below).
 engineRouteGate(app, "/e/:engine");
 // The dashboard and the API reference: pages that ask for a token themselves, and the OpenAPI document.

@@ -10,6 +10,15 @@ const meta = {
   trainer_api_key: 'sk-"request":\\',
   trainer_base_url: "http://10.0.0.9:8000/v1",
   deadline_seconds: 600,
+  call: {
+    call_id: "c1",
+    capture: "tokens" as const,
+    client_uuid: 'client "request": [',
+    task_id: "t1",
+    weight_version: null,
+    run: 2,
+    admitted_at: 1_700_000_000_000,
+  },
   request: null,
 };
 
@@ -39,5 +48,10 @@ describe("relay envelope layout", () => {
     expect(envelopeRequestText(notLast, JSON.parse(notLast) as Record<string, unknown>)).toBeNull();
     const objectBefore = `{"extra":{"request":{"model":"x"}},${JSON.stringify({ ...meta, request }).slice(1)}`;
     expect(envelopeRequestText(objectBefore, JSON.parse(objectBefore) as Record<string, unknown>)).toBeNull();
+    // The ledger's call context is the one object allowed before the request, and only while flat and without a `request` key.
+    for (const call of [{ ...meta.call, request: { model: "x" } }, { ...meta.call, nested: { a: 1 } }]) {
+      const bent = JSON.stringify({ ...meta, call, request });
+      expect(envelopeRequestText(bent, JSON.parse(bent) as Record<string, unknown>)).toBeNull();
+    }
   });
 });

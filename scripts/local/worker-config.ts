@@ -27,6 +27,7 @@ type ConfigBinding = {
   script_name?: string;
   namespace_id?: string;
   simple?: { limit: number; period?: number };
+  bucket_name?: string;
 };
 
 export type D1Migrations = { binding: string; dir: string; table: string | undefined };
@@ -62,6 +63,8 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
     } else if (b.type === "d1") {
       env[binding] = { type: "d1", id: b.preview_database_id ?? b.database_id ?? binding };
       d1Migrations.push({ binding, dir: resolve(dirname(configPath), b.migrations_dir ?? "migrations"), table: b.migrations_table });
+    } else if (b.type === "r2_bucket") {
+      env[binding] = { type: "r2", name: b.bucket_name ?? binding };
     } else if (b.type === "durable_object_namespace" && b.class_name && !b.script_name) {
       env[binding] = { type: "durable-object", worker: name, exportName: b.class_name };
       exports[b.class_name] = { type: "durable-object", storage: sqlite.get(b.class_name) ? "sqlite" : "legacy-kv" };

@@ -34,6 +34,16 @@ export const RUN_VIEWER_OPS = ["list_environments", "get_run_config", "list_runs
 export const RUN_OPERATOR_OPS = ["scan_environments", "select_environment", "edit_run_config", "set_locked_fields", "start_run", "stop_run", "test_inference"] as const;
 export const RUN_TRAINER_OPS = ["agent_report_catalog", "agent_report_run", "agent_report_inference_test"] as const;
 
+/**
+ * The trajectory ledger (src/ledger): its settings are for everyone to read and the operator to
+ * change; its trajectories hold every client's prompts and answers, so viewers, operators and
+ * trainers read them and clients do not (a client has its own calls' answers already).
+ */
+export const LEDGER_VIEWER_OPS = ["get_ledger_config"] as const;
+export const LEDGER_READER_OPS = ["read_trajectories"] as const;
+export const LEDGER_OPERATOR_OPS = ["configure_ledger"] as const;
+export const LEDGER_TRAINER_OPS = ["agent_record_calls"] as const;
+
 export type EngineOp =
   | (typeof VIEWER_OPS)[number]
   | (typeof CLIENT_OPS)[number]
@@ -41,14 +51,18 @@ export type EngineOp =
   | (typeof TRAINER_OPS)[number]
   | (typeof RUN_VIEWER_OPS)[number]
   | (typeof RUN_OPERATOR_OPS)[number]
-  | (typeof RUN_TRAINER_OPS)[number];
+  | (typeof RUN_TRAINER_OPS)[number]
+  | (typeof LEDGER_VIEWER_OPS)[number]
+  | (typeof LEDGER_READER_OPS)[number]
+  | (typeof LEDGER_OPERATOR_OPS)[number]
+  | (typeof LEDGER_TRAINER_OPS)[number];
 
 // Every role may read the training runs: the run views hold no secret (API keys stay on the GPU host).
 const GRANTS: Record<Role, ReadonlySet<EngineOp>> = {
-  viewer: new Set([...VIEWER_OPS, ...RUN_VIEWER_OPS]),
-  client: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...RUN_VIEWER_OPS]),
-  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS, ...RUN_VIEWER_OPS, ...RUN_OPERATOR_OPS]),
-  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS, ...RUN_VIEWER_OPS, ...RUN_TRAINER_OPS]),
+  viewer: new Set([...VIEWER_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS]),
+  client: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS]),
+  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS, ...RUN_VIEWER_OPS, ...RUN_OPERATOR_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS, ...LEDGER_OPERATOR_OPS]),
+  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS, ...RUN_VIEWER_OPS, ...RUN_TRAINER_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS, ...LEDGER_TRAINER_OPS]),
 };
 
 /** The admin may do anything; a role may do what it is granted. */

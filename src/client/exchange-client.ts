@@ -41,7 +41,7 @@ import {
   BeginRunResponse,
   HistoryRunsResponse,
 } from "../protocol";
-import { requestJson, type FetchLike } from "./http";
+import { queryString, requestJson, type FetchLike } from "./http";
 
 const Success = z.object({ success: z.boolean() });
 const CanContinue = z.object({ can_continue: z.boolean() });
@@ -54,13 +54,6 @@ export type EngineClientOptions = {
   fetch?: FetchLike;
 };
 
-/** `?a=1&b=x` from the defined entries, or "" when there are none. */
-function queryString(q: Record<string, string | number | undefined>): string {
-  const params = new URLSearchParams();
-  for (const [k, v] of Object.entries(q)) if (v !== undefined) params.set(k, String(v));
-  const qs = params.toString();
-  return qs ? `?${qs}` : "";
-}
 
 /** Request bodies as the wire accepts them: fields with defaults may be omitted. */
 type In<S extends z.ZodType> = z.input<S>;

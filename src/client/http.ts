@@ -3,6 +3,14 @@ import { ErrorResponse } from "../protocol/admin";
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
+/** `?a=1&b=x` from the defined entries, or "" when there are none. */
+export function queryString(q: Record<string, string | number | undefined>): string {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined) params.set(k, String(v));
+  const qs = params.toString();
+  return qs ? `?${qs}` : "";
+}
+
 /** A non-2xx answer from the exchange, with its status, error code and human-readable detail. */
 export class ExchangeError extends Error {
   constructor(

@@ -54,12 +54,58 @@ export const trajectories = sqliteTable(
     isSuccess: integer("is_success", { mode: "boolean" }),
     workflowOutput: text("workflow_output").notNull(),
     endedAt: integer("ended_at").notNull(),
+    /** How the claim ended: ended, aborted or reaped (protocol/ledger.ts); null for rows written before it was kept: ended. */
+    outcome: text("outcome", { enum: ["ended", "aborted", "reaped"] }),
   },
   // The outbox may deliver a row twice; this key makes the second insert a no-op.
   (t) => [
     uniqueIndex("trajectories_claim_idx").on(t.engine, t.episodeUuid, t.fence),
     index("trajectories_step_idx").on(t.engine, t.globalStep),
     index("trajectories_run_idx").on(t.engine, t.run, t.globalStep),
+    // The trajectory list's order, newest first, and its keyset cursor.
+    index("trajectories_ended_idx").on(t.engine, t.endedAt, t.id),
+  ],
+);
+
+/**
+ * The trajectory ledger's index: one row per relayed LLM call, recorded by the engine's gateway
+ * (protocol/ledger.ts). The call's body (messages, answer, token ids) is in R2, at `body_key`
+ * from `body_offset` for `body_length` bytes: one object per batch the gateway sent.
+ */
+export const llmCalls = sqliteTable(
+  "llm_calls",
+  {
+    engine: text("engine").notNull(),
+    callId: text("call_id").notNull(),
+    episodeUuid: text("episode_uuid").notNull(),
+    fence: integer("fence").notNull(),
+    run: integer("run").notNull(),
+    clientUuid: text("client_uuid").notNull(),
+    taskId: text("task_id").notNull(),
+    endpoint: text("endpoint").notNull(),
+    model: text("model").notNull(),
+    stream: integer("stream", { mode: "boolean" }).notNull(),
+    weightVersion: integer("weight_version"),
+    admittedAt: integer("admitted_at").notNull(),
+    startedAt: integer("started_at").notNull(),
+    firstByteAt: integer("first_byte_at"),
+    doneAt: integer("done_at").notNull(),
+    status: integer("status").notNull(),
+    error: text("error"),
+    finishReason: text("finish_reason"),
+    promptTokens: integer("prompt_tokens"),
+    completionTokens: integer("completion_tokens"),
+    truncated: integer("truncated", { mode: "boolean" }).notNull(),
+    bodyKey: text("body_key").notNull(),
+    bodyOffset: integer("body_offset").notNull(),
+    bodyLength: integer("body_length").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.engine, t.callId] }),
+    // A claim's calls in order, for its trajectory and the list's counts.
+    index("llm_calls_claim_idx").on(t.engine, t.episodeUuid, t.fence, t.admittedAt),
+    // Retention deletes the oldest first.
+    index("llm_calls_time_idx").on(t.engine, t.admittedAt),
   ],
 );
 

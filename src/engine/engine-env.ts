@@ -4,6 +4,8 @@
  */
 export interface EngineEnv {
   DB: D1Database;
+  /** The trajectory ledger's call bodies, which retention deletes with their D1 rows. */
+  LEDGER: R2Bucket;
   /** Signs the per-claim OpenAI keys handed to clients. */
   CLAIM_KEY_SECRET: string;
   /** Seconds an agent has to ack a command before it is handed out again (default 60). */

@@ -63,6 +63,9 @@ import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission } from "./relay-admission";
+import { LedgerSettings } from "./ledger-settings";
+import { LedgerRetention } from "./ledger-retention";
+import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
@@ -86,6 +89,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly status: StatusAndRewards;
   private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
+  private readonly ledger: LedgerSettings;
+  private readonly retention: LedgerRetention;
   private readonly provisioning: Provisioning;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
   private readonly sharedTurn = new SharedTurn();
@@ -129,7 +134,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.runs = new HistoryRuns(store);
     this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
     this.tx(() => this.status.ensureRun());
-    this.relay = new RelayAdmission(store, this.episodes, this.channel, { now, tx, closed, gone });
+    this.ledger = new LedgerSettings(store);
+    this.retention = new LedgerRetention(store, (t) => schedule.armBy(t));
+    this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, this.retention, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
     void ctx.blockConcurrencyWhile(() => schedule.load());
   }
@@ -417,14 +424,33 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(ok(this.tx(() => this.buffer.configure(patch)))));
   }
 
+  // ---------------------------------------------------------------- the trajectory ledger's settings
+
+  async ledgerConfig(caller: Caller): Promise<Reply<LedgerConfig>> {
+    return this.guarded(caller, "get_ledger_config", () => ok(this.ledger.get()));
+  }
+
+  async configureLedger(caller: Caller, patch: UpdateLedgerConfigRequest): Promise<Reply<LedgerConfig>> {
+    return this.guarded(caller, "configure_ledger", () => {
+      try {
+        const next = this.tx(() => this.ledger.configure(patch));
+        this.ledger.committed(next);
+        return ok(next);
+      } catch (e) {
+        this.ledger.committed(null);
+        throw e;
+      }
+    });
+  }
+
   // ---------------------------------------------------------------- for Worker-side features
 
   /**
    * Checks a caller for an operation without doing it, for features whose state lives in D1
    * rather than here (training runs): one hop to the engine, which holds the token hashes.
    */
-  async authorizeOp(caller: Caller, op: EngineOp): Promise<Reply<{ role: CallerRole; engine: string }>> {
-    return this.guarded(caller, op, (role) => ok({ role, engine: this.store.meta.name ?? "" }));
+  async authorizeOp(caller: Caller, op: EngineOp): Promise<Reply<{ role: CallerRole; engine: string; incarnation: string }>> {
+    return this.guarded(caller, op, (role) => ok({ role, engine: this.store.meta.name ?? "", incarnation: this.store.meta.incarnation }));
   }
 
   /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */
@@ -478,8 +504,10 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
-    // The earliest pending deadline: lease expiry, command redelivery, outbox retry, group TTL.
-    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), this.channel.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry()]);
+    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, this.ledger.get().retention_days, now);
+    if (this.closed) return;
+    // The earliest pending deadline: lease expiry, command redelivery, outbox retry, group TTL, the ledger's sweep.
+    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), this.channel.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
   }
 
   /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */

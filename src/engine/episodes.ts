@@ -218,6 +218,7 @@ export class Episodes {
         isSuccess: req.workflow_output.is_success,
         workflowOutput: payload,
         endedAt: now,
+        outcome: "ended",
       },
     });
     if (ep.episode_type === "train") {
@@ -238,7 +239,10 @@ export class Episodes {
     if (this.episode(req.episode_uuid) === null) return ok({ success: true });
     const owned = this.ownedClaim(req);
     if (!owned.ok) return owned;
-    if (owned.body !== "already_ended") this.release(owned.body, status === "ENGINE.ROLLING" ? "requeue" : "delete");
+    if (owned.body !== "already_ended") {
+      this.recordUnfinished(owned.body, "aborted", JSON.stringify(req.workflow_output));
+      this.release(owned.body, status === "ENGINE.ROLLING" ? "requeue" : "delete");
+    }
     return ok({ success: true });
   }
 
@@ -255,7 +259,36 @@ export class Episodes {
     const expired = this.store.sql
       .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
       .toArray();
-    for (const ep of expired) this.release(ep, "requeue");
+    for (const ep of expired) {
+      this.recordUnfinished(ep, "reaped", "{}");
+      this.release(ep, "requeue");
+    }
+  }
+
+  /**
+   * A claim that ended without a result still is a trajectory (its LLM calls are in the ledger):
+   * its row says how it ended, with no reward and nothing counted.
+   */
+  private recordUnfinished(ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
+    const meta = this.store.meta;
+    this.host.addOutbox({
+      kind: "trajectory",
+      row: {
+        engine: meta.name ?? "",
+        episodeUuid: ep.episode_uuid,
+        fence: ep.fence,
+        clientUuid: ep.client_uuid,
+        taskId: ep.task_id,
+        episodeType: ep.episode_type,
+        globalStep: meta.globalStep,
+        run: meta.run,
+        reward: null,
+        isSuccess: null,
+        workflowOutput,
+        endedAt: this.host.now(),
+        outcome,
+      },
+    });
   }
 
   earliestLeaseExpiry(): number | null {

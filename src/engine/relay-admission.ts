@@ -9,10 +9,23 @@ import { isRolling } from "../protocol/status";
 import type { AgentChannel } from "./agent-channel";
 import type { EngineStore } from "./engine-store";
 import type { Episodes } from "./episodes";
+import type { CaptureMode } from "../protocol/ledger";
+import type { LedgerSettings } from "./ledger-settings";
+import type { LedgerRetention } from "./ledger-retention";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import { fail, ok, type Failure, type Reply } from "./reply";
 
-export type Admission = { gateway_url: string; trainer_api_key: string; trainer_base_url: string };
+/** The gateway and the trainer's key and URL, and what the ledger records the call under. */
+export type Admission = {
+  gateway_url: string;
+  trainer_api_key: string;
+  trainer_base_url: string;
+  capture: CaptureMode;
+  client_uuid: string;
+  task_id: string;
+  weight_version: number | null;
+  run: number;
+};
 
 export type AdmissionHost = {
   now(): number;
@@ -30,6 +43,8 @@ export class RelayAdmission {
     private readonly store: EngineStore,
     private readonly episodes: Episodes,
     private readonly channel: AgentChannel,
+    private readonly ledger: LedgerSettings,
+    private readonly retention: LedgerRetention,
     private readonly host: AdmissionHost,
   ) {}
 
@@ -61,7 +76,18 @@ export class RelayAdmission {
         console.error("engine: writing LLM call activity failed", e);
       }
     }, ACTIVITY_FLUSH_MS);
-    return ok({ gateway_url: gateway, trainer_api_key: ep.openai_api_key, trainer_base_url: ep.openai_base_url });
+    const capture = this.ledger.get().capture;
+    if (capture !== "off") this.retention.noteUse(now);
+    return ok({
+      gateway_url: gateway,
+      trainer_api_key: ep.openai_api_key,
+      trainer_base_url: ep.openai_base_url,
+      capture,
+      client_uuid: ep.client_uuid,
+      task_id: ep.task_id,
+      weight_version: meta.weightVersion,
+      run: meta.run,
+    });
   }
 
   /** Writes the LLM calls admitted since the last write: counts, activity and lease, per live claim. */

@@ -41,6 +41,7 @@ import {
 } from "../protocol/agent";
 
 import { GatewaySecretResponse } from "../protocol/relay";
+import { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { BeginRunRequest, BeginRunResponse, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
 import {
   BufferConfig,
@@ -210,6 +211,10 @@ export const ENGINE_API: RouteSpec[] = [
     s.configureBuffer(who, b),
   ),
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),
+
+  // The trajectory ledger's settings (its records are read through src/ledger's routes)
+  get("/ledger/config", "get_ledger_config", "What the gateway records of each relayed call (capture) and for how many days.", LedgerConfig, (s, who) => s.ledgerConfig(who)),
+  post("/ledger/config", "configure_ledger", "Set capture (off, messages, tokens) and retention_days.", UpdateLedgerConfigRequest, LedgerConfig, (s, who, b) => s.configureLedger(who, b)),
 
   // The local-agent's channel
   getQuery(

@@ -49,9 +49,10 @@ const STATE: Step[] = [
   deleteOwn("run_config_edits"),
 ];
 
-/** The history: trajectories, reward history, training runs (their processes, events and metrics follow the run's id) and inference tests. */
+/** The history: trajectories and their LLM calls, reward history, training runs (their processes, events and metrics follow the run's id) and inference tests. */
 const DELETE_HISTORY: Step[] = [
   deleteOwn("trajectories"),
+  deleteOwn("llm_calls"),
   deleteOwn("reward_history"),
   deleteOfRuns("run_metrics"),
   deleteOfRuns("run_events"),
@@ -73,7 +74,8 @@ const REFILE_RUNS: Step = {
   args: (archive) => [CHUNK_ROWS, archive?.name, archive?.at],
 };
 
-const KEEP_HISTORY: Step[] = [refile("trajectories"), refile("reward_history"), REFILE_RUNS, refile("inference_tests")];
+// The ledger's calls keep their bodies' R2 keys, which name the engine's incarnation, not its name.
+const KEEP_HISTORY: Step[] = [refile("trajectories"), refile("llm_calls"), refile("reward_history"), REFILE_RUNS, refile("inference_tests")];
 
 const ENGINE_ROW: Step = { table: "engines", sql: "DELETE FROM engines WHERE name = ?1", args: () => [] };
 

@@ -8,3 +8,4 @@ export * from "./relay";
 export * from "./runs";
 export * from "./limits";
 export * from "./history";
+export * from "./ledger";

@@ -4,10 +4,10 @@
  * signed envelope. The gateway answers with the upstream's response, streamed or whole.
  */
 import { z } from "zod";
+import { CallContext } from "./ledger";
+import { RelayEndpoint } from "./relay-endpoint";
 
-export const RELAY_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/models"] as const;
-export const RelayEndpoint = z.enum(RELAY_ENDPOINTS);
-export type RelayEndpoint = z.infer<typeof RelayEndpoint>;
+export { RELAY_ENDPOINTS, RelayEndpoint } from "./relay-endpoint";
 
 /** Where the Worker posts envelopes, below the gateway's base URL. */
 export const GATEWAY_RELAY_PATH = "/rx/relay";
@@ -27,6 +27,8 @@ export const RelayEnvelope = z.object({
   trainer_base_url: z.string(),
   /** Seconds the gateway may spend on the upstream before giving up. */
   deadline_seconds: z.number().positive(),
+  /** What the ledger needs to record the call (absent from Workers older than the ledger: record nothing). */
+  call: CallContext.optional(),
   /** The client's request body (null for GET /v1/models). */
   request: z.record(z.string(), z.unknown()).nullable(),
 });
@@ -51,13 +53,16 @@ export function envelopeText(envelope: RelayEnvelope & { request: null }, reques
  * The request's own JSON text inside an envelope's text, for the gateway to send on without
  * serializing it again; null when the envelope is not laid out for that (then serialize
  * `request`). `parsed` is the envelope's JSON.parse. Every other field is a string or a number,
- * whose JSON holds no bare quote, so the first `"request":` is the key; when it is also the last
- * key, the text from there to the closing brace is the request.
+ * whose JSON holds no bare quote, or `call`, an object of such fields none of which is named
+ * `request`; so the first `"request":` is the key, and when it is also the last key, the text
+ * from there to the closing brace is the request.
  */
 export function envelopeRequestText(text: string, parsed: Record<string, unknown>): string | null {
   const keys = Object.keys(parsed);
   if (keys.at(-1) !== "request" || parsed["request"] === null || typeof parsed["request"] !== "object") return null;
-  if (!keys.every((k) => k === "request" || typeof parsed[k] !== "object")) return null;
+  const flat = (v: unknown): boolean => typeof v !== "object" || v === null;
+  const callIsFlat = (v: unknown): boolean => typeof v === "object" && v !== null && !Array.isArray(v) && !("request" in v) && Object.values(v).every(flat);
+  if (!keys.every((k) => k === "request" || flat(parsed[k]) || (k === "call" && callIsFlat(parsed[k])))) return null;
   const at = text.indexOf(REQUEST_KEY);
   const end = text.lastIndexOf("}");
   return at < 0 || end <= at ? null : text.slice(at + REQUEST_KEY.length, end);

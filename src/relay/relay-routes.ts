@@ -90,6 +90,15 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
     trainer_api_key: admitted.body.trainer_api_key,
     trainer_base_url: admitted.body.trainer_base_url,
     deadline_seconds: deadline,
+    call: {
+      call_id: crypto.randomUUID(),
+      capture: admitted.body.capture,
+      client_uuid: admitted.body.client_uuid,
+      task_id: admitted.body.task_id,
+      weight_version: admitted.body.weight_version,
+      run: admitted.body.run,
+      admitted_at: Date.now(),
+    },
     request: null,
   };
   const body = envelopeText(envelope, requestText);

@@ -1,0 +1,74 @@
+/**
+ * A typed client for an engine's trajectory ledger (src/ledger): its settings, and its
+ * trajectories one at a time, a page at a time, or all of them as a stream of JSON lines.
+ */
+import type { z } from "zod";
+import {
+  LedgerConfig,
+  Trajectory,
+  TrajectoryListResponse,
+  type TrajectoryExportQuery,
+  type TrajectoryListQuery,
+  type UpdateLedgerConfigRequest,
+} from "../protocol/ledger";
+import { ExchangeError, queryString, requestJson, type FetchLike } from "./http";
+import type { EngineClientOptions } from "./exchange-client";
+
+type Query = Record<string, string | number | undefined>;
+
+export class LedgerClient {
+  private readonly base: string;
+  private readonly fetchFn: FetchLike;
+  private readonly token: string | undefined;
+
+  constructor(o: EngineClientOptions) {
+    this.base = o.baseUrl.replace(/\/+$/, "");
+    this.fetchFn = o.fetch ?? ((input, init) => fetch(input, init));
+    this.token = o.token;
+  }
+
+  private get<S extends z.ZodType>(path: string, schema: S): Promise<z.output<S>> {
+    return requestJson(this.fetchFn, this.base + path, schema, { method: "GET", token: this.token });
+  }
+
+  config = () => this.get("/ledger/config", LedgerConfig);
+  configure = (patch: UpdateLedgerConfigRequest) => requestJson(this.fetchFn, `${this.base}/ledger/config`, LedgerConfig, { method: "POST", body: patch, token: this.token });
+
+  list = (q: z.input<typeof TrajectoryListQuery> = {}) => this.get(`/trajectories${queryString(q as Query)}`, TrajectoryListResponse);
+
+  /** The episode's latest claim, or the claim of `fence`. */
+  trajectory = (episodeUuid: string, fence?: number) =>
+    this.get(`/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`, Trajectory);
+
+  /** Every trajectory the filters pass, newest first, parsed a line at a time as it streams in. */
+  async *export(q: z.input<typeof TrajectoryExportQuery> = {}): AsyncGenerator<Trajectory> {
+    const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
+    const res = await this.fetchFn(`${this.base}/trajectories/export${queryString({ format: "jsonl", ...(q as Query) })}`, { headers });
+    if (!res.ok || res.body === null) {
+      const text = await res.text();
+      let code = "export_failed";
+      let detail = text.slice(0, 300);
+      try {
+        const j = JSON.parse(text) as { error?: string; detail?: string };
+        code = j.error ?? code;
+        detail = j.detail ?? detail;
+      } catch {
+        // not JSON: the text is the detail
+      }
+      throw new ExchangeError(res.status, code, detail);
+    }
+    const decoder = new TextDecoder();
+    let pending = "";
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      pending += decoder.decode(chunk, { stream: true });
+      let nl: number;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        if (line !== "") yield Trajectory.parse(JSON.parse(line));
+      }
+    }
+    pending += decoder.decode();
+    if (pending.trim() !== "") yield Trajectory.parse(JSON.parse(pending));
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * Recording a batch of calls from an engine's gateway: their bodies as one R2 object (a line of
+ * JSON each), their index rows in D1 in one statement. A resent batch (the same batch_id, after a
+ * lost answer or a D1 failure) writes the same object again and inserts nothing twice: the rows
+ * are keyed by call id, and a row is only written after its body is stored.
+ */
+import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
+import { bodyPrefix } from "./keys";
+
+const enc = new TextEncoder();
+
+/** The D1 row of a call, in llm_calls' column names (the insert reads them with json_extract). */
+type IndexRow = {
+  call_id: string;
+  episode_uuid: string;
+  fence: number;
+  run: number;
+  client_uuid: string;
+  task_id: string;
+  endpoint: string;
+  model: string;
+  stream: number;
+  weight_version: number | null;
+  admitted_at: number;
+  started_at: number;
+  first_byte_at: number | null;
+  done_at: number;
+  status: number;
+  error: string | null;
+  finish_reason: string | null;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  truncated: number;
+  body_offset: number;
+  body_length: number;
+};
+
+const COLUMNS: (keyof IndexRow)[] = [
+  "call_id",
+  "episode_uuid",
+  "fence",
+  "run",
+  "client_uuid",
+  "task_id",
+  "endpoint",
+  "model",
+  "stream",
+  "weight_version",
+  "admitted_at",
+  "started_at",
+  "first_byte_at",
+  "done_at",
+  "status",
+  "error",
+  "finish_reason",
+  "prompt_tokens",
+  "completion_tokens",
+  "truncated",
+  "body_offset",
+  "body_length",
+];
+
+/**
+ * Every row of the batch as one bound JSON parameter (D1 takes 100 parameters a statement, and a
+ * batch has up to 500 calls of 24 columns), as the engine's outbox does.
+ */
+const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
+  INSERT INTO llm_calls (engine, body_key, ${COLUMNS.join(", ")})
+  SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE true
+  ON CONFLICT DO NOTHING`;
+
+/** The UTC day of `ms`, as R2 keys and retention name it. */
+export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+
+export async function recordCalls(
+  db: D1Database,
+  bucket: R2Bucket,
+  engine: { name: string; incarnation: string },
+  batch: CallBatch,
+  now: number,
+): Promise<CallBatchResponse> {
+  const lines: Uint8Array[] = [];
+  const rows: IndexRow[] = [];
+  let offset = 0;
+  for (const c of batch.calls) {
+    const line = enc.encode(`${JSON.stringify(c.body)}\n`);
+    lines.push(line);
+    rows.push({
+      call_id: c.call_id,
+      episode_uuid: c.episode_uuid,
+      fence: c.fence,
+      run: c.run,
+      client_uuid: c.client_uuid,
+      task_id: c.task_id,
+      endpoint: c.endpoint,
+      model: c.model,
+      stream: c.stream ? 1 : 0,
+      weight_version: c.weight_version,
+      admitted_at: c.admitted_at,
+      started_at: c.started_at,
+      first_byte_at: c.first_byte_at,
+      done_at: c.done_at,
+      status: c.status,
+      error: c.error,
+      finish_reason: c.finish_reason,
+      prompt_tokens: c.usage?.prompt_tokens ?? null,
+      completion_tokens: c.usage?.completion_tokens ?? null,
+      truncated: c.truncated ? 1 : 0,
+      body_offset: offset,
+      body_length: line.length,
+    });
+    offset += line.length;
+  }
+  const object = new Uint8Array(offset);
+  let at = 0;
+  for (const line of lines) {
+    object.set(line, at);
+    at += line.length;
+  }
+  const key = `${bodyPrefix(engine.name, engine.incarnation)}${utcDay(now)}/${batch.batch_id}.jsonl`;
+  await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
+  const result = await db.prepare(INSERT_SQL).bind(engine.name, key, JSON.stringify(rows)).run();
+  const recorded = result.meta.changes;
+  return { recorded, duplicates: rows.length - recorded };
+}

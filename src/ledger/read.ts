@@ -1,0 +1,350 @@
+/**
+ * Reading the ledger: trajectory summaries (D1's trajectories rows with their calls counted), and
+ * whole trajectories (a claim's calls from D1, their bodies from R2, conversations rebuilt from
+ * the stored deltas and checked again turn by turn).
+ */
+import type { CallBody, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
+import { unpackFloats, unpackInts } from "./packed";
+import { continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
+import { trainingSequence, type TokenTurn } from "./training-sequence";
+
+/** The most calls one trajectory answers with; a claim with more is cut there (docs/ledger.md). */
+export const MAX_CALLS_PER_TRAJECTORY = 2000;
+
+export type ReadRefusal = { ok: false; status: 400 | 404; error: string; detail: string };
+const refuse = (status: 400 | 404, error: string, detail: string): ReadRefusal => ({ ok: false, status, error, detail });
+
+// ---------------------------------------------------------------- the cursor
+
+type Cursor = { engine: string; endedAt: number; id: number };
+
+function b64url(s: string): string {
+  return btoa(String.fromCharCode(...new TextEncoder().encode(s)))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
+}
+
+function encodeCursor(c: Cursor): string {
+  return b64url(JSON.stringify([c.engine, c.endedAt, c.id]));
+}
+
+function decodeCursor(text: string, engine: string): Cursor | ReadRefusal {
+  let parsed: unknown;
+  try {
+    const bin = atob(text.replace(/-/g, "+").replace(/_/g, "/"));
+    parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(Uint8Array.from(bin, (ch) => ch.charCodeAt(0))));
+  } catch {
+    return refuse(400, "bad_cursor", "cursor: not a cursor this exchange handed out; pass back next_cursor as it came.");
+  }
+  if (!Array.isArray(parsed) || parsed.length !== 3 || typeof parsed[0] !== "string" || !Number.isSafeInteger(parsed[1]) || !Number.isSafeInteger(parsed[2])) {
+    return refuse(400, "bad_cursor", "cursor: not a cursor this exchange handed out; pass back next_cursor as it came.");
+  }
+  if (parsed[0] !== engine) return refuse(400, "bad_cursor", `cursor: it pages engine '${parsed[0]}', not '${engine}'.`);
+  return { engine, endedAt: parsed[1] as number, id: parsed[2] as number };
+}
+
+// ---------------------------------------------------------------- summaries
+
+type SummaryRow = {
+  id: number;
+  episode_uuid: string;
+  fence: number;
+  client_uuid: string;
+  task_id: string;
+  episode_type: string;
+  run: number;
+  global_step: number | null;
+  outcome: TrajectoryOutcome;
+  reward: number | null;
+  is_success: number | null;
+  ended_at: number;
+  workflow_output: string;
+  calls: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+};
+
+function whereFilters(f: TrajectoryFilters): { sql: string; args: unknown[] } {
+  const parts: string[] = [];
+  const args: unknown[] = [];
+  const add = (sql: string, v: unknown): void => {
+    parts.push(sql);
+    args.push(v);
+  };
+  // Rows written before runs (run NULL) are the engine's first run; before outcomes, ended.
+  if (f.run !== undefined) add("COALESCE(t.run, 1) = ?", f.run);
+  if (f.global_step !== undefined) add("t.global_step = ?", f.global_step);
+  if (f.task_id !== undefined) add("t.task_id = ?", f.task_id);
+  if (f.outcome !== undefined) add("COALESCE(t.outcome, 'ended') = ?", f.outcome);
+  if (f.min_reward !== undefined) add("t.reward >= ?", f.min_reward);
+  if (f.max_reward !== undefined) add("t.reward <= ?", f.max_reward);
+  if (f.since !== undefined) add("t.ended_at >= ?", f.since);
+  if (f.until !== undefined) add("t.ended_at < ?", f.until);
+  return { sql: parts.map((p) => ` AND ${p}`).join(""), args };
+}
+
+const SUMMARY_COLUMNS = `t.id, t.episode_uuid, t.fence, t.client_uuid, t.task_id, t.episode_type, COALESCE(t.run, 1) AS run, t.global_step,
+  COALESCE(t.outcome, 'ended') AS outcome, t.reward, t.is_success, t.ended_at, t.workflow_output`;
+
+/** A page of one query: the page's trajectories first (by the ended_at index), then their calls counted. */
+function summarySql(where: string, limit: number): string {
+  return `WITH page AS (SELECT ${SUMMARY_COLUMNS} FROM trajectories t WHERE t.engine = ?${where} ORDER BY t.ended_at DESC, t.id DESC LIMIT ${limit})
+    SELECT page.*, COUNT(c.call_id) AS calls, COALESCE(SUM(c.prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(c.completion_tokens), 0) AS completion_tokens
+    FROM page LEFT JOIN llm_calls c ON c.engine = ? AND c.episode_uuid = page.episode_uuid AND c.fence = page.fence
+    GROUP BY page.id ORDER BY page.ended_at DESC, page.id DESC`;
+}
+
+function summary(r: SummaryRow): TrajectorySummary {
+  return {
+    episode_uuid: r.episode_uuid,
+    fence: r.fence,
+    client_uuid: r.client_uuid,
+    task_id: r.task_id,
+    episode_type: r.episode_type,
+    run: r.run,
+    global_step: r.global_step,
+    outcome: r.outcome,
+    reward: r.reward,
+    is_success: r.is_success === null ? null : r.is_success === 1,
+    ended_at: r.ended_at,
+    calls: r.calls,
+    prompt_tokens: r.prompt_tokens,
+    completion_tokens: r.completion_tokens,
+  };
+}
+
+export type SummaryPage = { rows: SummaryRow[]; next: string | null };
+
+export async function summaryPage(db: D1Database, engine: string, filters: TrajectoryFilters, cursorText: string | undefined, limit: number): Promise<SummaryPage | ReadRefusal> {
+  const w = whereFilters(filters);
+  let where = w.sql;
+  const args = [engine, ...w.args];
+  if (cursorText !== undefined) {
+    const c = decodeCursor(cursorText, engine);
+    if ("ok" in c) return c;
+    where += " AND (t.ended_at < ? OR (t.ended_at = ? AND t.id < ?))";
+    args.push(c.endedAt, c.endedAt, c.id);
+  }
+  const { results } = await db.prepare(summarySql(where, limit)).bind(...args, engine).all<SummaryRow>();
+  const last = results.at(-1);
+  return { rows: results, next: results.length === limit && last !== undefined ? encodeCursor({ engine, endedAt: last.ended_at, id: last.id }) : null };
+}
+
+export async function listTrajectories(db: D1Database, engine: string, filters: TrajectoryFilters, cursor: string | undefined, limit: number): Promise<TrajectoryListResponse | ReadRefusal> {
+  const page = await summaryPage(db, engine, filters, cursor, limit);
+  if ("ok" in page) return page;
+  return { trajectories: page.rows.map(summary), next_cursor: page.next };
+}
+
+// ---------------------------------------------------------------- one trajectory
+
+type CallRow = {
+  call_id: string;
+  client_uuid: string;
+  task_id: string;
+  run: number;
+  endpoint: TrajectoryCall["endpoint"];
+  model: string;
+  stream: number;
+  weight_version: number | null;
+  admitted_at: number;
+  started_at: number;
+  first_byte_at: number | null;
+  done_at: number;
+  status: number;
+  error: string | null;
+  finish_reason: string | null;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  truncated: number;
+  body_key: string;
+  body_offset: number;
+  body_length: number;
+};
+
+const dec = new TextDecoder();
+
+/** The bodies of `calls`, one R2 read per object (a claim's calls of one batch are read together). */
+async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<Map<string, CallBody | null>> {
+  const byKey = new Map<string, CallRow[]>();
+  for (const c of calls) {
+    let list = byKey.get(c.body_key);
+    if (list === undefined) byKey.set(c.body_key, (list = []));
+    list.push(c);
+  }
+  const out = new Map<string, CallBody | null>();
+  await Promise.all(
+    [...byKey].map(async ([key, list]) => {
+      const from = Math.min(...list.map((c) => c.body_offset));
+      const to = Math.max(...list.map((c) => c.body_offset + c.body_length));
+      const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
+      const bytes = obj === null ? null : new Uint8Array(await obj.arrayBuffer());
+      for (const c of list) {
+        // A body that retention or an operator removed reads as null: the call's index row still says what it was.
+        out.set(c.call_id, bytes === null ? null : (JSON.parse(dec.decode(bytes.subarray(c.body_offset - from, c.body_offset - from + c.body_length))) as CallBody));
+      }
+    }),
+  );
+  return out;
+}
+
+type Rebuilt = { messages: unknown[]; answer: unknown | null; prompt: number[] | null; completion: number[] | null };
+
+/** Whole calls from the stored deltas, in order, each checked against the call before it. */
+function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
+  const whole = new Map<string, Rebuilt>();
+  const calls: TrajectoryCall[] = [];
+  const turns: TokenTurn[] = [];
+  let previous: Rebuilt | null = null;
+  let tools: unknown[] | null = null;
+  rows.forEach((r, index) => {
+    const body = bodies.get(r.call_id) ?? null;
+    const ref = body?.prefix ? whole.get(body.prefix.call_id) : undefined;
+    const messages = body === null ? [] : (rebuild(body.prefix && ref ? { base: continuation(ref.messages, ref.answer), count: body.prefix.count } : null, body.messages) ?? body.messages);
+    const answer = body?.answer ?? null;
+    let prompt: number[] | null = null;
+    let completion: number[] | null = null;
+    let logprobs: number[] = [];
+    if (body?.tokens) {
+      const t = body.tokens;
+      const tref = t.prompt_prefix ? whole.get(t.prompt_prefix.call_id) : undefined;
+      const base = tref?.prompt && tref.completion ? [...tref.prompt, ...tref.completion] : null;
+      prompt = rebuild(t.prompt_prefix && base ? { base, count: t.prompt_prefix.count } : null, unpackInts(t.prompt_ids));
+      completion = unpackInts(t.completion_ids);
+      logprobs = unpackFloats(t.completion_logprobs);
+    }
+    if (body !== null && !body.tools_from_prefix) tools = body.tools;
+    const here: Rebuilt = { messages, answer, prompt, completion };
+    whole.set(r.call_id, here);
+    const messagesSplice = previous === null ? "first" : extendsMessages(messages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
+    let tokenView: TrajectoryCall["tokens"] = null;
+    if (prompt !== null && completion !== null) {
+      const prevTokens = previous?.prompt && previous.completion ? [...previous.prompt, ...previous.completion] : null;
+      const splice = previous === null ? "first" : prevTokens !== null && extendsTokens(prompt, prevTokens) ? "extends" : "rewritten";
+      tokenView = { prompt_ids: prompt, completion_ids: completion, completion_logprobs: logprobs, splice };
+      if (r.status === 200) turns.push({ index, prompt, completion, logprobs, weightVersion: r.weight_version });
+    }
+    calls.push({
+      call_id: r.call_id,
+      endpoint: r.endpoint,
+      model: r.model,
+      stream: r.stream === 1,
+      weight_version: r.weight_version,
+      admitted_at: r.admitted_at,
+      started_at: r.started_at,
+      first_byte_at: r.first_byte_at,
+      done_at: r.done_at,
+      status: r.status,
+      error: r.error,
+      finish_reason: r.finish_reason,
+      usage: r.prompt_tokens === null || r.completion_tokens === null ? null : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens },
+      truncated: r.truncated === 1,
+      after_claim_end: endedAt !== null && r.done_at > endedAt,
+      params: body?.params ?? {},
+      tools,
+      messages,
+      messages_splice: messagesSplice,
+      answer: answer as Record<string, unknown> | null,
+      tokens: tokenView,
+    });
+    previous = here;
+  });
+  return { calls, turns };
+}
+
+/** The claim's latest fence among its ended rows and its recorded calls (a live claim has only calls). */
+async function latestFence(db: D1Database, engine: string, episode: string): Promise<number | null> {
+  const row = await db
+    .prepare(
+      `SELECT MAX(f) AS f FROM (SELECT MAX(fence) AS f FROM trajectories WHERE engine = ?1 AND episode_uuid = ?2
+         UNION ALL SELECT MAX(fence) AS f FROM llm_calls WHERE engine = ?1 AND episode_uuid = ?2)`,
+    )
+    .bind(engine, episode)
+    .first<{ f: number | null }>();
+  return row?.f ?? null;
+}
+
+const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, run, endpoint, model, stream, weight_version, admitted_at, started_at,
+  first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, truncated, body_key, body_offset, body_length`;
+
+/**
+ * The calls of many claims in one query (D1 allows 1,000 queries per Worker invocation, and an
+ * export reads thousands of claims), at most MAX_CALLS_PER_TRAJECTORY each.
+ */
+async function callsOf(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, CallRow[]>> {
+  const { results } = await db
+    .prepare(
+      `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY admitted_at, started_at, call_id) AS n
+         FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
+       WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
+    )
+    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .all<CallRow & { episode_uuid: string; fence: number }>();
+  const out = new Map<string, CallRow[]>();
+  for (const r of results) {
+    const k = claimKey(r.episode_uuid, r.fence);
+    let list = out.get(k);
+    if (list === undefined) out.set(k, (list = []));
+    list.push(r);
+  }
+  return out;
+}
+
+const claimKey = (episode: string, fence: number): string => `${fence}\n${episode}`;
+
+function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, calls: readonly CallRow[], bodies: Map<string, CallBody | null>): Trajectory {
+  const built = rebuildCalls(calls, bodies, row?.ended_at ?? null);
+  const first = calls[0];
+  // A live claim has no row yet: its calls name its client, task and run.
+  const head: TrajectorySummary =
+    row !== null
+      ? summary({ ...row, calls: 0, prompt_tokens: 0, completion_tokens: 0 })
+      : {
+          episode_uuid: episode,
+          fence,
+          client_uuid: first?.client_uuid ?? "",
+          task_id: first?.task_id ?? "",
+          episode_type: "train",
+          run: first?.run ?? 1,
+          global_step: null,
+          outcome: "ended",
+          reward: null,
+          is_success: null,
+          ended_at: 0,
+          calls: 0,
+          prompt_tokens: 0,
+          completion_tokens: 0,
+        };
+  return {
+    ...head,
+    outcome: row === null ? null : head.outcome,
+    ended_at: row === null ? null : head.ended_at,
+    prompt_tokens: built.calls.reduce((n, c) => n + (c.usage?.prompt_tokens ?? 0), 0),
+    completion_tokens: built.calls.reduce((n, c) => n + (c.usage?.completion_tokens ?? 0), 0),
+    workflow_output: row === null ? null : (JSON.parse(row.workflow_output) as Record<string, unknown>),
+    calls: built.calls,
+    training: trainingSequence(built.turns),
+  };
+}
+
+/** Whole trajectories of ended claims (a page of summaries): two D1 queries and one R2 read per object. */
+export async function loadTrajectories(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[]): Promise<Trajectory[]> {
+  if (rows.length === 0) return [];
+  const calls = await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
+  const bodies = await readBodies(bucket, [...calls.values()].flat());
+  return rows.map((r) => trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? [], bodies));
+}
+
+export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: string, episode: string, fence: number | null): Promise<Trajectory | ReadRefusal> {
+  const f = fence ?? (await latestFence(db, engine, episode));
+  const missing = refuse(404, "unknown_trajectory", `No trajectory of episode '${episode}'${fence === null ? "" : ` with fence ${fence}`} on engine '${engine}'.`);
+  if (f === null) return missing;
+  const [row, calls] = await Promise.all([
+    db.prepare(`SELECT ${SUMMARY_COLUMNS} FROM trajectories t WHERE t.engine = ? AND t.episode_uuid = ? AND t.fence = ?`).bind(engine, episode, f).first<SummaryRow>(),
+    callsOf(db, engine, [{ episode, fence: f }]),
+  ]);
+  const list = calls.get(claimKey(episode, f)) ?? [];
+  if (row === null && list.length === 0) return missing;
+  return trajectoryOf(episode, f, row, list, await readBodies(bucket, list));
+}

@@ -1,0 +1,43 @@
+/**
+ * The sequence slime and verl train on, from a claim's calls with token ids: the first prompt,
+ * then each completion and the prompt tokens that came between turns (tool results, the next
+ * user message). Only the model's own tokens are in the loss. A turn whose prompt does not begin
+ * with the sequence so far (history trimmed or rewritten, text re-tokenized differently) is not
+ * spliced in: the sequence stops before it and says at which call.
+ */
+import type { TrainingSequence } from "../protocol/ledger";
+import { extendsTokens } from "./splice";
+
+export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null };
+
+export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence | null {
+  const first = turns[0];
+  if (first === undefined) return null;
+  const tokens = [...first.prompt];
+  const promptLength = tokens.length;
+  const lossMask: number[] = [];
+  const logprobs: number[] = [];
+  const segments: TrainingSequence["segments"] = [];
+  let driftAt: number | null = null;
+  for (const t of turns) {
+    if (t !== first) {
+      if (!extendsTokens(t.prompt, tokens)) {
+        driftAt = t.index;
+        break;
+      }
+      const between = t.prompt.slice(tokens.length);
+      tokens.push(...between);
+      for (let i = 0; i < between.length; i++) {
+        lossMask.push(0);
+        logprobs.push(0);
+      }
+    }
+    segments.push({ start: tokens.length - promptLength, length: t.completion.length, weight_version: t.weightVersion });
+    tokens.push(...t.completion);
+    for (let i = 0; i < t.completion.length; i++) {
+      lossMask.push(1);
+      logprobs.push(t.logprobs[i] ?? 0);
+    }
+  }
+  return { tokens, response_length: tokens.length - promptLength, loss_mask: lossMask, rollout_log_probs: logprobs, segments, drift_at_call: driftAt };
+}

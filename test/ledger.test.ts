@@ -1,0 +1,402 @@
+/**
+ * The trajectory ledger on the Worker's side, in workerd with real D1 and R2: the gateway's
+ * batches recorded, trajectories rebuilt from the stored deltas, their token sequences, the
+ * list's filters and cursor, the export, the settings, the roles, and every refusal changing nothing.
+ */
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { LedgerClient } from "../src/client";
+import type { CallBatch, CallRecord } from "../src/protocol/ledger";
+import { packFloats, packInts } from "../src/ledger/packed";
+import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+
+const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
+  new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch });
+
+type Claim = { episode: string; fence: number; client: string; key?: Awaited<ReturnType<typeof claimKeyFields>> };
+
+async function claimOne(e: TestEngine, client: string): Promise<Claim> {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 600 });
+  expect(c.success).toBe(true);
+  const k = await claimKeyFields(c.openai_api_key);
+  return { episode: k.episode_uuid, fence: k.fence, client, key: k };
+}
+
+let seq = 0;
+function call(c: Claim, over: Partial<Omit<CallRecord, "body">> & { body: Partial<CallRecord["body"]> }): CallRecord {
+  // Near the engine's test clock (2099), so that no sweep of the ledger takes them.
+  const t = Date.UTC(2098, 11, 31) + 1000 * seq++;
+  const { body, ...rest } = over;
+  return {
+    call_id: `call-${seq}-${Math.random().toString(36).slice(2)}`,
+    capture: "tokens",
+    client_uuid: c.client,
+    task_id: "task-1",
+    weight_version: 3,
+    run: 1,
+    admitted_at: t,
+    episode_uuid: c.episode,
+    fence: c.fence,
+    endpoint: "/v1/chat/completions",
+    model: "policy",
+    stream: false,
+    started_at: t + 1,
+    first_byte_at: t + 5,
+    done_at: t + 9,
+    status: 200,
+    error: null,
+    finish_reason: "stop",
+    usage: { prompt_tokens: 4, completion_tokens: 2 },
+    truncated: false,
+    ...rest,
+    body: { params: { temperature: 1 }, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, ...body },
+  };
+}
+
+const batchOf = (calls: CallRecord[], id = `b${Math.random().toString(36).slice(2, 12)}`): CallBatch => ({ batch_id: id, calls });
+const post = (e: TestEngine, batch: unknown, role: "trainer" | "client" = "trainer") => raw(`/e/${e.name}/agent/calls`, { token: e.tokens[role], body: JSON.stringify(batch) });
+
+const sys = { role: "system", content: "You are a tool user." };
+const user = { role: "user", content: "What is 2+2? Use the calculator." };
+const toolCall = { role: "assistant", content: null, tool_calls: [{ id: "t1", type: "function", function: { name: "calc", arguments: '{"x":"2+2"}' } }] };
+const toolResult = { role: "tool", tool_call_id: "t1", content: "4" };
+const answer2 = { role: "assistant", content: "It is 4." };
+const user3 = { role: "user", content: "Thanks. And 3+3?" };
+const answer3 = { role: "assistant", content: "6." };
+const tools = [{ type: "function", function: { name: "calc", parameters: { type: "object" } } }];
+
+/** Three turns with a tool call, stored as the gateway stores them: each call only what it adds. */
+function threeTurns(c: Claim, thirdPrompt: number[] = [1, 2, 3, 4, 10, 11, 20, 21, 30, 31, 32]): CallRecord[] {
+  const first = call(c, {
+    body: {
+      tools,
+      messages: [sys, user],
+      answer: toolCall,
+      tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4]), completion_ids: packInts([10, 11]), completion_logprobs: packFloats([-0.5, -0.25]) },
+    },
+  });
+  const second = call(c, {
+    weight_version: 4,
+    body: {
+      tools: null,
+      tools_from_prefix: true,
+      prefix: { call_id: first.call_id, count: 3 },
+      messages: [toolResult],
+      answer: answer2,
+      tokens: { prompt_prefix: { call_id: first.call_id, count: 6 }, prompt_ids: packInts([20]), completion_ids: packInts([21]), completion_logprobs: packFloats([-1.5]) },
+    },
+  });
+  const spliced = [1, 2, 3, 4, 10, 11, 20, 21];
+  const drift = thirdPrompt.slice(0, spliced.length).join() !== spliced.join();
+  const third = call(c, {
+    body: {
+      tools: null,
+      tools_from_prefix: true,
+      prefix: { call_id: second.call_id, count: 5 },
+      messages: [user3],
+      answer: answer3,
+      tokens: drift
+        ? { prompt_prefix: null, prompt_ids: packInts(thirdPrompt), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) }
+        : { prompt_prefix: { call_id: second.call_id, count: 8 }, prompt_ids: packInts(thirdPrompt.slice(8)), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) },
+    },
+  });
+  return [first, second, third];
+}
+
+async function endAndFlush(e: TestEngine, c: Claim, reward: number): Promise<void> {
+  expect((await e.as("client").endEpisode(endBody(c.client, c.episode, reward))).success).toBe(true);
+  await advance(e, 2000);
+}
+
+const countRows = async (engine: string) =>
+  (await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(engine).first<{ n: number }>())?.n ?? 0;
+
+describe("trajectory ledger", () => {
+  it("rebuilds a three-turn conversation with a tool call, and the exact tokens, loss mask and logprobs", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const calls = threeTurns(c);
+    const first = await post(e, batchOf(calls.slice(0, 2)));
+    expect(first.status).toBe(200);
+    expect(first.json).toEqual({ recorded: 2, duplicates: 0 });
+    expect((await post(e, batchOf(calls.slice(2)))).json).toEqual({ recorded: 1, duplicates: 0 });
+
+    // Live: the calls so far, no outcome yet.
+    const live = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(live.outcome).toBeNull();
+    expect(live.calls).toHaveLength(3);
+
+    await endAndFlush(e, c, 0.75);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(t).toMatchObject({ episode_uuid: c.episode, fence: c.fence, client_uuid: "c1", outcome: "ended", reward: 0.75, prompt_tokens: 12, completion_tokens: 6 });
+    expect(t.calls.map((x) => x.messages)).toEqual([
+      [sys, user],
+      [sys, user, toolCall, toolResult],
+      [sys, user, toolCall, toolResult, answer2, user3],
+    ]);
+    expect(t.calls.map((x) => x.messages_splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.calls.map((x) => x.tools)).toEqual([tools, tools, tools]);
+    expect(t.calls[2]?.answer).toEqual(answer3);
+    expect(t.calls.map((x) => x.tokens?.splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.calls[2]?.tokens?.prompt_ids).toEqual([1, 2, 3, 4, 10, 11, 20, 21, 30, 31, 32]);
+    expect(t.training).toEqual({
+      tokens: [1, 2, 3, 4, 10, 11, 20, 21, 30, 31, 32, 40],
+      response_length: 8,
+      loss_mask: [1, 1, 0, 1, 0, 0, 0, 1],
+      rollout_log_probs: [-0.5, -0.25, 0, -1.5, 0, 0, 0, -2],
+      segments: [
+        { start: 0, length: 2, weight_version: 3 },
+        { start: 3, length: 1, weight_version: 4 },
+        { start: 7, length: 1, weight_version: 3 },
+      ],
+      drift_at_call: null,
+    });
+    expect(t.workflow_output).toMatchObject({ reward: 0.75 });
+  });
+
+  it("says at which turn the prompt drifted instead of splicing it", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    // The third prompt re-tokenized the answer "It is 4." as 22 instead of 21.
+    expect((await post(e, batchOf(threeTurns(c, [1, 2, 3, 4, 10, 11, 20, 22, 30, 31, 32])))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => x.tokens?.splice)).toEqual(["first", "extends", "rewritten"]);
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 21], loss_mask: [1, 1, 0, 1], drift_at_call: 2 });
+  });
+
+  it("marks a rewritten history, and a call that finished after its claim ended", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const [a, b] = threeTurns(c);
+    if (a === undefined || b === undefined) throw new Error("two calls");
+    // The client trimmed its history: the second call is stored whole.
+    // It also finished after the claim ended (the engine's test clock runs in 2099).
+    const trimmed = call(c, { done_at: Date.UTC(2100, 0, 1), body: { messages: [sys, { role: "user", content: "Summary so far." }], answer: answer2 } });
+    expect((await post(e, batchOf([a, trimmed]))).status).toBe(200);
+    await endAndFlush(e, c, 1);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(t.calls.map((x) => x.messages_splice)).toEqual(["first", "rewritten"]);
+    expect(t.calls.map((x) => x.after_claim_end)).toEqual([false, true]);
+    expect(b.call_id).not.toBe(trimmed.call_id);
+  });
+
+  it("keeps aborted and reaped claims as trajectories, with their calls and no reward", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const a = await claimOne(e, "ca");
+    await post(e, batchOf([call(a, { body: { messages: [user], answer: answer2 } })]));
+    const abort = await e.as("client").abortEpisode({ ...endBody(a.client, a.episode, 0, ""), task_id: "" });
+    expect(abort.success).toBe(true);
+    const r = await e.as("client").claimEpisode({ client_uuid: "cr", discard_episode_timeout: 60 });
+    const reaped = await claimKeyFields(r.openai_api_key);
+    await advance(e, 61_000);
+    await advance(e, 2_000);
+    const v = ledgerOf(e, "viewer");
+    const list = await v.list();
+    expect(list.trajectories.map((t) => [t.client_uuid, t.outcome, t.reward, t.calls])).toEqual([
+      ["cr", "reaped", null, 0],
+      ["ca", "aborted", null, 1],
+    ]);
+    expect((await v.list({ outcome: "reaped" })).trajectories.map((t) => t.episode_uuid)).toEqual([reaped.episode_uuid]);
+    const t = await v.trajectory(a.episode, a.fence);
+    expect(t).toMatchObject({ outcome: "aborted", reward: null });
+    expect(t.calls).toHaveLength(1);
+  });
+
+  it("deletes calls older than retention_days from D1 and R2 in the engine's alarm, hourly once the ledger is used", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await ledgerOf(e, "operator").configure({ retention_days: 2 });
+    await e.as("trainer").heartbeat({ agent_id: "a", host: "h", pid: 1, version: "0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu:1" });
+    const c = await claimOne(e, "c1");
+    if (c.key === undefined) throw new Error("claimed");
+    expect((await e.stub.relayBegin(c.key)).ok).toBe(true);
+    const day = 86_400_000;
+    const old = call(c, { admitted_at: e.clock.t - 3 * day, body: { messages: [user] } });
+    const recent = call(c, { admitted_at: e.clock.t - day, body: { messages: [user] } });
+    await post(e, batchOf([old, recent]));
+    const objects = async () => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(e.name)}/` })).objects.length;
+    expect(await objects()).toBe(1);
+    // Not yet: the first sweep is an hour after the first call with capture on.
+    await advance(e, 1000);
+    expect(await countRows(e.name)).toBe(2);
+    await advance(e, 3_600_000);
+    const left = await env.DB.prepare("SELECT call_id FROM llm_calls WHERE engine = ?").bind(e.name).all<{ call_id: string }>();
+    expect(left.results.map((r) => r.call_id)).toEqual([recent.call_id]);
+    // The object's day (the Worker's real clock) is long before the engine's test clock's cutoff.
+    expect(await objects()).toBe(0);
+    expect((await engineStats(e)).alarm_at).toBeLessThanOrEqual(e.clock.t + 3_600_000);
+  });
+
+  it("records a resent batch once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const batch = batchOf(threeTurns(c));
+    expect((await post(e, batch)).json).toEqual({ recorded: 3, duplicates: 0 });
+    expect((await post(e, batch)).json).toEqual({ recorded: 0, duplicates: 3 });
+    expect(await countRows(e.name)).toBe(3);
+    expect((await ledgerOf(e, "viewer").trajectory(c.episode)).calls).toHaveLength(3);
+  });
+
+  it("lists ended claims newest first, filtered, a page at a time with a cursor that names its engine", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 5);
+    const rewards = [0.1, 0.9, 0.5, 0.3, 0.7];
+    for (const [i, r] of rewards.entries()) {
+      const c = await claimOne(e, `c${i}`);
+      await post(e, batchOf([call(c, { body: { messages: [user], answer: answer2 } })]));
+      await endAndFlush(e, c, r);
+    }
+    const v = ledgerOf(e, "viewer");
+    const all = await v.list();
+    expect(all.trajectories.map((t) => t.reward)).toEqual([...rewards].reverse());
+    expect(all.trajectories.every((t) => t.calls === 1 && t.prompt_tokens === 4)).toBe(true);
+    expect(all.next_cursor).toBeNull();
+    expect((await v.list({ min_reward: 0.4, max_reward: 0.8 })).trajectories.map((t) => t.reward)).toEqual([0.7, 0.5]);
+    expect((await v.list({ outcome: "aborted" })).trajectories).toEqual([]);
+    expect((await v.list({ task_id: "nope" })).trajectories).toEqual([]);
+
+    const p1 = await v.list({ limit: 2 });
+    expect(p1.trajectories.map((t) => t.reward)).toEqual([0.7, 0.3]);
+    const p2 = await v.list({ limit: 2, cursor: p1.next_cursor ?? "" });
+    expect(p2.trajectories.map((t) => t.reward)).toEqual([0.5, 0.9]);
+    const p3 = await v.list({ limit: 2, cursor: p2.next_cursor ?? "" });
+    expect(p3.trajectories.map((t) => t.reward)).toEqual([0.1]);
+    expect(p3.next_cursor).toBeNull();
+
+    const other = await createEngine();
+    const wrong = await raw(`/e/${other.name}/trajectories?cursor=${p1.next_cursor}`, { token: other.tokens.viewer });
+    expect(wrong.status).toBe(400);
+    expect(wrong.json).toMatchObject({ error: "bad_cursor" });
+    expect((await raw(`/e/${e.name}/trajectories?cursor=garbage!!`, { token: e.tokens.viewer })).status).toBe(400);
+    for (const q of ["limit=0", "limit=201", "outcome=lost", "min_reward=abc", "global_step=1.5", "colour=blue"]) {
+      const r = await raw(`/e/${e.name}/trajectories?${q}`, { token: e.tokens.viewer });
+      expect(r.status, q).toBe(422);
+    }
+  });
+
+  it("exports every trajectory as JSON lines, streamed past its page size, and refuses a foreign cursor", async () => {
+    const e = await createEngine();
+    // 450 ended claims: more than two export pages. Written as the engine's outbox writes them.
+    await env.DB.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 450)
+       INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, run, reward, is_success, workflow_output, ended_at)
+       SELECT ?, 'ep-' || i, 1, 'c', 'task-' || (i % 3), 'train', i / 100, 1, i / 450.0, 1, '{"reward":0}', 1000 + i FROM n`,
+    )
+      .bind(e.name)
+      .run();
+    const c: Claim = { episode: "ep-450", fence: 1, client: "c" };
+    await post(e, batchOf(threeTurns(c)));
+    const v = ledgerOf(e, "viewer");
+    const seen: string[] = [];
+    let withCalls = 0;
+    for await (const t of v.export()) {
+      seen.push(t.episode_uuid);
+      if (t.calls.length > 0) {
+        withCalls++;
+        expect(t.training?.tokens).toEqual([1, 2, 3, 4, 10, 11, 20, 21, 30, 31, 32, 40]);
+      }
+    }
+    expect(seen).toHaveLength(450);
+    expect(new Set(seen).size).toBe(450);
+    expect(seen[0]).toBe("ep-450");
+    expect(withCalls).toBe(1);
+    let filtered = 0;
+    for await (const t of v.export({ task_id: "task-0", global_step: 2 })) {
+      expect(t).toMatchObject({ task_id: "task-0", global_step: 2 });
+      filtered++;
+    }
+    expect(filtered).toBe(33);
+
+    const other = await createEngine();
+    const page = await v.list({ limit: 1 });
+    const foreign = await raw(`/e/${other.name}/trajectories/export?cursor=${page.next_cursor}`, { token: other.tokens.viewer });
+    expect(foreign.status).toBe(400);
+    expect((await raw(`/e/${e.name}/trajectories/export?format=csv`, { token: e.tokens.viewer })).status).toBe(422);
+  });
+
+  it("answers 404 for a trajectory it does not have", async () => {
+    const e = await createEngine();
+    const v = ledgerOf(e, "viewer");
+    await expect(v.trajectory("nobody")).rejects.toMatchObject({ status: 404, code: "unknown_trajectory" });
+    for (const fence of ["01", "-1", "x", "1e0"]) {
+      expect((await raw(`/e/${e.name}/trajectories/ep/${fence}`, { token: e.tokens.viewer })).status, fence).toBe(404);
+    }
+  });
+
+  it("lets viewers, operators and trainers read, not clients; only the trainer records", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    for (const role of ["viewer", "operator", "trainer", "admin"] as const) expect((await ledgerOf(e, role).list()).trajectories).toEqual([]);
+    expect((await raw(`/e/${e.name}/trajectories`, { token: e.tokens.client })).status).toBe(403);
+    expect((await raw(`/e/${e.name}/trajectories/${c.episode}`, { token: e.tokens.client })).status).toBe(403);
+    expect((await raw(`/e/${e.name}/trajectories/export`, { token: e.tokens.client })).status).toBe(403);
+    expect((await raw(`/e/${e.name}/trajectories`)).status).toBe(401);
+    const batch = batchOf([call(c, { body: { messages: [user] } })]);
+    expect((await post(e, batch, "client")).status).toBe(403);
+    expect((await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.operator, body: JSON.stringify(batch) })).status).toBe(403);
+    expect((await raw(`/e/no-such-engine/trajectories`, { token: e.tokens.viewer })).status).toBe(404);
+    // The token in the path works as for every engine route.
+    expect((await raw(`/e/${e.name}/t/${e.tokens.viewer}/trajectories`)).status).toBe(200);
+    expect(await countRows(e.name)).toBe(0);
+  });
+
+  it("refuses a malformed batch whole, and records nothing of it", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const good = call(c, { body: { messages: [user] } });
+    const bad: unknown[] = [
+      "not json",
+      {},
+      { batch_id: "short", calls: [good] },
+      { batch_id: "batch-0001", calls: [] },
+      { batch_id: "batch-0001", calls: [good, { ...good, fence: -1 }] },
+      { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, prompt_ids: "!!", completion_ids: "", completion_logprobs: "" } } }] },
+      { batch_id: "batch-0001", calls: [{ ...good, capture: "everything" }] },
+    ];
+    for (const b of bad) {
+      const r = await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: typeof b === "string" ? b : JSON.stringify(b) });
+      expect([400, 422], JSON.stringify(b).slice(0, 80)).toContain(r.status);
+    }
+    expect(await countRows(e.name)).toBe(0);
+  });
+
+  it("keeps capture and retention per engine: messages by default, set by the operator, given to each admitted call", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    expect(await ledgerOf(e, "client").config()).toEqual({ capture: "messages", retention_days: 30 });
+    expect(await ledgerOf(e, "operator").configure({ capture: "tokens", retention_days: 7 })).toEqual({ capture: "tokens", retention_days: 7 });
+    expect(await ledgerOf(e, "viewer").config()).toEqual({ capture: "tokens", retention_days: 7 });
+    for (const [role, body, status] of [
+      ["client", { capture: "off" }, 403],
+      ["trainer", { capture: "off" }, 403],
+      ["operator", { capture: "everything" }, 422],
+      ["operator", { retention_days: 0 }, 422],
+      ["operator", { retention_days: 1.5 }, 422],
+      ["operator", { capture: "off", colour: "blue" }, 422],
+    ] as const) {
+      expect((await raw(`/e/${e.name}/ledger/config`, { token: e.tokens[role], body: JSON.stringify(body) })).status, JSON.stringify(body)).toBe(status);
+    }
+    expect(await ledgerOf(e, "viewer").config()).toEqual({ capture: "tokens", retention_days: 7 });
+
+    await e.as("trainer").heartbeat({
+      agent_id: "a",
+      host: "h",
+      pid: 1,
+      version: "0",
+      trainer: { state: "running", pid: 2, started_at: null },
+      gateway_url: "http://gpu:1",
+    });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0, weight_version: 5 });
+    const c = await claimOne(e, "c9");
+    if (c.key === undefined) throw new Error("claimed");
+    const admitted = await e.stub.relayBegin(c.key);
+    expect(admitted.ok ? admitted.body : admitted).toMatchObject({ capture: "tokens", client_uuid: c.client, weight_version: 5 });
+  });
+});
