@@ -77,6 +77,8 @@ describe("rl_* tools through the MCP client", () => {
         "rl_start_training",
         "rl_stop_training",
         "rl_test_inference",
+        "rl_get_capture",
+        "rl_set_capture",
       ].sort(),
     );
     expect(tools.find((t) => t.name === "rl_select_environment")?.inputSchema).toMatchObject({ type: "object", properties: { name: { type: "string" } }, required: ["name"] });
@@ -141,7 +143,7 @@ describe("rl_* tools through the MCP client", () => {
   it("gives a viewer's agent the read-only tools, with the token in the URL path", async () => {
     const mcp = await connect(`${exchange.url}/e/${ENGINE}/t/${tokens["viewer"]}/mcp`);
     const { tools } = await mcp.listTools();
-    expect(tools.map((t) => t.name)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs"]);
+    expect(tools.map((t) => t.name)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_capture"]);
     expect(await call(mcp, "rl_stop_training", {})).toMatchObject({ isError: true, structuredContent: { error: "forbidden" } });
     expect(await call(mcp, "rl_get_results", { run_id: "run_nosuchrun" })).toMatchObject({ isError: true, structuredContent: { error: "unknown_run" } });
     await mcp.close();

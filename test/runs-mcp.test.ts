@@ -30,8 +30,8 @@ describe("MCP endpoint", () => {
 
   it("lists only the tools the token's role may call", async () => {
     const names = async (token: string) => ((await rpc(token, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string }[] }).tools.map((t) => t.name);
-    expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs"]);
-    expect(await names(e.tokens.operator)).toHaveLength(11);
+    expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_capture"]);
+    expect(await names(e.tokens.operator)).toHaveLength(13);
     const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { type: string; properties: Record<string, unknown>; required?: string[] } }[] };
     const edit = listed.tools.find((t) => t.name === "rl_edit_config")!;
     expect(edit.inputSchema).toMatchObject({ type: "object", required: ["field", "value"] });
@@ -51,6 +51,17 @@ describe("MCP endpoint", () => {
     const badArgs = (await call(e.tokens.operator, "rl_edit_config", { field: 3 })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
     expect(badArgs).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments", tool: "rl_edit_config" } });
     expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+  });
+
+  it("reads and sets the ledger's capture: the operator's tool, refused to a viewer, checked like the route", async () => {
+    type Result = { isError?: boolean; structuredContent: Record<string, unknown> };
+    const result = async (token: string, name: string, args: unknown) => (await call(token, name, args)).json?.["result"] as Result;
+    expect((await result(e.tokens.viewer, "rl_get_capture", {})).structuredContent).toMatchObject({ capture: "messages", retention_days: 30 });
+    expect(await result(e.tokens.viewer, "rl_set_capture", { capture: "off" })).toMatchObject({ isError: true, structuredContent: { error: "forbidden" } });
+    expect(await result(e.tokens.operator, "rl_set_capture", { capture: "everything" })).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments" } });
+    const set = await result(e.tokens.operator, "rl_set_capture", { capture: "tokens", retention_days: 14 });
+    expect(set.structuredContent).toMatchObject({ capture: "tokens", retention_days: 14, next_steps: ["rl_get_capture() to confirm"] });
+    expect((await raw(`/e/${e.name}/ledger/config`, { token: e.tokens.viewer })).json).toEqual({ capture: "tokens", retention_days: 14 });
   });
 
   it("says why the environment list is empty, with next steps that can work", async () => {

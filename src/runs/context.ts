@@ -15,6 +15,7 @@ import type { AgentStatus } from "../protocol/agent";
 import type { ScanRecord } from "../engine/command-outcomes";
 import type { Db } from "./config-store";
 import { runsClock } from "./clock";
+import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { refuse, type Refused } from "./reply";
 
 export type RunsCtx = {
@@ -27,6 +28,8 @@ export type RunsCtx = {
   catalogState(): Promise<{ ok: true; agent: AgentStatus; scan: ScanRecord | null; now: number } | Refused>;
   /** Tells the engine the agent reported a catalog. */
   catalogReported(): Promise<void>;
+  /** The engine's trajectory-ledger settings, read or changed (checked for this caller by the engine). */
+  ledgerConfig(patch: UpdateLedgerConfigRequest | null): Promise<{ ok: true; body: LedgerConfig } | Refused>;
   now(): number;
 };
 
@@ -60,6 +63,10 @@ export async function authorize(env: Env, who: Credentials, op: EngineOp): Promi
     },
     catalogReported: async () => {
       await who.stub.catalogReported(who.caller);
+    },
+    ledgerConfig: async (patch) => {
+      const r = patch === null ? await who.stub.ledgerConfig(who.caller) : await who.stub.configureLedger(who.caller, patch);
+      return r.ok ? { ok: true, body: r.body } : refuse(r.status, r.error, r.detail);
     },
   };
 }

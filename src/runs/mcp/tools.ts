@@ -11,6 +11,7 @@ import type { RunsCtx } from "../context";
 import * as inference from "../inference-ops";
 import { refuse, type RunsReply } from "../reply";
 import * as runs from "../run-ops";
+import { UpdateLedgerConfigRequest } from "../../protocol/ledger";
 
 export type Tool = {
   name: string;
@@ -177,6 +178,24 @@ export const TOOLS: readonly Tool[] = [
       if (a.models === undefined) return refuse(422, "invalid_request", "Give models (at least one {model, base_url, api_key_env}) to start a test, or test_id to read one.");
       return inference.startInferenceTest(ctx, StartInferenceTestRequest.parse({ ...a, test_id: undefined }));
     },
+  ),
+  tool(
+    "rl_get_capture",
+    "What the exchange records of each LLM call",
+    "get_ledger_config",
+    z.object({}),
+    "The engine's trajectory-ledger settings: capture (off, messages, or tokens: also token ids and logprobs from a vLLM or SGLang upstream, for training on exact tokens) and retention_days. Every relayed LLM call of a claimed episode is recorded accordingly; trajectories are read at GET <engine>/trajectories.",
+    ["rl_set_capture(capture, retention_days) to change them (operator)"],
+    (ctx) => ctx.ledgerConfig(null),
+  ),
+  tool(
+    "rl_set_capture",
+    "Change what the exchange records of each LLM call",
+    "configure_ledger",
+    UpdateLedgerConfigRequest,
+    "Set the engine's capture mode (off, messages, tokens) and/or how many days recorded calls are kept (retention_days, 1 to 3650). Takes effect for calls admitted from now on.",
+    ["rl_get_capture() to confirm"],
+    (ctx, a) => ctx.ledgerConfig(a),
   ),
 ];
 
