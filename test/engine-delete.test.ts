@@ -14,12 +14,13 @@ import * as schema from "../src/db/schema";
 import type { EngineObject } from "../src/engine/engine-object";
 import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
 import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
+import { batchOf, callRecord, postCalls } from "./support/ledger";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
 /** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
 const ENGINE_TABLES = tables.filter((t) => "engine" in getTableColumns(t)).map(getTableName);
 const RUN_TABLES = tables.filter((t) => "runId" in getTableColumns(t)).map(getTableName);
-const HISTORY_TABLES: string[] = ["trajectories", "reward_history", "runs", "inference_tests"];
+const HISTORY_TABLES: string[] = ["trajectories", "llm_calls", "reward_history", "runs", "inference_tests"];
 
 async function count(sql: string, ...args: unknown[]): Promise<number> {
   return (await env.DB.prepare(sql).bind(...args).first<{ n: number }>())?.n ?? -1;
@@ -32,6 +33,9 @@ async function d1Rows(engine: string, runIds: string[]): Promise<Record<string, 
   for (const t of RUN_TABLES) out[t] = await count(`SELECT COUNT(*) AS n FROM ${t} WHERE run_id IN (SELECT value FROM json_each(?))`, JSON.stringify(runIds));
   return out;
 }
+
+/** The engine's call bodies in R2 (ledger/<engine>/...). */
+const ledgerObjects = async (engine: string): Promise<number> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/` })).objects.length;
 
 const nothing = (rows: Record<string, number>) => Object.fromEntries(Object.keys(rows).map((t) => [t, 0]));
 
@@ -61,7 +65,10 @@ async function populate(e: TestEngine): Promise<string> {
   const trainer = e.as("trainer");
   await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
   for (const [i, id] of [ep0!, ep1!].entries()) {
-    await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 600 });
+    const claimed = await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 600 });
+    // One LLM call of the claim in the ledger: a row in D1, its body in R2.
+    const recorded = await postCalls(e, batchOf([callRecord({ episode: id, fence: (await claimKeyFields(claimed.openai_api_key)).fence, client: `c${i}` }, { body: { messages: [{ role: "user", content: "hi" }] } })]));
+    expect(recorded.status).toBe(200);
     await client.endEpisode(endBody(`c${i}`, id, 0.5 + i));
   }
   await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
@@ -99,6 +106,7 @@ describe("deleting an engine", () => {
     expect(deleted.rows).toMatchObject({ engines: 1, tokens: 4, trajectories: 2, reward_history: 1, runs: 1, run_events: expect.any(Number) });
 
     expect(await d1Rows(e.name, [runId])).toEqual(nothing(before));
+    expect(await ledgerObjects(e.name)).toBe(0);
     expect(await objectState(e.stub)).toEqual({ rows: {}, alarm: null });
     for (const token of [e.tokens.viewer, e.tokens.trainer, ADMIN_TOKEN]) {
       const r = await raw(`/e/${e.name}/get_engine_status`, { token });
@@ -134,6 +142,8 @@ describe("deleting an engine", () => {
       else expect(kept[t], t).toBe(0);
     }
     expect(kept["trajectories"]).toBe(3);
+    // The calls' bodies stay where the re-filed rows point.
+    expect(await ledgerObjects(e.name)).toBe(2);
     // The run the agent can no longer report on is stopped, not left running forever.
     expect(await env.DB.prepare("SELECT status, detail FROM runs WHERE id = ?").bind(runId).first()).toEqual({ status: "stopped", detail: "the engine was deleted" });
 

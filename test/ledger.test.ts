@@ -6,8 +6,9 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
-import type { CallBatch, CallRecord } from "../src/protocol/ledger";
+import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/ledger/packed";
+import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
@@ -21,40 +22,6 @@ async function claimOne(e: TestEngine, client: string): Promise<Claim> {
   const k = await claimKeyFields(c.openai_api_key);
   return { episode: k.episode_uuid, fence: k.fence, client, key: k };
 }
-
-let seq = 0;
-function call(c: Claim, over: Partial<Omit<CallRecord, "body">> & { body: Partial<CallRecord["body"]> }): CallRecord {
-  // Near the engine's test clock (2099), so that no sweep of the ledger takes them.
-  const t = Date.UTC(2098, 11, 31) + 1000 * seq++;
-  const { body, ...rest } = over;
-  return {
-    call_id: `call-${seq}-${Math.random().toString(36).slice(2)}`,
-    capture: "tokens",
-    client_uuid: c.client,
-    task_id: "task-1",
-    weight_version: 3,
-    run: 1,
-    admitted_at: t,
-    episode_uuid: c.episode,
-    fence: c.fence,
-    endpoint: "/v1/chat/completions",
-    model: "policy",
-    stream: false,
-    started_at: t + 1,
-    first_byte_at: t + 5,
-    done_at: t + 9,
-    status: 200,
-    error: null,
-    finish_reason: "stop",
-    usage: { prompt_tokens: 4, completion_tokens: 2 },
-    truncated: false,
-    ...rest,
-    body: { params: { temperature: 1 }, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, ...body },
-  };
-}
-
-const batchOf = (calls: CallRecord[], id = `b${Math.random().toString(36).slice(2, 12)}`): CallBatch => ({ batch_id: id, calls });
-const post = (e: TestEngine, batch: unknown, role: "trainer" | "client" = "trainer") => raw(`/e/${e.name}/agent/calls`, { token: e.tokens[role], body: JSON.stringify(batch) });
 
 const sys = { role: "system", content: "You are a tool user." };
 const user = { role: "user", content: "What is 2+2? Use the calculator." };

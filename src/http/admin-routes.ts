@@ -161,7 +161,7 @@ adminRoutes.delete("/engines/:name", async (c) => {
   // Read back rather than taken from above: a concurrent delete may have marked it first.
   const since = (await db.select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, name)).limit(1))[0]?.since ?? Date.now();
   const archive = q.value.keep_history ? { name: archiveName(name, since), at: since } : null;
-  const result = await deleteEngineRows(c.env.DB, name, archive);
+  const result = await deleteEngineRows(c.env.DB, name, archive, c.env.LEDGER);
   const body: DeleteEngineResponse = { engine: name, done: result.done, history_kept_as: archive?.name ?? null, rows: result.rows };
   return c.json(body, result.done ? 200 : 202);
 });

@@ -88,10 +88,21 @@ export type RowsDeleted = { done: boolean; rows: Record<string, number> };
  * Deletes the engine's rows, chunk by chunk, for at most MAX_STATEMENTS statements; `archive`
  * keeps its history under that name instead. `done` once the engine's own row is gone.
  */
-export async function deleteEngineRows(db: D1Database, engine: string, archive: Archive | null): Promise<RowsDeleted> {
+export async function deleteEngineRows(db: D1Database, engine: string, archive: Archive | null, bodies: R2Bucket | null = null): Promise<RowsDeleted> {
   const steps = [...STATE, ...(archive === null ? DELETE_HISTORY : KEEP_HISTORY), ENGINE_ROW];
   const rows: Record<string, number> = {};
   let statements = 0;
+  if (archive === null && bodies !== null) {
+    // The ledger's call bodies go with their rows: the objects first, then the rows that name them.
+    for (;;) {
+      if ((statements += 3) > MAX_STATEMENTS) return { done: false, rows };
+      const keys = (await db.prepare("SELECT DISTINCT body_key AS k FROM llm_calls WHERE engine = ? LIMIT 100").bind(engine).all<{ k: string }>()).results.map((r) => r.k);
+      if (keys.length === 0) break;
+      await bodies.delete(keys);
+      const changed = (await db.prepare("DELETE FROM llm_calls WHERE engine = ? AND body_key IN (SELECT value FROM json_each(?))").bind(engine, JSON.stringify(keys)).run()).meta.changes;
+      rows["llm_calls"] = (rows["llm_calls"] ?? 0) + changed;
+    }
+  }
   for (const step of steps) {
     for (;;) {
       if (statements++ >= MAX_STATEMENTS) return { done: false, rows };
