@@ -269,6 +269,10 @@ describe("trajectory ledger", () => {
       }
     }
     expect(seen).toHaveLength(450);
+    // Announced up front, for a progress bar: what the filters pass, whatever page the cursor starts at.
+    const head = await workerFetch(`${ORIGIN}/e/${e.name}/trajectories/export?task_id=task-1`, { headers: { authorization: `Bearer ${e.tokens.viewer}` } });
+    expect(head.headers.get("x-trajectories-total")).toBe("150");
+    await head.body?.cancel();
     expect(new Set(seen).size).toBe(450);
     expect(seen[0]).toBe("ep-450");
     expect(withCalls).toBe(1);

@@ -4,25 +4,31 @@
  * isolate has 128 MB). Each page costs two D1 queries and one R2 read per object it touches.
  */
 import type { TrajectoryFilters } from "../protocol/ledger";
-import { loadTrajectories, summaryPage, type ReadRefusal } from "./read";
+import { countTrajectories, loadTrajectories, summaryPage, type ReadRefusal } from "./read";
 
 /** Trajectories per page: 1,000 D1 queries per invocation then bound an export at 100,000 of them. */
 export const EXPORT_PAGE = 200;
 
 const enc = new TextEncoder();
 
-/** Checks the first page before answering (a bad cursor is a 400, not a broken stream), then streams. */
+/** Header of the export's answer: how many trajectories pass its filters (all of them, whatever its cursor). */
+export const TOTAL_HEADER = "x-trajectories-total";
+
+/**
+ * Checks the first page before answering (a bad cursor is a 400, not a broken stream), then
+ * streams; `total` counts what the filters pass, for a progress bar.
+ */
 export async function exportTrajectories(
   db: D1Database,
   bucket: R2Bucket,
   engine: string,
   filters: TrajectoryFilters,
   cursor: string | undefined,
-): Promise<ReadableStream<Uint8Array> | ReadRefusal> {
-  const first = await summaryPage(db, engine, filters, cursor, EXPORT_PAGE);
+): Promise<{ stream: ReadableStream<Uint8Array>; total: number } | ReadRefusal> {
+  const [first, total] = await Promise.all([summaryPage(db, engine, filters, cursor, EXPORT_PAGE), countTrajectories(db, engine, filters)]);
   if ("ok" in first) return first;
   let page: typeof first | null = first;
-  return new ReadableStream<Uint8Array>(
+  const stream = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         if (page === null) {
@@ -45,4 +51,5 @@ export async function exportTrajectories(
     },
     { highWaterMark: 0 },
   );
+  return { stream, total };
 }

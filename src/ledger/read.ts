@@ -131,6 +131,13 @@ export async function summaryPage(db: D1Database, engine: string, filters: Traje
   return { rows: results, next: results.length === limit && last !== undefined ? encodeCursor({ engine, endedAt: last.ended_at, id: last.id }) : null };
 }
 
+/** How many trajectories pass the filters (the export says so up front, for a progress bar). */
+export async function countTrajectories(db: D1Database, engine: string, filters: TrajectoryFilters): Promise<number> {
+  const w = whereFilters(filters);
+  const row = await db.prepare(`SELECT COUNT(*) AS n FROM trajectories t WHERE t.engine = ?${w.sql}`).bind(engine, ...w.args).first<{ n: number }>();
+  return row?.n ?? 0;
+}
+
 export async function listTrajectories(db: D1Database, engine: string, filters: TrajectoryFilters, cursor: string | undefined, limit: number): Promise<TrajectoryListResponse | ReadRefusal> {
   const page = await summaryPage(db, engine, filters, cursor, limit);
   if ("ok" in page) return page;

@@ -14,7 +14,7 @@ import { errorResponse, jsonResponse, replyResponse } from "../http/errors";
 import { readJson, readQuery } from "../http/validate";
 import { CallBatch, TrajectoryExportQuery, TrajectoryListQuery } from "../protocol/ledger";
 import { recordCalls } from "./ingest";
-import { exportTrajectories } from "./export";
+import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
 
 const DEFAULT_PAGE = 50;
@@ -64,9 +64,12 @@ async function exportAll(c: Context): Promise<Response> {
   const q = readQuery(c, TrajectoryExportQuery);
   if (!q.ok) return q.response;
   const { cursor, format: _format, ...filters } = q.value;
-  const stream = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor);
-  if ("ok" in stream) return refusal(stream);
-  return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson; charset=utf-8", "cache-control": "no-store" } });
+  const exported = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor);
+  if ("ok" in exported) return refusal(exported);
+  return new Response(exported.stream, {
+    status: 200,
+    headers: { "content-type": "application/x-ndjson; charset=utf-8", "cache-control": "no-store", [TOTAL_HEADER]: String(exported.total) },
+  });
 }
 
 async function one(c: Context): Promise<Response> {

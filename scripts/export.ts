@@ -1,0 +1,97 @@
+/**
+ * `npm run export`: an engine's trajectories (the ledger's, docs/ledger.md) to a JSON-lines file,
+ * streamed: the file grows as the exchange sends, memory stays flat, and a progress bar on
+ * stderr counts trajectories against the total the exchange announces.
+ *
+ *   npm run export -- --out trajectories.jsonl [--engine E] [--url URL] [--token T]
+ *                     [--run N] [--global-step N] [--task-id T] [--outcome ended|aborted|reaped]
+ *                     [--min-reward X] [--max-reward X] [--since MS] [--until MS]
+ *
+ * Without --url, --engine and --token it reads what `npm start` left in .local/credentials.json
+ * (the viewer's token). Exits 1 on a refusal (with the exchange's reason) or a broken stream.
+ */
+import { createWriteStream } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { TrajectoryExportQuery } from "../src/protocol/ledger";
+import { readCredentials, engineBaseUrl } from "./local/credentials";
+import { REPO_ROOT } from "./local/exchange";
+
+const FILTERS = ["run", "global-step", "task-id", "outcome", "min-reward", "max-reward", "since", "until"] as const;
+const TOTAL_HEADER = "x-trajectories-total";
+const WIDTH = 30;
+
+function bar(done: number, total: number): string {
+  const f = total > 0 ? Math.min(1, done / total) : 1;
+  const n = Math.round(f * WIDTH);
+  return `[${"#".repeat(n)}${"-".repeat(WIDTH - n)}] ${(f * 100).toFixed(0).padStart(3)}%`;
+}
+
+function fail(why: string): never {
+  process.stderr.write(`export: ${why}\n`);
+  process.exit(1);
+}
+
+async function main(): Promise<void> {
+  const { values: a } = parseArgs({
+    options: {
+      out: { type: "string" },
+      engine: { type: "string" },
+      url: { type: "string" },
+      token: { type: "string" },
+      ...Object.fromEntries(FILTERS.map((f) => [f, { type: "string" as const }])),
+    },
+  });
+  const opts = a as Record<string, string | undefined>;
+  if (opts["out"] === undefined) fail("--out FILE is required");
+  const local = opts["url"] === undefined || opts["token"] === undefined ? await readCredentials(join(REPO_ROOT, ".local", "credentials.json")) : null;
+  const url = opts["url"] ?? local?.url ?? fail("no --url, and no .local/credentials.json from `npm start`");
+  const engine = opts["engine"] ?? local?.engine ?? fail("no --engine");
+  const token = opts["token"] ?? local?.tokens.viewer ?? fail("no --token");
+
+  const raw = Object.fromEntries(FILTERS.filter((f) => opts[f] !== undefined).map((f) => [f.replace(/-/g, "_"), opts[f] as string]));
+  const query = TrajectoryExportQuery.safeParse(raw);
+  if (!query.success) fail(query.error.issues.map((i) => `--${String(i.path[0]).replace(/_/g, "-")}: ${i.message}`).join("; "));
+  const qs = new URLSearchParams({ format: "jsonl", ...raw }).toString();
+
+  const res = await fetch(`${engineBaseUrl(url.replace(/\/+$/, ""), engine)}/trajectories/export?${qs}`, { headers: { authorization: `Bearer ${token}` } });
+  if (!res.ok || res.body === null) {
+    const text = await res.text();
+    let why = text.slice(0, 300);
+    try {
+      const j = JSON.parse(text) as { error?: string; detail?: string };
+      why = `${j.error ?? res.status}: ${j.detail ?? ""}`;
+    } catch {
+      // not JSON: the text says it
+    }
+    fail(`the exchange answered ${res.status}: ${why}`);
+  }
+  const total = Number(res.headers.get(TOTAL_HEADER) ?? "0");
+  const file = createWriteStream(opts["out"]);
+  const started = Date.now();
+  let lines = 0;
+  let bytes = 0;
+  let drawn = 0;
+  const tty = process.stderr.isTTY;
+  const draw = (final: boolean): void => {
+    const now = Date.now();
+    if (!final && now - drawn < 200) return;
+    drawn = now;
+    const secs = Math.max(0.001, (now - started) / 1000);
+    const line = `${bar(lines, total)} ${lines.toLocaleString("en")}/${total.toLocaleString("en")} trajectories, ${(bytes / 1e6).toFixed(1)} MB, ${(lines / secs).toFixed(0)}/s`;
+    if (tty) process.stderr.write(`\r${line}${final ? "\n" : ""}`);
+    else if (final) process.stderr.write(`${line}\n`);
+  };
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    for (const b of chunk) if (b === 10) lines++;
+    bytes += chunk.length;
+    if (!file.write(chunk)) await new Promise<void>((r) => file.once("drain", () => r()));
+    draw(false);
+  }
+  await new Promise<void>((resolve, reject) => file.end((e?: Error | null) => (e ? reject(e) : resolve())));
+  draw(true);
+  // Fewer than announced: some were deleted meanwhile (retention), which is not an error.
+  if (lines < total) process.stderr.write(`export: ${total - lines} of the ${total} trajectories announced were gone by the time the export reached them\n`);
+}
+
+main().catch((e: unknown) => fail(e instanceof Error ? e.message : String(e)));
