@@ -299,6 +299,11 @@ describe("bad rows change nothing", () => {
   });
 });
 
+type OpenApiOperation = {
+  responses: Record<string, unknown>;
+  requestBody: { content: Record<string, { schema: { properties: Record<string, unknown> } }> };
+};
+
 describe("sizes, in bytes and within what the stores hold", () => {
   const post = (e: TestEngine, steps: Row[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps }) });
 
@@ -316,10 +321,25 @@ describe("sizes, in bytes and within what the stores hold", () => {
   it("refuses a max_message_bytes above what one stored row may take, and takes the most it may", async () => {
     const e = await buffered(1);
     const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 3 * 1024 * 1024 }) });
-    expect(res.status).toBe(422);
-    expect(res.json).toMatchObject({ error: "invalid_request", detail: expect.stringMatching(/max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row/) });
+    expect(res.status).toBe(413);
+    expect(res.json).toEqual({ error: "payload_too_large", detail: expect.stringMatching(/^max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row\)$/) });
+    // Just over the ceiling too, and with the token in the URL, as the document lists the route.
+    const over = await raw(`/e/${e.name}/t/${e.tokens.operator}/buffer/config`, { body: JSON.stringify({ max_message_bytes: 1_900_001 }) });
+    expect(over.status).toBe(413);
+    expect(over.json).toMatchObject({ error: "payload_too_large", detail: expect.stringContaining("1,900,000 bytes") });
+    // Below its floor it is the wrong shape, not a size: 422.
+    expect((await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 10 }) })).status).toBe(422);
     expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(512 * 1024);
     expect((await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 })).max_message_bytes).toBe(1_900_000);
+  });
+
+  it("documents that refusal: /buffer/config lists 413, and max_message_bytes its ceiling", async () => {
+    const doc = (await raw("/openapi.json")).json as { paths: Record<string, Record<string, OpenApiOperation>> };
+    for (const path of ["/e/{engine}/buffer/config", "/e/{engine}/t/{token}/buffer/config"]) {
+      const op = doc.paths[path]?.["post"];
+      expect(op?.responses["413"]).toEqual({ $ref: "#/components/responses/Error413" });
+      expect(op?.requestBody.content["application/json"]?.schema.properties["max_message_bytes"]).toMatchObject({ minimum: 1024, maximum: MAX_STORED_BYTES });
+    }
   });
 
   it("reads a max_message_bytes stored above that ceiling as the ceiling", async () => {
