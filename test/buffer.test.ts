@@ -232,6 +232,50 @@ describe("rows and sessions once their group is decided", () => {
   });
 });
 
+describe("retention of decided groups", () => {
+  const rowsOf = (e: TestEngine) =>
+    runInDurableObject(e.stub, (_i, state) => {
+      const n = (sql: string) => state.storage.sql.exec<{ n: number }>(sql).one().n;
+      return {
+        decided: n("SELECT COUNT(*) AS n FROM buf_groups WHERE state IN ('delivered', 'dropped') AND pull_cursor IS NULL"),
+        kept: n("SELECT COUNT(*) AS n FROM buf_groups WHERE pull_cursor IS NOT NULL"),
+        sessions: n("SELECT COUNT(*) AS n FROM buf_sessions"),
+      };
+    });
+
+  it("deletes a decided group's row with its sessions, in batches of the alarm, and a row naming it later starts a new group", async () => {
+    const e = await buffered(1);
+    await e.as("operator").configureBuffer({ ttl_seconds: 5 });
+    // 501 groups delivered in one pull, one left open to be dropped by the TTL.
+    const many = Array.from({ length: 501 }, (_, i) => step(`s${i}`, `g${i}`, 0, 1, true));
+    await e.as("client").postSteps({ steps: [...many, step("open", "lost", 0, 0)] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toHaveLength(501);
+    await advance(e, 5_000);
+    // KEPT_PULLS more pulls: the first pull is no longer kept, and its groups' steps go.
+    for (let i = 0; i < 4; i++) {
+      await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+      await e.as("trainer").getRolloutData();
+    }
+    expect(await rowsOf(e)).toEqual({ decided: 502, kept: 4, sessions: 506 });
+    await advance(e, SESSION_MEMORY_MS - 1);
+    expect(await rowsOf(e)).toEqual({ decided: 502, kept: 4, sessions: 506 });
+    // One alarm forgets at most 500 groups, rows and sessions, then re-arms at once for the rest.
+    await advance(e, 1);
+    expect(await rowsOf(e)).toEqual({ decided: 2, kept: 4, sessions: 6 });
+    await advance(e, 0);
+    expect(await rowsOf(e)).toEqual({ decided: 0, kept: 4, sessions: 4 });
+    // A retry of a delivered group's row, this long after, is not known any more: like a
+    // session, a group id is free once its memory ended, and the row starts a new group,
+    // delivered on its own. A row for the dropped group starts a new pending one, not a late row.
+    expect(await e.as("client").postSteps({ steps: [step("s0", "g0", 0, 1, true)] })).toEqual({ success: true, accepted: 1, duplicates: 0, late: 0, groups_ready: ["g0"] });
+    expect(await e.as("client").postSteps({ steps: [step("open", "lost", 1, 0)] })).toMatchObject({ accepted: 1, late: 0 });
+    const again = await e.as("trainer").getRolloutData();
+    expect(again.data.meta_info.finished_groups).toEqual(["g0"]);
+    expect(again.data.data.map((i) => i.extra_info["session_id"])).toEqual(["s0"]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, delivered_groups: 506, dropped_groups: 1, late_rows_ignored: 0 });
+  });
+});
+
 describe("AgentJet trajectories join groups by task_id", () => {
   it("turns each ended train episode into a completed session of its task's group", async () => {
     const e = await buffered(2);
@@ -329,6 +373,11 @@ describe("bad rows change nothing", () => {
   });
 });
 
+type OpenApiOperation = {
+  responses: Record<string, unknown>;
+  requestBody: { content: Record<string, { schema: { properties: Record<string, unknown> } }> };
+};
+
 describe("sizes, in bytes and within what the stores hold", () => {
   const post = (e: TestEngine, steps: Row[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps }) });
 
@@ -346,10 +395,25 @@ describe("sizes, in bytes and within what the stores hold", () => {
   it("refuses a max_message_bytes above what one stored row may take, and takes the most it may", async () => {
     const e = await buffered(1);
     const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 3 * 1024 * 1024 }) });
-    expect(res.status).toBe(422);
-    expect(res.json).toMatchObject({ error: "invalid_request", detail: expect.stringMatching(/max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row/) });
+    expect(res.status).toBe(413);
+    expect(res.json).toEqual({ error: "payload_too_large", detail: expect.stringMatching(/^max_message_bytes: must be at most 1,900,000 bytes.*2,000,000 bytes per row\)$/) });
+    // Just over the ceiling too, and with the token in the URL, as the document lists the route.
+    const over = await raw(`/e/${e.name}/t/${e.tokens.operator}/buffer/config`, { body: JSON.stringify({ max_message_bytes: 1_900_001 }) });
+    expect(over.status).toBe(413);
+    expect(over.json).toMatchObject({ error: "payload_too_large", detail: expect.stringContaining("1,900,000 bytes") });
+    // Below its floor it is the wrong shape, not a size: 422.
+    expect((await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_message_bytes: 10 }) })).status).toBe(422);
     expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(512 * 1024);
     expect((await e.as("operator").configureBuffer({ max_message_bytes: 1_900_000 })).max_message_bytes).toBe(1_900_000);
+  });
+
+  it("documents that refusal: /buffer/config lists 413, and max_message_bytes its ceiling", async () => {
+    const doc = (await raw("/openapi.json")).json as { paths: Record<string, Record<string, OpenApiOperation>> };
+    for (const path of ["/e/{engine}/buffer/config", "/e/{engine}/t/{token}/buffer/config"]) {
+      const op = doc.paths[path]?.["post"];
+      expect(op?.responses["413"]).toEqual({ $ref: "#/components/responses/Error413" });
+      expect(op?.requestBody.content["application/json"]?.schema.properties["max_message_bytes"]).toMatchObject({ minimum: 1024, maximum: MAX_STORED_BYTES });
+    }
   });
 
   it("reads a max_message_bytes stored above that ceiling as the ceiling", async () => {

@@ -1,6 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
 import { BUFFER_DDL, ENGINE_DDL, ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
 
 describe("engine schema migrations", () => {
@@ -18,6 +19,8 @@ describe("engine schema migrations", () => {
       // A delivered group whose pull is kept: one session with its steps, one whose steps went (it never completed).
       sql.exec("INSERT INTO buf_groups (group_id, state, completed_sessions, last_row_at, pull_cursor) VALUES ('g', 'delivered', 1, 9, 1)");
       sql.exec("INSERT INTO buf_sessions (session_id, group_id, completed) VALUES ('done', 'g', 1), ('open', 'g', 0)");
+      // A delivered group whose pull went, a dropped one, and a pending one, none with steps left.
+      sql.exec("INSERT INTO buf_groups (group_id, state, last_row_at) VALUES ('old', 'delivered', 100), ('gone', 'dropped', 200), ('live', 'pending', 300)");
       for (const i of [0, 1, 2]) {
         sql.exec("INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at) VALUES (?, 'done', ?, 'g', '[]', '', 1, 0, ?, 0, '{}', 9)", `u${i}`, i, i === 2 ? 1 : 0);
       }
@@ -33,6 +36,7 @@ describe("engine schema migrations", () => {
         bufferColumns: [...names("buf_sessions"), ...names("buf_groups")],
         bufferIndexes: sql.exec<{ name: string }>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'buf_groups' AND sql IS NOT NULL ORDER BY name").toArray().map((r) => r.name),
         sessions: sql.exec("SELECT session_id, group_id, completed, max_step FROM buf_sessions ORDER BY session_id").toArray(),
+        groupsExpire: sql.exec("SELECT group_id, sessions_expire_at FROM buf_groups ORDER BY group_id").toArray(),
         rows: [
           sql.exec("SELECT episode_uuid, state, queue_seq, fence FROM episodes").toArray(),
           sql.exec("SELECT episode_uuid, fence, client_uuid FROM finished").toArray(),
@@ -55,6 +59,13 @@ describe("engine schema migrations", () => {
     expect(schema.sessions).toEqual([
       { session_id: "done", group_id: "g", completed: 1, max_step: 2 },
       { session_id: "open", group_id: "g", completed: 0, max_step: null },
+    ]);
+    // Migration 7: decided groups with no kept pull are forgotten, rows and all, 7 days after their last row.
+    expect(schema.groupsExpire).toEqual([
+      { group_id: "g", sessions_expire_at: null },
+      { group_id: "gone", sessions_expire_at: 200 + SESSION_MEMORY_MS },
+      { group_id: "live", sessions_expire_at: null },
+      { group_id: "old", sessions_expire_at: 100 + SESSION_MEMORY_MS },
     ]);
     expect(schema.rows).toEqual([
       [{ episode_uuid: "ep", state: "registered", queue_seq: 7, fence: 3 }],

@@ -3,7 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import type { Caller } from "../src/engine/caller";
-import { FLUSH_STATEMENTS, Outbox } from "../src/engine/outbox";
+import { FLUSH_STATEMENTS, Outbox, STATEMENT_CHARS } from "../src/engine/outbox";
 import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
 import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
@@ -101,6 +101,36 @@ describe("results reach D1 through the outbox", () => {
     expect(flushed).toEqual({ first: { written: 100, error: null, statements: 1 }, left: 1, second: { written: 1, error: null, statements: 1 }, after: 0 });
     expect((await trajectories(e.name)).length).toBe(101);
     expect(FLUSH_STATEMENTS).toBeLessThanOrEqual(500);
+  });
+
+  it("sends at most FLUSH_STATEMENTS statements in one alarm's flush, and the next alarm sends the rest", { timeout: 180_000 }, async () => {
+    const e = await createEngine();
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "flush-cap" });
+    // Buffer rows whose outbox records are each over half a statement's text: no two share a
+    // statement, so each row is one D1 statement. Ten more rows than one flush may send.
+    const rows = FLUSH_STATEMENTS + 10;
+    const text = "x".repeat(STATEMENT_CHARS / 2);
+    const row = (i: number) => ({ session_id: `s${i}`, group_id: `g${i}`, step_index: 0, messages: [{ role: "user" as const, content: text }], response: `r${i}`, reward: 1 });
+    // 14 rows of 256 KiB to a request, under its 4 MiB.
+    for (let i = 0; i < rows; i += 14) {
+      const steps = Array.from({ length: Math.min(14, rows - i) }, (_, j) => row(i + j));
+      expect(await e.as("client").postSteps({ steps })).toMatchObject({ accepted: steps.length });
+    }
+    const pending = await runInDurableObject(e.stub, (_i, state) =>
+      state.storage.sql.exec<{ n: number; shortest: number }>("SELECT COUNT(*) AS n, MIN(LENGTH(payload)) AS shortest FROM outbox").one(),
+    );
+    expect(pending.n).toBe(rows);
+    expect(pending.shortest).toBeGreaterThan(STATEMENT_CHARS / 2);
+    const inD1 = async () => (await env.DB.prepare("SELECT COUNT(*) AS n FROM buffer_steps WHERE engine = ?").bind(e.name).first<{ n: number }>())?.n;
+    // The alarm that flushes them: five batches of 100 rows, 500 statements, then it stops.
+    await advance(e, 1_000);
+    expect(await inD1()).toBe(FLUSH_STATEMENTS);
+    expect(await engineStats(e)).toMatchObject({ outbox: 10 });
+    // The rows left are due: the alarm is set for now, and its next run writes them.
+    expect(await runInDurableObject(e.stub, (_i, state) => state.storage.getAlarm())).toBeLessThanOrEqual(e.clock.t);
+    await advance(e, 0);
+    expect(await inD1()).toBe(rows);
+    expect(await engineStats(e)).toMatchObject({ outbox: 0 });
   });
 
   it("a row D1 refuses waits alone: the results written beside it reach D1 at once", async () => {

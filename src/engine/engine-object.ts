@@ -499,7 +499,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.tx(() => {
       this.episodes.reapExpired(now);
       this.buffer.dropExpired(now);
-      this.buffer.forgetSessions(now);
+      this.buffer.forgetDecided(now);
     });
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);

@@ -149,7 +149,7 @@ export class Outbox {
  * MAX_STORED_BYTES: what a client sizes is refused before it is written if it would be. (A
  * row D1 still refuses waits alone: see write.)
  */
-const STATEMENT_CHARS = 512 * 1024;
+export const STATEMENT_CHARS = 512 * 1024;
 
 const insertSql = new Map<keyof Tables, string>();
 

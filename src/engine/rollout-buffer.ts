@@ -27,8 +27,9 @@ const DROP_BATCH = 500;
  * delivered and its pull no longer kept): while it is, the session joins no other group and
  * its rows sent again count as duplicates, not late. Far beyond any retry window (a client
  * retries a batch for minutes), and a bound on the memory: the sessions of groups whose steps
- * went in the last 7 days, besides those of live groups. The alarm forgets the sessions of at
- * most FORGET_BATCH groups per run, then re-arms at once.
+ * went in the last 7 days, besides those of live groups. The group's own row goes with its
+ * sessions: after that its id is free, like its session ids, and a row naming it starts a new
+ * group. The alarm forgets at most FORGET_BATCH groups per run, then re-arms at once.
  */
 export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
 const FORGET_BATCH = 500;
@@ -381,8 +382,11 @@ export class RolloutBuffer {
     return expired.length;
   }
 
-  /** Forgets the sessions of groups whose memory ran out (SESSION_MEMORY_MS). Returns how many groups' sessions went. */
-  forgetSessions(now: number): number {
+  /**
+   * Forgets the groups whose memory ran out (SESSION_MEMORY_MS): their sessions and their own
+   * rows, whose steps went before. Only decided groups have a deadline. Returns how many went.
+   */
+  forgetDecided(now: number): number {
     const due = this.sql
       .exec<{ group_id: string }>(
         "SELECT group_id FROM buf_groups WHERE sessions_expire_at IS NOT NULL AND sessions_expire_at <= ? ORDER BY sessions_expire_at LIMIT ?",
@@ -392,7 +396,7 @@ export class RolloutBuffer {
       .toArray();
     for (const g of due) {
       this.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", g.group_id);
-      this.sql.exec("UPDATE buf_groups SET sessions_expire_at = NULL WHERE group_id = ?", g.group_id);
+      this.sql.exec("DELETE FROM buf_groups WHERE group_id = ? AND state IN ('delivered', 'dropped')", g.group_id);
     }
     return due.length;
   }

@@ -214,6 +214,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
      SELECT 1, COALESCE((SELECT CAST(MIN(timestamp) * 1000 AS INTEGER) FROM reward_history), (SELECT MIN(ended_at) FROM finished), 0), 'earlier'
      WHERE EXISTS (SELECT 1 FROM kv WHERE k = 'meta' AND json_extract(v, '$.name') IS NOT NULL);
    UPDATE kv SET v = json_set(v, '$.run', 1) WHERE k = 'meta' AND EXISTS (SELECT 1 FROM history_runs);`,
+  // 7: a decided group's row goes with its sessions (SESSION_MEMORY_MS, 7 days, after its steps
+  // went). Decided groups with neither a kept pull nor a deadline (their sessions forgotten
+  // before rows went with them, or decided before migration 5) get one, 7 days after their last
+  // row, so the alarm removes them in its batches rather than this migration at once.
+  `UPDATE buf_groups SET sessions_expire_at = last_row_at + 604800000
+     WHERE state IN ('delivered', 'dropped') AND pull_cursor IS NULL AND sessions_expire_at IS NULL;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -40,6 +40,7 @@ import {
   TrainerExitRequest,
 } from "../protocol/agent";
 
+import { formatBytes, MAX_STORED_BYTES } from "../protocol/limits";
 import { GatewaySecretResponse } from "../protocol/relay";
 import { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { BeginRunRequest, BeginRunResponse, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
@@ -207,7 +208,7 @@ export const ENGINE_API: RouteSpec[] = [
   post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
     s.startRollout(who, b),
   ),
-  post("/buffer/config", "configure_buffer", "Change the buffer's group size, TTL, staleness limit and policy, or row size limit.", UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
+  post("/buffer/config", "configure_buffer", `Change the buffer's group size, TTL, staleness limit and policy, or row size limit. A row size limit above what the stores hold (${formatBytes(MAX_STORED_BYTES)}) is refused 413, naming that limit.`, UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
     s.configureBuffer(who, b),
   ),
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),

@@ -4,7 +4,7 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
-import { formatBytes, idText, MAX_STORED_BYTES, STORES_HOLD } from "./limits";
+import { idText, storableByteLimit } from "./limits";
 import { Reward } from "./swarm";
 
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
@@ -102,11 +102,7 @@ export const BufferConfig = z.object({
    * may take: a row is also refused when, with its extra fields, it would not fit the engine's
    * records as they hold it (escaped inside their JSON).
    */
-  max_message_bytes: z
-    .number()
-    .int()
-    .min(1024)
-    .max(MAX_STORED_BYTES, `must be at most ${formatBytes(MAX_STORED_BYTES)}, the most one stored value may take (${STORES_HOLD})`),
+  max_message_bytes: storableByteLimit(1024),
 });
 export type BufferConfig = z.infer<typeof BufferConfig>;
 

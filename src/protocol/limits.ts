@@ -95,6 +95,24 @@ export const TOO_LARGE = { too_large: true } as const;
 
 export const isTooLargeIssue = (issue: z.core.$ZodIssue): boolean => issue.code === "custom" && issue.params?.["too_large"] === true;
 
+/**
+ * A size limit a caller configures, in bytes: at least `min`, and at most MAX_STORED_BYTES, the
+ * most one stored value may take. A value above that is a limit the stores cannot hold: refused
+ * 413 like a value over its size, the detail naming the ceiling. The document still shows the
+ * ceiling as the schema's maximum.
+ */
+export function storableByteLimit(min: number) {
+  return z
+    .number()
+    .int()
+    .min(min)
+    .check((ctx) => {
+      if (ctx.value <= MAX_STORED_BYTES) return;
+      ctx.issues.push({ code: "custom", message: `must be at most ${formatBytes(MAX_STORED_BYTES)}, the most one stored value may take (${STORES_HOLD})`, input: ctx.value, params: TOO_LARGE });
+    })
+    .meta({ maximum: MAX_STORED_BYTES });
+}
+
 /** A string of at most `max` bytes of UTF-8: a size, as what it takes to send and to store. */
 export function textOfAtMost(max: number) {
   return z
