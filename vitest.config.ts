@@ -1,7 +1,7 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
-// Three projects, one `npm test`: the Worker's tests run inside workerd against real D1 and real
+// Four projects, one `npm test`: the Worker's tests run inside workerd against real D1 and real
 // Durable Objects; the local-agent's tests run in Node (real child processes, real ZeroMQ); the
 // dashboard's and API reference's tests drive a real headless Chromium against the local Worker.
 export default defineConfig(async () => {
@@ -29,6 +29,8 @@ export default defineConfig(async () => {
           test: {
             name: "worker",
             include: ["test/**/*.test.ts"],
+            // Tests that drive hundreds of requests through workerd take seconds on a loaded 2-core machine.
+            testTimeout: 30_000,
             setupFiles: ["./test/support/apply-migrations.ts"],
           },
         },
