@@ -6,8 +6,9 @@
  * pick the right tool for a question (see tasks.ts) until the reward climbs from chance (0.25).
  *
  *   --mode agentjet   (default) the trainer speaks AgentJet's protocol through the agent's
- *                     facade and gets results over ZeroMQ; clients claim episodes and call the
- *                     policy through the exchange's relay with their per-claim keys
+ *                     facade, with a runner per episode that gets the episode's LLM calls and
+ *                     its result over ZeroMQ; clients claim episodes and call the policy through
+ *                     the exchange's relay with their per-claim keys
  *   --mode buffer     rollout workers post GRPO groups to the rollout buffer (/steps) and the
  *                     trainer pulls them with get_rollout_data
  *   --steps N (20)  --clients N (8)  --seed S (1)  --port P (0: a free one)
@@ -115,7 +116,9 @@ async function main(): Promise<void> {
     say(`[demo] policy server (a table of logits over ${TOOLS.length} tools) on ${policyUrl}`);
     say(`[demo] dashboard: ${exchange.url}/dashboard?engine=${ENGINE}&token=${encodeURIComponent(tokens.viewer)}`);
 
-    const onStep = (r: StepResult) => say(`[demo] step ${String(r.step).padStart(3)}/${steps}  mean reward ${r.meanReward.toFixed(2)} ${rewardBar(r.meanReward)}  (${r.episodes} rollouts, ${r.seconds.toFixed(1)} s)`);
+    const relayed = (r: StepResult) => (r.relayedCalls === undefined ? "" : `, ${r.relayedCalls} LLM calls relayed to the runners`);
+    const onStep = (r: StepResult) =>
+      say(`[demo] step ${String(r.step).padStart(3)}/${steps}  mean reward ${r.meanReward.toFixed(2)} ${rewardBar(r.meanReward)}  (${r.episodes} rollouts${relayed(r)}, ${r.seconds.toFixed(1)} s)`);
     const stats: ClientStats = { episodes: 0, llmCalls: 0, errors: 0 };
     let results: StepResult[];
     if (mode === "agentjet") {
@@ -132,8 +135,7 @@ async function main(): Promise<void> {
       say(`[demo] local-agent running: trainer facade on ${started.facade}`);
       const viewer = as("viewer");
       await until("the agent's gateway", async () => ((await viewer.overview()).agent.gateway_url ? true : null));
-      const trainer = new AgentJetTrainer(started.facade, policy, policyUrl, EPISODES_PER_STEP);
-      await trainer.start();
+      const trainer = new AgentJetTrainer(started.facade, policy, policyUrl, EPISODES_PER_STEP, dir);
       const client = as("client");
       say(`[demo] training: ${steps} steps of ${EPISODES_PER_STEP} episodes, ${clients} rollout clients claiming through the exchange`);
       const loops = Array.from({ length: clients }, (_, i) => runAgentJetClient(i, client, seeded(seed * 1000 + i), () => stop, stats));
