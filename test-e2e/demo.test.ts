@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
+import { EngineClient } from "../src/client";
 
 const DEMO = join(import.meta.dirname, "..", "scripts", "demo", "run.ts");
 const EPISODES_PER_STEP = 48;
@@ -38,20 +39,47 @@ function parseClosing(line: string): Closing {
   return closing;
 }
 
+/** The engine as the dashboard URL the demo prints names it, read with that URL's viewer token. */
+function viewerOf(stderr: string[]): EngineClient {
+  const line = stderr.find((l) => l.includes("/dashboard?engine=demo&token="));
+  expect(line, stderr.join("\n")).toBeDefined();
+  const url = new URL(/(http:\/\/\S+)/.exec(line!)![1]!);
+  return new EngineClient({ baseUrl: `${url.origin}/e/demo`, token: url.searchParams.get("token")! });
+}
+
 describe("npm run demo", () => {
-  it("learns in agentjet mode: past 0.9 within two minutes", { timeout: 240_000 }, async () => {
+  it("learns in agentjet mode: past 0.9 within two minutes, every LLM call relayed to its episode's runner", { timeout: 240_000 }, async () => {
     // The policy passes 0.9 by step 5 or so; at step 15 a step's mean of 48 is ~0.98.
     const steps = 15;
-    const run = startDemo(["--mode", "agentjet", "--steps", String(steps), "--seed", "7", "--json"]);
-    const { line, ms } = await run.closing;
-    expect(await run.exit, run.stderr.join("\n")).toBe(0);
-    const closing = parseClosing(line);
-    expect(ms, "wall time from start to the closing line").toBeLessThanOrEqual(120_000);
-    expect(run.stderr.join("\n")).toContain("/dashboard?engine=demo&token=");
-    expect(closing.steps).toBe(steps);
-    expect(closing.episodes).toBe(steps * EPISODES_PER_STEP);
-    expect(closing.first_mean_reward).toBeLessThan(0.5);
-    expect(closing.last_mean_reward).toBeGreaterThanOrEqual(0.9);
+    const run = startDemo(["--mode", "agentjet", "--steps", String(steps), "--seed", "7", "--json", "--hold"]);
+    try {
+      const { line, ms } = await run.closing;
+      const closing = parseClosing(line);
+      expect(ms, "wall time from start to the closing line").toBeLessThanOrEqual(120_000);
+      expect(closing.steps).toBe(steps);
+      expect(closing.episodes).toBe(steps * EPISODES_PER_STEP);
+      expect(closing.first_mean_reward).toBeLessThan(0.5);
+      expect(closing.last_mean_reward).toBeGreaterThanOrEqual(0.9);
+
+      // Each runner counts the calls that reached its LLM socket: the address is in the
+      // episode's sk-ajet- key, which only the agent's gateway is given, inside envelopes the
+      // Worker signs for a live claim's per-claim key. So every call came through the relay.
+      const perStep = run.stderr.flatMap((l) => {
+        const m = /\((\d+) rollouts, (\d+) LLM calls relayed to the runners/.exec(l);
+        return m ? [{ rollouts: Number(m[1]), relayed: Number(m[2]) }] : [];
+      });
+      expect(perStep).toHaveLength(steps);
+      expect(perStep.every((s) => s.relayed === s.rollouts)).toBe(true);
+      expect(perStep.reduce((a, s) => a + s.relayed, 0)).toBe(closing.episodes);
+
+      // The exchange's own count of the episodes ended at each step matches the runners' calls.
+      const { history } = await viewerOf(run.stderr).getRewardHistory();
+      expect(history.map((h) => h.count)).toEqual(perStep.map((s) => s.relayed));
+    } finally {
+      run.child.kill("SIGINT");
+    }
+    // Ctrl-C ends --hold, and the demo stops its agent, policy server and exchange.
+    expect(await run.exit).toBe(0);
   });
 
   it("learns in buffer mode, with --clients 3: the reward rises from chance", { timeout: 240_000 }, async () => {

@@ -102,9 +102,20 @@ async function main(): Promise<void> {
   const { mode, steps, clients, seed, port, hold, json } = settings();
   const dir = mkdtempSync(join(tmpdir(), "rollout-demo-"));
   const adminToken = randomBytes(18).toString("base64url");
+  let agent: ChildProcess | null = null;
+  let held = false;
+  // Ctrl-C ends the process at once (Miniflare's own handler would too, skipping the cleanup
+  // below): stop the agent and remove the demo's files first. After training under --hold,
+  // that is the way out and no failure.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      agent?.kill("SIGTERM");
+      rmSync(dir, { recursive: true, force: true });
+      process.exit(held ? 0 : 130);
+    });
+  }
   say(`[demo] starting the exchange (engine '${ENGINE}', state in memory)`);
   const exchange = await startLocalExchange({ port, persistDir: null, adminToken, claimKeySecret: randomBytes(18).toString("base64url") });
-  let agent: ChildProcess | null = null;
   const policy = new Policy(seeded(seed));
   const policyServer = new PolicyServer(policy);
   let stop = false;
@@ -169,7 +180,8 @@ async function main(): Promise<void> {
     if (json) console.log(JSON.stringify({ steps: curve.length, first_mean_reward: first, last_mean_reward: last, episodes: stats.episodes }));
     if (hold) {
       say(`[demo] the dashboard stays up at ${exchange.url}/dashboard?engine=${ENGINE}&token=${encodeURIComponent(tokens.viewer)}; Ctrl-C to stop`);
-      await new Promise<void>((resolve) => process.once("SIGINT", () => resolve()));
+      held = true;
+      await new Promise<never>(() => {});
     }
   } finally {
     stop = true;
