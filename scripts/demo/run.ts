@@ -10,7 +10,8 @@
  *                     its result over ZeroMQ; clients claim episodes and call the policy through
  *                     the exchange's relay with their per-claim keys
  *   --mode buffer     rollout workers post GRPO groups to the rollout buffer (/steps) and the
- *                     trainer pulls them with get_rollout_data
+ *                     trainer pulls them with get_rollout_data; no agent and no relay: the
+ *                     workers ask the policy directly, as slime's do (docs/buffer.md)
  *   --steps N (20)  --clients N (8)  --seed S (1)  --port P (0: a free one)
  *   --hold            keep serving the dashboard after training, until Ctrl-C
  *   --json            print one closing line {"steps", "first_mean_reward", "last_mean_reward", "episodes"}
