@@ -12,7 +12,8 @@ const positiveInt = (max: number) => z.coerce.number().int("must be a whole numb
 
 const httpUrl = z
   .string()
-  .url("must be a URL such as https://exchange.example.com")
+  // abort: zod runs the checks after a failed one too, and `new URL` throws on a non-URL.
+  .url({ message: "must be a URL such as https://exchange.example.com", abort: true })
   .refine((u) => /^https?:$/.test(new URL(u).protocol), "must start with http:// or https://")
   .transform((u) => u.replace(/\/+$/, ""));
 

@@ -1,9 +1,10 @@
 /**
- * The agent as the package a GPU host installs (README, "On the GPU host"). `npm run agent:pack`
- * builds and packs it; the tarball is installed globally into a temporary prefix outside the
- * repository by the README's command, with this machine's npm and with npm 12 (which runs a
- * dependency's install script only when allowed); the installed `rollout-agent`, run by the
- * machine's own Node rather than the project's pinned Node 22, answers --help and serves a
+ * The agent as the package a GPU host installs (README and docs/agent.md, "On the GPU host").
+ * `npm run agent:pack` builds and packs it; the tarball is installed globally into a temporary
+ * prefix outside the repository by the README's command, with this machine's npm and with
+ * npm 12 (which runs a dependency's install script only when allowed); the installed
+ * `rollout-agent`, run by the machine's own Node rather than the project's pinned Node 22,
+ * answers --help, accepts the config file docs/agent.md shows (--print-config) and serves a
  * session against a local exchange: heartbeats, an environment scan (its Python helper found
  * from the bundle) and one result delivered to a pyzmq runner.
  */
@@ -25,6 +26,16 @@ import { waitUntil } from "./support/wait";
 const NPM12_VERSION = "12.2.2";
 /** The README's install command ("On the GPU host"), less its tarball. */
 const README_INSTALL = ["install", "-g", "--allow-scripts=zeromq"];
+
+/** The config file docs/agent.md shows a GPU host: the JSON block of its "On the GPU host" section. */
+function documentedConfig(): Record<string, unknown> {
+  const doc = readFileSync(join(REPO_ROOT, "docs", "agent.md"), "utf8");
+  const section = doc.split(/^## /m).find((s) => s.startsWith("On the GPU host\n"));
+  expect(section, "docs/agent.md has a section 'On the GPU host'").toBeDefined();
+  const blocks = [...section!.matchAll(/^```json\n([\s\S]*?)^```$/gm)].map((m) => m[1]!);
+  expect(blocks).toHaveLength(1);
+  return JSON.parse(blocks[0]!) as Record<string, unknown>;
+}
 
 type PackageJson = { name: string; version: string; bin: Record<string, string>; engines: { node: string }; dependencies: Record<string, string> };
 const readJson = (file: string): PackageJson => JSON.parse(readFileSync(file, "utf8")) as PackageJson;
@@ -157,7 +168,7 @@ describe("the rollout-agent package", () => {
   });
 
   for (const npm of NPMS) {
-    it(`installs globally with ${npm.name} by the README's command and runs on this machine's Node: --help, then a session`, { timeout: 300_000 }, async () => {
+    it(`installs globally with ${npm.name} by the README's command and runs on this machine's Node: --help, the documented config file, then a session`, { timeout: 300_000 }, async () => {
       const prefix = join(work.path, npm.dir);
       const install = [...(await npm.argv()), ...README_INSTALL, "--prefix", prefix, tarball];
       const ran = await run(install, { cwd: work.path, env: hostEnv() });
@@ -172,6 +183,17 @@ describe("the rollout-agent package", () => {
       expect(help.code, described([bin, "--help"], help)).toBe(0);
       expect(help.stdout).toMatch(new RegExp(`^rollout-agent ${agentPkg.version.replace(/\./g, "\\.")}: the Rollout Exchange agent for a GPU host\\.`));
       expect((await run([bin, "--version"], { cwd: work.path, env })).stdout).toBe(`${agentPkg.version}\n`);
+
+      // The documented config file, as the documented unit passes it: accepted as written.
+      const file = join(work.path, `${npm.dir}-agent.json`);
+      const documented = documentedConfig();
+      writeFileSync(file, JSON.stringify(documented));
+      const fileOnly = Object.fromEntries(Object.entries(env).filter(([k]) => !k.startsWith("ROLLOUT_")));
+      const printed = await run([bin, "--config", file, "--print-config"], { cwd: work.path, env: fileOnly });
+      expect(printed.code, described([bin, "--config", file, "--print-config"], printed)).toBe(0);
+      // The trainer command comes back split like a shell splits it; the documented one has no quotes.
+      const { trainerCommand, ...rest } = documented;
+      expect(JSON.parse(printed.stdout)).toMatchObject({ ...rest, token: "***", trainerCommand: String(trainerCommand).split(" ") });
 
       await session(bin, env);
     });

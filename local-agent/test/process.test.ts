@@ -3,7 +3,7 @@
  * deliveries, SIGKILL between journaling an outcome and its ack, SIGKILL with a trainer running,
  * SIGTERM, and start-up failures.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -169,7 +169,7 @@ describe("the agent process", () => {
     expect(s.engine_status_detail).toMatch(/\[rollout-agent\] the agent was shut down: trainer pid \d+ stopped: exited with code 0 after SIGTERM$/);
   });
 
-  it("exits 2 with every problem listed for a bad config, and 1 when its facade port is taken", async () => {
+  it("exits 2 with every problem listed for a bad config (a non-URL server too), and 1 when its facade port is taken", async () => {
     const bad = agent({ ROLLOUT_SERVER: "", ROLLOUT_ENGINE: "", ROLLOUT_TRAINER_TOKEN: "" }, ["--engine", "Nope!", "--facade-port", "x"]);
     expect((await bad.waitForExit()).code).toBe(2);
     expect(bad.lines).toEqual(
@@ -180,6 +180,17 @@ describe("the agent process", () => {
         "Run with --help to see every setting.",
       ]),
     );
+
+    // A config file whose URL is no URL: a message and exit 2 (systemd's "don't restart"), not a crash.
+    const file = join(t.dir, "not-a-url.json");
+    writeFileSync(file, JSON.stringify({ server: "x", engine: "demo", token: "rx_trainer_x" }));
+    const notUrl = agent({ ROLLOUT_SERVER: "", ROLLOUT_ENGINE: "", ROLLOUT_TRAINER_TOKEN: "" }, ["--config", file]);
+    expect((await notUrl.waitForExit()).code).toBe(2);
+    expect(notUrl.lines).toEqual([
+      "rollout-agent: the configuration has a problem:",
+      `  - server from "server" in ${file}: must be a URL such as https://exchange.example.com (got "x")`,
+      "Run with --help to see every setting.",
+    ]);
 
     const taken = createServer();
     await new Promise<void>((r) => taken.listen(0, "127.0.0.1", r));

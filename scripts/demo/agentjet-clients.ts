@@ -39,7 +39,7 @@ export async function runAgentJetClient(id: number, engine: EngineClient, rng: R
       const answer = (await res.json()) as { choices?: { message?: { content?: unknown } }[] };
       const tool = String(answer.choices?.[0]?.message?.content ?? "");
       const r = reward(task, tool);
-      await engine.endEpisode({ ...end, workflow_output: { reward: r, is_success: r === 1, metadata: { task_id: task.id, tool, episode_uuid: claim.episode_uuid } } });
+      await engine.endEpisode({ ...end, workflow_output: { reward: r, is_success: r === 1, metadata: { task_id: task.id, tool } } });
       stats.episodes++;
     } catch (e) {
       // A refusal (a claim that ended under us as the step moved on) or a network error: say

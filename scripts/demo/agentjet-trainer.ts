@@ -1,41 +1,35 @@
 /**
- * The demo's trainer, speaking AgentJet's trainer protocol to the agent's facade, as an
- * unmodified AgentJet trainer does: each step it registers a batch of episodes whose results
- * come back over ZeroMQ (one REP socket, acking every message), takes a policy-gradient step
- * on them, and moves the engine through a weight sync to the next global step.
+ * The demo's trainer, speaking AgentJet's trainer protocol to the agent's facade as an
+ * unmodified AgentJet trainer does. Each step it registers a batch of episodes, each served by
+ * its own runner (agentjet-runner.ts: an LLM socket and a result socket of its own), takes a
+ * policy-gradient step on what the runners recorded, and moves the engine through a weight sync
+ * to the next global step.
  */
-import { Reply } from "zeromq";
-import { WorkflowOutput } from "../../src/protocol/swarm";
-import { TOOLS, type Tool } from "./tasks";
+import { TOOLS } from "./tasks";
 import type { Policy, Sample } from "./policy";
+import { EpisodeRunner, agentJetKey } from "./agentjet-runner";
 
-export type StepResult = { step: number; meanReward: number; episodes: number; seconds: number };
+export type StepResult = { step: number; meanReward: number; episodes: number; seconds: number; relayedCalls?: number };
 
 const STEP_STALL_MS = 60_000;
+/** AgentJet names the agent and the target of an episode's calls in its key. */
+const AGENT_NAME = "demo-agent";
+const TARGET_TAG = "policy";
 
 export class AgentJetTrainer {
-  private readonly sock = new Reply({ linger: 0 });
-  private address = "";
-  private waiting: ((s: Sample) => void) | null = null;
-  /** Results that arrived for episodes of the step in progress, by episode id. */
-  private received = new Map<string, Sample>();
-  private stepPrefix = "";
+  private runners: EpisodeRunner[] = [];
 
   constructor(
     private readonly facade: string,
     private readonly policy: Policy,
     private readonly policyUrl: string,
     private readonly episodesPerStep: number,
+    /** Where the runners bind their ipc sockets. */
+    private readonly socketDir: string,
   ) {}
 
-  async start(): Promise<void> {
-    await this.sock.bind("tcp://127.0.0.1:*");
-    this.address = this.sock.lastEndpoint as string;
-    void this.serve();
-  }
-
   close(): void {
-    if (!this.sock.closed) this.sock.close();
+    for (const r of this.runners) r.close();
   }
 
   async run(steps: number, onStep: (r: StepResult) => void): Promise<StepResult[]> {
@@ -43,11 +37,12 @@ export class AgentJetTrainer {
     for (let step = 1; step <= steps; step++) {
       const t0 = performance.now();
       await this.call("/update_engine_status", { engine_status: "ENGINE.ROLLING", global_step: step, weight_version: this.policy.version });
-      const samples = await this.rollout(step);
+      const { samples, relayedCalls } = await this.rollout(step);
       this.policy.learn(samples);
       // Leaving ROLLING ends the step's rolling phase, as a real trainer's weight sync does.
       await this.call("/update_engine_status", { engine_status: "ENGINE.WEIGHT_SYNCING" });
-      const r = { step, meanReward: samples.reduce((a, s) => a + s.reward, 0) / samples.length, episodes: samples.length, seconds: (performance.now() - t0) / 1000 };
+      const meanReward = samples.reduce((a, s) => a + s.reward, 0) / samples.length;
+      const r = { step, meanReward, episodes: samples.length, seconds: (performance.now() - t0) / 1000, relayedCalls };
       results.push(r);
       onStep(r);
     }
@@ -56,55 +51,51 @@ export class AgentJetTrainer {
     return results;
   }
 
-  private async rollout(step: number): Promise<Sample[]> {
-    this.stepPrefix = `s${step}-`;
-    this.received = new Map();
-    const ids = Array.from({ length: this.episodesPerStep }, (_, i) => `${this.stepPrefix}${i}`);
-    await Promise.all(
-      ids.map((episode_uuid) =>
-        this.call("/register_episode", { episode_uuid, openai_base_url: this.policyUrl, openai_api_key: "sk-demo-policy", zmq_listen_result_addr: this.address }),
-      ),
+  /**
+   * One step's episodes. A sample is what the episode's runner saw itself: the task of the
+   * prompt and the tool it answered on its LLM socket, and the reward of the result that came
+   * to its result socket. Nothing the client wrote in the result's metadata is trusted.
+   */
+  private async rollout(step: number): Promise<{ samples: Sample[]; relayedCalls: number }> {
+    this.runners = await Promise.all(
+      Array.from({ length: this.episodesPerStep }, (_, i) => EpisodeRunner.bind(`s${step}-e${i}`, this.socketDir, this.policyUrl)),
     );
-    while (this.received.size < ids.length) {
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`step ${step}: no result for ${STEP_STALL_MS / 1000} s (${this.received.size} of ${ids.length} in)`)), STEP_STALL_MS);
-        this.waiting = () => {
-          clearTimeout(timer);
-          resolve();
-        };
+    try {
+      await Promise.all(
+        this.runners.map((r) =>
+          this.call("/register_episode", {
+            episode_uuid: r.episode,
+            // AgentJet registers its interchange server here; the agent's gateway goes to the
+            // runner over ZeroMQ for an sk-ajet- key instead.
+            openai_base_url: this.policyUrl,
+            openai_api_key: agentJetKey({ agent_name: AGENT_NAME, target_tag: TARGET_TAG, episode_uuid: r.episode, episode_address: r.llmAddress }),
+            zmq_listen_result_addr: r.resultAddress,
+          }),
+        ),
+      );
+      let stalled: NodeJS.Timeout | undefined;
+      const stall = new Promise<never>((_, reject) => {
+        stalled = setTimeout(() => {
+          const done = this.runners.filter((r) => r.finished).length;
+          reject(new Error(`step ${step}: ${done} of ${this.runners.length} results in ${STEP_STALL_MS / 1000} s`));
+        }, STEP_STALL_MS);
       });
-    }
-    return [...this.received.values()];
-  }
-
-  private async serve(): Promise<void> {
-    try {
-      for await (const [msg] of this.sock) {
-        this.take(msg?.toString("utf8") ?? "");
-        await this.sock.send("ack");
+      try {
+        await Promise.race([Promise.all(this.runners.map((r) => r.result)), stall]);
+      } finally {
+        clearTimeout(stalled);
       }
-    } catch {
-      // closed
+      const samples: Sample[] = [];
+      for (const r of this.runners) {
+        const s = r.sample();
+        if (typeof s === "string") throw new Error(`episode ${r.episode}: ${s}`);
+        if (!TOOLS.includes(s.tool)) throw new Error(`episode ${r.episode}: the runner answered '${s.tool}', not a tool`);
+        samples.push(s);
+      }
+      return { samples, relayedCalls: this.runners.reduce((a, r) => a + r.llmCalls, 0) };
+    } finally {
+      this.close();
     }
-  }
-
-  /** A result of this step's episodes; runner control messages (resets) and repeats change nothing. */
-  private take(text: string): void {
-    let output: WorkflowOutput;
-    try {
-      output = WorkflowOutput.parse(JSON.parse(text));
-    } catch {
-      return;
-    }
-    const episode = output.metadata["episode_uuid"];
-    const taskId = output.metadata["task_id"];
-    const tool = output.metadata["tool"];
-    if (typeof episode !== "string" || !episode.startsWith(this.stepPrefix) || typeof taskId !== "string") return;
-    if (typeof output.reward !== "number" || !TOOLS.includes(tool as Tool)) return;
-    this.received.set(episode, { taskId, tool: tool as Tool, reward: output.reward });
-    const w = this.waiting;
-    this.waiting = null;
-    w?.(this.received.get(episode)!);
   }
 
   private async call(path: string, body: unknown): Promise<void> {

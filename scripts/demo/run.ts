@@ -6,10 +6,12 @@
  * pick the right tool for a question (see tasks.ts) until the reward climbs from chance (0.25).
  *
  *   --mode agentjet   (default) the trainer speaks AgentJet's protocol through the agent's
- *                     facade and gets results over ZeroMQ; clients claim episodes and call the
- *                     policy through the exchange's relay with their per-claim keys
+ *                     facade, with a runner per episode that gets the episode's LLM calls and
+ *                     its result over ZeroMQ; clients claim episodes and call the policy through
+ *                     the exchange's relay with their per-claim keys
  *   --mode buffer     rollout workers post GRPO groups to the rollout buffer (/steps) and the
- *                     trainer pulls them with get_rollout_data
+ *                     trainer pulls them with get_rollout_data; no agent and no relay: the
+ *                     workers ask the policy directly, as slime's do (docs/buffer.md)
  *   --steps N (20)  --clients N (8)  --seed S (1)  --port P (0: a free one)
  *   --hold            keep serving the dashboard after training, until Ctrl-C
  *   --json            print one closing line {"steps", "first_mean_reward", "last_mean_reward", "episodes"}
@@ -101,9 +103,20 @@ async function main(): Promise<void> {
   const { mode, steps, clients, seed, port, hold, json } = settings();
   const dir = mkdtempSync(join(tmpdir(), "rollout-demo-"));
   const adminToken = randomBytes(18).toString("base64url");
+  let agent: ChildProcess | null = null;
+  let held = false;
+  // Ctrl-C ends the process at once (Miniflare's own handler would too, skipping the cleanup
+  // below): stop the agent and remove the demo's files first. After training under --hold,
+  // that is the way out and no failure.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => {
+      agent?.kill("SIGTERM");
+      rmSync(dir, { recursive: true, force: true });
+      process.exit(held ? 0 : 130);
+    });
+  }
   say(`[demo] starting the exchange (engine '${ENGINE}', state in memory)`);
   const exchange = await startLocalExchange({ port, persistDir: null, adminToken, claimKeySecret: randomBytes(18).toString("base64url") });
-  let agent: ChildProcess | null = null;
   const policy = new Policy(seeded(seed));
   const policyServer = new PolicyServer(policy);
   let stop = false;
@@ -115,7 +128,9 @@ async function main(): Promise<void> {
     say(`[demo] policy server (a table of logits over ${TOOLS.length} tools) on ${policyUrl}`);
     say(`[demo] dashboard: ${exchange.url}/dashboard?engine=${ENGINE}&token=${encodeURIComponent(tokens.viewer)}`);
 
-    const onStep = (r: StepResult) => say(`[demo] step ${String(r.step).padStart(3)}/${steps}  mean reward ${r.meanReward.toFixed(2)} ${rewardBar(r.meanReward)}  (${r.episodes} rollouts, ${r.seconds.toFixed(1)} s)`);
+    const relayed = (r: StepResult) => (r.relayedCalls === undefined ? "" : `, ${r.relayedCalls} LLM calls relayed to the runners`);
+    const onStep = (r: StepResult) =>
+      say(`[demo] step ${String(r.step).padStart(3)}/${steps}  mean reward ${r.meanReward.toFixed(2)} ${rewardBar(r.meanReward)}  (${r.episodes} rollouts${relayed(r)}, ${r.seconds.toFixed(1)} s)`);
     const stats: ClientStats = { episodes: 0, llmCalls: 0, errors: 0 };
     let results: StepResult[];
     if (mode === "agentjet") {
@@ -132,8 +147,7 @@ async function main(): Promise<void> {
       say(`[demo] local-agent running: trainer facade on ${started.facade}`);
       const viewer = as("viewer");
       await until("the agent's gateway", async () => ((await viewer.overview()).agent.gateway_url ? true : null));
-      const trainer = new AgentJetTrainer(started.facade, policy, policyUrl, EPISODES_PER_STEP);
-      await trainer.start();
+      const trainer = new AgentJetTrainer(started.facade, policy, policyUrl, EPISODES_PER_STEP, dir);
       const client = as("client");
       say(`[demo] training: ${steps} steps of ${EPISODES_PER_STEP} episodes, ${clients} rollout clients claiming through the exchange`);
       const loops = Array.from({ length: clients }, (_, i) => runAgentJetClient(i, client, seeded(seed * 1000 + i), () => stop, stats));
@@ -167,7 +181,8 @@ async function main(): Promise<void> {
     if (json) console.log(JSON.stringify({ steps: curve.length, first_mean_reward: first, last_mean_reward: last, episodes: stats.episodes }));
     if (hold) {
       say(`[demo] the dashboard stays up at ${exchange.url}/dashboard?engine=${ENGINE}&token=${encodeURIComponent(tokens.viewer)}; Ctrl-C to stop`);
-      await new Promise<void>((resolve) => process.once("SIGINT", () => resolve()));
+      held = true;
+      await new Promise<never>(() => {});
     }
   } finally {
     stop = true;
