@@ -113,38 +113,42 @@ export class CallRecorder {
 }
 
 /**
- * The body within `cap` bytes of JSON: whole when it fits, else without messages and tokens, then
- * with the answer's text cut, then without tool calls, tools and sampling parameters.
+ * The body within `cap` bytes of JSON: whole when it fits, else without messages and tokens and
+ * with the answer's text cut, then also without tool calls, then without tools and sampling
+ * parameters. Sizes are taken piecewise: the whole body is serialized once.
  */
 export function fitBody(body: CallBody, cap: number): { body: CallBody; truncated: boolean; bytes: number } {
   const size = jsonBytes(body);
   if (size <= cap) return { body, truncated: false, bytes: size };
-  let b: CallBody = { ...body, prefix: null, messages: [], tokens: null };
-  const answer = b.answer;
-  const steps: Array<(b: CallBody) => CallBody> = [
-    (x) => x,
-    (x) => (answer === null ? x : { ...x, answer: { ...answer, content: cutToFit(x, answer, cap) } }),
-    (x) => (x.answer === null ? x : { ...x, answer: { role: x.answer["role"] ?? "assistant", content: x.answer["content"] ?? null } }),
-    (x) => {
-      const lean: CallBody = { ...x, params: typeof x.params["model"] === "string" ? { model: x.params["model"] } : {}, tools: null, tools_from_prefix: false };
-      return lean.answer === null ? lean : { ...lean, answer: { ...lean.answer, content: cutToFit(lean, lean.answer, cap) } };
-    },
-  ];
-  for (const step of steps) {
-    b = step(b);
-    const n = jsonBytes(b);
-    if (n <= cap) return { body: b, truncated: true, bytes: n };
+  const bare: CallBody = { ...body, prefix: null, messages: [], tokens: null };
+  const answer = bare.answer;
+  const shells: CallBody[] = [bare];
+  if (answer !== null) shells.push({ ...bare, answer: { role: answer["role"] ?? "assistant", content: answer["content"] ?? null } });
+  shells.push({ ...shells.at(-1)!, params: typeof bare.params["model"] === "string" ? { model: bare.params["model"] } : {}, tools: null, tools_from_prefix: false });
+  for (const shell of shells) {
+    if (shell.answer === null || typeof shell.answer["content"] !== "string") {
+      const n = jsonBytes(shell);
+      if (n <= cap) return { body: shell, truncated: true, bytes: n };
+      continue;
+    }
+    const text = shell.answer["content"];
+    const emptied = { ...shell, answer: { ...shell.answer, content: "" } };
+    const room = cap - jsonBytes(emptied);
+    if (room < 0) continue;
+    const cut = cutText(text, room);
+    return { body: { ...shell, answer: { ...shell.answer, content: cut.text } }, truncated: true, bytes: cap - room + cut.bytes };
   }
-  b = { ...b, answer: null };
-  return { body: b, truncated: true, bytes: jsonBytes(b) };
+  const last: CallBody = { ...shells.at(-1)!, answer: null };
+  return { body: last, truncated: true, bytes: jsonBytes(last) };
 }
 
-/** The answer's text cut so that `body` with it fits in `cap` bytes (escapes make it a search). */
-function cutToFit(body: CallBody, answer: Record<string, unknown>, cap: number): string {
-  const text = typeof answer["content"] === "string" ? answer["content"] : "";
-  const room = cap - jsonBytes({ ...body, answer: { ...answer, content: "" } });
-  if (room <= 0) return "";
+/** The longest start of `text` (found by shrinking) whose JSON string body takes at most `room` bytes. */
+function cutText(text: string, room: number): { text: string; bytes: number } {
   let n = Math.min(text.length, room);
-  while (n > 0 && Buffer.byteLength(JSON.stringify(text.slice(0, n))) - 2 > room) n = Math.floor(n * 0.9);
-  return text.slice(0, n);
+  for (;;) {
+    const t = text.slice(0, n);
+    const bytes = Buffer.byteLength(JSON.stringify(t)) - 2;
+    if (bytes <= room || n === 0) return { text: t, bytes };
+    n = Math.floor(n * Math.min(0.99, room / bytes));
+  }
 }

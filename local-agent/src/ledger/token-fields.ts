@@ -70,7 +70,8 @@ export class TokenCollector {
       }
       return;
     }
-    if (isIntArray(choice["token_ids"])) this.completion.push(...choice["token_ids"]);
+    // A loop, not push(...ids): a long completion would overflow the argument stack.
+    if (isIntArray(choice["token_ids"])) for (const id of choice["token_ids"]) this.completion.push(id);
     const lp = choice["logprobs"];
     if (!isObj(lp)) return;
     if (Array.isArray(lp["content"])) {
