@@ -93,7 +93,7 @@ export class CallShipper {
     this.flushing = true;
     this.wake.abort();
     const running = this.running;
-    if (running !== null) {
+    if (running !== null && deadlineMs > 0) {
       const timeUp = new AbortController();
       await Promise.race([running, this.o.clock.sleep(deadlineMs, timeUp.signal)]);
       timeUp.abort();
