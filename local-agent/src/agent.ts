@@ -216,9 +216,6 @@ export async function startAgent(
         logger.info("agent stopping");
         await facade.close();
         await gateway.close();
-        // Calls recorded just before the close are handed over on the next turn (gateway/server.ts).
-        await new Promise((r) => setImmediate(r));
-        await shipper.close(LEDGER_FLUSH_MS);
         if (opts.stopTrainer && trainer.status().pid !== null) {
           const out = await trainer.stop("the agent is shutting down");
           // The engine must not keep believing a trainer runs; a few seconds at most, the agent is exiting.
@@ -230,6 +227,9 @@ export async function startAgent(
         stopper.abort();
         trainer.close();
         await Promise.allSettled(loops);
+        // The gateway is closed: what it recorded (handed over a turn after each answer) is all queued.
+        await new Promise((r) => setImmediate(r));
+        await shipper.close(LEDGER_FLUSH_MS);
         await acker.drain();
         logger.info("agent stopped");
       })()),
