@@ -26,6 +26,11 @@ import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-co
 import { RolloutCommands } from "./rollout/rollout-commands";
 import { clearSessionsBase } from "./rollout/clear-sessions";
 import { RolloutWorkers } from "./rollout/workers";
+import { CallRecorder, DEFAULT_HISTORY_BYTES } from "./ledger/recorder";
+import { CallShipper } from "./ledger/shipper";
+
+/** On a clean stop, how long recorded calls may take to reach the exchange. */
+const LEDGER_FLUSH_MS = 5000;
 
 export type RunningAgent = {
   /** The trainer facade's base URL. */
@@ -81,6 +86,10 @@ export async function startAgent(
   const facadeUrl = await facade.listen();
   const facadePort = new URL(facadeUrl).port;
 
+  // The trajectory ledger: the gateway records the calls the Worker asks it to, the shipper sends them.
+  const shipper = new CallShipper({ post: (batch) => link.client.postCalls(batch), clock, logger, backoff, maxQueueBytes: config.ledgerQueueBytes });
+  const recorder = new CallRecorder({ historyBytes: config.ledgerHistoryBytes ?? DEFAULT_HISTORY_BYTES, sink: (record, bytes) => shipper.enqueue(record, bytes), logger });
+
   // The Worker relays claimed episodes' LLM calls here (signed); see gateway/server.ts.
   const secret = new FetchedSecret(async () => (await link.client.gatewaySecret()).secret, logger);
   const gateway = new Gateway({
@@ -92,6 +101,7 @@ export async function startAgent(
     models: config.gatewayModels,
     zmqReceiveTimeoutMs: config.zmqReceiveTimeoutSeconds * 1000,
     logger,
+    ledger: { recorder, tokenDialect: config.tokenDialect ?? "vllm" },
   });
   let gatewayLocalUrl: string;
   try {
@@ -217,6 +227,9 @@ export async function startAgent(
         stopper.abort();
         trainer.close();
         await Promise.allSettled(loops);
+        // The gateway is closed: what it recorded (handed over a turn after each answer) is all queued.
+        await new Promise((r) => setImmediate(r));
+        await shipper.close(LEDGER_FLUSH_MS);
         await acker.drain();
         logger.info("agent stopped");
       })()),

@@ -8,6 +8,7 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import { OPTIONS, OPTION_KEYS, type OptionKey } from "./options";
 import { TemplateError, checkPlaceholders, splitCommand } from "./command-template";
 import { parseRolloutCommand } from "./rollout/template";
+import type { TokenDialect } from "../../src/protocol/ledger";
 
 export type AgentConfig = {
   server: string;
@@ -44,6 +45,10 @@ export type AgentConfig = {
   upstreamSessionPath: boolean;
   gatewayModels: string[];
   zmqReceiveTimeoutSeconds: number;
+  /** The trajectory ledger (gateway recording); optional so older callers need not set them. */
+  tokenDialect?: TokenDialect;
+  ledgerHistoryBytes?: number;
+  ledgerQueueBytes?: number;
 };
 
 export type CliRequest =
@@ -200,6 +205,9 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     upstreamSessionPath: values.upstreamSessionPath as boolean,
     gatewayModels: [...(values.gatewayModels as string[])],
     zmqReceiveTimeoutSeconds: values.zmqReceiveTimeoutSeconds as number,
+    tokenDialect: values.tokenDialect as TokenDialect,
+    ledgerHistoryBytes: values.ledgerHistoryBytes as number,
+    ledgerQueueBytes: values.ledgerQueueBytes as number,
   };
   return { ok: true, request: { kind: mode, config } };
 }

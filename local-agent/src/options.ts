@@ -4,7 +4,9 @@
  * are all generated from this table, so they cannot drift apart.
  */
 import { z } from "zod";
-import { EngineName } from "../../src/protocol";
+import { EngineName, TokenDialect } from "../../src/protocol";
+import { DEFAULT_HISTORY_BYTES } from "./ledger/recorder";
+import { DEFAULT_QUEUE_BYTES } from "./ledger/shipper";
 
 const seconds = (min: number, max: number) => z.coerce.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
 const port = z.coerce.number().int("must be a whole number").min(0, "must be 0-65535").max(65535, "must be 0-65535");
@@ -288,6 +290,34 @@ export const OPTIONS = {
     describe:
       "How long the gateway waits for an AgentJet runner's answer before it resends the call on a fresh ZeroMQ socket (AgentJet's own server waits 60 s); " +
       "the relay's deadline bounds the whole call.",
+  },
+  tokenDialect: {
+    flag: "--token-dialect",
+    env: "ROLLOUT_TOKEN_DIALECT",
+    schema: TokenDialect,
+    arg: "vllm|sglang",
+    default: "vllm",
+    describe:
+      "How the gateway asks an HTTP inference upstream for token ids and logprobs when the engine captures tokens: vllm " +
+      "(return_token_ids, logprobs) or sglang (0.5.13 on: return_prompt_token_ids, return_meta_info, logprobs; streamed calls are asked whole).",
+  },
+  ledgerHistoryBytes: {
+    flag: "--ledger-history-bytes",
+    env: "ROLLOUT_LEDGER_HISTORY_BYTES",
+    schema: positiveInt(2 ** 40),
+    arg: "BYTES",
+    default: DEFAULT_HISTORY_BYTES,
+    describe:
+      "Memory for each live claim's last recorded call (its messages, answer and token ids, counted as their JSON), which the " +
+      "claim's next call is recorded as a delta of; least recently used claims go first, and their next call is recorded whole.",
+  },
+  ledgerQueueBytes: {
+    flag: "--ledger-queue-bytes",
+    env: "ROLLOUT_LEDGER_QUEUE_BYTES",
+    schema: positiveInt(2 ** 40),
+    arg: "BYTES",
+    default: DEFAULT_QUEUE_BYTES,
+    describe: "Recorded calls waiting to be sent to the exchange, at most; when the exchange falls behind, the oldest are dropped (with a warning).",
   },
   agentId: {
     flag: "--agent-id",

@@ -33,6 +33,16 @@ function errors(over: Partial<ConfigSources>): string[] {
 }
 
 describe("resolveConfig", () => {
+  it("takes the ledger's token dialect and memory bounds, and refuses an unknown dialect", () => {
+    expect(run({ argv: required })).toMatchObject({ tokenDialect: "vllm", ledgerHistoryBytes: 256 * 1024 * 1024, ledgerQueueBytes: 64 * 1024 * 1024 });
+    expect(run({ argv: [...required, "--token-dialect", "sglang"], env: { ROLLOUT_LEDGER_QUEUE_BYTES: "1000" } })).toMatchObject({ tokenDialect: "sglang", ledgerQueueBytes: 1000 });
+    const bad = errors({ argv: [...required, "--token-dialect=tgi", "--ledger-history-bytes", "0"] });
+    expect(bad).toHaveLength(2);
+    expect(bad[0]).toMatch(/^tokenDialect from --token-dialect: .*vllm.*sglang.* \(got "tgi"\)$/);
+    expect(bad[1]).toMatch(/^ledgerHistoryBytes from --ledger-history-bytes: must be at least 1/);
+    expect(helpText()).toContain("--token-dialect vllm|sglang");
+  });
+
   it("applies defaults and strips a trailing slash from the server", () => {
     const c = run({ argv: required });
     expect(c.server).toBe("https://rx.example.com");

@@ -40,6 +40,8 @@ import {
   BeginRunRequest,
   BeginRunResponse,
   HistoryRunsResponse,
+  CallBatchResponse,
+  type CallBatch,
 } from "../protocol";
 import { queryString, requestJson, type FetchLike } from "./http";
 
@@ -106,6 +108,8 @@ export class EngineClient {
   heartbeat = (req: In<typeof AgentHeartbeatRequest>) => this.post("/agent/heartbeat", HeartbeatResponse, req);
   gatewaySecret = () => this.get("/agent/gateway_secret", GatewaySecretResponse);
   trainerExit = (req: In<typeof TrainerExitRequest>) => this.post("/agent/trainer_exit", Success, req);
+  /** The gateway's recorded calls (the trajectory ledger); a resent batch (same batch_id) is recorded once. */
+  postCalls = (batch: CallBatch) => this.post("/agent/calls", CallBatchResponse, batch);
 
   batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);
   batchRegisterEpisodes = (req: In<typeof BatchRegisterEpisodeRequest>) => this.post("/batch/register_episode", BatchBoolResponse, req);

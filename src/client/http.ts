@@ -17,6 +17,8 @@ export class ExchangeError extends Error {
     readonly status: number,
     readonly code: string,
     readonly detail: string,
+    /** The answer's Retry-After in seconds (a 429 or 503 says when to come back), else null. */
+    readonly retryAfterSeconds: number | null = null,
   ) {
     super(`${status} ${code}: ${detail}`);
     this.name = "ExchangeError";
@@ -57,7 +59,17 @@ export async function requestJson<S extends z.ZodType>(
     const custom = init.refusal?.(res.status, json);
     if (custom) throw custom;
     const err = ErrorResponse.safeParse(json);
-    throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail) : new ExchangeError(res.status, "http_error", text.slice(0, 500));
+    const retryAfter = retryAfterSeconds(res.headers.get("retry-after"));
+    throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail, retryAfter) : new ExchangeError(res.status, "http_error", text.slice(0, 500), retryAfter);
   }
   return schema.parse(json);
+}
+
+/** Retry-After as seconds: a number of seconds or an HTTP date; null when absent or unreadable. */
+export function retryAfterSeconds(header: string | null): number | null {
+  if (header === null || header.trim() === "") return null;
+  const n = Number(header);
+  if (Number.isFinite(n)) return Math.max(0, n);
+  const at = Date.parse(header);
+  return Number.isNaN(at) ? null : Math.max(0, (at - Date.now()) / 1000);
 }

@@ -11,26 +11,13 @@
  * pipe 0.16 ms (BENCHMARKS.md, `bench:relay -- --drip 200`).
  */
 import { OpenAIError } from "../protocol/relay";
+import { completionToChunk } from "./completion-chunk";
 import { openaiErrorBody } from "./openai-errors";
 
 const enc = new TextEncoder();
 export const KEEP_ALIVE = ": keep-alive\n\n";
 
 const event = (data: unknown): Uint8Array => enc.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
-
-/** A chat.completion as one chat.completion.chunk (or a text_completion passed through). */
-export function completionToChunk(completion: Record<string, unknown>): Record<string, unknown> {
-  if (completion["object"] !== "chat.completion") return completion;
-  const choices = Array.isArray(completion["choices"]) ? (completion["choices"] as Record<string, unknown>[]) : [];
-  return {
-    id: completion["id"],
-    object: "chat.completion.chunk",
-    created: completion["created"],
-    model: completion["model"],
-    choices: choices.map((ch) => ({ index: ch["index"] ?? 0, delta: ch["message"] ?? {}, finish_reason: ch["finish_reason"] ?? "stop" })),
-    ...(completion["usage"] !== undefined ? { usage: completion["usage"] } : {}),
-  };
-}
 
 function errorFromUpstream(status: number, text: string): unknown {
   try {

@@ -16,6 +16,15 @@ export function sendError(res: ServerResponse, status: number, message: string, 
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body);
 }
 
+/** What a failed call's answer is recorded with (the ledger's CallTap), when the call is recorded. */
+export type FailureTap = { failed(status: number, code: string | null, message: string): void };
+
+/** sendError, noting the failure on the call's tap first. */
+export function sendFailure(res: ServerResponse, tap: FailureTap | null, status: number, message: string, code: string | null): void {
+  tap?.failed(status, code, message);
+  sendError(res, status, message, code);
+}
+
 export function sendJson(res: ServerResponse, status: number, text: string): void {
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
 }

@@ -7,7 +7,8 @@ import type { ServerResponse } from "node:http";
 import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError } from "../log";
-import { isOpenAIErrorText, sendError, sendJson } from "./errors";
+import type { CallTap } from "../ledger/call-tap";
+import { isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 
 export type UpstreamOptions = {
   /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
@@ -29,26 +30,31 @@ export function upstreamUrl(env: RelayEnvelope, o: UpstreamOptions): string | nu
 /** Why a call ended early: the deadline (504) or the client hanging up (nothing to answer). */
 export type CallSignals = { signal: AbortSignal; deadline: AbortSignal; deadlineSeconds: number };
 
-/** `requestText`: the request's JSON as the client sent it (envelopeRequestText), else null to serialize `env.request`. */
-export async function forwardHttp(env: RelayEnvelope, requestText: string | null, o: UpstreamOptions, s: CallSignals, res: ServerResponse): Promise<void> {
+/**
+ * `requestText`: the request's JSON as the client sent it (envelopeRequestText), else null to
+ * serialize `env.request`. `tap`: the ledger's watch on a call it records (which may rewrite the
+ * request and the answer, see ledger/call-tap.ts); null for a call it does not.
+ */
+export async function forwardHttp(env: RelayEnvelope, requestText: string | null, o: UpstreamOptions, s: CallSignals, res: ServerResponse, tap: CallTap | null = null): Promise<void> {
   const url = upstreamUrl(env, o);
+  const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
   if (url === null) {
-    sendError(res, 502, "no inference upstream: the episode registered no http(s) openai_base_url and the agent has no inferenceUpstream", "no_upstream");
+    fail( 502, "no inference upstream: the episode registered no http(s) openai_base_url and the agent has no inferenceUpstream", "no_upstream");
     return;
   }
   const headers: Record<string, string> = { [EPISODE_HEADER]: env.episode_uuid, accept: "application/json, text/event-stream" };
   if (env.trainer_api_key !== "") headers["authorization"] = `Bearer ${env.trainer_api_key}`;
   if (env.request !== null) headers["content-type"] = "application/json";
-  const timedOut = (): void => sendError(res, 504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
+  const timedOut = (): void => fail(504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
 
   let up: Dispatcher.ResponseData;
   try {
     // undici's request rather than fetch: the same client without the WHATWG Response and
     // stream layers, about 0.4 ms less per call here (the gateway is on every relayed call).
-    up = await request(url, { method: env.request === null ? "GET" : "POST", headers, body: env.request === null ? null : (requestText ?? JSON.stringify(env.request)), signal: s.signal });
+    up = await request(url, { method: env.request === null ? "GET" : "POST", headers, body: env.request === null ? null : tap !== null ? tap.upstreamBody() : (requestText ?? JSON.stringify(env.request)), signal: s.signal });
   } catch (e) {
     if (s.deadline.aborted) timedOut();
-    else if (!s.signal.aborted) sendError(res, 502, `the inference upstream ${new URL(url).origin} could not be reached: ${describeError(e)}`, "upstream_unreachable");
+    else if (!s.signal.aborted) fail(502, `the inference upstream ${new URL(url).origin} could not be reached: ${describeError(e)}`, "upstream_unreachable");
     return;
   }
 
@@ -59,21 +65,27 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     // No flushHeaders: the headers go out with the first bytes (until then the Worker keeps
     // its client's stream alive with its own keep-alives).
     res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
+    tap?.answering(200);
     const batch = writeBatch(res);
     try {
       for await (const chunk of up.body) {
+        const piece = tap === null ? (chunk as Buffer) : tap.chunk(chunk as Buffer);
+        if (piece.length === 0) continue;
         batch.open();
         // A slow reader holds the upstream back; a reader that hung up ends the copy (and,
         // through s.signal, the upstream request).
-        if (!res.write(chunk)) await drainedOrClosed(res);
+        if (!res.write(piece)) await drainedOrClosed(res);
         if (res.destroyed) return;
       }
+      const rest = tap?.endStream() ?? "";
+      if (rest !== "") res.write(rest);
       batch.flush();
       res.end();
     } catch (e) {
       batch.flush();
+      tap?.endStream();
       if (s.deadline.aborted) timedOut();
-      else if (!s.signal.aborted) sendError(res, 502, `the inference upstream broke off mid-stream: ${describeError(e)}`, "upstream_stream_broken");
+      else if (!s.signal.aborted) fail(502, `the inference upstream broke off mid-stream: ${describeError(e)}`, "upstream_stream_broken");
       else res.destroy();
     }
     return;
@@ -84,20 +96,26 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     text = await up.body.text();
   } catch (e) {
     if (s.deadline.aborted) timedOut();
-    else if (!s.signal.aborted) sendError(res, 502, `the inference upstream broke off its answer: ${describeError(e)}`, "upstream_broken");
+    else if (!s.signal.aborted) fail(502, `the inference upstream broke off its answer: ${describeError(e)}`, "upstream_broken");
     return;
   }
   if (!ok) {
     // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes through as it is.
-    if (isOpenAIErrorText(text)) sendJson(res, up.statusCode >= 400 ? up.statusCode : 502, text);
-    else sendError(res, up.statusCode >= 400 ? up.statusCode : 502, `the inference upstream answered ${up.statusCode}: ${text.slice(0, 300)}`, "upstream_error");
+    const status = up.statusCode >= 400 ? up.statusCode : 502;
+    if (isOpenAIErrorText(text)) {
+      tap?.upstreamFailed(status, text);
+      sendJson(res, status, text);
+    } else fail(status, `the inference upstream answered ${up.statusCode}: ${text.slice(0, 300)}`, "upstream_error");
     return;
   }
-  if (!isJsonObject(text)) {
-    sendError(res, 502, `the inference upstream answered something that is not a JSON object: ${text.slice(0, 200)}`, "upstream_garbage");
+  const answer = tap === null ? (isJsonObject(text) ? text : null) : tap.whole(text);
+  if (answer === null) {
+    fail(502, `the inference upstream answered something that is not a JSON object: ${text.slice(0, 200)}`, "upstream_garbage");
     return;
   }
-  sendJson(res, 200, text);
+  tap?.answering(200);
+  if (tap?.streamsItself) res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" }).end(answer);
+  else sendJson(res, 200, answer);
 }
 
 /**

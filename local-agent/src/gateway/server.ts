@@ -13,9 +13,12 @@ import { envelopeRequestText, GATEWAY_RELAY_PATH, RelayEnvelope, SIGNATURE_HEADE
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
-import { sendError, sendJson } from "./errors";
+import { sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
 import type { SecretSource } from "./secret";
+import type { TokenDialect } from "../../../src/protocol/ledger";
+import { CallTap } from "../ledger/call-tap";
+import type { CallRecorder } from "../ledger/recorder";
 
 export type GatewayOptions = UpstreamOptions & {
   host: string;
@@ -25,6 +28,8 @@ export type GatewayOptions = UpstreamOptions & {
   models: string[];
   zmqReceiveTimeoutMs: number;
   logger: Logger;
+  /** Records the calls the Worker asks to (the trajectory ledger); absent: none are. */
+  ledger?: { recorder: CallRecorder; tokenDialect: TokenDialect };
 };
 
 /** Envelopes carry a chat history; far larger ones are not from the Worker. */
@@ -104,26 +109,50 @@ export class Gateway {
     // The Worker hangs up when its client does (or at its own deadline): stop waiting upstream.
     res.on("close", () => gone.abort());
     const s: CallSignals = { signal: AbortSignal.any([deadline.signal, gone.signal]), deadline: deadline.signal, deadlineSeconds: env.deadline_seconds };
+    const ajet = isAgentJetKey(env.trainer_api_key);
+    const tap = this.tapFor(env, requestText, ajet, receivedAt);
     try {
-      if (isAgentJetKey(env.trainer_api_key)) await this.agentJet(env, receivedAt, s, res);
-      else await forwardHttp(env, requestText, this.o, s, res);
+      if (ajet) await this.agentJet(env, receivedAt, s, res, tap);
+      else await forwardHttp(env, requestText, this.o, s, res, tap);
     } finally {
       clearTimeout(timer);
+      if (tap !== null) this.record(tap, res);
     }
   }
 
-  private async agentJet(env: RelayEnvelope, receivedAt: number, s: CallSignals, res: ServerResponse): Promise<void> {
+  /** A tap when the Worker asks for the call to be recorded (and the gateway records), else null: the plain path. */
+  private tapFor(env: RelayEnvelope, requestText: string | null, ajet: boolean, receivedAt: number): CallTap | null {
+    const ledger = this.o.ledger;
+    if (ledger === undefined || env.call === undefined || env.call.capture === "off") return null;
+    if (env.request === null || env.endpoint === "/v1/models") return null;
+    // AgentJet runners answer what they answer: the ledger records the token fields they carry.
+    return new CallTap({ ...env, request: env.request }, env.call, requestText, ajet ? null : ledger.tokenDialect, Date.now, receivedAt);
+  }
+
+  /** After the answer: the recording must neither fail the call nor hold its last bytes back. */
+  private record(tap: CallTap, res: ServerResponse): void {
+    try {
+      const finished = tap.finish(!res.writableEnded);
+      const recorder = this.o.ledger?.recorder;
+      if (recorder !== undefined) setImmediate(() => recorder.record(finished));
+    } catch (e) {
+      this.o.logger.warn(`ledger: could not record call ${tap.call.call_id}: ${describeError(e)}`);
+    }
+  }
+
+  private async agentJet(env: RelayEnvelope, receivedAt: number, s: CallSignals, res: ServerResponse, tap: CallTap | null): Promise<void> {
+    const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
     if (env.endpoint === "/v1/models") {
       return sendJson(res, 200, JSON.stringify({ object: "list", data: this.o.models.map((id) => ({ id, object: "model", created: 0, owned_by: "agentjet" })) }));
     }
     if (env.endpoint !== "/v1/chat/completions" || env.request === null) {
-      return sendError(res, 404, `AgentJet trainers serve only /v1/chat/completions, not ${env.endpoint}`, "unsupported_endpoint");
+      return fail(404, `AgentJet trainers serve only /v1/chat/completions, not ${env.endpoint}`, "unsupported_endpoint");
     }
     const key = decodeAgentJetKey(env.trainer_api_key);
-    if (!key.ok) return sendError(res, 502, `${key.why}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
+    if (!key.ok) return fail(502, `${key.why}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
     if (key.key.episode_uuid !== env.episode_uuid) {
       // Sending it on would file the call under another episode's context tracker.
-      return sendError(res, 502, `the trainer's key names episode ${key.key.episode_uuid}, but the call is for ${env.episode_uuid}`, "bad_trainer_key");
+      return fail(502, `the trainer's key names episode ${key.key.episode_uuid}, but the call is for ${env.episode_uuid}`, "bad_trainer_key");
     }
     const answer = await askRunner(key.key.episode_address, runnerMessage(key.key, env.request), {
       deadlineAt: answerBy(env.deadline_seconds, receivedAt),
@@ -131,16 +160,18 @@ export class Gateway {
       signal: s.signal,
     });
     if (answer.kind === "aborted") {
-      if (s.deadline.aborted) sendError(res, 504, `the episode's runner did not answer within ${env.deadline_seconds} s`, "upstream_timeout");
+      if (s.deadline.aborted) fail(504, `the episode's runner did not answer within ${env.deadline_seconds} s`, "upstream_timeout");
       return;
     }
     if (answer.kind === "deadline") {
       const detail = `${answer.attempts} attempt${answer.attempts === 1 ? "" : "s"}${answer.lastError ? `; last error: ${answer.lastError}` : ""}`;
-      return sendError(res, 504, `the episode's runner at ${key.key.episode_address} did not answer within ${env.deadline_seconds} s (${detail})`, "upstream_timeout");
+      return fail(504, `the episode's runner at ${key.key.episode_address} did not answer within ${env.deadline_seconds} s (${detail})`, "upstream_timeout");
     }
     if (!isCompletionText(answer.text)) {
-      return sendError(res, 502, `the episode's runner answered something that is not a ChatCompletion: ${answer.text.slice(0, 200)}`, "upstream_garbage");
+      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${answer.text.slice(0, 200)}`, "upstream_garbage");
     }
+    tap?.whole(answer.text);
+    tap?.answering(200);
     sendJson(res, 200, answer.text);
   }
 }

@@ -6,8 +6,8 @@
  * "drip" streams `dripTokens` tokens `dripMs` apart (default 1 ms), each its own chunk, as a
  * model generating them does (the others write their whole stream at once).
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { bodyText, serveHttp } from "../support/http-server";
 
 export const SERVED_MODELS = ["tiny", "hang", "crash", "garbage", "drip"];
 
@@ -39,17 +39,8 @@ const chunk = (model: string, delta: Record<string, unknown>, finish: string | n
 
 export async function startModelServer(opts: { latencyMs?: number; host?: string; dripTokens?: number; dripMs?: number } = {}): Promise<ModelServer> {
   const seen: SeenRequest[] = [];
-  const sockets = new Set<import("node:net").Socket>();
-  const server: Server = createServer((req, res) => void handle(req, res));
-  server.on("connection", (s) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
-
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString("utf8");
+    const text = await bodyText(req);
     const body = text === "" ? null : (JSON.parse(text) as Record<string, unknown>);
     const path = req.url ?? "";
     const header = (n: string): string | undefined => req.headers[n] as string | undefined;
@@ -95,14 +86,6 @@ export async function startModelServer(opts: { latencyMs?: number; host?: string
     res.end("data: [DONE]\n\n");
   }
 
-  await new Promise<void>((r) => server.listen(0, opts.host ?? "127.0.0.1", r));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    url,
-    seen,
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise((r) => server.close(r));
-    },
-  };
+  const server = await serveHttp(handle, opts.host);
+  return { url: server.origin, seen, close: server.close };
 }

@@ -1,0 +1,101 @@
+/**
+ * The answer of a call as the ledger records it: the message (a stream's deltas assembled), its
+ * finish_reason and usage. Choice 0 only: agents ask for one answer, and the next call continues
+ * that one.
+ */
+import type { RelayEndpoint } from "../../../src/protocol/relay";
+import { firstChoice } from "./token-fields";
+
+type Obj = Record<string, unknown>;
+
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+
+export type Usage = { prompt_tokens: number; completion_tokens: number };
+
+export type AnswerParts = { message: Obj | null; finishReason: string | null; usage: Usage | null; error: string | null };
+
+function usageOf(v: unknown): Usage | null {
+  if (!isObj(v)) return null;
+  const p = v["prompt_tokens"];
+  const c = v["completion_tokens"];
+  return Number.isInteger(p) && Number.isInteger(c) && (p as number) >= 0 && (c as number) >= 0 ? { prompt_tokens: p as number, completion_tokens: c as number } : null;
+}
+
+/** An OpenAI error object in an answer or an event: `code: message`. */
+export function errorOf(v: Obj): string | null {
+  const e = v["error"];
+  if (!isObj(e)) return null;
+  return `${String(e["code"] ?? e["type"] ?? "upstream_error")}: ${String(e["message"] ?? "")}`;
+}
+
+export function wholeAnswer(endpoint: RelayEndpoint, answer: Obj): AnswerParts {
+  const choice = firstChoice(answer);
+  const finish = choice?.["finish_reason"];
+  let message: Obj | null = null;
+  if (choice !== null) {
+    if (endpoint === "/v1/completions") message = { role: "assistant", content: typeof choice["text"] === "string" ? choice["text"] : "" };
+    else if (isObj(choice["message"])) message = choice["message"];
+  }
+  return { message, finishReason: typeof finish === "string" ? finish : null, usage: usageOf(answer["usage"]), error: errorOf(answer) };
+}
+
+type ToolCallParts = { id: string; type: string | null; name: string; arguments: string };
+
+/** Chunks of a stream, assembled: content concatenated, tool calls merged by index. */
+export class StreamAssembly {
+  private role: string | null = null;
+  private content = "";
+  private reasoning: string | null = null;
+  private readonly toolCalls = new Map<number, ToolCallParts>();
+  private finishReason: string | null = null;
+  private usage: Usage | null = null;
+  private error: string | null = null;
+  private sawChoice = false;
+
+  constructor(private readonly endpoint: RelayEndpoint) {}
+
+  read(chunk: Obj): void {
+    this.error ??= errorOf(chunk);
+    this.usage = usageOf(chunk["usage"]) ?? this.usage;
+    const choice = firstChoice(chunk);
+    if (choice === null) return;
+    this.sawChoice = true;
+    if (typeof choice["finish_reason"] === "string") this.finishReason = choice["finish_reason"];
+    if (this.endpoint === "/v1/completions") {
+      if (typeof choice["text"] === "string") this.content += choice["text"];
+      return;
+    }
+    const delta = choice["delta"];
+    if (!isObj(delta)) return;
+    if (typeof delta["role"] === "string") this.role = delta["role"];
+    if (typeof delta["content"] === "string") this.content += delta["content"];
+    const r = delta["reasoning_content"] ?? delta["reasoning"];
+    if (typeof r === "string") this.reasoning = (this.reasoning ?? "") + r;
+    if (Array.isArray(delta["tool_calls"])) for (const tc of delta["tool_calls"]) this.mergeToolCall(tc);
+  }
+
+  private mergeToolCall(tc: unknown): void {
+    if (!isObj(tc)) return;
+    const index = typeof tc["index"] === "number" ? tc["index"] : this.toolCalls.size;
+    const into = this.toolCalls.get(index) ?? { id: "", type: null, name: "", arguments: "" };
+    this.toolCalls.set(index, into);
+    if (typeof tc["id"] === "string") into.id += tc["id"];
+    if (typeof tc["type"] === "string") into.type = tc["type"];
+    const f = tc["function"];
+    if (isObj(f)) {
+      if (typeof f["name"] === "string") into.name += f["name"];
+      if (typeof f["arguments"] === "string") into.arguments += f["arguments"];
+    }
+  }
+
+  result(): AnswerParts {
+    if (!this.sawChoice) return { message: null, finishReason: null, usage: this.usage, error: this.error };
+    const message: Obj = { role: this.role ?? "assistant" };
+    const calls = [...this.toolCalls.entries()].sort((a, b) => a[0] - b[0]).map(([, c]) => ({ id: c.id, type: c.type ?? "function", function: { name: c.name, arguments: c.arguments } }));
+    // As a whole answer has it: no text beside tool calls is null content.
+    message["content"] = this.content === "" && calls.length > 0 ? null : this.content;
+    if (this.reasoning !== null) message["reasoning_content"] = this.reasoning;
+    if (calls.length > 0) message["tool_calls"] = calls;
+    return { message, finishReason: this.finishReason, usage: this.usage, error: this.error };
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * One relayed call watched for the ledger: what was asked, what the client got, when, and (with
+ * capture `tokens`) the token ids. The gateway makes a tap only for a call the Worker asked to
+ * record, so a call with capture off runs the gateway's plain path. For an HTTP upstream with
+ * capture `tokens` the tap also rewrites: the request gains the dialect's token fields, the
+ * answer loses them again (token-fields.ts).
+ */
+import { StringDecoder } from "node:string_decoder";
+import type { CallContext, TokenDialect } from "../../../src/protocol/ledger";
+import type { RelayEnvelope } from "../../../src/protocol/relay";
+import { completionToChunk } from "../../../src/relay/completion-chunk";
+import { errorOf, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
+import { clientAsked, stripTokenFields, TokenCollector, tokenRequest, upstreamStreams, type ClientAsked } from "./token-fields";
+
+type Obj = Record<string, unknown>;
+
+export type CallTokenData = { prompt: number[]; completion: number[]; logprobs: number[] };
+
+/** A finished call, as the recorder takes it. */
+export type FinishedCall = {
+  env: RelayEnvelope;
+  call: CallContext;
+  request: Obj;
+  /** Bytes of the request's JSON: what its messages cost to keep for the next call's delta. */
+  requestBytes: number;
+  startedAt: number;
+  firstByteAt: number | null;
+  doneAt: number;
+  status: number;
+  error: string | null;
+  answer: AnswerParts;
+  tokens: CallTokenData | null;
+};
+
+const NO_ANSWER: AnswerParts = { message: null, finishReason: null, usage: null, error: null };
+
+function parseObject(text: string): Obj | null {
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Obj) : null;
+  } catch {
+    return null;
+  }
+}
+
+export class CallTap {
+  private status = 0;
+  private error: string | null = null;
+  private firstByteAt: number | null = null;
+  private parts: AnswerParts = NO_ANSWER;
+  private readonly collector: TokenCollector | null;
+  /** Set when the gateway asks the upstream for tokens and so must take them out again. */
+  private readonly rewrite: { dialect: TokenDialect; asked: ClientAsked } | null;
+  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string } | null = null;
+
+  constructor(
+    readonly env: RelayEnvelope & { request: Obj },
+    readonly call: CallContext,
+    private readonly requestText: string | null,
+    /** The HTTP upstream's dialect when the gateway asks it for tokens; null: record what comes. */
+    dialect: TokenDialect | null,
+    private readonly now: () => number,
+    readonly startedAt: number,
+  ) {
+    const tokens = call.capture === "tokens";
+    this.collector = tokens ? new TokenCollector() : null;
+    this.rewrite = tokens && dialect !== null ? { dialect, asked: clientAsked(dialect, env.endpoint, env.request) } : null;
+  }
+
+  /** The request's JSON for the upstream. */
+  upstreamBody(): string {
+    if (this.rewrite === null) return this.requestText ?? JSON.stringify(this.env.request);
+    return JSON.stringify(tokenRequest(this.rewrite.dialect, this.env.endpoint, this.env.request));
+  }
+
+  /** The client asked for a stream that the upstream is asked for whole (SGLang with tokens): the gateway streams it. */
+  get streamsItself(): boolean {
+    return this.rewrite !== null && this.env.request["stream"] === true && !upstreamStreams(this.rewrite.dialect, this.env.request);
+  }
+
+  /** The answer's status line goes out now. */
+  answering(status: number): void {
+    this.status = status;
+    this.firstByteAt = this.now();
+  }
+
+  failed(status: number, code: string | null, message: string): void {
+    if (this.status === 0) this.status = status;
+    this.error ??= `${code ?? "error"}: ${message}`;
+  }
+
+  /** The upstream's own OpenAI error, passed to the client as it is. */
+  upstreamFailed(status: number, text: string): void {
+    if (this.status === 0) this.status = status;
+    this.error ??= errorOf(parseObject(text) ?? {}) ?? `upstream_error: ${text.slice(0, 300)}`;
+  }
+
+  /**
+   * A whole answer: recorded, and returned as the client gets it (without the token fields it
+   * did not ask for; as a stream when `streamsItself`), or null when it is not a JSON object.
+   */
+  whole(text: string): string | null {
+    const answer = parseObject(text);
+    if (answer === null) return null;
+    this.parts = wholeAnswer(this.env.endpoint, answer);
+    this.collector?.read(answer);
+    if (this.rewrite === null) return text;
+    stripTokenFields(answer, this.rewrite.asked);
+    if (this.streamsItself) return `data: ${JSON.stringify(completionToChunk(answer))}\n\ndata: [DONE]\n\n`;
+    return JSON.stringify(answer);
+  }
+
+  /** One piece of an SSE answer: what to send the client (the piece itself unless the tap rewrites). */
+  chunk(piece: Buffer): Buffer | string {
+    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
+    s.pending += s.decoder.write(piece);
+    let out = "";
+    for (let end = s.pending.indexOf("\n\n"); end >= 0; end = s.pending.indexOf("\n\n")) {
+      const block = s.pending.slice(0, end);
+      s.pending = s.pending.slice(end + 2);
+      out += this.event(block, s.assembly) + "\n\n";
+    }
+    return this.rewrite === null ? piece : out;
+  }
+
+  /** The stream ended: what is left to send (a last event without its blank line). */
+  endStream(): string {
+    const s = this.stream;
+    if (s === null) return "";
+    s.pending += s.decoder.end();
+    const rest = s.pending === "" ? "" : this.event(s.pending, s.assembly);
+    s.pending = "";
+    this.parts = s.assembly.result();
+    return this.rewrite === null ? "" : rest;
+  }
+
+  /** Reads one event; returns it as the client gets it. */
+  private event(block: string, assembly: StreamAssembly): string {
+    const lines = block.split("\n");
+    const data = lines.filter((l) => l.startsWith("data:"));
+    if (data.length !== 1) return block;
+    const answer = parseObject((data[0] as string).slice(5).trim());
+    if (answer === null) return block;
+    assembly.read(answer);
+    this.collector?.read(answer);
+    if (this.rewrite === null) return block;
+    stripTokenFields(answer, this.rewrite.asked);
+    return lines.map((l) => (l.startsWith("data:") ? `data: ${JSON.stringify(answer)}` : l)).join("\n");
+  }
+
+  /** The call is over; `clientGone`: the client hung up before its answer was complete. */
+  finish(clientGone: boolean): FinishedCall {
+    if (this.stream !== null && this.parts === NO_ANSWER) this.parts = this.stream.assembly.result();
+    if (clientGone) this.failed(499, "client_closed", "the client hung up before its answer was complete");
+    if (this.status === 0) this.failed(500, "gateway_error", "the gateway ended the call without an answer");
+    const error = this.error ?? this.parts.error;
+    const tokens = this.collector?.result() ?? null;
+    const usage = this.parts.usage ?? (tokens === null ? null : { prompt_tokens: tokens.prompt.length, completion_tokens: tokens.completion.length });
+    return {
+      env: this.env,
+      call: this.call,
+      request: this.env.request,
+      requestBytes: this.requestText?.length ?? JSON.stringify(this.env.request).length,
+      startedAt: this.startedAt,
+      firstByteAt: this.firstByteAt,
+      doneAt: this.now(),
+      status: this.status,
+      error,
+      answer: { ...this.parts, usage },
+      tokens,
+    };
+  }
+}

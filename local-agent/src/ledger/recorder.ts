@@ -1,0 +1,154 @@
+/**
+ * Turns a finished call into its CallRecord: the body stored as the delta of the claim's previous
+ * call (messages after the shared prefix, prompt ids after the previous prompt and completion),
+ * cut to the record cap, checked against the protocol, and handed to the shipper. Never throws:
+ * a call is answered before it is recorded, and a record that cannot be made is logged and
+ * dropped.
+ */
+import { packFloats, packInts } from "../../../src/ledger/packed";
+import { continuation, messageDelta, tokenDelta } from "../../../src/ledger/splice";
+import { CallRecord, type CallBody } from "../../../src/protocol/ledger";
+import { describeError, type Logger } from "../log";
+import type { FinishedCall } from "./call-tap";
+import { ClaimHistory, type LastCall } from "./claim-history";
+
+/** A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut). */
+export const RECORD_BODY_CAP_BYTES = 1_500_000;
+export const DEFAULT_HISTORY_BYTES = 256 * 1024 * 1024;
+/** What a record's fields besides its body take, at most, as JSON. */
+const RECORD_FIELDS_BYTES = 2048;
+
+export type RecordSink = (record: CallRecord, bytes: number) => void;
+
+const jsonBytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v));
+
+export class CallRecorder {
+  readonly history: ClaimHistory;
+
+  constructor(
+    private readonly o: { historyBytes: number; sink: RecordSink; logger: Logger; capBytes?: number },
+  ) {
+    this.history = new ClaimHistory(o.historyBytes);
+  }
+
+  record(call: FinishedCall): void {
+    try {
+      this.build(call);
+    } catch (e) {
+      this.o.logger.warn(`ledger: could not record call ${call.call.call_id} of episode ${call.env.episode_uuid}: ${describeError(e)}`);
+    }
+  }
+
+  private build(c: FinishedCall): void {
+    const key = ClaimHistory.key(c.env.episode_uuid, c.env.fence);
+    const prev = this.history.get(key);
+    const { messages: rawMessages, tools: rawTools, ...params } = c.request;
+    const messages = Array.isArray(rawMessages) ? rawMessages : [];
+    const tools = Array.isArray(rawTools) ? rawTools : null;
+    const toolsJson = tools === null ? null : JSON.stringify(tools);
+
+    const md = messageDelta(messages, prev === undefined ? null : continuation(prev.messages, prev.answer));
+    const prefix = md.prefixCount === null || prev === undefined ? null : { call_id: prev.call_id, count: md.prefixCount };
+    // The tools are the prefix call's: a reader finds them there.
+    const toolsFromPrefix = prefix !== null && toolsJson !== null && toolsJson === prev?.toolsJson;
+    let tokens: CallBody["tokens"] = null;
+    if (c.tokens !== null) {
+      const base = prev?.prompt == null ? null : [...prev.prompt, ...prev.completion];
+      const td = tokenDelta(c.tokens.prompt, base);
+      tokens = {
+        prompt_prefix: td.prefixCount === null || prev === undefined ? null : { call_id: prev.call_id, count: td.prefixCount },
+        prompt_ids: packInts(td.rest),
+        completion_ids: packInts(c.tokens.completion),
+        completion_logprobs: packFloats(c.tokens.logprobs),
+      };
+    }
+    const whole: CallBody = {
+      params,
+      tools: toolsFromPrefix ? null : tools,
+      tools_from_prefix: toolsFromPrefix,
+      prefix,
+      messages: md.rest,
+      answer: c.answer.message,
+      tokens,
+    };
+    const fitted = fitBody(whole, this.o.capBytes ?? RECORD_BODY_CAP_BYTES);
+    const model = c.request["model"];
+    const parsed = CallRecord.safeParse({
+      ...c.call,
+      episode_uuid: c.env.episode_uuid,
+      fence: c.env.fence,
+      endpoint: c.env.endpoint,
+      model: typeof model === "string" ? model.slice(0, 512) : "",
+      stream: c.request["stream"] === true,
+      started_at: c.startedAt,
+      first_byte_at: c.firstByteAt,
+      done_at: Math.max(c.doneAt, c.startedAt),
+      status: c.status,
+      error: c.error?.slice(0, 2000) ?? null,
+      finish_reason: c.answer.finishReason?.slice(0, 64) ?? null,
+      usage: c.answer.usage,
+      truncated: fitted.truncated,
+      body: fitted.body,
+    });
+    if (!parsed.success) {
+      this.history.delete(key);
+      throw new Error(parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    }
+    // A truncated call keeps neither messages nor tokens: the next call cannot be stored as its delta.
+    if (fitted.truncated) this.history.delete(key);
+    else {
+      const entry: LastCall = {
+        call_id: c.call.call_id,
+        messages,
+        answer: c.answer.message,
+        toolsJson,
+        prompt: c.tokens?.prompt ?? null,
+        completion: c.tokens?.completion ?? [],
+        bytes: c.requestBytes + (c.answer.message === null ? 0 : jsonBytes(c.answer.message)) + 8 * ((c.tokens?.prompt.length ?? 0) + (c.tokens?.completion.length ?? 0)),
+      };
+      this.history.set(key, entry);
+    }
+    this.o.sink(parsed.data, fitted.bytes + RECORD_FIELDS_BYTES);
+  }
+}
+
+/**
+ * The body within `cap` bytes of JSON: whole when it fits, else without messages and tokens and
+ * with the answer's text cut, then also without tool calls, then without tools and sampling
+ * parameters. Sizes are taken piecewise: the whole body is serialized once.
+ */
+export function fitBody(body: CallBody, cap: number): { body: CallBody; truncated: boolean; bytes: number } {
+  const size = jsonBytes(body);
+  if (size <= cap) return { body, truncated: false, bytes: size };
+  const bare: CallBody = { ...body, prefix: null, messages: [], tokens: null };
+  const answer = bare.answer;
+  const shells: CallBody[] = [bare];
+  if (answer !== null) shells.push({ ...bare, answer: { role: answer["role"] ?? "assistant", content: answer["content"] ?? null } });
+  shells.push({ ...shells.at(-1)!, params: typeof bare.params["model"] === "string" ? { model: bare.params["model"] } : {}, tools: null, tools_from_prefix: false });
+  for (const shell of shells) {
+    if (shell.answer === null || typeof shell.answer["content"] !== "string") {
+      const n = jsonBytes(shell);
+      if (n <= cap) return { body: shell, truncated: true, bytes: n };
+      continue;
+    }
+    const text = shell.answer["content"];
+    const emptied = { ...shell, answer: { ...shell.answer, content: "" } };
+    const room = cap - jsonBytes(emptied);
+    if (room < 0) continue;
+    const cut = cutText(text, room);
+    return { body: { ...shell, answer: { ...shell.answer, content: cut.text } }, truncated: true, bytes: cap - room + cut.bytes };
+  }
+  const last: CallBody = { ...shells.at(-1)!, answer: null };
+  return { body: last, truncated: true, bytes: jsonBytes(last) };
+}
+
+/** The longest start of `text` (found by shrinking) whose JSON string body takes at most `room` bytes. */
+function cutText(text: string, room: number): { text: string; bytes: number } {
+  let n = Math.min(text.length, room);
+  for (;;) {
+    const t = text.slice(0, n);
+    const bytes = Buffer.byteLength(JSON.stringify(t)) - 2;
+    if (bytes <= room || n === 0) return { text: t, bytes };
+    n = Math.floor(n * Math.min(0.99, room / bytes));
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * Sends recorded calls to the exchange (POST <engine>/agent/calls) in batches: up to
+ * MAX_CALLS_PER_BATCH calls, about 1.5 MB of JSON, or what came within a second, whichever is
+ * first. A batch keeps its id on every resend, so the exchange records it once. Network errors,
+ * 5xx, 408 and 429 are retried with backoff (a Retry-After is honoured); any other refusal is
+ * logged and its batch dropped, since sending it again would be refused again. The queue is
+ * bounded in bytes and drops its oldest calls when full: the ledger must never hold the agent's
+ * memory hostage to an exchange that is down.
+ */
+import { randomUUID } from "node:crypto";
+import { ExchangeError } from "../../../src/client";
+import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallRecord } from "../../../src/protocol/ledger";
+import { Backoff, type BackoffOptions } from "../backoff";
+import type { Clock } from "../clock";
+import { describeError, type Logger } from "../log";
+
+export const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
+export const BATCH_BYTES = 1_500_000;
+export const BATCH_LINGER_MS = 1000;
+/** Overflow warnings come at most this often, each with the count since the last. */
+const DROP_WARNING_EVERY_MS = 10_000;
+
+export type ShipperOptions = {
+  post: (batch: CallBatch) => Promise<CallBatchResponse>;
+  clock: Clock;
+  logger: Logger;
+  backoff: BackoffOptions;
+  maxQueueBytes?: number;
+  batchBytes?: number;
+  batchCalls?: number;
+  lingerMs?: number;
+};
+
+type Queued = { record: CallRecord; bytes: number; at: number };
+
+export type ShipperStats = { queued: number; queuedBytes: number; sent: number; duplicates: number; dropped: number; refused: number };
+
+export class CallShipper {
+  private readonly queue: Queued[] = [];
+  private queuedBytes = 0;
+  private readonly stats = { sent: 0, duplicates: 0, dropped: 0, refused: 0 };
+  private droppedSinceWarning = 0;
+  private lastDropWarning = -Infinity;
+  private running: Promise<void> | null = null;
+  /** Wakes the loop from its linger (a full batch, a flush). */
+  private wake = new AbortController();
+  private flushing = false;
+  /** Aborts waits when a shutdown's deadline passes. */
+  private readonly stopper = new AbortController();
+  private readonly backoff: Backoff;
+  private inFlight: CallBatch | null = null;
+
+  constructor(private readonly o: ShipperOptions) {
+    this.backoff = new Backoff(o.backoff);
+  }
+
+  private get batchCalls(): number {
+    return this.o.batchCalls ?? MAX_CALLS_PER_BATCH;
+  }
+  private get batchBytes(): number {
+    return this.o.batchBytes ?? BATCH_BYTES;
+  }
+
+  enqueue(record: CallRecord, bytes: number): void {
+    if (this.stopper.signal.aborted) return;
+    this.queue.push({ record, bytes, at: this.o.clock.now() });
+    this.queuedBytes += bytes;
+    const max = this.o.maxQueueBytes ?? DEFAULT_QUEUE_BYTES;
+    while (this.queuedBytes > max && this.queue.length > 0) {
+      const old = this.queue.shift() as Queued;
+      this.queuedBytes -= old.bytes;
+      this.stats.dropped++;
+      this.droppedSinceWarning++;
+    }
+    if (this.droppedSinceWarning > 0 && this.o.clock.now() - this.lastDropWarning >= DROP_WARNING_EVERY_MS) {
+      this.o.logger.warn(`ledger: the queue of recorded calls is over its ${max} bytes (the exchange is not taking them fast enough): dropped the oldest ${this.droppedSinceWarning} (${this.stats.dropped} in all)`);
+      this.droppedSinceWarning = 0;
+      this.lastDropWarning = this.o.clock.now();
+    }
+    if (this.queue.length >= this.batchCalls || this.queuedBytes >= this.batchBytes) this.wake.abort();
+    this.running ??= this.loop().finally(() => (this.running = null));
+  }
+
+  get status(): ShipperStats {
+    return { queued: this.queue.length, queuedBytes: this.queuedBytes, ...this.stats };
+  }
+
+  /**
+   * Sends what is queued without waiting for batches to fill, within `deadlineMs`; what is left
+   * after it is counted lost. Calls recorded after this are dropped.
+   */
+  async close(deadlineMs: number): Promise<void> {
+    this.flushing = true;
+    this.wake.abort();
+    const running = this.running;
+    if (running !== null && deadlineMs > 0) {
+      const timeUp = new AbortController();
+      await Promise.race([running, this.o.clock.sleep(deadlineMs, timeUp.signal)]);
+      timeUp.abort();
+    }
+    this.stopper.abort();
+    const lost = this.queue.length + (this.inFlight?.calls.length ?? 0);
+    if (lost > 0) this.o.logger.warn(`ledger: stopped with ${lost} recorded call${lost === 1 ? "" : "s"} not sent`);
+    this.queue.length = 0;
+    this.queuedBytes = 0;
+  }
+
+  private async loop(): Promise<void> {
+    while (this.queue.length > 0 && !this.stopper.signal.aborted) {
+      const first = this.queue[0] as Queued;
+      const full = this.queue.length >= this.batchCalls || this.queuedBytes >= this.batchBytes;
+      const wait = first.at + (this.o.lingerMs ?? BATCH_LINGER_MS) - this.o.clock.now();
+      if (!full && !this.flushing && wait > 0) {
+        if (this.wake.signal.aborted) this.wake = new AbortController();
+        await this.o.clock.sleep(wait, AbortSignal.any([this.wake.signal, this.stopper.signal]));
+        continue;
+      }
+      this.inFlight = this.takeBatch();
+      await this.send(this.inFlight);
+      this.inFlight = null;
+    }
+  }
+
+  private takeBatch(): CallBatch {
+    const calls: CallRecord[] = [];
+    let bytes = 0;
+    while (this.queue.length > 0 && calls.length < this.batchCalls) {
+      const next = this.queue[0] as Queued;
+      if (calls.length > 0 && bytes + next.bytes > this.batchBytes) break;
+      this.queue.shift();
+      this.queuedBytes -= next.bytes;
+      bytes += next.bytes;
+      calls.push(next.record);
+    }
+    return { batch_id: randomUUID().replaceAll("-", ""), calls };
+  }
+
+  private async send(batch: CallBatch): Promise<void> {
+    for (;;) {
+      if (this.stopper.signal.aborted) return;
+      try {
+        const r = await this.o.post(batch);
+        this.stats.sent += r.recorded;
+        this.stats.duplicates += r.duplicates;
+        this.backoff.reset();
+        return;
+      } catch (e) {
+        if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
+          this.stats.refused += batch.calls.length;
+          this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
+          return;
+        }
+        const retryAfterMs = e instanceof ExchangeError && e.retryAfterSeconds !== null ? e.retryAfterSeconds * 1000 : null;
+        const backoff = this.backoff.next();
+        const wait = retryAfterMs ?? backoff;
+        if (this.backoff.consecutiveFailures <= 1) this.o.logger.warn(`ledger: sending ${batch.calls.length} recorded calls failed (${describeError(e)}); retrying`);
+        await this.o.clock.sleep(wait, this.stopper.signal);
+      }
+    }
+  }
+}

@@ -1,0 +1,314 @@
+/**
+ * The gateway recording relayed calls for the trajectory ledger, over real sockets: signed
+ * envelopes carrying a CallContext, the real Gateway and CallRecorder, and fake vLLM and SGLang
+ * servers answering token ids and logprobs in those servers' exact shapes.
+ */
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { unpackFloats, unpackInts } from "../../../src/ledger/packed";
+import type { CallContext, CallRecord, CaptureMode } from "../../../src/protocol/ledger";
+import type { RelayEnvelope } from "../../../src/protocol/relay";
+import { Gateway } from "../../src/gateway/server";
+import { fixedSecret } from "../../src/gateway/secret";
+import { CallRecorder, RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
+import { silentLogger } from "../../src/log";
+import { agentJetKey, envelope, post } from "../gateway/envelope";
+import { startZmqModel, type ZmqModel } from "../gateway/zmq-model";
+import { waitUntil } from "../support/wait";
+import { END, logprobOf, promptIds, startTokenModel, type Served, type TokenModel } from "./token-model";
+
+const SECRET = "ledger-test-secret";
+type Rig = { url: string; gateway: Gateway; records: CallRecord[] };
+let vllm: TokenModel;
+let sglang: TokenModel;
+let zmq: ZmqModel;
+let onVllm: Rig;
+let onSglang: Rig;
+
+async function rig(dialect: "vllm" | "sglang"): Promise<Rig> {
+  const records: CallRecord[] = [];
+  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r) => records.push(r), logger: silentLogger });
+  const gateway = new Gateway({
+    host: "127.0.0.1",
+    port: 0,
+    secret: fixedSecret(SECRET),
+    models: ["policy"],
+    zmqReceiveTimeoutMs: 2000,
+    logger: silentLogger,
+    upstream: null,
+    sessionPath: false,
+    ledger: { recorder, tokenDialect: dialect },
+  });
+  return { url: await gateway.listen(), gateway, records };
+}
+
+beforeAll(async () => {
+  vllm = await startTokenModel("vllm");
+  sglang = await startTokenModel("sglang");
+  zmq = await startZmqModel(`ipc:///tmp/rx-ledger-${randomUUID()}.sock`);
+  onVllm = await rig("vllm");
+  onSglang = await rig("sglang");
+});
+
+afterAll(async () => {
+  await onVllm?.gateway.close();
+  await onSglang?.gateway.close();
+  zmq?.close();
+  await vllm?.close();
+  await sglang?.close();
+});
+
+const context = (capture: CaptureMode): CallContext => ({ call_id: randomUUID(), capture, client_uuid: "client-1", task_id: "task-1", weight_version: 3, run: 0, admitted_at: Date.now() });
+
+function call(model: TokenModel, episode: string, request: Record<string, unknown>, capture: CaptureMode | null = "tokens", over: Partial<RelayEnvelope> = {}): RelayEnvelope {
+  return envelope({ episode_uuid: episode, trainer_base_url: model.url, request, ...(capture === null ? {} : { call: context(capture) }), ...over });
+}
+
+/** The record of `call_id`, once the gateway has made it (it records after answering). */
+const recordOf = (r: Rig, env: RelayEnvelope): Promise<CallRecord> => waitUntil(() => r.records.find((x) => x.call_id === env.call?.call_id), `the record of ${env.call?.call_id}`);
+
+const TOOLS = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
+const system = { role: "system", content: "be brief" };
+
+/** SSE text's data events, parsed (without [DONE]). */
+const events = (text: string): Record<string, unknown>[] => text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)) as Record<string, unknown>);
+
+/** Every key anywhere in a JSON value. */
+function keysIn(v: unknown, into = new Set<string>()): Set<string> {
+  if (Array.isArray(v)) for (const x of v) keysIn(x, into);
+  else if (typeof v === "object" && v !== null) for (const [k, x] of Object.entries(v)) (into.add(k), keysIn(x, into));
+  return into;
+}
+
+const TOKEN_KEYS = ["prompt_token_ids", "token_ids", "meta_info"];
+
+/** A three-turn conversation with a tool call: the requests, the answers each got, the records. */
+async function threeTurns(r: Rig, model: TokenModel, stream: boolean, thirdModel = "tiny") {
+  const episode = `ep-${randomUUID()}`;
+  const m1 = [system, { role: "user", content: "tool:weather" }];
+  const e1 = call(model, episode, { model: "tiny", messages: m1, tools: TOOLS, stream, temperature: 0.7 });
+  const a1 = await post(r.url, e1, SECRET);
+  const toolCall = { id: "chatcmpl-tool-1", type: "function", function: { name: "lookup", arguments: '{"q":"weather"}' } };
+  const m2 = [...m1, { role: "assistant", content: null, tool_calls: [toolCall] }, { role: "tool", tool_call_id: "chatcmpl-tool-1", content: "sunny" }];
+  const e2 = call(model, episode, { model: "tiny", messages: m2, tools: TOOLS, stream, temperature: 0.7 });
+  const a2 = await post(r.url, e2, SECRET);
+  const m3 = [...m2, { role: "assistant", content: "echo: sunny" }, { role: "user", content: "thanks" }];
+  const e3 = call(model, episode, { model: thirdModel, messages: m3, tools: TOOLS, stream, temperature: 0.7, logprobs: true, top_logprobs: 2 });
+  const a3 = await post(r.url, e3, SECRET);
+  const records = [await recordOf(r, e1), await recordOf(r, e2), await recordOf(r, e3)];
+  return { episode, envs: [e1, e2, e3], answers: [a1, a2, a3], records, messages: [m1, m2, m3] };
+}
+
+function expectTokens(rec: CallRecord, promptRest: number[], completion: number[]): void {
+  expect(rec.body.tokens).not.toBeNull();
+  const t = rec.body.tokens!;
+  expect(unpackInts(t.prompt_ids)).toEqual(promptRest);
+  expect(unpackInts(t.completion_ids)).toEqual(completion);
+  expect(unpackFloats(t.completion_logprobs)).toEqual(completion.map((id) => Math.fround(logprobOf(id))));
+}
+
+/** Checks the three records of a conversation that splices: prefixes and only what is new. */
+function expectSpliced(run: Awaited<ReturnType<typeof threeTurns>>, model: TokenModel): void {
+  const [r1, r2, r3] = run.records as [CallRecord, CallRecord, CallRecord];
+  const [s1, s2, s3] = run.envs.map((e) => model.served.findLast((s) => JSON.stringify(s.request["messages"]) === JSON.stringify(e.request?.["messages"]))!) as [Served, Served, Served];
+  for (const r of run.records) expect(r).toMatchObject({ episode_uuid: run.episode, fence: 1, endpoint: "/v1/chat/completions", model: "tiny", status: 200, error: null, truncated: false, weight_version: 3, client_uuid: "client-1", task_id: "task-1" });
+
+  // The first call is stored whole.
+  expect(r1.body).toMatchObject({ prefix: null, messages: run.messages[0], tools: TOOLS, tools_from_prefix: false });
+  expect(r1.body.params).toEqual({ model: "tiny", stream: run.envs[0]!.request!["stream"], temperature: 0.7 });
+  expect(r1.body.tokens!.prompt_prefix).toBeNull();
+  expectTokens(r1, s1.prompt, s1.completion);
+  expect(r1.finish_reason).toBe("tool_calls");
+  expect(r1.body.answer).toMatchObject({ role: "assistant", tool_calls: [{ id: "chatcmpl-tool-1", type: "function", function: { name: "lookup", arguments: '{"q":"weather"}' } }] });
+  expect(r1.started_at).toBeLessThanOrEqual(r1.first_byte_at!);
+  expect(r1.first_byte_at!).toBeLessThanOrEqual(r1.done_at);
+
+  // The second: the first call's messages and answer are its prefix; only the tool's answer is new.
+  expect(r2.body).toMatchObject({ prefix: { call_id: r1.call_id, count: 3 }, messages: [run.messages[1]![3]], tools: null, tools_from_prefix: true });
+  expect(r2.body.tokens!.prompt_prefix).toEqual({ call_id: r1.call_id, count: s1.prompt.length + s1.completion.length });
+  expectTokens(r2, s2.prompt.slice(s1.prompt.length + s1.completion.length), s2.completion);
+  expect(r2.body.answer).toMatchObject({ role: "assistant", content: "echo: sunny" });
+
+  // The third likewise, on the second.
+  expect(r3.body).toMatchObject({ prefix: { call_id: r2.call_id, count: 5 }, messages: [run.messages[2]![5]], tools: null, tools_from_prefix: true });
+  expect(r3.body.params).toMatchObject({ logprobs: true, top_logprobs: 2 });
+  expect(r3.body.tokens!.prompt_prefix).toEqual({ call_id: r2.call_id, count: s2.prompt.length + s2.completion.length });
+  expectTokens(r3, s3.prompt.slice(s2.prompt.length + s2.completion.length), s3.completion);
+  // New in the third prompt: the user's turn and the generation prompt.
+  expect(unpackInts(r3.body.tokens!.prompt_ids)).toEqual(promptIds([{ role: "user", content: "thanks" }]));
+  expect(s3.completion.at(-1)).toBe(END);
+}
+
+describe("ledger: vLLM, capture tokens", () => {
+  it("records a three-turn conversation with a tool call as deltas, whole answers", async () => {
+    const run = await threeTurns(onVllm, vllm, false);
+    expectSpliced(run, vllm);
+    // The upstream was asked for the tokens; the client's answers carry none it did not ask for.
+    const asked = vllm.requests.slice(-3);
+    for (const req of asked) expect(req).toMatchObject({ return_token_ids: true, logprobs: true });
+    expect(asked[2]!["top_logprobs"]).toBe(2);
+    for (const a of run.answers) expect(a.status).toBe(200);
+    const [b1, b2, b3] = run.answers.map((a) => JSON.parse(a.text) as { choices: Array<Record<string, unknown>> });
+    for (const b of [b1, b2, b3]) for (const k of TOKEN_KEYS) expect(keysIn(b).has(k), k).toBe(false);
+    expect(b1!.choices[0]!["logprobs"]).toBeNull();
+    expect(b2!.choices[0]!["logprobs"]).toBeNull();
+    // The third asked for logprobs and has them.
+    expect((b3!.choices[0]!["logprobs"] as { content: Array<{ logprob: number }> }).content.map((e) => e.logprob)).toEqual(vllm.served.at(-1)!.completion.map(logprobOf));
+    expect(b1!.choices[0]!["message"]).toMatchObject({ tool_calls: [{ function: { name: "lookup" } }] });
+  });
+
+  it("records the same conversation streamed, the answers assembled from the deltas", async () => {
+    const run = await threeTurns(onVllm, vllm, true);
+    expectSpliced(run, vllm);
+    for (const r of run.records) expect(r.stream).toBe(true);
+    expect(run.records[0]!.body.answer).toEqual({ role: "assistant", content: null, tool_calls: [{ id: "chatcmpl-tool-1", type: "function", function: { name: "lookup", arguments: '{"q":"weather"}' } }] });
+    for (const a of run.answers) {
+      expect(a.type).toContain("text/event-stream");
+      expect(a.text.trim().endsWith("data: [DONE]")).toBe(true);
+      for (const k of TOKEN_KEYS) expect(keysIn(events(a.text)).has(k), k).toBe(false);
+    }
+    const texts = (a: { text: string }) => events(a.text).map((e) => ((e["choices"] as Array<{ delta: { content?: string } }>)[0]?.delta.content ?? "")).join("");
+    expect(texts(run.answers[1]!)).toBe("echo: sunny");
+    for (const e of events(run.answers[0]!.text)) expect((e["choices"] as Array<Record<string, unknown>>)[0]!["logprobs"]).toBeNull();
+    // The third asked for logprobs: every token's, in order.
+    const lps = events(run.answers[2]!.text).flatMap((e) => ((e["choices"] as Array<{ logprobs: { content: Array<{ logprob: number }> } | null }>)[0]?.logprobs?.content ?? []).map((x) => x.logprob));
+    expect(lps).toEqual(vllm.served.at(-1)!.completion.map(logprobOf));
+  });
+
+  it("stores a drifted prompt whole (prompt_prefix null) while its messages still splice", async () => {
+    const run = await threeTurns(onVllm, vllm, false, "drift");
+    const r3 = run.records[2]!;
+    const s3 = vllm.served.at(-1)!;
+    expect(r3.model).toBe("drift");
+    expect(r3.body.prefix).toEqual({ call_id: run.records[1]!.call_id, count: 5 });
+    expect(r3.body.tokens!.prompt_prefix).toBeNull();
+    expectTokens(r3, s3.prompt, s3.completion);
+  });
+
+  it("records a /v1/completions call with its prompt in params and its text as the answer", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", prompt: "once upon" }, "tokens", { endpoint: "/v1/completions" });
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.status).toBe(200);
+    const b = JSON.parse(a.text) as { choices: Array<Record<string, unknown>> };
+    expect(b.choices[0]!["text"]).toBe("echo: once upon");
+    expect(b.choices[0]!["logprobs"]).toBeNull();
+    for (const k of TOKEN_KEYS) expect(keysIn(b).has(k), k).toBe(false);
+    expect(vllm.requests.at(-1)).toMatchObject({ return_token_ids: true, logprobs: 1 });
+    const rec = await recordOf(onVllm, env);
+    const s = vllm.served.at(-1)!;
+    expect(rec.body).toMatchObject({ messages: [], params: { model: "tiny", prompt: "once upon" }, answer: { role: "assistant", content: "echo: once upon" } });
+    expectTokens(rec, s.prompt, s.completion);
+  });
+});
+
+describe("ledger: SGLang, capture tokens", () => {
+  it("asks whole with its fields, streams to a streaming client itself, and reads meta_info", async () => {
+    const run = await threeTurns(onSglang, sglang, true);
+    expectSpliced(run, sglang);
+    for (const req of sglang.requests.slice(-3)) {
+      expect(req).toMatchObject({ stream: false, logprobs: true, return_prompt_token_ids: true, return_meta_info: true });
+    }
+    for (const a of run.answers) {
+      expect(a.status).toBe(200);
+      expect(a.type).toContain("text/event-stream");
+      const ev = events(a.text);
+      expect(ev).toHaveLength(1);
+      expect(ev[0]!["object"]).toBe("chat.completion.chunk");
+      expect(a.text.trim().endsWith("data: [DONE]")).toBe(true);
+      for (const k of TOKEN_KEYS) expect(keysIn(ev).has(k), k).toBe(false);
+    }
+    expect((events(run.answers[1]!.text)[0]!["choices"] as Array<{ delta: { content: string } }>)[0]!.delta.content).toBe("echo: sunny");
+  });
+
+  it("answers a whole call without the fields it added", async () => {
+    const env = call(sglang, `ep-${randomUUID()}`, { model: "tiny", messages: [{ role: "user", content: "hi" }] });
+    const a = await post(onSglang.url, env, SECRET);
+    const b = JSON.parse(a.text) as { choices: Array<Record<string, unknown>> };
+    expect(b.choices[0]!["message"]).toMatchObject({ content: "echo: hi" });
+    expect(b.choices[0]!["logprobs"]).toBeNull();
+    for (const k of TOKEN_KEYS) expect(keysIn(b).has(k), k).toBe(false);
+    const s = sglang.served.at(-1)!;
+    expectTokens(await recordOf(onSglang, env), s.prompt, s.completion);
+  });
+});
+
+describe("ledger: what is not recorded, and faults", () => {
+  it("leaves the answer byte-identical and records nothing with capture off or no call context", async () => {
+    const before = onVllm.records.length;
+    for (const stream of [false, true]) {
+      const request = { model: "tiny", messages: [{ role: "user", content: "same" }], stream };
+      const plain = await post(onVllm.url, call(vllm, "ep-plain", request, null), SECRET);
+      const off = await post(onVllm.url, call(vllm, "ep-off", request, "off"), SECRET);
+      const direct = await fetch(`${vllm.url}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request) });
+      expect(off.text).toBe(plain.text);
+      expect(off.text).toBe(await direct.text());
+      expect(vllm.requests.at(-2)).toEqual(request);
+    }
+    // Recording happens on the turn after the answer: give it some.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(onVllm.records.length).toBe(before);
+  });
+
+  it("with capture messages, asks for no tokens and records none", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", messages: [{ role: "user", content: "m" }], stream: true }, "messages");
+    const a = await post(onVllm.url, env, SECRET);
+    expect(vllm.requests.at(-1)).toEqual(env.request);
+    const rec = await recordOf(onVllm, env);
+    expect(rec.body.tokens).toBeNull();
+    expect(rec.body.answer).toEqual({ role: "assistant", content: "echo: m" });
+    expect(rec.finish_reason).toBe("stop");
+    expect(a.text).toContain('"content":"m"');
+  });
+
+  it("records a stream that breaks after its status line with its error", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "crash", messages: [{ role: "user", content: "boom" }], stream: true });
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.text).toContain('"code":"upstream_stream_broken"');
+    const rec = await recordOf(onVllm, env);
+    expect(rec.status).toBe(200);
+    expect(rec.error).toMatch(/^upstream_stream_broken: the inference upstream broke off mid-stream/);
+    expect(rec.body.answer).toEqual({ role: "assistant", content: "e" });
+    expect(rec.finish_reason).toBeNull();
+  });
+
+  it("records an upstream's refusal and an unreachable upstream", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", messages: [{ role: "user", content: "x" }] }, "messages", { trainer_base_url: "http://127.0.0.1:1/v1" });
+    expect((await post(onVllm.url, env, SECRET)).status).toBe(502);
+    const rec = await recordOf(onVllm, env);
+    expect(rec).toMatchObject({ status: 502, first_byte_at: null, body: { answer: null } });
+    expect(rec.error).toMatch(/^upstream_unreachable: /);
+  });
+
+  it("records a body over the cap truncated, answers the call whole, and stores the next call whole", async () => {
+    const episode = `ep-${randomUUID()}`;
+    const big = "x".repeat(RECORD_BODY_CAP_BYTES + 1000);
+    // Capture messages: a fake tokenizer's 1.5 M token ids and logprobs are not what this tests.
+    const env = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: big }] }, "messages");
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.status).toBe(200);
+    // The call itself is whole: the answer echoes all of it.
+    expect((JSON.parse(a.text) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe(`echo: ${big}`);
+    const rec = await recordOf(onVllm, env);
+    expect(rec).toMatchObject({ truncated: true, status: 200, body: { messages: [], tokens: null, prefix: null } });
+    const content = (rec.body.answer as { content: string }).content;
+    expect(`echo: ${big}`.startsWith(content)).toBe(true);
+    expect(content.length).toBeLessThan(RECORD_BODY_CAP_BYTES);
+    expect(Buffer.byteLength(JSON.stringify(rec.body))).toBeLessThanOrEqual(RECORD_BODY_CAP_BYTES);
+    // It extends the truncated call, which keeps no messages to rebuild it from: stored whole.
+    const next = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: big.slice(0, 10) }] }, "messages");
+    await post(onVllm.url, next, SECRET);
+    const r2 = await recordOf(onVllm, next);
+    expect(r2.body).toMatchObject({ prefix: null, messages: [{ role: "user", content: big.slice(0, 10) }] });
+    expect(r2.truncated).toBe(false);
+  });
+
+  it("records what an AgentJet runner's answer carries", async () => {
+    const env = envelope({ episode_uuid: "ep-1", trainer_api_key: agentJetKey("ep-1", zmq.addr), request: { model: "tiny", messages: [{ role: "user", content: "hey" }] }, call: context("tokens") });
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.status).toBe(200);
+    const rec = await recordOf(onVllm, env);
+    expect(rec).toMatchObject({ status: 200, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2 }, body: { answer: { role: "assistant", content: "echo: hey" }, tokens: null } });
+    // The runner's answer went through untouched.
+    expect(JSON.parse(a.text)).toMatchObject({ id: "chatcmpl-test", choices: [{ message: { content: "echo: hey" } }] });
+  });
+});

@@ -1,0 +1,208 @@
+/**
+ * The shipper sending recorded calls through the real EngineClient to a local HTTP server that
+ * stands in for the exchange's POST <engine>/agent/calls (the Worker's route is tested on the
+ * Worker's side), with the manual clock: batch limits, retries that keep the batch id, refusals,
+ * the queue's bound and the flush on close.
+ */
+import { randomUUID } from "node:crypto";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { EngineClient } from "../../../src/client";
+import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
+import { CallShipper, type ShipperOptions } from "../../src/ledger/shipper";
+import { ManualClock } from "../support/manual-clock";
+import { MemoryLogger } from "../support/logger";
+import { bodyText, serveHttp, type TestServer } from "../support/http-server";
+import { waitUntil } from "../support/wait";
+
+type Received = { batch: CallBatch; authorization: string | undefined; path: string };
+/** How the stand-in answers the next requests (then 200). */
+type Answer = { status: number; headers?: Record<string, string>; body: unknown };
+
+let server: TestServer;
+let received: Received[];
+let script: Answer[];
+let clock: ManualClock;
+let logger: MemoryLogger;
+let shipper: CallShipper;
+
+beforeEach(async () => {
+  received = [];
+  script = [];
+  const recorded = new Set<string>();
+  server = await serveHttp(async (req, res) => {
+    const batch = CallBatch.parse(JSON.parse(await bodyText(req)));
+    received.push({ batch, authorization: req.headers.authorization, path: req.url ?? "" });
+    const next = script.shift();
+    if (next !== undefined) {
+      res.writeHead(next.status, { "content-type": "application/json", ...next.headers }).end(JSON.stringify(next.body));
+      return;
+    }
+    let fresh = 0;
+    for (const c of batch.calls) if (!recorded.has(c.call_id) && recorded.add(c.call_id)) fresh++;
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ recorded: fresh, duplicates: batch.calls.length - fresh }));
+  });
+  clock = new ManualClock();
+  logger = new MemoryLogger();
+});
+
+afterEach(async () => {
+  await shipper?.close(0);
+  await server.close();
+});
+
+function start(over: Partial<ShipperOptions> = {}): void {
+  const client = new EngineClient({ baseUrl: `${server.origin}/e/eng`, token: "trainer-token" });
+  shipper = new CallShipper({ post: (b) => client.postCalls(b), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 }, ...over });
+}
+
+function record(content = "ok"): CallRecord {
+  const now = clock.now();
+  return {
+    call_id: randomUUID(),
+    capture: "messages",
+    client_uuid: "c",
+    task_id: "t",
+    weight_version: null,
+    run: 0,
+    admitted_at: now,
+    episode_uuid: "ep",
+    fence: 1,
+    endpoint: "/v1/chat/completions",
+    model: "tiny",
+    stream: false,
+    started_at: now,
+    first_byte_at: now,
+    done_at: now,
+    status: 200,
+    error: null,
+    finish_reason: "stop",
+    usage: null,
+    truncated: false,
+    body: { params: { model: "tiny" }, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: { role: "assistant", content }, tokens: null },
+  };
+}
+
+const enqueue = (r: CallRecord): CallRecord => (shipper.enqueue(r, Buffer.byteLength(JSON.stringify(r))), r);
+const settle = () => clock.advance(0);
+const ids = (b: CallBatch) => b.calls.map((c) => c.call_id);
+
+describe("ledger shipper", () => {
+  it("sends what came within a second as one batch, with the trainer token, and full batches at once", async () => {
+    start();
+    const first = [enqueue(record()), enqueue(record()), enqueue(record())];
+    await settle();
+    await clock.advance(999);
+    expect(received).toHaveLength(0);
+    await clock.advance(1);
+    await waitUntil(() => received.length === 1, "the first batch");
+    expect(received[0]).toMatchObject({ authorization: "Bearer trainer-token", path: "/e/eng/agent/calls" });
+    expect(ids(received[0]!.batch)).toEqual(first.map((r) => r.call_id));
+    expect(received[0]!.batch.batch_id).toMatch(/^[A-Za-z0-9_-]{8,64}$/);
+
+    // 1200 calls: two full batches go without waiting, the rest after the linger.
+    const many = Array.from({ length: 1200 }, () => enqueue(record()));
+    await waitUntil(() => received.length === 3, "two full batches");
+    expect(received.slice(1).map((r) => r.batch.calls.length)).toEqual([MAX_CALLS_PER_BATCH, MAX_CALLS_PER_BATCH]);
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 4, "the rest");
+    expect(received.slice(1).flatMap((r) => ids(r.batch))).toEqual(many.map((r) => r.call_id));
+    await waitUntil(() => shipper.status.sent === 1203, "all recorded");
+  });
+
+  it("keeps a batch to about 1.5 MB of JSON", async () => {
+    start();
+    const big = "x".repeat(600_000);
+    for (let i = 0; i < 5; i++) enqueue(record(big));
+    await waitUntil(() => received.length === 2, "two full batches");
+    expect(received.map((r) => r.batch.calls.length)).toEqual([2, 2]);
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 3, "the last call");
+    expect(received[2]!.batch.calls).toHaveLength(1);
+  });
+
+  it("retries network errors, 5xx, 408 and 429 with the same batch id, honouring Retry-After", async () => {
+    start();
+    script = [
+      { status: 503, body: { error: "unavailable", detail: "down for a moment" } },
+      { status: 408, body: { error: "timeout", detail: "slow" } },
+      { status: 429, headers: { "retry-after": "7" }, body: { error: "rate_limited", detail: "slow down" } },
+    ];
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 1, "the first try");
+    // Backoff with no jitter: 100 ms, then 200 ms.
+    await waitUntil(() => clock.pending.includes(100), "the backoff");
+    await clock.advance(100);
+    await waitUntil(() => received.length === 2, "the second try");
+    await waitUntil(() => clock.pending.includes(200), "the backoff");
+    await clock.advance(200);
+    await waitUntil(() => received.length === 3, "the third try");
+    await waitUntil(() => clock.pending.includes(7000), "the Retry-After wait");
+    await clock.advance(6999);
+    expect(received).toHaveLength(3);
+    await clock.advance(1);
+    await waitUntil(() => received.length === 4, "the fourth try");
+    expect(new Set(received.map((r) => r.batch.batch_id)).size).toBe(1);
+    await waitUntil(() => shipper.status.sent === 1, "recorded");
+    expect(shipper.status).toMatchObject({ refused: 0, dropped: 0, queued: 0 });
+  });
+
+  it("retries when the exchange cannot be reached at all", async () => {
+    const port = new URL(server.origin).port;
+    await server.close();
+    const client = new EngineClient({ baseUrl: `http://127.0.0.1:${port}/e/eng`, token: "t" });
+    let tries = 0;
+    shipper = new CallShipper({ post: (b) => (tries++, client.postCalls(b)), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => clock.pending.includes(100), "the backoff after a refused connection");
+    expect(tries).toBe(1);
+    expect(logger.lines.join("\n")).toContain("ledger: sending 1 recorded calls failed");
+    server = await serveHttp(async (_req, res) => void res.end()); // for afterEach
+  });
+
+  it("drops a batch the exchange refuses with another 4xx, saying why, and goes on", async () => {
+    start();
+    script = [{ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } }];
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => shipper.status.refused === 1, "the refusal");
+    expect(logger.lines.join("\n")).toMatch(/ledger: the exchange refused a batch of 1 recorded call .*dropped: 422 invalid_request: calls\.0\.fence: Expected number/);
+    const next = enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 2, "the next batch");
+    expect(ids(received[1]!.batch)).toEqual([next.call_id]);
+    expect(clock.pending).toEqual([]);
+  });
+
+  it("drops the oldest calls when the queue is over its bound, with a counted warning", async () => {
+    const one = Buffer.byteLength(JSON.stringify(record()));
+    start({ maxQueueBytes: one * 10 });
+    const all = Array.from({ length: 25 }, () => enqueue(record()));
+    expect(shipper.status).toMatchObject({ queued: 10, dropped: 15 });
+    expect(logger.lines.filter((l) => l.includes("dropped the oldest"))).toHaveLength(1);
+    expect(logger.lines.join("\n")).toContain("dropped the oldest 1 (1 in all)");
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 1, "the batch");
+    expect(ids(received[0]!.batch)).toEqual(all.slice(15).map((r) => r.call_id));
+  });
+
+  it("sends what is queued at once on close, and gives up at the deadline", async () => {
+    start();
+    const queued = [enqueue(record()), enqueue(record())];
+    await shipper.close(5000);
+    expect(received.flatMap((r) => ids(r.batch))).toEqual(queued.map((r) => r.call_id));
+    expect(shipper.status.sent).toBe(2);
+
+    // An exchange that keeps failing: the close ends at its deadline and says what was lost.
+    script = Array.from({ length: 100 }, () => ({ status: 503, body: { error: "down", detail: "down" } }));
+    start();
+    enqueue(record());
+    const closing = shipper.close(3000);
+    await waitUntil(() => received.length === 2, "the first try");
+    await waitUntil(() => clock.pending.includes(3000), "the deadline");
+    await clock.advance(3000);
+    await closing;
+    expect(logger.lines.join("\n")).toContain("ledger: stopped with 1 recorded call not sent");
+  });
+});
