@@ -124,7 +124,7 @@ function writeChart(svg: string, e: ExportFigures): void {
       samples: e.samples,
       total: e.trajectories,
       title: `Export of ${e.trajectories.toLocaleString("en")} trajectories: ${e.mb_per_s} MB/s, workerd RSS +${Math.round(rss.peak_minus_start)} MB at peak`,
-      summary: `${e.calls.toLocaleString("en")} calls, ${e.mb} MB in ${e.seconds} s, ${e.trajectories_per_s} trajectories/s; workerd RSS ${rss.start} MB at the start, peak ${rss.peak}, ${rss.end} at the end`,
+      summary: `${e.calls.toLocaleString("en")} calls, ${e.mb} MB in ${e.seconds} s (${e.trajectories_per_s} trajectories/s); RSS start ${rss.start} MB, peak ${rss.peak}, end ${rss.end}`,
     }),
   );
   log(`chart: ${svg}`);
