@@ -4,7 +4,7 @@
  * isolate has 128 MB). Each page costs two D1 queries and one R2 read per object it touches.
  */
 import type { TrajectoryFilters } from "../protocol/ledger";
-import { countTrajectories, loadTrajectories, summaryPage, type ReadRefusal } from "./read";
+import { countTrajectories, loadPage, summaryPage, type ReadRefusal, type SummaryPage } from "./read";
 
 /** Trajectories per page: 1,000 D1 queries per invocation then bound an export at 100,000 of them. */
 export const EXPORT_PAGE = 200;
@@ -16,7 +16,9 @@ export const TOTAL_HEADER = "x-trajectories-total";
 
 /**
  * Checks the first page before answering (a bad cursor is a 400, not a broken stream), then
- * streams; `total` counts what the filters pass, for a progress bar.
+ * streams one trajectory per pull: a page's stored deltas are held (a few MB), but each whole
+ * trajectory is built, sent and dropped before the next, so the isolate never holds a page of
+ * whole conversations. `total` counts what the filters pass, for a progress bar.
  */
 export async function exportTrajectories(
   db: D1Database,
@@ -27,26 +29,30 @@ export async function exportTrajectories(
 ): Promise<{ stream: ReadableStream<Uint8Array>; total: number } | ReadRefusal> {
   const [first, total] = await Promise.all([summaryPage(db, engine, filters, cursor, EXPORT_PAGE), countTrajectories(db, engine, filters)]);
   if ("ok" in first) return first;
-  let page: typeof first | null = first;
+  let page: SummaryPage = first;
+  let loaded: Awaited<ReturnType<typeof loadPage>> | null = null;
+  let at = 0;
   const stream = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        if (page === null) {
-          controller.close();
-          return;
+        if (at === page.rows.length) {
+          if (page.next === null) {
+            controller.close();
+            return;
+          }
+          const next = await summaryPage(db, engine, filters, page.next, EXPORT_PAGE);
+          // The cursor is ours and was valid a page ago: a refusal now would be a bug.
+          if ("ok" in next) throw new Error(`export: the next page was refused: ${next.detail}`);
+          page = next;
+          loaded = null;
+          at = 0;
+          if (page.rows.length === 0) {
+            controller.close();
+            return;
+          }
         }
-        const current = page;
-        const trajectories = await loadTrajectories(db, bucket, engine, current.rows);
-        controller.enqueue(enc.encode(trajectories.map((t) => `${JSON.stringify(t)}\n`).join("")));
-        if (current.next === null) {
-          page = null;
-          controller.close();
-          return;
-        }
-        const next = await summaryPage(db, engine, filters, current.next, EXPORT_PAGE);
-        // The cursor is ours and was valid a page ago: a refusal now would be a bug.
-        if ("ok" in next) throw new Error(`export: the next page was refused: ${next.detail}`);
-        page = next;
+        loaded ??= await loadPage(db, bucket, engine, page.rows);
+        controller.enqueue(enc.encode(`${JSON.stringify(loaded.build(at++))}\n`));
       },
     },
     { highWaterMark: 0 },

@@ -335,12 +335,21 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, ca
   };
 }
 
-/** Whole trajectories of ended claims (a page of summaries): two D1 queries and one R2 read per object. */
-export async function loadTrajectories(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[]): Promise<Trajectory[]> {
-  if (rows.length === 0) return [];
-  const calls = await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
+/**
+ * What a page of ended claims' trajectories are built from, as stored (bodies still the deltas):
+ * one D1 query and one R2 read per object. `build(i)` makes the i-th whole trajectory, one at a
+ * time, since whole conversations are far larger than their deltas.
+ */
+export async function loadPage(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[]): Promise<{ build(i: number): Trajectory }> {
+  const calls = rows.length === 0 ? new Map<string, CallRow[]>() : await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
   const bodies = await readBodies(bucket, [...calls.values()].flat());
-  return rows.map((r) => trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? [], bodies));
+  return {
+    build: (i) => {
+      const r = rows[i];
+      if (r === undefined) throw new Error(`no row ${i} in this page`);
+      return trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? [], bodies);
+    },
+  };
 }
 
 export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: string, episode: string, fence: number | null): Promise<Trajectory | ReadRefusal> {
