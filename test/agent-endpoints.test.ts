@@ -214,7 +214,8 @@ describe("hooks for Worker-side features", () => {
   it("authorizes an operation without doing it, and queues a command for a caller allowed to", async () => {
     const e = await createEngine();
     const as = async (role: "viewer" | "operator") => ({ admin: false as const, tokenHash: await hashToken(e.tokens[role]) });
-    expect(await e.stub.authorizeOp(await as("viewer"), "get_overview")).toEqual({ ok: true, body: { role: "viewer", engine: e.name } });
+    // The incarnation names where the engine's ledger bodies live (src/ledger/keys.ts).
+    expect(await e.stub.authorizeOp(await as("viewer"), "get_overview")).toEqual({ ok: true, body: { role: "viewer", engine: e.name, incarnation: expect.stringMatching(/^.{8,}$/) } });
     expect(await e.stub.authorizeOp(await as("viewer"), "start_engine")).toMatchObject({ ok: false, status: 403 });
     expect(await e.stub.authorizeOp({ admin: false, tokenHash: "0".repeat(64) }, "get_overview")).toMatchObject({ ok: false, status: 401 });
     const queued = await e.stub.enqueueFor(await as("operator"), "start_engine", { kind: "stop", reason: "test" });
