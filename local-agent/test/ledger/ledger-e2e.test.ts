@@ -1,0 +1,176 @@
+/**
+ * The trajectory ledger end to end: the real Worker (Miniflare, D1 and R2), the real agent and its
+ * gateway, and an inference server answering token ids and logprobs in vLLM's exact shapes. A
+ * client claims an episode and talks to the policy through the relay with its per-claim key,
+ * three turns with a tool call (streamed and whole); the trajectory read back from the exchange
+ * has the exact tokens, loss mask and logprobs the server produced. A server that re-tokenizes
+ * the history drifts, and the trajectory says at which call.
+ */
+import { randomUUID } from "node:crypto";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
+import { AdminClient, EngineClient, LedgerClient } from "../../../src/client";
+import { runAgent, testConfig } from "../support/agent-harness";
+import { tempDir } from "../support/temp";
+import { waitUntil } from "../support/wait";
+import { logprobOf, startTokenModel, type TokenModel } from "./token-model";
+
+const ADMIN = "ledger-e2e-admin";
+let ex: LocalExchange;
+let vllm: TokenModel;
+let dir: ReturnType<typeof tempDir>;
+const cleanups: Array<() => unknown> = [];
+
+beforeAll(async () => {
+  vllm = await startTokenModel("vllm");
+  ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "ledger-e2e-claim-secret" });
+});
+afterAll(async () => {
+  await ex?.stop();
+  await vllm?.close();
+});
+beforeEach(() => {
+  dir = tempDir();
+});
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+  dir.remove();
+});
+
+type Role = "operator" | "trainer" | "client" | "viewer";
+
+/** A fresh engine capturing tokens, its agent's gateway in front of the vLLM-shaped server, one claim. */
+async function setup() {
+  const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine(`ledger-${randomUUID().slice(0, 8)}`);
+  const base = `${ex.url}/e/${created.engine}`;
+  const tokens = created.tokens as Record<Role, string>;
+  const role = (r: Role) => new EngineClient({ baseUrl: base, token: tokens[r] });
+  const ledger = (r: Role) => new LedgerClient({ baseUrl: base, token: tokens[r] });
+  await ledger("operator").configure({ capture: "tokens" });
+  const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
+  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: `${vllm.url}/v1`, tokenDialect: "vllm" }));
+  cleanups.push(() => agent.stop());
+  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
+  await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 7 });
+  await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: `${vllm.url}/v1`, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
+  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+  expect(claim.success).toBe(true);
+  return { claim, role, ledger };
+}
+
+type Chat = { message: Record<string, unknown>; raw: Record<string, unknown> | null };
+
+/** One call through the relay as an OpenAI client makes it, whole or streamed (the deltas assembled). */
+async function chat(claim: { openai_base_url: string; openai_api_key: string }, body: Record<string, unknown>): Promise<Chat> {
+  const res = await fetch(`${claim.openai_base_url}/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  expect(res.status, text).toBe(200);
+  if (body["stream"] !== true) {
+    const raw = JSON.parse(text) as { choices: { message: Record<string, unknown> }[] };
+    return { message: raw.choices[0]!.message, raw };
+  }
+  let content = "";
+  const calls: Record<string, unknown>[] = [];
+  for (const event of text.split("\n\n")) {
+    const data = event.replace(/^data: /, "").trim();
+    if (data === "" || data === "[DONE]" || data.startsWith(":")) continue;
+    const chunk = JSON.parse(data) as Record<string, unknown>;
+    // What the client did not ask for never reaches it, streamed or whole.
+    expect(chunk).not.toHaveProperty("prompt_token_ids");
+    const delta = ((chunk["choices"] as Record<string, unknown>[])[0]?.["delta"] ?? {}) as { content?: string; tool_calls?: Record<string, unknown>[] };
+    content += delta.content ?? "";
+    // Tool calls arrive in pieces: merged by index, as OpenAI clients do.
+    for (const c of delta.tool_calls ?? []) {
+      const i = Number(c["index"] ?? 0);
+      const piece = (c["function"] ?? {}) as { name?: string; arguments?: string };
+      const into = (calls[i] ??= { id: c["id"], type: "function", function: { name: "", arguments: "" } }) as { id?: unknown; function: { name: string; arguments: string } };
+      into.id ??= c["id"];
+      into.function.name += piece.name ?? "";
+      into.function.arguments += piece.arguments ?? "";
+    }
+  }
+  return { message: { role: "assistant", content, ...(calls.length ? { tool_calls: calls } : {}) }, raw: null };
+}
+
+const tools = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
+
+describe("trajectory ledger, end to end", () => {
+  it("records three relayed turns with a tool call, and gives back the exact tokens, loss mask and logprobs", async () => {
+    const { claim, role, ledger } = await setup();
+    const messages: Record<string, unknown>[] = [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "tool:weather" },
+    ];
+    const first = await chat(claim, { model: "policy", messages, tools, stream: true });
+    const call = (first.message["tool_calls"] as { id: string; function: { name: string; arguments: string } }[] | undefined)?.[0];
+    expect(call?.function).toEqual({ name: "lookup", arguments: JSON.stringify({ q: "weather" }) });
+    messages.push({ role: "assistant", content: null, tool_calls: [{ id: call?.id, type: "function", function: call?.function }] });
+    messages.push({ role: "tool", tool_call_id: call?.id, content: "sunny" });
+    const second = await chat(claim, { model: "policy", messages, tools });
+    expect(second.raw).not.toHaveProperty("prompt_token_ids");
+    expect((second.raw?.["choices"] as Record<string, unknown>[])[0]).not.toHaveProperty("token_ids");
+    messages.push(second.message);
+    messages.push({ role: "user", content: "thanks" });
+    const third = await chat(claim, { model: "policy", messages, tools, logprobs: true });
+    // The client asked for logprobs this time, and gets them.
+    expect((third.raw?.["choices"] as Record<string, unknown>[])[0]?.["logprobs"]).toBeDefined();
+
+    expect((await role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } })).success).toBe(true);
+    // The agent ships its records within a second; the engine's outbox writes the trajectory row.
+    const v = ledger("viewer");
+    const t = await waitUntil(async () => {
+      const got = await v.trajectory("ep-1").catch(() => null);
+      return got !== null && got.outcome === "ended" && got.calls.length === 3 ? got : null;
+    }, "the trajectory with its three calls");
+
+    expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.calls.map((c) => c.tokens?.splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.calls.map((c) => c.weight_version)).toEqual([7, 7, 7]);
+    expect(t.calls[0]?.stream).toBe(true);
+    expect(t.calls[2]?.messages).toEqual(messages);
+    expect(t.calls[2]?.tools).toEqual(tools);
+
+    // Exactly what the server served: the first prompt, then each completion and the prompt tokens between turns.
+    const served = vllm.served.slice(-3);
+    expect(served).toHaveLength(3);
+    const [s1, s2, s3] = served as [(typeof served)[0], (typeof served)[0], (typeof served)[0]];
+    const between = (s: typeof s1, before: number[]) => s.prompt.slice(before.length);
+    const upTo2 = [...s1.prompt, ...s1.completion];
+    const upTo3 = [...s2.prompt, ...s2.completion];
+    expect(s2.prompt.slice(0, upTo2.length)).toEqual(upTo2);
+    const tokens = [...s1.prompt, ...s1.completion, ...between(s2, upTo2), ...s2.completion, ...between(s3, upTo3), ...s3.completion];
+    const mask = [...s1.completion.map(() => 1), ...between(s2, upTo2).map(() => 0), ...s2.completion.map(() => 1), ...between(s3, upTo3).map(() => 0), ...s3.completion.map(() => 1)];
+    const lp = (ids: number[]) => ids.map((id) => Math.fround(logprobOf(id)));
+    const logprobs = [...lp(s1.completion), ...between(s2, upTo2).map(() => 0), ...lp(s2.completion), ...between(s3, upTo3).map(() => 0), ...lp(s3.completion)];
+    expect(t.training).toMatchObject({ tokens, loss_mask: mask, rollout_log_probs: logprobs, response_length: tokens.length - s1.prompt.length, drift_at_call: null });
+
+    // The same trajectory in the export, and in the list with its tokens counted.
+    const exported: string[] = [];
+    for await (const x of v.export()) exported.push(`${x.episode_uuid}:${x.calls.length}:${x.training?.tokens.length}`);
+    expect(exported).toEqual([`ep-1:3:${tokens.length}`]);
+    const listed = (await v.list()).trajectories[0];
+    expect(listed).toMatchObject({ episode_uuid: "ep-1", outcome: "ended", reward: 1, calls: 3 });
+    expect(listed?.completion_tokens).toBe(s1.completion.length + s2.completion.length + s3.completion.length);
+  });
+
+  it("says where the server re-tokenized the history, instead of splicing it", async () => {
+    const { claim, ledger } = await setup();
+    const messages: Record<string, unknown>[] = [{ role: "user", content: "hello" }];
+    const first = await chat(claim, { model: "policy", messages });
+    messages.push(first.message, { role: "user", content: "again" });
+    // "drift" renders earlier assistant turns with an extra token, as a changed chat template would.
+    await chat(claim, { model: "drift", messages });
+    const t = await waitUntil(async () => {
+      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
+      return got !== null && got.calls.length === 2 ? got : null;
+    }, "the two calls recorded");
+    expect(t.outcome).toBeNull();
+    expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends"]);
+    expect(t.calls.map((c) => c.tokens?.splice)).toEqual(["first", "rewritten"]);
+    expect(t.training?.drift_at_call).toBe(1);
+  });
+});
