@@ -128,6 +128,17 @@ describe("trajectory ledger", () => {
     expect(t.calls).toHaveLength(1);
   });
 
+  it("keeps a claim aborted without a workflow output as a trajectory", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const a = await claimOne(e, "ca");
+    // abort_episode's workflow_output is optional: the trajectory's row must not need it.
+    expect((await e.as("client").abortEpisode({ client_uuid: a.client, episode_uuid: a.episode })).success).toBe(true);
+    await advance(e, 2_000);
+    expect(await ledgerOf(e, "viewer").trajectory(a.episode, a.fence)).toMatchObject({ outcome: "aborted", reward: null, workflow_output: {} });
+    expect((await engineStats(e)).outbox).toBe(0);
+  });
+
   it("deletes calls older than retention_days from D1 and R2 in the engine's alarm, hourly once the ledger is used", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);
