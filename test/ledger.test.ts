@@ -7,8 +7,8 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import type { CallRecord } from "../src/protocol/ledger";
-import { packFloats, packInts } from "../src/ledger/packed";
 import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
+import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
@@ -23,52 +23,7 @@ async function claimOne(e: TestEngine, client: string): Promise<Claim> {
   return { episode: k.episode_uuid, fence: k.fence, client, key: k };
 }
 
-const sys = { role: "system", content: "You are a tool user." };
-const user = { role: "user", content: "What is 2+2? Use the calculator." };
-const toolCall = { role: "assistant", content: null, tool_calls: [{ id: "t1", type: "function", function: { name: "calc", arguments: '{"x":"2+2"}' } }] };
-const toolResult = { role: "tool", tool_call_id: "t1", content: "4" };
-const answer2 = { role: "assistant", content: "It is 4." };
-const user3 = { role: "user", content: "Thanks. And 3+3?" };
-const answer3 = { role: "assistant", content: "6." };
-const tools = [{ type: "function", function: { name: "calc", parameters: { type: "object" } } }];
-
-/** Three turns with a tool call, stored as the gateway stores them: each call only what it adds. */
-function threeTurns(c: Claim, thirdPrompt: number[] = [1, 2, 3, 4, 10, 11, 20, 21, 30, 31, 32]): CallRecord[] {
-  const first = call(c, {
-    body: {
-      tools,
-      messages: [sys, user],
-      answer: toolCall,
-      tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4]), completion_ids: packInts([10, 11]), completion_logprobs: packFloats([-0.5, -0.25]) },
-    },
-  });
-  const second = call(c, {
-    weight_version: 4,
-    body: {
-      tools: null,
-      tools_from_prefix: true,
-      prefix: { call_id: first.call_id, count: 3 },
-      messages: [toolResult],
-      answer: answer2,
-      tokens: { prompt_prefix: { call_id: first.call_id, count: 6 }, prompt_ids: packInts([20]), completion_ids: packInts([21]), completion_logprobs: packFloats([-1.5]) },
-    },
-  });
-  const spliced = [1, 2, 3, 4, 10, 11, 20, 21];
-  const drift = thirdPrompt.slice(0, spliced.length).join() !== spliced.join();
-  const third = call(c, {
-    body: {
-      tools: null,
-      tools_from_prefix: true,
-      prefix: { call_id: second.call_id, count: 5 },
-      messages: [user3],
-      answer: answer3,
-      tokens: drift
-        ? { prompt_prefix: null, prompt_ids: packInts(thirdPrompt), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) }
-        : { prompt_prefix: { call_id: second.call_id, count: 8 }, prompt_ids: packInts(thirdPrompt.slice(8)), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) },
-    },
-  });
-  return [first, second, third];
-}
+const threeTurns = (c: Claim, thirdPrompt?: number[]): CallRecord[] => threeTurnsOf(c, call, thirdPrompt);
 
 async function endAndFlush(e: TestEngine, c: Claim, reward: number): Promise<void> {
   expect((await e.as("client").endEpisode(endBody(c.client, c.episode, reward))).success).toBe(true);
@@ -171,6 +126,17 @@ describe("trajectory ledger", () => {
     const t = await v.trajectory(a.episode, a.fence);
     expect(t).toMatchObject({ outcome: "aborted", reward: null });
     expect(t.calls).toHaveLength(1);
+  });
+
+  it("keeps a claim aborted without a workflow output as a trajectory", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const a = await claimOne(e, "ca");
+    // abort_episode's workflow_output is optional: the trajectory's row must not need it.
+    expect((await e.as("client").abortEpisode({ client_uuid: a.client, episode_uuid: a.episode })).success).toBe(true);
+    await advance(e, 2_000);
+    expect(await ledgerOf(e, "viewer").trajectory(a.episode, a.fence)).toMatchObject({ outcome: "aborted", reward: null, workflow_output: {} });
+    expect((await engineStats(e)).outbox).toBe(0);
   });
 
   it("deletes calls older than retention_days from D1 and R2 in the engine's alarm, hourly once the ledger is used", async () => {

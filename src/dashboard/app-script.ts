@@ -13,6 +13,10 @@ import { frameViewModule } from "./client/frame-view";
 import { bufferViewModule } from "./client/buffer-view";
 import { runsViewModule } from "./client/runs-view";
 import { panelModule } from "./client/panel";
+import { conversationViewModule } from "./client/conversation-view";
+import { episodeViewModule } from "./client/episode-view";
+import { trajectoryListViewModule } from "./client/trajectory-list-view";
+import { trajectoriesModule } from "./client/trajectories";
 import { mainModule } from "./client/main";
 
 let cached: string | undefined;
@@ -33,7 +37,11 @@ export function dashboardScript(): string {
       { name: "runsView", factory: runsViewModule, deps: ["dom", "fmt", "activityView.empty"] },
       { name: "panel", factory: panelModule, deps: ["dom", "activityView.empty"] },
       { name: "frame", factory: frameViewModule, deps: ["dom", "fmt"] },
-      { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, bufferView, runsView, panel, frame }"] },
+      { name: "conversationView", factory: conversationViewModule, deps: ["dom"] },
+      { name: "episodeView", factory: episodeViewModule, deps: ["dom", "fmt", "conversationView"] },
+      { name: "listView", factory: trajectoryListViewModule, deps: ["dom", "fmt", "activityView.empty"] },
+      { name: "trajectories", factory: trajectoriesModule, deps: ["window", "{ dom, api, panel, listView, episodeView, empty: activityView.empty }"] },
+      { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, bufferView, runsView, panel, frame, trajectories }"] },
     ],
     "app.start();",
   );

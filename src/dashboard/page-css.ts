@@ -130,4 +130,46 @@ button { font: inherit; }
 .login label.grow { flex: 1; min-width: 240px; }
 .login input { font: inherit; padding: 6px 8px; border: 1px solid #cfd4dc; border-radius: 6px; color: var(--text); }
 .login button[type=submit] { background: var(--accent); color: #fff; border-color: var(--accent); padding: 6px 16px; }
+tr.clickable { cursor: pointer; }
+tr.clickable:hover td { background: #f5f8ff; }
+.muted { color: var(--muted); }
+.chart .point.clickable { cursor: pointer; }
+.sub.capture.off { color: var(--muted); font-style: italic; }
+.filter-line { margin: 0 0 10px; color: var(--muted); display: flex; align-items: center; gap: 8px; }
+.episode-head { display: flex; align-items: baseline; gap: 12px; margin-bottom: 4px; }
+.episode-head h2 { margin: 0; }
+.episode-id { color: var(--text); overflow-wrap: anywhere; }
+.episode-facts { grid-template-columns: repeat(4, minmax(0, 1fr)); margin: 8px 0 16px; }
+.episode-facts dd { font-size: 15px; }
+#episode h3 { margin: 16px 0 6px; }
+table.timeline td { vertical-align: top; }
+table.timeline tr.event td { color: var(--muted); font-style: italic; background: #fafbfc; }
+table.timeline tr.call { cursor: pointer; }
+table.timeline tr.call.current td { background: #f5f8ff; }
+table.timeline td.call-status { white-space: normal; }
+.span-bar { display: block; margin-top: 3px; }
+.span-bar .track { fill: #eef0f3; }
+.span-bar .queued { fill: #c7d7fe; }
+.span-bar .run { fill: var(--accent); }
+.span-bar .run.failed { fill: var(--bad); }
+.span-bar .first-byte { fill: #151b28; }
+.call-error { color: #b42318; font-size: 12.5px; margin-top: 4px; white-space: pre-wrap; overflow-wrap: anywhere; }
+.mark-note { margin: 0 0 10px; padding: 8px 12px; border-radius: 8px; background: #fef3f2; border: 1px solid #fecdca; color: #912018; }
+.conversation { display: grid; gap: 8px; }
+.msg { border: 1px solid var(--line); border-left: 4px solid var(--off); border-radius: 8px; padding: 8px 12px; background: #fff; min-width: 0; }
+.msg.role-system { border-left-color: #98a2b3; background: #fafbfc; }
+.msg.role-user { border-left-color: var(--accent); }
+.msg.role-assistant { border-left-color: var(--good); }
+.msg.role-tool { border-left-color: var(--busy); background: #fffcf5; }
+.msg.answer { box-shadow: 0 0 0 2px #e3f6ea; }
+.msg-head { display: flex; align-items: center; gap: 8px; margin-bottom: 4px; font-size: 12.5px; }
+.msg-role { font-weight: 650; text-transform: uppercase; letter-spacing: 0.04em; font-size: 11.5px; color: var(--muted); }
+.msg-text { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; font: inherit; }
+.tool-call { margin-top: 6px; border-radius: 6px; background: #f5f6f8; padding: 6px 10px; }
+.tool-call-head { font-size: 12.5px; color: var(--muted); }
+.tool-call-head strong { color: var(--text); }
+.tool-args { margin: 4px 0 0; white-space: pre-wrap; overflow-wrap: anywhere; font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
+.reasoning summary, .workflow-output summary { cursor: pointer; color: var(--muted); font-size: 12.5px; }
+.workflow-output { margin-top: 14px; }
+.workflow-output pre { background: #f5f6f8; border-radius: 6px; padding: 8px 10px; overflow: auto; font-size: 12.5px; }
 `;

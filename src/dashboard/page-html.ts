@@ -54,6 +54,12 @@ export const DASHBOARD_HTML = `${pageHead("Rollout Exchange", "/dashboard")}
       <section class="panel"><h2>Running episodes</h2><div id="episodes"></div></section>
       <section class="panel"><h2>Tasks completed, current batch</h2><div id="tasks-panel"></div></section>
     </div>
+    <section id="trajectories-panel" class="panel"><h2>Trajectories</h2><p id="trajectories-problem" class="panel-problem" role="status" hidden></p><div id="trajectories"></div></section>
+    <section id="episode-panel" class="panel" hidden>
+      <div class="episode-head"><h2>Episode</h2><span id="episode-id" class="mono episode-id"></span><span class="spacer"></span><button id="episode-close" type="button" class="link">Close</button></div>
+      <p id="episode-problem" class="panel-problem" role="status" hidden></p>
+      <div id="episode"></div>
+    </section>
     <div class="cards two">
       <section class="panel"><h2>Rollout buffer</h2><p id="buffer-problem" class="panel-problem" role="status" hidden></p><div id="buffer"></div></section>
       <section class="panel"><h2>Training runs</h2><p id="runs-problem" class="panel-problem" role="status" hidden></p><div id="runs"></div></section>

@@ -240,7 +240,8 @@ export class Episodes {
     const owned = this.ownedClaim(req);
     if (!owned.ok) return owned;
     if (owned.body !== "already_ended") {
-      this.recordUnfinished(owned.body, "aborted", JSON.stringify(req.workflow_output));
+      // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
+      this.recordUnfinished(owned.body, "aborted", JSON.stringify(req.workflow_output ?? {}));
       this.release(owned.body, status === "ENGINE.ROLLING" ? "requeue" : "delete");
     }
     return ok({ success: true });

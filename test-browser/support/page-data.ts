@@ -76,3 +76,23 @@ export async function runsOnPage(page: Page): Promise<RunsOnPage> {
   const recent = await page.$$eval("#runs-table tbody tr", (els) => els.map((e) => ({ run: e.getAttribute("data-run"), status: e.getAttribute("data-status") })));
   return { current, processes, metricsStep: step === null || step === "" ? null : Number(step), metrics, recent };
 }
+
+/** The trajectory panel's rows, in the fields of the API's TrajectorySummary they carry. */
+export const trajectoryRows = (page: Page) =>
+  page.$$eval("#trajectories-table tbody tr", (els) =>
+    els.map((e) => {
+      const n = (name: string) => Number(e.getAttribute(name));
+      const reward = e.getAttribute("data-reward");
+      return {
+        episode_uuid: e.getAttribute("data-episode"),
+        fence: n("data-fence"),
+        task_id: e.getAttribute("data-task"),
+        outcome: e.getAttribute("data-outcome"),
+        reward: reward === "" || reward === null ? null : Number(reward),
+        calls: n("data-calls"),
+        prompt_tokens: n("data-prompt-tokens"),
+        completion_tokens: n("data-completion-tokens"),
+        ended_at: n("data-ended-at"),
+      };
+    }),
+  );

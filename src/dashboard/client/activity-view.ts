@@ -11,7 +11,7 @@ import type { Format } from "./format";
 import type { BarsModule } from "./bars";
 import type { ChartModule } from "./chart";
 
-export type Pager = { page: number; pageSize: number; hasPrev: boolean; onPrev: () => void; onNext: () => void };
+export type Pager = { page: number; pageSize: number; hasPrev: boolean; onPrev: () => void; onNext: () => void; onOpen: (episode: string) => void };
 
 export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, chart: ChartModule) {
   const { h } = dom;
@@ -41,7 +41,13 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
    * The reward curve of one run of the history (`shown`), with a picker for the others. The
    * history is in the order it was written, so its last entry is the latest step.
    */
-  function rewards(history: readonly RewardHistoryEntry[], runs: readonly HistoryRun[], shown: number | null, onPick: (run: number | null) => void): DomElement {
+  function rewards(
+    history: readonly RewardHistoryEntry[],
+    runs: readonly HistoryRun[],
+    shown: number | null,
+    onPick: (run: number | null) => void,
+    onStep: ((step: number) => void) | null,
+  ): DomElement {
     const picker = runs.length > 1 ? runPicker(runs, shown, onPick) : null;
     if (history.length === 0) {
       return h(
@@ -73,7 +79,7 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
           `latest: step ${last.global_step}, mean ${fmt.num(last.mean_reward)} ± ${fmt.num(last.std_reward)} over ${last.count} episodes`,
         ),
       ),
-      chart.render(history),
+      chart.render(history, onStep),
     );
   }
 
@@ -98,9 +104,9 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
           ...page.episodes.map((e) =>
             h(
               "tr",
-              { "data-episode": e.episode_uuid, "data-client": e.client_uuid, "data-llm-calls": e.llm_call_count },
+              { class: "clickable", "data-episode": e.episode_uuid, "data-client": e.client_uuid, "data-llm-calls": e.llm_call_count, onclick: () => pager.onOpen(e.episode_uuid) },
               h("td", { title: e.client_uuid, class: "mono" }, fmt.shortId(e.client_uuid)),
-              h("td", { title: e.episode_uuid, class: "mono" }, fmt.shortId(e.episode_uuid)),
+              h("td", { class: "mono" }, h("button", { type: "button", class: "link mono", title: `${e.episode_uuid}: open its calls so far` }, fmt.shortId(e.episode_uuid))),
               h("td", { title: e.task_id }, e.task_id === "" ? "–" : fmt.shortId(e.task_id)),
               h(
                 "td",

@@ -10,6 +10,7 @@ import type { EngineStatusResponse, RewardHistoryResponse } from "../../protocol
 import type { HistoryRunsResponse } from "../../protocol/history";
 import type { HealthResponse } from "../../protocol/buffer";
 import type { ListRunsResponse, RunStatusResponse } from "../../protocol/runs";
+import type { LedgerConfig, Trajectory, TrajectoryListResponse } from "../../protocol/ledger";
 import type { BrowserWindow } from "./dom";
 
 export type Problem = { status: number; error: string; detail: string };
@@ -20,6 +21,8 @@ export type Health = z.infer<typeof HealthResponse>;
 export type RunList = z.infer<typeof ListRunsResponse>;
 /** A page of the newest runs, and the one the panel details: the active run, else the newest. */
 export type RecentRuns = { list: RunList; featured: RunStatusResponse | null };
+/** The trajectory list's filters the page sets: the reward chart's step (and the run it belongs to). */
+export type TrajectoryFilter = { run: number | null; global_step: number | null };
 
 export function apiModule(win: BrowserWindow) {
   const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -94,6 +97,23 @@ export function apiModule(win: BrowserWindow) {
     health: (engine: string, token: string) => getJson<Health>(`${base(engine)}/health`, token, shape({ status: "string", buffer: "object" })),
     /** The newest `limit` runs (the API pages them, newest first) with the featured one's detail. */
     recentRuns,
+    /** What the engine's gateway records of each LLM call, and for how long: readable by every role. */
+    ledgerConfig: (engine: string, token: string) => getJson<LedgerConfig>(`${base(engine)}/ledger/config`, token, shape({ capture: "string", retention_days: "number" })),
+    /** A page of ended trajectories, newest first; refused (403) to client tokens. */
+    trajectories: (engine: string, token: string, limit: number, cursor: string | null, f: TrajectoryFilter) => {
+      const q = new URLSearchParams({ limit: String(limit) });
+      if (f.run !== null) q.set("run", String(f.run));
+      if (f.global_step !== null) q.set("global_step", String(f.global_step));
+      if (cursor !== null) q.set("cursor", cursor);
+      return getJson<TrajectoryListResponse>(`${base(engine)}/trajectories?${q.toString()}`, token, shape({ trajectories: "array" }));
+    },
+    /** One claim's trajectory with its calls: the episode's latest claim when `fence` is null. */
+    trajectory: (engine: string, token: string, episode: string, fence: number | null) =>
+      getJson<Trajectory>(
+        `${base(engine)}/trajectories/${encodeURIComponent(episode)}${fence === null ? "" : `/${fence}`}`,
+        token,
+        shape({ episode_uuid: "string", fence: "number", calls: "array" }),
+      ),
     /** Succeeds only for the deployment's admin token. */
     engines: (adminToken: string) => getJson<EngineList>("/admin/engines", adminToken, shape({ engines: "array" })),
   };

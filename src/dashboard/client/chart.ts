@@ -14,12 +14,12 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
   /** Above this many steps, markers would be a smear: only the line, band and last marker remain. */
   const MAX_MARKERS = 400;
 
-  function marker(p: ReturnType<ChartGeometryModule["layout"]>["points"][number], last: boolean): DomElement {
+  function marker(p: ReturnType<ChartGeometryModule["layout"]>["points"][number], last: boolean, onStep: ((step: number) => void) | null): DomElement {
     const off = p.offScale === null ? "" : ` (off the scale: drawn at the ${p.offScale === "above" ? "top" : "bottom"} edge)`;
     return s(
       "circle",
       {
-        class: `point${last ? " last" : ""}${p.offScale === null ? "" : " off-scale"}`,
+        class: `point${last ? " last" : ""}${p.offScale === null ? "" : " off-scale"}${onStep === null ? "" : " clickable"}`,
         "data-off-scale": p.offScale ?? "",
         cx: p.x,
         cy: p.y,
@@ -30,12 +30,18 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
         "data-count": p.count,
         "data-min": p.min_reward,
         "data-max": p.max_reward,
+        onclick: onStep === null ? null : () => onStep(p.global_step),
       },
-      s("title", {}, `step ${p.global_step}: mean ${fmt.num(p.mean_reward)} ± ${fmt.num(p.std_reward)} (${p.count} episodes, min ${fmt.num(p.min_reward)}, max ${fmt.num(p.max_reward)})${off}`),
+      s(
+        "title",
+        {},
+        `step ${p.global_step}: mean ${fmt.num(p.mean_reward)} ± ${fmt.num(p.std_reward)} (${p.count} episodes, min ${fmt.num(p.min_reward)}, max ${fmt.num(p.max_reward)})${off}${onStep === null ? "" : "; click to list its trajectories"}`,
+      ),
     );
   }
 
-  function render(history: readonly RewardHistoryEntry[]): DomElement {
+  /** `onStep`, when given, makes each marker a button for its step. */
+  function render(history: readonly RewardHistoryEntry[], onStep: ((step: number) => void) | null = null): DomElement {
     const g = geometry.layout(history, BOX);
     const { box } = g;
     const right = box.width - box.right;
@@ -75,7 +81,7 @@ export function chartModule(dom: Dom, fmt: Format, geometry: ChartGeometryModule
       ),
       s("path", { class: "band", d: g.bandPath, "data-role": "std-band" }),
       s("path", { class: "mean", d: g.meanPath, "data-role": "mean-line" }),
-      s("g", { class: "points" }, ...markers.map((p) => marker(p, p === g.points[g.points.length - 1]))),
+      s("g", { class: "points" }, ...markers.map((p) => marker(p, p === g.points[g.points.length - 1], onStep))),
     );
   }
 

@@ -20,6 +20,7 @@ export interface DomElement {
   replaceChildren(...nodes: Array<DomElement | string>): void;
   addEventListener(type: string, listener: (ev: DomEvent) => void): void;
   querySelector(selectors: string): DomElement | null;
+  scrollIntoView(options?: { block?: "start" | "center" | "end" | "nearest" }): void;
 }
 
 export interface DomInput extends DomElement {

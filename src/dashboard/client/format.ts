@@ -27,6 +27,17 @@ export function formatModule() {
     return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
   }
 
+  /** A span of milliseconds: 850 ms, 1.25 s, then as `duration`. */
+  function ms(x: number): string {
+    if (!Number.isFinite(x)) return "–";
+    if (Math.abs(x) < 1000) return `${Math.round(x)} ms`;
+    if (Math.abs(x) < 10_000) return `${(x / 1000).toFixed(2)} s`;
+    return duration(x / 1000);
+  }
+
+  /** A moment (ms since the epoch) as the reader's clock and date say it. */
+  const at = (msSinceEpoch: number): string => new Date(msSinceEpoch).toLocaleString();
+
   /** "12 s ago" from unix seconds. */
   const ago = (unixSeconds: number, nowMs: number): string => `${duration(nowMs / 1000 - unixSeconds)} ago`;
 
@@ -36,6 +47,6 @@ export function formatModule() {
   /** ENGINE.ROLLING -> ROLLING; ENGINE.WEIGHT_SYNCING -> WEIGHT SYNCING. */
   const status = (s: string): string => s.replace(/^ENGINE\./, "").replace(/_/g, " ");
 
-  return { num, count, duration, ago, shortId, status };
+  return { num, count, duration, ms, at, ago, shortId, status };
 }
 export type Format = ReturnType<typeof formatModule>;

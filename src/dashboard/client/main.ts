@@ -14,6 +14,7 @@ import type { FrameView, NavEngine } from "./frame-view";
 import type { BufferView } from "./buffer-view";
 import type { RunsView } from "./runs-view";
 import type { Panel } from "./panel";
+import type { Trajectories } from "./trajectories";
 
 export type MainDeps = {
   dom: Dom;
@@ -25,6 +26,7 @@ export type MainDeps = {
   runsView: RunsView;
   panel: Panel;
   frame: FrameView;
+  trajectories: Trajectories;
 };
 
 export function mainModule(win: BrowserWindow, d: MainDeps) {
@@ -130,16 +132,25 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       await drawNav(null);
       return;
     }
-    const [ov, history, historyRuns, running, done, health, runs] = await Promise.all([
+    // The page of running episodes this refresh reads: a click on Next or Previous while it is in
+    // flight changes `cursors`, and the page drawn must say which page it shows, not the next one.
+    const shownPage = cursors.slice();
+    // Draws its own panels (trajectories.ts); started with the other reads so the refresh waits for the slowest one only.
+    const trajectoriesDrawn = d.trajectories.refresh(engine, token, Date.now());
+    const [ov, history, historyRuns, running, done, health, runs, ledger] = await Promise.all([
       d.api.overview(engine, token),
       d.api.rewardHistory(engine, token, shownRun),
       d.api.historyRuns(engine, token),
-      d.api.runningEpisodes(engine, token, PAGE_SIZE, cursors[cursors.length - 1] ?? null),
+      d.api.runningEpisodes(engine, token, PAGE_SIZE, shownPage[shownPage.length - 1] ?? null),
       d.api.completedTasks(engine, token),
       d.api.health(engine, token),
       d.api.recentRuns(engine, token, RECENT_RUNS + 1),
+      d.api.ledgerConfig(engine, token),
     ]);
-    if (!ov.ok) return explain(ov.problem);
+    if (!ov.ok) {
+      await trajectoriesDrawn;
+      return explain(ov.problem);
+    }
     const failed = [history, running, done].find((r) => !r.ok);
     if (failed && !failed.ok) explain(failed.problem);
     else d.frame.notice(null);
@@ -147,37 +158,40 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
 
     const now = Date.now();
     const o = ov.value;
-    byId("overview").replaceChildren(d.statusView.render(o, now));
+    byId("overview").replaceChildren(d.statusView.render(o, ledger.ok ? ledger.value : null, now));
     if (history.ok) {
       const pick = (run: number | null) => {
         shownRun = run;
         void refreshNow();
       };
       const listed = historyRuns.ok ? historyRuns.value.runs : [];
-      byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, history.value.run ?? null, pick));
+      const run = history.value.run ?? null;
+      byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, run, pick, (step) => d.trajectories.filterStep(run, step)));
     } else if (shownRun !== null) {
       // The run picked is gone (the engine was made again): back to the current one.
       shownRun = null;
     }
     if (running.ok) {
       // A page that emptied under us (episodes ended) sends the reader back to the first page.
-      if (running.value.episodes.length === 0 && cursors.length > 1) {
+      if (running.value.episodes.length === 0 && shownPage.length > 1) {
         cursors = [null];
+        await trajectoriesDrawn;
         return refresh();
       }
       byId("episodes").replaceChildren(
         d.activityView.episodes(running.value, {
-          page: cursors.length - 1,
+          page: shownPage.length - 1,
           pageSize: PAGE_SIZE,
-          hasPrev: cursors.length > 1,
+          hasPrev: shownPage.length > 1,
           onPrev: () => {
-            cursors.pop();
+            cursors = shownPage.slice(0, -1);
             void refreshNow();
           },
           onNext: () => {
-            if (running.value.next_cursor !== null) cursors.push(running.value.next_cursor);
+            if (running.value.next_cursor !== null) cursors = [...shownPage, running.value.next_cursor];
             void refreshNow();
           },
+          onOpen: (episode) => void d.trajectories.openEpisode(episode, null),
         }),
       );
     }
@@ -185,6 +199,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
     // Not through explain(): a refused or failed buffer or runs read must not hide the whole page (panel.ts).
     d.panel.draw("buffer", "the rollout buffer", health, (v) => d.bufferView.render(v));
     d.panel.draw("runs", "training runs", runs, (v) => d.runsView.render(v, RECENT_RUNS, now));
+    await trajectoriesDrawn;
     byId("engine-view").hidden = false;
     // A slime-style trainer never reports an engine status: a used buffer or a run is activity too.
     const quiet =

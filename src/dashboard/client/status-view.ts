@@ -4,6 +4,7 @@
  * test-browser/ reads to compare the page with the API.
  */
 import type { EngineOverview } from "../../protocol/agent";
+import type { LedgerConfig } from "../../protocol/ledger";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
 import type { BarsModule } from "./bars";
@@ -18,7 +19,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return "busy";
   }
 
-  function card(title: string, ...body: DomElement[]): DomElement {
+  function card(title: string, ...body: Array<DomElement | null>): DomElement {
     return h("section", { class: "card" }, h("h2", {}, title), ...body);
   }
 
@@ -59,7 +60,14 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return h("p", { id: "rollout-workers", class: `sub workers ${w.state}`, "data-state": w.state }, text);
   }
 
-  function render(ov: EngineOverview, nowMs: number): DomElement {
+  /** What the relay records of each LLM call (the trajectory ledger's capture) and for how long. */
+  function captureLine(l: LedgerConfig): DomElement {
+    const what = l.capture === "off" ? "LLM calls not recorded (capture off)" : `LLM calls recorded: ${l.capture === "tokens" ? "messages and token ids" : "messages"}, kept ${l.retention_days} day${l.retention_days === 1 ? "" : "s"}`;
+    return h("p", { id: "ledger-capture", class: `sub capture ${l.capture}`, "data-capture": l.capture, "data-retention-days": l.retention_days }, what);
+  }
+
+  /** `ledger` is null when its read failed: the line is left out rather than guessed. */
+  function render(ov: EngineOverview, ledger: LedgerConfig | null, nowMs: number): DomElement {
     const e = ov.episodes;
     const d = ov.deliveries;
     return h(
@@ -72,6 +80,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
           "Status",
           h("p", { id: "engine-status", class: `badge ${tone(ov.engine_status)}`, "data-status": ov.engine_status }, fmt.status(ov.engine_status)),
           h("p", { id: "engine-detail", class: "sub" }, ov.engine_status_detail ?? ""),
+          ledger === null ? null : captureLine(ledger),
         ),
         card(
           "Global step",

@@ -1,0 +1,257 @@
+/**
+ * The trajectory ledger on the dashboard, in a real Chromium against the real Worker (Miniflare,
+ * D1 and R2): claims whose LLM calls the gateway recorded through the API, ended over two global
+ * steps, one aborted and one still running. The page shows the engine's capture setting, lists
+ * the trajectories as the API does (a page at a time), opens an episode from that list, from the
+ * running episodes and through the reward chart's step, and renders its timeline and messages
+ * (as text, never as markup), marking a rewritten history and drifted tokens. A client token,
+ * which may not read trajectories, gets a notice in the panel and the rest of the page.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Page } from "playwright-core";
+import type { TrajectorySummary } from "../src/protocol/ledger";
+import { answer2, sys, threeTurns, user } from "../test/support/ledger-calls";
+import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
+import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
+import { attr, refreshesLater, trajectoryRows } from "./support/page-data";
+import { abort, callClock, claim, end, ledgerOf, record, settled } from "./support/scripted-ledger";
+
+let ex: TestExchange;
+let browser: TestBrowser;
+let engine: TestEngine;
+let page: Page;
+let errors: string[];
+/** Ended claims besides the named ones below: enough for a second page. */
+const FILLERS = 20;
+const MARKUP = "<img src=x onerror=\"document.title='owned'\"> is <b>not</b> markup";
+
+const fields = (t: TrajectorySummary) => ({
+  episode_uuid: t.episode_uuid,
+  fence: t.fence,
+  task_id: t.task_id,
+  outcome: t.outcome,
+  reward: t.reward,
+  calls: t.calls,
+  prompt_tokens: t.prompt_tokens,
+  completion_tokens: t.completion_tokens,
+  ended_at: t.ended_at,
+});
+
+beforeAll(async () => {
+  ex = await startExchange();
+  browser = await launchBrowser();
+  engine = await createEngine(ex, "ledger-ui");
+  await ledgerOf(ex, engine, "operator").configure({ capture: "tokens", retention_days: 14 });
+  const trainer = engine.as("trainer");
+  const call = callClock(Date.now() - 10 * 60_000);
+
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+  const toolUse = await claim(engine, "ep-tool-use", "client-a", "calc");
+  await record(ex, engine, threeTurns(toolUse, call));
+  await end(engine, toolUse, "calc", 0.75);
+  // The client trimmed its history before the second call: stored whole, marked rewritten.
+  const trimmed = await claim(engine, "ep-trimmed", "client-b", "summarize");
+  await record(ex, engine, [
+    call(trimmed, { body: { messages: [sys, user], answer: answer2 } }),
+    call(trimmed, { body: { messages: [sys, { role: "user", content: "Summary so far: the answer was 4. Go on." }], answer: { role: "assistant", content: "Done." } } }),
+  ]);
+  await end(engine, trimmed, "summarize", 1);
+  // The third prompt re-tokenized the second answer: the token sequence stops at that call.
+  const drift = await claim(engine, "ep-drift", "client-c", "calc");
+  await record(ex, engine, threeTurns(drift, call, [1, 2, 3, 4, 10, 11, 20, 22, 30, 31, 32]));
+  await end(engine, drift, "calc", 0.25);
+
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+  const markup = await claim(engine, "ep-markup", "client-a", "echo");
+  await record(ex, engine, [call(markup, { body: { messages: [{ role: "user", content: MARKUP }], answer: { role: "assistant", content: MARKUP } } })]);
+  await end(engine, markup, "echo", 0.5);
+  const aborted = await claim(engine, "ep-aborted", "client-b", "calc");
+  await record(ex, engine, [call(aborted, { status: 502, error: "upstream_error: connection reset", finish_reason: null, usage: null, body: { messages: [user] } })]);
+  await abort(engine, aborted);
+  for (let i = 0; i < FILLERS; i++) {
+    const c = await claim(engine, `ep-filler-${i}`, `client-f${i % 4}`, `filler-${i % 3}`);
+    await end(engine, c, `filler-${i % 3}`, (i % 5) / 4);
+  }
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3 });
+  // Still claimed: two calls so far.
+  const live = await claim(engine, "ep-live", "client-live", "calc");
+  await record(ex, engine, threeTurns(live, call).slice(0, 2));
+
+  await settled(ledgerOf(ex, engine, "viewer"), 5 + FILLERS);
+  page = await browser.newPage();
+  errors = watchErrors(page);
+  await page.goto(`${ex.url}/dashboard?engine=${engine.name}&token=${engine.tokens.viewer}&refresh=0.3`);
+  await page.waitForSelector("#trajectories-table");
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await ex?.stop();
+});
+
+/** Opens an episode by clicking its row in `table` and waits for its view. */
+async function openFrom(table: string, episode: string): Promise<void> {
+  await page.click(`${table} tr[data-episode="${episode}"]`);
+  await page.waitForSelector(`#episode-view[data-episode="${episode}"]`);
+}
+
+describe("trajectories on the dashboard", () => {
+  it("shows the engine's capture mode and retention as the API reports them", async () => {
+    const config = await ledgerOf(ex, engine, "viewer").config();
+    expect(config).toEqual({ capture: "tokens", retention_days: 14 });
+    expect(await attr(page, "#ledger-capture", "data-capture")).toBe(config.capture);
+    expect(Number(await attr(page, "#ledger-capture", "data-retention-days"))).toBe(config.retention_days);
+    expect(await page.textContent("#ledger-capture")).toBe("LLM calls recorded: messages and token ids, kept 14 days");
+  });
+
+  it("lists the newest trajectories as the API does, and the next page with More", async () => {
+    const ledger = ledgerOf(ex, engine, "viewer");
+    const first = await ledger.list({ limit: 20 });
+    expect(first.next_cursor).not.toBeNull();
+    await refreshesLater(page);
+    expect(await trajectoryRows(page)).toEqual(first.trajectories.map(fields));
+    const second = await ledger.list({ limit: 20, cursor: first.next_cursor ?? "" });
+    await page.click("#trajectories-more");
+    await page.waitForSelector(`#trajectories-table[data-rows="${first.trajectories.length + second.trajectories.length}"]`);
+    expect(await trajectoryRows(page)).toEqual([...first.trajectories, ...second.trajectories].map(fields));
+    expect(await page.isDisabled("#trajectories-more")).toBe(second.next_cursor === null);
+    // Older pages hold the list still across refreshes; Newest goes back to the first page.
+    await refreshesLater(page, 2);
+    expect(await page.locator("#trajectories-table tbody tr").count()).toBe(25);
+    await page.click("#trajectories-newest");
+    await page.waitForSelector('#trajectories-table[data-rows="20"]');
+    const byEpisode = Object.fromEntries([...first.trajectories, ...second.trajectories].map((t) => [t.episode_uuid, t]));
+    expect(byEpisode["ep-tool-use"]).toMatchObject({ outcome: "ended", reward: 0.75, calls: 3, global_step: 1 });
+    expect(byEpisode["ep-aborted"]).toMatchObject({ outcome: "aborted", reward: null, calls: 1, global_step: 2 });
+  });
+
+  it("opens an episode from the list: its timeline, the last call's conversation with the tool call, and its answer", async () => {
+    await page.click("#trajectories-more");
+    await page.waitForSelector('#trajectories-table[data-rows="25"]');
+    await openFrom("#trajectories-table", "ep-tool-use");
+    const t = await ledgerOf(ex, engine, "viewer").trajectory("ep-tool-use");
+    expect(await attr(page, "#episode-view", "data-calls")).toBe(String(t.calls.length));
+    expect(await attr(page, "#episode-view", "data-outcome")).toBe("ended");
+    expect(Number(await attr(page, "#episode-view", "data-reward"))).toBe(t.reward);
+    const calls = await page.$$eval("#episode-timeline tr.call", (els) =>
+      els.map((e) => ({ id: e.getAttribute("data-call-id"), latency: Number(e.getAttribute("data-latency-ms")), weights: e.getAttribute("data-weight-version"), splice: e.getAttribute("data-splice") })),
+    );
+    expect(calls).toEqual(t.calls.map((c) => ({ id: c.call_id, latency: c.done_at - c.started_at, weights: String(c.weight_version), splice: c.messages_splice })));
+    expect(await page.$$eval("#episode-timeline tr.event", (els) => els.map((e) => e.getAttribute("data-event")))).toEqual(["first-admitted", "ended"]);
+
+    // The last call's whole conversation, then its answer.
+    const last = t.calls[t.calls.length - 1];
+    const roles = await page.$$eval("#episode-messages .msg", (els) => els.map((e) => [e.getAttribute("data-role"), e.hasAttribute("data-answer")]));
+    expect(roles).toEqual([...(last?.messages ?? []).map((m) => [(m as { role: string }).role, false]), ["assistant", true]]);
+    const tool = page.locator('#episode-messages .tool-call[data-tool="calc"]');
+    expect(await tool.count()).toBe(1);
+    expect(await tool.getAttribute("data-tool-call-id")).toBe("t1");
+    expect(JSON.parse((await tool.locator(".tool-args").textContent()) ?? "")).toEqual({ x: "2+2" });
+    expect(await page.textContent('#episode-messages .msg[data-role="tool"]')).toContain("result of t1");
+    expect(await page.textContent("#episode-messages .msg.answer")).toContain("6.");
+    expect(await attr(page, "#episode-training", "data-drift-at-call")).toBe("");
+    expect(page.url()).toContain("episode=ep-tool-use");
+    expect(page.url()).not.toContain("token=");
+
+    // An earlier call's conversation on a click of its row.
+    await page.click('#episode-timeline tr.call[data-call="0"]');
+    await page.waitForSelector('#episode-conversation[data-call="0"]');
+    expect(await attr(page, "#episode-messages", "data-messages")).toBe(String(t.calls[0]?.messages.length));
+  });
+
+  it("marks a rewritten history and drifted tokens where they happened", async () => {
+    await openFrom("#trajectories-table", "ep-trimmed");
+    expect(await page.$$eval("#episode-timeline tr.call", (els) => els.map((e) => e.getAttribute("data-splice")))).toEqual(["first", "rewritten"]);
+    expect(await page.locator('#episode-timeline tr.call[data-call="1"] [data-mark="rewritten"]').count()).toBe(1);
+    expect(await page.locator('#episode-timeline tr.call[data-call="0"] [data-mark]').count()).toBe(0);
+    expect(await page.textContent('#episode-conversation [data-mark="rewritten"]')).toContain("rewrote or trimmed its history");
+
+    await openFrom("#trajectories-table", "ep-drift");
+    const t = await ledgerOf(ex, engine, "viewer").trajectory("ep-drift");
+    expect(t.training?.drift_at_call).toBe(2);
+    expect(await attr(page, "#episode-training", "data-drift-at-call")).toBe("2");
+    expect(await page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="drift"]').count()).toBe(1);
+    expect(await page.locator('#episode-timeline [data-mark="drift"]').count()).toBe(1);
+  });
+
+  it("shows a failed call's error and an aborted claim's end", async () => {
+    await openFrom("#trajectories-table", "ep-aborted");
+    expect(await attr(page, '#episode-timeline tr.call[data-call="0"]', "data-status")).toBe("502");
+    expect(await page.textContent('#episode-timeline tr.call[data-call="0"] .call-error')).toBe("upstream_error: connection reset");
+    expect(await page.$$eval("#episode-timeline tr.event", (els) => els.map((e) => e.getAttribute("data-event")))).toEqual(["first-admitted", "aborted"]);
+  });
+
+  it("renders messages as text, never as markup", async () => {
+    await openFrom("#trajectories-table", "ep-markup");
+    expect(await page.locator("#episode-messages img, #episode-messages b").count()).toBe(0);
+    expect(await page.$$eval("#episode-messages .msg-text", (els) => els.map((e) => e.textContent))).toEqual([MARKUP, MARKUP]);
+    expect(await page.title()).not.toBe("owned");
+  });
+
+  it("takes a screenshot of the episode view (/tmp/hdash-episode.png)", async () => {
+    await openFrom("#trajectories-table", "ep-tool-use");
+    const png = await page.locator("#episode-panel").screenshot({ path: "/tmp/hdash-episode.png" });
+    expect(png.subarray(1, 4).toString()).toBe("PNG");
+    await page.screenshot({ path: "/tmp/hdash-page.png", fullPage: true });
+  });
+
+  it("lists one global step's trajectories when its point on the reward chart is clicked", async () => {
+    const { history, run } = await engine.as("viewer").getRewardHistory();
+    expect(history.map((h) => h.global_step)).toEqual([1, 2]);
+    await page.click('#reward-chart circle.point[data-step="1"]');
+    await page.waitForSelector('#trajectories-filter[data-global-step="1"]');
+    await page.waitForFunction(() => document.querySelectorAll("#trajectories-table tbody tr").length === 3);
+    const step1 = await ledgerOf(ex, engine, "viewer").list({ global_step: 1, ...(run === null ? {} : { run }), limit: 20 });
+    expect(await trajectoryRows(page)).toEqual(step1.trajectories.map(fields));
+    expect(step1.trajectories.map((t) => t.episode_uuid).sort()).toEqual(["ep-drift", "ep-tool-use", "ep-trimmed"]);
+    // Refreshes keep the filter.
+    await refreshesLater(page, 2);
+    expect(await page.locator("#trajectories-table tbody tr").count()).toBe(3);
+    await page.click("#trajectories-all");
+    await page.waitForSelector('#trajectories-table[data-rows="20"]');
+  });
+
+  it("opens a running episode from the running episodes: its calls so far", async () => {
+    await openFrom("#episodes-table", "ep-live");
+    expect(await attr(page, "#episode-view", "data-outcome")).toBe("");
+    expect(await attr(page, "#episode-view", "data-calls")).toBe("2");
+    expect(await page.$$eval("#episode-timeline tr.event", (els) => els.map((e) => e.getAttribute("data-event")))).toEqual(["first-admitted", "live"]);
+    await page.click("#episode-close");
+    expect(await page.isHidden("#episode-panel")).toBe(true);
+    expect(page.url()).not.toContain("episode=");
+  });
+
+  it("opens the episode in the address bar on a reload", async () => {
+    const again = await browser.newPage();
+    const errs = watchErrors(again);
+    await again.goto(`${ex.url}/dashboard?engine=${engine.name}&episode=ep-trimmed&refresh=0.3`);
+    await again.waitForSelector('#episode-view[data-episode="ep-trimmed"][data-calls="2"]');
+    await again.close();
+    expect(errs).toEqual([]);
+  });
+
+  it("tells a client token that trajectories are not readable with it, and shows the rest", async () => {
+    const other = await launchBrowser();
+    try {
+      const p = await other.newPage();
+      const errs = watchErrors(p);
+      await p.goto(`${ex.url}/dashboard?engine=${engine.name}&token=${engine.tokens.client}&refresh=0.3`);
+      await p.waitForSelector("#trajectories-forbidden");
+      expect(await p.textContent("#trajectories-forbidden")).toContain("This token may not read trajectories");
+      expect(await p.textContent("#trajectories-forbidden")).toContain("403");
+      expect(await p.isVisible("#engine-view")).toBe(true);
+      expect(await attr(p, "#ledger-capture", "data-capture")).toBe("tokens");
+      await p.click('#episodes-table tr[data-episode="ep-live"]');
+      await p.waitForSelector("#episode-forbidden");
+      expect(await p.isVisible("#episode-panel")).toBe(true);
+      // The 403s are the API's answers, which Chromium logs as failed loads; nothing else went wrong.
+      expect(errs.filter((e) => !e.includes("403"))).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("logged no error in the browser", () => {
+    expect(errors).toEqual([]);
+  });
+});
