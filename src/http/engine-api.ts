@@ -6,7 +6,9 @@
 import { z } from "zod";
 import type { EngineObject } from "../engine/engine-object";
 import type { Caller } from "../engine/caller";
-import type { Reply } from "../engine/reply";
+import { ok, type Reply } from "../engine/reply";
+import type { Env } from "../env";
+import { withTrainingTokens } from "../ledger/rollout-tokens";
 import type { EngineOp } from "../auth/roles";
 import {
   AbortEpisodeRequest,
@@ -69,6 +71,8 @@ export type RouteSpec = {
   response: z.ZodType;
   /** `url` is the request's, for answers that name the exchange's origin. */
   call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
+  /** What the Worker adds to the engine's answer from D1 and R2, for the few routes that need it. */
+  after?: (env: Env, engine: string, reply: Reply<unknown>) => Promise<Reply<unknown>>;
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -196,15 +200,18 @@ export const ENGINE_API: RouteSpec[] = [
   post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
     s.postSteps(who, b.steps),
   ),
-  post(
-    "/get_rollout_data",
-    "get_rollout_data",
-    "Pull ready groups (each handed out once), or re-read an earlier pull by its cursor.",
-    GetRolloutDataRequest,
-    GetRolloutDataResponse,
-    (s, who, b) => s.getRolloutData(who, b),
-    {},
-  ),
+  {
+    ...post(
+      "/get_rollout_data",
+      "get_rollout_data",
+      "Pull ready groups (each handed out once), or re-read an earlier pull by its cursor; AgentJet claims' items carry their trajectory's tokens when the engine captures them.",
+      GetRolloutDataRequest,
+      GetRolloutDataResponse,
+      (s, who, b) => s.getRolloutData(who, b),
+      {},
+    ),
+    after: async (env, engine, reply) => (reply.ok ? ok(await withTrainingTokens(env.DB, env.LEDGER, engine, reply.body as GetRolloutDataResponse)) : reply),
+  },
   post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
     s.startRollout(who, b),
   ),

@@ -64,6 +64,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
     const moved = await movedEngineStub(env, engine, stub);
     if (moved !== null) reply = await spec.call(moved, caller, parsed.value, url);
   }
+  if (spec.after !== undefined) reply = await spec.after(env, engine, reply);
   return replyResponse(reply);
 }
 

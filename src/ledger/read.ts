@@ -3,7 +3,7 @@
  * whole trajectories (a claim's calls from D1, their bodies from R2, conversations rebuilt from
  * the stored deltas and checked again turn by turn).
  */
-import type { CallBody, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
+import type { CallBody, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "./packed";
 import { continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
@@ -364,3 +364,25 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
   if (row === null && list.length === 0) return missing;
   return trajectoryOf(episode, f, row, list, await readBodies(bucket, list));
 }
+
+/**
+ * The training sequences of claims, for the rollout buffer's items (rollout-tokens.ts): the
+ * claims' calls and bodies read at once, one sequence built at a time; a claim without token
+ * ids has none.
+ */
+export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, TrainingSequence>> {
+  const out = new Map<string, TrainingSequence>();
+  if (claims.length === 0) return out;
+  const calls = await callsOf(db, engine, claims);
+  if (calls.size === 0) return out;
+  const bodies = await readBodies(bucket, [...calls.values()].flat());
+  for (const c of claims) {
+    const list = calls.get(claimKey(c.episode, c.fence));
+    if (list === undefined) continue;
+    const training = trajectoryOf(c.episode, c.fence, null, list, bodies).training;
+    if (training !== null) out.set(claimKey(c.episode, c.fence), training);
+  }
+  return out;
+}
+
+export { claimKey };

@@ -64,6 +64,15 @@ export const RolloutItem = z.object({
   messages: z.array(z.record(z.string(), z.unknown())),
   reward: z.number(),
   extra_info: z.record(z.string(), z.unknown()),
+  /**
+   * Our addition, in slime's Sample field names: the sequence to train on, from the trajectory
+   * ledger, when the engine captured tokens and the item is an AgentJet claim whose calls were
+   * relayed (docs/ledger.md). Absent otherwise.
+   */
+  tokens: z.array(z.number().int()).optional(),
+  response_length: z.number().int().optional(),
+  loss_mask: z.array(z.number().int()).optional(),
+  rollout_log_probs: z.array(z.number()).optional(),
 });
 export type RolloutItem = z.infer<typeof RolloutItem>;
 
