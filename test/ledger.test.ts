@@ -242,6 +242,21 @@ describe("trajectory ledger", () => {
     expect((await ledgerOf(e, "viewer").trajectory(c.episode)).calls).toHaveLength(3);
   });
 
+  it("keeps each call's body when a batch id comes again with other calls", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const [first, second] = threeTurns(c);
+    if (first === undefined || second === undefined) throw new Error("three turns");
+    expect((await post(e, batchOf([first], "batch-again"))).json).toEqual({ recorded: 1, duplicates: 0 });
+    // The same id, other content (a gateway that reuses ids, or a mistake): the first call's body
+    // must still read as it was sent, not as whatever the second batch has at its offset.
+    expect((await post(e, batchOf([second, first], "batch-again"))).json).toEqual({ recorded: 1, duplicates: 1 });
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(t.calls.map((x) => x.messages)).toEqual([[sys, user], [sys, user, toolCall, toolResult]]);
+    expect(t.calls[0]?.tokens?.prompt_ids).toEqual([1, 2, 3, 4]);
+  });
+
   it("lists ended claims newest first, filtered, a page at a time with a cursor that names its engine", async () => {
     const e = await createEngine();
     await rollingWith(e, 5);
