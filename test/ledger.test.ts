@@ -343,6 +343,17 @@ describe("trajectory ledger", () => {
     }
   });
 
+  it("reads a claim by any fence a call may be recorded with", async () => {
+    const e = await createEngine();
+    const c: Claim = { episode: "ep-far", fence: Number.MAX_SAFE_INTEGER, client: "c" };
+    expect((await post(e, batchOf([call(c, { body: { messages: [user] } })]))).status).toBe(200);
+    expect((await ledgerOf(e, "viewer").trajectory(c.episode, c.fence)).calls).toHaveLength(1);
+    expect((await raw(`/e/${e.name}/trajectories/ep-far/${Number.MAX_SAFE_INTEGER}`, { token: e.tokens.viewer })).status).toBe(200);
+    for (const fence of ["9007199254740992", "99999999999999999"]) {
+      expect((await raw(`/e/${e.name}/trajectories/ep-far/${fence}`, { token: e.tokens.viewer })).status, fence).toBe(404);
+    }
+  });
+
   it("lets viewers, operators and trainers read, not clients; only the trainer records", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

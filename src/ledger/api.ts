@@ -57,8 +57,12 @@ const EpisodeParam: LedgerParam = {
   refusal: () => "An episode_uuid is 1 to 512 characters.",
 };
 const FenceParam: LedgerParam = {
-  schema: z.string().regex(/^(0|[1-9][0-9]{0,14})$/, "a fence is a non-negative integer"),
-  description: "The claim's fence (each claim of an episode has its own): a non-negative integer, no leading zeros.",
+  // Any fence a call may be recorded with (CallRecord: a safe integer), so that every claim can be named.
+  schema: z
+    .string()
+    .regex(/^(0|[1-9][0-9]{0,15})$/, "a fence is a non-negative integer")
+    .refine((s) => Number.isSafeInteger(Number(s)), "a fence is at most 2^53 - 1"),
+  description: "The claim's fence (each claim of an episode has its own): a non-negative integer up to 2^53 - 1, no leading zeros.",
   refusal: (value) => `'${value}' is not a fence: a fence is a non-negative integer.`,
 };
 
