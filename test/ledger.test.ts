@@ -7,7 +7,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import type { CallBatch, CallRecord } from "../src/protocol/ledger";
-import { packFloats, packInts } from "../src/ledger/packed";
+import { packFloats, packInts } from "../src/protocol/packed";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
@@ -385,6 +385,14 @@ describe("trajectory ledger", () => {
       { batch_id: "batch-0001", calls: [good, { ...good, fence: -1 }] },
       { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, prompt_ids: "!!", completion_ids: "", completion_logprobs: "" } } }] },
       { batch_id: "batch-0001", calls: [{ ...good, capture: "everything" }] },
+      // Base64 that is not whole 32-bit values, or a logprob JSON cannot carry: readers could not decode them.
+      ...[
+        { prompt_ids: "=", completion_ids: "", completion_logprobs: "" },
+        { prompt_ids: "AAA=", completion_ids: "", completion_logprobs: "" },
+        { prompt_ids: packInts([1]), completion_ids: "A", completion_logprobs: "" },
+        { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NaN]) },
+        { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NEGATIVE_INFINITY]) },
+      ].map((t) => ({ batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, ...t } } }] })),
     ];
     for (const b of bad) {
       const r = await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: typeof b === "string" ? b : JSON.stringify(b) });

@@ -11,6 +11,7 @@
  * where a turn's history was rewritten or re-tokenized instead of splicing silently.
  */
 import { z } from "zod";
+import { unpackFloats, unpackInts } from "./packed";
 import { RelayEndpoint } from "./relay-endpoint";
 
 export const CAPTURE_MODES = ["off", "messages", "tokens"] as const;
@@ -62,8 +63,24 @@ export type CallContext = z.infer<typeof CallContext>;
  * Token ids as base64 of little-endian uint32, logprobs as base64 of little-endian float32: about
  * 5.3 bytes a token each, against 6 to 20 as JSON numbers.
  */
-export const PackedInts = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian uint32");
-export const PackedFloats = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian float32");
+export const PackedInts = z
+  .string()
+  .regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian uint32")
+  .refine((s) => unpacked(unpackInts, s) !== null, "base64 of whole little-endian uint32 values");
+/** Finite values only: JSON, which readers are answered in, has no NaN or infinity (and an upstream's JSON gave none). */
+export const PackedFloats = z
+  .string()
+  .regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian float32")
+  .refine((s) => unpacked(unpackFloats, s)?.every(Number.isFinite) === true, "base64 of whole little-endian float32 values, all finite");
+
+/** The values `text` packs, or null when it does not decode to whole 32-bit values. */
+function unpacked(unpack: (text: string) => number[], text: string): number[] | null {
+  try {
+    return unpack(text);
+  } catch {
+    return null;
+  }
+}
 
 /** A reference to the same claim's call whose conversation this one continues. */
 export const PrefixRef = z.object({
