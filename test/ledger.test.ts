@@ -393,6 +393,9 @@ describe("trajectory ledger", () => {
         { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NaN]) },
         { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NEGATIVE_INFINITY]) },
       ].map((t) => ({ batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, ...t } } }] })),
+      // An id with a lone surrogate: D1 would keep it as U+FFFD, and the call could not be named again.
+      ...[{ episode_uuid: "ep\ud800" }, { call_id: "call\udc00" }, { client_uuid: "c\ud800" }, { task_id: "\ud800" }].map((id) => ({ batch_id: "batch-0001", calls: [{ ...good, ...id }] })),
+      { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, prefix: { call_id: "\ud800", count: 1 } } }] },
     ];
     for (const b of bad) {
       const r = await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: typeof b === "string" ? b : JSON.stringify(b) });

@@ -11,6 +11,7 @@
  * where a turn's history was rewritten or re-tokenized instead of splicing silently.
  */
 import { z } from "zod";
+import { idText, isWellFormed } from "./limits";
 import { unpackFloats, unpackInts } from "./packed";
 import { RelayEndpoint } from "./relay-endpoint";
 
@@ -41,15 +42,21 @@ export const UpdateLedgerConfigRequest = z.strictObject({
 export type UpdateLedgerConfigRequest = z.infer<typeof UpdateLedgerConfigRequest>;
 
 /**
+ * Names the ledger keys and looks calls up by are well-formed (no lone surrogate): D1 would store
+ * one as U+FFFD, and the call would come back under another name.
+ */
+const wellFormed = z.string().refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form: it would be stored as U+FFFD");
+
+/**
  * What the exchange tells the gateway about a call, inside the signed relay envelope: the gateway
  * trusts these because the Worker signed them.
  */
 export const CallContext = z.object({
   /** Unique per relayed call (the Worker's randomUUID): the record's key, so a resent batch is idempotent. */
-  call_id: z.string().min(1).max(64),
+  call_id: idText(64),
   capture: CaptureMode,
-  client_uuid: z.string(),
-  task_id: z.string(),
+  client_uuid: wellFormed,
+  task_id: wellFormed,
   /** The engine's weight version when the call was admitted; null before the trainer reported one. */
   weight_version: z.number().int().nullable(),
   /** The engine's current run of its history (history-runs.ts). */
@@ -84,7 +91,7 @@ function unpacked(unpack: (text: string) => number[], text: string): number[] | 
 
 /** A reference to the same claim's call whose conversation this one continues. */
 export const PrefixRef = z.object({
-  call_id: z.string().min(1).max(64),
+  call_id: idText(64),
   /** How many leading items (messages, or prompt tokens) come from it: its own, then its answer. */
   count: z.number().int().nonnegative(),
 });
@@ -124,7 +131,7 @@ export const CallUsage = z.object({
 /** One relayed call as the gateway records it. */
 export const CallRecord = z.object({
   ...CallContext.shape,
-  episode_uuid: z.string().min(1).max(512),
+  episode_uuid: idText(512),
   fence: z.number().int().nonnegative(),
   endpoint: RelayEndpoint,
   model: z.string().max(512),
