@@ -87,6 +87,8 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
     }
     return status >= 400;
   }
+  // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
+  // and R2 do not fail, so one here is a bug that an outage would only hide.
   if (status >= 500) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
   if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   const op = target.op;
