@@ -22,6 +22,7 @@ export default defineConfig(async () => {
                   FUZZ_RUNS: process.env["FUZZ_RUNS"] ?? "",
                   FUZZ_SEED: process.env["FUZZ_SEED"] ?? "",
                   FUZZ_PATH: process.env["FUZZ_PATH"] ?? "",
+                  FUZZ_ONLY: process.env["FUZZ_ONLY"] ?? "",
                 },
               },
             }),

@@ -7,6 +7,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import type { CallRecord } from "../src/protocol/ledger";
+import { packFloats, packInts } from "../src/protocol/packed";
 import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
 import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
@@ -175,6 +176,21 @@ describe("trajectory ledger", () => {
     expect((await ledgerOf(e, "viewer").trajectory(c.episode)).calls).toHaveLength(3);
   });
 
+  it("keeps each call's body when a batch id comes again with other calls", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const [first, second] = threeTurns(c);
+    if (first === undefined || second === undefined) throw new Error("three turns");
+    expect((await post(e, batchOf([first], "batch-again"))).json).toEqual({ recorded: 1, duplicates: 0 });
+    // The same id, other content (a gateway that reuses ids, or a mistake): the first call's body
+    // must still read as it was sent, not as whatever the second batch has at its offset.
+    expect((await post(e, batchOf([second, first], "batch-again"))).json).toEqual({ recorded: 1, duplicates: 1 });
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(t.calls.map((x) => x.messages)).toEqual([[sys, user], [sys, user, toolCall, toolResult]]);
+    expect(t.calls[0]?.tokens?.prompt_ids).toEqual([1, 2, 3, 4]);
+  });
+
   it("lists ended claims newest first, filtered, a page at a time with a cursor that names its engine", async () => {
     const e = await createEngine();
     await rollingWith(e, 5);
@@ -265,6 +281,17 @@ describe("trajectory ledger", () => {
     }
   });
 
+  it("reads a claim by any fence a call may be recorded with", async () => {
+    const e = await createEngine();
+    const c: Claim = { episode: "ep-far", fence: Number.MAX_SAFE_INTEGER, client: "c" };
+    expect((await post(e, batchOf([call(c, { body: { messages: [user] } })]))).status).toBe(200);
+    expect((await ledgerOf(e, "viewer").trajectory(c.episode, c.fence)).calls).toHaveLength(1);
+    expect((await raw(`/e/${e.name}/trajectories/ep-far/${Number.MAX_SAFE_INTEGER}`, { token: e.tokens.viewer })).status).toBe(200);
+    for (const fence of ["9007199254740992", "99999999999999999"]) {
+      expect((await raw(`/e/${e.name}/trajectories/ep-far/${fence}`, { token: e.tokens.viewer })).status, fence).toBe(404);
+    }
+  });
+
   it("lets viewers, operators and trainers read, not clients; only the trainer records", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);
@@ -296,6 +323,17 @@ describe("trajectory ledger", () => {
       { batch_id: "batch-0001", calls: [good, { ...good, fence: -1 }] },
       { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, prompt_ids: "!!", completion_ids: "", completion_logprobs: "" } } }] },
       { batch_id: "batch-0001", calls: [{ ...good, capture: "everything" }] },
+      // Base64 that is not whole 32-bit values, or a logprob JSON cannot carry: readers could not decode them.
+      ...[
+        { prompt_ids: "=", completion_ids: "", completion_logprobs: "" },
+        { prompt_ids: "AAA=", completion_ids: "", completion_logprobs: "" },
+        { prompt_ids: packInts([1]), completion_ids: "A", completion_logprobs: "" },
+        { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NaN]) },
+        { prompt_ids: packInts([1]), completion_ids: packInts([2]), completion_logprobs: packFloats([Number.NEGATIVE_INFINITY]) },
+      ].map((t) => ({ batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, tokens: { prompt_prefix: null, ...t } } }] })),
+      // An id with a lone surrogate: D1 would keep it as U+FFFD, and the call could not be named again.
+      ...[{ episode_uuid: "ep\ud800" }, { call_id: "call\udc00" }, { client_uuid: "c\ud800" }, { task_id: "\ud800" }].map((id) => ({ batch_id: "batch-0001", calls: [{ ...good, ...id }] })),
+      { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, prefix: { call_id: "\ud800", count: 1 } } }] },
     ];
     for (const b of bad) {
       const r = await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: typeof b === "string" ? b : JSON.stringify(b) });

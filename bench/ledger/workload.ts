@@ -4,7 +4,7 @@
  * call only what it adds to the claim's previous call (the prefix reference, one new tool result)
  * and its new prompt token ids, as the gateway's delta encoding stores them (protocol/ledger.ts).
  */
-import { packFloats, packInts } from "../../src/ledger/packed";
+import { packFloats, packInts } from "../../src/protocol/packed";
 import type { CallRecord } from "../../src/protocol/ledger";
 
 export type WorkloadShape = {

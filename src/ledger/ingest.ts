@@ -1,8 +1,8 @@
 /**
  * Recording a batch of calls from an engine's gateway: their bodies as one R2 object (a line of
- * JSON each), their index rows in D1 in one statement. A resent batch (the same batch_id, after a
- * lost answer or a D1 failure) writes the same object again and inserts nothing twice: the rows
- * are keyed by call id, and a row is only written after its body is stored.
+ * JSON each), their index rows in D1 in one statement. A resent batch (the same batch_id and
+ * calls, after a lost answer or a D1 failure) writes the same object again and inserts nothing
+ * twice: the rows are keyed by call id, and a row is only written after its body is stored.
  */
 import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
 import { bodyPrefix } from "./keys";
@@ -69,6 +69,17 @@ const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE true
   ON CONFLICT DO NOTHING`;
 
+/**
+ * The object's name carries its content's digest as well as the batch id: a batch id that comes
+ * again with other calls (a gateway that reuses ids) must not overwrite the object the first
+ * batch's rows point into, at offsets that would then cut another body. A true resend has the
+ * same content, so the same name, and writes the same bytes again.
+ */
+async function digestOf(bytes: Uint8Array): Promise<string> {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d.subarray(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 /** The UTC day of `ms`, as R2 keys and retention name it. */
 export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
@@ -117,7 +128,7 @@ export async function recordCalls(
     object.set(line, at);
     at += line.length;
   }
-  const key = `${bodyPrefix(engine.name, engine.incarnation)}${utcDay(now)}/${batch.batch_id}.jsonl`;
+  const key = `${bodyPrefix(engine.name, engine.incarnation)}${utcDay(now)}/${batch.batch_id}-${await digestOf(object)}.jsonl`;
   await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
   const result = await db.prepare(INSERT_SQL).bind(engine.name, key, JSON.stringify(rows)).run();
   const recorded = result.meta.changes;

@@ -1,5 +1,5 @@
 /**
- * Where an engine's call bodies live in R2: `ledger/<engine>/<incarnation>/<UTC day>/<batch>.jsonl`.
+ * Where an engine's call bodies live in R2: `ledger/<engine>/<incarnation>/<UTC day>/<batch>-<digest>.jsonl`.
  * The incarnation keeps an engine made again under a deleted one's name (whose history may be
  * kept under an archive name, its rows still pointing here) apart; the day lets retention delete
  * whole days by prefix.

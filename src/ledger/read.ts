@@ -4,7 +4,7 @@
  * the stored deltas and checked again turn by turn).
  */
 import type { CallBody, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
-import { unpackFloats, unpackInts } from "./packed";
+import { unpackFloats, unpackInts } from "../protocol/packed";
 import { continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 

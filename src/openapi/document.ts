@@ -1,19 +1,21 @@
 /**
  * The OpenAPI 3.1 document of the whole exchange, built from the zod schemas the routes
- * validate with: engine routes from ENGINE_API, admin routes from ADMIN_API.
+ * validate with: engine routes from ENGINE_API, admin routes from ADMIN_API, the training runs'
+ * from RUNS_API, the trajectory ledger's from LEDGER_API.
  */
 import { adminPaths, ADMIN_TAG } from "./admin-paths";
 import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
 import { errorComponents } from "./error-responses";
 import { hoistedDefs, type JsonSchema } from "./json-schema";
 import { runPaths, RUNS_TAG, RUNS_TAG_DESCRIPTION } from "../runs/openapi";
+import { ledgerPaths, LEDGER_TAG, LEDGER_TAG_DESCRIPTION } from "../ledger/openapi";
 
 export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<string, JsonSchema> };
 
 export function buildOpenApiDocument(): OpenApiDocument {
   const errors = errorComponents();
   // Paths first: building them hoists the shared schemas that components/schemas must hold.
-  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths() };
+  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths() };
   return {
     openapi: "3.1.0",
     jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
@@ -31,6 +33,7 @@ export function buildOpenApiDocument(): OpenApiDocument {
       { name: ENGINE_TAG, description: "An engine's API, token as a bearer header." },
       { name: TOKEN_PATH_TAG, description: "The same routes with the token in the URL path, for clients that cannot send headers." },
       { name: RUNS_TAG, description: RUNS_TAG_DESCRIPTION },
+      { name: LEDGER_TAG, description: LEDGER_TAG_DESCRIPTION },
       { name: ADMIN_TAG, description: "The deployment admin: engines and tokens." },
       { name: "service", description: "The service itself." },
     ],

@@ -5,7 +5,7 @@
  * SwarmClient). Both forms are real routes, so a generated client or a validator sees both.
  */
 import { ENGINE_API, type RouteSpec } from "../http/engine-api";
-import { mayRun } from "../auth/roles";
+import { mayRun, type EngineOp } from "../auth/roles";
 import { ROLES } from "../protocol/admin";
 import { errorRef, type ErrorStatus } from "./error-responses";
 import { queryParameters, toJsonSchema, type JsonSchema } from "./json-schema";
@@ -14,12 +14,30 @@ export const ENGINE_TAG = "engine";
 export const TOKEN_PATH_TAG = "engine, token in URL";
 
 /** The roles that may call a route; the deployment admin may call every route. */
-export function rolesFor(spec: RouteSpec): string[] {
+export function rolesFor(spec: { op: EngineOp }): string[] {
   return [...ROLES.filter((r) => mayRun(r, spec.op)), "admin"];
 }
 
-/** `/batch/register_episode` -> `batch_register_episode`: unique, unlike `op` (batch routes share theirs). */
-export const operationIdOf = (spec: RouteSpec): string => spec.path.replace(/^\//, "").replace(/\//g, "_");
+/** The prefix of an engine route in either form. */
+export const enginePrefix = (tokenInPath: boolean): string => (tokenInPath ? "/e/{engine}/t/{token}" : "/e/{engine}");
+
+/** What an engine route in either form says of its credential: its security, its prefix's parameters, a sentence. */
+export function engineAuth(tokenInPath: boolean): { security: JsonSchema[]; parameters: JsonSchema[]; note: string } {
+  return {
+    // The token-in-URL form needs no header: its path parameter is the credential.
+    security: tokenInPath ? [] : [{ engineToken: [] }],
+    parameters: [{ $ref: "#/components/parameters/engine" }, ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : [])],
+    note: tokenInPath ? "The token is carried in the URL path, for clients that cannot send headers." : "Send the token as `Authorization: Bearer <token>`.",
+  };
+}
+
+/**
+ * `/batch/register_episode` -> `batch_register_episode`: unique, unlike `op` (batch routes share
+ * theirs). A path with two methods (`/ledger/config`) is named by each one's op instead, which
+ * differ there, as the path alone would name both the same.
+ */
+export const operationIdOf = (spec: RouteSpec): string =>
+  ENGINE_API.some((o) => o.path === spec.path && o.method !== spec.method) ? spec.op : spec.path.replace(/^\//, "").replace(/\//g, "_");
 
 function errorStatuses(spec: RouteSpec): ErrorStatus[] {
   // 429: every engine route counts against its token's request limit (http/rate-limit.ts).
@@ -37,22 +55,15 @@ function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
     "200": { description: "Success.", content: { "application/json": { schema: toJsonSchema(spec.response, "output") } } },
   };
   for (const s of errorStatuses(spec)) responses[String(s)] = errorRef(s);
-  const auth = tokenInPath
-    ? "The token is carried in the URL path, for clients that cannot send headers."
-    : "Send the token as `Authorization: Bearer <token>`.";
+  const auth = engineAuth(tokenInPath);
   return {
     operationId: tokenInPath ? `${operationIdOf(spec)}__token_in_url` : operationIdOf(spec),
     summary: spec.summary,
-    description: `${spec.summary}\n\nRoles: ${roles.join(", ")}. ${auth}`,
+    description: `${spec.summary}\n\nRoles: ${roles.join(", ")}. ${auth.note}`,
     tags: [tokenInPath ? TOKEN_PATH_TAG : ENGINE_TAG],
     "x-roles": roles,
-    // The token-in-URL form needs no header: its path parameter is the credential.
-    security: tokenInPath ? [] : [{ engineToken: [] }],
-    parameters: [
-      { $ref: "#/components/parameters/engine" },
-      ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : []),
-      ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : []),
-    ],
+    security: auth.security,
+    parameters: [...auth.parameters, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : [])],
     ...(spec.input.from === "body"
       ? {
           requestBody: {
@@ -69,7 +80,7 @@ function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
 export function enginePaths(): Record<string, JsonSchema> {
   const paths: Record<string, JsonSchema> = {};
   for (const tokenInPath of [false, true]) {
-    const prefix = tokenInPath ? "/e/{engine}/t/{token}" : "/e/{engine}";
+    const prefix = enginePrefix(tokenInPath);
     for (const spec of ENGINE_API) {
       const item = (paths[prefix + spec.path] ??= {});
       item[spec.method] = operation(spec, tokenInPath);

@@ -11,6 +11,8 @@
  * where a turn's history was rewritten or re-tokenized instead of splicing silently.
  */
 import { z } from "zod";
+import { idText, isWellFormed } from "./limits";
+import { unpackFloats, unpackInts } from "./packed";
 import { RelayEndpoint } from "./relay-endpoint";
 
 export const CAPTURE_MODES = ["off", "messages", "tokens"] as const;
@@ -40,15 +42,21 @@ export const UpdateLedgerConfigRequest = z.strictObject({
 export type UpdateLedgerConfigRequest = z.infer<typeof UpdateLedgerConfigRequest>;
 
 /**
+ * Names the ledger keys and looks calls up by are well-formed (no lone surrogate): D1 would store
+ * one as U+FFFD, and the call would come back under another name.
+ */
+const wellFormed = z.string().refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form: it would be stored as U+FFFD");
+
+/**
  * What the exchange tells the gateway about a call, inside the signed relay envelope: the gateway
  * trusts these because the Worker signed them.
  */
 export const CallContext = z.object({
   /** Unique per relayed call (the Worker's randomUUID): the record's key, so a resent batch is idempotent. */
-  call_id: z.string().min(1).max(64),
+  call_id: idText(64),
   capture: CaptureMode,
-  client_uuid: z.string(),
-  task_id: z.string(),
+  client_uuid: wellFormed,
+  task_id: wellFormed,
   /** The engine's weight version when the call was admitted; null before the trainer reported one. */
   weight_version: z.number().int().nullable(),
   /** The engine's current run of its history (history-runs.ts). */
@@ -62,12 +70,28 @@ export type CallContext = z.infer<typeof CallContext>;
  * Token ids as base64 of little-endian uint32, logprobs as base64 of little-endian float32: about
  * 5.3 bytes a token each, against 6 to 20 as JSON numbers.
  */
-export const PackedInts = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian uint32");
-export const PackedFloats = z.string().regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian float32");
+export const PackedInts = z
+  .string()
+  .regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian uint32")
+  .refine((s) => unpacked(unpackInts, s) !== null, "base64 of whole little-endian uint32 values");
+/** Finite values only: JSON, which readers are answered in, has no NaN or infinity (and an upstream's JSON gave none). */
+export const PackedFloats = z
+  .string()
+  .regex(/^[A-Za-z0-9+/]*={0,2}$/, "base64 of little-endian float32")
+  .refine((s) => unpacked(unpackFloats, s)?.every(Number.isFinite) === true, "base64 of whole little-endian float32 values, all finite");
+
+/** The values `text` packs, or null when it does not decode to whole 32-bit values. */
+function unpacked(unpack: (text: string) => number[], text: string): number[] | null {
+  try {
+    return unpack(text);
+  } catch {
+    return null;
+  }
+}
 
 /** A reference to the same claim's call whose conversation this one continues. */
 export const PrefixRef = z.object({
-  call_id: z.string().min(1).max(64),
+  call_id: idText(64),
   /** How many leading items (messages, or prompt tokens) come from it: its own, then its answer. */
   count: z.number().int().nonnegative(),
 });
@@ -107,7 +131,7 @@ export const CallUsage = z.object({
 /** One relayed call as the gateway records it. */
 export const CallRecord = z.object({
   ...CallContext.shape,
-  episode_uuid: z.string().min(1).max(512),
+  episode_uuid: idText(512),
   fence: z.number().int().nonnegative(),
   endpoint: RelayEndpoint,
   model: z.string().max(512),

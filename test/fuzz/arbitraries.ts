@@ -77,7 +77,7 @@ export type Target = {
 // ------------------------------------------------------------------ strings
 
 /** Values the world holds, so generated strings sometimes name real episodes, clients, tasks, groups. */
-export const DICTIONARY = ["ep-0", "ep-1", "ep-2", "ep-3", "ep-😀", "c-1", "c-2", "c-😀", "t-1", "t-2", "task_id", "g-1", "g-2", "s-1", "s-2", "s-3", "gsm8k", "countdown", "group_size", "temperature", "max_token_length", "env", "trainer", "openai"];
+export const DICTIONARY = ["ep-0", "ep-1", "ep-2", "ep-3", "ep-😀", "c-1", "c-2", "c-😀", "t-1", "t-2", "task_id", "g-1", "g-2", "s-1", "s-2", "s-3", "call-w-2a", "call-w-2b", "gsm8k", "countdown", "group_size", "temperature", "max_token_length", "env", "trainer", "openai"];
 
 const LONG = 70_000;
 
@@ -396,6 +396,11 @@ function pathValue(name: string, roles: readonly string[]): fc.Arbitrary<Value> 
       return fc.oneof({ weight: 4, arbitrary: fc.constant<Value>({ world: "runId" }) }, { weight: 2, arbitrary: literal(fc.constantFrom("run_0000", "run_zzzzzzzzzz", "run_", "RUN_1234", "run_" + "a".repeat(41))) }, { weight: 1, arbitrary: literal(oddString) });
     case "test_id":
       return fc.oneof({ weight: 4, arbitrary: fc.constant<Value>({ world: "testId" }) }, { weight: 2, arbitrary: literal(fc.constantFrom("itest_0000", "itest_", "itest_" + "a".repeat(41))) }, { weight: 1, arbitrary: literal(oddString) });
+    case "episode_uuid":
+      return fc.oneof({ weight: 6, arbitrary: literal(fc.constantFrom("ep-0", "ep-1", "ep-2", "ep-😀", "ep-3")) }, { weight: 1, arbitrary: literal(fc.oneof(oddString, fc.constant("e".repeat(513)))) });
+    case "fence":
+      // The world's claims have small fences; then what is not a fence (leading zeros, signs, exponents, past 15 digits).
+      return fc.oneof({ weight: 6, arbitrary: literal(fc.integer({ min: 0, max: 8 }).map(String)) }, { weight: 1, arbitrary: literal(fc.oneof(fc.constantFrom("01", "-1", "1e0", "1.0", "9".repeat(16), "0x1"), oddString)) });
     case "id":
       return fc.oneof(
         { weight: 2, arbitrary: fc.constant<Value>({ world: "revokedTokenId" }) },

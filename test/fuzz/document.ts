@@ -1,13 +1,15 @@
 /**
  * The OpenAPI document as the fuzzer reads it: its operations, their parameters and bodies, and
- * the answer each documented status promises, as a validator (zod's JSON Schema reader, so no
+ * the answer each documented status promises (a JSON body, JSON lines, or none), as a validator (zod's JSON Schema reader, so no
  * schema code is generated at run time: workerd does not allow it).
  */
 import { z } from "zod";
 
 export type Schema = { [key: string]: unknown };
 export type Parameter = { name: string; in: "path" | "query"; required?: boolean; schema: Schema };
-export type Answer = { $ref?: string; description?: string; content?: Record<string, { schema: Schema }> };
+/** A media type; JSON lines give the schema of each line as `x-itemSchema` (OpenAPI 3.2's `itemSchema`). */
+export type Media = { schema: Schema; "x-itemSchema"?: Schema };
+export type Answer = { $ref?: string; description?: string; content?: Record<string, Media> };
 export type Operation = {
   operationId: string;
   parameters?: (Parameter | { $ref: string })[];
@@ -60,8 +62,15 @@ function forValidation(schema: unknown): unknown {
   return out;
 }
 
-/** What a documented status promises: a JSON body of a schema, or no body at all. */
-export type Promised = { kind: "json"; schema: z.ZodType } | { kind: "empty" };
+/** The media type of JSON lines (the ledger's export). */
+export const JSON_LINES = "application/x-ndjson";
+
+/** What a documented status promises: a JSON body of a schema, JSON lines each of a schema, or no body at all. */
+export type Promised = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "empty" };
+
+/** A validator of `schema`, its refs resolved against the document's components. */
+const validatorOf = (doc: Doc, schema: Schema): z.ZodType =>
+  z.fromJSONSchema({ ...(forValidation(schema) as Schema), $defs: Object.fromEntries(Object.entries(doc.components.schemas).map(([n, s]) => [n, forValidation(s)])) } as Parameters<typeof z.fromJSONSchema>[0]);
 
 const validators = new WeakMap<Operation, Map<string, Promised>>();
 
@@ -76,10 +85,10 @@ export function promiseOf(doc: Doc, op: Operation, status: number): Promised | u
   if (answer === undefined) return undefined;
   if (answer.$ref) answer = component<Answer>(doc, answer.$ref);
   const schema = answer.content?.["application/json"]?.schema;
+  const item = answer.content?.[JSON_LINES]?.["x-itemSchema"];
+  if (answer.content !== undefined && schema === undefined && item === undefined) throw new Error(`${op.operationId} ${status}: a body the fuzzer cannot check (${Object.keys(answer.content).join(", ")})`);
   const promise: Promised =
-    schema === undefined
-      ? { kind: "empty" }
-      : { kind: "json", schema: z.fromJSONSchema({ ...(forValidation(schema) as Schema), $defs: Object.fromEntries(Object.entries(doc.components.schemas).map(([n, s]) => [n, forValidation(s)])) } as Parameters<typeof z.fromJSONSchema>[0]) };
+    schema !== undefined ? { kind: "json", schema: validatorOf(doc, schema) } : item !== undefined ? { kind: "lines", item: validatorOf(doc, item) } : { kind: "empty" };
   cache.set(key, promise);
   return promise;
 }

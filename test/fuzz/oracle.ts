@@ -1,6 +1,7 @@
 /**
  * What every answer must be: never a 5xx (the relay's gateway failures aside), JSON whenever it
- * has a body, and what the document promises for its route and status. Says whether the answer
+ * has a body (JSON lines where the document says so), and what the document promises for its
+ * route and status. Says whether the answer
  * was a refusal, after which the engine must look exactly as it did before.
  */
 import { z } from "zod";
@@ -8,8 +9,8 @@ import { describeIssues } from "../../src/http/errors";
 import { ErrorResponse } from "../../src/protocol/admin";
 import { OpenAIError } from "../../src/protocol/relay";
 import type { Target } from "./arbitraries";
-import { promiseOf, type Doc, type Operation } from "./document";
-import type { Answer } from "./world";
+import { JSON_LINES, promiseOf, type Doc, type Operation } from "./document";
+import type { Answer, View } from "./world";
 
 /**
  * The relay's own 5xx: no gateway registered or the engine not rolling (503), a gateway that
@@ -37,6 +38,24 @@ function parseJson(answer: Answer): unknown {
 function conform(schema: z.ZodType, json: unknown, what: string): void {
   const r = schema.safeParse(json);
   if (!r.success) throw new Broken(`${what}: ${describeIssues(r.error)}; got ${JSON.stringify(json).slice(0, 500)}`);
+}
+
+/**
+ * JSON lines: the documented media type, every line (each ended by a newline, none empty) JSON
+ * that conforms to the item schema.
+ */
+function conformLines(item: z.ZodType, status: number, contentType: string | null, text: string, what: string): void {
+  if (!(contentType ?? "").startsWith(JSON_LINES)) throw new Broken(`${what}: a ${status} answer that is not JSON lines (content-type ${contentType}): ${text.slice(0, 300)}`);
+  if (text !== "" && !text.endsWith("\n")) throw new Broken(`${what}: JSON lines whose last line is cut short: ...${text.slice(-300)}`);
+  for (const [i, line] of text.split("\n").slice(0, -1).entries()) {
+    let json: unknown;
+    try {
+      json = JSON.parse(line) as unknown;
+    } catch {
+      throw new Broken(`${what}: line ${i} does not parse as JSON: ${line.slice(0, 300)}`);
+    }
+    conform(item, json, `${what}: line ${i}`);
+  }
 }
 
 /** An MCP answer (one message or a batch) in which every message is an error or a refused tool call. */
@@ -68,6 +87,8 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
     }
     return status >= 400;
   }
+  // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
+  // and R2 do not fail, so one here is a bug that an outage would only hide.
   if (status >= 500) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
   if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   const op = target.op;
@@ -89,14 +110,21 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
     if (answer.text !== "") throw new Broken(`a ${status} documented without a body answered ${answer.text.slice(0, 200)}`);
     return status >= 400;
   }
+  const what = `the ${status} answer does not match the document's schema for ${op.operationId}`;
+  if (promised.kind === "lines") {
+    conformLines(promised.item, status, answer.contentType, answer.text, what);
+    return status >= 400;
+  }
   const json = parseJson(answer);
-  conform(promised.schema, json, `the ${status} answer does not match the document's schema for ${op.operationId}`);
+  conform(promised.schema, json, what);
   return status >= 400 || (target.path.endsWith("/mcp") && mcpRefused(json));
 }
 
-/** A read of a snapshot: what the views show must be a documented 200, as any answer. */
-export function judgeView(doc: Doc, op: Operation, view: { status: number; body: unknown }): void {
+/** A read of a snapshot: what the views show must be a documented 200, as any answer (JSON parsed, JSON lines as text). */
+export function judgeView(doc: Doc, op: Operation, view: View): void {
   const promised = promiseOf(doc, op, 200);
-  if (view.status !== 200 || promised?.kind !== "json") throw new Broken(`the view ${op.operationId} answered ${view.status}: ${JSON.stringify(view.body).slice(0, 300)}`);
-  conform(promised.schema, view.body, `the view ${op.operationId} does not match the document`);
+  if (view.status !== 200 || promised === undefined || promised.kind === "empty") throw new Broken(`the view ${op.operationId} answered ${view.status}: ${JSON.stringify(view.body).slice(0, 300)}`);
+  const what = `the view ${op.operationId} does not match the document`;
+  if (promised.kind === "lines") conformLines(promised.item, view.status, view.contentType, String(view.body), what);
+  else conform(promised.schema, view.body, what);
 }

@@ -10,7 +10,9 @@
  * Each run gets a world that looks new, so a failure replays by its seed alone. On failure
  * fast-check prints the counterexample, its `seed` and its `path`; replay it (and only it) with
  *   FUZZ_SEED=<seed> FUZZ_PATH=<path> npx vitest run --project worker test/fuzz/
- * and search wider with FUZZ_RUNS=<n> (RUNS below is sized for CI on a loaded 2-core machine).
+ * and search wider with FUZZ_RUNS=<n> (RUNS below is sized for CI on a loaded 2-core machine), or
+ * deeper in a few routes with FUZZ_ONLY=<part of a target's key>, e.g. `FUZZ_ONLY=/trajectories`
+ * (a target's key is its method and path, as the counterexample's `target` shows).
  */
 import { env } from "cloudflare:workers";
 import fc from "fast-check";
@@ -56,7 +58,9 @@ describe("fuzzing every route from the OpenAPI document", () => {
     const all = targets(doc);
     const byKey = new Map(all.map((t) => [t.key, t]));
     const reads = readRoutes(doc);
-    const request = fc.oneof(...all.map((t) => ({ weight: weight(t), arbitrary: t.arbitrary })));
+    const aimed = all.filter((t) => t.key.includes(env.FUZZ_ONLY));
+    if (aimed.length === 0) throw new Error(`FUZZ_ONLY=${env.FUZZ_ONLY} names no target`);
+    const request = fc.oneof(...aimed.map((t) => ({ weight: weight(t), arbitrary: t.arbitrary })));
     // A world whose snapshot at the end of a run equals its first one looks exactly as a new one
     // would, so the next run may have it: building one costs as much as a few requests.
     let spare: { world: World; seen: Snapshot } | undefined;

@@ -7,6 +7,34 @@
  */
 import { sampleCatalog } from "../support/sample-catalog";
 
+/** The live claim's fence in a new world: each episode's fence starts at 0 and its first claim takes 1. */
+const LIVE_FENCE = 1;
+
+/** A call of the live claim (ep-2, c-2) as the gateway records it, after the world's two turns (world.ts). */
+const ledgerCall = (call_id: string, prefix: { prefix: { call_id: string; count: number } | null }) => ({
+  call_id,
+  capture: "messages",
+  client_uuid: "c-2",
+  task_id: "t-2",
+  weight_version: 1,
+  run: 1,
+  admitted_at: 4_070_908_799_500,
+  episode_uuid: "ep-2",
+  fence: LIVE_FENCE,
+  endpoint: "/v1/chat/completions",
+  model: "m-1",
+  stream: false,
+  started_at: 4_070_908_799_501,
+  first_byte_at: null,
+  done_at: 4_070_908_799_509,
+  status: 200,
+  error: null,
+  finish_reason: "stop",
+  usage: { prompt_tokens: 9, completion_tokens: 1 },
+  truncated: false,
+  body: { params: {}, tools: null, tools_from_prefix: true, ...prefix, messages: [{ role: "user", content: "And 6 times 9?" }], answer: { role: "assistant", content: "54" }, tokens: null },
+});
+
 const workflowOutput = (reward: unknown, task: string) => ({ reward, is_success: true, metadata: { task_id: task }, log_metrics: { turns: 3 } });
 
 export const SEEDS: Record<string, unknown[]> = {
@@ -46,6 +74,11 @@ export const SEEDS: Record<string, unknown[]> = {
   "/agent/trainer_exit": [{ exit_code: 1, signal: null, log_tail: "Traceback: boom" }],
   "/batch/is_episode_claimed": [{ checks: [{ episode_uuid: "ep-2" }, { episode_uuid: "ep-3", unregister_if_not_claimed: true }] }],
   "/batch/register_episode": [{ episodes: [{ episode_uuid: "ep-5" }, { episode_uuid: "ep-0", zmq_listen_result_addr: "tcp://127.0.0.1:20002" }] }],
+  // The world's batch again (a resend), and under its id calls it did not have; a third turn of the live claim.
+  "/agent/calls": [
+    { batch_id: "world-batch-1", calls: [ledgerCall("call-w-2c", { prefix: { call_id: "call-w-2b", count: 4 } })] },
+    { batch_id: "fuzz-batch-1", calls: [ledgerCall("call-w-2c", { prefix: { call_id: "call-w-2b", count: 4 } }), ledgerCall("call-w-0", { prefix: null })] },
+  ],
   "/runs/environments/scan": [{}],
   "/runs/config/environment": [{ name: "countdown", reset_edits: true }, { name: "gsm8k" }],
   "/runs/config/edit": [{ field: "temperature", value: 0.7 }, { field: "stop_words", value: ["</s>"] }],

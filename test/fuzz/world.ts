@@ -5,18 +5,21 @@
  * The state has something in every corner a request can reach: episodes registered, claimed
  * and ended, a reward history, buffer groups pending and ready, queued agent commands, an agent
  * heartbeat, a runs catalog with a selected environment, a pending run and an inference test,
- * and a revoked token; some of its names are not Latin-1 (an emoji, NUL, a bidi control).
+ * recorded LLM calls of ended, aborted and live claims (the trajectory ledger), and a revoked token; some of its names are not Latin-1 (an emoji, NUL, a bidi control).
  * Generated requests name these by fixed values (arbitraries.ts DICTIONARY, seeds.ts) or, for
  * what the exchange makes up (tokens, run ids, claim keys), by world references, which `send`
  * fills in.
  */
 import { env } from "cloudflare:workers";
 import type { Role } from "../../src/protocol/admin";
-import { ADMIN_TOKEN, admin, createEngine, endBody, ORIGIN, workerFetch, type TestEngine } from "../support/harness";
+import { ADMIN_TOKEN, admin, advance, claimKeyFields, createEngine, endBody, ORIGIN, workerFetch, type TestEngine } from "../support/harness";
 import { runsAs, sampleCatalog } from "../support/runs";
 import { MAX_BODY_BYTES } from "../../src/http/body";
+import { isWellFormed } from "../../src/protocol/limits";
+import { packFloats, packInts } from "../../src/protocol/packed";
+import type { CallBatch, CallRecord } from "../../src/protocol/ledger";
 import { DEEP_MARKER, type Body, type FuzzRequest, type Value } from "./arbitraries";
-import { parametersOf, type Doc, type Operation } from "./document";
+import { JSON_LINES, parametersOf, type Doc, type Operation } from "./document";
 
 export type World = {
   engine: TestEngine;
@@ -40,10 +43,17 @@ export async function buildWorld(foreign: TestEngine): Promise<World> {
   const [engine, , revoked] = await Promise.all([engineState(e), runsConfig(e), revokedToken(e)]);
   const run = await runsAs(e, "operator").startRun();
   const test = await runsAs(e, "operator").startInferenceTest({ models: [{ model: "m-1", base_url: "http://127.0.0.1:9/v1" }] });
-  return { engine: e, foreign, runId: run.run_id, testId: test.test_id, ...engine, revokedToken: revoked.token, revokedTokenId: revoked.id };
+  await recordCalls(e, engine.claims);
+  // One tick of the engine's alarm: its outbox writes the ended and the aborted claim to D1,
+  // where the trajectory list reads them.
+  await advance(e, 1000);
+  return { engine: e, foreign, runId: run.run_id, testId: test.test_id, claimKey: engine.claimKey, staleClaimKey: engine.staleClaimKey, revokedToken: revoked.token, revokedTokenId: revoked.id };
 }
 
-async function engineState(e: TestEngine): Promise<{ claimKey: string; staleClaimKey: string }> {
+/** The per-claim keys (and so episode and fence) of the claims with recorded calls, and their clients. */
+type Claims = Record<"ended" | "aborted" | "live", { key: string; client: string }>;
+
+async function engineState(e: TestEngine): Promise<{ claimKey: string; staleClaimKey: string; claims: Claims }> {
   const as = (r: Role) => e.as(r);
   await as("operator").syncTrainConfig("trainer:\n  lr: 1e-5\n");
   await as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0, weight_version: 0 });
@@ -58,7 +68,7 @@ async function engineState(e: TestEngine): Promise<{ claimKey: string; staleClai
   await as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "fuzz-job" });
   // ep-0 claimed and ended (a finished row, a trajectory), then the step moves on so the reward
   // history has an entry.
-  await as("client").claimEpisode({ client_uuid: "c-1", discard_episode_timeout: 600 });
+  const ended = await as("client").claimEpisode({ client_uuid: "c-1", discard_episode_timeout: 600 });
   await as("client").endEpisode(endBody("c-1", "ep-0", 0.5, "t-1"));
   await as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 1 });
   // ep-1 claimed by c-1 and aborted: its key is stale, and its runner owes a reset ack (it has a
@@ -83,7 +93,76 @@ async function engineState(e: TestEngine): Promise<{ claimKey: string; staleClai
   await as("client").postSteps({ steps: [step("s-1", "g-1", true), step("s-2", "g-1", true), step("s-3", "g-2", false), step("s-😀", "g-\u0000😀", false)] });
   await as("trainer").heartbeat({ agent_id: "agent-1", host: "gpu-1", pid: 10, version: "1", trainer: { state: "running", pid: 11, started_at: null } });
   await as("trainer").updatePoolInfo({ sample_collection_method: "fuzz", completed_episodes: 1, completed_tasks_details: { "t-1": ["ep-0"] } });
-  return { claimKey: live.openai_api_key, staleClaimKey: stale.openai_api_key };
+  return {
+    claimKey: live.openai_api_key,
+    staleClaimKey: stale.openai_api_key,
+    claims: { ended: { key: ended.openai_api_key, client: "c-1" }, aborted: { key: stale.openai_api_key, client: "c-1" }, live: { key: live.openai_api_key, client: "c-2" } },
+  };
+}
+
+/** The batch the world's gateway sent (seeds.ts sends it again, and other calls under its id). */
+export const WORLD_BATCH_ID = "world-batch-1";
+
+/**
+ * The calls the engine's gateway recorded, sent as it sends them: ep-0's one call before it
+ * ended, ep-1's failed call, and the live ep-2's two turns with token ids, the second stored as
+ * what it adds to the first. Times are the engine's clock's, so every world records the same.
+ */
+async function recordCalls(e: TestEngine, claims: Claims): Promise<void> {
+  const t = e.clock.t;
+  const user = { role: "user", content: "What is 6 times 7?" };
+  const answer = { role: "assistant", content: "42" };
+  const call = async (claim: Claims[keyof Claims], id: string, at: number, over: Partial<CallRecord>): Promise<CallRecord> => {
+    const k = await claimKeyFields(claim.key);
+    return {
+      call_id: id,
+      capture: "tokens",
+      client_uuid: claim.client,
+      task_id: "t-2",
+      weight_version: 1,
+      run: 1,
+      admitted_at: at,
+      episode_uuid: k.episode_uuid,
+      fence: k.fence,
+      endpoint: "/v1/chat/completions",
+      model: "m-1",
+      stream: false,
+      started_at: at + 1,
+      first_byte_at: at + 5,
+      done_at: at + 9,
+      status: 200,
+      error: null,
+      finish_reason: "stop",
+      usage: { prompt_tokens: 3, completion_tokens: 1 },
+      truncated: false,
+      body: { params: { temperature: 1 }, tools: null, tools_from_prefix: false, prefix: null, messages: [user], answer, tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3]), completion_ids: packInts([42]), completion_logprobs: packFloats([-0.5]) } },
+      ...over,
+    };
+  };
+  const first = await call(claims.live, "call-w-2a", t - 900, {});
+  const calls: CallBatch["calls"] = [
+    await call(claims.ended, "call-w-0", t - 5000, { task_id: "t-1" }),
+    await call(claims.aborted, "call-w-1", t - 3000, { task_id: "t-1", status: 502, error: "upstream_error: connection refused", finish_reason: null, usage: null, first_byte_at: null, body: { params: {}, tools: null, tools_from_prefix: false, prefix: null, messages: [user], answer: null, tokens: null } }),
+    first,
+    await call(claims.live, "call-w-2b", t - 800, {
+      stream: true,
+      body: {
+        params: { temperature: 1 },
+        tools: null,
+        tools_from_prefix: true,
+        prefix: { call_id: first.call_id, count: 2 },
+        messages: [{ role: "user", content: "And 6 times 8?" }],
+        answer: { role: "assistant", content: "48" },
+        tokens: { prompt_prefix: { call_id: first.call_id, count: 4 }, prompt_ids: packInts([7, 8]), completion_ids: packInts([48]), completion_logprobs: packFloats([-0.25]) },
+      },
+    }),
+  ];
+  const res = await workerFetch(`${ORIGIN}/e/${e.name}/agent/calls`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${e.tokens.trainer}`, "content-type": "application/json" },
+    body: JSON.stringify({ batch_id: WORLD_BATCH_ID, calls } satisfies CallBatch),
+  });
+  if (res.status !== 200) throw new Error(`world: recording its calls answered ${res.status}: ${await res.text()}`);
 }
 
 /** A catalog, a locked field, a selected environment with an edit. */
@@ -109,7 +188,8 @@ type ReadRoute = { path: string; method: "GET" | "POST"; op: Operation; query: s
  * one read by POST (get_episode_buffer), and the admin's lists; those with query parameters
  * also with each integer at its documented minimum (a page of one), and those with a `cursor`
  * page by page to the end. The agent's command poll is left out: it is a GET that leases the
- * commands it returns.
+ * commands it returns. The ledger's export is read once, whole: it is every trajectory the
+ * list pages through, and its filters are the list's.
  */
 export function readRoutes(doc: Doc): ReadRoute[] {
   const reads: ReadRoute[] = [];
@@ -120,14 +200,17 @@ export function readRoutes(doc: Doc): ReadRoute[] {
     const op = item["get"];
     if (!op || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
     const query = parametersOf(doc, op).filter((p) => p.in === "query");
-    const pages = query.some((p) => p.name === "cursor");
+    const lines = op.responses["200"]?.content?.[JSON_LINES] !== undefined;
+    const pages = !lines && query.some((p) => p.name === "cursor");
     reads.push({ path, method: "GET", op, query: "", pages });
+    if (lines) continue;
     for (const p of query) if (p.schema["type"] === "integer" && typeof p.schema["minimum"] === "number") reads.push({ path, method: "GET", op, query: `${p.name}=${p.schema["minimum"]}`, pages });
   }
   return reads;
 }
 
-type View = { status: number; body: unknown };
+/** What a read shows: a JSON answer parsed, any other (JSON lines) as its text. */
+export type View = { status: number; contentType: string | null; body: unknown };
 
 async function read(path: string, method: "GET" | "POST"): Promise<View> {
   const res = await workerFetch(`${ORIGIN}${path}`, {
@@ -135,32 +218,76 @@ async function read(path: string, method: "GET" | "POST"): Promise<View> {
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(method === "POST" ? { "content-type": "application/json" } : {}) },
     ...(method === "POST" ? { body: "{}" } : {}),
   });
-  const text = await res.text();
+  const contentType = res.headers.get("content-type");
+  const text = await textOf(res);
   let body: unknown = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // kept as text: the check below says what is wrong with it
+  if (!(contentType ?? "").startsWith(JSON_LINES)) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // kept as text: the check below says what is wrong with it
+    }
   }
-  return { status: res.status, body };
+  return { status: res.status, contentType, body };
+}
+
+const decoder = new TextDecoder();
+
+/** A body as text, read as bytes: workerd warns on `.text()` of a type it does not know as text (JSON lines). */
+const textOf = async (res: Response): Promise<string> => decoder.decode(await res.arrayBuffer());
+
+/** The most claims whose trajectories a snapshot reads one by one. */
+const MAX_CLAIMS_READ = 24;
+
+/**
+ * The engine's claims the ledger knows (a recorded call, or an end in D1), for the routes that
+ * name one. An episode_uuid that a URL cannot carry as one path segment (`.` and `..`, which the
+ * URL parser resolves away, and lone surrogates, which encodeURIComponent refuses) is left out:
+ * no client can ask for it by name either.
+ */
+async function ledgerClaims(engine: string): Promise<{ episode: string; fence: number }[]> {
+  const { results } = await env.DB.prepare(
+    `SELECT episode_uuid AS episode, fence FROM llm_calls WHERE engine = ?1 UNION SELECT episode_uuid, fence FROM trajectories WHERE engine = ?1
+     ORDER BY episode, fence LIMIT ${MAX_CLAIMS_READ}`,
+  )
+    .bind(engine)
+    .all<{ episode: string; fence: number }>();
+  return results.filter((c) => c.episode !== "." && c.episode !== ".." && isWellFormed(c.episode));
+}
+
+/** The engine's call bodies in R2 (their objects' names and sizes): a refused batch must not write one. */
+async function r2Objects(engine: string): Promise<{ key: string; size: number }[]> {
+  const out: { key: string; size: number }[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/`, ...(cursor === undefined ? {} : { cursor }) });
+    out.push(...page.objects.map((o) => ({ key: o.key, size: o.size })));
+    cursor = page.truncated ? page.cursor : undefined;
+  } while (cursor !== undefined);
+  return out;
 }
 
 /**
  * Everything the engine shows, as the admin (who sees the trainer's secrets too): its views, its
- * training runs (each run the list shows, not just the world's), the admin's lists of engines and
- * of its tokens, the object's own queue sizes and alarm, and its rows in D1. Each view is also
- * handed to `check` with its operation, so that what the views show is held to the document too.
+ * training runs (each run the list shows, not just the world's), the trajectories of the claims
+ * its ledger holds (each one, and the export of them all), the admin's lists of engines and of
+ * its tokens, the object's own queue sizes and alarm, its rows in D1 (llm_calls and trajectories
+ * among them) and its call bodies in R2. Each view is also handed to `check` with its operation,
+ * so that what the views show is held to the document too.
  */
 export async function snapshot(world: World, reads: ReadRoute[], check: (op: Operation, view: View) => void): Promise<Snapshot> {
   const e = world.engine;
-  const listed = (await read(`/e/${e.name}/runs?limit=100`, "GET")).body as { runs?: { run_id: string }[] };
-  const runIds = [...new Set([world.runId, ...(listed.runs ?? []).map((r) => r.run_id)])];
-  const routes = reads.flatMap((r) =>
-    (r.path.includes("{run_id}") ? runIds : [world.runId]).map((runId) => ({
-      ...r,
-      path: r.path.replace("{engine}", e.name).replace("{name}", e.name).replace("{run_id}", runId).replace("{test_id}", world.testId),
-    })),
-  );
+  const [listed, claims] = await Promise.all([read(`/e/${e.name}/runs?limit=100`, "GET"), ledgerClaims(e.name)]);
+  const runIds = [...new Set([world.runId, ...((listed.body as { runs?: { run_id: string }[] }).runs ?? []).map((r) => r.run_id)])];
+  /** A route's path for each thing it may name: every run, every claim of the ledger. */
+  const instances = (path: string): string[] => {
+    const p = path.replace("{engine}", e.name).replace("{name}", e.name).replace("{test_id}", world.testId);
+    if (p.includes("{run_id}")) return runIds.map((id) => p.replace("{run_id}", id));
+    if (p.includes("{fence}")) return claims.map((c) => p.replace("{episode_uuid}", encodeURIComponent(c.episode)).replace("{fence}", String(c.fence)));
+    if (p.includes("{episode_uuid}")) return [...new Set(claims.map((c) => c.episode))].map((ep) => p.replace("{episode_uuid}", encodeURIComponent(ep)));
+    return [p];
+  };
+  const routes = reads.flatMap((r) => instances(r.path).map((path) => ({ ...r, path })));
   /** A route's view, and for one that pages, each next page until there is none (at most 10). */
   const pagesOf = async (r: (typeof routes)[number]): Promise<[string, View][]> => {
     const out: [string, View][] = [];
@@ -177,10 +304,11 @@ export async function snapshot(world: World, reads: ReadRoute[], check: (op: Ope
     return out;
   };
   // Reads only, so they may overlap: the snapshot is most of the suite's time.
-  const [views, stats, d1] = await Promise.all([Promise.all(routes.map(pagesOf)), e.stub.stats(), d1Rows(e.name)]);
+  const [views, stats, d1, r2] = await Promise.all([Promise.all(routes.map(pagesOf)), e.stub.stats(), d1Rows(e.name), r2Objects(e.name)]);
   const out: Snapshot = Object.fromEntries(views.flat());
   out["engine stats"] = stats;
   out["D1"] = d1;
+  out["R2"] = r2;
   return out;
 }
 
@@ -289,5 +417,5 @@ export async function send(world: World, req: FuzzRequest): Promise<Answer> {
   for (const [k, v] of Object.entries(req.headers)) headers.set(k, v);
   if (req.authorization) headers.set("authorization", asHeaderValue(`${req.authorization.scheme}${valueIn(world, req.authorization.value)}${req.authorization.suffix}`));
   const res = await workerFetch(`${ORIGIN}${path}`, { method: req.method, headers, body: bodyOf(req.body) });
-  return { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
+  return { status: res.status, contentType: res.headers.get("content-type"), text: await textOf(res) };
 }

@@ -5,7 +5,7 @@
  * the dashboard's tests (Node) share it.
  */
 import type { CallBatch, CallRecord } from "../../src/protocol/ledger";
-import { packFloats, packInts } from "../../src/ledger/packed";
+import { packFloats, packInts } from "../../src/protocol/packed";
 
 /** The claim a call belongs to. */
 export type ClaimRef = { episode: string; fence: number; client: string };

@@ -5,7 +5,7 @@
  * a call is answered before it is recorded, and a record that cannot be made is logged and
  * dropped.
  */
-import { packFloats, packInts } from "../../../src/ledger/packed";
+import { packFloats, packInts } from "../../../src/protocol/packed";
 import { continuation, messageDelta, tokenDelta } from "../../../src/ledger/splice";
 import { CallRecord, type CallBody } from "../../../src/protocol/ledger";
 import { describeError, type Logger } from "../log";

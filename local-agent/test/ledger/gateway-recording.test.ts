@@ -5,7 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { unpackFloats, unpackInts } from "../../../src/ledger/packed";
+import { unpackFloats, unpackInts } from "../../../src/protocol/packed";
 import type { CallContext, CallRecord, CaptureMode } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { Gateway } from "../../src/gateway/server";

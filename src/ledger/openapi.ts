@@ -1,0 +1,65 @@
+/**
+ * OpenAPI path items for the trajectory ledger, generated from LEDGER_API (the table the router is
+ * built from) in both path forms, like the engine routes. The export answers JSON lines: OpenAPI
+ * 3.1 has no way to give the schema of each line (3.2's `itemSchema` does), so its body is
+ * documented as a string and the line's schema as the extension `x-itemSchema`.
+ */
+import { errorRef, type ErrorStatus } from "../openapi/error-responses";
+import { engineAuth, enginePrefix, rolesFor } from "../openapi/engine-paths";
+import { queryParameters, toJsonSchema, type JsonSchema } from "../openapi/json-schema";
+import { LEDGER_API, type LedgerAnswer, type LedgerRouteSpec } from "./api";
+
+export const LEDGER_TAG = "trajectory ledger";
+export const LEDGER_TAG_DESCRIPTION =
+  "Every relayed LLM call of a claim, recorded by the engine's gateway, and the trajectories read back: summaries, one claim's calls in order (whole messages, token ids, the training sequence), and an export of them all as JSON lines. The same routes also take the token in the path (/e/{engine}/t/{token}/...).";
+
+export const JSON_LINES = "application/x-ndjson";
+
+const openApiPath = (path: string): string => path.replace(/:(\w+)/g, "{$1}");
+/** `get /trajectories/:episode_uuid` -> `ledger_get_trajectories_episode_uuid`. */
+const operationIdOf = (spec: LedgerRouteSpec): string => `ledger_${spec.method}_${spec.path.replace(/^\//, "").replace(/[/:]+/g, "_")}`;
+
+function success(answer: LedgerAnswer): JsonSchema {
+  if (answer.kind === "json") return { description: "Success.", content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
+  return {
+    description: answer.description,
+    content: { [JSON_LINES]: { schema: { type: "string", description: answer.description }, "x-itemSchema": toJsonSchema(answer.item, "output") } },
+  };
+}
+
+function responses(spec: LedgerRouteSpec): JsonSchema {
+  const out: JsonSchema = { "200": success(spec.answer) };
+  // 429: these routes count against the token's request limit as the engine's do (http/rate-limit.ts).
+  const statuses = new Set<ErrorStatus>([401, 403, 404, 429, ...(Object.keys(spec.refusals).map(Number) as ErrorStatus[])]);
+  for (const s of [...statuses].sort()) {
+    const when = spec.refusals[s];
+    // A reference may carry its own description (OpenAPI 3.1): what this route means by the status.
+    out[String(s)] = when === undefined ? errorRef(s) : { ...errorRef(s), description: when };
+  }
+  return out;
+}
+
+function operation(spec: LedgerRouteSpec, tokenInPath: boolean): JsonSchema {
+  const roles = rolesFor(spec);
+  const auth = engineAuth(tokenInPath);
+  const params = Object.entries(spec.params).map(([name, p]) => ({ name, in: "path", required: true, description: p.description, schema: toJsonSchema(p.schema, "input") }));
+  return {
+    operationId: `${operationIdOf(spec)}${tokenInPath ? "__token_in_url" : ""}`,
+    summary: spec.summary,
+    description: `${spec.summary}\n\nRoles: ${roles.join(", ")}. ${auth.note}`,
+    tags: [LEDGER_TAG],
+    "x-roles": roles,
+    security: auth.security,
+    parameters: [...auth.parameters, ...params, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : [])],
+    ...(spec.input.from === "body" ? { requestBody: { required: true, content: { "application/json": { schema: toJsonSchema(spec.input.schema, "input") } } } } : {}),
+    responses: responses(spec),
+  };
+}
+
+export function ledgerPaths(): Record<string, JsonSchema> {
+  const paths: Record<string, JsonSchema> = {};
+  for (const tokenInPath of [false, true]) {
+    for (const spec of LEDGER_API) (paths[enginePrefix(tokenInPath) + openApiPath(spec.path)] ??= {})[spec.method] = operation(spec, tokenInPath);
+  }
+  return paths;
+}
