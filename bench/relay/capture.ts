@@ -9,7 +9,7 @@
  */
 import type { CaptureMode } from "../../src/protocol/ledger";
 import type { LedgerClient } from "../../src/client";
-import { summarize, type Latency } from "../stats";
+import { cpuMeter, mean, paired, summarize, type Latency } from "../stats";
 
 export type CaptureCompareInput<T> = {
   modes: CaptureMode[];
@@ -22,6 +22,8 @@ export type CaptureCompareInput<T> = {
   /** One round: every target makes `calls` streamed calls; the time of each call, ms. */
   round(targets: T[], calls: number): Promise<number[]>;
   ledger: LedgerClient;
+  /** The processes whose CPU a relayed call costs, by name (workerd's, the agent's). */
+  pids: Record<string, number[]>;
   log(line: string): void;
 };
 
@@ -35,6 +37,10 @@ export type CaptureCompareResult = {
   difference: { of: string; p50: number; p99: number };
   /** Per mode, round by round: relayed p50 minus the same turn's direct p50. */
   added_p50_by_round: Record<string, number[]>;
+  /** The second mode's added p50 minus the first's, paired round by round: mean, its standard error, median. */
+  difference_by_round: { mean: number; se: number; median: number };
+  /** Per mode: each process's CPU per relayed call, ms (mean of the rounds), less noisy than latency on a busy machine. */
+  cpu_ms_per_call: Record<string, Record<string, number>>;
   /** What the ledger holds of these claims once the agent has shipped its records. */
   recorded: { calls_made_with_capture_on: number; calls: number; calls_with_tokens: number; calls_made_with_tokens: number };
 };
@@ -64,6 +70,7 @@ export async function compareCapture<T>(o: CaptureCompareInput<T>): Promise<Capt
   const direct: number[] = [];
   const relayed = new Map<CaptureMode, number[]>(o.modes.map((m) => [m, []]));
   const byRound = new Map<CaptureMode, number[]>(o.modes.map((m) => [m, []]));
+  const cpu = new Map<CaptureMode, Record<string, number[]>>(o.modes.map((m) => [m, Object.fromEntries(Object.keys(o.pids).map((k) => [k, []]))]));
   let madeOn = 0;
   let madeTokens = 0;
   const setCapture = async (m: CaptureMode) => {
@@ -87,7 +94,13 @@ export async function compareCapture<T>(o: CaptureCompareInput<T>): Promise<Capt
     const line: string[] = [`direct p50 ${dp50}`];
     for (const m of order) {
       await setCapture(m);
+      const meters = Object.entries(o.pids).map(([name, pids]) => [name, cpuMeter(pids)] as const);
+      for (const [, meter] of meters) meter.start();
       const xs = await o.round(o.relayed, o.calls);
+      for (const [name, meter] of meters) {
+        const use = meter.stop();
+        if (use.server_cpu_pct !== null) cpu.get(m)![name]!.push((use.server_cpu_pct * 10 * use.wall_s) / xs.length);
+      }
       relayed.get(m)!.push(...xs);
       const p50 = summarize(xs).p50;
       byRound.get(m)!.push(r2(p50 - dp50));
@@ -105,6 +118,8 @@ export async function compareCapture<T>(o: CaptureCompareInput<T>): Promise<Capt
     out[m] = { ...l, added: { p50: r2(l.p50 - dl.p50), p99: r2(l.p99 - dl.p99), mean: r2(l.mean - dl.mean) } };
   }
   const [a, b] = o.modes as [CaptureMode, CaptureMode];
+  const pairs = paired(byRound.get(b)!, byRound.get(a)!);
+  const diffs = byRound.get(b)!.map((x, i) => x - byRound.get(a)![i]!);
   const got = await readBack(o.ledger, o.episodes, o.log);
   return {
     modes: o.modes,
@@ -113,6 +128,8 @@ export async function compareCapture<T>(o: CaptureCompareInput<T>): Promise<Capt
     relayed: out,
     difference: { of: `${b} minus ${a}`, p50: r2(out[b]!.p50 - out[a]!.p50), p99: r2(out[b]!.p99 - out[a]!.p99) },
     added_p50_by_round: Object.fromEntries(byRound),
+    difference_by_round: { mean: pairs.diff, se: pairs.se, median: summarize(diffs).p50 },
+    cpu_ms_per_call: Object.fromEntries([...cpu].map(([m, per]) => [m, Object.fromEntries(Object.entries(per).map(([k, xs]) => [k, mean(xs)]))])),
     recorded: { calls_made_with_capture_on: madeOn, calls: got.calls, calls_with_tokens: got.withTokens, calls_made_with_tokens: madeTokens },
   };
 }

@@ -206,6 +206,7 @@ async function main(): Promise<void> {
         calls: CALLS,
         round: async (ts, calls) => (await round(ts, true, calls)).map((s) => s.total),
         ledger,
+        pids: { workerd: pids, agent: agent.child.pid === undefined ? [] : [agent.child.pid] },
         log,
       });
       const doc = { started_at: startedAt, clients: CLIENTS, load_average_before: loadBefore, load_average_after: loadavg(), cpus: cpus().length, calls_per_round: CALLS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, capture: compared };
