@@ -27,7 +27,7 @@ import { REPO_ROOT } from "../scripts/local/exchange";
 import { startBenchEngine } from "./bench-engine";
 import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
 import { profileTarget } from "./profile";
-import { workerdPids } from "./stats";
+import { mean, paired, workerdPids } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
@@ -46,17 +46,6 @@ async function startSide(name: string, dir: string, episodes: number): Promise<S
   }
   log(`${name}: ${dir}, ${engine.origin}, workerd pid(s) ${pids.join(",")}`);
   return side;
-}
-
-const mean = (xs: number[]): number => Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000;
-
-/** This side minus the other, round by round: the mean, its standard error, and in how many rounds this side was cheaper. */
-function paired(a: number[], b: number[]): { this: number; against: number; diff: number; se: number; this_cheaper_in: number } {
-  const d = a.map((x, i) => x - b[i]!);
-  const m = d.reduce((s, x) => s + x, 0) / d.length;
-  const sd = d.length > 1 ? Math.sqrt(d.reduce((s, x) => s + (x - m) ** 2, 0) / (d.length - 1)) : NaN;
-  const r3 = (x: number) => Math.round(x * 1000) / 1000;
-  return { this: mean(a), against: mean(b), diff: r3(m), se: r3(sd / Math.sqrt(d.length)), this_cheaper_in: d.filter((x) => x < 0).length };
 }
 
 async function main(): Promise<void> {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { AdminClient } from "../src/client";
 import { REPO_ROOT, startLocalExchange } from "../scripts/local/exchange";
 
-export type BenchEngine = { origin: string; baseUrl: string; clientToken: string; trainerToken: string; stop(): Promise<void> };
+export type BenchEngine = { origin: string; baseUrl: string; clientToken: string; trainerToken: string; operatorToken: string; stop(): Promise<void> };
 
 /** `prefix` names the admin token and the engine, so a run's engines are told apart in logs. */
 export async function startBenchEngine(prefix: string, checkout: string = REPO_ROOT): Promise<BenchEngine> {
@@ -26,6 +26,7 @@ export async function startBenchEngine(prefix: string, checkout: string = REPO_R
       baseUrl: `${ex.url}/e/${created.engine}`,
       clientToken: created.tokens.client!,
       trainerToken: created.tokens.trainer!,
+      operatorToken: created.tokens.operator!,
       stop: () => ex.stop(),
     };
   } catch (e) {

@@ -124,3 +124,14 @@ export async function waitQuiet(limitPct: number, maxMs: number, onWait?: (pct: 
     onWait?.(pct);
   }
 }
+
+export const mean = (xs: number[]): number => Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000;
+
+/** One side minus the other, round by round: the mean, its standard error, and in how many rounds this side was lower. */
+export function paired(a: number[], b: number[]): { this: number; against: number; diff: number; se: number; this_cheaper_in: number } {
+  const d = a.map((x, i) => x - b[i]!);
+  const m = d.reduce((s, x) => s + x, 0) / d.length;
+  const sd = d.length > 1 ? Math.sqrt(d.reduce((s, x) => s + (x - m) ** 2, 0) / (d.length - 1)) : NaN;
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return { this: mean(a), against: mean(b), diff: r3(m), se: r3(sd / Math.sqrt(d.length)), this_cheaper_in: d.filter((x) => x < 0).length };
+}

@@ -16,14 +16,21 @@
  * chunk, direct and relayed: what the relay costs per token (the default model writes its whole
  * stream at once). --drip-streams also makes the 64 concurrent streams such answers, with
  * tokens --drip-ms apart (default 20 ms: 50 tokens/s per stream, a model's pace).
+ * --capture off|messages|tokens sets the engine's trajectory ledger capture for the run (the
+ * engine's default otherwise). --capture-compare off,tokens instead times only the 64 streams,
+ * direct and relayed, in rounds that take turns between the two capture modes, and reads the
+ * ledger back (./capture.ts). With `tokens` the model server answers vLLM's token ids and
+ * logprobs, which the agent's gateway asks for and records.
  * Prints one JSON document (and writes it to --out, with a chart of the overheads next to it
- * as FILE.svg). --render FILE.json only draws the chart of an earlier run's JSON.
+ * as FILE.svg; not with --capture-compare). --render FILE.json only draws the chart of an
+ * earlier run's JSON.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { startLocalExchange } from "../../scripts/local/exchange";
-import { AdminClient, EngineClient } from "../../src/client";
+import { AdminClient, EngineClient, LedgerClient } from "../../src/client";
+import { CaptureMode } from "../../src/protocol/ledger";
 import { cpuMeter, summarize, workerdPids, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
@@ -31,6 +38,7 @@ import { AgentProcess } from "../../local-agent/test/support/agent-process";
 import { startModelServer } from "../../local-agent/test/gateway/model-server";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
 import { renderRelayChart, type RelayChartInput } from "./chart";
+import { compareCapture } from "./capture";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -49,6 +57,11 @@ const DRIP = Number(arg("--drip") ?? 0);
 /** With --drip N, the concurrent rounds' streamed calls get drip answers too (--drip-streams), tokens --drip-ms apart (20). */
 const DRIP_STREAMS = DRIP > 0 && process.argv.includes("--drip-streams");
 const DRIP_MS = Number(arg("--drip-ms") ?? 20);
+/** The engine's capture for the whole run; undefined leaves the engine's default. */
+const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
+/** Two capture modes to take turns in the same run (only the 64 streams are timed then). */
+const COMPARE = arg("--capture-compare")?.split(",").map((m) => CaptureMode.parse(m.trim()));
+if (COMPARE !== undefined && COMPARE.length !== 2) throw new Error("--capture-compare takes two modes, e.g. off,tokens");
 /** Earlier turns of a conversation, about HISTORY_KB KB of JSON, the same for every call. */
 const HISTORY: { role: string; content: string }[] = [];
 for (let size = 0; size < HISTORY_KB * 1000; ) {
@@ -93,6 +106,8 @@ async function call(t: Target, stream: boolean, i: number, model = "tiny"): Prom
   const total = performance.now() - t0;
   const complete = model === "drip" ? text.includes(`" t${DRIP - 1}"`) : text.includes(" short");
   if (!complete || (stream && !text.includes("[DONE]"))) throw new Error(`unexpected answer: ${text.slice(0, 200)}`);
+  // With capture tokens the gateway asks the model for token ids; the client, who did not, must not get them.
+  if (text.includes('"token_ids"')) throw new Error(`the answer carries token ids the client did not ask for: ${text.slice(0, 200)}`);
   return { total, first };
 }
 
@@ -141,6 +156,9 @@ async function main(): Promise<void> {
     const base = `${ex.url}/e/${created.engine}`;
     const trainer = new EngineClient({ baseUrl: base, token: created.tokens["trainer"] as string });
     const client = new EngineClient({ baseUrl: base, token: created.tokens["client"] as string });
+    const ledger = new LedgerClient({ baseUrl: base, token: created.tokens["operator"] as string });
+    if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
+    const capture = (await ledger.config()).capture;
     agent = new AgentProcess({
       ROLLOUT_SERVER: ex.url,
       ROLLOUT_ENGINE: created.engine,
@@ -159,7 +177,7 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 100));
     }
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
-    floor = await startRelayFloor({ upstream: model.url, log });
+    floor = COMPARE ? null : await startRelayFloor({ upstream: model.url, log });
     const floorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p));
     const relayed: Target[] = [];
     const direct: Target[] = [];
@@ -173,10 +191,32 @@ async function main(): Promise<void> {
       relayed.push({ url: c.openai_base_url, key: c.openai_api_key });
       direct.push({ url: `${model.url}/v1`, key: "sk-bench-trainer" });
       gatewayOnly.push({ url: `${model.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: `ep-${i}` } });
-      floorBoth.push({ url: `${floor.url}/v1`, key: "sk-bench-trainer" });
-      floorProxy.push({ url: `${floor.proxyUrl}/v1`, key: "sk-bench-trainer" });
+      if (floor) floorBoth.push({ url: `${floor.url}/v1`, key: "sk-bench-trainer" });
+      if (floor) floorProxy.push({ url: `${floor.proxyUrl}/v1`, key: "sk-bench-trainer" });
     }
-    log(`${CLIENTS} claims; model latency ${LATENCY_MS} ms; ${ROUNDS} rounds of ${CALLS} calls per client and target`);
+    log(`${CLIENTS} claims; model latency ${LATENCY_MS} ms; ${ROUNDS} rounds of ${CALLS} calls per client and target; capture ${COMPARE?.join(" and ") ?? capture}`);
+    if (COMPARE) {
+      const loadBefore = loadavg();
+      const compared = await compareCapture({
+        modes: COMPARE,
+        direct,
+        relayed,
+        episodes: relayed.map((_, i) => `ep-${i}`),
+        rounds: ROUNDS,
+        calls: CALLS,
+        round: async (ts, calls) => (await round(ts, true, calls)).map((s) => s.total),
+        ledger,
+        pids: { workerd: pids, agent: agent.child.pid === undefined ? [] : [agent.child.pid] },
+        log,
+      });
+      const doc = { started_at: startedAt, clients: CLIENTS, load_average_before: loadBefore, load_average_after: loadavg(), cpus: cpus().length, calls_per_round: CALLS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, capture: compared };
+      const json = JSON.stringify(doc, null, 2);
+      process.stdout.write(json + "\n");
+      const out = arg("--out");
+      if (out) writeFileSync(out, json + "\n");
+      return;
+    }
+    if (floor === null) throw new Error("unreachable: the floor runs unless --capture-compare");
 
     const results: Record<string, unknown> = {};
     for (const stream of [true, false]) {
@@ -285,7 +325,7 @@ async function main(): Promise<void> {
     results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single, workerd_cpu_ms_per_call: cpuPerCall };
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
-    const doc = { started_at: startedAt, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
+    const doc = { started_at: startedAt, capture, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
     const json = JSON.stringify(doc, null, 2);
     process.stdout.write(json + "\n");
     const out = arg("--out");
