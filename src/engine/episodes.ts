@@ -203,24 +203,7 @@ export class Episodes {
       Array.isArray(reward) ? JSON.stringify(reward) : null,
       meta.run,
     );
-    this.host.addOutbox({
-      kind: "trajectory",
-      row: {
-        engine: meta.name ?? "",
-        episodeUuid: ep.episode_uuid,
-        fence: ep.fence,
-        clientUuid: ep.client_uuid,
-        taskId,
-        episodeType: ep.episode_type,
-        globalStep: meta.globalStep,
-        run: meta.run,
-        reward: scalarReward(req.workflow_output.reward),
-        isSuccess: req.workflow_output.is_success,
-        workflowOutput: payload,
-        endedAt: now,
-        outcome: "ended",
-      },
-    });
+    this.recordTrajectory(ep, taskId, { outcome: "ended", reward: scalarReward(req.workflow_output.reward), isSuccess: req.workflow_output.is_success, workflowOutput: payload, endedAt: now });
     if (ep.episode_type === "train") {
       if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
       if (deliver) {
@@ -271,6 +254,15 @@ export class Episodes {
    * its row says how it ended, with no reward and nothing counted.
    */
   private recordUnfinished(ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
+    this.recordTrajectory(ep, ep.task_id, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: this.host.now() });
+  }
+
+  /** The claim's trajectory row, on its way to D1 through the outbox, in the current step and run. */
+  private recordTrajectory(
+    ep: ClaimRow,
+    taskId: string,
+    end: { outcome: "ended" | "aborted" | "reaped"; reward: number | null; isSuccess: boolean | null | undefined; workflowOutput: string; endedAt: number },
+  ): void {
     const meta = this.store.meta;
     this.host.addOutbox({
       kind: "trajectory",
@@ -279,15 +271,15 @@ export class Episodes {
         episodeUuid: ep.episode_uuid,
         fence: ep.fence,
         clientUuid: ep.client_uuid,
-        taskId: ep.task_id,
+        taskId,
         episodeType: ep.episode_type,
         globalStep: meta.globalStep,
         run: meta.run,
-        reward: null,
-        isSuccess: null,
-        workflowOutput,
-        endedAt: this.host.now(),
-        outcome,
+        reward: end.reward,
+        isSuccess: end.isSuccess,
+        workflowOutput: end.workflowOutput,
+        endedAt: end.endedAt,
+        outcome: end.outcome,
       },
     });
   }
