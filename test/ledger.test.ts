@@ -10,7 +10,7 @@ import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
 import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
 import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
-import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
   new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch });
@@ -144,7 +144,7 @@ describe("trajectory ledger", () => {
     const e = await createEngine();
     await rollingWith(e, 1);
     await ledgerOf(e, "operator").configure({ retention_days: 2 });
-    await e.as("trainer").heartbeat({ agent_id: "a", host: "h", pid: 1, version: "0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu:1" });
+    await withGateway(e);
     const c = await claimOne(e, "c1");
     if (c.key === undefined) throw new Error("claimed");
     expect((await e.stub.relayBegin(c.key)).ok).toBe(true);
@@ -360,14 +360,7 @@ describe("trajectory ledger", () => {
     }
     expect(await ledgerOf(e, "viewer").config()).toEqual({ capture: "tokens", retention_days: 7 });
 
-    await e.as("trainer").heartbeat({
-      agent_id: "a",
-      host: "h",
-      pid: 1,
-      version: "0",
-      trainer: { state: "running", pid: 2, started_at: null },
-      gateway_url: "http://gpu:1",
-    });
+    await withGateway(e);
     await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0, weight_version: 5 });
     const c = await claimOne(e, "c9");
     if (c.key === undefined) throw new Error("claimed");

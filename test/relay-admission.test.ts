@@ -4,18 +4,7 @@
  * reads the counts, and the reaper, see every admitted call anyway.
  */
 import { describe, expect, it } from "vitest";
-import { advance, claimKeyFields, createEngine, rollingWith, type TestEngine } from "./support/harness";
-
-async function withGateway(e: TestEngine): Promise<void> {
-  await e.as("trainer").heartbeat({
-    agent_id: "agent-1",
-    host: "gpu-node-1",
-    pid: 1,
-    version: "0.1.0",
-    trainer: { state: "running", pid: 2, started_at: null },
-    gateway_url: "http://gpu-node-1:10087",
-  });
-}
+import { advance, claimKeyFields, createEngine, rollingWith, withGateway, type TestEngine } from "./support/harness";
 
 async function claim(e: TestEngine, client: string, timeoutSeconds = 60) {
   const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });

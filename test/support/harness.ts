@@ -95,6 +95,18 @@ export async function rollingWith(engine: TestEngine, n: number, opts: { zmq?: b
   return ids;
 }
 
+/** The engine's agent reports an inference gateway (a heartbeat), so that relayed calls are admitted. */
+export async function withGateway(e: TestEngine): Promise<void> {
+  await e.as("trainer").heartbeat({
+    agent_id: "agent-1",
+    host: "gpu-node-1",
+    pid: 1,
+    version: "0.1.0",
+    trainer: { state: "running", pid: 2, started_at: null },
+    gateway_url: "http://gpu-node-1:10087",
+  });
+}
+
 /** Sends a raw request to the Worker, for the malformed inputs the typed client cannot make. */
 export async function raw(path: string, init: { method?: string; token?: string; body?: string; headers?: Record<string, string> } = {}) {
   const headers: Record<string, string> = { ...(init.headers ?? {}) };
