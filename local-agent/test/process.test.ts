@@ -154,7 +154,9 @@ describe("the agent process", () => {
   });
 
   it("stops its trainer on SIGTERM and tells the engine, then exits 0", async () => {
-    const a = agent(env({ ROLLOUT_TRAINER_COMMAND: `sh ${join(FIXTURES, "trainer-graceful.sh")} {config}` }));
+    // A graceful trainer, given room: on a loaded machine its process group took over 3 s to go,
+    // and the SIGKILL after the suite's usual grace made this a test of the machine's speed.
+    const a = agent(env({ ROLLOUT_TRAINER_COMMAND: `sh ${join(FIXTURES, "trainer-graceful.sh")} {config}`, ROLLOUT_STOP_GRACE_SECONDS: "15" }));
     await started(a);
     await t.engine.operator.syncTrainConfig("x: 1\n");
     await t.engine.operator.startEngine();
