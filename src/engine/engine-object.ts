@@ -62,7 +62,7 @@ import { AgentChannel } from "./agent-channel";
 import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
-import { RelayAdmission, type Admission } from "./relay-admission";
+import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem } from "./relay-admission";
 import { LedgerSettings } from "./ledger-settings";
 import { LedgerRetention } from "./ledger-retention";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
@@ -351,6 +351,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         pending_commands: this.channel.commands.pendingCount(),
         outbox: this.outbox.size(),
         agent: this.channel.status(),
+        relay: this.relay.counts(),
       });
     });
   }
@@ -486,6 +487,14 @@ export class EngineObject extends DurableObject<EngineEnv> {
    */
   async relayBegin(key: ClaimKeyFields): Promise<Reply<Admission>> {
     return this.relay.admit(key);
+  }
+
+  /**
+   * The Worker's batch for the claims it relays calls of: the calls it admitted from its cache
+   * (counted, and their leases refreshed), and whether each claim is still live.
+   */
+  async relaySync(items: RelaySyncItem[]): Promise<Reply<RelaySyncAnswer>> {
+    return this.relay.sync(items);
   }
 
   // ---------------------------------------------------------------- alarm

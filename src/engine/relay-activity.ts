@@ -14,9 +14,9 @@ export type PendingActivity = { episodeUuid: string; fence: number; calls: numbe
 export class RelayActivity {
   private pending = new Map<string, PendingActivity>();
 
-  /** One admitted call of the claim (`episodeUuid`, `fence`) at `at`; its lease now runs to `expiresAt`. */
-  note(episodeUuid: string, fence: number, at: number, expiresAt: number): void {
-    this.add({ episodeUuid, fence, calls: 1, at, expiresAt });
+  /** `calls` admitted calls of the claim (`episodeUuid`, `fence`), the last at `at`; its lease now runs to `expiresAt`. */
+  note(episodeUuid: string, fence: number, calls: number, at: number, expiresAt: number): void {
+    this.add({ episodeUuid, fence, calls, at, expiresAt });
   }
 
   get size(): number {

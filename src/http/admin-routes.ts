@@ -23,6 +23,7 @@ import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../aut
 import type { EngineObject } from "../engine/engine-object";
 import { errorResponse, replyResponse } from "./errors";
 import { readJson, readQuery } from "./validate";
+import { forgetClaims } from "../relay/claim-gates";
 import { engineStub, forgetEngine, placedEngineStub, type EnginePlacement } from "./engine-stub";
 import { archiveName, deleteEngineRows } from "./engine-rows";
 
@@ -56,6 +57,7 @@ async function provision(env: Env, engine: EnginePlacement, hashes: Parameters<E
   } catch {
     await placedEngineStub(env, engine).provision(engine.name, hashes);
   }
+  forgetClaims(env, engine.name);
 }
 
 adminRoutes.post("/engines", async (c) => {
@@ -158,6 +160,7 @@ adminRoutes.delete("/engines/:name", async (c) => {
     await db.update(engines).set({ deletingSince: Date.now() }).where(and(eq(engines.name, name), isNull(engines.deletingSince)));
   }
   forgetEngine(c.env, name);
+  forgetClaims(c.env, name);
   // Read back rather than taken from above: a concurrent delete may have marked it first.
   const since = (await db.select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, name)).limit(1))[0]?.since ?? Date.now();
   const archive = q.value.keep_history ? { name: archiveName(name, since), at: since } : null;

@@ -20,6 +20,7 @@ import { ENGINE_API, type RouteSpec } from "./engine-api";
 import { engineCaller } from "./engine-caller";
 import { isUnknownEngine, movedEngineStub } from "./engine-stub";
 import { routingPath } from "./path-token";
+import { afterEngineOp, beforeEngineRead } from "../relay/claim-gates";
 
 /** `/e/<engine>/<operation path>`, once a `/t/<token>` part has been taken out (path-token.ts). */
 const ENGINE_PATH = /^\/e\/([^/]+)(\/.+)$/;
@@ -58,12 +59,14 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
         : { ok: true as const, value: undefined };
   if (!parsed.ok) return parsed.response;
   const { stub, caller } = who.body;
+  if (spec.method === "get" || spec.op === "get_episode_buffer") await beforeEngineRead(env, engine);
   let reply = await spec.call(stub, caller, parsed.value, url);
   if (isUnknownEngine(reply)) {
     // The engine's object says it is none: deleted, or made again elsewhere since its route was read.
     const moved = await movedEngineStub(env, engine, stub);
     if (moved !== null) reply = await spec.call(moved, caller, parsed.value, url);
   }
+  afterEngineOp(env, engine, spec.op, parsed.value, reply);
   if (spec.after !== undefined) reply = await spec.after(env, engine, reply);
   return replyResponse(reply);
 }

@@ -116,6 +116,12 @@ export const EngineOverview = z.object({
   pending_commands: z.number(),
   outbox: z.number(),
   agent: AgentStatus,
+  /**
+   * Relayed LLM calls admitted, and the relay's requests to this engine that carried them (the
+   * Worker admits calls from its cache and sends them in batches), since the engine's object
+   * last started.
+   */
+  relay: z.object({ calls: z.number(), engine_requests: z.number() }),
 });
 export type EngineOverview = z.infer<typeof EngineOverview>;
 

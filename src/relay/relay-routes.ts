@@ -2,8 +2,9 @@
  * OpenAI-compatible routes for claimed episodes: /v1/... at the origin (the per-claim key names
  * its engine), at /e/<engine>/v1/... and at /e/<engine>/t/<token>/v1/... (where AgentJet's
  * SwarmClient sends them after swapping the host of openai_base_url for its base URL).
- * The key is checked here, the claim by the engine; the call then goes, signed, to the
- * engine's inference gateway on the GPU host.
+ * The key is checked here, the claim by the engine through this isolate's gate (claim-gate.ts:
+ * the engine's answers are kept for a second, the calls sent to it in batches); the call then
+ * goes, signed, to the engine's inference gateway on the GPU host.
  */
 import type { Context, Hono } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
@@ -12,7 +13,7 @@ import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues } from "../http/errors";
-import { engineStub, isUnknownEngine, movedEngineStub } from "../http/engine-stub";
+import { claimGate } from "./claim-gates";
 import { openaiError } from "./openai-errors";
 import { relayStream } from "./sse";
 
@@ -72,13 +73,8 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
     request = shape.data;
   }
 
-  const stub = await engineStub(c.env, key.engine);
-  if (stub === null) return openaiError(c, 404, `No such engine '${key.engine}'.`, "unknown_engine");
-  let admitted = await stub.relayBegin(key);
-  if (isUnknownEngine(admitted)) {
-    const moved = await movedEngineStub(c.env, key.engine, stub);
-    if (moved !== null) admitted = await moved.relayBegin(key);
-  }
+  // Admitted by this isolate's gate: one engine request per batch of calls, not one per call.
+  const admitted = await claimGate(c.env, key.engine).admit(key, (work) => c.executionCtx.waitUntil(work));
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 
   const deadline = numberVar(c.env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);

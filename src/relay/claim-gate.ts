@@ -1,0 +1,270 @@
+/**
+ * Admission of relayed calls in the Worker, per isolate: what the engine answered about a claim
+ * (live, its terms, its lease) is kept for a short while, and the calls admitted from it are
+ * counted here and sent to the engine in batches (`relaySync`). An engine then does work per
+ * claim and per second, not per call: on Cloudflare one Durable Object serves about a thousand
+ * simple requests a second, shared with claims, ends and the agent.
+ *
+ * The bound: an answer is used for at most FRESH_MS after the batch that fetched it was sent.
+ * A claim ended, aborted, reaped or claimed again, or an engine that leaves ROLLING or loses its
+ * gateway, stops being served within FRESH_MS (1 s) in every isolate; in the isolate that
+ * handled the end, the abort or the status change, at once (`forget`). Calls counted here reach
+ * the engine within FLUSH_MS, and a call is served from the cache only while the claim's lease,
+ * as the engine last said it, runs LEASE_MARGIN_MS longer: a client that keeps talking keeps its
+ * lease, since its activity arrives before the reaper could judge it.
+ *
+ * Only keys whose signature the Worker has verified come here: nothing forged reaches the engine.
+ */
+import type { ClaimKeyFields } from "../auth/claim-key";
+import type { Admission, ClaimStanding, ClaimTerms, EngineTerms, RelaySyncAnswer, RelaySyncItem } from "../engine/relay-admission";
+import { fail, ok, type Failure, type Reply } from "../engine/reply";
+
+/** How long an answer of the engine is used, from when the batch that fetched it was sent. */
+export const FRESH_MS = 1_000;
+/** While calls come, one batch this often refreshes every claim in use, before their answers go stale. */
+export const REFRESH_AFTER_MS = 500;
+/** A claim called within this long is in use: the refreshes keep its answer fresh. */
+export const ACTIVE_MS = 10_000;
+/** How long calls counted here wait for a batch to carry them. */
+export const FLUSH_MS = 500;
+/** A call is served from the cache only while the claim's lease runs at least this much longer. */
+export const LEASE_MARGIN_MS = 2_000;
+/** Claims without a call for this long are forgotten at the next batch. */
+export const IDLE_MS = 60_000;
+/** Claims kept per engine and isolate: past it, the oldest are forgotten (their next call asks the engine). */
+export const MAX_CLAIMS = 20_000;
+
+/** The engine as the gate reaches it: one batch per call. */
+export type GateEngine = (items: RelaySyncItem[]) => Promise<Reply<RelaySyncAnswer>>;
+/** Time, injected in tests; `wait` lets a batch of counted calls go later without a request waiting for it. */
+export type GateClock = { now(): number; wait(ms: number): Promise<void> };
+/** Work that may outlive the request (the Worker's `ctx.waitUntil`). */
+export type Background = (work: Promise<unknown>) => void;
+
+export const realClock: GateClock = { now: () => Date.now(), wait: (ms) => new Promise((r) => setTimeout(r, ms)) };
+
+type Entry = {
+  key: ClaimKeyFields;
+  /** The engine's last answer for the claim, and its terms once fetched (they never change for one claim). */
+  standing: Reply<ClaimStanding> | null;
+  terms: ClaimTerms | null;
+  /** Until when `standing` may be used, and until when the lease runs as far as this isolate knows. */
+  freshUntil: number;
+  leaseUntil: number;
+  /** When `standing` was fetched: a refresh is due REFRESH_AFTER_MS after it. */
+  fetchedAt: number;
+  /** Calls admitted from the cache and not yet sent, and when the last one was. */
+  calls: number;
+  lastCallAt: number;
+  /** Bumped by `forget`: an answer to a batch sent before it is not used. */
+  epoch: number;
+  /** The refresh on its way that asks about this claim, and when it was sent. */
+  inFlight: { sentAt: number; done: Promise<unknown> } | null;
+};
+
+const claimId = (k: ClaimKeyFields): string => `${k.episode_uuid}\n${k.fence}\n${k.incarnation}`;
+
+const UNSETTLED = fail(503, "admission_unsettled", "The engine's answers for this claim kept being overtaken by changes to it; try again.");
+
+/** One engine's claims in one isolate. */
+export class ClaimGate {
+  private readonly entries = new Map<string, Entry>();
+  private engineTerms: EngineTerms | null = null;
+  /** Why the engine serves no call now (not rolling, no gateway, gone), and until when that answer is used. */
+  private refusal: Failure | null = null;
+  private refusalUntil = 0;
+  /** Bumped by `forget()`: an older batch's word on the whole engine is not used. */
+  private epoch = 0;
+  private refreshing = false;
+  /** When the last refresh was sent. */
+  private refreshedAt = Number.NEGATIVE_INFINITY;
+  private flushing = false;
+
+  constructor(
+    private readonly engine: GateEngine,
+    private readonly clock: GateClock = realClock,
+  ) {}
+
+  /** Admits one call of a verified key: from the cache while the engine's answer is fresh, else by asking the engine. */
+  async admit(key: ClaimKeyFields, background: Background): Promise<Reply<Admission>> {
+    const now = this.clock.now();
+    if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
+    const id = claimId(key);
+    const cached = this.entries.get(id);
+    const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
+    if (cached !== undefined && this.usable(cached, now)) return this.fromCache(cached, now, refreshDue, background);
+    const waited = cached?.inFlight;
+    if (cached !== undefined && waited && now - waited.sentAt < FRESH_MS) {
+      // A refresh already asks about this claim: its answer is as good as one asked for now (within
+      // FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
+      await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
+      const later = this.clock.now();
+      if (cached.fetchedAt === waited.sentAt && this.usable(cached, later, Number.POSITIVE_INFINITY)) return this.fromCache(cached, later, false, background);
+    }
+    // Asked now, the call goes with the question: its activity is written before the answer comes.
+    // A refresh that is due asks about it with every other claim in use, in the same request.
+    const e = cached ?? this.add(id, key);
+    e.calls++;
+    e.lastCallAt = now;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      let applied: boolean;
+      try {
+        const r = await this.batch(refreshDue && attempt === 0, e);
+        if (!r.ok) return r;
+        applied = r.body;
+      } catch (err) {
+        console.error("relay: asking the engine about a claim failed", err);
+        return fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again.");
+      }
+      if (applied) {
+        const standing = e.standing as Reply<ClaimStanding>;
+        return standing.ok ? this.admission(e) : standing;
+      }
+    }
+    return UNSETTLED;
+  }
+
+  /** Stops using what the engine said of one episode's claims (ended, aborted, claimed again), or of the engine and all its claims. */
+  forget(episodeUuid?: string): void {
+    if (episodeUuid === undefined) {
+      this.epoch++;
+      this.refusal = null;
+    }
+    for (const e of this.entries.values()) {
+      if (episodeUuid !== undefined && e.key.episode_uuid !== episodeUuid) continue;
+      e.epoch++;
+      e.freshUntil = 0;
+    }
+  }
+
+  /** Claims kept, for tests and diagnostics. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Sends the counted calls now (before a read in this isolate; the timer does it otherwise). */
+  async flush(): Promise<void> {
+    await this.batch(false).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
+  }
+
+  private admission(e: Entry): Reply<Admission> {
+    // Both are set by the answer that made `e` usable.
+    return ok({ ...(this.engineTerms as EngineTerms), ...(e.terms as ClaimTerms) });
+  }
+
+  /** A call admitted on the engine's last answer: counted here, sent within FLUSH_MS. */
+  private fromCache(e: Entry, now: number, refreshDue: boolean, background: Background): Reply<Admission> {
+    const standing = e.standing as Reply<ClaimStanding>;
+    if (!standing.ok) return standing;
+    e.calls++;
+    e.lastCallAt = now;
+    if (refreshDue) background(this.batch(true).catch((err: unknown) => console.error("relay: refreshing the engine's answers failed", err)));
+    // A refresh on its way may have taken its items before this call was counted.
+    this.scheduleFlush(background);
+    return this.admission(e);
+  }
+
+  /** Whether `e`'s answer may admit a call at `now`: fresh (until `freshUntil`), and for a live claim with lease to spare. */
+  private usable(e: Entry, now: number, freshUntil = e.freshUntil): boolean {
+    if (e.standing === null || now >= freshUntil) return false;
+    // A dead claim's answer holds while fresh; a live one's only while its lease has margin.
+    return !e.standing.ok || now + LEASE_MARGIN_MS < e.leaseUntil;
+  }
+
+  private add(id: string, key: ClaimKeyFields): Entry {
+    if (this.entries.size >= MAX_CLAIMS) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null };
+    this.entries.set(id, e);
+    return e;
+  }
+
+  /** The calls counted here go to the engine within FLUSH_MS; a refresh meanwhile may carry them instead (then this sends nothing). */
+  private scheduleFlush(background: Background): void {
+    if (this.flushing) return;
+    this.flushing = true;
+    background(
+      this.clock
+        .wait(FLUSH_MS)
+        .then(() => this.flush())
+        .finally(() => (this.flushing = false)),
+    );
+  }
+
+  /**
+   * One request to the engine: the claims with counted calls, `must`, and for a refresh every
+   * claim in use. Answers whether `must`'s answer was taken. Forgets claims long unused.
+   */
+  private async batch(refresh: boolean, must?: Entry): Promise<Reply<boolean>> {
+    const now = this.clock.now();
+    const chosen: Entry[] = [];
+    for (const [id, e] of this.entries) {
+      if (e === must || e.calls > 0 || (refresh && now - e.lastCallAt <= ACTIVE_MS)) chosen.push(e);
+      else if (now - e.lastCallAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.entries.delete(id);
+    }
+    if (must !== undefined && !chosen.includes(must)) chosen.push(must);
+    if (chosen.length === 0) return ok(false);
+    const sending = this.send(chosen);
+    if (refresh) {
+      this.refreshing = true;
+      this.refreshedAt = now;
+      const inFlight = { sentAt: now, done: sending.catch(() => undefined) };
+      for (const e of chosen) e.inFlight = inFlight;
+    }
+    try {
+      const r = await sending;
+      return r.ok ? ok(must === undefined ? true : (r.body[chosen.indexOf(must)] ?? false)) : r;
+    } finally {
+      if (refresh) {
+        this.refreshing = false;
+        for (const e of chosen) if (e.inFlight?.sentAt === now) e.inFlight = null;
+      }
+    }
+  }
+
+  /**
+   * One request to the engine for these claims: their counted calls go, their answers come back.
+   * Answers whether each claim's answer was taken (not when `forget` came in between).
+   */
+  private async send(batch: Entry[]): Promise<Reply<boolean[]>> {
+    const sentAt = this.clock.now();
+    const gateEpoch = this.epoch;
+    const epochs = batch.map((e) => e.epoch);
+    const counts = batch.map((e) => e.calls);
+    const items: RelaySyncItem[] = batch.map((e) => ({ key: e.key, calls: e.calls, idle_ms: e.calls > 0 ? sentAt - e.lastCallAt : 0, detail: e.terms === null }));
+    for (const e of batch) e.calls = 0;
+    let reply: Reply<RelaySyncAnswer>;
+    try {
+      reply = await this.engine(items);
+    } catch (err) {
+      batch.forEach((e, i) => (e.calls += counts[i] ?? 0));
+      throw err;
+    }
+    if (!reply.ok) {
+      // The engine serves no call now, and wrote none of these: kept as the answer for all, FRESH_MS.
+      if (gateEpoch === this.epoch) {
+        this.refusal = reply;
+        this.refusalUntil = sentAt + FRESH_MS;
+      }
+      for (const e of this.entries.values()) e.freshUntil = 0;
+      return reply;
+    }
+    if (gateEpoch === this.epoch) {
+      this.refusal = null;
+      if (reply.body.engine !== null) this.engineTerms = reply.body.engine;
+    }
+    const applied = batch.map((e, i) => {
+      const standing = reply.body.claims[i] ?? fail(500, "relay_sync", "The engine answered fewer claims than it was asked about.");
+      if (standing.ok && standing.body.terms !== null) e.terms = standing.body.terms;
+      if (e.epoch !== epochs[i] || gateEpoch !== this.epoch) return false;
+      e.standing = standing;
+      e.fetchedAt = sentAt;
+      e.freshUntil = sentAt + FRESH_MS;
+      e.leaseUntil = standing.ok ? sentAt + standing.body.lease_ms : 0;
+      return true;
+    });
+    return ok(applied);
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * The isolate's claim gates (claim-gate.ts), one per engine it relays for, and what forgets
+ * them: the engine API's ends, aborts and status changes handled in this isolate take effect on
+ * its relay at once, not after the gate's FRESH_MS.
+ */
+import type { Env } from "../env";
+import type { EngineOp } from "../auth/roles";
+import type { Reply } from "../engine/reply";
+import { engineStub, isUnknownEngine, movedEngineStub } from "../http/engine-stub";
+import { fail } from "../engine/reply";
+import { ClaimGate } from "./claim-gate";
+
+/** Engines whose gates an isolate keeps; past it the oldest goes (its claims are asked about again). */
+const MAX_ENGINES = 1_000;
+
+const gates = new WeakMap<Env["ENGINE"], Map<string, ClaimGate>>();
+
+function gatesOf(env: Pick<Env, "ENGINE">): Map<string, ClaimGate> {
+  let byEngine = gates.get(env.ENGINE);
+  if (byEngine === undefined) gates.set(env.ENGINE, (byEngine = new Map()));
+  return byEngine;
+}
+
+/** The gate of an engine's relayed calls in this isolate. */
+export function claimGate(env: Pick<Env, "ENGINE" | "DB">, engine: string): ClaimGate {
+  const byEngine = gatesOf(env);
+  let gate = byEngine.get(engine);
+  if (gate === undefined) {
+    if (byEngine.size >= MAX_ENGINES) byEngine.delete(byEngine.keys().next().value as string);
+    gate = new ClaimGate(async (items) => {
+      // A stub belongs to its request: made for each batch, from the kept route.
+      const stub = await engineStub(env, engine);
+      if (stub === null) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
+      const reply = await stub.relaySync(items);
+      if (!isUnknownEngine(reply)) return reply;
+      const moved = await movedEngineStub(env, engine, stub);
+      return moved === null ? reply : moved.relaySync(items);
+    });
+    byEngine.set(engine, gate);
+  }
+  return gate;
+}
+
+/** Forgets what the gate knows of an engine (deleted, made again), or of one of its episodes. */
+export function forgetClaims(env: Pick<Env, "ENGINE">, engine: string, episodeUuid?: string): void {
+  gatesOf(env).get(engine)?.forget(episodeUuid);
+}
+
+/**
+ * Before a read of the engine handled in this isolate: the calls this isolate admitted and has
+ * not yet sent go first, so the reader sees every one of them (others' within FLUSH_MS).
+ */
+export async function beforeEngineRead(env: Pick<Env, "ENGINE">, engine: string): Promise<void> {
+  await gatesOf(env).get(engine)?.flush();
+}
+
+/** Operations after which nothing the gate knows of the engine holds: its status, gateway, capture or run changed. */
+const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "stop_engine", "agent_trainer_exit", "agent_heartbeat", "configure_ledger", "sync_train_config", "begin_history_run"]);
+
+/**
+ * After an engine API call handled in this isolate: an end or abort forgets its episode's claim,
+ * a claim the claims before it of its episode, and a change to the engine everything.
+ */
+export function afterEngineOp(env: Pick<Env, "ENGINE">, engine: string, op: EngineOp, input: unknown, reply: Reply<unknown>): void {
+  if (!gatesOf(env).has(engine)) return;
+  if (ENGINE_WIDE.has(op)) return forgetClaims(env, engine);
+  if (op === "end_episode" || op === "abort_episode") return forgetClaims(env, engine, episodeOf(input));
+  if (op === "claim_episode" && reply.ok) {
+    const episode = episodeOf(reply.body);
+    if (episode !== undefined) forgetClaims(env, engine, episode);
+  }
+}
+
+function episodeOf(v: unknown): string | undefined {
+  if (typeof v !== "object" || v === null || !("episode_uuid" in v)) return undefined;
+  return typeof v.episode_uuid === "string" ? v.episode_uuid : undefined;
+}

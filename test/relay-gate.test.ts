@@ -1,0 +1,284 @@
+/**
+ * The Worker's claim gate (src/relay/claim-gate.ts) against a real engine: calls admitted from
+ * the isolate's cache, sent to the engine in batches, and the bound within which an ended claim
+ * or an engine that left ROLLING stops being served. The gate's clock is the engine's, moved by
+ * the test: FRESH_MS, FLUSH_MS and the lease margin are checked exactly, not slept on.
+ */
+import { describe, expect, it } from "vitest";
+import type { ClaimKeyFields } from "../src/auth/claim-key";
+import { ClaimGate, FLUSH_MS, FRESH_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import type { RelaySyncItem } from "../src/engine/relay-admission";
+import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
+
+/** A gate on a real engine whose clock is the engine's; it counts the requests the gate makes. */
+function gateOn(e: TestEngine) {
+  const waits: { at: number; resolve: () => void }[] = [];
+  const clock: GateClock = { now: () => e.clock.t, wait: (ms) => new Promise((resolve) => waits.push({ at: e.clock.t + ms, resolve })) };
+  const background: { work: Promise<unknown>; done: boolean }[] = [];
+  const sent: RelaySyncItem[][] = [];
+  /** While set, the engine's answers wait for it: a slow engine, as under load. */
+  let hold: Promise<void> | null = null;
+  const gate = new ClaimGate(async (items) => {
+    sent.push(items);
+    const reply = await e.stub.relaySync(items);
+    if (hold !== null) await hold;
+    return reply;
+  }, clock);
+  /** Until every background batch is done but those waiting on a time still ahead (a flush waits once). */
+  async function settle(): Promise<void> {
+    for (let turns = 0; turns < 100; turns++) {
+      const undone = background.filter((b) => !b.done);
+      if (undone.length <= waits.length) return;
+      await Promise.race([Promise.all(undone.map((b) => b.work)), new Promise((r) => setTimeout(r, 5))]);
+    }
+    throw new Error("the gate's background work did not settle");
+  }
+  return {
+    gate,
+    sent,
+    /** Holds the engine's answers until the returned function is called. */
+    holdAnswers(): () => void {
+      let release = (): void => {};
+      hold = new Promise<void>((r) => (release = r));
+      return () => {
+        hold = null;
+        release();
+      };
+    },
+    /** Admits without waiting for the gate's background work (for calls that overlap). */
+    admitNow: (key: ClaimKeyFields) => gate.admit(key, (work) => void background.push({ work, done: false })),
+    async admit(key: ClaimKeyFields) {
+      const r = await gate.admit(key, (work) => {
+        const b = { work, done: false };
+        background.push(b);
+        void work.finally(() => (b.done = true));
+      });
+      await settle();
+      return r;
+    },
+    /** Moves the clock (and the engine's alarm), then lets the gate's due timers and background batches run. */
+    async tick(ms: number) {
+      await advance(e, ms);
+      for (const w of waits.splice(0)) {
+        if (w.at <= e.clock.t) w.resolve();
+        else waits.push(w);
+      }
+      await settle();
+    },
+  };
+}
+
+async function claim(e: TestEngine, client: string, timeoutSeconds = 60): Promise<ClaimKeyFields> {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
+  expect(c.success).toBe(true);
+  return claimKeyFields(c.openai_api_key);
+}
+
+async function rollingEngine(n = 1): Promise<TestEngine> {
+  const e = await createEngine();
+  await rollingWith(e, n);
+  await withGateway(e);
+  return e;
+}
+
+const running = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes;
+
+describe("the relay's claim gate", () => {
+  it("admits a claim's calls from its cache: one engine request for the first, one batch for the rest", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    const first = await g.admit(key);
+    expect(first).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-1:10087", trainer_api_key: "sk-ajet-secret-0", client_uuid: "c1" } });
+    expect(g.sent).toHaveLength(1);
+    for (let i = 0; i < 99; i++) expect(await g.admit(key)).toEqual(first);
+    expect(g.sent).toHaveLength(1);
+    // The counted calls go within FLUSH_MS, in one request.
+    await g.tick(FLUSH_MS);
+    expect(g.sent).toHaveLength(2);
+    expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false }]);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 100 })]);
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2 });
+  });
+
+  it("refreshes the claims in use before their answers go stale, in one request for all of them", async () => {
+    const e = await rollingEngine(3);
+    const g = gateOn(e);
+    const keys = [await claim(e, "c1"), await claim(e, "c2"), await claim(e, "c3")];
+    for (const k of keys) await g.admit(k);
+    expect(g.sent).toHaveLength(3);
+    await g.tick(REFRESH_AFTER_MS);
+    for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+    await g.tick(0);
+    // The first call past REFRESH_AFTER_MS sent one batch of the three; the calls after it go with a flush.
+    expect(g.sent).toHaveLength(4);
+    expect(g.sent[3]?.map((it) => it.key.episode_uuid).sort()).toEqual(["ep-0", "ep-1", "ep-2"]);
+    await g.tick(FLUSH_MS);
+    expect(g.sent).toHaveLength(5);
+    expect(await running(e)).toEqual([0, 1, 2].map(() => expect.objectContaining({ llm_call_count: 2 })));
+  });
+
+  it("keeps claims that call less often than FRESH_MS fresh too: the engine's requests follow time, not calls", async () => {
+    const e = await rollingEngine(20);
+    const g = gateOn(e);
+    const keys: ClaimKeyFields[] = [];
+    for (let i = 0; i < 20; i++) keys.push(await claim(e, `c${i}`));
+    for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+    const asked = g.sent.length;
+    // 20 claims, each calling every 2 s, one call every 100 ms in all: 200 calls in 20 s.
+    for (let i = 0; i < 200; i++) {
+      await g.tick(100);
+      expect((await g.admit(keys[i % 20]!)).ok).toBe(true);
+    }
+    const steady = g.sent.length - asked;
+    expect(steady).toBeLessThanOrEqual(20_000 / REFRESH_AFTER_MS + 2);
+    // Every call of the steady part came from the cache: no claim was asked about alone.
+    expect(g.sent.slice(asked).every((batch) => batch.length === 20 || batch.every((it) => it.calls > 0))).toBe(true);
+    await g.tick(FLUSH_MS);
+    expect((await running(e)).reduce((a, x) => a + x.llm_call_count, 0)).toBe(220);
+  });
+
+  it("makes stale calls wait for the refresh on its way instead of each asking the engine", async () => {
+    const e = await rollingEngine(20);
+    const g = gateOn(e);
+    const keys: ClaimKeyFields[] = [];
+    for (let i = 0; i < 20; i++) keys.push(await claim(e, `c${i}`));
+    for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+    await g.tick(FRESH_MS);
+    const asked = g.sent.length;
+    const release = g.holdAnswers();
+    // All stale: the first call sends the refresh of all twenty, the other nineteen wait for it.
+    const calls = keys.map((k) => g.admitNow(k));
+    expect(g.sent.length - asked).toBe(1);
+    expect(g.sent.at(-1)).toHaveLength(20);
+    release();
+    for (const r of await Promise.all(calls)) expect(r.ok).toBe(true);
+    expect(g.sent.length - asked).toBe(1);
+  });
+
+  it("stops serving an ended, an aborted and a re-claimed claim within FRESH_MS", async () => {
+    const e = await rollingEngine(2);
+    const g = gateOn(e);
+    const ended = await claim(e, "c1");
+    const aborted = await claim(e, "c2");
+    expect((await g.admit(ended)).ok).toBe(true);
+    expect((await g.admit(aborted)).ok).toBe(true);
+    // Ended and aborted in another isolate: this gate hears nothing of it.
+    expect((await e.as("client").endEpisode(endBody("c1", ended.episode_uuid, 1))).success).toBe(true);
+    await e.as("client").abortEpisode({ client_uuid: "c2", episode_uuid: aborted.episode_uuid });
+    const again = await claim(e, "c3");
+    expect(again.episode_uuid).toBe(aborted.episode_uuid);
+    await g.tick(FRESH_MS - 1);
+    expect((await g.admit(ended)).ok).toBe(true);
+    await g.tick(1);
+    expect(await g.admit(ended)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(await g.admit(aborted)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(await g.admit(again)).toMatchObject({ ok: true, body: { client_uuid: "c3" } });
+    // The new claim got none of the old one's calls.
+    expect(await running(e)).toEqual([expect.objectContaining({ client_uuid: "c3", llm_call_count: 1 })]);
+  });
+
+  it("answers a dead key from its cache too: a client hammering with it costs the engine one request a second", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    await e.as("client").abortEpisode({ client_uuid: "c1", episode_uuid: key.episode_uuid });
+    for (let i = 0; i < 50; i++) expect(await g.admit(key)).toMatchObject({ ok: false, status: 401 });
+    expect(g.sent).toHaveLength(1);
+    await g.tick(FRESH_MS);
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 401 });
+    expect(g.sent).toHaveLength(2);
+  });
+
+  it("stops every call within FRESH_MS when the engine leaves ROLLING, and refuses from the cache until it is back", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    expect((await g.admit(key)).ok).toBe(true);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await g.tick(FRESH_MS - 1);
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(1);
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 503, error: "engine_not_rolling" });
+    const asked = g.sent.length;
+    for (let i = 0; i < 20; i++) expect(await g.admit(key)).toMatchObject({ ok: false, status: 503 });
+    expect(g.sent).toHaveLength(asked);
+    // In the isolate that handled the change, at once.
+    g.gate.forget();
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+  });
+
+  it("keeps a talking client's lease: calls from the cache reach the engine before the reaper judges it", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 10);
+    // 30 s of calls 100 ms apart, three times the lease: most from the cache, all counted.
+    for (let i = 0; i < 300; i++) {
+      expect((await g.admit(key)).ok).toBe(true);
+      await g.tick(100);
+    }
+    await g.tick(FLUSH_MS);
+    expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 300 })]);
+    // About one request per REFRESH_AFTER_MS, not one per call.
+    expect(g.sent.length).toBeLessThanOrEqual(30_000 / REFRESH_AFTER_MS + 2);
+    // Silent, it is reaped when its lease runs out.
+    await g.tick(10_000);
+    expect(await running(e)).toEqual([]);
+    await g.tick(FRESH_MS);
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 401 });
+  });
+
+  it("asks the engine with each call once the lease is short, so that a call never comes after the lease it should have kept", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 2);
+    for (let i = 0; i < 40; i++) {
+      expect((await g.admit(key)).ok).toBe(true);
+      await g.tick(100);
+    }
+    // A 2 s lease is inside the gate's margin: every call asked, and each was written before its answer.
+    expect(g.sent).toHaveLength(40);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 40 })]);
+  });
+
+  it("does not take an answer that an end in this isolate overtook", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    const pending = g.admit(key);
+    g.gate.forget(key.episode_uuid);
+    // The engine's answer (live) came from before the forget: the gate asks again and gets it live still, as it is.
+    expect((await pending).ok).toBe(true);
+    expect(g.sent).toHaveLength(2);
+  });
+});
+
+describe("the relay's gate in the Worker", () => {
+  it("never lets a forged key reach the engine", async () => {
+    const e = await rollingEngine();
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const parts = c.openai_api_key.split(".");
+    parts[parts.length - 1] = "A".repeat(parts.at(-1)?.length ?? 43);
+    const forged = parts.join(".");
+    for (const path of [`/v1/chat/completions`, `/e/${e.name}/v1/chat/completions`]) {
+      const res = await raw(path, { token: forged, body: JSON.stringify({ model: "m", messages: [] }) });
+      expect(res.status).toBe(401);
+    }
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0 });
+  });
+
+  it("forgets an ended claim at once in the isolate that handled the end", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    // A gateway that refuses connections: the call is admitted (the gate knows the claim), then fails 502.
+    await e.as("trainer").heartbeat({ agent_id: "a", host: "h", pid: 1, version: "0.1.0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://127.0.0.1:9" });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const path = `/e/${e.name}/v1/models`;
+    expect(await raw(path, { token: c.openai_api_key })).toMatchObject({ status: 502, json: { error: { code: "gateway_unreachable" } } });
+    await e.as("client").endEpisode(endBody("c1", c.episode_uuid, 1));
+    const after = await raw(path, { token: c.openai_api_key });
+    expect(after.status).toBe(401);
+    expect(after.json).toMatchObject({ error: { code: "claim_not_live" } });
+  });
+});
