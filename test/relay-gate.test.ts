@@ -138,13 +138,14 @@ describe("the relay's claim gate", () => {
     expect((await running(e)).reduce((a, x) => a + x.llm_call_count, 0)).toBe(220);
   });
 
-  it("makes stale calls wait for the refresh on its way instead of each asking the engine", async () => {
+  it("after a pause, makes stale calls wait for the refresh on its way instead of each asking the engine", async () => {
     const e = await rollingEngine(20);
     const g = gateOn(e);
     const keys: ClaimKeyFields[] = [];
     for (let i = 0; i < 20; i++) keys.push(await claim(e, `c${i}`));
     for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
-    await g.tick(FRESH_MS);
+    // 15 s without a call (a trainer's step, say): every answer is stale.
+    await g.tick(15_000);
     const asked = g.sent.length;
     const release = g.holdAnswers();
     // All stale: the first call sends the refresh of all twenty, the other nineteen wait for it.

@@ -23,8 +23,8 @@ import { fail, ok, type Failure, type Reply } from "../engine/reply";
 export const FRESH_MS = 1_000;
 /** While calls come, one batch this often refreshes every claim in use, before their answers go stale. */
 export const REFRESH_AFTER_MS = 500;
-/** A claim called within this long is in use: the refreshes keep its answer fresh. */
-export const ACTIVE_MS = 10_000;
+/** A live claim called within this long is in use: the refreshes keep its answer fresh, so that even after a pause its next call finds it so. */
+export const ACTIVE_MS = 30_000;
 /** How long calls counted here wait for a batch to carry them. */
 export const FLUSH_MS = 500;
 /** A call is served from the cache only while the claim's lease runs at least this much longer. */
@@ -201,7 +201,7 @@ export class ClaimGate {
     const now = this.clock.now();
     const chosen: Entry[] = [];
     for (const [id, e] of this.entries) {
-      if (e === must || e.calls > 0 || (refresh && now - e.lastCallAt <= ACTIVE_MS)) chosen.push(e);
+      if (e === must || e.calls > 0 || (refresh && e.standing?.ok !== false && now - e.lastCallAt <= ACTIVE_MS)) chosen.push(e);
       else if (now - e.lastCallAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.entries.delete(id);
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);

@@ -18,6 +18,8 @@ export type RelayFloor = {
   url: string;
   /** The bare Node proxy's origin alone (the gateway's floor). */
   proxyUrl: string;
+  /** The proxy's process, for its CPU. */
+  proxyPid: number | undefined;
   stop(): Promise<void>;
 };
 
@@ -59,6 +61,7 @@ export async function startRelayFloor(opts: { upstream: string; log?: (line: str
   return {
     url: worker.url,
     proxyUrl,
+    proxyPid: child.pid,
     stop: async () => {
       await worker.stop();
       await stopProxy();

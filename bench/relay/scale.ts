@@ -1,0 +1,250 @@
+/**
+ * npm run bench:relay-scale [-- --quick] [-- --claims N] [-- --seconds S] [-- --rounds R] [-- --out FILE]
+ *
+ * How far one engine's relay scales (the Worker's claim gate, src/relay/claim-gate.ts):
+ *
+ * 1. Steady state: N live claims (1,000) each call a zero-latency model continuously, through
+ *    the exchange (Worker, engine, the agent's gateway) and, in alternating rounds, through the
+ *    relay's floor (a bare Worker and a bare proxy, ./floor). Reported: relayed calls/s against
+ *    the floor's, and the engine's requests per relayed call, read from the engine's own
+ *    counters (overview.relay).
+ * 2. A saturated engine: the `npm run bench` load (claim -> end -> register loops) on the same
+ *    engine, in alternating rounds alone and with 64 claims calling a 1 s model through the
+ *    relay meanwhile. Reported: cycles/s with and without the relay traffic, and the relayed
+ *    calls that flowed.
+ *
+ * --capture off|messages|tokens sets the engine's ledger capture (its default, messages, otherwise).
+ * Prints one JSON document, and writes it to --out with a chart (FILE.svg) next to it.
+ */
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { Agent } from "undici";
+import { startLocalExchange } from "../../scripts/local/exchange";
+import { AdminClient, EngineClient, LedgerClient } from "../../src/client";
+import { CaptureMode } from "../../src/protocol/ledger";
+import { AgentProcess } from "../../local-agent/test/support/agent-process";
+import { startModelServer } from "../../local-agent/test/gateway/model-server";
+import { runLoad } from "../loadgen";
+import { cpuMeter, summarize, workerdPids, type Latency } from "../stats";
+import { startRelayFloor } from "./floor/serve";
+import { renderScaleChart } from "./scale-chart";
+
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const quick = process.argv.includes("--quick");
+const CLAIMS = Number(arg("--claims") ?? 1000);
+const SECONDS = Number(arg("--seconds") ?? (quick ? 4 : 10));
+const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
+/** The saturation phase: relayed claims calling a 1 s model while the claim loops run. */
+const SLOW_CLAIMS = 64;
+const LOAD_CLIENTS = 32;
+const LOAD_EPISODES = 256;
+const ADMIN = "bench-relay-scale-admin";
+/** The engine's ledger capture for the run; the engine's default otherwise. */
+const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
+const log = (m: string): void => void process.stderr.write(`[bench:relay-scale] ${m}\n`);
+
+/** Enough sockets for a thousand clients calling at once, kept alive. */
+const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, pipelining: 1 });
+const BODY = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "say something short" }] });
+
+type Target = { url: string; key: string };
+
+async function call(t: Target): Promise<void> {
+  const res = await fetch(`${t.url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${t.key}`, "content-type": "application/json" }, body: BODY, dispatcher } as RequestInit);
+  const text = await res.text();
+  if (res.status !== 200 || !text.includes(" short")) throw new Error(`${t.url}: ${res.status} ${text.slice(0, 200)}`);
+}
+
+type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: { workerd: number; proxy: number } | null };
+
+/** Every target calls continuously for `seconds`; calls/s, latencies, and the CPU per call of the relay's workerd and its proxy (the agent's gateway, or the floor's). */
+async function closedLoop(targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }): Promise<Round> {
+  const meters = pids && { workerd: cpuMeter(pids.workerd), proxy: cpuMeter(pids.proxy) };
+  meters?.workerd.start();
+  meters?.proxy.start();
+  const end = performance.now() + seconds * 1000;
+  const samples: number[] = [];
+  let errors = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    targets.map(async (t) => {
+      while (performance.now() < end) {
+        const s = performance.now();
+        try {
+          await call(t);
+          samples.push(performance.now() - s);
+        } catch (e) {
+          if (errors++ < 3) log(`call to ${t.url} failed: ${e instanceof Error ? `${e.message} ${String((e as { cause?: unknown }).cause ?? "")}` : String(e)}`);
+        }
+      }
+    }),
+  );
+  const wall = (performance.now() - t0) / 1000;
+  const perCall = (m: ReturnType<typeof cpuMeter>): number => {
+    const cpu = m.stop();
+    return Math.round((((cpu.server_cpu_pct ?? 0) * 10 * cpu.wall_s) / Math.max(1, samples.length)) * 1000) / 1000;
+  };
+  const cpu = meters ? { workerd: perCall(meters.workerd), proxy: perCall(meters.proxy) } : null;
+  return { calls: samples.length, calls_per_s: Math.round(samples.length / wall), latency_ms: summarize(samples), errors, cpu_ms_per_call: cpu };
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+
+async function main(): Promise<void> {
+  if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
+  const startedAt = new Date().toISOString();
+  const dir = mkdtempSync(join(tmpdir(), "bench-relay-scale-"));
+  const model = await startModelServer({ latencyMs: 0 });
+  const slowModel = await startModelServer({ latencyMs: 1000 });
+  const before = new Set(workerdPids());
+  const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-scale-secret" });
+  const exchangePids = workerdPids().filter((p) => !before.has(p));
+  let agent: AgentProcess | null = null;
+  const floor = await startRelayFloor({ upstream: model.url, log });
+  const floorPids = { workerd: workerdPids().filter((p) => !before.has(p) && !exchangePids.includes(p)), proxy: floor.proxyPid === undefined ? [] : [floor.proxyPid] };
+  try {
+    const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay-scale");
+    const base = `${ex.url}/e/${created.engine}`;
+    const tokens = created.tokens as Record<string, string>;
+    const trainer = new EngineClient({ baseUrl: base, token: tokens["trainer"]! });
+    const client = new EngineClient({ baseUrl: base, token: tokens["client"]! });
+    const ledger = new LedgerClient({ baseUrl: base, token: tokens["operator"]! });
+    if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
+    const capture = (await ledger.config()).capture;
+    agent = new AgentProcess({
+      ROLLOUT_SERVER: ex.url,
+      ROLLOUT_ENGINE: created.engine,
+      ROLLOUT_TRAINER_TOKEN: tokens["trainer"]!,
+      ROLLOUT_FACADE_PORT: "0",
+      ROLLOUT_GATEWAY_PORT: "0",
+      ROLLOUT_STATE_DIR: join(dir, "state"),
+      ROLLOUT_LOG_DIR: join(dir, "logs"),
+      ROLLOUT_HEARTBEAT_SECONDS: "5",
+    });
+    const gw = (await agent.waitForLine(/inference gateway on (http:\/\/\S+)/, "the agent to start", 60_000))[1]!.replace(/[,;]$/, "");
+    for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
+      if (i > 300) throw new Error("the agent's heartbeat never reported its gateway");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+
+    const claimAll = async (prefix: string, n: number, upstream: string): Promise<Target[]> => {
+      const out: Target[] = [];
+      for (let i = 0; i < n; i += 100) {
+        const batch = Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ episode_uuid: `${prefix}-${i + k}`, openai_base_url: `${upstream}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" }));
+        await trainer.batchRegisterEpisodes({ episodes: batch });
+      }
+      for (let i = 0; i < n; i++) {
+        const c = await client.claimEpisode({ client_uuid: `${prefix}-c-${i}`, discard_episode_timeout: 3600 });
+        if (!c.success) throw new Error(`claim ${i}: ${c.fail_cause}`);
+        out.push({ url: c.openai_base_url, key: c.openai_api_key });
+      }
+      return out;
+    };
+    const relayed = await claimAll("fast", CLAIMS, model.url);
+    const floorTargets = relayed.map(() => ({ url: `${floor.url}/v1`, key: "sk-bench-trainer" }));
+    log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns`);
+
+    // 1. Steady state: relayed against the floor, in turns.
+    await closedLoop(relayed, 2);
+    await closedLoop(floorTargets, 2);
+    // The relay's processes: workerd and the agent (its gateway); the floor's: its workerd and its proxy.
+    const relayPids = { workerd: exchangePids, proxy: agent.child.pid === undefined ? [] : [agent.child.pid] };
+    const steady: { relayed: Round; floor: Round; engine_requests: number; engine_calls: number }[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const before = (await client.overview()).relay;
+      const rel = await closedLoop(relayed, SECONDS, relayPids);
+      const after = (await client.overview()).relay;
+      const fl = await closedLoop(floorTargets, SECONDS, floorPids);
+      steady.push({ relayed: rel, floor: fl, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls });
+      log(`round ${r + 1}: relayed ${rel.calls_per_s} calls/s (p50 ${rel.latency_ms.p50} ms, CPU per call ${JSON.stringify(rel.cpu_ms_per_call)}), floor ${fl.calls_per_s} calls/s (${JSON.stringify(fl.cpu_ms_per_call)}); engine requests per call ${((after.engine_requests - before.engine_requests) / Math.max(1, rel.calls)).toFixed(4)}`);
+    }
+    const relayedPerS = median(steady.map((s) => s.relayed.calls_per_s));
+    const floorPerS = median(steady.map((s) => s.floor.calls_per_s));
+    const requests = steady.reduce((a, s) => a + s.engine_requests, 0);
+    const callsMade = steady.reduce((a, s) => a + s.relayed.calls, 0);
+    const engineCalls = steady.reduce((a, s) => a + s.engine_calls, 0);
+
+    // 2. The engine saturated by claims and ends, alone and with relayed calls flowing.
+    const slow = await claimAll("slow", SLOW_CLAIMS, slowModel.url);
+    const saturated: { alone: number; with_relay: number; relayed_calls_per_s: number; relayed_p50_ms: number; relay_errors: number; workerd_ms_per_cycle_alone: number | null; workerd_ms_per_cycle_with_relay: number | null; other_cpu_pct: number }[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const load = (label: string) => runLoad({ baseUrl: base, clientToken: tokens["client"]!, trainerToken: tokens["trainer"]!, clients: LOAD_CLIENTS, episodes: LOAD_EPISODES, durationSec: SECONDS, warmupSec: 2, setup: r === 0 && label === "alone", label, serverPids: exchangePids });
+      const alone = await load("alone");
+      const [withRelay, flowing] = await Promise.all([load("with relay"), closedLoop(slow, SECONDS + 2)]);
+      saturated.push({
+        alone: alone.cycles_per_s,
+        with_relay: withRelay.cycles_per_s,
+        relayed_calls_per_s: flowing.calls_per_s,
+        relayed_p50_ms: flowing.latency_ms.p50,
+        relay_errors: flowing.errors,
+        workerd_ms_per_cycle_alone: alone.server_cpu_ms_per_cycle,
+        workerd_ms_per_cycle_with_relay: withRelay.server_cpu_ms_per_cycle,
+        other_cpu_pct: alone.other_cpu_pct,
+      });
+      log(`saturated round ${r + 1}: ${alone.cycles_per_s} cycles/s alone, ${withRelay.cycles_per_s} with ${flowing.calls_per_s} relayed calls/s (p50 ${flowing.latency_ms.p50} ms)`);
+    }
+    const alone = median(saturated.map((s) => s.alone));
+    const withRelay = median(saturated.map((s) => s.with_relay));
+
+    const doc = {
+      started_at: startedAt,
+      cpus: cpus().length,
+      load_average_1m: loadavg()[0],
+      node: process.version,
+      claims: CLAIMS,
+      capture,
+      seconds_per_round: SECONDS,
+      rounds: ROUNDS,
+      steady: {
+        relayed_calls_per_s: relayedPerS,
+        floor_calls_per_s: floorPerS,
+        relayed_over_floor: Math.round((relayedPerS / floorPerS) * 1000) / 1000,
+        /** CPU per call of the relay's processes (workerd, the agent) and the floor's (its workerd, its proxy). */
+        cpu_ms_per_call: {
+          relayed: { workerd: median(steady.map((s) => s.relayed.cpu_ms_per_call?.workerd ?? 0)), gateway: median(steady.map((s) => s.relayed.cpu_ms_per_call?.proxy ?? 0)) },
+          floor: { workerd: median(steady.map((s) => s.floor.cpu_ms_per_call?.workerd ?? 0)), proxy: median(steady.map((s) => s.floor.cpu_ms_per_call?.proxy ?? 0)) },
+        },
+        engine_requests_per_call: Math.round((requests / Math.max(1, callsMade)) * 10000) / 10000,
+        calls_made: callsMade,
+        calls_the_engine_counted: engineCalls,
+        rounds: steady,
+      },
+      saturated: {
+        load: `${LOAD_CLIENTS} clients x ${LOAD_EPISODES} episodes (claim -> end -> register)`,
+        relayed_claims: SLOW_CLAIMS,
+        model_latency_ms: 1000,
+        cycles_per_s_alone: alone,
+        cycles_per_s_with_relay: withRelay,
+        with_over_alone: Math.round((withRelay / alone) * 1000) / 1000,
+        rounds: saturated,
+      },
+    };
+    const json = JSON.stringify(doc, null, 2);
+    process.stdout.write(json + "\n");
+    const out = arg("--out");
+    if (out) {
+      writeFileSync(out, json + "\n");
+      writeFileSync(out.replace(/\.json$/, "") + ".svg", renderScaleChart(doc));
+      log(`wrote ${out} and its chart`);
+    }
+  } finally {
+    agent?.kill("SIGTERM");
+    await agent?.waitForExit().catch(() => agent?.kill());
+    await floor.stop();
+    await ex.stop();
+    await model.close();
+    await slowModel.close();
+    await dispatcher.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench:relay-scale failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});
