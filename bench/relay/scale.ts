@@ -37,6 +37,8 @@ const arg = (name: string): string | undefined => {
 const quick = process.argv.includes("--quick");
 const CLAIMS = Number(arg("--claims") ?? 1000);
 const SECONDS = Number(arg("--seconds") ?? (quick ? 4 : 10));
+/** Calls in flight in the rounds that compare the relay with its floor (over all the claims). */
+const CONCURRENCY = Number(arg("--concurrency") ?? 64);
 const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
 /** The saturation phase: relayed claims calling a 1 s model while the claim loops run. */
 const SLOW_CLAIMS = 64;
@@ -61,8 +63,12 @@ async function call(t: Target): Promise<void> {
 
 type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: { workerd: number; proxy: number } | null };
 
-/** Every target calls continuously for `seconds`; calls/s, latencies, and the CPU per call of the relay's workerd and its proxy (the agent's gateway, or the floor's). */
-async function closedLoop(targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }): Promise<Round> {
+/**
+ * `width` callers (all targets at once by default) call continuously for `seconds`, caller k
+ * taking targets k, k + width, ... in turn; calls/s, latencies, and the CPU per call of the
+ * relay's workerd and its proxy (the agent's gateway, or the floor's).
+ */
+async function closedLoop(targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }, width = targets.length): Promise<Round> {
   const meters = pids && { workerd: cpuMeter(pids.workerd), proxy: cpuMeter(pids.proxy) };
   meters?.workerd.start();
   meters?.proxy.start();
@@ -71,8 +77,9 @@ async function closedLoop(targets: Target[], seconds: number, pids?: { workerd: 
   let errors = 0;
   const t0 = performance.now();
   await Promise.all(
-    targets.map(async (t) => {
-      while (performance.now() < end) {
+    Array.from({ length: Math.min(width, targets.length) }, async (_, k) => {
+      for (let i = k; performance.now() < end; i = (i + width) % targets.length) {
+        const t = targets[i]!;
         const s = performance.now();
         try {
           await call(t);
@@ -147,22 +154,29 @@ async function main(): Promise<void> {
     };
     const relayed = await claimAll("fast", CLAIMS, model.url);
     const floorTargets = relayed.map(() => ({ url: `${floor.url}/v1`, key: "sk-bench-trainer" }));
-    log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns`);
-
-    // 1. Steady state: relayed against the floor, in turns.
-    await closedLoop(relayed, 2);
-    await closedLoop(floorTargets, 2);
+    log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns, ${CONCURRENCY} calls in flight; then all ${CLAIMS} at once`);
     // The relay's processes: workerd and the agent (its gateway); the floor's: its workerd and its proxy.
     const relayPids = { workerd: exchangePids, proxy: agent.child.pid === undefined ? [] : [agent.child.pid] };
+    const engineRound = async (width: number) => {
+      const before = (await client.overview()).relay;
+      const round = await closedLoop(relayed, SECONDS, relayPids, width);
+      const after = (await client.overview()).relay;
+      return { round, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls };
+    };
+
+    // 1. Steady state: relayed against the floor, in turns, over all the claims.
+    await closedLoop(relayed, 2, undefined, CONCURRENCY);
+    await closedLoop(floorTargets, 2, undefined, CONCURRENCY);
     const steady: { relayed: Round; floor: Round; engine_requests: number; engine_calls: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      const before = (await client.overview()).relay;
-      const rel = await closedLoop(relayed, SECONDS, relayPids);
-      const after = (await client.overview()).relay;
-      const fl = await closedLoop(floorTargets, SECONDS, floorPids);
-      steady.push({ relayed: rel, floor: fl, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls });
-      log(`round ${r + 1}: relayed ${rel.calls_per_s} calls/s (p50 ${rel.latency_ms.p50} ms, CPU per call ${JSON.stringify(rel.cpu_ms_per_call)}), floor ${fl.calls_per_s} calls/s (${JSON.stringify(fl.cpu_ms_per_call)}); engine requests per call ${((after.engine_requests - before.engine_requests) / Math.max(1, rel.calls)).toFixed(4)}`);
+      const rel = await engineRound(CONCURRENCY);
+      const fl = await closedLoop(floorTargets, SECONDS, floorPids, CONCURRENCY);
+      steady.push({ relayed: rel.round, floor: fl, engine_requests: rel.engine_requests, engine_calls: rel.engine_calls });
+      log(`round ${r + 1}: relayed ${rel.round.calls_per_s} calls/s (p50 ${rel.round.latency_ms.p50} ms, CPU per call ${JSON.stringify(rel.round.cpu_ms_per_call)}), floor ${fl.calls_per_s} calls/s (${JSON.stringify(fl.cpu_ms_per_call)}); engine requests per call ${(rel.engine_requests / Math.max(1, rel.round.calls)).toFixed(4)}`);
     }
+    // Every claim calling at once: the engine's requests per call when 1,000 callers queue.
+    const fanIn = await engineRound(CLAIMS);
+    log(`all ${CLAIMS} at once: relayed ${fanIn.round.calls_per_s} calls/s (p50 ${fanIn.round.latency_ms.p50} ms); engine requests per call ${(fanIn.engine_requests / Math.max(1, fanIn.round.calls)).toFixed(4)}`);
     const relayedPerS = median(steady.map((s) => s.relayed.calls_per_s));
     const floorPerS = median(steady.map((s) => s.floor.calls_per_s));
     const requests = steady.reduce((a, s) => a + s.engine_requests, 0);
@@ -212,7 +226,14 @@ async function main(): Promise<void> {
         engine_requests_per_call: Math.round((requests / Math.max(1, callsMade)) * 10000) / 10000,
         calls_made: callsMade,
         calls_the_engine_counted: engineCalls,
+        concurrency: CONCURRENCY,
         rounds: steady,
+      },
+      all_at_once: {
+        relayed_calls_per_s: fanIn.round.calls_per_s,
+        latency_ms: fanIn.round.latency_ms,
+        errors: fanIn.round.errors,
+        engine_requests_per_call: Math.round((fanIn.engine_requests / Math.max(1, fanIn.round.calls)) * 10000) / 10000,
       },
       saturated: {
         load: `${LOAD_CLIENTS} clients x ${LOAD_EPISODES} episodes (claim -> end -> register)`,
