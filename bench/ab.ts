@@ -24,27 +24,27 @@
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { REPO_ROOT } from "../scripts/local/exchange";
-import { startBenchEngine } from "./bench-engine";
-import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
+import { parseFlags } from "./flags";
+import { Http } from "./load/http";
+import { prepareEngine, runLoad } from "./loadgen";
 import { profileTarget } from "./profile";
-import { mean, paired, workerdPids } from "./stats";
+import { serveEngine, type EngineAccess } from "./serve/exchange";
+import type { Served } from "./serve/served";
+import { mean, paired } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
 const log = (line: string): void => void process.stderr.write(`[bench:ab] ${line}\n`);
 
-type Side = { name: string; origin: string; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
+type Side = Served & EngineAccess & { side: string };
 
 async function startSide(name: string, dir: string, episodes: number): Promise<Side> {
-  const before = new Set(workerdPids());
-  const engine = await startBenchEngine("ab", dir);
-  const pids = workerdPids().filter((p) => !before.has(p));
-  const side = { ...engine, name, pids };
+  const side = { ...(await serveEngine({ prefix: "ab", checkout: dir })), side: name };
   if (episodes > 0) {
     const http = new Http(side.baseUrl, 40);
     await prepareEngine(http, side.trainerToken, episodes).finally(() => http.close());
   }
-  log(`${name}: ${dir}, ${engine.origin}, workerd pid(s) ${pids.join(",")}`);
+  log(`${name}: ${dir}, ${side.url}, workerd pid(s) ${side.pids.join(",")}`);
   return side;
 }
 
@@ -73,27 +73,27 @@ async function main(): Promise<void> {
     const sides: Side[] = [];
     try {
       for (const [name, dir] of starts) sides.push(await startSide(name, dir, opsN === null ? episodes : 0));
-      sides.sort((a, b) => (a.name === "this" ? -1 : b.name === "this" ? 1 : 0));
+      sides.sort((a, b) => (a.side === "this" ? -1 : b.side === "this" ? 1 : 0));
       for (let i = first; i < Math.min(rounds, first + fresh); i++) {
         for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
           if (opsN !== null) {
-            const side = s.name as "this" | "against";
-            const timed = await profileTarget({ ...s, floorPath: "/health", rpcPath: "/get_engine_status", pids: s.pids, n: opsN });
+            const side = s.side as "this" | "against";
+            const timed = await profileTarget({ ...s, origin: s.url, floorPath: "/health", rpcPath: "/get_engine_status", pids: s.pids, n: opsN });
             for (const o of timed) {
               if (o.server_cpu_ms_per_req === null) throw new Error("no workerd CPU figure: is /proc readable?");
               let row = ops.get(o.op);
               if (row === undefined) ops.set(o.op, (row = { this: [], against: [] }));
               row[side].push(o.server_cpu_ms_per_req);
             }
-            log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${timed.map((o) => `${o.op} ${o.server_cpu_ms_per_req}`).join(", ")} ms`);
+            log(`round ${i + 1}/${rounds} ${s.side.padEnd(7)} ${timed.map((o) => `${o.op} ${o.server_cpu_ms_per_req}`).join(", ")} ms`);
             continue;
           }
           const r = await runLoad({ ...s, clients, episodes, durationSec: roundS, warmupSec: i === first ? warmupS : 2, setup: false, serverPids: s.pids });
           if (r.server_cpu_ms_per_cycle === null) throw new Error("no workerd CPU figure: is /proc readable?");
-          if (r.errors > 0) throw new Error(`${s.name}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
-          cpu.get(s.name)!.push(r.server_cpu_ms_per_cycle);
-          cps.get(s.name)!.push(r.cycles_per_s);
-          log(`round ${i + 1}/${rounds} ${s.name.padEnd(7)} ${r.cycles_per_s} cycles/s, ${r.server_cpu_ms_per_cycle} ms workerd CPU per cycle, others ${r.other_cpu_pct}% of a core`);
+          if (r.errors > 0) throw new Error(`${s.side}: ${r.errors} errors, e.g. ${r.error_samples[0] ?? "?"}`);
+          cpu.get(s.side)!.push(r.server_cpu_ms_per_cycle);
+          cps.get(s.side)!.push(r.cycles_per_s);
+          log(`round ${i + 1}/${rounds} ${s.side.padEnd(7)} ${r.cycles_per_s} cycles/s, ${r.server_cpu_ms_per_cycle} ms workerd CPU per cycle, others ${r.other_cpu_pct}% of a core`);
         }
       }
     } finally {

@@ -14,9 +14,11 @@ import { existsSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { LedgerClient } from "../src/client";
 import { CaptureMode } from "../src/protocol/ledger";
-import { startBenchEngine } from "./bench-engine";
-import { Http, parseFlags, prepareEngine, runLoad } from "./loadgen";
-import { mean, paired, workerdPids } from "./stats";
+import { parseFlags } from "./flags";
+import { Http } from "./load/http";
+import { prepareEngine, runLoad } from "./loadgen";
+import { serveEngine } from "./serve/exchange";
+import { mean, paired } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
@@ -34,9 +36,8 @@ async function main(): Promise<void> {
   const warmupS = num("warmup", 4);
   const startedAt = new Date().toISOString();
   const loadBefore = loadavg();
-  const before = new Set(workerdPids());
-  const engine = await startBenchEngine("capture-ab");
-  const pids = workerdPids().filter((p) => !before.has(p));
+  const engine = await serveEngine({ prefix: "capture-ab" });
+  const pids = engine.pids;
   const cps = new Map<CaptureMode, number[]>([["off", []], [on, []]]);
   const cpu = new Map<CaptureMode, number[]>([["off", []], [on, []]]);
   try {

@@ -5,17 +5,19 @@
  * registers P episodes. Cycles/s and claim/end/register latency are measured over a fixed
  * window after a warm-up.
  *
- * HTTP goes through one undici Pool with a keep-alive connection per client (plus spare), so
- * no request ever waits for a socket; the report carries this process's CPU use so you can
- * check the client is not the bottleneck.
+ * The clients run in bench/load/closed-loop.ts's closed loop and speak through bench/load/http.ts
+ * (a keep-alive connection per client, plus spare); the report carries this process's CPU use
+ * so you can check the client is not the bottleneck.
  *
  * Also a CLI, for any server that speaks the swarm protocol (the seed, wrangler dev, ...):
  *   tsx bench/loadgen.ts --url http://127.0.0.1:8787/e/default --client-token T --trainer-token T \
  *     [--clients 32] [--episodes 256] [--duration 30] [--warmup 5]
  */
 import { randomUUID } from "node:crypto";
-import { Pool } from "undici";
-import { cpuMeter, summarize, type CpuUse, type Latency } from "./stats";
+import { parseFlags } from "./flags";
+import { closedLoop, inParallel } from "./load/closed-loop";
+import { Http, type Answer } from "./load/http";
+import { summarize, type Latency } from "./stats";
 
 export type LoadOptions = {
   /** The engine's base URL, `http://host:port/e/<engine>`. */
@@ -66,51 +68,7 @@ export type LoadResult = {
 
 const NO_EPISODES = "No available episodes";
 
-type Answer = { status: number; body: Record<string, unknown> };
-
-/** A minimal keep-alive JSON client for the hot loop. */
-export class Http {
-  readonly pool: Pool;
-  private readonly basePath: string;
-  constructor(baseUrl: string, connections: number) {
-    const u = new URL(baseUrl);
-    this.pool = new Pool(u.origin, { connections, pipelining: 1, keepAliveTimeout: 60_000, keepAliveMaxTimeout: 600_000 });
-    this.basePath = u.pathname.replace(/\/+$/, "");
-  }
-  async call(method: "GET" | "POST", path: string, token: string, body?: unknown): Promise<Answer> {
-    const headers: Record<string, string> = { authorization: `Bearer ${token}` };
-    if (body !== undefined) headers["content-type"] = "application/json";
-    const res = await this.pool.request({
-      method,
-      path: this.basePath + path,
-      headers,
-      body: body === undefined ? null : JSON.stringify(body),
-    });
-    const text = await res.body.text();
-    let json: Record<string, unknown>;
-    try {
-      json = JSON.parse(text) as Record<string, unknown>;
-    } catch {
-      json = { error: "bad_response", detail: text.slice(0, 200) };
-    }
-    return { status: res.statusCode, body: json };
-  }
-  close(): Promise<void> {
-    return this.pool.close();
-  }
-}
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Runs `n` tasks with at most `width` in flight. */
-export async function inParallel(n: number, width: number, task: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(width, n) }, async () => {
-      while (next < n) await task(next++);
-    }),
-  );
-}
 
 function describe(what: string, a: Answer): string {
   return `${what}: HTTP ${a.status} ${JSON.stringify(a.body).slice(0, 300)}`;
@@ -142,47 +100,31 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     const endMs: number[] = [];
     const registerMs: number[] = [];
     const cycleMs: number[] = [];
-    let cycles = 0;
     let retries = 0;
-    let errors = 0;
     let endedTotal = 0;
-    const errorSamples: string[] = [];
-    const meter = cpuMeter(o.serverPids ?? []);
-
-    const t0 = performance.now();
-    const windowStart = t0 + o.warmupSec * 1000;
-    const windowEnd = windowStart + o.durationSec * 1000;
-    let stopped = false;
-    let measuring = false;
-    const inWindow = (t: number) => t >= windowStart && t <= windowEnd;
-    const fault = (msg: string) => {
-      if (measuring) errors++;
-      if (errorSamples.length < 5) errorSamples.push(msg);
-    };
-
-    const client = async (i: number) => {
+    const run = closedLoop({ workers: o.clients, warmupSec: o.warmupSec, durationSec: o.durationSec, label, unit: "cycles", serverPids: o.serverPids ?? [], log }, (i, w) => {
       const clientUuid = `bench-client-${i}-${randomUUID()}`;
       let n = 0;
-      while (!stopped) {
+      return async () => {
         const a = performance.now();
         let claim: Answer;
         try {
           claim = await http.call("POST", "/claim_episode", o.clientToken, { client_uuid: clientUuid, episode_type: "train", discard_episode_timeout: 60 });
         } catch (e) {
-          fault(`claim_episode: ${String(e)}`);
+          w.fault(`claim_episode: ${String(e)}`);
           await sleep(10);
-          continue;
+          return;
         }
         const b = performance.now();
         if (claim.status !== 200 || claim.body["success"] !== true) {
           const cause = String(claim.body["fail_cause"] ?? "");
           if (claim.status === 200 && cause.includes(NO_EPISODES)) {
-            if (inWindow(a)) retries++;
-          } else fault(describe("claim_episode", claim));
+            if (w.inWindow(a)) retries++;
+          } else w.fault(describe("claim_episode", claim));
           await sleep(10);
-          continue;
+          return;
         }
-        if (inWindow(a)) claimMs.push(b - a);
+        if (w.inWindow(a)) claimMs.push(b - a);
         const episodeUuid = String(claim.body["episode_uuid"]);
         const taskId = `task-${i}-${n++ % 8}`;
         try {
@@ -194,54 +136,33 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           });
           const c = performance.now();
           if (end.status !== 200 || end.body["success"] !== true) {
-            fault(describe("end_episode", end));
+            w.fault(describe("end_episode", end));
             await sleep(10);
-            continue;
+            return;
           }
           endedTotal++;
-          if (inWindow(b)) endMs.push(c - b);
+          if (w.inWindow(b)) endMs.push(c - b);
           const reg = await http.call("POST", "/register_episode", o.trainerToken, { episode_uuid: randomUUID() });
           const d = performance.now();
           if (reg.status !== 200 || reg.body["success"] !== true) {
-            fault(describe("register_episode", reg));
+            w.fault(describe("register_episode", reg));
             await sleep(10);
-            continue;
+            return;
           }
-          if (inWindow(c)) registerMs.push(d - c);
-          if (inWindow(a) && inWindow(d)) {
-            cycles++;
+          if (w.inWindow(c)) registerMs.push(d - c);
+          if (w.inWindow(a) && w.inWindow(d)) {
+            w.counted++;
             cycleMs.push(d - a);
           }
         } catch (e) {
-          fault(`end/register: ${String(e)}`);
+          w.fault(`end/register: ${String(e)}`);
           await sleep(10);
         }
-      }
-    };
-
-    const progress = setInterval(() => {
-      const now = performance.now();
-      if (now < windowStart) log(`  ${label}: warming up`);
-      else log(`  ${label}: ${((now - windowStart) / 1000).toFixed(0)}/${o.durationSec}s, ${cycles} cycles, ${(cycles / ((now - windowStart) / 1000)).toFixed(0)}/s`);
-    }, 10_000);
-    let cpu: CpuUse | null = null;
-    const timers = [
-      setTimeout(() => {
-        measuring = true;
-        meter.start();
-      }, windowStart - t0),
-      setTimeout(() => {
-        stopped = true;
-        cpu = meter.stop();
-      }, windowEnd - t0),
-    ];
-    try {
-      await Promise.all(Array.from({ length: o.clients }, (_, i) => client(i)));
-    } finally {
-      clearInterval(progress);
-      for (const t of timers) clearTimeout(t);
-    }
-    const usage = cpu ?? meter.stop();
+      };
+    });
+    const usage = await run.done;
+    const cycles = run.window.counted;
+    const { errors, errorSamples } = run.window;
     return {
       label,
       clients: o.clients,
@@ -267,20 +188,6 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   } finally {
     await http.close();
   }
-}
-
-/** `--name value` flags; `--flag` alone is "true". */
-export function parseFlags(argv: string[]): Map<string, string> {
-  const flags = new Map<string, string>();
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (!a.startsWith("--")) throw new Error(`unexpected argument ${a}`);
-    const eq = a.indexOf("=");
-    if (eq > 0) flags.set(a.slice(2, eq), a.slice(eq + 1));
-    else if (i + 1 < argv.length && !argv[i + 1]!.startsWith("--")) flags.set(a.slice(2), argv[++i]!);
-    else flags.set(a.slice(2), "true");
-  }
-  return flags;
 }
 
 async function main(): Promise<void> {

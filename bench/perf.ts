@@ -33,17 +33,17 @@
  * perf_event_paranoid) and, for --counts, tracefs (mounted here if it is not).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { REPO_ROOT } from "../scripts/local/exchange";
-import { startBenchEngine } from "./bench-engine";
-import { Http, parseFlags, prepareEngine, runLoad, type LoadResult } from "./loadgen";
+import { parseFlags } from "./flags";
+import { Http } from "./load/http";
+import { prepareEngine, runLoad, type LoadResult } from "./loadgen";
 import { CATEGORIES, categorize, isJitFrame, isKernelFrame, jsFunction, sqliteCaller, type Category, type Frame } from "./perf-categories";
-import { startReference } from "./reference/serve";
-import { workerdPids } from "./stats";
+import { serveEngine } from "./serve/exchange";
+import { serveReference } from "./serve/reference";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
@@ -52,22 +52,11 @@ const log = (line: string): void => void process.stderr.write(`[bench:perf] ${li
 type TargetName = "engine" | "reference";
 type Target = { name: TargetName; baseUrl: string; clientToken: string; trainerToken: string; pids: number[]; stop(): Promise<void> };
 
-/** Both started as bench/run.ts starts them, each in a workerd of its own. */
+/** Both served as bench/run.ts serves them (bench/serve/), each in a workerd of its own. */
 async function startTarget(name: TargetName): Promise<Target> {
-  const before = new Set(workerdPids());
-  if (name === "engine") {
-    const e = await startBenchEngine("perf");
-    return { name, ...e, pids: workerdPids().filter((p) => !before.has(p)) };
-  }
-  const ref = await startReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit: flags.has("reference-group-commit") });
-  return {
-    name,
-    baseUrl: `${ref.url}/e/ref-perf-${randomBytes(3).toString("hex")}`,
-    clientToken: "reference-client",
-    trainerToken: "reference-trainer",
-    pids: workerdPids().filter((p) => !before.has(p)),
-    stop: () => ref.stop(),
-  };
+  if (name === "engine") return { ...(await serveEngine({ prefix: "perf" })), name };
+  const ref = await serveReference({ port: 0, log: (l) => log(`  reference: ${l}`), groupCommit: flags.has("reference-group-commit") });
+  return { name, ...ref.newEngine("ref-perf"), pids: ref.pids, stop: ref.stop };
 }
 
 /** The perf processes running now (a perf stat holds the probes it counts until it ends). */

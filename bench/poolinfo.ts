@@ -4,7 +4,10 @@
  * promises O(claimed): the time should follow C, not R.
  */
 import { randomUUID } from "node:crypto";
-import { Http, inParallel, prepareEngine } from "./loadgen";
+import { inParallel } from "./load/closed-loop";
+import { Http } from "./load/http";
+import { prepareEngine } from "./loadgen";
+import type { EngineTokens } from "./serve/reference";
 import { summarize, type Latency } from "./stats";
 
 export type PoolInfoResult = { registered: number; claimed: number; samples: number; ms: Latency; bytes: number };
@@ -35,4 +38,33 @@ export async function timePoolInfo(http: Http, token: string, registered: number
     bytes = JSON.stringify(r.body).length;
   }
   return { registered, claimed, samples, ms: summarize(ms), bytes };
+}
+
+/**
+ * Times pool info on one target for each shape [registered, claimed], in order. Shapes with the
+ * same registered count share an engine: the later one claims more on the same pool.
+ */
+export async function measurePoolInfo(t: { name: string; newEngine(tag: string): Promise<EngineTokens> }, shapes: [number, number][], log: (line: string) => void): Promise<PoolInfoResult[]> {
+  const results: PoolInfoResult[] = [];
+  const engines = new Map<number, EngineTokens>();
+  for (const [registered, claimed] of shapes) {
+    const prev = results.at(-1);
+    const reuse = prev && prev.registered === registered && prev.claimed <= claimed;
+    const state = (reuse ? engines.get(registered) : undefined) ?? (await t.newEngine(`pool${registered}`));
+    engines.set(registered, state);
+    const http = new Http(state.baseUrl, 20);
+    try {
+      if (reuse && prev) await claimMore(http, state.clientToken, claimed - prev.claimed);
+      else {
+        log(`${t.name} pool info: registering ${registered}, claiming ${claimed}`);
+        await fillPool(http, state.clientToken, state.trainerToken, registered, claimed, log);
+      }
+      const r = await timePoolInfo(http, state.trainerToken, registered, claimed);
+      log(`${t.name} pool info with ${registered} registered, ${claimed} claimed: p50 ${r.ms.p50} ms, p99 ${r.ms.p99} ms, ${r.bytes} bytes`);
+      results.push(r);
+    } finally {
+      await http.close();
+    }
+  }
+  return results;
 }

@@ -4,7 +4,7 @@
  * Durable Object call that touches no SQL separate the Worker's own overhead from the engine's.
  */
 import { randomUUID } from "node:crypto";
-import { Http } from "./loadgen";
+import { Http } from "./load/http";
 import { cpuMeter, summarize, type Latency } from "./stats";
 
 export type OpProfile = { op: string; n: number; ms: Latency; server_cpu_ms_per_req: number | null; other_cpu_pct: number };

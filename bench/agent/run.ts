@@ -15,9 +15,10 @@ import { writeFileSync } from "node:fs";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { closedLoop } from "../load/closed-loop";
+import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
+import { serveExchange, type EngineAccess, type ExchangeTarget } from "../serve/exchange";
 import { summarize } from "../stats";
-import { AgentProcess } from "../../local-agent/test/support/agent-process";
-import { startTestExchange, type TestEngine, type TestExchange } from "../../local-agent/test/support/exchange";
 import { RepPeers } from "./rep-peers";
 import { SyntheticEngine } from "./synthetic-engine";
 
@@ -41,28 +42,15 @@ const agentNodeOptions = arg("--agent-node-options");
 const log = (m: string): void => void process.stderr.write(`[bench:agent] ${m}\n`);
 const now = (): number => performance.timeOrigin + performance.now();
 
-function agentEnv(server: string, engine: string, token: string, dir: string, over: Record<string, string> = {}): Record<string, string> {
-  return {
-    ROLLOUT_SERVER: server,
-    ROLLOUT_ENGINE: engine,
-    ROLLOUT_TRAINER_TOKEN: token,
-    ROLLOUT_FACADE_PORT: "0",
-    ROLLOUT_STATE_DIR: join(dir, "state"),
-    ROLLOUT_LOG_DIR: join(dir, "logs"),
-    ...over,
-  };
+/** The agent for `engine` on the exchange `server`, its files under `dir`. */
+const engineAgentEnv = (server: string, engine: EngineAccess, dir: string, over: Record<string, string> = {}) => agentEnv({ server, engine: engine.name, trainerToken: engine.trainerToken, dir }, over);
+
+async function startAgent(env: Record<string, string>): Promise<{ agent: AgentTarget; facade: string }> {
+  const agent = await serveAgent(env);
+  return { agent, facade: agent.facade };
 }
 
-async function startAgent(env: Record<string, string>): Promise<{ agent: AgentProcess; facade: string }> {
-  const agent = new AgentProcess(env);
-  const m = await agent.waitForLine(/trainer facade on (http:\/\/\S+)/, "the agent to start", 60_000);
-  return { agent, facade: m[1] as string };
-}
-
-async function stopAgent(agent: AgentProcess): Promise<void> {
-  agent.kill("SIGTERM");
-  await agent.waitForExit(30_000);
-}
+const stopAgent = (agent: AgentTarget): Promise<void> => agent.stop(30_000);
 
 async function postJson(url: string, body: unknown): Promise<unknown> {
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
@@ -70,23 +58,24 @@ async function postJson(url: string, body: unknown): Promise<unknown> {
 }
 
 /** 1. end_episode answer -> runner ack, 128 episodes at a time. */
-async function deliveryLatency(ex: TestExchange, dir: string) {
-  const engine = await ex.newEngine();
+async function deliveryLatency(ex: ExchangeTarget, dir: string) {
+  const engine = await ex.newEngine("e");
+  const [trainer, client] = [engine.as("trainer"), engine.as("client")];
   const peers = new RepPeers();
   await peers.start(EPISODES);
-  const { agent, facade } = await startAgent(agentEnv(ex.url, engine.name, engine.tokens.trainer, dir));
-  await engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+  const { agent, facade } = await startAgent(engineAgentEnv(ex.url, engine, dir));
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
   const samples: number[] = [];
   let missing = 0;
   for (let round = 0; round < ROUNDS; round++) {
     const ids = Array.from({ length: EPISODES }, (_, i) => `r${round}-ep${i}`);
     await Promise.all(ids.map((id, i) => postJson(`${facade}/register_episode`, { episode_uuid: id, zmq_listen_result_addr: peers.addrs[i] })));
-    const claims = await Promise.all(ids.map((_, i) => engine.client.claimEpisode({ client_uuid: `c${i}`, episode_type: "train", discard_episode_timeout: 600 })));
+    const claims = await Promise.all(ids.map((_, i) => client.claimEpisode({ client_uuid: `c${i}`, episode_type: "train", discard_episode_timeout: 600 })));
     const answered = new Map<string, number>();
     await Promise.all(
       claims.map(async (c, i) => {
         const id = c.episode_uuid;
-        await engine.client.endEpisode({ client_uuid: `c${i}`, episode_uuid: id, workflow_output: { reward: 1, is_success: true, metadata: { task_id: id } }, task_id: id });
+        await client.endEpisode({ client_uuid: `c${i}`, episode_uuid: id, workflow_output: { reward: 1, is_success: true, metadata: { task_id: id } }, task_id: id });
         answered.set(id, now());
       }),
     );
@@ -106,8 +95,8 @@ async function deliveryLatency(ex: TestExchange, dir: string) {
   for (let i = 0; i < (quick ? 8 : 32); i++) {
     const id = `single-${i}`;
     await postJson(`${facade}/register_episode`, { episode_uuid: id, zmq_listen_result_addr: peers.addrs[0] });
-    await engine.client.claimEpisode({ client_uuid: "solo", episode_type: "train", discard_episode_timeout: 600 });
-    await engine.client.endEpisode({ client_uuid: "solo", episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id });
+    await client.claimEpisode({ client_uuid: "solo", episode_type: "train", discard_episode_timeout: 600 });
+    await client.endEpisode({ client_uuid: "solo", episode_uuid: id, workflow_output: { reward: 1, metadata: { task_id: id } }, task_id: id });
     const t = now();
     const deadline = Date.now() + 10_000;
     let ack = peers.acks.find((a) => a.episode === id);
@@ -123,24 +112,24 @@ async function deliveryLatency(ex: TestExchange, dir: string) {
 }
 
 /** 2. The trainer's calls to the facade vs. the requests the facade makes to the Worker. */
-async function callRatio(ex: TestExchange, dir: string, coalesceMs: number) {
-  const engine = await ex.newEngine();
-  const { agent, facade } = await startAgent(agentEnv(ex.url, engine.name, engine.tokens.trainer, join(dir, `ratio-${coalesceMs}`), { ROLLOUT_COALESCE_MS: String(coalesceMs) }));
-  await engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+async function callRatio(ex: ExchangeTarget, dir: string, coalesceMs: number) {
+  const engine = await ex.newEngine("e");
+  const client = engine.as("client");
+  const { agent, facade } = await startAgent(engineAgentEnv(ex.url, engine, join(dir, `ratio-${coalesceMs}`), { ROLLOUT_COALESCE_MS: String(coalesceMs) }));
+  await engine.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
   const latencies: number[] = [];
   const timed = async (path: string, body: unknown): Promise<void> => {
     const t0 = now();
     await postJson(`${facade}${path}`, body);
     latencies.push(now() - t0);
   };
-  const end = Date.now() + RATIO_SECONDS * 1000;
   let step = 0;
   // Each runner thread: at every training step register a fresh episode (all threads at once:
   // a burst), then poll is_episode_claimed about once a second; at the next step, unregister it.
-  const thread = async (i: number): Promise<void> => {
-    let current: string | null = null;
+  const thread = (i: number) => {
+    let current = "";
     let stepSeen = -1;
-    while (Date.now() < end) {
+    return async (): Promise<void> => {
       if (stepSeen !== step) {
         stepSeen = step;
         if (current) await timed("/is_episode_claimed", { episode_uuid: current, unregister_if_not_claimed: true });
@@ -149,17 +138,16 @@ async function callRatio(ex: TestExchange, dir: string, coalesceMs: number) {
       }
       await new Promise((r) => setTimeout(r, 900 + Math.random() * 200));
       await timed("/is_episode_claimed", { episode_uuid: current, unregister_if_not_claimed: false });
-    }
+    };
+  };
+  // Some clients claim episodes meanwhile, so answers are a mix of true and false.
+  const claimer = async (): Promise<void> => {
+    await client.claimEpisode({ client_uuid: "claimer", episode_type: "train", discard_episode_timeout: 600 });
+    await new Promise((r) => setTimeout(r, 100));
   };
   const stepper = setInterval(() => step++, STEP_SECONDS * 1000);
-  // Some clients claim episodes meanwhile, so answers are a mix of true and false.
-  const claimer = (async () => {
-    while (Date.now() < end) {
-      await engine.client.claimEpisode({ client_uuid: "claimer", episode_type: "train", discard_episode_timeout: 600 });
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();
-  await Promise.all([...Array.from({ length: EPISODES }, (_, i) => thread(i)), claimer]);
+  const load = closedLoop({ workers: EPISODES + 1, warmupSec: 0, durationSec: RATIO_SECONDS, label: `coalesce ${coalesceMs} ms`, unit: "calls" }, (i) => (i < EPISODES ? thread(i) : claimer));
+  await load.done;
   clearInterval(stepper);
   const status = (await (await fetch(`${facade}/_agent/status`)).json()) as { facade: { trainerCalls: number; workerRequests: number } };
   await stopAgent(agent);
@@ -178,11 +166,10 @@ async function memory(dir: string) {
   await peers.start(EPISODES);
   const engine = new SyntheticEngine(DELIVERIES, 512, peers.addrs);
   const url = await engine.listen();
-  const fakeEngine = { name: "synthetic", tokens: { trainer: "t" } } as Pick<TestEngine, "name" | "tokens">;
-  const env = agentEnv(url, fakeEngine.name, fakeEngine.tokens.trainer, join(dir, "memory"), { ROLLOUT_POLL_WAIT_SECONDS: "1" });
+  const env = agentEnv({ server: url, engine: "synthetic", trainerToken: "t", dir: join(dir, "memory") }, { ROLLOUT_POLL_WAIT_SECONDS: "1" });
   if (agentNodeOptions) env["NODE_OPTIONS"] = agentNodeOptions;
   const { agent } = await startAgent(env);
-  const pid = agent.child.pid as number;
+  const pid = agent.pid;
   const samples: Array<{ deliveries: number; rss_mb: number }> = [{ deliveries: 0, rss_mb: Math.round(rssKb(pid) / 102.4) / 10 }];
   const t0 = Date.now();
   let next = DELIVERIES / 10;
@@ -212,7 +199,7 @@ async function memory(dir: string) {
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-agent-"));
-  const ex = only === "memory" ? null : await startTestExchange({ commandLeaseSeconds: 60 });
+  const ex = only === "memory" ? null : await serveExchange({ prefix: "bench-agent" });
   try {
     let latency: Awaited<ReturnType<typeof deliveryLatency>> | null = null;
     const ratio: Array<Awaited<ReturnType<typeof callRatio>>> = [];

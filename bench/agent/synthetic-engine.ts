@@ -4,8 +4,9 @@
  * exactly once. Driving 100,000 deliveries through the real Worker would spend most of the
  * run in claim/end traffic that has nothing to do with the agent's memory.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { serveHttp } from "../serve/http";
+import type { Served } from "../serve/served";
 
 export class SyntheticEngine {
   acked = 0;
@@ -15,7 +16,7 @@ export class SyntheticEngine {
   private readonly unacked = new Set<number>();
   private readonly ackedSeqs = new Set<number>();
   private waiters: Array<() => void> = [];
-  private readonly server = createServer((req, res) => void this.handle(req, res));
+  private served: Served | null = null;
   url = "";
 
   constructor(
@@ -26,14 +27,13 @@ export class SyntheticEngine {
   ) {}
 
   async listen(): Promise<string> {
-    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.served = await serveHttp((req, res) => this.handle(req, res));
+    this.url = this.served.url;
     return this.url;
   }
 
-  close(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((r) => this.server.close(() => r()));
+  async close(): Promise<void> {
+    await this.served?.stop();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:buffer [-- --quick] [-- --record]`: the rollout buffer on the real exchange
- * (scripts/local/exchange.ts, in memory, Miniflare), through the typed clients.
+ * (bench/serve/exchange.ts, in memory, Miniflare), through the typed clients.
  *
  *  1. Step ingestion: rows/s with `--posters` concurrent clients (default 8) posting batches
  *     of 100 rows, each batch completing one group of 4 sessions.
@@ -18,13 +18,11 @@
  */
 import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
-import { randomBytes } from "node:crypto";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
-import { AdminClient, EngineClient } from "../../src/client";
-import { startLocalExchange } from "../../scripts/local/exchange";
-import { parseFlags } from "../loadgen";
-import { cpuMeter, summarize, waitQuiet, workerdPids } from "../stats";
+import { parseFlags } from "../flags";
+import { serveExchange } from "../serve/exchange";
+import { cpuMeter, summarize, waitQuiet } from "../stats";
 import { renderBufferChart } from "./chart";
 import { fillPending, ingest, round, timePulls } from "./workload";
 import type { BufferBenchReport, PullResult } from "./report";
@@ -50,18 +48,13 @@ async function main(): Promise<void> {
     await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
   };
 
-  const adminToken = `bench-admin-${randomBytes(12).toString("hex")}`;
-  const before = new Set(workerdPids());
-  const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken, claimKeySecret: randomBytes(32).toString("hex"), log: (l) => log(`  exchange: ${l}`) });
-  const pids = workerdPids().filter((p) => !before.has(p));
-  const admin = new AdminClient({ origin: ex.url, adminToken });
+  const ex = await serveExchange({ log: (l) => log(`  exchange: ${l}`) });
+  const pids = ex.pids;
   const newEngine = async (tag: string) => {
-    const created = await admin.createEngine(`buf-${tag}-${randomBytes(3).toString("hex")}`);
-    const baseUrl = `${ex.url}/e/${created.engine}`;
-    const as = (role: keyof typeof created.tokens) => new EngineClient({ baseUrl, token: created.tokens[role] });
-    const trainer = as("trainer");
+    const engine = await ex.newEngine(`buf-${tag}`);
+    const trainer = engine.as("trainer");
     await trainer.startRollout({ num_repeat_per_sample: GROUP_SIZE, job_session: `bench-${tag}` });
-    return { trainer, client: as("client") };
+    return { trainer, client: engine.as("client") };
   };
 
   try {

@@ -6,7 +6,7 @@
 import type { z } from "zod";
 import type { EngineClient } from "../../src/client";
 import type { StepRow } from "../../src/protocol/buffer";
-import { inParallel } from "../loadgen";
+import { inParallel } from "../load/closed-loop";
 import { summarize, type Latency } from "../stats";
 
 /** A row as a client sends it (defaults optional). */

@@ -5,7 +5,7 @@
  * Settings come from the environment: CHAOS_PORT, CHAOS_STATE_DIR, CHAOS_ADMIN_TOKEN,
  * CHAOS_CLAIM_KEY_SECRET and CHAOS_COMMAND_LEASE_SECONDS.
  */
-import { startLocalExchange } from "../../scripts/local/exchange";
+import { serveExchange } from "../serve/exchange";
 
 function need(name: string): string {
   const v = process.env[name];
@@ -13,7 +13,7 @@ function need(name: string): string {
   return v;
 }
 
-const exchange = await startLocalExchange({
+const exchange = await serveExchange({
   port: Number(need("CHAOS_PORT")),
   persistDir: need("CHAOS_STATE_DIR"),
   adminToken: need("CHAOS_ADMIN_TOKEN"),

@@ -14,15 +14,15 @@
  *  - how long deliveries took to resume after each restart.
  * Exits 1 when something acknowledged was lost or delivered twice outside that window.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir, cpus } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { AdminClient, EngineClient, ExchangeError } from "../../src/client";
-import { AgentProcess } from "../../local-agent/test/support/agent-process";
+import { ExchangeError } from "../../src/client";
 import { RepPeers } from "../agent/rep-peers";
+import { closedLoop } from "../load/closed-loop";
+import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
+import { createEngine } from "../serve/exchange";
+import { freePort, startProcess, type ProcessTarget } from "../serve/process";
 import { renderChaosChart } from "./chart";
 
 const argv = process.argv.slice(2);
@@ -59,54 +59,15 @@ const log = (m: string): void => void process.stderr.write(`[chaos] ${m}\n`);
 const now = (): number => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
+/** The exchange in its own process group (./exchange-process.ts), so that one SIGKILL ends Node, Miniflare and workerd alike. */
+function startExchange(env: Record<string, string>): Promise<ProcessTarget> {
+  return startProcess({ script: join(import.meta.dirname, "exchange-process.ts"), env, ready: /^ready (\S+)/, what: "the exchange", timeoutMs: 120_000, detached: true });
 }
 
-/** The exchange in its own process group, so that one SIGKILL ends Node, Miniflare and workerd alike. */
-class ExchangeProcess {
-  private child: ChildProcess | null = null;
-  constructor(private readonly env: Record<string, string>) {}
-
-  async start(): Promise<string> {
-    const child = spawn(process.execPath, ["--import", "tsx", join(import.meta.dirname, "exchange-process.ts")], {
-      env: { ...process.env, ...this.env },
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    this.child = child;
-    const stderr: string[] = [];
-    createInterface({ input: child.stderr! }).on("line", (l) => stderr.push(l));
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the exchange did not start in 120 s:\n${stderr.join("\n")}`)), 120_000);
-      createInterface({ input: child.stdout! }).on("line", (l) => {
-        const m = /^ready (\S+)/.exec(l);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m[1] as string);
-        }
-      });
-      child.on("exit", (code, signal) => {
-        clearTimeout(timer);
-        reject(new Error(`the exchange exited (${code ?? signal}) before it served:\n${stderr.join("\n")}`));
-      });
-    });
-  }
-
-  /** SIGKILL to the whole group, and waits until its leader is gone. */
-  async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    const gone = new Promise<void>((r) => child.once("exit", () => r()));
-    process.kill(-child.pid!, "SIGKILL");
-    await gone;
-  }
+/** SIGKILL to the exchange's whole group, and waits until its leader is gone. */
+async function killExchange(exchange: ProcessTarget): Promise<void> {
+  exchange.kill("SIGKILL");
+  await exchange.exited();
 }
 
 type Receipt = { at: number };
@@ -114,13 +75,14 @@ type Receipt = { at: number };
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "rollout-chaos-"));
   const port = await freePort();
-  const exchange = new ExchangeProcess({
+  const exchangeEnv = {
     CHAOS_PORT: String(port),
     CHAOS_STATE_DIR: join(dir, "exchange-state"),
     CHAOS_ADMIN_TOKEN: ADMIN_TOKEN,
     CHAOS_CLAIM_KEY_SECRET: "chaos-claim-secret",
     CHAOS_COMMAND_LEASE_SECONDS: "60",
-  });
+  };
+  let exchange: ProcessTarget | null = null;
   const receipts = new Map<string, Receipt[]>();
   const runners = new RepPeers(false, (text, at) => {
     let id: unknown;
@@ -134,70 +96,53 @@ async function main(): Promise<void> {
     list.push({ at });
     receipts.set(id, list);
   });
-  let agent: AgentProcess | null = null;
+  let agent: AgentTarget | null = null;
   try {
     await runners.start(RUNNERS);
     log(`starting the exchange on port ${port}`);
-    const origin = await exchange.start();
-    const admin = new AdminClient({ origin, adminToken: ADMIN_TOKEN });
-    const created = await admin.createEngine("chaos");
-    const baseUrl = `${origin}/e/chaos`;
+    exchange = await startExchange(exchangeEnv);
+    const origin = exchange.ready[1]!;
+    const engine = await createEngine(origin, ADMIN_TOKEN, "chaos");
     const timed = (input: string, init?: RequestInit) => fetch(input, { ...init, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
-    const trainer = new EngineClient({ baseUrl, token: created.tokens.trainer, fetch: timed });
-    const client = new EngineClient({ baseUrl, token: created.tokens.client, fetch: timed });
+    const trainer = engine.as("trainer", timed);
+    const client = engine.as("client", timed);
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
 
-    const agentEnv = {
-      ROLLOUT_SERVER: origin,
-      ROLLOUT_ENGINE: "chaos",
-      ROLLOUT_TRAINER_TOKEN: created.tokens.trainer,
-      ROLLOUT_FACADE_PORT: "0",
-      ROLLOUT_GATEWAY_PORT: "0",
-      ROLLOUT_STATE_DIR: join(dir, "agent-state"),
-      ROLLOUT_LOG_DIR: join(dir, "agent-logs"),
-    };
-    const startAgent = async (): Promise<AgentProcess> => {
-      const a = new AgentProcess(agentEnv);
-      await a.waitForLine(/trainer facade on/, "the agent to start", 60_000);
-      return a;
-    };
+    const startAgent = () => serveAgent(agentEnv({ server: origin, engine: engine.name, trainerToken: engine.trainerToken, dir: join(dir, "agent") }));
     agent = await startAgent();
 
     // ---------------------------------------------------------------- the load
     const acknowledged = new Map<string, number>();
-    let stop = false;
     let registered = 0;
     let claims = 0;
     let clientErrors = 0;
     let trainerErrors = 0;
-    const trainerLoop = async () => {
-      while (!stop) {
-        const want = QUEUE_TARGET - (registered - claims);
-        if (want < 32) {
-          await sleep(20);
-          continue;
-        }
-        const batch = Array.from({ length: Math.min(want, 128) }, (_, i) => ({
-          episode_uuid: `ep-${registered + i}`,
-          zmq_listen_result_addr: runners.addrs[(registered + i) % RUNNERS] as string,
-        }));
-        try {
-          await trainer.batchRegisterEpisodes({ episodes: batch });
-          registered += batch.length;
-        } catch {
-          trainerErrors++;
-          await sleep(200);
-        }
+    const trainerLoop = async (): Promise<void> => {
+      const want = QUEUE_TARGET - (registered - claims);
+      if (want < 32) {
+        await sleep(20);
+        return;
+      }
+      const batch = Array.from({ length: Math.min(want, 128) }, (_, i) => ({
+        episode_uuid: `ep-${registered + i}`,
+        zmq_listen_result_addr: runners.addrs[(registered + i) % RUNNERS] as string,
+      }));
+      try {
+        await trainer.batchRegisterEpisodes({ episodes: batch });
+        registered += batch.length;
+      } catch {
+        trainerErrors++;
+        await sleep(200);
       }
     };
-    const clientLoop = async (c: number) => {
+    const clientLoop = (c: number) => {
       const clientUuid = `client-${c}`;
-      while (!stop) {
+      return async (): Promise<void> => {
         try {
           const claim = await client.claimEpisode({ client_uuid: clientUuid, episode_type: "train", discard_episode_timeout: 20 });
           if (!claim.success) {
             await sleep(20);
-            continue;
+            return;
           }
           claims++;
           const resultId = `${claim.episode_uuid}#${claim.fence ?? 0}`;
@@ -213,19 +158,20 @@ async function main(): Promise<void> {
           if (!(e instanceof ExchangeError)) clientErrors++;
           await sleep(100);
         }
-      }
+      };
     };
 
     const t0 = now();
     const at = (s: number) => sleep(Math.max(0, t0 + s * 1000 - now()));
-    const loops = [trainerLoop(), ...Array.from({ length: CLIENTS }, (_, c) => clientLoop(c))];
+    // Worker 0 is the trainer, the others the clients; the load runs until the plan ends it.
+    const load = closedLoop({ workers: CLIENTS + 1, warmupSec: 0, durationSec: Infinity, label: "chaos", unit: "iterations" }, (i) => (i === 0 ? trainerLoop : clientLoop(i - 1)));
     log(`load: ${CLIENTS} clients, ${RUNNERS} runners; exchange SIGKILL at ${PLAN.exchangeKill} s, agent SIGKILL at ${PLAN.agentKill} s, load ends at ${PLAN.loadEnd} s (each at least ${SETTLE_S} s after the restart before it)`);
 
     await at(PLAN.exchangeKill);
     const exchangeKillAt = now();
-    await exchange.kill();
+    await killExchange(exchange);
     log(`exchange SIGKILLed at ${((exchangeKillAt - t0) / 1000).toFixed(1)} s (${acknowledged.size} results acknowledged so far)`);
-    await exchange.start();
+    exchange = await startExchange(exchangeEnv);
     const exchangeUpAt = now();
     log(`exchange serving again after ${((exchangeUpAt - exchangeKillAt) / 1000).toFixed(1)} s`);
 
@@ -233,7 +179,7 @@ async function main(): Promise<void> {
     await at(Math.max(PLAN.agentKill, since(exchangeUpAt) + SETTLE_S));
     const agentKillAt = now();
     agent.kill("SIGKILL");
-    await agent.waitForExit();
+    await agent.exited();
     const agentLog = [...agent.lines];
     log(`agent SIGKILLed at ${((agentKillAt - t0) / 1000).toFixed(1)} s`);
     agent = await startAgent();
@@ -241,8 +187,8 @@ async function main(): Promise<void> {
     log(`agent started again after ${((agentUpAt - agentKillAt) / 1000).toFixed(1)} s`);
 
     await at(Math.max(PLAN.loadEnd, since(agentUpAt) + SETTLE_S));
-    stop = true;
-    await Promise.all(loops);
+    load.stop();
+    await load.done;
     const loadEndAt = now();
     log(`load stopped: ${acknowledged.size} results acknowledged; waiting up to ${DRAIN_S} s for their delivery`);
     const drainDeadline = now() + DRAIN_S * 1000;
@@ -317,7 +263,7 @@ async function main(): Promise<void> {
     process.exitCode = ok ? 0 : 1;
   } finally {
     agent?.kill("SIGKILL");
-    await exchange.kill().catch(() => {});
+    if (exchange) await killExchange(exchange).catch(() => {});
     runners.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -19,10 +19,10 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, w
 import { DatabaseSync } from "node:sqlite";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { startLocalExchange } from "../../scripts/local/exchange";
-import { AdminClient, EngineClient } from "../../src/client";
 import { MAX_CALLS_PER_BATCH, type CallRecord } from "../../src/protocol/ledger";
-import { summarize, workerdPids } from "../stats";
+import { inParallel } from "../load/closed-loop";
+import { createEngine, serveExchange } from "../serve/exchange";
+import { summarize } from "../stats";
 import { renderLedgerChart } from "./chart";
 import { claimCalls, type ClaimRef } from "./workload";
 
@@ -40,17 +40,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
 /** Runs `fn` over `items` with at most `limit` at once. */
-async function pool<T>(items: T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        await fn(items[i] as T, i);
-      }
-    }),
-  );
-}
+const pool = <T>(items: T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> => inParallel(items.length, limit, (i) => fn(items[i] as T, i));
 
 /** Every file under `dir` (recursively) whose path passes `keep`, with its size. */
 function filesUnder(dir: string, keep: (path: string) => boolean = () => true): { path: string; bytes: number }[] {
@@ -140,16 +130,15 @@ async function main(): Promise<void> {
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
   const base = mkdtempSync(join(tmpdir(), "bench-ledger-"));
   const persist = join(base, "state");
-  const before = new Set(workerdPids());
-  const ex = await startLocalExchange({ port: 0, persistDir: persist, adminToken: ADMIN, claimKeySecret: "bench-ledger-claim-secret", log: (l) => (/warn|error|fatal|crash/i.test(l) ? log(l) : undefined) });
+  const ex = await serveExchange({ persistDir: persist, adminToken: ADMIN, claimKeySecret: "bench-ledger-claim-secret", log: (l) => (/warn|error|fatal|crash/i.test(l) ? log(l) : undefined) });
   let stopped = false;
   try {
-    const pids = workerdPids().filter((p) => !before.has(p));
-    const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-ledger");
-    const engineUrl = `${ex.url}/e/${created.engine}`;
-    const trainerToken = created.tokens["trainer"] as string;
-    const trainer = new EngineClient({ baseUrl: engineUrl, token: trainerToken });
-    const client = new EngineClient({ baseUrl: engineUrl, token: created.tokens["client"] as string });
+    const pids = ex.pids;
+    const engine = await createEngine(ex.url, ADMIN, "bench-ledger");
+    const engineUrl = engine.baseUrl;
+    const trainerToken = engine.trainerToken;
+    const trainer = engine.as("trainer");
+    const client = engine.as("client");
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     log(`exchange ${ex.url}, state in ${persist}; workerd pids ${pids.join(", ")}`);
 

@@ -3,7 +3,6 @@
  * (the same status machine, src/runs/lifecycle.ts) and remembers every report, free ports, and
  * runs configs built from the fixture process script.
  */
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { applyReport } from "../../../src/runs/lifecycle";
 import type { AgentActiveRunsResponse, RunReportResponse, RunStatus } from "../../../src/protocol/runs";
@@ -38,16 +37,7 @@ export class RecordingReporter implements RunReporter {
   }
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from "../../../scripts/local/free-port";
 
 export function runsConfig(raw: Record<string, unknown>, stateDir: string): RunsConfig {
   const parsed = parseRunsConfig({ pollSeconds: 0.05, stopGraceSeconds: 2, ...raw }, stateDir, stateDir);
