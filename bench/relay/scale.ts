@@ -19,7 +19,7 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { Agent } from "undici";
+import { Agent, request } from "undici";
 import { startLocalExchange } from "../../scripts/local/exchange";
 import { AdminClient, EngineClient, LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
@@ -56,9 +56,9 @@ const BODY = JSON.stringify({ model: "tiny", messages: [{ role: "user", content:
 type Target = { url: string; key: string };
 
 async function call(t: Target): Promise<void> {
-  const res = await fetch(`${t.url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${t.key}`, "content-type": "application/json" }, body: BODY, dispatcher } as RequestInit);
-  const text = await res.text();
-  if (res.status !== 200 || !text.includes(" short")) throw new Error(`${t.url}: ${res.status} ${text.slice(0, 200)}`);
+  const res = await request(`${t.url}/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${t.key}`, "content-type": "application/json" }, body: BODY, dispatcher });
+  const text = await res.body.text();
+  if (res.statusCode !== 200 || !text.includes(" short")) throw new Error(`${t.url}: ${res.statusCode} ${text.slice(0, 200)}`);
 }
 
 type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: { workerd: number; proxy: number } | null };
