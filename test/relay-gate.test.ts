@@ -6,7 +6,9 @@
  */
 import { describe, expect, it } from "vitest";
 import type { ClaimKeyFields } from "../src/auth/claim-key";
+import { env } from "cloudflare:workers";
 import { ClaimGate, FLUSH_MS, FRESH_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
 import type { RelaySyncItem } from "../src/engine/relay-admission";
 import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
 
@@ -281,5 +283,23 @@ describe("the relay's gate in the Worker", () => {
     const after = await raw(path, { token: c.openai_api_key });
     expect(after.status).toBe(401);
     expect(after.json).toMatchObject({ error: { code: "claim_not_live" } });
+  });
+
+  it("forgets on an agent's heartbeat only when it names another gateway", async () => {
+    const e = await rollingEngine();
+    const key = await claim(e, "c1");
+    const gate = claimGate(env, e.name);
+    const background: Promise<unknown>[] = [];
+    const admit = () => gate.admit(key, (w) => void background.push(w));
+    expect((await admit()).ok).toBe(true);
+    expect(gate.cached(key)).toBe(true);
+    const ok = { ok: true as const, body: { success: true } };
+    afterEngineOp(env, e.name, "agent_heartbeat", { gateway_url: "http://gpu-node-1:10087" }, ok);
+    expect(gate.cached(key)).toBe(true);
+    await e.as("trainer").heartbeat({ agent_id: "agent-1", host: "gpu-node-2", pid: 1, version: "0.1.0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu-node-2:10087" });
+    afterEngineOp(env, e.name, "agent_heartbeat", { gateway_url: "http://gpu-node-2:10087" }, ok);
+    expect(gate.cached(key)).toBe(false);
+    expect(await admit()).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-2:10087" } });
+    await Promise.all(background);
   });
 });

@@ -164,8 +164,9 @@ async function main(): Promise<void> {
       return { round, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls };
     };
 
-    // 1. Steady state: relayed against the floor, in turns, over all the claims.
-    await closedLoop(relayed, 2, undefined, CONCURRENCY);
+    // 1. Steady state: relayed against the floor, in turns, over all the claims. Every claim's first
+    // call asks the engine about it (once per claim); the warm-up makes those before the rounds.
+    await closedLoop(relayed, 2);
     await closedLoop(floorTargets, 2, undefined, CONCURRENCY);
     const steady: { relayed: Round; floor: Round; engine_requests: number; engine_calls: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {

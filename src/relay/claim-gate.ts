@@ -87,29 +87,29 @@ export class ClaimGate {
 
   /** Admits one call of a verified key: from the cache while the engine's answer is fresh, else by asking the engine. */
   async admit(key: ClaimKeyFields, background: Background): Promise<Reply<Admission>> {
-    const now = this.clock.now();
-    if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
     const id = claimId(key);
-    const cached = this.entries.get(id);
-    const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
-    if (cached !== undefined && this.usable(cached, now)) return this.fromCache(cached, now, refreshDue, background);
-    const waited = cached?.inFlight;
-    if (cached !== undefined && waited && now - waited.sentAt < FRESH_MS) {
-      // A refresh already asks about this claim: its answer is as good as one asked for now (within
-      // FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
-      await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
-      const later = this.clock.now();
-      if (cached.fetchedAt === waited.sentAt && this.usable(cached, later, Number.POSITIVE_INFINITY)) return this.fromCache(cached, later, false, background);
-    }
-    // Asked now, the call goes with the question: its activity is written before the answer comes.
-    // A refresh that is due asks about it with every other claim in use, in the same request.
-    const e = cached ?? this.add(id, key);
-    e.calls++;
-    e.lastCallAt = now;
+    const e = this.entries.get(id) ?? this.add(id, key);
     for (let attempt = 0; attempt < 3; attempt++) {
+      const now = this.clock.now();
+      if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
+      const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
+      if (this.usable(e, now)) return this.fromCache(e, now, refreshDue, background);
+      const waited = e.inFlight;
+      if (waited !== null && now - waited.sentAt < FRESH_MS) {
+        // A refresh already asks about this claim: its answer is as good as one asked for now (sent
+        // within FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
+        await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
+        const later = this.clock.now();
+        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.fromCache(e, later, false, background);
+        continue;
+      }
+      // Asked now, the call goes with the question: its activity is written before the answer
+      // comes. A refresh that is due asks about it with every other claim in use, in one request.
+      e.calls++;
+      e.lastCallAt = now;
       let applied: boolean;
       try {
-        const r = await this.batch(refreshDue && attempt === 0, e);
+        const r = await this.batch(refreshDue, e);
         if (!r.ok) return r;
         applied = r.body;
       } catch (err) {
@@ -117,6 +117,21 @@ export class ClaimGate {
         return fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again.");
       }
       if (applied) {
+        const standing = e.standing as Reply<ClaimStanding>;
+        return standing.ok ? this.admission(e) : standing;
+      }
+      // Overtaken by a forget: the call was sent (and counted if the claim was live); ask again without it.
+      return this.recheck(e);
+    }
+    return UNSETTLED;
+  }
+
+  /** After an answer `forget` overtook: asks about the claim alone until an answer holds (the call is already counted). */
+  private async recheck(e: Entry): Promise<Reply<Admission>> {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const r = await this.batch(false, e).catch(() => fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again."));
+      if (!r.ok) return r;
+      if (r.body) {
         const standing = e.standing as Reply<ClaimStanding>;
         return standing.ok ? this.admission(e) : standing;
       }
@@ -135,6 +150,17 @@ export class ClaimGate {
       e.epoch++;
       e.freshUntil = 0;
     }
+  }
+
+  /** The gateway the engine's last answer named (null before any): a heartbeat that names another makes the gate forget. */
+  get gatewayUrl(): string | null {
+    return this.engineTerms?.gateway_url ?? null;
+  }
+
+  /** Whether a call of `key` would be admitted from the cache now, for tests and diagnostics. */
+  cached(key: ClaimKeyFields): boolean {
+    const e = this.entries.get(claimId(key));
+    return e !== undefined && this.usable(e, this.clock.now());
   }
 
   /** Claims kept, for tests and diagnostics. */

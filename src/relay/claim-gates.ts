@@ -54,21 +54,32 @@ export async function beforeEngineRead(env: Pick<Env, "ENGINE">, engine: string)
   await gatesOf(env).get(engine)?.flush();
 }
 
-/** Operations after which nothing the gate knows of the engine holds: its status, gateway, capture or run changed. */
-const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "stop_engine", "agent_trainer_exit", "agent_heartbeat", "configure_ledger", "sync_train_config", "begin_history_run"]);
+/** Operations after which nothing the gate knows of the engine holds: its status, capture or run changed. */
+const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "stop_engine", "agent_trainer_exit", "configure_ledger", "sync_train_config", "begin_history_run"]);
 
 /**
  * After an engine API call handled in this isolate: an end or abort forgets its episode's claim,
  * a claim the claims before it of its episode, and a change to the engine everything.
  */
 export function afterEngineOp(env: Pick<Env, "ENGINE">, engine: string, op: EngineOp, input: unknown, reply: Reply<unknown>): void {
-  if (!gatesOf(env).has(engine)) return;
-  if (ENGINE_WIDE.has(op)) return forgetClaims(env, engine);
+  const gate = gatesOf(env).get(engine);
+  if (gate === undefined) return;
+  if (ENGINE_WIDE.has(op)) return gate.forget();
+  // The agent's heartbeats come every few seconds; only one that names another gateway changes what calls go to.
+  if (op === "agent_heartbeat") {
+    if (reply.ok && gatewayOf(input) !== gate.gatewayUrl) gate.forget();
+    return;
+  }
   if (op === "end_episode" || op === "abort_episode") return forgetClaims(env, engine, episodeOf(input));
   if (op === "claim_episode" && reply.ok) {
     const episode = episodeOf(reply.body);
     if (episode !== undefined) forgetClaims(env, engine, episode);
   }
+}
+
+function gatewayOf(v: unknown): string | null {
+  if (typeof v !== "object" || v === null || !("gateway_url" in v)) return null;
+  return typeof v.gateway_url === "string" ? v.gateway_url : null;
 }
 
 function episodeOf(v: unknown): string | undefined {
