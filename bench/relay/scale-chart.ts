@@ -7,7 +7,7 @@ export type ScaleChartInput = {
   claims: number;
   cpus: number;
   started_at: string;
-  steady: { relayed_calls_per_s: number; floor_calls_per_s: number; engine_requests_per_call: number };
+  steady: { relayed_calls_per_s: number; floor_calls_per_s: number; engine_requests_per_call: number; concurrency: number };
   saturated: { cycles_per_s_alone: number; cycles_per_s_with_relay: number; relayed_claims: number; rounds: { relayed_calls_per_s: number }[] };
 };
 
@@ -42,11 +42,11 @@ export function renderScaleChart(r: ScaleChartInput): string {
   const t = r.saturated;
   const flowing = Math.round(t.rounds.reduce((a, x) => a + x.relayed_calls_per_s, 0) / Math.max(1, t.rounds.length));
   let y = 60;
-  y = panel(out, y, `Relayed calls/s, ${r.claims} claims calling a zero-latency model`, [
+  y = panel(out, y, `Calls/s, ${r.claims} claims calling a zero-latency model, ${s.concurrency} calls in flight`, [
     { label: "through the exchange", value: s.relayed_calls_per_s, color: "#f38020", text: `${s.relayed_calls_per_s}/s` },
     { label: "floor: bare Worker + bare proxy", value: s.floor_calls_per_s, color: "#8c8c8c", text: `${s.floor_calls_per_s}/s` },
   ], { value: 0.8 * s.floor_calls_per_s, label: "0.8x floor" });
-  y = panel(out, y, "Engine requests per relayed call", [
+  y = panel(out, y, "The engine's requests per relayed call", [
     { label: "with the claim gate", value: s.engine_requests_per_call, color: "#f38020", text: s.engine_requests_per_call.toFixed(4) },
     { label: "one admission per call", value: 1, color: "#c8c8c8", text: "1" },
   ], { value: 0.1, label: "0.1 bound" });
