@@ -37,7 +37,10 @@ describe("group assembly", () => {
     expect(nothing).toEqual({
       success: false,
       message: "No data available to read",
-      data: { data: [], meta_info: { total_samples: 0, avg_reward: 0, finished_groups: [], avg_weight_version: 0, max_weight_version: 0, cursor: null, stale_groups: [] } },
+      data: {
+        data: [],
+        meta_info: { total_samples: 0, avg_reward: 0, finished_groups: [], avg_weight_version: 0, max_weight_version: 0, cursor: null, stale_groups: [], consumer_weight_version: null, groups: [] },
+      },
     });
     const r2 = await w.postSteps({ steps: [step("s2", "g1", 1, 0, true)] });
     expect(r2.groups_ready).toEqual(["g1"]);
@@ -171,6 +174,82 @@ describe("TTL, late rows and staleness", () => {
   });
 });
 
+describe("groups that survive failures that are not the policy's", () => {
+  it("keeps a failed_infra session flagged and counted, but completes the group on group_size usable sessions without it", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0), step("s2", "g", 1, 0, true, { failed_infra: true })] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, failed_sessions: 1 });
+    const r = await w.postSteps({ steps: [step("s3", "g", 0, 0.5, true)] });
+    expect(r.groups_ready).toEqual(["g"]);
+    const pulled = await e.as("trainer").getRolloutData();
+    // The failed session is excluded from a complete group: exactly the usable ones, each marked usable.
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s3", true],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, failed_sessions: 1, partial: false }]);
+    // The failed field is the buffer's own, not a free-form one.
+    expect(pulled.data.data[0]!.extra_info["failed_infra"]).toBe(false);
+    await advance(e, 5_000);
+    const steps = await env.DB.prepare("SELECT session_id FROM buffer_steps WHERE engine = ? ORDER BY session_id, step_index").bind(e.name).all();
+    expect(steps.results.map((x) => x["session_id"])).toEqual(["s1", "s2", "s2", "s3"]);
+  });
+
+  it("takes a usable session back when a later row marks it failed, and a ready group waits again", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    expect((await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true)] })).groups_ready).toEqual(["g"]);
+    // A judge that timed out after the fact: the session's retried last step says so.
+    await w.postSteps({ steps: [step("s2", "g", 1, 0, false, { failed_infra: true })] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, failed_sessions: 1 });
+    await w.postSteps({ steps: [step("s3", "g", 0, 0, true)] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, failed_sessions: 1 }]);
+  });
+
+  it("delivers a group short of group_size at its TTL with a usable mask under partial_groups deliver, and counts it", async () => {
+    const e = await buffered(4);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });
+    const w = e.as("client");
+    await w.postSteps({
+      steps: [step("s1", "short", 0, 1, true), step("s2", "short", 0, 0, true, { failed_infra: true }), step("s3", "short", 0, 0), step("f1", "allfailed", 0, 0, true, { failed_infra: true })],
+    });
+    await advance(e, 60_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, ready_groups: 1, dropped_groups: 1, partial_groups_dropped: 1 });
+    const pulled = await e.as("trainer").getRolloutData();
+    // Completed sessions only, the failed one masked; the unfinished s3 is not delivered and is cleared upstream.
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s2", false],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "short", usable_sessions: 1, failed_sessions: 1, partial: true, queued_seconds: 0 }]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 1, delivered_groups: 1, failed_sessions: 2 });
+    await advance(e, 5_000);
+    const groups = await env.DB.prepare("SELECT group_id, outcome, reason FROM buffer_groups WHERE engine = ? ORDER BY seq").bind(e.name).all();
+    expect(groups.results).toEqual([
+      { group_id: "allfailed", outcome: "dropped", reason: "incomplete_group_ttl" },
+      { group_id: "short", outcome: "delivered", reason: "partial" },
+    ]);
+  });
+
+  it("drops a group short of group_size at its TTL under partial_groups drop (the default), and counts it", async () => {
+    const e = await buffered(2);
+    expect((await e.as("operator").configureBuffer({ ttl_seconds: 60 })).partial_groups).toBe("drop");
+    await e.as("client").postSteps({ steps: [step("s1", "short", 0, 1, true)] });
+    await advance(e, 60_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 1, partial_groups_dropped: 1, partial_groups_delivered: 0 });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+  });
+
+  it("refuses a partial_groups it does not know, changing nothing", async () => {
+    const e = await buffered(2);
+    await expect(e.as("operator").configureBuffer({ partial_groups: "keep" as "drop" })).rejects.toMatchObject({ status: 422 });
+    expect((await e.as("viewer").health()).buffer.config.partial_groups).toBe("drop");
+  });
+});
+
 describe("rows and sessions once their group is decided", () => {
   it("counts a retried batch that lands after its group was delivered as duplicates, and only new rows as late", async () => {
     const e = await buffered(1);
@@ -288,6 +367,68 @@ describe("AgentJet trajectories join groups by task_id", () => {
     const pulled = await e.as("trainer").getRolloutData();
     expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["task-7"], total_samples: 2, avg_reward: 0.5 });
     expect(pulled.data.data[0]?.extra_info).toMatchObject({ source: "agentjet", client_uuid: "c1", session_id: "ep-0#1" });
+  });
+
+  it("counts a failed_infra end, an abort and a reap as failed sessions of the task's group, and completes it on usable ones", async () => {
+    const e = await buffered(2);
+    await rollingWith(e, 5);
+    const client = e.as("client");
+    const claim = (id: string, timeout = 60) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: timeout, throttle_policy: { current_task_id: "t" } });
+    const a = await claim("infra");
+    await client.endEpisode(endBody("infra", a.episode_uuid, 0, "t", { workflow_output: { reward: 0, is_success: false, metadata: { task_id: "t", failed_infra: true }, log_metrics: {} } }));
+    const b = await claim("aborter");
+    await client.abortEpisode({ ...endBody("aborter", b.episode_uuid, 0, ""), workflow_output: { reward: 0, is_success: null, metadata: { task_id: "" }, log_metrics: {} } });
+    await claim("silent", 5);
+    await advance(e, 5_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, failed_sessions: 3 });
+    for (const id of ["ok1", "ok2"]) {
+      const c = await claim(id);
+      await client.endEpisode(endBody(id, c.episode_uuid, 1, "t"));
+    }
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.data.map((i) => [i.extra_info["client_uuid"], i.extra_info["usable"]])).toEqual([
+      ["ok1", true],
+      ["ok2", true],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "t", usable_sessions: 2, failed_sessions: 3 }]);
+  });
+});
+
+describe("AgentJet's views report failed rollouts per task, apart from rewards", () => {
+  it("lists failed_infra ends, aborts and reaps per task in the pool view and the completed tasks, without counting their rewards", async () => {
+    const e = await createEngine("failed-view");
+    await rollingWith(e, 6, { step: 3 });
+    const client = e.as("client");
+    const claim = (id: string, task: string, timeout = 60) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: timeout, throttle_policy: { current_task_id: task } });
+    const infra = await claim("c-infra", "t1");
+    await client.endEpisode(endBody("c-infra", infra.episode_uuid, 0.9, "t1", { workflow_output: { reward: 0.9, is_success: false, metadata: { task_id: "t1", failed_infra: true }, log_metrics: {} } }));
+    const good = await claim("c-good", "t1");
+    await client.endEpisode(endBody("c-good", good.episode_uuid, 0.5, "t1"));
+    const aborted = await claim("c-abort", "t2");
+    await client.abortEpisode(endBody("c-abort", aborted.episode_uuid, 0, ""));
+    const reaped = await claim("c-reap", "t2", 5);
+    await advance(e, 5_000);
+    const pool = await e.as("trainer").getPoolInfo();
+    expect(pool.failed_tasks).toEqual({
+      t1: { failed_infra: 1, aborted: 0, reaped: 0, episode_uuids: [infra.episode_uuid] },
+      t2: { failed_infra: 0, aborted: 1, reaped: 1, episode_uuids: [aborted.episode_uuid, reaped.episode_uuid] },
+    });
+    // Only the usable end is a completed rollout of its task.
+    expect(pool.completed_tasks_client_uuids).toEqual({ t1: ["c-good"] });
+    const tasks = await e.as("viewer").completedTasks();
+    expect(tasks.tasks).toEqual([
+      { task_id: "t1", episodes: 1, clients: 1, mean_reward: 0.5, failed: 1 },
+      { task_id: "t2", episodes: 0, clients: 0, mean_reward: null, failed: 2 },
+    ]);
+    // The failed end's reward is not in the step's history.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 4 });
+    expect((await e.as("viewer").getRewardHistory()).history).toMatchObject([{ global_step: 3, mean_reward: 0.5 }]);
+    // What the trainer posts for failed_tasks is ignored, as for the other computed fields.
+    await e.as("trainer").updatePoolInfo({ failed_tasks: { bogus: { failed_infra: 9, aborted: 0, reaped: 0, episode_uuids: [] } } });
+    expect(Object.keys((await e.as("trainer").getPoolInfo()).failed_tasks)).toEqual(["t1", "t2"]);
+    // A rolling phase that ends clears them with the episodes.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect((await e.as("trainer").getPoolInfo()).failed_tasks).toEqual({});
   });
 });
 

@@ -69,7 +69,7 @@ import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
-import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, runningDetails, runningPage, undeliverable } from "./episode-views";
+import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
   const s = Number(env.COMMAND_LEASE_SECONDS ?? "60");
@@ -245,7 +245,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   async updatePoolInfo(caller: Caller, info: CurrentBatchRolloutPoolInformation): Promise<Reply<BoolResponse>> {
     return this.guarded(caller, "update_current_batch_rollout_pool_information", () => {
       // The engine computes these itself; what the trainer sends for them is ignored.
-      const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {} };
+      const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {}, failed_tasks: {} };
       const tooLarge = storedJsonTooLarge("the pool information", stored);
       if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
       this.store.setKv("pool_info", stored);
@@ -297,6 +297,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         engine_status: meta.status,
         global_step: meta.globalStep,
         booting_start_time: meta.bootingStartTime,
+        failed_tasks: failedTasks(this.store.sql, meta.run),
       });
     });
   }

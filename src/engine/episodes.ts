@@ -25,8 +25,11 @@ import { fail, ok, type Reply } from "./reply";
 import { NO_EPISODES_CAUSE, notReadyCause, rewardValues, scalarReward } from "./rules";
 
 /** What ending or releasing a claim needs of its episode. */
-type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr">;
-const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, episode_type, zmq_addr";
+type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr" | "claim_weight_version">;
+const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, episode_type, zmq_addr, claim_weight_version";
+
+/** Why a claim failed for reasons that are not the policy's (failed_rollouts.reason). */
+type FailureReason = "failed_infra" | "aborted" | "reaped";
 
 /** A claim's identity as its client names it; the fence is ours, AgentJet's clients omit it. */
 type ClaimRef = { client_uuid: string; episode_uuid: string; fence?: number | undefined };
@@ -125,7 +128,7 @@ export class Episodes {
       this.store.sql
         .exec<{ episode_uuid: string; fence: number }>(
           `UPDATE episodes SET state = 'claimed', queue_seq = NULL, episode_type = ?, client_uuid = ?, fence = fence + 1,
-             last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?
+             last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?, claim_weight_version = ?
            WHERE episode_uuid = (SELECT episode_uuid FROM episodes WHERE state = 'registered' ORDER BY queue_seq LIMIT 1)
            RETURNING episode_uuid, fence`,
           req.episode_type,
@@ -134,6 +137,7 @@ export class Episodes {
           req.discard_episode_timeout,
           expiresAt,
           req.throttle_policy?.current_task_id ?? "",
+          meta.weightVersion,
         )
         .toArray()[0] ?? null;
     if (claimed === null) return refuse(NO_EPISODES_CAUSE);
@@ -186,10 +190,12 @@ export class Episodes {
     const taskId = ep.task_id || req.task_id;
     const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
     const reward = req.workflow_output.reward;
-    const counted = ep.episode_type === "train" && rewardValues(reward).length > 0;
+    const failedInfra = isFailedInfra(req.workflow_output);
+    // A rollout that failed for a reason not the policy's says nothing of it: its reward is not counted.
+    const counted = ep.episode_type === "train" && rewardValues(reward).length > 0 && !failedInfra;
     this.store.sql.exec(
-      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run, failed)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       ep.episode_uuid,
       ep.fence,
       ep.client_uuid,
@@ -202,10 +208,12 @@ export class Episodes {
       counted ? meta.accEpoch : null,
       Array.isArray(reward) ? JSON.stringify(reward) : null,
       meta.run,
+      failedInfra ? 1 : 0,
     );
+    if (failedInfra) this.recordFailure(ep, taskId, "failed_infra");
     this.recordTrajectory(ep, taskId, { outcome: "ended", reward: scalarReward(req.workflow_output.reward), isSuccess: req.workflow_output.is_success, workflowOutput: payload, endedAt: now });
     if (ep.episode_type === "train") {
-      if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
+      if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output, failedInfra);
       if (deliver) {
         this.host.enqueue({ kind: "deliver", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr, payload });
       }
@@ -255,6 +263,27 @@ export class Episodes {
    */
   private recordUnfinished(ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
     this.recordTrajectory(ep, ep.task_id, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: this.host.now() });
+    if (ep.episode_type !== "train") return;
+    this.recordFailure(ep, ep.task_id, outcome);
+    // In its task's group, the lost rollout is a failed session: counted, never waited for.
+    if (ep.task_id !== "" && this.buffer.active()) this.joinBuffer(ep, ep.task_id, { reward: null, is_success: null, metadata: {}, log_metrics: {} }, true, false);
+  }
+
+  /** A train claim that failed for a reason not the policy's, for the pool's per-task view (failedTasks). */
+  private recordFailure(ep: ClaimRow, taskId: string, reason: FailureReason): void {
+    const meta = this.store.meta;
+    this.store.sql.exec(
+      `INSERT INTO failed_rollouts (episode_uuid, fence, client_uuid, task_id, reason, global_step, run, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (episode_uuid, fence) DO NOTHING`,
+      ep.episode_uuid,
+      ep.fence,
+      ep.client_uuid,
+      taskId,
+      reason,
+      meta.globalStep,
+      meta.run,
+      this.host.now(),
+    );
   }
 
   /** The claim's trajectory row, on its way to D1 through the outbox, in the current step and run. */
@@ -312,6 +341,7 @@ export class Episodes {
   clearAll(): void {
     this.store.sql.exec("DELETE FROM episodes");
     this.store.sql.exec("DELETE FROM finished");
+    this.store.sql.exec("DELETE FROM failed_rollouts");
     this.retireFences();
   }
 
@@ -420,8 +450,12 @@ export class Episodes {
     if (this.fenceHigh > meta.fenceFloor) this.store.saveMeta({ ...meta, fenceFloor: this.fenceHigh });
   }
 
-  /** An AgentJet trajectory joins the buffer's group for its task, as one completed single-step session. */
-  private joinBuffer(ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"]): void {
+  /**
+   * An AgentJet trajectory joins the buffer's group for its task, as one single-step session:
+   * completed when it ended, failed when it ended failed_infra or was lost. Its weight version is
+   * the one it was claimed at (its oldest segment), and the one it ended at rides along.
+   */
+  private joinBuffer(ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"], failed: boolean, completed = true): void {
     const row: StepRow = {
       session_id: `${ep.episode_uuid}#${ep.fence}`,
       group_id: taskId,
@@ -430,8 +464,10 @@ export class Episodes {
       response: "",
       reward: scalarReward(output.reward) ?? 0,
       truncated: false,
-      is_session_completed: true,
-      weight_version: this.store.meta.weightVersion ?? 0,
+      is_session_completed: completed,
+      weight_version: ep.claim_weight_version ?? this.store.meta.weightVersion ?? 0,
+      failed_infra: failed,
+      end_weight_version: this.store.meta.weightVersion,
       source: "agentjet",
       client_uuid: ep.client_uuid,
       is_success: output.is_success,
@@ -440,4 +476,12 @@ export class Episodes {
     const checked = this.buffer.check([row]);
     if (checked.ok) this.buffer.ingest(checked.body);
   }
+}
+
+/**
+ * The agreed field (docs/agentjet.md): `workflow_output.metadata.failed_infra: true` says the
+ * rollout failed for a reason not the policy's (its sandbox died, its judge timed out).
+ */
+export function isFailedInfra(output: EndEpisodeRequest["workflow_output"]): boolean {
+  return output.metadata["failed_infra"] === true;
 }

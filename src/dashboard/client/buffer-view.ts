@@ -31,6 +31,7 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("ttl_seconds", c.ttl_seconds, c.ttl_seconds === 0 ? "incomplete groups kept forever" : `incomplete groups dropped after ${fmt.duration(c.ttl_seconds)} without rows`),
       setting("max_staleness", c.max_staleness, c.max_staleness === null ? "no staleness check" : `stale beyond ${c.max_staleness} weight versions`),
       setting("staleness_policy", c.staleness_policy, c.staleness_policy === "flag" ? "stale groups delivered, flagged" : "stale groups dropped"),
+      setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${kib(c.max_message_bytes)}`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
