@@ -5,7 +5,7 @@ import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
-import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -247,6 +247,106 @@ describe("groups that survive failures that are not the policy's", () => {
     const e = await buffered(2);
     await expect(e.as("operator").configureBuffer({ partial_groups: "keep" as "drop" })).rejects.toMatchObject({ status: 422 });
     expect((await e.as("viewer").health()).buffer.config.partial_groups).toBe("drop");
+  });
+});
+
+describe("staleness as consumption lag, and pacing instead of discarding", () => {
+  it("reports an AgentJet rollout's lag from the version it was claimed at, and its time queued", async () => {
+    const e = await buffered(1);
+    await rollingWith(e, 1);
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 2 });
+    const c = await e.as("client").claimEpisode({ client_uuid: "slow", discard_episode_timeout: 600 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    await advance(e, 30_000);
+    await e.as("client").endEpisode(endBody("slow", c.episode_uuid, 1, "t"));
+    await advance(e, 12_000);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 6 });
+    const pulled = await trainer.getRolloutData();
+    expect(pulled.data.data[0]!.extra_info).toMatchObject({ weight_version: 2, end_weight_version: 5 });
+    expect(pulled.data.meta_info).toMatchObject({
+      consumer_weight_version: 6,
+      groups: [{ group_id: "t", oldest_weight_version: 2, lag_versions: 4, age_seconds: 12, queued_seconds: 12 }],
+    });
+    // Read again, the pull reports what it reported.
+    expect(await trainer.getRolloutData({ cursor: pulled.data.meta_info.cursor! })).toEqual(pulled);
+  });
+
+  it("holds AgentJet claims back under pace while the claims under way could be consumed too late, with a cause the client retries on", async () => {
+    const e = await createEngine("pace-claims");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    await rollingWith(e, 8);
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const client = e.as("client");
+    const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600 });
+    // Four under way can all be consumed within one version of the oldest's; a fifth could not.
+    const held = [];
+    for (const id of ["a", "b", "c", "d"]) held.push(await claim(id));
+    expect(held.every((c) => c.success)).toBe(true);
+    const refused = await claim("e");
+    expect(refused).toMatchObject({ success: false, episode_uuid: "" });
+    expect(refused.fail_cause.startsWith("No available episodes to claim.")).toBe(true);
+    // The trainer moved on: the oldest already lags one version, so nothing more begins until it is consumed.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 1 });
+    await client.endEpisode(endBody("a", held[0]!.episode_uuid, 1, "t"));
+    await client.endEpisode(endBody("b", held[1]!.episode_uuid, 1, "t"));
+    expect((await claim("e")).success).toBe(false);
+    await client.endEpisode(endBody("c", held[2]!.episode_uuid, 1, "t"));
+    await client.endEpisode(endBody("d", held[3]!.episode_uuid, 1, "t"));
+    expect((await claim("e")).success).toBe(true);
+    expect((await e.as("viewer").health()).buffer.paced_refusals).toBe(2);
+    // Eval claims are not training data: never paced.
+    expect((await client.claimEpisode({ client_uuid: "ev", episode_type: "eval", discard_episode_timeout: 600 })).success).toBe(true);
+  });
+
+  it("holds claims back from the batch size an AgentJet client's throttle_policy names, when nothing else says it", async () => {
+    const e = await createEngine("pace-throttle");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0 });
+    await rollingWith(e, 4);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 3 });
+    const claim = (id: string, policy?: { expected_batch_size: number; expected_num_repeat: number }) =>
+      e.as("client").claimEpisode({ client_uuid: id, discard_episode_timeout: 600, throttle_policy: policy ? { ...policy, current_task_id: "" } : null });
+    const batch = { expected_batch_size: 1, expected_num_repeat: 2 };
+    expect((await claim("a", batch)).success).toBe(true);
+    expect((await claim("b", batch)).success).toBe(true);
+    expect((await claim("c", batch)).success).toBe(false);
+    // Without a batch size from anywhere, pace cannot tell a lag and holds nothing back.
+    expect((await claim("d")).success).toBe(true);
+  });
+
+  it("refuses a batch opening new groups under pace (503, storing nothing), takes rows of groups begun, and delivers stale groups rather than dropping them", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 0 });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g1", 0, 1, true), step("s2", "g1", 0, 1), step("s3", "g2", 0, 1)] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 2 });
+    const before = (await e.as("viewer").health()).buffer;
+    await expect(w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s9", "g9", 0, 1)] })).rejects.toMatchObject({ status: 503, code: "paced" });
+    expect((await e.as("viewer").health()).buffer).toEqual({ ...before, paced_refusals: 1 });
+    // The groups already begun complete; their work is delivered, flagged stale, not dropped.
+    await w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s4", "g2", 0, 1, true), step("s3", "g2", 1, 1, true)] });
+    const pulled = await trainer.getRolloutData();
+    expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["g1", "g2"], stale_groups: ["g1", "g2"] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 0, delivered_groups: 2 });
+    // Nothing is waiting now: new groups are taken again.
+    expect((await w.postSteps({ steps: [step("s9", "g9", 0, 1)] })).accepted).toBe(1);
+  });
+
+  it("measures the rollouts the trainer takes per weight version from its pulls", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    const w = e.as("client");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 0 });
+    for (const s of ["a", "b", "c"]) await w.postSteps({ steps: [step(s, `g-${s}`, 0, 1, true)] });
+    await trainer.getRolloutData({ max_groups: 2 });
+    await trainer.getRolloutData({ max_groups: 1 });
+    expect((await e.as("viewer").health()).buffer.measured_rollouts_per_version).toBeNull();
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 1 });
+    await trainer.getRolloutData();
+    expect((await e.as("viewer").health()).buffer.measured_rollouts_per_version).toBe(3);
   });
 });
 
@@ -562,6 +662,9 @@ describe("sizes, in bytes and within what the stores hold", () => {
     await runInDurableObject(e.stub, (_i, state) => {
       state.storage.sql.exec("UPDATE kv SET v = json_set(v, '$.max_message_bytes', 3145728) WHERE k = 'buffer_config'");
     });
+    // As an engine that stored it before the ceiling reads it when it starts again.
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
     expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(1_900_000);
   });
 

@@ -123,6 +123,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     const addOutbox = (item: OutboxItem): void => schedule.addOutbox(item);
     this.buffer = new RolloutBuffer(sql, {
       engine: () => store.meta.name ?? "",
+      weightVersion: () => store.meta.weightVersion,
       run: () => store.meta.run,
       now,
       getKv: (k) => store.getKv(k),

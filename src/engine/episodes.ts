@@ -22,7 +22,8 @@ import type { EpisodeRow } from "./episode-views";
 import type { OutboxItem } from "./outbox";
 import type { RolloutBuffer } from "./rollout-buffer";
 import { fail, ok, type Reply } from "./reply";
-import { NO_EPISODES_CAUSE, notReadyCause, rewardValues, scalarReward } from "./rules";
+import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE, rewardValues, scalarReward } from "./rules";
+import { paceAdmits } from "./pacing";
 
 /** What ending or releasing a claim needs of its episode. */
 type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr" | "claim_weight_version">;
@@ -120,6 +121,7 @@ export class Episodes {
     if (meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(meta.status));
     // Checked before anything is claimed, so a misconfigured deployment leaks no claims.
     if (!keySecret) return fail(500, "misconfigured", "CLAIM_KEY_SECRET is not configured: per-claim keys cannot be signed.");
+    if (req.episode_type === "train" && this.paced(req)) return refuse(PACED_CAUSE);
     const now = this.host.now();
     const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
     // The FIFO head, claimed in one statement: atomic by itself, so it needs no explicit
@@ -153,6 +155,24 @@ export class Episodes {
       fail_cause: "",
       fence: claimed.fence,
     });
+  }
+
+  /**
+   * Whether pace holds this train claim back: the claims under way (an O(claimed) read, made
+   * only under pace) and the buffer's groups not yet consumed could be consumed too late.
+   */
+  private paced(req: ClaimEpisodeRequest): boolean {
+    if (this.buffer.config().staleness_policy !== "pace") return false;
+    const claims = this.store.sql
+      .exec<{ count: number; oldest: number | null }>(
+        "SELECT COUNT(*) AS count, MIN(claim_weight_version) AS oldest FROM episodes WHERE state = 'claimed' AND episode_type = 'train'",
+      )
+      .one();
+    const t = req.throttle_policy;
+    const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
+    if (paceAdmits(this.buffer.paceState(claims, false, batch))) return false;
+    this.buffer.notePaced();
+    return true;
   }
 
   /** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */

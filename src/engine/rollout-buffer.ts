@@ -10,6 +10,7 @@ import type { CommandBody } from "../protocol/commands";
 import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
 import { groupReport, isStale, metaInfo, toItem, type ReportedGroup, type StoredStep } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
+import { paceAdmits, type PaceState } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
 
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
@@ -61,6 +62,17 @@ function sizeRefusal(at: string, step: CheckedStep, maxMessageBytes: number): st
   }
   if ((messages.length + response.length + extra.length) * MAX_JSON_BYTES_PER_UNIT + 6 <= MAX_STORED_BYTES) return null;
   return storedTooLarge(`${at} (its messages, response and extra fields)`, jsonStringBytes(messages) + jsonStringBytes(response) + jsonStringBytes(extra));
+}
+
+/**
+ * The consumption measure after a pull of `sessions` at version `version`: a pull at a new
+ * version closes the count of the last one, spread over the versions it moved on by.
+ */
+function measured(c: Counters, version: number | null, sessions: number): Pick<Counters, "pullVersion" | "pulledAtVersion" | "perVersion"> {
+  if (version === c.pullVersion) return { pullVersion: version, pulledAtVersion: c.pulledAtVersion + sessions, perVersion: c.perVersion };
+  const moved = version !== null && c.pullVersion !== null ? version - c.pullVersion : 0;
+  const perVersion = moved > 0 && c.pulledAtVersion > 0 ? c.pulledAtVersion / moved : c.perVersion;
+  return { pullVersion: version, pulledAtVersion: sessions, perVersion };
 }
 
 /** The order Array.prototype.sort gives strings by default. */
@@ -115,13 +127,35 @@ type Counters = {
   failed: number;
   partialDelivered: number;
   partialDropped: number;
+  paced: number;
+  /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
+  pullVersion: number | null;
+  pulledAtVersion: number;
+  perVersion: number | null;
   nextReadySeq: number;
   nextOutcomeSeq: number;
 };
-const NO_COUNTERS: Counters = { delivered: 0, dropped: 0, stale: 0, late: 0, duplicates: 0, failed: 0, partialDelivered: 0, partialDropped: 0, nextReadySeq: 1, nextOutcomeSeq: 1 };
+const NO_COUNTERS: Counters = {
+  delivered: 0,
+  dropped: 0,
+  stale: 0,
+  late: 0,
+  duplicates: 0,
+  failed: 0,
+  partialDelivered: 0,
+  partialDropped: 0,
+  paced: 0,
+  pullVersion: null,
+  pulledAtVersion: 0,
+  perVersion: null,
+  nextReadySeq: 1,
+  nextOutcomeSeq: 1,
+};
 
 export type BufferHost = {
   engine(): string;
+  /** The trainer's weight version now (update_engine_status). */
+  weightVersion(): number | null;
   /** The current run of the engine's history: a group belongs to the run it began in. */
   run(): number;
   now(): number;
@@ -133,6 +167,8 @@ export type BufferHost = {
 
 export class RolloutBuffer {
   private activeMemo: boolean | null = null;
+  /** Read on every claim under pace: remembered, and dropped with a rolled-back transaction. */
+  private configMemo: BufferConfig | null = null;
 
   /** `sql` has the buffer's tables (schema.ts). */
   constructor(
@@ -141,6 +177,10 @@ export class RolloutBuffer {
   ) {}
 
   config(): BufferConfig {
+    return (this.configMemo ??= this.storedConfig());
+  }
+
+  private storedConfig(): BufferConfig {
     const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
     // Set before max_message_bytes had its ceiling, a config may hold more than the stores do.
     return { ...stored, max_message_bytes: Math.min(stored.max_message_bytes, MAX_STORED_BYTES) };
@@ -155,12 +195,14 @@ export class RolloutBuffer {
   /** Drops what is remembered from storage: the transaction that wrote it rolled back. */
   forget(): void {
     this.activeMemo = null;
+    this.configMemo = null;
   }
 
   /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
   configure(patch: Partial<BufferConfig>): BufferConfig {
     const next = { ...this.config(), ...patch };
     this.host.setKv("buffer_config", next);
+    this.configMemo = next;
     if (patch.group_size !== undefined) {
       const enough = this.sql
         .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'pending' AND completed_sessions >= ? ORDER BY last_row_at", next.group_size)
@@ -205,7 +247,67 @@ export class RolloutBuffer {
       groupOf.set(r.session_id, r.group_id);
       checked.push(step);
     }
+    const paced = this.paceRefusal(rows);
+    if (paced !== null) return paced;
     return ok(checked);
+  }
+
+  /**
+   * Under pace, a batch that opens new groups while the work under way could be consumed too
+   * late is refused whole (503 paced, changing nothing; the worker sends it again). Sessions of
+   * groups already begun are always taken: holding them back would stop those groups from
+   * completing and so hold the oldest work back for good.
+   */
+  private paceRefusal(rows: StepRow[]): Reply<never> | null {
+    const cfg = this.config();
+    if (cfg.staleness_policy !== "pace") return null;
+    const opening = new Set<string>();
+    for (const r of rows) {
+      if (opening.has(r.session_id) || this.group(r.group_id) !== null) continue;
+      opening.add(r.session_id);
+    }
+    if (opening.size === 0) return null;
+    const state = this.paceState(null, true);
+    if (paceAdmits(state, opening.size)) return null;
+    this.bump((c) => ({ ...c, paced: c.paced + 1 }));
+    return fail(
+      503,
+      "paced",
+      `Pacing (staleness_policy pace): the rollouts under way could be consumed up to ${state.maxStaleness} weight versions late already; new groups are taken again once the trainer consumes what is waiting. Send this batch again shortly; nothing of it was stored.`,
+    );
+  }
+
+  /**
+   * What pace weighs from the buffer: the sessions not yet consumed (failed ones never are)
+   * and the oldest version among groups not yet consumed, with the claims under way that the
+   * caller counts (`claims`). `withPending`: pending groups count for the oldest version; not
+   * for claims, whose refusal would stop a pending group from completing.
+   */
+  paceState(claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
+    const cfg = this.config();
+    const c = this.counters();
+    const version = this.host.weightVersion();
+    const sessions = this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM buf_sessions WHERE failed = 0 AND group_id IN (SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready'))",
+      )
+      .one().n;
+    const oldest = this.sql
+      .exec<{ v: number | null }>(`SELECT MIN(min_weight_version) AS v FROM buf_groups WHERE state IN ('ready'${withPending ? ", 'pending'" : ""})`)
+      .one().v;
+    return {
+      consumerVersion: version,
+      maxStaleness: cfg.max_staleness,
+      oldestVersion: claims === null || claims.oldest === null ? oldest : oldest === null ? claims.oldest : Math.min(oldest, claims.oldest),
+      outstanding: sessions + (claims?.count ?? 0),
+      consumedAtVersion: c.pullVersion === version ? c.pulledAtVersion : 0,
+      perVersion: cfg.rollouts_per_version ?? c.perVersion ?? fallbackPerVersion,
+    };
+  }
+
+  /** Counts a claim that pace held back. */
+  notePaced(): void {
+    this.bump((c) => ({ ...c, paced: c.paced + 1 }));
   }
 
   /** Stores a checked batch. Idempotent by (session_id, step_index). */
@@ -345,6 +447,8 @@ export class RolloutBuffer {
       reports.push(groupReport(g, weightVersion, now));
     }
     if (deliver.length === 0) {
+      // A first pull at a new version closes the last one's count; polls at the same version write nothing.
+      if (weightVersion !== this.counters().pullVersion) this.bump((c) => ({ ...c, ...measured(c, weightVersion, 0) }));
       return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, [], weightVersion, []) } };
     }
     const cursor = this.sql
@@ -367,7 +471,8 @@ export class RolloutBuffer {
       const reason = staleSet.has(id) ? "stale_flagged" : partial.has(id) ? "partial" : "complete";
       this.recordOutcome(id, "delivered", reason, staleSet.has(id), own.length, cursor, now);
     }
-    this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size }));
+    const usable = reports.reduce((n, r) => n + r.usable_sessions, 0);
+    this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable) }));
     this.forgetOldPulls(cursor, now);
     return {
       success: true,
@@ -466,6 +571,8 @@ export class RolloutBuffer {
       failed_sessions: c.failed,
       partial_groups_delivered: c.partialDelivered,
       partial_groups_dropped: c.partialDropped,
+      measured_rollouts_per_version: c.perVersion,
+      paced_refusals: c.paced,
     };
   }
 

@@ -16,6 +16,13 @@ const ADVICE: Record<EngineStatus, string> = {
   "ENGINE.ROLLING": "",
 };
 
+/**
+ * A claim that staleness_policy pace holds back: it begins with the text the client retries on
+ * in 2 s, since the wait is short (until the trainer consumes what is waiting), and says why.
+ */
+export const PACED_CAUSE =
+  "No available episodes to claim. Pacing: the rollouts under way would otherwise be consumed more than max_staleness weight versions late; try again shortly.";
+
 /** The seed's fail_cause for a claim while the engine is not ROLLING, text for text. */
 export function notReadyCause(status: EngineStatus): string {
   return `Engine not ready. Current status: [${status}]. ${ADVICE[status]}`;

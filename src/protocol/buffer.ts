@@ -125,7 +125,12 @@ export const GetRolloutDataResponse = z.object({
 });
 export type GetRolloutDataResponse = z.infer<typeof GetRolloutDataResponse>;
 
-export const STALENESS_POLICIES = ["flag", "drop"] as const;
+/**
+ * flag delivers stale groups marked; drop discards them at the pull; pace discards nothing and
+ * instead holds back new work (claims, sessions of new groups) while what is already under way
+ * could be consumed more than max_staleness versions late (src/engine/pacing.ts).
+ */
+export const STALENESS_POLICIES = ["flag", "drop", "pace"] as const;
 export const StalenessPolicy = z.enum(STALENESS_POLICIES);
 export type StalenessPolicy = z.infer<typeof StalenessPolicy>;
 
@@ -139,6 +144,12 @@ export const BufferConfig = z.object({
   /** Weight versions a group's oldest step may lag behind the trainer's; null disables. */
   max_staleness: z.number().int().min(0).nullable(),
   staleness_policy: StalenessPolicy,
+  /**
+   * Rollouts the trainer consumes per weight version (its batch), for pace. Null: measured from
+   * the pulls (sessions handed out per version), else taken from an AgentJet claim's
+   * throttle_policy (expected_batch_size x expected_num_repeat).
+   */
+  rollouts_per_version: z.number().int().min(1).max(1_000_000).nullable(),
   /** What happens to a group still short of group_size usable sessions at its TTL: delivered with its usable mask, or dropped. */
   partial_groups: PartialGroupsPolicy,
   /**
@@ -155,6 +166,7 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
   ttl_seconds: 1800,
   max_staleness: 4,
   staleness_policy: "flag",
+  rollouts_per_version: null,
   partial_groups: "drop",
   max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
 };
@@ -187,6 +199,10 @@ export const BufferStats = z.object({
   partial_groups_delivered: z.number(),
   /** Groups dropped at their TTL short of group_size usable sessions. */
   partial_groups_dropped: z.number(),
+  /** Rollouts the trainer took per weight version, as last measured from its pulls; null until it moved on once. */
+  measured_rollouts_per_version: z.number().nullable(),
+  /** Claims and new groups' sessions held back by pace (not discarded: the client asks again). */
+  paced_refusals: z.number(),
 });
 export type BufferStats = z.infer<typeof BufferStats>;
 

@@ -30,12 +30,19 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("group_size", c.group_size, `group size ${c.group_size}`),
       setting("ttl_seconds", c.ttl_seconds, c.ttl_seconds === 0 ? "incomplete groups kept forever" : `incomplete groups dropped after ${fmt.duration(c.ttl_seconds)} without rows`),
       setting("max_staleness", c.max_staleness, c.max_staleness === null ? "no staleness check" : `stale beyond ${c.max_staleness} weight versions`),
-      setting("staleness_policy", c.staleness_policy, c.staleness_policy === "flag" ? "stale groups delivered, flagged" : "stale groups dropped"),
+      setting("staleness_policy", c.staleness_policy, STALENESS_TEXT[c.staleness_policy]),
+      setting("rollouts_per_version", c.rollouts_per_version, c.rollouts_per_version === null ? "trainer's batch measured" : `trainer takes ${c.rollouts_per_version} per version`),
       setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${kib(c.max_message_bytes)}`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
   }
+
+  const STALENESS_TEXT: Record<Buffer["config"]["staleness_policy"], string> = {
+    flag: "stale groups delivered, flagged",
+    drop: "stale groups dropped",
+    pace: "new work held back instead of dropping stale groups",
+  };
 
   function figure(key: keyof Buffer, label: string, value: number, title: string): DomElement {
     return h("div", { "data-stat": key, "data-value": value, title }, h("dt", {}, label), h("dd", {}, fmt.count(value)));
