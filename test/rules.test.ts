@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { EMPTY_ACCUMULATOR, accumulate, backoffMs, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE, PACED_CAUSE } from "../src/engine/rules";
+import { EMPTY_ACCUMULATOR, accumulate, backoffMs, claimsLive, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE, PACED_CAUSE } from "../src/engine/rules";
 import { paceAdmits, worstLag } from "../src/engine/pacing";
 import { mayRun } from "../src/auth/roles";
 import { signClaimKey, verifyClaimKey } from "../src/auth/claim-key";
@@ -44,6 +44,17 @@ describe("claim fail causes", () => {
     expect(notReadyCause("ENGINE.OFFLINE")).toBe(
       "Engine not ready. Current status: [ENGINE.OFFLINE]. Please start the engine first. Please use one of the client to run `client.sync_train_config() + client.start_engine()` to start the engine.",
     );
+  });
+});
+
+describe("where claims live", () => {
+  it("keeps AgentJet's statuses by default, and adds the weight sync only when the engine keeps claims across it", () => {
+    const off = { keep_claims_across_sync: false, sync_hold_seconds: 120 };
+    const on = { ...off, keep_claims_across_sync: true };
+    expect(["ENGINE.ROLLING", "ENGINE.ROLLING_POST"].every((s) => claimsLive(s as "ENGINE.ROLLING", off))).toBe(true);
+    expect(claimsLive("ENGINE.WEIGHT_SYNCING", off)).toBe(false);
+    expect(claimsLive("ENGINE.WEIGHT_SYNCING", on)).toBe(true);
+    for (const s of ["ENGINE.OFFLINE", "ENGINE.BOOTING", "ENGINE.WEIGHT_EXPORTING"] as const) expect(claimsLive(s, on)).toBe(false);
   });
 });
 

@@ -62,10 +62,11 @@ import { AgentChannel } from "./agent-channel";
 import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
-import { RelayAdmission, type Admission } from "./relay-admission";
+import { RelayAdmission, type Admission, type SyncHold } from "./relay-admission";
 import { LedgerSettings } from "./ledger-settings";
 import { LedgerRetention } from "./ledger-retention";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
+import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
@@ -426,6 +427,16 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(ok(this.tx(() => this.buffer.configure(patch)))));
   }
 
+  // ---------------------------------------------------------------- weight syncs
+
+  async syncConfig(caller: Caller): Promise<Reply<SyncConfig>> {
+    return this.guarded(caller, "get_sync_config", () => ok(this.store.meta.sync));
+  }
+
+  async configureSync(caller: Caller, patch: UpdateSyncConfigRequest): Promise<Reply<SyncConfig>> {
+    return this.guarded(caller, "configure_sync", () => this.tx(() => this.status.configureSync(patch)));
+  }
+
   // ---------------------------------------------------------------- the trajectory ledger's settings
 
   async ledgerConfig(caller: Caller): Promise<Reply<LedgerConfig>> {
@@ -488,6 +499,14 @@ export class EngineObject extends DurableObject<EngineEnv> {
    */
   async relayBegin(key: ClaimKeyFields): Promise<Reply<Admission>> {
     return this.relay.admit(key);
+  }
+
+  /**
+   * relayBegin for a Worker that holds calls through a weight sync (keep_claims_across_sync):
+   * during one, a live claim's call is answered SyncHold, to be asked again; see relay-admission.ts.
+   */
+  async relayBeginOrHold(key: ClaimKeyFields): Promise<Reply<Admission | SyncHold>> {
+    return this.relay.admitOrHold(key);
   }
 
   // ---------------------------------------------------------------- alarm

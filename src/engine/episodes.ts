@@ -14,7 +14,6 @@ import type {
 } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import type { StepRow } from "../protocol/buffer";
-import { isRolling } from "../protocol/status";
 import { storedStringTooLarge } from "../protocol/limits";
 import { signClaimKey } from "../auth/claim-key";
 import type { EngineStore } from "./engine-store";
@@ -22,7 +21,7 @@ import type { EpisodeRow } from "./episode-views";
 import type { OutboxItem } from "./outbox";
 import type { RolloutBuffer } from "./rollout-buffer";
 import { fail, ok, type Reply } from "./reply";
-import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE, rewardValues, scalarReward } from "./rules";
+import { claimsLive, NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE, rewardValues, scalarReward } from "./rules";
 import { paceAdmits } from "./pacing";
 
 /** What ending or releasing a claim needs of its episode. */
@@ -103,7 +102,7 @@ export class Episodes {
   }
 
   claimedCheck(episodeUuid: string, unregister: boolean): BoolResponse {
-    if (!isRolling(this.store.meta.status)) return { success: false, failure_reason: "" };
+    if (!this.live()) return { success: false, failure_reason: "" };
     const ep = this.episode(episodeUuid);
     if (ep === null) return { success: false, failure_reason: "" };
     // An episode waiting for its runner's reset still belongs to the claim being undone.
@@ -178,7 +177,7 @@ export class Episodes {
   /** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */
   endPayload(req: EndEpisodeRequest): Reply<string> {
     const status = this.store.meta.status;
-    if (!isRolling(status)) {
+    if (!this.live()) {
       return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
     }
     const metaTask = req.workflow_output.metadata["task_id"];
@@ -239,27 +238,26 @@ export class Episodes {
       }
     } else {
       // Evaluation results go to D1 only; the runner is reset and the episode serves again (as the seed does).
-      this.release(ep, meta.status === "ENGINE.ROLLING" ? "requeue" : "delete");
+      this.release(ep, this.requeues() ? "requeue" : "delete");
     }
     return ok({ success: true });
   }
 
   abort(req: AbortEpisodeRequest): Reply<{ success: boolean }> {
-    const status = this.store.meta.status;
-    if (!isRolling(status)) return ok({ success: true });
+    if (!this.live()) return ok({ success: true });
     if (this.episode(req.episode_uuid) === null) return ok({ success: true });
     const owned = this.ownedClaim(req);
     if (!owned.ok) return owned;
     if (owned.body !== "already_ended") {
       // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
       this.recordUnfinished(owned.body, "aborted", JSON.stringify(req.workflow_output ?? {}));
-      this.release(owned.body, status === "ENGINE.ROLLING" ? "requeue" : "delete");
+      this.release(owned.body, this.requeues() ? "requeue" : "delete");
     }
     return ok({ success: true });
   }
 
   canContinue(clientUuid: string, episodeUuid: string): { can_continue: boolean } {
-    if (!isRolling(this.store.meta.status)) return { can_continue: false };
+    if (!this.live()) return { can_continue: false };
     const ep = this.episode(episodeUuid);
     return { can_continue: ep !== null && ep.state === "claimed" && ep.client_uuid === clientUuid };
   }
@@ -268,6 +266,8 @@ export class Episodes {
 
   /** Returns the claims whose lease ran out by `now` to the queue (at most REAP_BATCH a run). */
   reapExpired(now: number): void {
+    // Claims kept through a weight sync are not reaped during it: their clients cannot go on until it ends (extendLeases).
+    if (this.store.meta.status === "ENGINE.WEIGHT_SYNCING") return;
     const expired = this.store.sql
       .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
       .toArray();
@@ -334,7 +334,28 @@ export class Episodes {
   }
 
   earliestLeaseExpiry(): number | null {
+    if (this.store.meta.status === "ENGINE.WEIGHT_SYNCING") return null;
     return this.store.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;
+  }
+
+  /**
+   * Gives the claims kept through a weight sync the time it took back: a lease does not run
+   * out while its client could not call the model. One write per sync, O(claimed).
+   */
+  extendLeases(ms: number): void {
+    if (ms > 0) this.store.sql.exec("UPDATE episodes SET expires_at = expires_at + ? WHERE state = 'claimed'", ms);
+    this.host.armBy(this.earliestLeaseExpiry());
+  }
+
+  /** Whether claims live now (rules.ts claimsLive). */
+  private live(): boolean {
+    return claimsLive(this.store.meta.status, this.store.meta.sync);
+  }
+
+  /** Whether an episode given back goes back to the queue: while rolling, and through a sync that keeps the pool. */
+  private requeues(): boolean {
+    const status = this.store.meta.status;
+    return status === "ENGINE.ROLLING" || (status === "ENGINE.WEIGHT_SYNCING" && this.live());
   }
 
   /** The runner got the result (or could not be reached). */

@@ -6,6 +6,7 @@
  */
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { isRolling } from "../protocol/status";
+import { claimsLive } from "./rules";
 import type { AgentChannel } from "./agent-channel";
 import type { EngineStore } from "./engine-store";
 import type { Episodes } from "./episodes";
@@ -26,6 +27,25 @@ export type Admission = {
   weight_version: number | null;
   run: number;
 };
+
+/**
+ * A call of a live claim that arrived during a weight sync the engine keeps its claims through
+ * (keep_claims_across_sync): not admitted yet. The Worker holds it, asks again after
+ * retry_after_ms, and gives up hold_seconds after the call arrived (503 sync_hold_expired);
+ * once the sync is over the answer is an Admission, naming the new weights' version.
+ */
+export type SyncHold = {
+  hold: "weight_syncing";
+  /** The version of the weights being replaced: the call will not run on it. */
+  weight_version_before: number | null;
+  hold_seconds: number;
+  retry_after_ms: number;
+  /** When the sync began (ms since the epoch). */
+  syncing_since: number | null;
+};
+
+/** How soon a held call asks again. */
+export const SYNC_HOLD_RETRY_MS = 500;
 
 export type AdmissionHost = {
   now(): number;
@@ -48,18 +68,43 @@ export class RelayAdmission {
     private readonly host: AdmissionHost,
   ) {}
 
+  /**
+   * admitOrHold for a Worker that cannot hold a call: a call that would be held is refused 503
+   * weight_syncing, as any call outside ROLLING was before keep_claims_across_sync.
+   */
   admit(key: ClaimKeyFields): Reply<Admission> {
+    const r = this.admitOrHold(key);
+    if (!r.ok) return r;
+    if (!("hold" in r.body)) return ok(r.body);
+    return fail(503, "weight_syncing", `The engine is syncing weights; this claim lives on, and the call can be made again once it ends (within ${r.body.hold_seconds} s).`);
+  }
+
+  /**
+   * Admits a call of a live claim, or, during a weight sync that keeps the claims, answers that
+   * it is to be held (SyncHold). Holding counts as no activity: the sync's time is given back
+   * to the leases when it ends.
+   */
+  admitOrHold(key: ClaimKeyFields): Reply<Admission | SyncHold> {
     const meta = this.store.meta;
     if (this.host.closed() || meta.name === null || meta.name !== key.engine) return this.host.gone();
     if (meta.incarnation !== key.incarnation) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: it was made by an engine of this name that has been deleted.");
     }
-    if (!isRolling(meta.status)) {
+    if (!claimsLive(meta.status, meta.sync)) {
       return fail(503, "engine_not_rolling", `The engine is ${meta.status}: LLM calls are served only while ENGINE.ROLLING or ENGINE.ROLLING_POST.`);
     }
     const ep = this.episodes.episode(key.episode_uuid);
     if (ep === null || ep.state !== "claimed" || ep.fence !== key.fence) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: its episode was ended, aborted, reaped or claimed again.");
+    }
+    if (!isRolling(meta.status)) {
+      return ok({
+        hold: "weight_syncing" as const,
+        weight_version_before: meta.weightVersion,
+        hold_seconds: meta.sync.sync_hold_seconds,
+        retry_after_ms: SYNC_HOLD_RETRY_MS,
+        syncing_since: meta.syncingSince,
+      });
     }
     const gateway = this.channel.gatewayUrl();
     if (gateway === null) {
