@@ -227,10 +227,12 @@ describe("groups that survive failures that are not the policy's", () => {
     expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "short", usable_sessions: 1, failed_sessions: 1, partial: true, queued_seconds: 0 }]);
     expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 1, delivered_groups: 1, failed_sessions: 2 });
     await advance(e, 5_000);
-    const groups = await env.DB.prepare("SELECT group_id, outcome, reason FROM buffer_groups WHERE engine = ? ORDER BY seq").bind(e.name).all();
+    const groups = await env.DB.prepare("SELECT group_id, outcome, reason, failed_sessions, partial, lag_versions, queued_seconds FROM buffer_groups WHERE engine = ? ORDER BY seq")
+      .bind(e.name)
+      .all();
     expect(groups.results).toEqual([
-      { group_id: "allfailed", outcome: "dropped", reason: "incomplete_group_ttl" },
-      { group_id: "short", outcome: "delivered", reason: "partial" },
+      { group_id: "allfailed", outcome: "dropped", reason: "incomplete_group_ttl", failed_sessions: 1, partial: 0, lag_versions: null, queued_seconds: null },
+      { group_id: "short", outcome: "delivered", reason: "partial", failed_sessions: 1, partial: 1, lag_versions: null, queued_seconds: 0 },
     ]);
   });
 
@@ -270,6 +272,25 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     });
     // Read again, the pull reports what it reported.
     expect(await trainer.getRolloutData({ cursor: pulled.data.meta_info.cursor! })).toEqual(pulled);
+    await advance(e, 5_000);
+    const recorded = await env.DB.prepare("SELECT group_id, consumer_weight_version, lag_versions, queued_seconds FROM buffer_groups WHERE engine = ?").bind(e.name).all();
+    expect(recorded.results).toEqual([{ group_id: "t", consumer_weight_version: 6, lag_versions: 4, queued_seconds: 12 }]);
+  });
+
+  it("shows the last pull's groups in /health, the most lagging first", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    expect((await e.as("viewer").health()).buffer.last_pull).toBeNull();
+    await e.as("client").postSteps({ steps: [step("s1", "fresh", 0, 1, true, { weight_version: 4 }), step("s2", "old", 0, 1, true, { weight_version: 1 })] });
+    await advance(e, 3_000);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 5 });
+    await trainer.getRolloutData();
+    const last = (await e.as("viewer").health()).buffer.last_pull;
+    expect(last).toMatchObject({ cursor: 1, consumer_weight_version: 5, group_count: 2 });
+    expect(last!.groups.map((g) => [g.group_id, g.lag_versions, g.oldest_weight_version, g.queued_seconds])).toEqual([
+      ["old", 4, 1, 3],
+      ["fresh", 1, 4, 3],
+    ]);
   });
 
   it("holds AgentJet claims back under pace while the claims under way could be consumed too late, with a cause the client retries on", async () => {

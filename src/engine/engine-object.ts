@@ -364,7 +364,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       return ok({
         status: "healthy" as const,
         engine_status: this.store.meta.status,
-        buffer: { ...this.buffer.stats(), config: this.buffer.config() },
+        buffer: { ...this.buffer.stats(), config: this.buffer.config(), last_pull: this.buffer.lastPull() },
         agent: { connected: agent.connected, host: agent.host, last_seen: agent.last_seen },
       });
     });

@@ -4,8 +4,8 @@
  * every query is an index probe or walks only the rows it returns, so the cost of a pull does
  * not grow with the number of pending groups.
  */
-import type { BufferConfig, BufferStats, GetRolloutDataResponse, GroupReport, PostStepsResponse, StepRow } from "../protocol/buffer";
-import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
+import type { BufferConfig, BufferStats, GetRolloutDataResponse, GroupReport, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
+import { DEFAULT_BUFFER_CONFIG, LAST_PULL_GROUPS } from "../protocol/buffer";
 import type { CommandBody } from "../protocol/commands";
 import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
 import { groupReport, isStale, metaInfo, toItem, type ReportedGroup, type StoredStep } from "./buffer-items";
@@ -466,10 +466,10 @@ export class RolloutBuffer {
     this.clearIncompleteSessions(deliver);
     const items = this.items(deliver, staleSet);
     const partial = new Set(reports.filter((r) => r.partial).map((r) => r.group_id));
-    for (const id of deliver) {
-      const own = items.filter((i) => i.instance_id === id);
+    for (const [i, id] of deliver.entries()) {
+      const own = items.filter((item) => item.instance_id === id);
       const reason = staleSet.has(id) ? "stale_flagged" : partial.has(id) ? "partial" : "complete";
-      this.recordOutcome(id, "delivered", reason, staleSet.has(id), own.length, cursor, now);
+      this.recordOutcome(id, "delivered", reason, staleSet.has(id), own.length, cursor, now, { consumer: weightVersion, report: reports[i]! });
     }
     const usable = reports.reduce((n, r) => n + r.usable_sessions, 0);
     this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable) }));
@@ -576,6 +576,15 @@ export class RolloutBuffer {
     };
   }
 
+  /** The newest pull's per-group report, most lagging groups first: one row, whatever the buffer holds. */
+  lastPull(): LastPull | null {
+    const p = this.sql.exec<{ cursor: number; created_at: number; report: string | null }>("SELECT cursor, created_at, report FROM buf_pulls ORDER BY cursor DESC LIMIT 1").toArray()[0];
+    if (p === undefined || p.report === null) return null;
+    const report = JSON.parse(p.report) as { consumer: number | null; groups: GroupReport[] };
+    const worst = [...report.groups].sort((a, b) => (b.lag_versions ?? -1) - (a.lag_versions ?? -1) || b.queued_seconds - a.queued_seconds);
+    return { cursor: p.cursor, pulled_at: p.created_at / 1000, consumer_weight_version: report.consumer, group_count: report.groups.length, groups: worst.slice(0, LAST_PULL_GROUPS) };
+  }
+
   // ---------------------------------------------------------------- internals
 
   /** Whether this row of a session was stored before: its step is at most the highest the session stored. */
@@ -667,11 +676,22 @@ export class RolloutBuffer {
     for (const body of clearSessionsCommands(sessions, reason)) this.host.enqueue(body);
   }
 
-  private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {
+  /** The group's outcome on its way to D1; `consumed`: a delivered group's report and the consumer's version. */
+  private recordOutcome(
+    groupId: string,
+    outcome: "delivered" | "dropped",
+    reason: string,
+    stale: boolean,
+    steps: number,
+    cursor: number | null,
+    now: number,
+    consumed: { consumer: number | null; report: GroupReport } | null = null,
+  ): void {
     const seq = this.bump((c) => ({ ...c, nextOutcomeSeq: c.nextOutcomeSeq + 1 })).nextOutcomeSeq - 1;
     const agg = this.sql
-      .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null }>(
-        "SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg, (SELECT min_weight_version FROM buf_groups WHERE group_id = ?1) AS minwv, (SELECT run FROM buf_groups WHERE group_id = ?1) AS run",
+      .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null; failed: number; partial: number }>(
+        `SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg,
+           g.min_weight_version AS minwv, g.run AS run, g.failed_sessions AS failed, g.partial AS partial FROM buf_groups g WHERE g.group_id = ?1`,
         groupId,
       )
       .one();
@@ -691,6 +711,11 @@ export class RolloutBuffer {
         minWeightVersion: agg.minwv,
         pullCursor: cursor,
         decidedAt: now,
+        failedSessions: agg.failed,
+        partial: agg.partial === 1,
+        consumerWeightVersion: consumed?.consumer ?? null,
+        lagVersions: consumed?.report.lag_versions ?? null,
+        queuedSeconds: consumed?.report.queued_seconds ?? null,
       },
     });
   }

@@ -206,9 +206,23 @@ export const BufferStats = z.object({
 });
 export type BufferStats = z.infer<typeof BufferStats>;
 
+/** The last pull's staleness, for the dashboard: its groups' reports, the most lagging first. */
+export const LastPull = z.object({
+  cursor: z.number().int(),
+  /** Unix seconds. */
+  pulled_at: z.number(),
+  consumer_weight_version: z.number().int().nullable(),
+  group_count: z.number().int(),
+  /** At most LAST_PULL_GROUPS of them, by lag (most first), then time queued. */
+  groups: z.array(GroupReport),
+});
+export type LastPull = z.infer<typeof LastPull>;
+
+export const LAST_PULL_GROUPS = 20;
+
 export const HealthResponse = z.object({
   status: z.literal("healthy"),
   engine_status: z.string(),
-  buffer: BufferStats.extend({ config: BufferConfig }),
+  buffer: BufferStats.extend({ config: BufferConfig, last_pull: LastPull.nullable() }),
   agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
 });
