@@ -1,5 +1,6 @@
 /** Small helpers for the benchmark: latency summaries and CPU accounting from /proc. */
 import { readFileSync, readdirSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
 
 export type Latency = { n: number; p50: number; p99: number; mean: number; max: number };
 
@@ -134,4 +135,19 @@ export function paired(a: number[], b: number[]): { this: number; against: numbe
   const sd = d.length > 1 ? Math.sqrt(d.reduce((s, x) => s + (x - m) ** 2, 0) / (d.length - 1)) : NaN;
   const r3 = (x: number) => Math.round(x * 1000) / 1000;
   return { this: mean(a), against: mean(b), diff: r3(m), se: r3(sd / Math.sqrt(d.length)), this_cheaper_in: d.filter((x) => x < 0).length };
+}
+
+/**
+ * Writes a run's report and chart to bench/results/<name>-latest.{json,svg} (ignored, next to
+ * npm run bench's latest.*), and with `record` to <dir>recorded.{json,svg}, the run BENCHMARKS.md
+ * quotes. `dir` is the bench's own directory, with its trailing slash.
+ */
+export async function writeBenchOutputs(dir: string, name: string, json: string, svg: string, record: boolean): Promise<void> {
+  await mkdir(`${dir}../results`, { recursive: true });
+  await writeFile(`${dir}../results/${name}-latest.json`, json);
+  await writeFile(`${dir}../results/${name}-latest.svg`, svg);
+  if (record) {
+    await writeFile(`${dir}recorded.json`, json);
+    await writeFile(`${dir}recorded.svg`, svg);
+  }
 }

@@ -109,8 +109,20 @@ describe("dashboard after a scripted run", () => {
     await refreshesLater(page);
     const shown = await bufferOnPage(page);
     expect(shown.groups).toEqual(groupsOf(buffer));
-    expect(shown.stats).toEqual({ pending_steps: buffer.pending_steps, stale_groups: buffer.stale_groups, late_rows_ignored: buffer.late_rows_ignored, duplicate_rows: buffer.duplicate_rows });
+    expect(shown.stats).toEqual({
+      pending_steps: buffer.pending_steps,
+      stale_groups: buffer.stale_groups,
+      late_rows_ignored: buffer.late_rows_ignored,
+      duplicate_rows: buffer.duplicate_rows,
+      failed_sessions: buffer.failed_sessions,
+      partial_groups_delivered: buffer.partial_groups_delivered,
+      partial_groups_dropped: buffer.partial_groups_dropped,
+      paced_refusals: buffer.paced_refusals,
+    });
     expect(shown.config).toEqual(buffer.config);
+    // The last pull's groups, as /health reports their staleness.
+    expect(buffer.last_pull?.group_count).toBe(2);
+    expect(shown.lastPull).toEqual(buffer.last_pull!.groups.map((g) => ({ group: g.group_id, lag: g.lag_versions, oldest: g.oldest_weight_version, queued: g.queued_seconds })));
     // What the script did, as the engine counted it.
     expect(buffer).toMatchObject({ pending_groups: 3, ready_groups: 5, delivered_groups: 2, pending_steps: 3 * GROUP_SIZE * 2, duplicate_rows: 2, late_rows_ignored: 1 });
     expect(shown.config).toMatchObject({ group_size: GROUP_SIZE, staleness_policy: "flag" });

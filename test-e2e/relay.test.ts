@@ -278,6 +278,29 @@ describe("relay", () => {
     expect((await chat(short.claim.openai_base_url, short.claim.openai_api_key, { model: "tiny" })).status).toBe(401);
   }, 30_000);
 
+  it("holds a call through a weight sync that keeps the claims, then relays it on the new weights", async () => {
+    const e = await engineWithClaim();
+    const operator = new EngineClient({ baseUrl: e.base, token: e.tokens["operator"] });
+    await operator.configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 30 });
+    await e.trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", weight_version: 3 });
+    let done = false;
+    const held = chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "tiny" }).finally(() => (done = true));
+    // The call waits while the engine syncs (real time here: the gate's clock is the Worker's).
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(done).toBe(false);
+    await e.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 4 });
+    const r = await held;
+    expect(r.status).toBe(200);
+    expect(seen.filter((s) => s.engine === e.engine).at(-1)?.call).toMatchObject({ weight_version: 4 });
+    // A short hold runs out with a clear error, and the claim lives on.
+    await operator.configureSync({ sync_hold_seconds: 1 });
+    await e.trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    const expired = await chat(e.claim.openai_base_url, e.claim.openai_api_key, { model: "tiny" });
+    expect(expired.status).toBe(503);
+    expect(JSON.parse(expired.text).error.code).toBe("sync_hold_expired");
+    expect((await e.client.runningEpisodes()).total).toBe(1);
+  }, 30_000);
+
   it("signs every envelope: the gateway refused none of the Worker's calls", () => {
     expect(rejected).toEqual([]);
     expect(seen.length).toBeGreaterThan(10);

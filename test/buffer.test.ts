@@ -5,7 +5,7 @@ import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
-import { advance, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -37,7 +37,10 @@ describe("group assembly", () => {
     expect(nothing).toEqual({
       success: false,
       message: "No data available to read",
-      data: { data: [], meta_info: { total_samples: 0, avg_reward: 0, finished_groups: [], avg_weight_version: 0, max_weight_version: 0, cursor: null, stale_groups: [] } },
+      data: {
+        data: [],
+        meta_info: { total_samples: 0, avg_reward: 0, finished_groups: [], avg_weight_version: 0, max_weight_version: 0, cursor: null, stale_groups: [], consumer_weight_version: null, groups: [] },
+      },
     });
     const r2 = await w.postSteps({ steps: [step("s2", "g1", 1, 0, true)] });
     expect(r2.groups_ready).toEqual(["g1"]);
@@ -171,6 +174,203 @@ describe("TTL, late rows and staleness", () => {
   });
 });
 
+describe("groups that survive failures that are not the policy's", () => {
+  it("keeps a failed_infra session flagged and counted, but completes the group on group_size usable sessions without it", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0), step("s2", "g", 1, 0, true, { failed_infra: true })] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, failed_sessions: 1 });
+    const r = await w.postSteps({ steps: [step("s3", "g", 0, 0.5, true)] });
+    expect(r.groups_ready).toEqual(["g"]);
+    const pulled = await e.as("trainer").getRolloutData();
+    // The failed session is excluded from a complete group: exactly the usable ones, each marked usable.
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s3", true],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, failed_sessions: 1, partial: false }]);
+    // The failed field is the buffer's own, not a free-form one.
+    expect(pulled.data.data[0]!.extra_info["failed_infra"]).toBe(false);
+    await advance(e, 5_000);
+    const steps = await env.DB.prepare("SELECT session_id FROM buffer_steps WHERE engine = ? ORDER BY session_id, step_index").bind(e.name).all();
+    expect(steps.results.map((x) => x["session_id"])).toEqual(["s1", "s2", "s2", "s3"]);
+  });
+
+  it("takes a usable session back when a later row marks it failed, and a ready group waits again", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    expect((await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true)] })).groups_ready).toEqual(["g"]);
+    // A judge that timed out after the fact: the session's retried last step says so.
+    await w.postSteps({ steps: [step("s2", "g", 1, 0, false, { failed_infra: true })] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, failed_sessions: 1 });
+    await w.postSteps({ steps: [step("s3", "g", 0, 0, true)] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, failed_sessions: 1 }]);
+  });
+
+  it("delivers a group short of group_size at its TTL with a usable mask under partial_groups deliver, and counts it", async () => {
+    const e = await buffered(4);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });
+    const w = e.as("client");
+    await w.postSteps({
+      steps: [step("s1", "short", 0, 1, true), step("s2", "short", 0, 0, true, { failed_infra: true }), step("s3", "short", 0, 0), step("f1", "allfailed", 0, 0, true, { failed_infra: true })],
+    });
+    await advance(e, 60_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, ready_groups: 1, dropped_groups: 1, partial_groups_dropped: 1 });
+    const pulled = await e.as("trainer").getRolloutData();
+    // Completed sessions only, the failed one masked; the unfinished s3 is not delivered and is cleared upstream.
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s2", false],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "short", usable_sessions: 1, failed_sessions: 1, partial: true, queued_seconds: 0 }]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 1, delivered_groups: 1, failed_sessions: 2 });
+    await advance(e, 5_000);
+    const groups = await env.DB.prepare("SELECT group_id, outcome, reason, failed_sessions, partial, lag_versions, queued_seconds FROM buffer_groups WHERE engine = ? ORDER BY seq")
+      .bind(e.name)
+      .all();
+    expect(groups.results).toEqual([
+      { group_id: "allfailed", outcome: "dropped", reason: "incomplete_group_ttl", failed_sessions: 1, partial: 0, lag_versions: null, queued_seconds: null },
+      { group_id: "short", outcome: "delivered", reason: "partial", failed_sessions: 1, partial: 1, lag_versions: null, queued_seconds: 0 },
+    ]);
+  });
+
+  it("drops a group short of group_size at its TTL under partial_groups drop (the default), and counts it", async () => {
+    const e = await buffered(2);
+    expect((await e.as("operator").configureBuffer({ ttl_seconds: 60 })).partial_groups).toBe("drop");
+    await e.as("client").postSteps({ steps: [step("s1", "short", 0, 1, true)] });
+    await advance(e, 60_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 1, partial_groups_dropped: 1, partial_groups_delivered: 0 });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+  });
+
+  it("refuses a partial_groups it does not know, changing nothing", async () => {
+    const e = await buffered(2);
+    await expect(e.as("operator").configureBuffer({ partial_groups: "keep" as "drop" })).rejects.toMatchObject({ status: 422 });
+    expect((await e.as("viewer").health()).buffer.config.partial_groups).toBe("drop");
+  });
+});
+
+describe("staleness as consumption lag, and pacing instead of discarding", () => {
+  it("reports an AgentJet rollout's lag from the version it was claimed at, and its time queued", async () => {
+    const e = await buffered(1);
+    await rollingWith(e, 1);
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 2 });
+    const c = await e.as("client").claimEpisode({ client_uuid: "slow", discard_episode_timeout: 600 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    await advance(e, 30_000);
+    await e.as("client").endEpisode(endBody("slow", c.episode_uuid, 1, "t"));
+    await advance(e, 12_000);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 6 });
+    const pulled = await trainer.getRolloutData();
+    expect(pulled.data.data[0]!.extra_info).toMatchObject({ weight_version: 2, end_weight_version: 5 });
+    expect(pulled.data.meta_info).toMatchObject({
+      consumer_weight_version: 6,
+      groups: [{ group_id: "t", oldest_weight_version: 2, lag_versions: 4, age_seconds: 12, queued_seconds: 12 }],
+    });
+    // Read again, the pull reports what it reported.
+    expect(await trainer.getRolloutData({ cursor: pulled.data.meta_info.cursor! })).toEqual(pulled);
+    await advance(e, 5_000);
+    const recorded = await env.DB.prepare("SELECT group_id, consumer_weight_version, lag_versions, queued_seconds FROM buffer_groups WHERE engine = ?").bind(e.name).all();
+    expect(recorded.results).toEqual([{ group_id: "t", consumer_weight_version: 6, lag_versions: 4, queued_seconds: 12 }]);
+  });
+
+  it("shows the last pull's groups in /health, the most lagging first", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    expect((await e.as("viewer").health()).buffer.last_pull).toBeNull();
+    await e.as("client").postSteps({ steps: [step("s1", "fresh", 0, 1, true, { weight_version: 4 }), step("s2", "old", 0, 1, true, { weight_version: 1 })] });
+    await advance(e, 3_000);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 5 });
+    await trainer.getRolloutData();
+    const last = (await e.as("viewer").health()).buffer.last_pull;
+    expect(last).toMatchObject({ cursor: 1, consumer_weight_version: 5, group_count: 2 });
+    expect(last!.groups.map((g) => [g.group_id, g.lag_versions, g.oldest_weight_version, g.queued_seconds])).toEqual([
+      ["old", 4, 1, 3],
+      ["fresh", 1, 4, 3],
+    ]);
+  });
+
+  it("holds AgentJet claims back under pace while the claims under way could be consumed too late, with a cause the client retries on", async () => {
+    const e = await createEngine("pace-claims");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    await rollingWith(e, 8);
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const client = e.as("client");
+    const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600 });
+    // Four under way can all be consumed within one version of the oldest's; a fifth could not.
+    const held = [];
+    for (const id of ["a", "b", "c", "d"]) held.push(await claim(id));
+    expect(held.every((c) => c.success)).toBe(true);
+    const refused = await claim("e");
+    expect(refused).toMatchObject({ success: false, episode_uuid: "" });
+    expect(refused.fail_cause.startsWith("No available episodes to claim.")).toBe(true);
+    // The trainer moved on: the oldest already lags one version, so nothing more begins until it is consumed.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 1 });
+    await client.endEpisode(endBody("a", held[0]!.episode_uuid, 1, "t"));
+    await client.endEpisode(endBody("b", held[1]!.episode_uuid, 1, "t"));
+    expect((await claim("e")).success).toBe(false);
+    await client.endEpisode(endBody("c", held[2]!.episode_uuid, 1, "t"));
+    await client.endEpisode(endBody("d", held[3]!.episode_uuid, 1, "t"));
+    expect((await claim("e")).success).toBe(true);
+    expect((await e.as("viewer").health()).buffer.paced_refusals).toBe(2);
+    // Eval claims are not training data: never paced.
+    expect((await client.claimEpisode({ client_uuid: "ev", episode_type: "eval", discard_episode_timeout: 600 })).success).toBe(true);
+  });
+
+  it("holds claims back from the batch size an AgentJet client's throttle_policy names, when nothing else says it", async () => {
+    const e = await createEngine("pace-throttle");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0 });
+    await rollingWith(e, 4);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 3 });
+    const claim = (id: string, policy?: { expected_batch_size: number; expected_num_repeat: number }) =>
+      e.as("client").claimEpisode({ client_uuid: id, discard_episode_timeout: 600, throttle_policy: policy ? { ...policy, current_task_id: "" } : null });
+    const batch = { expected_batch_size: 1, expected_num_repeat: 2 };
+    expect((await claim("a", batch)).success).toBe(true);
+    expect((await claim("b", batch)).success).toBe(true);
+    expect((await claim("c", batch)).success).toBe(false);
+    // Without a batch size from anywhere, pace cannot tell a lag and holds nothing back.
+    expect((await claim("d")).success).toBe(true);
+  });
+
+  it("refuses a batch opening new groups under pace (503, storing nothing), takes rows of groups begun, and delivers stale groups rather than dropping them", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 0 });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g1", 0, 1, true), step("s2", "g1", 0, 1), step("s3", "g2", 0, 1)] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 2 });
+    const before = (await e.as("viewer").health()).buffer;
+    await expect(w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s9", "g9", 0, 1)] })).rejects.toMatchObject({ status: 503, code: "paced" });
+    expect((await e.as("viewer").health()).buffer).toEqual({ ...before, paced_refusals: 1 });
+    // The groups already begun complete; their work is delivered, flagged stale, not dropped.
+    await w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s4", "g2", 0, 1, true), step("s3", "g2", 1, 1, true)] });
+    const pulled = await trainer.getRolloutData();
+    expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["g1", "g2"], stale_groups: ["g1", "g2"] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 0, delivered_groups: 2 });
+    // Nothing is waiting now: new groups are taken again.
+    expect((await w.postSteps({ steps: [step("s9", "g9", 0, 1)] })).accepted).toBe(1);
+  });
+
+  it("measures the rollouts the trainer takes per weight version from its pulls", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    const w = e.as("client");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 0 });
+    for (const s of ["a", "b", "c"]) await w.postSteps({ steps: [step(s, `g-${s}`, 0, 1, true)] });
+    await trainer.getRolloutData({ max_groups: 2 });
+    await trainer.getRolloutData({ max_groups: 1 });
+    expect((await e.as("viewer").health()).buffer.measured_rollouts_per_version).toBeNull();
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 1 });
+    await trainer.getRolloutData();
+    expect((await e.as("viewer").health()).buffer.measured_rollouts_per_version).toBe(3);
+  });
+});
+
 describe("rows and sessions once their group is decided", () => {
   it("counts a retried batch that lands after its group was delivered as duplicates, and only new rows as late", async () => {
     const e = await buffered(1);
@@ -288,6 +488,68 @@ describe("AgentJet trajectories join groups by task_id", () => {
     const pulled = await e.as("trainer").getRolloutData();
     expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["task-7"], total_samples: 2, avg_reward: 0.5 });
     expect(pulled.data.data[0]?.extra_info).toMatchObject({ source: "agentjet", client_uuid: "c1", session_id: "ep-0#1" });
+  });
+
+  it("counts a failed_infra end, an abort and a reap as failed sessions of the task's group, and completes it on usable ones", async () => {
+    const e = await buffered(2);
+    await rollingWith(e, 5);
+    const client = e.as("client");
+    const claim = (id: string, timeout = 60) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: timeout, throttle_policy: { current_task_id: "t" } });
+    const a = await claim("infra");
+    await client.endEpisode(endBody("infra", a.episode_uuid, 0, "t", { workflow_output: { reward: 0, is_success: false, metadata: { task_id: "t", failed_infra: true }, log_metrics: {} } }));
+    const b = await claim("aborter");
+    await client.abortEpisode({ ...endBody("aborter", b.episode_uuid, 0, ""), workflow_output: { reward: 0, is_success: null, metadata: { task_id: "" }, log_metrics: {} } });
+    await claim("silent", 5);
+    await advance(e, 5_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, failed_sessions: 3 });
+    for (const id of ["ok1", "ok2"]) {
+      const c = await claim(id);
+      await client.endEpisode(endBody(id, c.episode_uuid, 1, "t"));
+    }
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.data.map((i) => [i.extra_info["client_uuid"], i.extra_info["usable"]])).toEqual([
+      ["ok1", true],
+      ["ok2", true],
+    ]);
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "t", usable_sessions: 2, failed_sessions: 3 }]);
+  });
+});
+
+describe("AgentJet's views report failed rollouts per task, apart from rewards", () => {
+  it("lists failed_infra ends, aborts and reaps per task in the pool view and the completed tasks, without counting their rewards", async () => {
+    const e = await createEngine("failed-view");
+    await rollingWith(e, 6, { step: 3 });
+    const client = e.as("client");
+    const claim = (id: string, task: string, timeout = 60) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: timeout, throttle_policy: { current_task_id: task } });
+    const infra = await claim("c-infra", "t1");
+    await client.endEpisode(endBody("c-infra", infra.episode_uuid, 0.9, "t1", { workflow_output: { reward: 0.9, is_success: false, metadata: { task_id: "t1", failed_infra: true }, log_metrics: {} } }));
+    const good = await claim("c-good", "t1");
+    await client.endEpisode(endBody("c-good", good.episode_uuid, 0.5, "t1"));
+    const aborted = await claim("c-abort", "t2");
+    await client.abortEpisode(endBody("c-abort", aborted.episode_uuid, 0, ""));
+    const reaped = await claim("c-reap", "t2", 5);
+    await advance(e, 5_000);
+    const pool = await e.as("trainer").getPoolInfo();
+    expect(pool.failed_tasks).toEqual({
+      t1: { failed_infra: 1, aborted: 0, reaped: 0, episode_uuids: [infra.episode_uuid] },
+      t2: { failed_infra: 0, aborted: 1, reaped: 1, episode_uuids: [aborted.episode_uuid, reaped.episode_uuid] },
+    });
+    // Only the usable end is a completed rollout of its task.
+    expect(pool.completed_tasks_client_uuids).toEqual({ t1: ["c-good"] });
+    const tasks = await e.as("viewer").completedTasks();
+    expect(tasks.tasks).toEqual([
+      { task_id: "t1", episodes: 1, clients: 1, mean_reward: 0.5, failed: 1 },
+      { task_id: "t2", episodes: 0, clients: 0, mean_reward: null, failed: 2 },
+    ]);
+    // The failed end's reward is not in the step's history.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 4 });
+    expect((await e.as("viewer").getRewardHistory()).history).toMatchObject([{ global_step: 3, mean_reward: 0.5 }]);
+    // What the trainer posts for failed_tasks is ignored, as for the other computed fields.
+    await e.as("trainer").updatePoolInfo({ failed_tasks: { bogus: { failed_infra: 9, aborted: 0, reaped: 0, episode_uuids: [] } } });
+    expect(Object.keys((await e.as("trainer").getPoolInfo()).failed_tasks)).toEqual(["t1", "t2"]);
+    // A rolling phase that ends clears them with the episodes.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect((await e.as("trainer").getPoolInfo()).failed_tasks).toEqual({});
   });
 });
 
@@ -421,6 +683,9 @@ describe("sizes, in bytes and within what the stores hold", () => {
     await runInDurableObject(e.stub, (_i, state) => {
       state.storage.sql.exec("UPDATE kv SET v = json_set(v, '$.max_message_bytes', 3145728) WHERE k = 'buffer_config'");
     });
+    // As an engine that stored it before the ceiling reads it when it starts again.
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
     expect((await e.as("viewer").health()).buffer.config.max_message_bytes).toBe(1_900_000);
   });
 

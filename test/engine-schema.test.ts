@@ -10,7 +10,7 @@ describe("engine schema migrations", () => {
     const schema = await runInDurableObject(stub, (_i, state) => {
       const sql = state.storage.sql;
       // The tables as the first version created them (ENGINE_DDL), holding a row.
-      for (const t of ["episodes", "finished", "commands", "outbox", "buf_groups", "buf_sessions", "buf_steps"]) sql.exec(`DROP TABLE ${t}`);
+      for (const t of ["episodes", "finished", "commands", "outbox", "buf_groups", "buf_sessions", "buf_steps", "buf_pulls", "failed_rollouts"]) sql.exec(`DROP TABLE ${t}`);
       sql.exec(ENGINE_DDL);
       sql.exec(BUFFER_DDL);
       sql.exec("INSERT INTO finished VALUES ('old', 1, 'c', 't', 'train', 1, 'none', '')");
@@ -37,6 +37,9 @@ describe("engine schema migrations", () => {
         bufferIndexes: sql.exec<{ name: string }>("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'buf_groups' AND sql IS NOT NULL ORDER BY name").toArray().map((r) => r.name),
         sessions: sql.exec("SELECT session_id, group_id, completed, max_step FROM buf_sessions ORDER BY session_id").toArray(),
         groupsExpire: sql.exec("SELECT group_id, sessions_expire_at FROM buf_groups ORDER BY group_id").toArray(),
+        groupsV8: sql.exec("SELECT group_id, failed_sessions, partial, first_row_at, ready_at FROM buf_groups ORDER BY group_id").toArray(),
+        columnsV8: [...names("episodes"), ...names("buf_pulls"), ...names("buf_sessions")],
+        failedRollouts: sql.exec("SELECT COUNT(*) AS n FROM failed_rollouts").one().n,
         rows: [
           sql.exec("SELECT episode_uuid, state, queue_seq, fence FROM episodes").toArray(),
           sql.exec("SELECT episode_uuid, fence, client_uuid FROM finished").toArray(),
@@ -67,6 +70,16 @@ describe("engine schema migrations", () => {
       { group_id: "live", sessions_expire_at: null },
       { group_id: "old", sessions_expire_at: 100 + SESSION_MEMORY_MS },
     ]);
+    // Migration 8: failed sessions, partial groups, when a group began (its last row, for groups made before) and became ready.
+    expect(schema.groupsV8).toEqual([
+      { group_id: "g", failed_sessions: 0, partial: 0, first_row_at: 9, ready_at: null },
+      { group_id: "gone", failed_sessions: 0, partial: 0, first_row_at: 200, ready_at: null },
+      { group_id: "live", failed_sessions: 0, partial: 0, first_row_at: 300, ready_at: null },
+      { group_id: "old", failed_sessions: 0, partial: 0, first_row_at: 100, ready_at: null },
+    ]);
+    expect(schema.columnsV8).toEqual(expect.arrayContaining(["claim_weight_version", "report", "failed"]));
+    expect(schema.columns).toContain("failed");
+    expect(schema.failedRollouts).toBe(0);
     expect(schema.rows).toEqual([
       [{ episode_uuid: "ep", state: "registered", queue_seq: 7, fence: 3 }],
       [{ episode_uuid: "old", fence: 1, client_uuid: "c" }],

@@ -244,8 +244,8 @@ describe("completed tasks of the current step", () => {
     expect(await e.as("viewer").completedTasks()).toEqual({
       global_step: 1,
       tasks: [
-        { task_id: "t1", episodes: 2, clients: 2, mean_reward: 0.5 },
-        { task_id: "t2", episodes: 1, clients: 1, mean_reward: 0.5 },
+        { task_id: "t1", episodes: 2, clients: 2, mean_reward: 0.5, failed: 0 },
+        { task_id: "t2", episodes: 1, clients: 1, mean_reward: 0.5, failed: 0 },
       ],
     });
   });

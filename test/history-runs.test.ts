@@ -266,6 +266,11 @@ describe("runs of the history", () => {
       sql.exec("ALTER TABLE rh5 RENAME TO reward_history");
       sql.exec("ALTER TABLE buf_groups DROP COLUMN run");
       sql.exec("ALTER TABLE finished DROP COLUMN run");
+      // And without what migration 8 added.
+      for (const [t, c] of [["buf_sessions", "failed"], ["buf_groups", "failed_sessions"], ["buf_groups", "partial"], ["buf_groups", "first_row_at"], ["buf_groups", "ready_at"], ["buf_pulls", "report"], ["episodes", "claim_weight_version"], ["finished", "failed"]]) {
+        sql.exec(`ALTER TABLE ${t} DROP COLUMN ${c}`);
+      }
+      sql.exec("DROP TABLE failed_rollouts");
       const meta = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v) as Record<string, unknown>;
       delete meta["run"];
       sql.exec("UPDATE kv SET v = ? WHERE k = 'meta'", JSON.stringify(meta));

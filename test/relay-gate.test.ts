@@ -98,7 +98,7 @@ describe("the relay's claim gate", () => {
     // The counted calls go within FLUSH_MS, in one request.
     await g.tick(FLUSH_MS);
     expect(g.sent).toHaveLength(2);
-    expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false }]);
+    expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false, carries: false }]);
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 100 })]);
     expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2 });
   });
@@ -254,6 +254,53 @@ describe("the relay's claim gate", () => {
     // The engine's answer (live) came from before the forget: the gate asks again and gets it live still, as it is.
     expect((await pending).ok).toBe(true);
     expect(g.sent).toHaveLength(2);
+  });
+});
+
+describe("the relay's gate through a weight sync that keeps the claims", () => {
+  async function keeping(holdSeconds: number) {
+    const e = await rollingEngine();
+    await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: holdSeconds });
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    const first = await g.admit(key);
+    expect(first).toMatchObject({ ok: true, body: { weight_version: null } });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    return { e, g, key };
+  }
+  const through = (g: ReturnType<typeof gateOn>, key: ClaimKeyFields) => g.gate.admitThroughSync(key, () => {});
+
+  it("holds a call during the sync and lets it go on to the new weights", async () => {
+    const { e, g, key } = await keeping(30);
+    // Past FRESH_MS the gate learns of the sync: the call waits instead of failing.
+    await g.tick(FRESH_MS);
+    let settled = false;
+    const held = through(g, key).finally(() => (settled = true));
+    for (let i = 0; i < 6; i++) await g.tick(500);
+    expect(settled).toBe(false);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 8 });
+    for (let i = 0; i < 4 && !settled; i++) await g.tick(500);
+    expect(await held).toMatchObject({ ok: true, body: { weight_version: 8, client_uuid: "c1" } });
+    // The held call is counted once, when it went on; the asks while it waited were not calls.
+    await g.tick(FLUSH_MS);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 2 })]);
+  });
+
+  it("gives up after sync_hold_seconds with a clear 503, and the claim lives on", async () => {
+    const { e, g, key } = await keeping(2);
+    await g.tick(FRESH_MS);
+    let settled = false;
+    const held = through(g, key).finally(() => (settled = true));
+    for (let i = 0; i < 5 && !settled; i++) await g.tick(500);
+    expect(await held).toMatchObject({ ok: false, status: 503, error: "sync_hold_expired" });
+    expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid })]);
+  });
+
+  it("refuses a dead key at once during the sync, without holding it", async () => {
+    const { e, g, key } = await keeping(30);
+    await e.as("client").abortEpisode({ client_uuid: "c1", episode_uuid: key.episode_uuid });
+    await g.tick(FRESH_MS);
+    expect(await through(g, key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
   });
 });
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { EMPTY_ACCUMULATOR, accumulate, backoffMs, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE } from "../src/engine/rules";
+import { EMPTY_ACCUMULATOR, accumulate, backoffMs, claimsLive, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE, PACED_CAUSE } from "../src/engine/rules";
+import { paceAdmits, worstLag } from "../src/engine/pacing";
 import { mayRun } from "../src/auth/roles";
 import { signClaimKey, verifyClaimKey } from "../src/auth/claim-key";
 import { b64url } from "../src/auth/tokens";
@@ -36,11 +37,48 @@ describe("reward statistics", () => {
 describe("claim fail causes", () => {
   it("keeps the seed's texts that SwarmClient matches on", () => {
     expect(NO_EPISODES_CAUSE).toContain("No available episodes to claim.");
+    // A paced claim is one the client should ask for again soon, as for an empty queue.
+    expect(PACED_CAUSE.startsWith("No available episodes to claim.")).toBe(true);
     expect(notReadyCause("ENGINE.WEIGHT_SYNCING")).toContain("Engine is syncing weights");
     expect(notReadyCause("ENGINE.ROLLING_POST")).toContain("Engine is in post-rolling phase");
     expect(notReadyCause("ENGINE.OFFLINE")).toBe(
       "Engine not ready. Current status: [ENGINE.OFFLINE]. Please start the engine first. Please use one of the client to run `client.sync_train_config() + client.start_engine()` to start the engine.",
     );
+  });
+});
+
+describe("where claims live", () => {
+  it("keeps AgentJet's statuses by default, and adds the weight sync only when the engine keeps claims across it", () => {
+    const off = { keep_claims_across_sync: false, sync_hold_seconds: 120 };
+    const on = { ...off, keep_claims_across_sync: true };
+    expect(["ENGINE.ROLLING", "ENGINE.ROLLING_POST"].every((s) => claimsLive(s as "ENGINE.ROLLING", off))).toBe(true);
+    expect(claimsLive("ENGINE.WEIGHT_SYNCING", off)).toBe(false);
+    expect(claimsLive("ENGINE.WEIGHT_SYNCING", on)).toBe(true);
+    for (const s of ["ENGINE.OFFLINE", "ENGINE.BOOTING", "ENGINE.WEIGHT_EXPORTING"] as const) expect(claimsLive(s, on)).toBe(false);
+  });
+});
+
+describe("pacing", () => {
+  const state = { consumerVersion: 10, maxStaleness: 2, oldestVersion: 9, outstanding: 5, consumedAtVersion: 0, perVersion: 4 };
+  it("bounds the worst lag by how far the oldest lags now and how many versions the rest can move the consumer on", () => {
+    // The oldest lags 1; with one more begun, 5 others can be taken before it: one version more.
+    expect(worstLag(state, 1)).toBe(1 + 1);
+    expect(worstLag(state, 4)).toBe(1 + 2);
+    expect(worstLag({ ...state, oldestVersion: null, outstanding: 0 }, 1)).toBe(0);
+    // What the consumer took at its version already brings its next version nearer.
+    expect(worstLag({ ...state, consumedAtVersion: 3 }, 1)).toBe(1 + 2);
+    expect(worstLag({ ...state, consumedAtVersion: 9 }, 1)).toBe(worstLag({ ...state, consumedAtVersion: 4 }, 1));
+    // A rollout begun at a version the consumer has not reached yet lags nothing.
+    expect(worstLag({ ...state, oldestVersion: 12 }, 1)).toBe(1);
+  });
+
+  it("admits while the worst lag stays within max_staleness, and always when it cannot be told", () => {
+    expect(paceAdmits(state, 1)).toBe(true);
+    expect(paceAdmits(state, 4)).toBe(false);
+    expect(paceAdmits({ ...state, oldestVersion: 7 })).toBe(false);
+    expect(paceAdmits({ ...state, oldestVersion: 7, maxStaleness: null })).toBe(true);
+    expect(paceAdmits({ ...state, oldestVersion: 7, perVersion: null })).toBe(true);
+    expect(paceAdmits({ ...state, oldestVersion: 7, consumerVersion: null })).toBe(true);
   });
 });
 

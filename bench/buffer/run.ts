@@ -17,12 +17,11 @@
  * writes bench/results/buffer-latest.{json,svg}).
  */
 import { existsSync } from "node:fs";
-import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseFlags } from "../flags";
 import { serveExchange } from "../serve/exchange";
-import { cpuMeter, summarize, waitQuiet } from "../stats";
+import { cpuMeter, summarize, waitQuiet, writeBenchOutputs } from "../stats";
 import { renderBufferChart } from "./chart";
 import { fillPending, ingest, round, timePulls } from "./workload";
 import type { BufferBenchReport, PullResult } from "./report";
@@ -122,16 +121,8 @@ async function main(): Promise<void> {
     for (const p of pulls) log(`pending ${p.pending_groups}: ready pull p50 ${p.ready_pull_ms.p50} ms p99 ${p.ready_pull_ms.p99} ms; empty pull p50 ${p.empty_pull_ms.p50} ms; engine CPU ${p.server_cpu_ms_per_sample} ms per post+2 pulls`);
     log(`10,000 over 100 pending: ${JSON.stringify(full.ratios)} (a log factor would be 2)`);
 
-    const dir = fileURLToPath(new URL(".", import.meta.url));
-    // Next to npm run bench's latest.* in the ignored bench/results/.
-    await mkdir(`${dir}../results`, { recursive: true });
     const json = JSON.stringify(full, null, 2) + "\n";
-    await writeFile(`${dir}../results/buffer-latest.json`, json);
-    await writeFile(`${dir}../results/buffer-latest.svg`, renderBufferChart(full));
-    if (f.has("record")) {
-      await writeFile(`${dir}recorded.json`, json);
-      await writeFile(`${dir}recorded.svg`, renderBufferChart(full));
-    }
+    await writeBenchOutputs(fileURLToPath(new URL(".", import.meta.url)), "buffer", json, renderBufferChart(full), f.has("record"));
     process.stdout.write(json);
   } finally {
     await ex.stop();

@@ -11,9 +11,10 @@ export const VIEWER_OPS = [
   "get_current_batch_rollout_pool_information",
   "get_reward_history",
   "get_overview",
+  "get_sync_config",
 ] as const;
 export const CLIENT_OPS = ["claim_episode", "end_episode", "abort_episode", "can_continue_episode", "post_steps"] as const;
-export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine", "configure_buffer", "begin_history_run"] as const;
+export const OPERATOR_OPS = ["sync_train_config", "start_engine", "stop_engine", "configure_buffer", "begin_history_run", "configure_sync"] as const;
 export const TRAINER_OPS = [
   "register_episode",
   "update_engine_status",

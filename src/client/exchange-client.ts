@@ -41,6 +41,8 @@ import {
   BeginRunResponse,
   HistoryRunsResponse,
   CallBatchResponse,
+  SyncConfig,
+  UpdateSyncConfigRequest,
   type CallBatch,
 } from "../protocol";
 import { queryString, requestJson, type FetchLike } from "./http";
@@ -120,6 +122,8 @@ export class EngineClient {
   startRollout = (req: In<typeof StartRolloutRequest> = {}) => this.post("/start_rollout", StartRolloutResponse, req);
   configureBuffer = (req: In<typeof UpdateBufferConfigRequest>) => this.post("/buffer/config", BufferConfig, req);
   health = () => this.get("/health", HealthResponse);
+  syncConfig = () => this.get("/sync/config", SyncConfig);
+  configureSync = (req: In<typeof UpdateSyncConfigRequest>) => this.post("/sync/config", SyncConfig, req);
   completedTasks = () => this.get("/completed_tasks", CompletedTasksResponse);
   runningEpisodes = (q: { limit?: number; cursor?: string } = {}) => this.get(`/running_episodes${queryString(q)}`, RunningEpisodesResponse);
 }

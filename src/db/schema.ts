@@ -170,6 +170,14 @@ export const bufferGroups = sqliteTable(
     minWeightVersion: integer("min_weight_version"),
     pullCursor: integer("pull_cursor"),
     decidedAt: integer("decided_at").notNull(),
+    /** Sessions marked failed_infra (aborted and reaped AgentJet claims too): kept, never usable. */
+    failedSessions: integer("failed_sessions").notNull().default(0),
+    /** Delivered at its TTL short of group_size usable sessions (partial_groups: deliver). */
+    partial: integer("partial", { mode: "boolean" }).notNull().default(false),
+    /** When delivered: the trainer's weight version then, the group's lag behind it, and the seconds it waited ready. */
+    consumerWeightVersion: integer("consumer_weight_version"),
+    lagVersions: integer("lag_versions"),
+    queuedSeconds: real("queued_seconds"),
   },
   (t) => [primaryKey({ columns: [t.engine, t.seq] }), index("buffer_groups_group_idx").on(t.engine, t.groupId)],
 );

@@ -3,7 +3,7 @@
  * the assistant's response appended to the prompt, the session's terminal reward propagated
  * to every step (the original kept as step_reward), and the pull's meta_info.
  */
-import type { RolloutItem } from "../protocol/buffer";
+import type { GroupReport, RolloutItem } from "../protocol/buffer";
 
 export type StoredStep = {
   pk: number;
@@ -35,9 +35,12 @@ const RESERVED = new Set([
   "step_reward",
   "terminal_reward",
   "stale",
+  "usable",
+  "failed_infra",
 ]);
 
-export function toItem(step: StoredStep, terminalReward: number | null, stale: boolean): RolloutItem {
+/** `failed`: the session is failed_infra, so its item is delivered (in a partial group only) with usable false. */
+export function toItem(step: StoredStep, terminalReward: number | null, stale: boolean, failed: boolean): RolloutItem {
   const extra = JSON.parse(step.extra) as Record<string, unknown>;
   const free = Object.fromEntries(Object.entries(extra).filter(([k]) => !RESERVED.has(k)));
   const messages = [...(JSON.parse(step.messages) as Record<string, unknown>[]), { role: "assistant", content: step.response }];
@@ -61,11 +64,13 @@ export function toItem(step: StoredStep, terminalReward: number | null, stale: b
       is_session_completed: step.is_session_completed === 1,
       ...(terminalReward !== null ? { step_reward: step.reward, terminal_reward: terminalReward } : {}),
       stale,
+      usable: !failed,
+      failed_infra: failed,
     },
   };
 }
 
-export function metaInfo(items: RolloutItem[], groups: string[], cursor: number | null, staleGroups: string[]) {
+export function metaInfo(items: RolloutItem[], groups: string[], cursor: number | null, staleGroups: string[], consumerVersion: number | null, reports: GroupReport[]) {
   const rewards = items.map((i) => i.reward);
   const versions = items.map((i) => Number(i.extra_info["weight_version"] ?? 0));
   return {
@@ -76,6 +81,35 @@ export function metaInfo(items: RolloutItem[], groups: string[], cursor: number 
     max_weight_version: versions.length ? Math.max(...versions) : 0,
     cursor,
     stale_groups: [...staleGroups].sort(),
+    consumer_weight_version: consumerVersion,
+    groups: [...reports].sort((a, b) => (a.group_id < b.group_id ? -1 : a.group_id > b.group_id ? 1 : 0)),
+  };
+}
+
+/** What a group's row holds for its report. */
+export type ReportedGroup = {
+  group_id: string;
+  completed_sessions: number;
+  failed_sessions: number;
+  partial: number;
+  min_weight_version: number | null;
+  first_row_at: number | null;
+  ready_at: number | null;
+  last_row_at: number;
+};
+
+/** A group's report as it is consumed at `now` by a trainer at `consumerVersion`. */
+export function groupReport(g: ReportedGroup, consumerVersion: number | null, now: number): GroupReport {
+  const readyAt = g.ready_at ?? now;
+  return {
+    group_id: g.group_id,
+    usable_sessions: g.completed_sessions,
+    failed_sessions: g.failed_sessions,
+    partial: g.partial === 1,
+    oldest_weight_version: g.min_weight_version,
+    lag_versions: consumerVersion === null || g.min_weight_version === null ? null : consumerVersion - g.min_weight_version,
+    age_seconds: (now - (g.first_row_at ?? g.last_row_at)) / 1000,
+    queued_seconds: (now - readyAt) / 1000,
   };
 }
 

@@ -62,14 +62,15 @@ import { AgentChannel } from "./agent-channel";
 import { Episodes } from "./episodes";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
-import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem } from "./relay-admission";
+import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem, type SyncHold } from "./relay-admission";
 import { LedgerSettings } from "./ledger-settings";
 import { LedgerRetention } from "./ledger-retention";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
+import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
 import { SharedTurn } from "./shared-turn";
-import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, runningDetails, runningPage, undeliverable } from "./episode-views";
+import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
   const s = Number(env.COMMAND_LEASE_SECONDS ?? "60");
@@ -123,6 +124,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     const addOutbox = (item: OutboxItem): void => schedule.addOutbox(item);
     this.buffer = new RolloutBuffer(sql, {
       engine: () => store.meta.name ?? "",
+      weightVersion: () => store.meta.weightVersion,
       run: () => store.meta.run,
       now,
       getKv: (k) => store.getKv(k),
@@ -245,7 +247,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   async updatePoolInfo(caller: Caller, info: CurrentBatchRolloutPoolInformation): Promise<Reply<BoolResponse>> {
     return this.guarded(caller, "update_current_batch_rollout_pool_information", () => {
       // The engine computes these itself; what the trainer sends for them is ignored.
-      const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {} };
+      const stored = { ...info, running_episode_details: null, engine_status: null, global_step: null, completed_tasks_client_uuids: {}, failed_tasks: {} };
       const tooLarge = storedJsonTooLarge("the pool information", stored);
       if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
       this.store.setKv("pool_info", stored);
@@ -297,6 +299,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         engine_status: meta.status,
         global_step: meta.globalStep,
         booting_start_time: meta.bootingStartTime,
+        failed_tasks: failedTasks(this.store.sql, meta.run),
       });
     });
   }
@@ -362,7 +365,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       return ok({
         status: "healthy" as const,
         engine_status: this.store.meta.status,
-        buffer: { ...this.buffer.stats(), config: this.buffer.config() },
+        buffer: { ...this.buffer.stats(), config: this.buffer.config(), last_pull: this.buffer.lastPull() },
         agent: { connected: agent.connected, host: agent.host, last_seen: agent.last_seen },
       });
     });
@@ -423,6 +426,16 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async configureBuffer(caller: Caller, patch: Partial<BufferConfig>): Promise<Reply<BufferConfig>> {
     return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(ok(this.tx(() => this.buffer.configure(patch)))));
+  }
+
+  // ---------------------------------------------------------------- weight syncs
+
+  async syncConfig(caller: Caller): Promise<Reply<SyncConfig>> {
+    return this.guarded(caller, "get_sync_config", () => ok(this.store.meta.sync));
+  }
+
+  async configureSync(caller: Caller, patch: UpdateSyncConfigRequest): Promise<Reply<SyncConfig>> {
+    return this.guarded(caller, "configure_sync", () => this.tx(() => this.status.configureSync(patch)));
   }
 
   // ---------------------------------------------------------------- the trajectory ledger's settings
@@ -487,6 +500,14 @@ export class EngineObject extends DurableObject<EngineEnv> {
    */
   async relayBegin(key: ClaimKeyFields): Promise<Reply<Admission>> {
     return this.relay.admit(key);
+  }
+
+  /**
+   * relayBegin for a Worker that holds calls through a weight sync (keep_claims_across_sync):
+   * during one, a live claim's call is answered SyncHold, to be asked again; see relay-admission.ts.
+   */
+  async relayBeginOrHold(key: ClaimKeyFields): Promise<Reply<Admission | SyncHold>> {
+    return this.relay.admitOrHold(key);
   }
 
   /**

@@ -3,6 +3,7 @@
  * and that table itself: what every part of the engine reads and writes besides its own tables.
  */
 import type { EngineStatus } from "../protocol/status";
+import { DEFAULT_SYNC_CONFIG, type SyncConfig } from "../protocol/sync";
 import { EMPTY_ACCUMULATOR, type RewardAccumulator } from "./rules";
 
 export type Meta = {
@@ -25,6 +26,10 @@ export type Meta = {
   incarnation: string;
   /** The current run of the engine's history (history-runs.ts); 0 until the first one begins. */
   run: number;
+  /** Whether claims survive ENGINE.WEIGHT_SYNCING, and how long relayed calls wait for a sync (protocol/sync.ts). */
+  sync: SyncConfig;
+  /** When the weight sync the claims are kept through began (ms); null when none is under way. */
+  syncingSince: number | null;
 };
 
 const INITIAL_META: Meta = {
@@ -39,6 +44,8 @@ const INITIAL_META: Meta = {
   fenceFloor: 0,
   incarnation: "",
   run: 0,
+  sync: DEFAULT_SYNC_CONFIG,
+  syncingSince: null,
 };
 
 export class EngineStore {

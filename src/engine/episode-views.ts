@@ -4,7 +4,7 @@
  * caller and wraps these in its replies.
  */
 import type { CompletedTasksResponse, RunningEpisodesResponse } from "../protocol/agent";
-import type { EpisodeStatus } from "../protocol/swarm";
+import type { EpisodeStatus, FailedTask } from "../protocol/swarm";
 import { seconds } from "./rules";
 
 export type EpisodeRow = {
@@ -21,6 +21,8 @@ export type EpisodeRow = {
   expires_at: number | null;
   llm_call_count: number;
   task_id: string;
+  /** The trainer's weight version when the claim was made; null before it said one. */
+  claim_weight_version: number | null;
 };
 
 /**
@@ -81,10 +83,28 @@ export function runningDetails(sql: SqlStorage, now: number): Record<string, Rec
 export function completedTaskClients(sql: SqlStorage, run: number): Record<string, string[]> {
   const byTask: Record<string, string[]> = {};
   for (const f of sql.exec<{ task_id: string; client_uuid: string }>(
-    "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' AND run = ? ORDER BY ended_at",
+    "SELECT task_id, client_uuid FROM finished WHERE episode_type = 'train' AND task_id != '' AND run = ? AND failed = 0 ORDER BY ended_at",
     run,
   )) {
     (byTask[f.task_id] ??= []).push(f.client_uuid);
+  }
+  return byTask;
+}
+
+/**
+ * The train claims of the run that failed for reasons not the policy's since the last clear, per
+ * task, apart from the rewards: a trainer that registers its own episodes re-registers what it
+ * needs from this. O(failed rollouts of the rolling phase).
+ */
+export function failedTasks(sql: SqlStorage, run: number): Record<string, FailedTask> {
+  const byTask: Record<string, FailedTask> = {};
+  for (const f of sql.exec<{ task_id: string; episode_uuid: string; reason: "failed_infra" | "aborted" | "reaped" }>(
+    "SELECT task_id, episode_uuid, reason FROM failed_rollouts WHERE task_id != '' AND run = ? ORDER BY at",
+    run,
+  )) {
+    const t = (byTask[f.task_id] ??= { failed_infra: 0, aborted: 0, reaped: 0, episode_uuids: [] });
+    t[f.reason] += 1;
+    t.episode_uuids.push(f.episode_uuid);
   }
   return byTask;
 }
@@ -126,9 +146,13 @@ export function runningPage(
 /** Train episodes of the run ended in global step `step`, per task (at most 500 tasks, the busiest first). */
 export function completedTasks(sql: SqlStorage, step: number | null, run: number): CompletedTasksResponse["tasks"] {
   return sql
-    .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null }>(
-      `SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward FROM finished
-       WHERE episode_type = 'train' AND task_id != '' AND global_step IS ? AND run = ? GROUP BY task_id ORDER BY episodes DESC, task_id LIMIT 500`,
+    .exec<{ task_id: string; episodes: number; clients: number; mean_reward: number | null; failed: number }>(
+      `SELECT task_id, SUM(episodes) AS episodes, SUM(clients) AS clients, MAX(mean_reward) AS mean_reward, SUM(failed) AS failed FROM (
+         SELECT task_id, COUNT(*) AS episodes, COUNT(DISTINCT client_uuid) AS clients, AVG(reward) AS mean_reward, 0 AS failed FROM finished
+         WHERE episode_type = 'train' AND task_id != '' AND global_step IS ?1 AND run = ?2 AND failed = 0 GROUP BY task_id
+         UNION ALL
+         SELECT task_id, 0, 0, NULL, COUNT(*) FROM failed_rollouts WHERE task_id != '' AND global_step IS ?1 AND run = ?2 GROUP BY task_id
+       ) GROUP BY task_id ORDER BY episodes DESC, failed DESC, task_id LIMIT 500`,
       step,
       run,
     )

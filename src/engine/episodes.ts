@@ -14,7 +14,6 @@ import type {
 } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import type { StepRow } from "../protocol/buffer";
-import { isRolling } from "../protocol/status";
 import { storedStringTooLarge } from "../protocol/limits";
 import { signClaimKey } from "../auth/claim-key";
 import type { EngineStore } from "./engine-store";
@@ -22,11 +21,15 @@ import type { EpisodeRow } from "./episode-views";
 import type { OutboxItem } from "./outbox";
 import type { RolloutBuffer } from "./rollout-buffer";
 import { fail, ok, type Reply } from "./reply";
-import { NO_EPISODES_CAUSE, notReadyCause, rewardValues, scalarReward } from "./rules";
+import { claimsLive, NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE, rewardValues, scalarReward } from "./rules";
+import { paceAdmits } from "./pacing";
 
 /** What ending or releasing a claim needs of its episode. */
-type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr">;
-const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, episode_type, zmq_addr";
+type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "fence" | "client_uuid" | "task_id" | "episode_type" | "zmq_addr" | "claim_weight_version">;
+const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, episode_type, zmq_addr, claim_weight_version";
+
+/** Why a claim failed for reasons that are not the policy's (failed_rollouts.reason). */
+type FailureReason = "failed_infra" | "aborted" | "reaped";
 
 /** A claim's identity as its client names it; the fence is ours, AgentJet's clients omit it. */
 type ClaimRef = { client_uuid: string; episode_uuid: string; fence?: number | undefined };
@@ -99,7 +102,7 @@ export class Episodes {
   }
 
   claimedCheck(episodeUuid: string, unregister: boolean): BoolResponse {
-    if (!isRolling(this.store.meta.status)) return { success: false, failure_reason: "" };
+    if (!this.live()) return { success: false, failure_reason: "" };
     const ep = this.episode(episodeUuid);
     if (ep === null) return { success: false, failure_reason: "" };
     // An episode waiting for its runner's reset still belongs to the claim being undone.
@@ -117,6 +120,7 @@ export class Episodes {
     if (meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(meta.status));
     // Checked before anything is claimed, so a misconfigured deployment leaks no claims.
     if (!keySecret) return fail(500, "misconfigured", "CLAIM_KEY_SECRET is not configured: per-claim keys cannot be signed.");
+    if (req.episode_type === "train" && this.paced(req)) return refuse(PACED_CAUSE);
     const now = this.host.now();
     const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
     // The FIFO head, claimed in one statement: atomic by itself, so it needs no explicit
@@ -125,7 +129,7 @@ export class Episodes {
       this.store.sql
         .exec<{ episode_uuid: string; fence: number }>(
           `UPDATE episodes SET state = 'claimed', queue_seq = NULL, episode_type = ?, client_uuid = ?, fence = fence + 1,
-             last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?
+             last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?, claim_weight_version = ?
            WHERE episode_uuid = (SELECT episode_uuid FROM episodes WHERE state = 'registered' ORDER BY queue_seq LIMIT 1)
            RETURNING episode_uuid, fence`,
           req.episode_type,
@@ -134,6 +138,7 @@ export class Episodes {
           req.discard_episode_timeout,
           expiresAt,
           req.throttle_policy?.current_task_id ?? "",
+          meta.weightVersion,
         )
         .toArray()[0] ?? null;
     if (claimed === null) return refuse(NO_EPISODES_CAUSE);
@@ -151,10 +156,28 @@ export class Episodes {
     });
   }
 
+  /**
+   * Whether pace holds this train claim back: the claims under way (an O(claimed) read, made
+   * only under pace) and the buffer's groups not yet consumed could be consumed too late.
+   */
+  private paced(req: ClaimEpisodeRequest): boolean {
+    if (this.buffer.config().staleness_policy !== "pace") return false;
+    const claims = this.store.sql
+      .exec<{ count: number; oldest: number | null }>(
+        "SELECT COUNT(*) AS count, MIN(claim_weight_version) AS oldest FROM episodes WHERE state = 'claimed' AND episode_type = 'train'",
+      )
+      .one();
+    const t = req.throttle_policy;
+    const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
+    if (paceAdmits(this.buffer.paceState(claims, false, batch))) return false;
+    this.buffer.notePaced();
+    return true;
+  }
+
   /** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */
   endPayload(req: EndEpisodeRequest): Reply<string> {
     const status = this.store.meta.status;
-    if (!isRolling(status)) {
+    if (!this.live()) {
       return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
     }
     const metaTask = req.workflow_output.metadata["task_id"];
@@ -186,10 +209,12 @@ export class Episodes {
     const taskId = ep.task_id || req.task_id;
     const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
     const reward = req.workflow_output.reward;
-    const counted = ep.episode_type === "train" && rewardValues(reward).length > 0;
+    const failedInfra = isFailedInfra(req.workflow_output);
+    // A rollout that failed for a reason not the policy's says nothing of it: its reward is not counted.
+    const counted = ep.episode_type === "train" && rewardValues(reward).length > 0 && !failedInfra;
     this.store.sql.exec(
-      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run, failed)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       ep.episode_uuid,
       ep.fence,
       ep.client_uuid,
@@ -202,36 +227,37 @@ export class Episodes {
       counted ? meta.accEpoch : null,
       Array.isArray(reward) ? JSON.stringify(reward) : null,
       meta.run,
+      failedInfra ? 1 : 0,
     );
+    if (failedInfra) this.recordFailure(ep, taskId, "failed_infra");
     this.recordTrajectory(ep, taskId, { outcome: "ended", reward: scalarReward(req.workflow_output.reward), isSuccess: req.workflow_output.is_success, workflowOutput: payload, endedAt: now });
     if (ep.episode_type === "train") {
-      if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output);
+      if (taskId !== "" && this.buffer.active()) this.joinBuffer(ep, taskId, req.workflow_output, failedInfra);
       if (deliver) {
         this.host.enqueue({ kind: "deliver", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr, payload });
       }
     } else {
       // Evaluation results go to D1 only; the runner is reset and the episode serves again (as the seed does).
-      this.release(ep, meta.status === "ENGINE.ROLLING" ? "requeue" : "delete");
+      this.release(ep, this.requeues() ? "requeue" : "delete");
     }
     return ok({ success: true });
   }
 
   abort(req: AbortEpisodeRequest): Reply<{ success: boolean }> {
-    const status = this.store.meta.status;
-    if (!isRolling(status)) return ok({ success: true });
+    if (!this.live()) return ok({ success: true });
     if (this.episode(req.episode_uuid) === null) return ok({ success: true });
     const owned = this.ownedClaim(req);
     if (!owned.ok) return owned;
     if (owned.body !== "already_ended") {
       // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
       this.recordUnfinished(owned.body, "aborted", JSON.stringify(req.workflow_output ?? {}));
-      this.release(owned.body, status === "ENGINE.ROLLING" ? "requeue" : "delete");
+      this.release(owned.body, this.requeues() ? "requeue" : "delete");
     }
     return ok({ success: true });
   }
 
   canContinue(clientUuid: string, episodeUuid: string): { can_continue: boolean } {
-    if (!isRolling(this.store.meta.status)) return { can_continue: false };
+    if (!this.live()) return { can_continue: false };
     const ep = this.episode(episodeUuid);
     return { can_continue: ep !== null && ep.state === "claimed" && ep.client_uuid === clientUuid };
   }
@@ -240,6 +266,8 @@ export class Episodes {
 
   /** Returns the claims whose lease ran out by `now` to the queue (at most REAP_BATCH a run). */
   reapExpired(now: number): void {
+    // Claims kept through a weight sync are not reaped during it: their clients cannot go on until it ends (extendLeases).
+    if (this.store.meta.status === "ENGINE.WEIGHT_SYNCING") return;
     const expired = this.store.sql
       .exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND expires_at <= ? ORDER BY expires_at LIMIT ?", now, REAP_BATCH)
       .toArray();
@@ -255,6 +283,27 @@ export class Episodes {
    */
   private recordUnfinished(ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
     this.recordTrajectory(ep, ep.task_id, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: this.host.now() });
+    if (ep.episode_type !== "train") return;
+    this.recordFailure(ep, ep.task_id, outcome);
+    // In its task's group, the lost rollout is a failed session: counted, never waited for.
+    if (ep.task_id !== "" && this.buffer.active()) this.joinBuffer(ep, ep.task_id, { reward: null, is_success: null, metadata: {}, log_metrics: {} }, true, false);
+  }
+
+  /** A train claim that failed for a reason not the policy's, for the pool's per-task view (failedTasks). */
+  private recordFailure(ep: ClaimRow, taskId: string, reason: FailureReason): void {
+    const meta = this.store.meta;
+    this.store.sql.exec(
+      `INSERT INTO failed_rollouts (episode_uuid, fence, client_uuid, task_id, reason, global_step, run, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (episode_uuid, fence) DO NOTHING`,
+      ep.episode_uuid,
+      ep.fence,
+      ep.client_uuid,
+      taskId,
+      reason,
+      meta.globalStep,
+      meta.run,
+      this.host.now(),
+    );
   }
 
   /** The claim's trajectory row, on its way to D1 through the outbox, in the current step and run. */
@@ -285,7 +334,28 @@ export class Episodes {
   }
 
   earliestLeaseExpiry(): number | null {
+    if (this.store.meta.status === "ENGINE.WEIGHT_SYNCING") return null;
     return this.store.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;
+  }
+
+  /**
+   * Gives the claims kept through a weight sync the time it took back: a lease does not run
+   * out while its client could not call the model. One write per sync, O(claimed).
+   */
+  extendLeases(ms: number): void {
+    if (ms > 0) this.store.sql.exec("UPDATE episodes SET expires_at = expires_at + ? WHERE state = 'claimed'", ms);
+    this.host.armBy(this.earliestLeaseExpiry());
+  }
+
+  /** Whether claims live now (rules.ts claimsLive). */
+  private live(): boolean {
+    return claimsLive(this.store.meta.status, this.store.meta.sync);
+  }
+
+  /** Whether an episode given back goes back to the queue: while rolling, and through a sync that keeps the pool. */
+  private requeues(): boolean {
+    const status = this.store.meta.status;
+    return status === "ENGINE.ROLLING" || (status === "ENGINE.WEIGHT_SYNCING" && this.live());
   }
 
   /** The runner got the result (or could not be reached). */
@@ -312,6 +382,7 @@ export class Episodes {
   clearAll(): void {
     this.store.sql.exec("DELETE FROM episodes");
     this.store.sql.exec("DELETE FROM finished");
+    this.store.sql.exec("DELETE FROM failed_rollouts");
     this.retireFences();
   }
 
@@ -420,8 +491,12 @@ export class Episodes {
     if (this.fenceHigh > meta.fenceFloor) this.store.saveMeta({ ...meta, fenceFloor: this.fenceHigh });
   }
 
-  /** An AgentJet trajectory joins the buffer's group for its task, as one completed single-step session. */
-  private joinBuffer(ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"]): void {
+  /**
+   * An AgentJet trajectory joins the buffer's group for its task, as one single-step session:
+   * completed when it ended, failed when it ended failed_infra or was lost. Its weight version is
+   * the one it was claimed at (its oldest segment), and the one it ended at rides along.
+   */
+  private joinBuffer(ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"], failed: boolean, completed = true): void {
     const row: StepRow = {
       session_id: `${ep.episode_uuid}#${ep.fence}`,
       group_id: taskId,
@@ -430,8 +505,10 @@ export class Episodes {
       response: "",
       reward: scalarReward(output.reward) ?? 0,
       truncated: false,
-      is_session_completed: true,
-      weight_version: this.store.meta.weightVersion ?? 0,
+      is_session_completed: completed,
+      weight_version: ep.claim_weight_version ?? this.store.meta.weightVersion ?? 0,
+      failed_infra: failed,
+      end_weight_version: this.store.meta.weightVersion,
       source: "agentjet",
       client_uuid: ep.client_uuid,
       is_success: output.is_success,
@@ -440,4 +517,12 @@ export class Episodes {
     const checked = this.buffer.check([row]);
     if (checked.ok) this.buffer.ingest(checked.body);
   }
+}
+
+/**
+ * The agreed field (docs/agentjet.md): `workflow_output.metadata.failed_infra: true` says the
+ * rollout failed for a reason not the policy's (its sandbox died, its judge timed out).
+ */
+export function isFailedInfra(output: EndEpisodeRequest["workflow_output"]): boolean {
+  return output.metadata["failed_infra"] === true;
 }

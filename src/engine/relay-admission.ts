@@ -6,6 +6,7 @@
  */
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { isRolling } from "../protocol/status";
+import { claimsLive } from "./rules";
 import type { AgentChannel } from "./agent-channel";
 import type { EngineStore } from "./engine-store";
 import type { Episodes } from "./episodes";
@@ -28,12 +29,19 @@ export type ClaimTerms = { trainer_api_key: string; trainer_base_url: string; cl
 /** The gateway and the trainer's key and URL, and what the ledger records the call under. */
 export type Admission = EngineTerms & ClaimTerms;
 
-/** One claim in the Worker's batch: calls admitted from its cache, the last `idle_ms` ago, and whether it needs the claim's terms. */
-export type RelaySyncItem = { key: ClaimKeyFields; calls: number; idle_ms: number; detail: boolean };
+/**
+ * One claim in the Worker's batch: calls admitted from its cache, the last `idle_ms` ago, and
+ * whether it needs the claim's terms. `carries`: the last of `calls` is the call being asked
+ * about, which is no call if the answer is a hold.
+ */
+export type RelaySyncItem = { key: ClaimKeyFields; calls: number; idle_ms: number; detail: boolean; carries: boolean };
 /** A live claim: how long its lease runs from now, and its terms when they were asked for (they never change for one claim). */
 export type ClaimStanding = { lease_ms: number; terms: ClaimTerms | null };
-/** `engine` is null when no claim can be served for want of a gateway (each live claim's answer says so). */
-export type RelaySyncAnswer = { engine: EngineTerms | null; claims: Reply<ClaimStanding>[] };
+/**
+ * `engine` is null when no call can be admitted now: for want of a gateway (each live claim's
+ * answer says so), or during a weight sync that keeps the claims (`hold` says what a call is told).
+ */
+export type RelaySyncAnswer = { engine: EngineTerms | null; hold: SyncHold | null; claims: Reply<ClaimStanding>[] };
 
 const claimTerms = (ep: EpisodeRow): ClaimTerms => ({
   trainer_api_key: ep.openai_api_key,
@@ -41,6 +49,25 @@ const claimTerms = (ep: EpisodeRow): ClaimTerms => ({
   client_uuid: ep.client_uuid,
   task_id: ep.task_id,
 });
+
+/**
+ * A call of a live claim that arrived during a weight sync the engine keeps its claims through
+ * (keep_claims_across_sync): not admitted yet. The Worker holds it, asks again after
+ * retry_after_ms, and gives up hold_seconds after the call arrived (503 sync_hold_expired);
+ * once the sync is over the answer is an Admission, naming the new weights' version.
+ */
+export type SyncHold = {
+  hold: "weight_syncing";
+  /** The version of the weights being replaced: the call will not run on it. */
+  weight_version_before: number | null;
+  hold_seconds: number;
+  retry_after_ms: number;
+  /** When the sync began (ms since the epoch). */
+  syncing_since: number | null;
+};
+
+/** How soon a held call asks again. */
+export const SYNC_HOLD_RETRY_MS = 500;
 
 export type AdmissionHost = {
   now(): number;
@@ -66,12 +93,33 @@ export class RelayAdmission {
     private readonly host: AdmissionHost,
   ) {}
 
+  /**
+   * admitOrHold for a Worker that cannot hold a call: a call that would be held is refused 503
+   * weight_syncing, as any call outside ROLLING was before keep_claims_across_sync.
+   */
   admit(key: ClaimKeyFields): Reply<Admission> {
+    const r = this.admitOrHold(key);
+    if (!r.ok) return r;
+    if (!("hold" in r.body)) return ok(r.body);
+    return fail(503, "weight_syncing", `The engine is syncing weights; this claim lives on, and the call can be made again once it ends (within ${r.body.hold_seconds} s).`);
+  }
+
+  /**
+   * Admits a call of a live claim, or, during a weight sync that keeps the claims, answers that
+   * it is to be held (SyncHold). Holding counts as no activity: the sync's time is given back
+   * to the leases when it ends.
+   */
+  admitOrHold(key: ClaimKeyFields): Reply<Admission | SyncHold> {
     this.requests++;
+    // A key of an engine deleted and made again is dead whatever the status (checked first, as always).
+    const stale = this.store.meta.incarnation !== key.incarnation ? this.liveClaim(key) : null;
+    if (stale !== null && !stale.ok) return stale;
     const refusal = this.engineRefusal();
     if (refusal !== null) return refusal;
     const ep = this.liveClaim(key);
     if (!ep.ok) return ep;
+    const hold = this.syncHold();
+    if (hold !== null) return ok(hold);
     const engine = this.engineTerms();
     if (!engine.ok) return engine;
     const now = this.host.now();
@@ -99,18 +147,21 @@ export class RelayAdmission {
     this.requests++;
     const refusal = this.engineRefusal();
     if (refusal !== null) return refusal;
+    const hold = this.syncHold();
     const engine = this.engineTerms();
     const now = this.host.now();
     let counted = false;
     const live = items.map((it): Reply<EpisodeRow> => {
       const ep = this.liveClaim(it.key);
       if (!ep.ok) return ep;
-      if (!engine.ok) return engine;
-      if (it.calls > 0) {
+      // Calls the Worker counted were served before any hold: they count whatever holds now.
+      if (!engine.ok && hold === null) return engine;
+      const calls = hold !== null && it.carries ? it.calls - 1 : it.calls;
+      if (calls > 0) {
         // The Worker says how long ago, not when: its clock is not this object's.
         const at = now - Math.max(0, it.idle_ms);
-        this.activity.note(ep.body.episode_uuid, ep.body.fence, it.calls, at, at + Math.ceil(ep.body.discard_timeout * 1000));
-        this.calls += it.calls;
+        this.activity.note(ep.body.episode_uuid, ep.body.fence, calls, at, at + Math.ceil(ep.body.discard_timeout * 1000));
+        this.calls += calls;
         counted = true;
       }
       return ep;
@@ -122,21 +173,34 @@ export class RelayAdmission {
       const expiresAt = this.episodes.episode(ep.body.episode_uuid)?.expires_at ?? now;
       return ok({ lease_ms: Math.max(0, expiresAt - now), terms: items[i]?.detail ? claimTerms(ep.body) : null });
     });
-    return ok({ engine: engine.ok ? engine.body : null, claims });
+    return ok({ engine: engine.ok && hold === null ? engine.body : null, hold, claims });
   }
 
   counts(): { calls: number; engine_requests: number } {
     return { calls: this.calls, engine_requests: this.requests };
   }
 
-  /** Why this engine serves no call now (gone, not rolling), or null. */
+  /** Why this engine serves no call now (gone; not rolling, and not in a sync that keeps the claims), or null. */
   private engineRefusal(): Failure | null {
     const meta = this.store.meta;
     if (this.host.closed() || meta.name === null) return this.host.gone();
-    if (!isRolling(meta.status)) {
+    if (!claimsLive(meta.status, meta.sync)) {
       return fail(503, "engine_not_rolling", `The engine is ${meta.status}: LLM calls are served only while ENGINE.ROLLING or ENGINE.ROLLING_POST.`);
     }
     return null;
+  }
+
+  /** During a weight sync that keeps the claims (the only time claims live outside ROLLING): what a held call is told. */
+  private syncHold(): SyncHold | null {
+    const meta = this.store.meta;
+    if (isRolling(meta.status)) return null;
+    return {
+      hold: "weight_syncing",
+      weight_version_before: meta.weightVersion,
+      hold_seconds: meta.sync.sync_hold_seconds,
+      retry_after_ms: SYNC_HOLD_RETRY_MS,
+      syncing_since: meta.syncingSince,
+    };
   }
 
   /** What every call of this engine is relayed with, or why none can be now. */

@@ -4,12 +4,13 @@
  * every query is an index probe or walks only the rows it returns, so the cost of a pull does
  * not grow with the number of pending groups.
  */
-import type { BufferConfig, BufferStats, GetRolloutDataResponse, PostStepsResponse, StepRow } from "../protocol/buffer";
-import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
+import type { BufferConfig, BufferStats, GetRolloutDataResponse, GroupReport, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
+import { DEFAULT_BUFFER_CONFIG, LAST_PULL_GROUPS } from "../protocol/buffer";
 import type { CommandBody } from "../protocol/commands";
 import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
-import { isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
+import { groupReport, isStale, metaInfo, toItem, type ReportedGroup, type StoredStep } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
+import { paceAdmits, type PaceState } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
 
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
@@ -39,7 +40,7 @@ export type CheckedStep = { row: StepRow; messages: string; extra: string };
 
 /** The row with its JSON texts: the messages, and the free-form fields (every one the buffer has no column for). */
 function checkedStep(row: StepRow): CheckedStep {
-  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version: _v, ...extra } = row;
+  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version: _v, failed_infra: _f, ...extra } = row;
   return { row, messages: JSON.stringify(messages), extra: JSON.stringify(extra) };
 }
 
@@ -61,6 +62,17 @@ function sizeRefusal(at: string, step: CheckedStep, maxMessageBytes: number): st
   }
   if ((messages.length + response.length + extra.length) * MAX_JSON_BYTES_PER_UNIT + 6 <= MAX_STORED_BYTES) return null;
   return storedTooLarge(`${at} (its messages, response and extra fields)`, jsonStringBytes(messages) + jsonStringBytes(response) + jsonStringBytes(extra));
+}
+
+/**
+ * The consumption measure after a pull of `sessions` at version `version`: a pull at a new
+ * version closes the count of the last one, spread over the versions it moved on by.
+ */
+function measured(c: Counters, version: number | null, sessions: number): Pick<Counters, "pullVersion" | "pulledAtVersion" | "perVersion"> {
+  if (version === c.pullVersion) return { pullVersion: version, pulledAtVersion: c.pulledAtVersion + sessions, perVersion: c.perVersion };
+  const moved = version !== null && c.pullVersion !== null ? version - c.pullVersion : 0;
+  const perVersion = moved > 0 && c.pulledAtVersion > 0 ? c.pulledAtVersion / moved : c.perVersion;
+  return { pullVersion: version, pulledAtVersion: sessions, perVersion };
 }
 
 /** The order Array.prototype.sort gives strings by default. */
@@ -104,12 +116,46 @@ export function clearSessionsCommands(sessions: readonly SessionOf[], reason: Cl
   return out;
 }
 
-type GroupRow = { group_id: string; state: "pending" | "ready" | "delivered" | "dropped"; completed_sessions: number; min_weight_version: number | null; stale: number };
-type Counters = { delivered: number; dropped: number; stale: number; late: number; duplicates: number; nextReadySeq: number; nextOutcomeSeq: number };
-const NO_COUNTERS: Counters = { delivered: 0, dropped: 0, stale: 0, late: 0, duplicates: 0, nextReadySeq: 1, nextOutcomeSeq: 1 };
+type GroupRow = ReportedGroup & { state: "pending" | "ready" | "delivered" | "dropped"; stale: number };
+const GROUP_COLUMNS = "group_id, state, completed_sessions, failed_sessions, partial, min_weight_version, first_row_at, ready_at, last_row_at, stale";
+type Counters = {
+  delivered: number;
+  dropped: number;
+  stale: number;
+  late: number;
+  duplicates: number;
+  failed: number;
+  partialDelivered: number;
+  partialDropped: number;
+  paced: number;
+  /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
+  pullVersion: number | null;
+  pulledAtVersion: number;
+  perVersion: number | null;
+  nextReadySeq: number;
+  nextOutcomeSeq: number;
+};
+const NO_COUNTERS: Counters = {
+  delivered: 0,
+  dropped: 0,
+  stale: 0,
+  late: 0,
+  duplicates: 0,
+  failed: 0,
+  partialDelivered: 0,
+  partialDropped: 0,
+  paced: 0,
+  pullVersion: null,
+  pulledAtVersion: 0,
+  perVersion: null,
+  nextReadySeq: 1,
+  nextOutcomeSeq: 1,
+};
 
 export type BufferHost = {
   engine(): string;
+  /** The trainer's weight version now (update_engine_status). */
+  weightVersion(): number | null;
   /** The current run of the engine's history: a group belongs to the run it began in. */
   run(): number;
   now(): number;
@@ -121,6 +167,8 @@ export type BufferHost = {
 
 export class RolloutBuffer {
   private activeMemo: boolean | null = null;
+  /** Read on every claim under pace: remembered, and dropped with a rolled-back transaction. */
+  private configMemo: BufferConfig | null = null;
 
   /** `sql` has the buffer's tables (schema.ts). */
   constructor(
@@ -129,6 +177,10 @@ export class RolloutBuffer {
   ) {}
 
   config(): BufferConfig {
+    return (this.configMemo ??= this.storedConfig());
+  }
+
+  private storedConfig(): BufferConfig {
     const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
     // Set before max_message_bytes had its ceiling, a config may hold more than the stores do.
     return { ...stored, max_message_bytes: Math.min(stored.max_message_bytes, MAX_STORED_BYTES) };
@@ -143,12 +195,14 @@ export class RolloutBuffer {
   /** Drops what is remembered from storage: the transaction that wrote it rolled back. */
   forget(): void {
     this.activeMemo = null;
+    this.configMemo = null;
   }
 
   /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
   configure(patch: Partial<BufferConfig>): BufferConfig {
     const next = { ...this.config(), ...patch };
     this.host.setKv("buffer_config", next);
+    this.configMemo = next;
     if (patch.group_size !== undefined) {
       const enough = this.sql
         .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'pending' AND completed_sessions >= ? ORDER BY last_row_at", next.group_size)
@@ -193,7 +247,67 @@ export class RolloutBuffer {
       groupOf.set(r.session_id, r.group_id);
       checked.push(step);
     }
+    const paced = this.paceRefusal(rows);
+    if (paced !== null) return paced;
     return ok(checked);
+  }
+
+  /**
+   * Under pace, a batch that opens new groups while the work under way could be consumed too
+   * late is refused whole (503 paced, changing nothing; the worker sends it again). Sessions of
+   * groups already begun are always taken: holding them back would stop those groups from
+   * completing and so hold the oldest work back for good.
+   */
+  private paceRefusal(rows: StepRow[]): Reply<never> | null {
+    const cfg = this.config();
+    if (cfg.staleness_policy !== "pace") return null;
+    const opening = new Set<string>();
+    for (const r of rows) {
+      if (opening.has(r.session_id) || this.group(r.group_id) !== null) continue;
+      opening.add(r.session_id);
+    }
+    if (opening.size === 0) return null;
+    const state = this.paceState(null, true);
+    if (paceAdmits(state, opening.size)) return null;
+    this.bump((c) => ({ ...c, paced: c.paced + 1 }));
+    return fail(
+      503,
+      "paced",
+      `Pacing (staleness_policy pace): the rollouts under way could be consumed up to ${state.maxStaleness} weight versions late already; new groups are taken again once the trainer consumes what is waiting. Send this batch again shortly; nothing of it was stored.`,
+    );
+  }
+
+  /**
+   * What pace weighs from the buffer: the sessions not yet consumed (failed ones never are)
+   * and the oldest version among groups not yet consumed, with the claims under way that the
+   * caller counts (`claims`). `withPending`: pending groups count for the oldest version; not
+   * for claims, whose refusal would stop a pending group from completing.
+   */
+  paceState(claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
+    const cfg = this.config();
+    const c = this.counters();
+    const version = this.host.weightVersion();
+    const sessions = this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM buf_sessions WHERE failed = 0 AND group_id IN (SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready'))",
+      )
+      .one().n;
+    const oldest = this.sql
+      .exec<{ v: number | null }>(`SELECT MIN(min_weight_version) AS v FROM buf_groups WHERE state IN ('ready'${withPending ? ", 'pending'" : ""})`)
+      .one().v;
+    return {
+      consumerVersion: version,
+      maxStaleness: cfg.max_staleness,
+      oldestVersion: claims === null || claims.oldest === null ? oldest : oldest === null ? claims.oldest : Math.min(oldest, claims.oldest),
+      outstanding: sessions + (claims?.count ?? 0),
+      consumedAtVersion: c.pullVersion === version ? c.pulledAtVersion : 0,
+      perVersion: cfg.rollouts_per_version ?? c.perVersion ?? fallbackPerVersion,
+    };
+  }
+
+  /** Counts a claim that pace held back. */
+  notePaced(): void {
+    this.bump((c) => ({ ...c, paced: c.paced + 1 }));
   }
 
   /** Stores a checked batch. Idempotent by (session_id, step_index). */
@@ -219,7 +333,7 @@ export class RolloutBuffer {
         }
         continue;
       }
-      const { session_id, group_id, step_index, response, reward, truncated, is_session_completed, weight_version } = r;
+      const { session_id, group_id, step_index, response, reward, truncated, is_session_completed, weight_version, failed_infra } = r;
       const uid = crypto.randomUUID();
       const stored = this.sql
         .exec<{ pk: number }>(
@@ -247,7 +361,7 @@ export class RolloutBuffer {
       // A row carries its group's run, which a row arriving after a new run began did not begin.
       const groupRun = this.sql
         .exec<{ run: number }>(
-          `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, run) VALUES (?, 'pending', ?, ?, ?)
+          `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, first_row_at, run) VALUES (?, 'pending', ?, ?, ?3, ?)
            ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
              min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)
            RETURNING run`,
@@ -264,11 +378,13 @@ export class RolloutBuffer {
         group_id,
         step_index,
       );
+      if (failed_infra) this.markFailed(session_id, group_id, group_size);
       if (is_session_completed) {
         const first = this.sql
-          .exec("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING session_id", reward, session_id)
+          .exec<{ failed: number }>("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING failed", reward, session_id)
           .toArray();
-        if (first.length > 0) {
+        // A failed session is kept, but it does not count toward group_size.
+        if (first.length > 0 && first[0]!.failed === 0) {
           const g = this.sql
             .exec<{ completed_sessions: number; state: string }>(
               "UPDATE buf_groups SET completed_sessions = completed_sessions + 1 WHERE group_id = ? RETURNING completed_sessions, state",
@@ -312,12 +428,13 @@ export class RolloutBuffer {
     const cfg = this.config();
     const candidates = this.sql
       .exec<GroupRow>(
-        "SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?",
+        `SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?`,
         Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL),
       )
       .toArray();
     const deliver: string[] = [];
     const staleGroups: string[] = [];
+    const reports: GroupReport[] = [];
     for (const g of candidates) {
       const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
       if (stale) this.bump((c) => ({ ...c, stale: c.stale + 1 }));
@@ -327,12 +444,20 @@ export class RolloutBuffer {
       }
       if (stale) staleGroups.push(g.group_id);
       deliver.push(g.group_id);
+      reports.push(groupReport(g, weightVersion, now));
     }
     if (deliver.length === 0) {
-      return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, []) } };
+      // A first pull at a new version closes the last one's count; polls at the same version write nothing.
+      if (weightVersion !== this.counters().pullVersion) this.bump((c) => ({ ...c, ...measured(c, weightVersion, 0) }));
+      return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, [], weightVersion, []) } };
     }
     const cursor = this.sql
-      .exec<{ cursor: number }>("INSERT INTO buf_pulls (created_at, group_ids) VALUES (?, ?) RETURNING cursor", now, JSON.stringify(deliver))
+      .exec<{ cursor: number }>(
+        "INSERT INTO buf_pulls (created_at, group_ids, report) VALUES (?, ?, ?) RETURNING cursor",
+        now,
+        JSON.stringify(deliver),
+        JSON.stringify({ consumer: weightVersion, groups: reports }),
+      )
       .one().cursor;
     const staleSet = new Set(staleGroups);
     for (const id of deliver) {
@@ -340,45 +465,65 @@ export class RolloutBuffer {
     }
     this.clearIncompleteSessions(deliver);
     const items = this.items(deliver, staleSet);
-    for (const id of deliver) {
-      const own = items.filter((i) => i.instance_id === id);
-      this.recordOutcome(id, "delivered", staleSet.has(id) ? "stale_flagged" : "complete", staleSet.has(id), own.length, cursor, now);
+    const partial = new Set(reports.filter((r) => r.partial).map((r) => r.group_id));
+    for (const [i, id] of deliver.entries()) {
+      const own = items.filter((item) => item.instance_id === id);
+      const reason = staleSet.has(id) ? "stale_flagged" : partial.has(id) ? "partial" : "complete";
+      this.recordOutcome(id, "delivered", reason, staleSet.has(id), own.length, cursor, now, { consumer: weightVersion, report: reports[i]! });
     }
-    this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length }));
+    const usable = reports.reduce((n, r) => n + r.usable_sessions, 0);
+    this.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable) }));
     this.forgetOldPulls(cursor, now);
     return {
       success: true,
       message: `Successfully read ${items.length} items`,
-      data: { data: items, meta_info: metaInfo(items, deliver, cursor, staleGroups) },
+      data: { data: items, meta_info: metaInfo(items, deliver, cursor, staleGroups, weightVersion, reports) },
     };
   }
 
   /** The pull with this cursor again, exactly as it was handed out. */
   reread(cursor: number): Reply<GetRolloutDataResponse> {
-    const pull = this.sql.exec<{ group_ids: string }>("SELECT group_ids FROM buf_pulls WHERE cursor = ?", cursor).toArray()[0];
+    const pull = this.sql.exec<{ group_ids: string; report: string | null }>("SELECT group_ids, report FROM buf_pulls WHERE cursor = ?", cursor).toArray()[0];
     if (!pull) return fail(404, "unknown_cursor", `Pull ${cursor} is not kept: the engine keeps the last ${KEPT_PULLS} pulls.`);
     const groups = JSON.parse(pull.group_ids) as string[];
     const stale = new Set(
       groups.filter((id) => this.sql.exec<{ stale: number }>("SELECT stale FROM buf_groups WHERE group_id = ?", id).toArray()[0]?.stale === 1),
     );
     const items = this.items(groups, stale);
-    return ok({ success: true, message: `Successfully read ${items.length} items`, data: { data: items, meta_info: metaInfo(items, groups, cursor, [...stale]) } });
+    // A pull made before reports were kept has none.
+    const report = pull.report === null ? { consumer: null, groups: [] } : (JSON.parse(pull.report) as { consumer: number | null; groups: GroupReport[] });
+    return ok({
+      success: true,
+      message: `Successfully read ${items.length} items`,
+      data: { data: items, meta_info: metaInfo(items, groups, cursor, [...stale], report.consumer, report.groups) },
+    });
   }
 
-  /** Drops incomplete groups that saw no row for the TTL. Returns how many were dropped. */
+  /**
+   * Decides the incomplete groups that saw no row for the TTL: under partial_groups deliver, a
+   * group with a usable session becomes ready, partial (its items carry the usable mask); the
+   * others are dropped. Returns how many were decided.
+   */
   dropExpired(now: number): number {
-    const { ttl_seconds } = this.config();
+    const { ttl_seconds, partial_groups } = this.config();
     if (ttl_seconds <= 0) return 0;
     const expired = this.sql
-      .exec<{ group_id: string }>(
-        "SELECT group_id FROM buf_groups WHERE state = 'pending' AND last_row_at <= ? ORDER BY last_row_at LIMIT ?",
+      .exec<{ group_id: string; completed_sessions: number }>(
+        "SELECT group_id, completed_sessions FROM buf_groups WHERE state = 'pending' AND last_row_at <= ? ORDER BY last_row_at LIMIT ?",
         now - ttl_seconds * 1000,
         DROP_BATCH,
       )
-      .toArray()
-      .map((g) => g.group_id);
+      .toArray();
     if (expired.length === 0) return 0;
-    this.drop(expired, "incomplete_group_ttl", now);
+    const dropped: string[] = [];
+    for (const g of expired) {
+      if (partial_groups === "deliver" && g.completed_sessions > 0) this.markReady(g.group_id, true);
+      else dropped.push(g.group_id);
+    }
+    if (dropped.length > 0) {
+      this.drop(dropped, "incomplete_group_ttl", now);
+      this.bump((c) => ({ ...c, partialDropped: c.partialDropped + dropped.length }));
+    }
     return expired.length;
   }
 
@@ -423,7 +568,21 @@ export class RolloutBuffer {
       pending_steps: count("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id IN (SELECT group_id FROM buf_groups WHERE state = 'pending')"),
       late_rows_ignored: c.late,
       duplicate_rows: c.duplicates,
+      failed_sessions: c.failed,
+      partial_groups_delivered: c.partialDelivered,
+      partial_groups_dropped: c.partialDropped,
+      measured_rollouts_per_version: c.perVersion,
+      paced_refusals: c.paced,
     };
+  }
+
+  /** The newest pull's per-group report, most lagging groups first: one row, whatever the buffer holds. */
+  lastPull(): LastPull | null {
+    const p = this.sql.exec<{ cursor: number; created_at: number; report: string | null }>("SELECT cursor, created_at, report FROM buf_pulls ORDER BY cursor DESC LIMIT 1").toArray()[0];
+    if (p === undefined || p.report === null) return null;
+    const report = JSON.parse(p.report) as { consumer: number | null; groups: GroupReport[] };
+    const worst = [...report.groups].sort((a, b) => (b.lag_versions ?? -1) - (a.lag_versions ?? -1) || b.queued_seconds - a.queued_seconds);
+    return { cursor: p.cursor, pulled_at: p.created_at / 1000, consumer_weight_version: report.consumer, group_count: report.groups.length, groups: worst.slice(0, LAST_PULL_GROUPS) };
   }
 
   // ---------------------------------------------------------------- internals
@@ -435,25 +594,50 @@ export class RolloutBuffer {
   }
 
   private group(id: string): GroupRow | null {
-    return this.sql.exec<GroupRow>("SELECT group_id, state, completed_sessions, min_weight_version, stale FROM buf_groups WHERE group_id = ?", id).toArray()[0] ?? null;
+    return this.sql.exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = ?`, id).toArray()[0] ?? null;
   }
 
-  private markReady(groupId: string): void {
+  private markReady(groupId: string, partial = false): void {
     const seq = this.bump((c) => ({ ...c, nextReadySeq: c.nextReadySeq + 1 })).nextReadySeq - 1;
-    this.sql.exec("UPDATE buf_groups SET state = 'ready', ready_seq = ? WHERE group_id = ?", seq, groupId);
+    this.sql.exec("UPDATE buf_groups SET state = 'ready', ready_seq = ?, ready_at = ?, partial = ? WHERE group_id = ?", seq, this.host.now(), partial ? 1 : 0, groupId);
   }
 
-  /** Steps of the groups' completed sessions, ordered by session and step, terminal rewards propagated. */
+  /**
+   * Marks a session failed_infra, once: its group counts it as failed, and no longer as usable
+   * if it had completed, so that a ready group short of group_size usable sessions waits again.
+   */
+  private markFailed(sessionId: string, groupId: string, groupSize: number): void {
+    const newly = this.sql.exec<{ completed: number }>("UPDATE buf_sessions SET failed = 1 WHERE session_id = ? AND failed = 0 RETURNING completed", sessionId).toArray()[0];
+    if (newly === undefined) return;
+    const g = this.sql
+      .exec<{ completed_sessions: number; state: string }>(
+        "UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ? RETURNING completed_sessions, state",
+        newly.completed,
+        groupId,
+      )
+      .one();
+    if (g.state === "ready" && g.completed_sessions < groupSize) {
+      this.sql.exec("UPDATE buf_groups SET state = 'pending', ready_seq = NULL, ready_at = NULL WHERE group_id = ?", groupId);
+    }
+    this.bump((c) => ({ ...c, failed: c.failed + 1 }));
+  }
+
+  /**
+   * Steps of the groups' completed sessions, ordered by session and step, terminal rewards
+   * propagated. A complete group's failed sessions are left out; a partial group's are in, with
+   * usable false, so that the trainer sees the whole group and its mask.
+   */
   private items(groups: string[], stale: Set<string>) {
     return groups.flatMap((id) => {
       const steps = this.sql
-        .exec<StoredStep & { terminal_reward: number | null }>(
-          `SELECT s.*, x.terminal_reward FROM buf_steps s JOIN buf_sessions x ON x.session_id = s.session_id
-           WHERE s.group_id = ? AND x.completed = 1 ORDER BY s.session_id, s.step_index, s.pk`,
+        .exec<StoredStep & { terminal_reward: number | null; failed: number }>(
+          `SELECT s.*, x.terminal_reward, x.failed FROM buf_steps s JOIN buf_sessions x ON x.session_id = s.session_id
+           WHERE s.group_id = ?1 AND x.completed = 1 AND (x.failed = 0 OR (SELECT partial FROM buf_groups WHERE group_id = ?1) = 1)
+           ORDER BY s.session_id, s.step_index, s.pk`,
           id,
         )
         .toArray();
-      return steps.map((s) => toItem(s, s.terminal_reward, stale.has(id)));
+      return steps.map((s) => toItem(s, s.terminal_reward, stale.has(id), s.failed === 1));
     });
   }
 
@@ -492,11 +676,22 @@ export class RolloutBuffer {
     for (const body of clearSessionsCommands(sessions, reason)) this.host.enqueue(body);
   }
 
-  private recordOutcome(groupId: string, outcome: "delivered" | "dropped", reason: string, stale: boolean, steps: number, cursor: number | null, now: number): void {
+  /** The group's outcome on its way to D1; `consumed`: a delivered group's report and the consumer's version. */
+  private recordOutcome(
+    groupId: string,
+    outcome: "delivered" | "dropped",
+    reason: string,
+    stale: boolean,
+    steps: number,
+    cursor: number | null,
+    now: number,
+    consumed: { consumer: number | null; report: GroupReport } | null = null,
+  ): void {
     const seq = this.bump((c) => ({ ...c, nextOutcomeSeq: c.nextOutcomeSeq + 1 })).nextOutcomeSeq - 1;
     const agg = this.sql
-      .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null }>(
-        "SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg, (SELECT min_weight_version FROM buf_groups WHERE group_id = ?1) AS minwv, (SELECT run FROM buf_groups WHERE group_id = ?1) AS run",
+      .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null; failed: number; partial: number }>(
+        `SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg,
+           g.min_weight_version AS minwv, g.run AS run, g.failed_sessions AS failed, g.partial AS partial FROM buf_groups g WHERE g.group_id = ?1`,
         groupId,
       )
       .one();
@@ -516,6 +711,11 @@ export class RolloutBuffer {
         minWeightVersion: agg.minwv,
         pullCursor: cursor,
         decidedAt: now,
+        failedSessions: agg.failed,
+        partial: agg.partial === 1,
+        consumerWeightVersion: consumed?.consumer ?? null,
+        lagVersions: consumed?.report.lag_versions ?? null,
+        queuedSeconds: consumed?.report.queued_seconds ?? null,
       },
     });
   }

@@ -1,7 +1,8 @@
 /**
  * The engine's rules as plain functions: no storage, no runtime, so they test in isolation.
  */
-import type { EngineStatus } from "../protocol/status";
+import { isRolling, type EngineStatus } from "../protocol/status";
+import type { SyncConfig } from "../protocol/sync";
 
 /** AgentJet's SwarmClient parses these texts: "No available episodes to claim." means retry in 2 s. */
 export const NO_EPISODES_CAUSE = "No available episodes to claim. Try again (maybe 1 minute) later.";
@@ -15,6 +16,21 @@ const ADVICE: Record<EngineStatus, string> = {
   "ENGINE.ROLLING_POST": "Engine is in post-rolling phase. Try again (maybe 1 minute) later.",
   "ENGINE.ROLLING": "",
 };
+
+/**
+ * A claim that staleness_policy pace holds back: it begins with the text the client retries on
+ * in 2 s, since the wait is short (until the trainer consumes what is waiting), and says why.
+ */
+export const PACED_CAUSE =
+  "No available episodes to claim. Pacing: the rollouts under way would otherwise be consumed more than max_staleness weight versions late; try again shortly.";
+
+/**
+ * Whether claimed episodes live in this status: while rolling, as AgentJet has it, and through a
+ * weight sync when the engine keeps its claims across syncs.
+ */
+export function claimsLive(status: EngineStatus, sync: SyncConfig): boolean {
+  return isRolling(status) || (sync.keep_claims_across_sync && status === "ENGINE.WEIGHT_SYNCING");
+}
 
 /** The seed's fail_cause for a claim while the engine is not ROLLING, text for text. */
 export function notReadyCause(status: EngineStatus): string {

@@ -220,6 +220,34 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // row, so the alarm removes them in its batches rather than this migration at once.
   `UPDATE buf_groups SET sessions_expire_at = last_row_at + 604800000
      WHERE state IN ('delivered', 'dropped') AND pull_cursor IS NULL AND sessions_expire_at IS NULL;`,
+  // 8: failures that are not the policy's, and staleness as consumption lag. A buffer session
+  // may be failed (failed_infra: kept, counted, never usable); a group counts its failed
+  // sessions, may be delivered partial at its TTL, and remembers when it began and became
+  // ready. A pull keeps its per-group report, so that reading it again gives it unchanged.
+  // An AgentJet claim remembers the weight version it was claimed at; a failed_infra end is
+  // marked in finished, and failed_rollouts holds every failed claim (failed_infra, aborted,
+  // reaped) of the rolling phase, for the pool's per-task view. Existing groups began at their
+  // last row, which is what they knew.
+  `ALTER TABLE buf_sessions ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE buf_groups ADD COLUMN failed_sessions INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE buf_groups ADD COLUMN partial INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE buf_groups ADD COLUMN first_row_at INTEGER;
+   ALTER TABLE buf_groups ADD COLUMN ready_at INTEGER;
+   UPDATE buf_groups SET first_row_at = last_row_at;
+   ALTER TABLE buf_pulls ADD COLUMN report TEXT;
+   ALTER TABLE episodes ADD COLUMN claim_weight_version INTEGER;
+   ALTER TABLE finished ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+   CREATE TABLE IF NOT EXISTS failed_rollouts (
+     episode_uuid TEXT NOT NULL,
+     fence INTEGER NOT NULL,
+     client_uuid TEXT NOT NULL,
+     task_id TEXT NOT NULL,
+     reason TEXT NOT NULL CHECK (reason IN ('failed_infra', 'aborted', 'reaped')),
+     global_step INTEGER,
+     run INTEGER NOT NULL,
+     at INTEGER NOT NULL,
+     PRIMARY KEY (episode_uuid, fence)
+   ) WITHOUT ROWID;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

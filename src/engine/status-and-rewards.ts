@@ -10,14 +10,14 @@ import type { BoolResponse, EngineStatusResponse, UpdateEngineStatusRequest } fr
 import type { CommandBody } from "../protocol/commands";
 import type { TrainerExitRequest } from "../protocol/agent";
 import type { RewardHistoryQuery, RunBeginning } from "../protocol/history";
-import { isRolling } from "../protocol/status";
 import { storedStringTooLarge } from "../protocol/limits";
+import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import type { EngineStore, Meta } from "./engine-store";
 import type { Episodes } from "./episodes";
 import type { HistoryRuns } from "./history-runs";
 import type { OutboxItem } from "./outbox";
 import { fail, ok, type Reply } from "./reply";
-import { EMPTY_ACCUMULATOR, accumulate, runBeginning, summarize, type RewardAccumulator } from "./rules";
+import { EMPTY_ACCUMULATOR, accumulate, claimsLive, runBeginning, summarize, type RewardAccumulator } from "./rules";
 
 export type StatusHost = {
   now(): number;
@@ -72,11 +72,17 @@ export class StatusAndRewards {
   update(req: UpdateEngineStatusRequest): BoolResponse {
     const prev = this.store.meta;
     const began = runBeginning(prev, req);
-    if (isRolling(prev.status) && !isRolling(req.engine_status)) this.clearEpisodes();
+    // Leaving the statuses claims live in clears the pool (AgentJet's semantics); with
+    // keep_claims_across_sync, a weight sync is one of them, and its time is given back to the leases.
+    if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes();
+    const wasSyncing = prev.status === "ENGINE.WEIGHT_SYNCING" && prev.syncingSince !== null;
+    const syncing = req.engine_status === "ENGINE.WEIGHT_SYNCING" && claimsLive(req.engine_status, prev.sync);
+    const syncingSince = syncing ? (wasSyncing ? prev.syncingSince : this.host.now()) : null;
+    const resumed = wasSyncing && !syncing && claimsLive(req.engine_status, prev.sync);
     // A new run has already written the step the old one was at.
     const freshRun = began !== null && this.beginRun(began).newRun;
     // From the store, not prev: clearing may have moved the fence floor, and a run begun.
-    const next: Meta = { ...this.store.meta, status: req.engine_status };
+    const next: Meta = { ...this.store.meta, status: req.engine_status, syncingSince };
     if (req.engine_status === "ENGINE.BOOTING" && prev.status !== "ENGINE.BOOTING") next.bootingStartTime = this.host.now() / 1000;
     if (prev.status === "ENGINE.BOOTING" && req.engine_status !== "ENGINE.BOOTING") next.bootingStartTime = null;
     if (req.global_step !== undefined && req.global_step !== null) {
@@ -90,7 +96,23 @@ export class StatusAndRewards {
     if (req.engine_status_detail !== undefined && req.engine_status_detail !== null) next.detail = req.engine_status_detail;
     if (req.weight_version !== undefined && req.weight_version !== null) next.weightVersion = req.weight_version;
     this.store.saveMeta(next);
+    if (resumed) this.episodes.extendLeases(this.host.now() - (prev.syncingSince ?? this.host.now()));
     return { success: true, failure_reason: "" };
+  }
+
+  /**
+   * Sets keep_claims_across_sync and sync_hold_seconds. Refused while a weight sync keeps claims
+   * (or would, were it on): turning it over then would leave claims with no status to live in, or
+   * clear a pool AgentJet expects cleared already.
+   */
+  configureSync(patch: UpdateSyncConfigRequest): Reply<SyncConfig> {
+    const meta = this.store.meta;
+    const next = { ...meta.sync, ...patch };
+    if (meta.status === "ENGINE.WEIGHT_SYNCING" && next.keep_claims_across_sync !== meta.sync.keep_claims_across_sync) {
+      return fail(409, "engine_syncing", "keep_claims_across_sync cannot change during ENGINE.WEIGHT_SYNCING; change it while the engine rolls or is offline.");
+    }
+    this.store.saveMeta({ ...meta, sync: next });
+    return ok(next);
   }
 
   /** The agent reports that the trainer process ended: the engine goes OFFLINE, saying how. */

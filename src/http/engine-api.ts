@@ -45,6 +45,7 @@ import {
 import { formatBytes, MAX_STORED_BYTES } from "../protocol/limits";
 import { GatewaySecretResponse } from "../protocol/relay";
 import { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
+import { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { BeginRunRequest, BeginRunResponse, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
 import {
   BufferConfig,
@@ -221,6 +222,12 @@ export const ENGINE_API: RouteSpec[] = [
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),
 
   // The trajectory ledger's settings (its records are read through src/ledger's routes)
+  get("/sync/config", "get_sync_config", "Whether claims survive ENGINE.WEIGHT_SYNCING (keep_claims_across_sync; off by default, as AgentJet expects) and how long relayed calls wait for a sync.", SyncConfig, (s, who) =>
+    s.syncConfig(who),
+  ),
+  post("/sync/config", "configure_sync", "Set keep_claims_across_sync and sync_hold_seconds; refused 409 while a weight sync is under way.", UpdateSyncConfigRequest, SyncConfig, (s, who, b) =>
+    s.configureSync(who, b),
+  ),
   get("/ledger/config", "get_ledger_config", "What the gateway records of each relayed call (capture) and for how many days.", LedgerConfig, (s, who) => s.ledgerConfig(who)),
   post("/ledger/config", "configure_ledger", "Set capture (off, messages, tokens) and retention_days.", UpdateLedgerConfigRequest, LedgerConfig, (s, who, b) => s.configureLedger(who, b)),
 

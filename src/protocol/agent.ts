@@ -156,6 +156,7 @@ export type RunningEpisodesResponse = z.infer<typeof RunningEpisodesResponse>;
 /** Train episodes ended during the current global step, per task (at most 500 tasks, most episodes first). */
 export const CompletedTasksResponse = z.object({
   global_step: z.number().nullable(),
-  tasks: z.array(z.object({ task_id: z.string(), episodes: z.number(), clients: z.number(), mean_reward: z.number().nullable() })),
+  /** episodes count usable ends; failed counts the task's claims that failed_infra, were aborted or reaped. */
+  tasks: z.array(z.object({ task_id: z.string(), episodes: z.number(), clients: z.number(), mean_reward: z.number().nullable(), failed: z.number() })),
 });
 export type CompletedTasksResponse = z.infer<typeof CompletedTasksResponse>;

@@ -29,6 +29,12 @@ export const StepRow = z
     truncated: z.boolean().default(false),
     is_session_completed: z.boolean().default(false),
     weight_version: z.number().int().nonnegative().default(0),
+    /**
+     * Our addition: the session failed for a reason that is not the policy's (the sandbox died,
+     * the judge timed out). Sticky: one such row marks its whole session. A failed session is
+     * kept and counted but does not count toward its group's group_size, and is not trained on.
+     */
+    failed_infra: z.boolean().default(false),
   })
   // Free-form fields (env_id, anything a worker wants kept) ride along into extra_info.
   .catchall(z.unknown());
@@ -76,6 +82,26 @@ export const RolloutItem = z.object({
 });
 export type RolloutItem = z.infer<typeof RolloutItem>;
 
+/** What a pull says of each group it hands out: its failures, and how far off-policy it is. */
+export const GroupReport = z.object({
+  group_id: z.string(),
+  /** Completed sessions that count (not failed_infra); the items of these carry extra_info.usable true. */
+  usable_sessions: z.number().int(),
+  /** Sessions marked failed_infra (also aborted or reaped AgentJet claims): kept and counted, never usable. */
+  failed_sessions: z.number().int(),
+  /** Delivered at its TTL with fewer than group_size usable sessions (partial_groups: deliver). */
+  partial: z.boolean(),
+  /** The weight version of the group's oldest segment: an AgentJet rollout's is the version it was claimed at. */
+  oldest_weight_version: z.number().int().nullable(),
+  /** consumer_weight_version minus oldest_weight_version: the group's lag in versions when it was consumed. */
+  lag_versions: z.number().int().nullable(),
+  /** Seconds from the group's first row to this pull. */
+  age_seconds: z.number(),
+  /** Seconds the group waited ready in the buffer before this pull (prime-rl #3310: the queue is off-policyness too). */
+  queued_seconds: z.number(),
+});
+export type GroupReport = z.infer<typeof GroupReport>;
+
 export const RolloutMetaInfo = z.object({
   total_samples: z.number().int(),
   avg_reward: z.number(),
@@ -86,6 +112,10 @@ export const RolloutMetaInfo = z.object({
   cursor: z.number().int().nullable(),
   /** Our addition: groups in this pull that lag more than max_staleness weight versions. */
   stale_groups: z.array(z.string()),
+  /** Our addition: the trainer's weight version when it pulled (update_engine_status), null if it never said. */
+  consumer_weight_version: z.number().int().nullable(),
+  /** Our addition: one report per group of the pull, in finished_groups' order. */
+  groups: z.array(GroupReport),
 });
 
 export const GetRolloutDataResponse = z.object({
@@ -95,9 +125,17 @@ export const GetRolloutDataResponse = z.object({
 });
 export type GetRolloutDataResponse = z.infer<typeof GetRolloutDataResponse>;
 
-export const STALENESS_POLICIES = ["flag", "drop"] as const;
+/**
+ * flag delivers stale groups marked; drop discards them at the pull; pace discards nothing and
+ * instead holds back new work (claims, sessions of new groups) while what is already under way
+ * could be consumed more than max_staleness versions late (src/engine/pacing.ts).
+ */
+export const STALENESS_POLICIES = ["flag", "drop", "pace"] as const;
 export const StalenessPolicy = z.enum(STALENESS_POLICIES);
 export type StalenessPolicy = z.infer<typeof StalenessPolicy>;
+
+export const PartialGroupsPolicy = z.enum(["deliver", "drop"]);
+export type PartialGroupsPolicy = z.infer<typeof PartialGroupsPolicy>;
 
 export const BufferConfig = z.object({
   group_size: z.number().int().min(1).max(4096),
@@ -106,6 +144,14 @@ export const BufferConfig = z.object({
   /** Weight versions a group's oldest step may lag behind the trainer's; null disables. */
   max_staleness: z.number().int().min(0).nullable(),
   staleness_policy: StalenessPolicy,
+  /**
+   * Rollouts the trainer consumes per weight version (its batch), for pace. Null: measured from
+   * the pulls (sessions handed out per version), else taken from an AgentJet claim's
+   * throttle_policy (expected_batch_size x expected_num_repeat).
+   */
+  rollouts_per_version: z.number().int().min(1).max(1_000_000).nullable(),
+  /** What happens to a group still short of group_size usable sessions at its TTL: delivered with its usable mask, or dropped. */
+  partial_groups: PartialGroupsPolicy,
   /**
    * Bytes of UTF-8 in one row's messages (as JSON) and response. At most what one stored value
    * may take: a row is also refused when, with its extra fields, it would not fit the engine's
@@ -120,6 +166,8 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
   ttl_seconds: 1800,
   max_staleness: 4,
   staleness_policy: "flag",
+  rollouts_per_version: null,
+  partial_groups: "drop",
   max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
 };
 
@@ -145,12 +193,36 @@ export const BufferStats = z.object({
   pending_steps: z.number(),
   late_rows_ignored: z.number(),
   duplicate_rows: z.number(),
+  /** Sessions marked failed_infra, aborted or reaped claims included. */
+  failed_sessions: z.number(),
+  /** Groups delivered at their TTL short of group_size usable sessions (partial_groups: deliver). */
+  partial_groups_delivered: z.number(),
+  /** Groups dropped at their TTL short of group_size usable sessions. */
+  partial_groups_dropped: z.number(),
+  /** Rollouts the trainer took per weight version, as last measured from its pulls; null until it moved on once. */
+  measured_rollouts_per_version: z.number().nullable(),
+  /** Claims and new groups' sessions held back by pace (not discarded: the client asks again). */
+  paced_refusals: z.number(),
 });
 export type BufferStats = z.infer<typeof BufferStats>;
+
+/** The last pull's staleness, for the dashboard: its groups' reports, the most lagging first. */
+export const LastPull = z.object({
+  cursor: z.number().int(),
+  /** Unix seconds. */
+  pulled_at: z.number(),
+  consumer_weight_version: z.number().int().nullable(),
+  group_count: z.number().int(),
+  /** At most LAST_PULL_GROUPS of them, by lag (most first), then time queued. */
+  groups: z.array(GroupReport),
+});
+export type LastPull = z.infer<typeof LastPull>;
+
+export const LAST_PULL_GROUPS = 20;
 
 export const HealthResponse = z.object({
   status: z.literal("healthy"),
   engine_status: z.string(),
-  buffer: BufferStats.extend({ config: BufferConfig }),
+  buffer: BufferStats.extend({ config: BufferConfig, last_pull: LastPull.nullable() }),
   agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
 });

@@ -9,3 +9,4 @@ export * from "./runs";
 export * from "./limits";
 export * from "./history";
 export * from "./ledger";
+export * from "./sync";

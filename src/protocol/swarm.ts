@@ -144,6 +144,15 @@ export type EpisodeBufferResponse = z.infer<typeof EpisodeBufferResponse>;
 
 const count = z.number().int().default(0);
 
+/** Our addition: a task's train claims that failed for reasons not the policy's, by reason, and their episodes. */
+export const FailedTask = z.object({
+  failed_infra: z.number().int(),
+  aborted: z.number().int(),
+  reaped: z.number().int(),
+  episode_uuids: z.array(z.string()),
+});
+export type FailedTask = z.infer<typeof FailedTask>;
+
 /** What the trainer posts; fields the engine computes itself are accepted and then ignored. */
 export const CurrentBatchRolloutPoolInformation = z.object({
   sample_collection_method: z.string().default(""),
@@ -161,6 +170,8 @@ export const CurrentBatchRolloutPoolInformation = z.object({
   engine_status: z.string().nullable().default(null),
   global_step: z.number().int().nullable().default(null),
   booting_start_time: z.number().nullable().default(null),
+  /** Our addition, computed by the engine: failed rollouts per task, apart from completed_tasks_rewards. */
+  failed_tasks: z.record(z.string(), FailedTask).default({}),
 });
 export type CurrentBatchRolloutPoolInformation = z.infer<typeof CurrentBatchRolloutPoolInformation>;
 

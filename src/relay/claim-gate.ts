@@ -16,7 +16,7 @@
  * Only keys whose signature the Worker has verified come here: nothing forged reaches the engine.
  */
 import type { ClaimKeyFields } from "../auth/claim-key";
-import type { Admission, ClaimStanding, ClaimTerms, EngineTerms, RelaySyncAnswer, RelaySyncItem } from "../engine/relay-admission";
+import type { Admission, ClaimStanding, ClaimTerms, EngineTerms, RelaySyncAnswer, RelaySyncItem, SyncHold } from "../engine/relay-admission";
 import { fail, ok, type Failure, type Reply } from "../engine/reply";
 
 /** How long an answer of the engine is used, from when the batch that fetched it was sent. */
@@ -60,6 +60,8 @@ type Entry = {
   epoch: number;
   /** The refresh on its way that asks about this claim, and when it was sent. */
   inFlight: { sentAt: number; done: Promise<unknown> } | null;
+  /** Whether the last of `calls` is a call being asked about (it is no call if the answer is a hold). */
+  carrying: boolean;
 };
 
 const claimId = (k: ClaimKeyFields): string => `${k.episode_uuid}\n${k.fence}\n${k.incarnation}`;
@@ -73,6 +75,9 @@ export class ClaimGate {
   /** Why the engine serves no call now (not rolling, no gateway, gone), and until when that answer is used. */
   private refusal: Failure | null = null;
   private refusalUntil = 0;
+  /** The engine is in a weight sync that keeps its claims: calls of live claims wait (SyncHold), until when that answer is used. */
+  private held: SyncHold | null = null;
+  private heldUntil = 0;
   /** Bumped by `forget()`: an older batch's word on the whole engine is not used. */
   private epoch = 0;
   private refreshing = false;
@@ -86,27 +91,32 @@ export class ClaimGate {
   ) {}
 
   /** Admits one call of a verified key: from the cache while the engine's answer is fresh, else by asking the engine. */
-  async admit(key: ClaimKeyFields, background: Background): Promise<Reply<Admission>> {
+  async admit(key: ClaimKeyFields, background: Background): Promise<Reply<Admission | SyncHold>> {
     const id = claimId(key);
     const e = this.entries.get(id) ?? this.add(id, key);
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = this.clock.now();
       if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
       const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
-      if (this.usable(e, now)) return this.fromCache(e, now, refreshDue, background);
+      if (this.usable(e, now)) return this.heldNow(e, now) ?? this.fromCache(e, now, refreshDue, background);
       const waited = e.inFlight;
       if (waited !== null && now - waited.sentAt < FRESH_MS) {
         // A refresh already asks about this claim: its answer is as good as one asked for now (sent
         // within FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
         await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
         const later = this.clock.now();
-        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.fromCache(e, later, false, background);
+        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.heldNow(e, waited.sentAt) ?? this.fromCache(e, later, false, background);
         continue;
       }
       // Asked now, the call goes with the question: its activity is written before the answer
       // comes. A refresh that is due asks about it with every other claim in use, in one request.
-      e.calls++;
-      e.lastCallAt = now;
+      // Not while the engine was last seen holding calls: a held call is not one, and is counted when admitted.
+      const carried = this.held === null;
+      if (carried) {
+        e.calls++;
+        e.lastCallAt = now;
+        e.carrying = true;
+      }
       let applied: boolean;
       try {
         const r = await this.batch(refreshDue, e);
@@ -118,7 +128,11 @@ export class ClaimGate {
       }
       if (applied) {
         const standing = e.standing as Reply<ClaimStanding>;
-        return standing.ok ? this.admission(e) : standing;
+        if (!standing.ok) return standing;
+        const held = this.heldNow(e, e.fetchedAt);
+        if (held !== null) return held;
+        if (!carried) return this.fromCache(e, this.clock.now(), false, background);
+        return this.admission(e);
       }
       // Overtaken by a forget: the call was sent (and counted if the claim was live); ask again without it.
       return this.recheck(e);
@@ -126,14 +140,38 @@ export class ClaimGate {
     return UNSETTLED;
   }
 
+  /**
+   * admit, holding a call through a weight sync that keeps the claims (keep_claims_across_sync):
+   * asked again every retry_after_ms until the sync is over, then admitted on the new weights;
+   * 503 sync_hold_expired once the engine's sync_hold_seconds have passed since the call came.
+   */
+  async admitThroughSync(key: ClaimKeyFields, background: Background): Promise<Reply<Admission>> {
+    const arrived = this.clock.now();
+    for (;;) {
+      const r = await this.admit(key, background);
+      if (!r.ok || !("hold" in r.body)) return r as Reply<Admission>;
+      const left = arrived + r.body.hold_seconds * 1000 - this.clock.now();
+      if (left <= 0) {
+        return fail(503, "sync_hold_expired", `The engine has been syncing weights for longer than a call waits (sync_hold_seconds: ${r.body.hold_seconds}); the claim lives on: call again.`);
+      }
+      await this.clock.wait(Math.min(r.body.retry_after_ms, left));
+    }
+  }
+
+  /** The hold a live claim's call gets now, if the engine's last word (at `asOf`) was that it syncs weights keeping its claims. */
+  private heldNow(e: Entry, asOf: number): Reply<SyncHold> | null {
+    if (this.held === null || asOf >= this.heldUntil || e.standing?.ok !== true) return null;
+    return ok(this.held);
+  }
+
   /** After an answer `forget` overtook: asks about the claim alone until an answer holds (the call is already counted). */
-  private async recheck(e: Entry): Promise<Reply<Admission>> {
+  private async recheck(e: Entry): Promise<Reply<Admission | SyncHold>> {
     for (let attempt = 0; attempt < 2; attempt++) {
       const r = await this.batch(false, e).catch(() => fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again."));
       if (!r.ok) return r;
       if (r.body) {
         const standing = e.standing as Reply<ClaimStanding>;
-        return standing.ok ? this.admission(e) : standing;
+        return standing.ok ? (this.heldNow(e, e.fetchedAt) ?? this.admission(e)) : standing;
       }
     }
     return UNSETTLED;
@@ -144,6 +182,7 @@ export class ClaimGate {
     if (episodeUuid === undefined) {
       this.epoch++;
       this.refusal = null;
+      this.held = null;
     }
     for (const e of this.entries.values()) {
       if (episodeUuid !== undefined && e.key.episode_uuid !== episodeUuid) continue;
@@ -193,6 +232,8 @@ export class ClaimGate {
   /** Whether `e`'s answer may admit a call at `now`: fresh (until `freshUntil`), and for a live claim with lease to spare. */
   private usable(e: Entry, now: number, freshUntil = e.freshUntil): boolean {
     if (e.standing === null || now >= freshUntil) return false;
+    // A live claim's calls need the engine's terms, which an answer during a sync does not give.
+    if (e.standing.ok && this.engineTerms === null && this.heldNow(e, now) === null) return false;
     // A dead claim's answer holds while fresh; a live one's only while its lease has margin.
     return !e.standing.ok || now + LEASE_MARGIN_MS < e.leaseUntil;
   }
@@ -202,7 +243,7 @@ export class ClaimGate {
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null };
+    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null, carrying: false };
     this.entries.set(id, e);
     return e;
   }
@@ -259,13 +300,18 @@ export class ClaimGate {
     const gateEpoch = this.epoch;
     const epochs = batch.map((e) => e.epoch);
     const counts = batch.map((e) => e.calls);
-    const items: RelaySyncItem[] = batch.map((e) => ({ key: e.key, calls: e.calls, idle_ms: e.calls > 0 ? sentAt - e.lastCallAt : 0, detail: e.terms === null }));
+    const carrying = batch.map((e) => e.carrying);
+    const items: RelaySyncItem[] = batch.map((e) => ({ key: e.key, calls: e.calls, idle_ms: e.calls > 0 ? sentAt - e.lastCallAt : 0, detail: e.terms === null, carries: e.carrying }));
+    for (const e of batch) e.carrying = false;
     for (const e of batch) e.calls = 0;
     let reply: Reply<RelaySyncAnswer>;
     try {
       reply = await this.engine(items);
     } catch (err) {
-      batch.forEach((e, i) => (e.calls += counts[i] ?? 0));
+      batch.forEach((e, i) => {
+        e.calls += counts[i] ?? 0;
+        e.carrying ||= carrying[i] ?? false;
+      });
       throw err;
     }
     if (!reply.ok) {
@@ -279,6 +325,8 @@ export class ClaimGate {
     }
     if (gateEpoch === this.epoch) {
       this.refusal = null;
+      this.held = reply.body.hold;
+      this.heldUntil = sentAt + FRESH_MS;
       if (reply.body.engine !== null) this.engineTerms = reply.body.engine;
     }
     const applied = batch.map((e, i) => {

@@ -55,7 +55,7 @@ export async function beforeEngineRead(env: Pick<Env, "ENGINE">, engine: string)
 }
 
 /** Operations after which nothing the gate knows of the engine holds: its status, capture or run changed. */
-const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "stop_engine", "agent_trainer_exit", "configure_ledger", "sync_train_config", "begin_history_run"]);
+const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "stop_engine", "agent_trainer_exit", "configure_ledger", "configure_sync", "sync_train_config", "begin_history_run"]);
 
 /**
  * After an engine API call handled in this isolate: an end or abort forgets its episode's claim,

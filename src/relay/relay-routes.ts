@@ -73,8 +73,9 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
     request = shape.data;
   }
 
-  // Admitted by this isolate's gate: one engine request per batch of calls, not one per call.
-  const admitted = await claimGate(c.env, key.engine).admit(key, (work) => c.executionCtx.waitUntil(work));
+  // Admitted by this isolate's gate: one engine request per batch of calls, not one per call;
+  // held there through a weight sync that keeps the claims (keep_claims_across_sync).
+  const admitted = await claimGate(c.env, key.engine).admitThroughSync(key, (work) => c.executionCtx.waitUntil(work));
   if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
 
   const deadline = numberVar(c.env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);

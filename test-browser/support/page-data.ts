@@ -43,7 +43,13 @@ const jsonValues = (page: Page, selector: string, keyAttr: string): Promise<Reco
 /** The buffer panel's group bar as /health's counts would fill it. */
 export const groupsOf = (b: BufferStats): Record<string, number> => ({ pending: b.pending_groups, ready: b.ready_groups, delivered: b.delivered_groups, dropped: b.dropped_groups });
 
-export type BufferOnPage = { groups: Record<string, number>; stats: Record<string, unknown>; config: Record<string, unknown> };
+export type BufferOnPage = {
+  groups: Record<string, number>;
+  stats: Record<string, unknown>;
+  config: Record<string, unknown>;
+  /** The last pull's table: each row's group, lag, oldest version and seconds queued. */
+  lastPull: { group: string | null; lag: unknown; oldest: unknown; queued: number }[];
+};
 
 /** The rollout buffer panel: groups by state, its row counts and its settings. */
 export async function bufferOnPage(page: Page): Promise<BufferOnPage> {
@@ -51,6 +57,14 @@ export async function bufferOnPage(page: Page): Promise<BufferOnPage> {
     groups: await legendCounts(page, "buffer-groups"),
     stats: await jsonValues(page, "#buffer [data-stat]", "data-stat"),
     config: await jsonValues(page, "#buffer-config [data-config]", "data-config"),
+    lastPull: await page.$$eval("#buffer-last-pull tr[data-group]", (rows) =>
+      rows.map((r) => ({
+        group: r.getAttribute("data-group"),
+        lag: JSON.parse(r.getAttribute("data-lag") ?? "null") as unknown,
+        oldest: JSON.parse(r.getAttribute("data-oldest") ?? "null") as unknown,
+        queued: Number(r.getAttribute("data-queued")),
+      })),
+    ),
   };
 }
 

@@ -30,10 +30,53 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("group_size", c.group_size, `group size ${c.group_size}`),
       setting("ttl_seconds", c.ttl_seconds, c.ttl_seconds === 0 ? "incomplete groups kept forever" : `incomplete groups dropped after ${fmt.duration(c.ttl_seconds)} without rows`),
       setting("max_staleness", c.max_staleness, c.max_staleness === null ? "no staleness check" : `stale beyond ${c.max_staleness} weight versions`),
-      setting("staleness_policy", c.staleness_policy, c.staleness_policy === "flag" ? "stale groups delivered, flagged" : "stale groups dropped"),
+      setting("staleness_policy", c.staleness_policy, STALENESS_TEXT[c.staleness_policy]),
+      setting("rollouts_per_version", c.rollouts_per_version, c.rollouts_per_version === null ? "trainer's batch measured" : `trainer takes ${c.rollouts_per_version} per version`),
+      setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${kib(c.max_message_bytes)}`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
+  }
+
+  const STALENESS_TEXT: Record<Buffer["config"]["staleness_policy"], string> = {
+    flag: "stale groups delivered, flagged",
+    drop: "stale groups dropped",
+    pace: "new work held back instead of dropping stale groups",
+  };
+
+  /** The last pull's most lagging groups: how far off-policy each was when consumed, and how long it waited. */
+  function lastPull(p: Buffer["last_pull"]): DomElement | null {
+    if (p === null) return null;
+    const version = p.consumer_weight_version === null ? "no weight version reported" : `trainer at weight version ${p.consumer_weight_version}`;
+    return h(
+      "div",
+      { id: "buffer-last-pull", "data-cursor": p.cursor, "data-groups": p.group_count },
+      h("p", { class: "sub" }, `Last pull (${fmt.count(p.group_count)} groups, ${version}), the most lagging first`),
+      h(
+        "table",
+        {},
+        h(
+          "thead",
+          {},
+          h("tr", {}, h("th", {}, "Group"), h("th", { class: "num" }, "Lag (versions)"), h("th", { class: "num" }, "Oldest version"), h("th", { class: "num" }, "Queued"), h("th", { class: "num" }, "Usable / failed")),
+        ),
+        h(
+          "tbody",
+          {},
+          ...p.groups.map((g) =>
+            h(
+              "tr",
+              { "data-group": g.group_id, "data-lag": JSON.stringify(g.lag_versions), "data-oldest": JSON.stringify(g.oldest_weight_version), "data-queued": g.queued_seconds },
+              h("td", { title: g.group_id, class: "mono" }, fmt.shortId(g.group_id) + (g.partial ? " (partial)" : "")),
+              h("td", { class: "num" }, g.lag_versions === null ? "–" : String(g.lag_versions)),
+              h("td", { class: "num" }, g.oldest_weight_version === null ? "–" : String(g.oldest_weight_version)),
+              h("td", { class: "num" }, fmt.duration(g.queued_seconds)),
+              h("td", { class: "num" }, `${g.usable_sessions} / ${g.failed_sessions}`),
+            ),
+          ),
+        ),
+      ),
+    );
   }
 
   function figure(key: keyof Buffer, label: string, value: number, title: string): DomElement {
@@ -42,6 +85,8 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
 
   function render(health: Health): DomElement {
     const b = health.buffer;
+    const last = lastPull(b.last_pull);
+    const pulled = last === null ? [] : [last];
     if (!inUse(b)) {
       return h(
         "div",
@@ -66,7 +111,12 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
         figure("stale_groups", "stale groups", b.stale_groups, "Groups that lagged the trainer's weight version by more than max_staleness when pulled or dropped"),
         figure("late_rows_ignored", "late rows ignored", b.late_rows_ignored, "New rows for groups already delivered or dropped"),
         figure("duplicate_rows", "duplicate rows", b.duplicate_rows, "Rows sent again (same session and step): stored once"),
+        figure("failed_sessions", "failed sessions", b.failed_sessions, "Sessions marked failed_infra (aborted or reaped AgentJet claims too): kept, never counted toward a group"),
+        figure("partial_groups_delivered", "partial groups delivered", b.partial_groups_delivered, "Groups delivered at their TTL short of group_size usable sessions, with a usable mask"),
+        figure("partial_groups_dropped", "partial groups dropped", b.partial_groups_dropped, "Groups dropped at their TTL short of group_size usable sessions"),
+        figure("paced_refusals", "held back by pace", b.paced_refusals, "Claims and new groups held back so that what is under way is not consumed too stale"),
       ),
+      ...pulled,
       settings(b.config),
     );
   }

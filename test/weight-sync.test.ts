@@ -1,0 +1,114 @@
+/**
+ * Carrying rollouts on through weight syncs (keep_claims_across_sync, protocol/sync.ts): the
+ * engine's side. Off, leaving ENGINE.ROLLING clears the pool as AgentJet expects; on, claims and
+ * their leases survive ENGINE.WEIGHT_SYNCING and a relayed call of a live claim is answered
+ * "hold" until the sync ends, then admitted on the new weights' version.
+ */
+import { describe, expect, it } from "vitest";
+import { notReadyCause } from "../src/engine/rules";
+import { advance, claimKeyFields, createEngine, endBody, engineStats, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
+
+async function claim(e: TestEngine, client: string, timeoutSeconds = 60) {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
+  expect(c.success).toBe(true);
+  return { episode: c.episode_uuid, key: await claimKeyFields(c.openai_api_key) };
+}
+
+const status = (e: TestEngine, engine_status: "ENGINE.ROLLING" | "ENGINE.WEIGHT_SYNCING" | "ENGINE.OFFLINE", weight_version?: number) =>
+  e.as("trainer").updateEngineStatus({ engine_status, ...(weight_version !== undefined ? { weight_version } : {}) });
+
+async function rolling(keep: boolean): Promise<TestEngine> {
+  const e = await createEngine("sync");
+  if (keep) expect(await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 30 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 30 });
+  await rollingWith(e, 3);
+  await withGateway(e);
+  await status(e, "ENGINE.ROLLING", 7);
+  return e;
+}
+
+describe("weight syncs without keep_claims_across_sync (the default)", () => {
+  it("clears the pool when the engine leaves ROLLING, as AgentJet's SwarmClient relies on", async () => {
+    const e = await rolling(false);
+    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: false, sync_hold_seconds: 120 });
+    const c = await claim(e, "c1");
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c1", episode_uuid: c.episode })).toEqual({ can_continue: false });
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: false, status: 503, error: "engine_not_rolling" });
+    await expect(e.as("client").endEpisode(endBody("c1", c.episode, 1))).rejects.toMatchObject({ status: 400, code: "engine_not_rolling" });
+  });
+});
+
+describe("weight syncs with keep_claims_across_sync", () => {
+  it("keeps claims through the sync, holds their calls, and admits them after it on the new weights' version", async () => {
+    const e = await rolling(true);
+    const inFlight = await claim(e, "c1", 60);
+    const idle = await claim(e, "c2", 60);
+    const other = await claim(e, "c3", 60);
+    // A call admitted before the sync is in flight at the gateway when it begins.
+    expect(await e.stub.relayBeginOrHold(inFlight.key)).toMatchObject({ ok: true, body: { weight_version: 7 } });
+    await advance(e, 10_000);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 3 });
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c1", episode_uuid: inFlight.episode })).toEqual({ can_continue: true });
+    // A call that arrives now is to be held, not refused; the Worker that cannot hold gets the old 503, named.
+    expect(await e.stub.relayBeginOrHold(other.key)).toEqual({
+      ok: true,
+      body: { hold: "weight_syncing", weight_version_before: 7, hold_seconds: 30, retry_after_ms: 500, syncing_since: e.clock.t },
+    });
+    expect(await e.stub.relayBegin(other.key)).toMatchObject({ ok: false, status: 503, error: "weight_syncing" });
+    // No new claims during the sync, with the seed's cause (the client asks again later).
+    const refused = await e.as("client").claimEpisode({ client_uuid: "c4", discard_episode_timeout: 60 });
+    expect(refused.success).toBe(false);
+    expect(refused.fail_cause).toBe(notReadyCause("ENGINE.WEIGHT_SYNCING"));
+    // The rollout whose call was in flight finishes during the sync: its result is taken.
+    expect(await e.as("client").endEpisode(endBody("c1", inFlight.episode, 1))).toEqual({ success: true });
+    // A sync longer than the leases reaps nothing: their clients could not go on.
+    await advance(e, 120_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 2 });
+    await status(e, "ENGINE.ROLLING", 8);
+    // The leases got the sync's 120 s back: 50 s were left of them when it began.
+    const running = (await e.as("viewer").runningEpisodes()).episodes;
+    expect(running.map((r) => [r.client_uuid, r.expires_in])).toEqual([
+      ["c2", 50],
+      ["c3", 50],
+    ]);
+    // The held call goes on to the new weights, and says so.
+    expect(await e.stub.relayBeginOrHold(other.key)).toMatchObject({ ok: true, body: { weight_version: 8, client_uuid: "c3" } });
+    // The idle claim's lease still runs out, 50 s on.
+    await advance(e, 50_000);
+    expect(await e.stub.relayBeginOrHold(idle.key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect((await e.as("viewer").runningEpisodes()).episodes.map((r) => r.client_uuid)).toEqual(["c3"]);
+  });
+
+  it("gives an episode aborted during the sync back to the queue, and clears everything if the sync ends the engine", async () => {
+    const e = await rolling(true);
+    const c = await claim(e, "c1");
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await e.as("client").abortEpisode(endBody("c1", c.episode, 0, ""))).toEqual({ success: true });
+    expect(await engineStats(e)).toMatchObject({ registered: 3, claimed: 0 });
+    await status(e, "ENGINE.OFFLINE");
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
+  });
+
+  it("refuses to turn the option over during a sync, and bad values, changing nothing", async () => {
+    const e = await rolling(true);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    await expect(e.as("operator").configureSync({ keep_claims_across_sync: false })).rejects.toMatchObject({ status: 409, code: "engine_syncing" });
+    // The hold may change during a sync.
+    expect(await e.as("operator").configureSync({ sync_hold_seconds: 60 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60 });
+    for (const [body, code] of [
+      [{ sync_hold_seconds: -1 }, 422],
+      [{ sync_hold_seconds: 601 }, 422],
+      [{ keep_claims_across_sync: "yes" }, 422],
+      [{ unknown_field: true }, 422],
+    ] as const) {
+      expect((await raw(`/e/${e.name}/sync/config`, { token: e.tokens.operator, body: JSON.stringify(body) })).status, JSON.stringify(body)).toBe(code);
+    }
+    for (const role of ["viewer", "client", "trainer"] as const) {
+      expect((await raw(`/e/${e.name}/sync/config`, { token: e.tokens[role], body: JSON.stringify({ sync_hold_seconds: 5 }) })).status).toBe(403);
+    }
+    expect((await raw(`/e/${e.name}/sync/config`, { body: JSON.stringify({ sync_hold_seconds: 5 }) })).status).toBe(401);
+    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60 });
+  });
+});
