@@ -4,8 +4,8 @@
  * a measured window; or, with an infinite duration, until stop(). The iteration records its own
  * latencies for the requests that started inside the window (`loop.inWindow`), counts what it
  * completed (`loop.counted`) and reports failures (`loop.fault`). Over the window the CPU of
- * this process, of the target's workerd processes and of the rest of the machine is metered;
- * every 10 s a progress line goes to `log`.
+ * this process, of the target's workerd processes (and of any other groups of processes named)
+ * and of the rest of the machine is metered; every 10 s a progress line goes to `log`.
  */
 import { cpuMeter, type CpuUse } from "../stats";
 
@@ -45,6 +45,8 @@ export type LoopOptions = {
   unit: string;
   /** The target's processes (workerd), whose CPU is metered over the window. */
   serverPids?: number[];
+  /** More processes metered over the window, each group on its own (a relay's proxy, say): `server_cpu_pct` of `done`'s `groups`. */
+  groupPids?: Record<string, number[]>;
   log?: (line: string) => void;
 };
 
@@ -53,19 +55,23 @@ export type RunningLoop = {
   /** Ends the window now; the workers finish their current iteration. */
   stop(): void;
   /** Resolves with the window's CPU use once every worker has finished. */
-  done: Promise<CpuUse>;
+  done: Promise<LoopCpu>;
 };
+
+export type LoopCpu = CpuUse & { groups: Record<string, CpuUse> };
 
 /** `worker(i, window)` sets up worker i's state and returns its iteration. */
 export function closedLoop(o: LoopOptions, worker: (i: number, window: LoopWindow) => () => Promise<void>): RunningLoop {
   const w = new LoopWindow(o.warmupSec, o.durationSec);
   const log = o.log ?? (() => {});
   const meter = cpuMeter(o.serverPids ?? []);
-  let cpu: CpuUse | null = null;
+  const groups = Object.entries(o.groupPids ?? {}).map(([name, pids]) => [name, cpuMeter(pids)] as const);
+  const stopMeters = (): LoopCpu => ({ ...meter.stop(), groups: Object.fromEntries(groups.map(([name, m]) => [name, m.stop()])) });
+  let cpu: LoopCpu | null = null;
   const stop = (): void => {
     if (w.stopped) return;
     w.stopped = true;
-    cpu = meter.stop();
+    cpu = stopMeters();
   };
   const progress = setInterval(() => {
     const now = performance.now();
@@ -77,6 +83,7 @@ export function closedLoop(o: LoopOptions, worker: (i: number, window: LoopWindo
     setTimeout(() => {
       w.measuring = true;
       meter.start();
+      for (const [, m] of groups) m.start();
     }, w.start - w.t0),
   ];
   if (Number.isFinite(o.durationSec)) timers.push(setTimeout(stop, w.end - w.t0));
@@ -92,7 +99,7 @@ export function closedLoop(o: LoopOptions, worker: (i: number, window: LoopWindo
       clearInterval(progress);
       for (const t of timers) clearTimeout(t);
     }
-    return cpu ?? meter.stop();
+    return cpu ?? stopMeters();
   })();
   return { window: w, stop, done };
 }

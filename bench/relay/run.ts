@@ -28,14 +28,14 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { startLocalExchange } from "../../scripts/local/exchange";
-import { AdminClient, EngineClient, LedgerClient } from "../../src/client";
+import { startModelServer } from "../../scripts/local/model-server";
+import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
-import { cpuMeter, summarize, workerdPids, type Latency } from "../stats";
+import { cpuMeter, summarize, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
-import { AgentProcess } from "../../local-agent/test/support/agent-process";
-import { startModelServer } from "../../local-agent/test/gateway/model-server";
+import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
+import { createEngine, serveExchange } from "../serve/exchange";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
 import { renderRelayChart, type RelayChartInput } from "./chart";
 import { compareCapture } from "./capture";
@@ -69,7 +69,6 @@ for (let size = 0; size < HISTORY_KB * 1000; ) {
   HISTORY.push(m);
   size += JSON.stringify(m).length + 1;
 }
-const ADMIN = "bench-relay-admin";
 let gatewayBase = "";
 const log = (m: string): void => void process.stderr.write(`[bench:relay] ${m}\n`);
 
@@ -145,31 +144,21 @@ async function main(): Promise<void> {
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-"));
   const model = await startModelServer({ latencyMs: LATENCY_MS, dripTokens: DRIP, dripMs: DRIP_MS });
-  const before = new Set(workerdPids());
-  const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-claim-secret" });
-  const pids = workerdPids().filter((p) => !before.has(p));
-  let agent: AgentProcess | null = null;
+  const ex = await serveExchange({ prefix: "bench-relay", claimKeySecret: "bench-relay-claim-secret" });
+  const pids = ex.pids;
+  let agent: AgentTarget | null = null;
   let floor: RelayFloor | null = null;
   let fastFloor: RelayFloor | null = null;
   try {
-    const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay");
-    const base = `${ex.url}/e/${created.engine}`;
-    const trainer = new EngineClient({ baseUrl: base, token: created.tokens["trainer"] as string });
-    const client = new EngineClient({ baseUrl: base, token: created.tokens["client"] as string });
-    const ledger = new LedgerClient({ baseUrl: base, token: created.tokens["operator"] as string });
+    // Named as the gateway-only calls' envelopes name it.
+    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay");
+    const trainer = engine.as("trainer");
+    const client = engine.as("client");
+    const ledger = new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken });
     if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
     const capture = (await ledger.config()).capture;
-    agent = new AgentProcess({
-      ROLLOUT_SERVER: ex.url,
-      ROLLOUT_ENGINE: created.engine,
-      ROLLOUT_TRAINER_TOKEN: created.tokens["trainer"] as string,
-      ROLLOUT_FACADE_PORT: "0",
-      ROLLOUT_GATEWAY_PORT: "0",
-      ROLLOUT_STATE_DIR: join(dir, "state"),
-      ROLLOUT_LOG_DIR: join(dir, "logs"),
-      ROLLOUT_HEARTBEAT_SECONDS: "1",
-    });
-    const gw = (await agent.waitForLine(/inference gateway on (http:\/\/\S+)/, "the agent to start", 60_000))[1]!.replace(/[,;]$/, "");
+    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, { ROLLOUT_HEARTBEAT_SECONDS: "1" }));
+    const gw = agent.gateway;
     gatewayBase = gw;
     const secret = (await trainer.gatewaySecret()).secret;
     for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
@@ -178,7 +167,6 @@ async function main(): Promise<void> {
     }
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     floor = COMPARE ? null : await startRelayFloor({ upstream: model.url, log });
-    const floorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p));
     const relayed: Target[] = [];
     const direct: Target[] = [];
     const gatewayOnly: Target[] = [];
@@ -206,7 +194,7 @@ async function main(): Promise<void> {
         calls: CALLS,
         round: async (ts, calls) => (await round(ts, true, calls)).map((s) => s.total),
         ledger,
-        pids: { workerd: pids, agent: agent.child.pid === undefined ? [] : [agent.child.pid] },
+        pids: { workerd: pids, agent: [agent.pid] },
         log,
       });
       const doc = { started_at: startedAt, clients: CLIENTS, load_average_before: loadBefore, load_average_after: loadavg(), cpus: cpus().length, calls_per_round: CALLS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, capture: compared };
@@ -282,7 +270,7 @@ async function main(): Promise<void> {
       gateway_only: { url: `${fast.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: "ep-single" } },
     };
     fastFloor = await startRelayFloor({ upstream: fast.url, log });
-    const fastFloorPids = workerdPids().filter((p) => !before.has(p) && !pids.includes(p) && !floorPids.includes(p));
+    const fastFloorPids = fastFloor.pids;
     singleTargets["floor"] = { url: `${fastFloor.url}/v1`, key: "sk-bench-trainer" };
     singleTargets["floor_proxy_only"] = { url: `${fastFloor.proxyUrl}/v1`, key: "sk-bench-trainer" };
     await trainer.registerEpisode({ episode_uuid: "ep-dead", openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
@@ -334,8 +322,7 @@ async function main(): Promise<void> {
       writeChart(out, doc as unknown as ChartDoc);
     }
   } finally {
-    agent?.kill("SIGTERM");
-    await agent?.waitForExit().catch(() => agent?.kill());
+    await agent?.stop().catch(() => agent?.kill());
     await fastFloor?.stop();
     await floor?.stop();
     await ex.stop();

@@ -20,13 +20,14 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent, request } from "undici";
-import { startLocalExchange } from "../../scripts/local/exchange";
-import { AdminClient, EngineClient, LedgerClient } from "../../src/client";
+import { startModelServer } from "../../scripts/local/model-server";
+import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
-import { AgentProcess } from "../../local-agent/test/support/agent-process";
-import { startModelServer } from "../../local-agent/test/gateway/model-server";
+import { closedLoop } from "../load/closed-loop";
 import { runLoad } from "../loadgen";
-import { cpuMeter, summarize, workerdPids, type Latency } from "../stats";
+import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
+import { createEngine, serveExchange } from "../serve/exchange";
+import { summarize, type CpuUse, type Latency } from "../stats";
 import { startRelayFloor } from "./floor/serve";
 import { renderScaleChart } from "./scale-chart";
 
@@ -44,7 +45,6 @@ const ROUNDS = Number(arg("--rounds") ?? (quick ? 1 : 3));
 const SLOW_CLAIMS = 64;
 const LOAD_CLIENTS = 32;
 const LOAD_EPISODES = 256;
-const ADMIN = "bench-relay-scale-admin";
 /** The engine's ledger capture for the run; the engine's default otherwise. */
 const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
 const log = (m: string): void => void process.stderr.write(`[bench:relay-scale] ${m}\n`);
@@ -64,39 +64,42 @@ async function call(t: Target): Promise<void> {
 type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: { workerd: number; proxy: number } | null };
 
 /**
- * `width` callers (all targets at once by default) call continuously for `seconds`, caller k
- * taking targets k, k + width, ... in turn; calls/s, latencies, and the CPU per call of the
- * relay's workerd and its proxy (the agent's gateway, or the floor's).
+ * `width` callers (all targets at once by default) call continuously for `seconds` in the
+ * shared closed loop (no warm-up), caller k taking targets k, k + width, ... in turn: calls/s
+ * and latencies of the calls started in the window, and the CPU per call of the relay's
+ * workerd and its proxy (the agent's gateway, or the floor's) over the window.
  */
-async function closedLoop(targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }, width = targets.length): Promise<Round> {
-  const meters = pids && { workerd: cpuMeter(pids.workerd), proxy: cpuMeter(pids.proxy) };
-  meters?.workerd.start();
-  meters?.proxy.start();
-  const end = performance.now() + seconds * 1000;
+async function callLoop(label: string, targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }, width = targets.length): Promise<Round> {
   const samples: number[] = [];
-  let errors = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: Math.min(width, targets.length) }, async (_, k) => {
-      for (let i = k; performance.now() < end; i = (i + width) % targets.length) {
+  const loop = closedLoop(
+    { workers: Math.min(width, targets.length), warmupSec: 0, durationSec: seconds, label, unit: "calls", ...(pids ? { serverPids: pids.workerd, groupPids: { proxy: pids.proxy } } : {}), log },
+    (k, w) => {
+      let i = k;
+      return async () => {
         const t = targets[i]!;
+        i = (i + width) % targets.length;
         const s = performance.now();
         try {
           await call(t);
+          if (!w.inWindow(s)) return;
           samples.push(performance.now() - s);
+          w.counted++;
         } catch (e) {
-          if (errors++ < 3) log(`call to ${t.url} failed: ${e instanceof Error ? `${e.message} ${String((e as { cause?: unknown }).cause ?? "")}` : String(e)}`);
+          w.fault(`call to ${t.url} failed: ${e instanceof Error ? `${e.message} ${String((e as { cause?: unknown }).cause ?? "")}` : String(e)}`);
         }
-      }
-    }),
+      };
+    },
   );
-  const wall = (performance.now() - t0) / 1000;
-  const perCall = (m: ReturnType<typeof cpuMeter>): number => {
-    const cpu = m.stop();
-    return Math.round((((cpu.server_cpu_pct ?? 0) * 10 * cpu.wall_s) / Math.max(1, samples.length)) * 1000) / 1000;
+  const cpu = await loop.done;
+  for (const e of loop.window.errorSamples.slice(0, 3)) log(e);
+  const perCall = (use: CpuUse | undefined): number => Math.round((((use?.server_cpu_pct ?? 0) * 10 * (use?.wall_s ?? 0)) / Math.max(1, samples.length)) * 1000) / 1000;
+  return {
+    calls: samples.length,
+    calls_per_s: Math.round(samples.length / seconds),
+    latency_ms: summarize(samples),
+    errors: loop.window.errors,
+    cpu_ms_per_call: pids ? { workerd: perCall(cpu), proxy: perCall(cpu.groups["proxy"]) } : null,
   };
-  const cpu = meters ? { workerd: perCall(meters.workerd), proxy: perCall(meters.proxy) } : null;
-  return { calls: samples.length, calls_per_s: Math.round(samples.length / wall), latency_ms: summarize(samples), errors, cpu_ms_per_call: cpu };
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
@@ -107,32 +110,20 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-scale-"));
   const model = await startModelServer({ latencyMs: 0 });
   const slowModel = await startModelServer({ latencyMs: 1000 });
-  const before = new Set(workerdPids());
-  const ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "bench-relay-scale-secret" });
-  const exchangePids = workerdPids().filter((p) => !before.has(p));
-  let agent: AgentProcess | null = null;
+  const ex = await serveExchange({ prefix: "bench-relay-scale", claimKeySecret: "bench-relay-scale-secret" });
+  const exchangePids = ex.pids;
+  let agent: AgentTarget | null = null;
   const floor = await startRelayFloor({ upstream: model.url, log });
-  const floorPids = { workerd: workerdPids().filter((p) => !before.has(p) && !exchangePids.includes(p)), proxy: floor.proxyPid === undefined ? [] : [floor.proxyPid] };
+  const floorPids = { workerd: floor.pids, proxy: [floor.proxyPid] };
   try {
-    const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine("bench-relay-scale");
-    const base = `${ex.url}/e/${created.engine}`;
-    const tokens = created.tokens as Record<string, string>;
-    const trainer = new EngineClient({ baseUrl: base, token: tokens["trainer"]! });
-    const client = new EngineClient({ baseUrl: base, token: tokens["client"]! });
-    const ledger = new LedgerClient({ baseUrl: base, token: tokens["operator"]! });
+    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-scale");
+    const trainer = engine.as("trainer");
+    const client = engine.as("client");
+    const ledger = new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken });
     if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
     const capture = (await ledger.config()).capture;
-    agent = new AgentProcess({
-      ROLLOUT_SERVER: ex.url,
-      ROLLOUT_ENGINE: created.engine,
-      ROLLOUT_TRAINER_TOKEN: tokens["trainer"]!,
-      ROLLOUT_FACADE_PORT: "0",
-      ROLLOUT_GATEWAY_PORT: "0",
-      ROLLOUT_STATE_DIR: join(dir, "state"),
-      ROLLOUT_LOG_DIR: join(dir, "logs"),
-      ROLLOUT_HEARTBEAT_SECONDS: "5",
-    });
-    const gw = (await agent.waitForLine(/inference gateway on (http:\/\/\S+)/, "the agent to start", 60_000))[1]!.replace(/[,;]$/, "");
+    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, { ROLLOUT_HEARTBEAT_SECONDS: "5" }));
+    const gw = agent.gateway;
     for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
       if (i > 300) throw new Error("the agent's heartbeat never reported its gateway");
       await new Promise((r) => setTimeout(r, 100));
@@ -156,22 +147,22 @@ async function main(): Promise<void> {
     const floorTargets = relayed.map(() => ({ url: `${floor.url}/v1`, key: "sk-bench-trainer" }));
     log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns, ${CONCURRENCY} calls in flight; then all ${CLAIMS} at once`);
     // The relay's processes: workerd and the agent (its gateway); the floor's: its workerd and its proxy.
-    const relayPids = { workerd: exchangePids, proxy: agent.child.pid === undefined ? [] : [agent.child.pid] };
+    const relayPids = { workerd: exchangePids, proxy: [agent.pid] };
     const engineRound = async (width: number) => {
       const before = (await client.overview()).relay;
-      const round = await closedLoop(relayed, SECONDS, relayPids, width);
+      const round = await callLoop(`relayed, ${width} in flight`, relayed, SECONDS, relayPids, width);
       const after = (await client.overview()).relay;
       return { round, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls };
     };
 
     // 1. Steady state: relayed against the floor, in turns, over all the claims. Every claim's first
     // call asks the engine about it (once per claim); the warm-up makes those before the rounds.
-    await closedLoop(relayed, 2);
-    await closedLoop(floorTargets, 2, undefined, CONCURRENCY);
+    await callLoop("relayed warm-up", relayed, 2, undefined, relayed.length);
+    await callLoop("floor warm-up", floorTargets, 2, undefined, CONCURRENCY);
     const steady: { relayed: Round; floor: Round; engine_requests: number; engine_calls: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       const rel = await engineRound(CONCURRENCY);
-      const fl = await closedLoop(floorTargets, SECONDS, floorPids, CONCURRENCY);
+      const fl = await callLoop("floor", floorTargets, SECONDS, floorPids, CONCURRENCY);
       steady.push({ relayed: rel.round, floor: fl, engine_requests: rel.engine_requests, engine_calls: rel.engine_calls });
       log(`round ${r + 1}: relayed ${rel.round.calls_per_s} calls/s (p50 ${rel.round.latency_ms.p50} ms, CPU per call ${JSON.stringify(rel.round.cpu_ms_per_call)}), floor ${fl.calls_per_s} calls/s (${JSON.stringify(fl.cpu_ms_per_call)}); engine requests per call ${(rel.engine_requests / Math.max(1, rel.round.calls)).toFixed(4)}`);
     }
@@ -188,9 +179,9 @@ async function main(): Promise<void> {
     const slow = await claimAll("slow", SLOW_CLAIMS, slowModel.url);
     const saturated: { alone: number; with_relay: number; relayed_calls_per_s: number; relayed_p50_ms: number; relay_errors: number; workerd_ms_per_cycle_alone: number | null; workerd_ms_per_cycle_with_relay: number | null; other_cpu_pct: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      const load = (label: string) => runLoad({ baseUrl: base, clientToken: tokens["client"]!, trainerToken: tokens["trainer"]!, clients: LOAD_CLIENTS, episodes: LOAD_EPISODES, durationSec: SECONDS, warmupSec: 2, setup: r === 0 && label === "alone", label, serverPids: exchangePids });
+      const load = (label: string) => runLoad({ baseUrl: engine.baseUrl, clientToken: engine.clientToken, trainerToken: engine.trainerToken, clients: LOAD_CLIENTS, episodes: LOAD_EPISODES, durationSec: SECONDS, warmupSec: 2, setup: r === 0 && label === "alone", label, serverPids: exchangePids });
       const alone = await load("alone");
-      const [withRelay, flowing] = await Promise.all([load("with relay"), closedLoop(slow, SECONDS + 2)]);
+      const [withRelay, flowing] = await Promise.all([load("with relay"), callLoop("relayed meanwhile", slow, SECONDS + 2)]);
       saturated.push({
         alone: alone.cycles_per_s,
         with_relay: withRelay.cycles_per_s,
@@ -255,8 +246,7 @@ async function main(): Promise<void> {
       log(`wrote ${out} and its chart`);
     }
   } finally {
-    agent?.kill("SIGTERM");
-    await agent?.waitForExit().catch(() => agent?.kill());
+    await agent?.stop().catch(() => agent?.kill());
     await floor.stop();
     await ex.stop();
     await model.close();

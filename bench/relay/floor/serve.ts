@@ -2,49 +2,29 @@
  * The relay's floor: what any two-hop relay of the same shape costs on this machine, so the
  * exchange's overhead can be read against it (as the engine benchmark reads cycles/s against
  * its limit reference). Client -> a bare Worker (./worker.js, served as the exchange is, by
- * ../../bare-worker.ts, with a network binding out) -> a
- * bare Node proxy in its own process (./proxy.ts, as the agent's gateway is) -> the model.
+ * bench/serve/bare-worker.ts, with a network binding out) -> a bare Node proxy in its own
+ * process (./proxy.ts, as the agent's gateway is) -> the model.
  * What the exchange adds on top of this is its own work: the per-claim key, the engine's
  * admission, the signed envelope and its check, the error handling.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { serveBareWorker, type BareWorker } from "../../bare-worker";
+import { serveBareWorker, type BareWorker } from "../../serve/bare-worker";
+import { startProcess } from "../../serve/process";
+import type { Served } from "../../serve/served";
 
-export type RelayFloor = {
-  /** The bare Worker's origin: call `${url}/v1/chat/completions`. */
-  url: string;
+/** `url` is the bare Worker's origin (call `${url}/v1/chat/completions`), `pids` its workerd. */
+export type RelayFloor = Served & {
   /** The bare Node proxy's origin alone (the gateway's floor). */
   proxyUrl: string;
   /** The proxy's process, for its CPU. */
-  proxyPid: number | undefined;
-  stop(): Promise<void>;
+  proxyPid: number;
 };
-
-/** Starts ./proxy.ts in its own process, forwarding to `upstream`; resolves with its origin. */
-async function startProxy(upstream: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL("./proxy.ts", import.meta.url)), upstream], { stdio: ["pipe", "pipe", "inherit"] });
-  const lines = createInterface({ input: child.stdout! });
-  const port = await new Promise<string>((resolve, reject) => {
-    child.once("exit", (code) => reject(new Error(`the relay floor's proxy exited (${code}) before listening`)));
-    lines.on("line", (l) => {
-      const m = /^listening (\d+)$/.exec(l);
-      if (m) resolve(m[1]!);
-    });
-  });
-  return { url: `http://127.0.0.1:${port}`, child };
-}
 
 export async function startRelayFloor(opts: { upstream: string; log?: (line: string) => void }): Promise<RelayFloor> {
   const log = opts.log ?? (() => {});
-  const { url: proxyUrl, child } = await startProxy(opts.upstream);
-  const stopProxy = async (): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    child.kill("SIGTERM");
-    await once(child, "exit");
-  };
+  // The proxy exits when its stdin closes, so it does not outlive a benchmark that dies.
+  const proxy = await startProcess({ script: fileURLToPath(new URL("./proxy.ts", import.meta.url)), args: [opts.upstream], ready: /^listening (\d+)$/, stdinPipe: true, what: "the relay floor's proxy" });
+  const proxyUrl = `http://127.0.0.1:${proxy.ready[1]!}`;
   let worker: BareWorker;
   try {
     worker = await serveBareWorker({
@@ -55,16 +35,17 @@ export async function startRelayFloor(opts: { upstream: string; log?: (line: str
       serviceBindings: { NET: { network: { allow: ["public", "private", "local"] } } },
     });
   } catch (e) {
-    await stopProxy();
+    await proxy.stop();
     throw e;
   }
   return {
     url: worker.url,
+    pids: worker.pids,
     proxyUrl,
-    proxyPid: child.pid,
+    proxyPid: proxy.child.pid!,
     stop: async () => {
       await worker.stop();
-      await stopProxy();
+      await proxy.stop();
     },
   };
 }
