@@ -80,7 +80,7 @@ export class RelayAdmission {
   /** LLM calls admitted but not yet written, and the timer that writes them. */
   private readonly activity = new RelayActivity();
   private activityTimer: ReturnType<typeof setTimeout> | null = null;
-  /** Calls admitted, and the requests that brought them, since this object started. */
+  /** Calls admitted, and the requests that were answered (a refusal leaves no trace), since this object started. */
   private calls = 0;
   private requests = 0;
 
@@ -110,7 +110,6 @@ export class RelayAdmission {
    * to the leases when it ends.
    */
   admitOrHold(key: ClaimKeyFields): Reply<Admission | SyncHold> {
-    this.requests++;
     // A key of an engine deleted and made again is dead whatever the status (checked first, as always).
     const stale = this.store.meta.incarnation !== key.incarnation ? this.liveClaim(key) : null;
     if (stale !== null && !stale.ok) return stale;
@@ -119,6 +118,7 @@ export class RelayAdmission {
     const ep = this.liveClaim(key);
     if (!ep.ok) return ep;
     const hold = this.syncHold();
+    this.requests++;
     if (hold !== null) return ok(hold);
     const engine = this.engineTerms();
     if (!engine.ok) return engine;
@@ -144,7 +144,6 @@ export class RelayAdmission {
    * of many claims: the engine's work is per claim, not per call.
    */
   sync(items: RelaySyncItem[]): Reply<RelaySyncAnswer> {
-    this.requests++;
     const refusal = this.engineRefusal();
     if (refusal !== null) return refusal;
     const hold = this.syncHold();
@@ -173,6 +172,8 @@ export class RelayAdmission {
       const expiresAt = this.episodes.episode(ep.body.episode_uuid)?.expires_at ?? now;
       return ok({ lease_ms: Math.max(0, expiresAt - now), terms: items[i]?.detail ? claimTerms(ep.body) : null });
     });
+    // A batch that admitted, counted or refreshed nothing was a refusal: it leaves no trace.
+    if (counted || claims.some((c) => c.ok)) this.requests++;
     return ok({ engine: engine.ok && hold === null ? engine.body : null, hold, claims });
   }
 
