@@ -22,7 +22,7 @@ async function atropos(e: TestEngine, role: "trainer" | "client" | "viewer" | "o
 }
 
 const REGISTRATION = { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "/ckpt", save_checkpoint_interval: 10, starting_step: 0, num_steps: 100 };
-const ENV = { max_token_length: 1024, desired_name: "gsm8k", weight: 1.0, group_size: 2, min_batch_allocation: null };
+const ENV = { max_token_length: 1024, desired_name: "gsm8k", weight: 1.0, group_size: 2, min_batch_allocation: null as number | null };
 
 /** A scored group of `n` sequences, tagged by its first token. */
 const group = (tag: number, n: number, envId: number | null = 0, extra: Record<string, unknown> = {}) => ({
@@ -115,5 +115,202 @@ describe("Atropos's API at /e/<engine>/atropos", () => {
     const status = await atropos(e, "viewer", "GET", "/status");
     expect(status.json).toMatchObject({ current_step: 0, queue_size: 4 });
     expect(status.json.stalls).toEqual([{ kind: "never_packed", groups: 2, detail: expect.stringContaining("2 queued group(s) of 2 sequences") }]);
+  });
+});
+
+describe("Atropos's API: inputs as FastAPI takes them", () => {
+  it("coerces as pydantic's lax mode does and answers its 422 bodies, storing nothing", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    // "4" and 4.0 are ints; True is 1.0 as a score.
+    const coerced = await atropos(e, "client", "POST", "/scored_data", { tokens: [["4", 1.0]], masks: [[1, 1]], scores: [true], env_id: null, unknown_field: 1 });
+    expect(coerced.json).toEqual({ status: "received" });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json).toMatchObject({ tokens: [[4, 1]], scores: [1] });
+    const before = (await atropos(e, "viewer", "GET", "/status")).json;
+
+    const missing = await atropos(e, "client", "POST", "/scored_data", { tokens: [[1]], scores: [1] });
+    expect(missing.status).toBe(422);
+    expect(missing.json).toEqual({ detail: [{ type: "missing", loc: ["body", "masks"], msg: "Field required", input: { tokens: [[1]], scores: [1] } }] });
+    const fractional = await atropos(e, "client", "POST", "/scored_data", { tokens: [[1, 2.5]], masks: [[1, 1]], scores: ["x"] });
+    expect(fractional.json.detail).toEqual([
+      { type: "int_from_float", loc: ["body", "tokens", 0, 1], msg: "Input should be a valid integer, got a number with a fractional part", input: 2.5 },
+      { type: "float_parsing", loc: ["body", "scores", 0], msg: "Input should be a valid number, unable to parse string as a number", input: "x" },
+    ]);
+    const messages = await atropos(e, "client", "POST", "/scored_data", { ...group(9, 1), messages: [[{ role: "user" }]] });
+    expect(messages.json.detail[0]).toMatchObject({ type: "value_error", loc: ["body", "messages"], msg: "Value error, Message must have 'role' and 'content' fields" });
+    expect((await atropos(e, "client", "POST", "/scored_data", [1, 2])).json.detail[0]).toMatchObject({ type: "model_attributes_type", loc: ["body"] });
+    expect((await atropos(e, "client", "POST", "/scored_data_list", { a: 1 })).json.detail[0]).toMatchObject({ type: "list_type", loc: ["body"], msg: "Input should be a valid list" });
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [group(9, 2), 7])).json.detail[0]).toMatchObject({ type: "model_attributes_type", loc: ["body", 1] });
+    const notJson = await atropos(e, "client", "POST", "/register-env", undefined, { rawBody: "{nope", headers: { "content-type": "application/json" } });
+    expect(notJson.status).toBe(422);
+    expect(notJson.json.detail[0]).toMatchObject({ type: "json_invalid", msg: "JSON decode error" });
+    expect((await atropos(e, "client", "POST", "/register-env")).json).toEqual({ detail: [{ type: "missing", loc: ["body"], msg: "Field required", input: null }] });
+    const wrongType = await atropos(e, "client", "POST", "/register-env", { ...ENV, desired_name: 5, group_size: "two" });
+    expect(wrongType.json.detail.map((d: { type: string }) => d.type)).toEqual(["string_type", "int_parsing"]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+  });
+
+  it("inflates gzip bodies, refuses a broken one with Atropos's 400, and gzips answers of 1,000 bytes or more for clients that take it", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    const gzip = async (text: string) => new Uint8Array(await new Response(new Blob([text]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const big = group(1, 2, 0, { messages: [[{ role: "user", content: "x".repeat(2000) }], [{ role: "user", content: "y" }]] });
+    const sent = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: await gzip(JSON.stringify(big)), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect(sent.json).toEqual({ status: "received" });
+    const broken = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: "not gzip", headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect([broken.status, broken.text]).toEqual([400, "Invalid gzip payload"]);
+
+    const plain = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "identity" } });
+    expect(plain.headers.get("content-encoding")).toBeNull();
+    const zipped = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "gzip, deflate" } });
+    expect(zipped.headers.get("content-encoding")).toBe("gzip");
+    // workerd's fetch inflates it for the caller, as an HTTP client does.
+    expect(await zipped.json()).toEqual(await plain.json());
+    // Under 1,000 bytes: sent as it is.
+    const small = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/info`, { headers: { "accept-encoding": "gzip" } });
+    expect(small.headers.get("content-encoding")).toBeNull();
+  });
+
+  it("reads /status-env's env_id from a GET body, as BaseEnv sends it, with Atropos's arithmetic", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [ENV, { ...ENV, desired_name: "b", max_token_length: 3072, group_size: 4, min_batch_allocation: 0.5 }], { ...REGISTRATION, batch_size: 8 });
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2, a!));
+    await atropos(e, "client", "POST", "/scored_data", group(2, 4, b!));
+    await atropos(e, "client", "POST", "/scored_data", group(3, 4, null));
+    // workerd's Request takes no GET body, so the test sends env_id in the query, which the exchange also reads.
+    const status = await atropos(e, "client", "GET", `/status-env?env_id=${a}`);
+    // weights 1024/(1024+3072); other envs' sequences in packs of 4 less b's minimum of 4: (4-4) + 4; own 2; over group size 2.
+    expect(status.json).toEqual({ current_step: 0, queue_size: 3, unallocated_fraction: 0.5, self_queue_size: 1, max_group_size: 4, env_weight: 0.25 });
+    expect((await atropos(e, "client", "GET", "/status-env?env_id=7")).status).toBe(500);
+    expect((await atropos(e, "client", "GET", "/status-env?env_id=x")).json.detail[0]).toMatchObject({ type: "int_parsing", loc: ["body", "env_id"] });
+    expect((await atropos(e, "client", "GET", "/status-env")).status).toBe(422);
+  });
+});
+
+describe("Atropos's API: roles", () => {
+  it("lets a client token register envs, post groups and read, and keeps the trainer's calls to the trainer", async () => {
+    const e = await createEngine("atr");
+    for (const [path, method] of [["/register", "POST"], ["/batch", "GET"], ["/reset_data", "GET"]] as const) {
+      const r = await atropos(e, "client", method, path, method === "POST" ? REGISTRATION : undefined);
+      expect([path, r.status]).toEqual([path, 403]);
+    }
+    await running(e);
+    expect((await atropos(e, "client", "POST", "/scored_data", group(1, 2))).status).toBe(200);
+    expect((await atropos(e, "client", "GET", "/status")).status).toBe(200);
+    expect((await atropos(e, "viewer", "POST", "/scored_data", group(1, 2))).status).toBe(403);
+    expect((await atropos(e, "viewer", "POST", "/register-env", ENV)).status).toBe(403);
+    expect((await atropos(e, "operator", "GET", "/batch")).status).toBe(403);
+    expect((await atropos(e, "trainer", "POST", "/scored_data", group(2, 2))).status).toBe(200);
+    const anonymous = await workerFetch(`${ORIGIN}/e/${e.name}/atropos/status`);
+    expect(anonymous.status).toBe(401);
+    const wrong = await workerFetch(`${ORIGIN}/e/${e.name}/t/not-a-token/atropos/status`);
+    expect(wrong.status).toBe(401);
+    expect((await workerFetch(`${ORIGIN}/e/no-such-engine/t/x/atropos/status`)).status).toBe(404);
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(2);
+  });
+});
+
+describe("Atropos's API: beyond run-api", () => {
+  it("keeps registrations, envs, the queue, cut batches and the step through a restart in the middle of a run", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [ENV, { ...ENV, desired_name: "b", group_size: 4 }]);
+    for (let i = 1; i <= 6; i++) await atropos(e, "client", "POST", "/scored_data", group(i, 2, a!));
+    // Three batches cut, the newest handed out; two wait cut, and a group of b's waits in its buffer.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([5, 6]);
+    expect((await atropos(e, "client", "POST", "/scored_data", group(7, 2, b!))).json).toEqual({ status: "buffered", buffer_size: 2 });
+    await atropos(e, "client", "POST", "/scored_data", group(8, 2, a!));
+    const before = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(before).toMatchObject({ current_step: 3, queue_size: 1 });
+
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(8);
+    // The envs carry on with their ids: b's buffered group joins the next one of its size.
+    expect((await atropos(e, "client", "POST", "/scored_data", group(9, 2, b!))).json).toEqual({ status: "buffered", buffer_size: 0 });
+    expect((await atropos(e, "client", "GET", `/status-env?env_id=${b}`)).json).toMatchObject({ current_step: 3, self_queue_size: 1 });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([3, 4]);
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
+    // The registration is the one from before: a new env is the third.
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ env_id: 2, wandb_name: "gsm8k_1", starting_step: 3 });
+  });
+
+  it("sets a group larger than the batch aside instead of blocking every batch, and reports it in /status", async () => {
+    const e = await createEngine("atr");
+    await running(e, [{ ...ENV, group_size: 8 }, ENV]);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 8, 0));
+    await atropos(e, "client", "POST", "/scored_data", group(2, 2, 1));
+    await atropos(e, "client", "POST", "/scored_data", group(3, 2, 1));
+    // In Atropos the group of 8 is the first pack and overshoots the batch of 4, this one and every later one.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([2, 3]);
+    const status = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(status.queue_size).toBe(0);
+    expect(status.stalls).toEqual([{ kind: "larger_than_batch", groups: 1, detail: expect.stringContaining("of 8 sequences are larger than the batch (4)") }]);
+  });
+
+  it("bounds the groups it holds with a 503 that stores nothing, and the trainer sets the bound", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    expect((await atropos(e, "client", "POST", "/config", { max_groups: 2 })).status).toBe(403);
+    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 2 })).json).toEqual({ max_groups: 2 });
+    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 0 })).status).toBe(422);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2));
+    const full = await atropos(e, "client", "POST", "/scored_data_list", [group(2, 2), group(3, 2)]);
+    expect(full.status).toBe(503);
+    expect(full.headers.get("retry-after")).toBe("5");
+    expect(full.json).toMatchObject({ error: "queue_full" });
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(1);
+    await atropos(e, "client", "POST", "/scored_data", group(2, 2));
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
+    // Taken batches free their room.
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [group(3, 2), group(4, 2)])).status).toBe(200);
+    expect((await atropos(e, "viewer", "GET", "/config")).json).toEqual({ max_groups: 2 });
+  });
+
+  it("writes every scored group to D1 as a trajectory, without its token ids", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2, 0, { messages: [[{ role: "user", content: "hi" }], [{ role: "user", content: "yo" }]] }));
+    await atropos(e, "client", "POST", "/scored_data_list", [group(2, 1, 0), group(3, 2, null)]);
+    await advance(e, 1_000);
+    const rows = (
+      await env.DB.prepare("SELECT episode_uuid, client_uuid, task_id, episode_type, reward, workflow_output, outcome FROM trajectories WHERE engine = ? ORDER BY id").bind(e.name).all<{
+        episode_uuid: string;
+        client_uuid: string;
+        task_id: string;
+        reward: number;
+        workflow_output: string;
+      }>()
+    ).results;
+    expect(rows.map((r) => [r.client_uuid, r.task_id, r.reward])).toEqual([
+      ["gsm8k_0", "gsm8k", 0.5],
+      ["gsm8k_0", "gsm8k", 1],
+      ["atropos", "", 0.5],
+    ]);
+    expect(new Set(rows.map((r) => r.episode_uuid)).size).toBe(3);
+    const output = JSON.parse(rows[0]!.workflow_output);
+    expect(output).toMatchObject({ reward: [1, 0], metadata: { source: "atropos", env_id: 0, group_size: 2, sequence_lengths: [2, 2], messages: [[{ role: "user", content: "hi" }], [{ role: "user", content: "yo" }]] } });
+    expect(rows[0]!.workflow_output).not.toContain("tokens");
+  });
+
+  it("resets as /reset_data does: the run's state goes, the latest example and max_token_len stay", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2));
+    expect((await atropos(e, "client", "POST", "/disconnect-env", { env_id: 0 })).json).toEqual({ status: "success" });
+    expect((await atropos(e, "client", "POST", "/disconnect-env", { env_id: 5 })).json).toEqual({ status: "failure", error: "list index out of range" });
+    const reset = await atropos(e, "trainer", "GET", "/reset_data");
+    expect([reset.status, reset.text]).toEqual([200, "Reset successful"]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 0, queue_size: 0 });
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: -1, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/wandb_info")).json).toEqual({ group: null, project: null });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(1);
+    // Its queue is gone, so its /batch fails as Atropos's does, until a trainer registers again.
+    expect((await atropos(e, "trainer", "GET", "/batch")).status).toBe(500);
+    await running(e);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+    expect((await atropos(e, "client", "POST", "/scored_data", group(2, 2))).json).toEqual({ status: "received" });
   });
 });

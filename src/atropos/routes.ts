@@ -29,7 +29,8 @@ const GZIP_MINIMUM = 1000;
 type Spec = {
   method: "GET" | "POST";
   path: string;
-  body?: { schema: z.ZodType; model: "object" | "list" };
+  /** `query` names a field also read from the query string when the body is empty (a GET whose client cannot send a body). */
+  body?: { schema: z.ZodType; model: "object" | "list"; query?: string };
   call: (input: unknown) => AtroposCall | Response;
 };
 
@@ -58,7 +59,7 @@ export const ATROPOS_API: Spec[] = [
   { method: "POST", path: "/scored_data_list", body: { schema: AtroposScoredDataList, model: "list" }, call: (b) => scored(b as z.output<typeof AtroposScoredDataList>, true) },
   { method: "GET", path: "/status", call: none("status") },
   // A GET with a JSON body, as Atropos's BaseEnv sends it.
-  { method: "GET", path: "/status-env", body: { schema: AtroposEnvIdentifier, model: "object" }, call: (b) => ({ route: "status_env", body: b as { env_id: number } }) },
+  { method: "GET", path: "/status-env", body: { schema: AtroposEnvIdentifier, model: "object", query: "env_id" }, call: (b) => ({ route: "status_env", body: b as { env_id: number } }) },
   { method: "GET", path: "/latest_example", call: none("latest_example") },
   { method: "GET", path: "/reset_data", call: none("reset_data") },
   // The exchange's own: the queue's bound.
@@ -82,6 +83,8 @@ async function bodyBytes(request: Request): Promise<Uint8Array | Response> {
 async function readInput(request: Request, spec: NonNullable<Spec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
   const bytes = await bodyBytes(request);
   if (bytes instanceof Response) return { ok: false, response: bytes };
+  const fromQuery = spec.query === undefined ? null : new URL(request.url).searchParams.get(spec.query);
+  if (bytes.byteLength === 0 && fromQuery !== null) return validated(spec, { [spec.query!]: fromQuery });
   if (bytes.byteLength === 0) return { ok: false, response: bodyMissing() };
   const text = new TextDecoder().decode(bytes);
   const type = request.headers.get("content-type");
@@ -94,6 +97,10 @@ async function readInput(request: Request, spec: NonNullable<Spec["body"]>): Pro
       return { ok: false, response: jsonInvalid(text, e) };
     }
   }
+  return validated(spec, raw);
+}
+
+function validated(spec: NonNullable<Spec["body"]>, raw: unknown): { ok: true; value: unknown } | { ok: false; response: Response } {
   const parsed = spec.schema.safeParse(raw);
   if (!parsed.success) return { ok: false, response: unprocessable(pydanticErrors(parsed.error, raw, spec.model)) };
   return { ok: true, value: parsed.data };
