@@ -136,6 +136,8 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
       { type: "int_from_float", loc: ["body", "tokens", 0, 1], msg: "Input should be a valid integer, got a number with a fractional part", input: 2.5 },
       { type: "float_parsing", loc: ["body", "scores", 0], msg: "Input should be a valid number, unable to parse string as a number", input: "x" },
     ]);
+    const infinite = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: '{"tokens": [[1]], "masks": [[1]], "scores": [1e999]}', headers: { "content-type": "application/json" } });
+    expect(infinite.json.detail).toEqual([{ type: "finite_number", loc: ["body", "scores", 0], msg: "Input should be a finite number", input: null }]);
     const messages = await atropos(e, "client", "POST", "/scored_data", { ...group(9, 1), messages: [[{ role: "user" }]] });
     expect(messages.json.detail[0]).toMatchObject({ type: "value_error", loc: ["body", "messages"], msg: "Value error, Message must have 'role' and 'content' fields" });
     expect((await atropos(e, "client", "POST", "/scored_data", [1, 2])).json.detail[0]).toMatchObject({ type: "model_attributes_type", loc: ["body"] });
@@ -248,6 +250,17 @@ describe("Atropos's API: beyond run-api", () => {
     const status = (await atropos(e, "viewer", "GET", "/status")).json;
     expect(status.queue_size).toBe(0);
     expect(status.stalls).toEqual([{ kind: "larger_than_batch", groups: 1, detail: expect.stringContaining("of 8 sequences are larger than the batch (4)") }]);
+    // The engine's overview (and so the dashboard) says it too.
+    expect((await e.as("viewer").overview()).atropos).toEqual({
+      registered: true,
+      current_step: 1,
+      batch_size: 4,
+      queued_groups: 0,
+      stored_groups: 1,
+      max_groups: 200_000,
+      environments: 2,
+      stalls: status.stalls,
+    });
   });
 
   it("bounds the groups it holds with a 503 that stores nothing, and the trainer sets the bound", async () => {

@@ -8,7 +8,7 @@
  * batch, what keeps batches from being cut is reported (stalls), and each group goes to D1 as
  * a trajectory through the outbox. The Worker has validated and serialized every group.
  */
-import { DEFAULT_ATROPOS_CONFIG, type AtroposConfig, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import { DEFAULT_ATROPOS_CONFIG, type AtroposConfig, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
 import type { EngineOp } from "../auth/roles";
 import { fail, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
@@ -368,6 +368,21 @@ export class AtroposHub {
       requesters: 0,
       stored: 0,
     });
+  }
+
+  /** The engine's views of this API: counts from the tables' counters, no pass over the queue. */
+  overview(): AtroposOverview {
+    const s = this.store.state();
+    return {
+      registered: s.registered,
+      current_step: s.step,
+      batch_size: s.batch_size,
+      queued_groups: this.queued(),
+      stored_groups: s.stored,
+      max_groups: this.config().max_groups,
+      environments: s.registered ? this.store.envs().length : 0,
+      stalls: this.stalls(s),
+    };
   }
 
   /**

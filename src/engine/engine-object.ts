@@ -365,6 +365,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         outbox: this.outbox.size(),
         agent: this.channel.status(),
         relay: this.relay.counts(),
+        atropos: this.atroposHub.overview(),
       });
     });
   }

@@ -33,7 +33,8 @@ function pyInt(v: unknown): Parsed<number> {
 
 function pyFloat(v: unknown): Parsed<number> {
   if (typeof v === "boolean") return { ok: true, value: v ? 1 : 0 };
-  if (typeof v === "number") return { ok: true, value: v };
+  // JSON text as 1e999 parses to Infinity: refused, since no JSON answer could carry it back.
+  if (typeof v === "number") return Number.isFinite(v) ? { ok: true, value: v } : refuse("finite_number", "Input should be a finite number", v);
   if (typeof v === "string") {
     const t = v.trim().replace(/_/g, "").toLowerCase();
     if (!FLOAT_TEXT.test(v)) return refuse("float_parsing", "Input should be a valid number, unable to parse string as a number", v);
@@ -74,10 +75,16 @@ function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean): z.ZodTyp
   return nullable ? parsed.optional() : parsed;
 }
 
-/** List[item]: every element parsed, the first refusal reported with its index. */
-function pyList<T>(item: (v: unknown) => Parsed<T>): (v: unknown) => Parsed<T[]> {
+/**
+ * List[item]: every element parsed, the first refusal reported with its index. `taken` says of
+ * an element that it is its own value (an int as an int, a finite number as a float): a list of
+ * only such elements is returned as it is, without a call and an object per element, since
+ * token and logprob lists run to thousands.
+ */
+function pyList<T>(item: (v: unknown) => Parsed<T>, taken?: (v: unknown) => boolean): (v: unknown) => Parsed<T[]> {
   return (v) => {
     if (!Array.isArray(v)) return refuse("list_type", "Input should be a valid list", v);
+    if (taken !== undefined && v.every(taken)) return { ok: true, value: v as T[] };
     const out: T[] = new Array<T>(v.length);
     for (let i = 0; i < v.length; i++) {
       const r = item(v[i]);
@@ -88,10 +95,14 @@ function pyList<T>(item: (v: unknown) => Parsed<T>): (v: unknown) => Parsed<T[]>
   };
 }
 
-const intList2 = pyList(pyList(pyInt));
-const floatList2 = pyList(pyList(pyFloat));
-const intList3 = pyList(pyList(pyList(pyInt)));
-const floatList3 = pyList(pyList(pyList(pyFloat)));
+const isInt = (v: unknown): boolean => Number.isInteger(v);
+const isFloat = (v: unknown): boolean => Number.isFinite(v);
+const ints = pyList(pyInt, isInt);
+const floats = pyList(pyFloat, isFloat);
+const intList2 = pyList(ints);
+const floatList2 = pyList(floats);
+const intList3 = pyList(pyList(ints));
+const floatList3 = pyList(pyList(floats));
 
 /** ScoredData.messages: List[List[Dict]], each message with 'role' and 'content' (its field_validator, run before the type check). */
 function messagesField(v: unknown): Parsed<Record<string, unknown>[][]> {
@@ -138,7 +149,7 @@ export type AtroposEnvIdentifier = z.output<typeof AtroposEnvIdentifier>;
 export const AtroposScoredData = z.object({
   tokens: field(intList2, false),
   masks: field(intList2, false),
-  scores: field(pyList(pyFloat), false),
+  scores: field(floats, false),
   advantages: field(floatList2, true),
   ref_logprobs: field(floatList2, true),
   messages: field(messagesField, true),
@@ -171,3 +182,18 @@ export const AtroposStall = z.object({
   detail: z.string(),
 });
 export type AtroposStall = z.infer<typeof AtroposStall>;
+
+/** The engine's views of its Atropos API (the overview and the dashboard). */
+export const AtroposOverview = z.object({
+  /** A trainer has registered a run (POST /atropos/register). */
+  registered: z.boolean(),
+  current_step: z.number().int(),
+  batch_size: z.number().int(),
+  queued_groups: z.number().int(),
+  /** Every group held: queued, buffered, set aside or cut. */
+  stored_groups: z.number().int(),
+  max_groups: z.number().int(),
+  environments: z.number().int(),
+  stalls: z.array(AtroposStall),
+});
+export type AtroposOverview = z.infer<typeof AtroposOverview>;
