@@ -99,6 +99,21 @@ describe("Atropos's API at /e/<engine>/atropos", () => {
     expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 1, queue_size: 2 });
   });
 
+  it("gives an env with min_batch_allocation its share first, as grab_batch_with_minimum_allocations does, and reports when it holds batches back", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [{ ...ENV, min_batch_allocation: 0.5 }, { ...ENV, desired_name: "b" }], { ...REGISTRATION, batch_size: 8 });
+    for (const tag of [1, 2, 3, 4]) await atropos(e, "client", "POST", "/scored_data", group(tag, 2, b!));
+    await atropos(e, "client", "POST", "/scored_data", group(5, 2, a!));
+    // a's group first (its minimum is 4 sequences; it has 2), then the queue's oldest to fill the batch.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([5, 1, 2, 3]);
+    // a has nothing queued now: no batch is cut, and /status says why.
+    for (const tag of [6, 7, 8]) await atropos(e, "client", "POST", "/scored_data", group(tag, 2, b!));
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    const status = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(status).toMatchObject({ current_step: 1, queue_size: 4 });
+    expect(status.stalls).toEqual([{ kind: "minimum_unmet", groups: 4, detail: expect.stringContaining("env 0 (gsm8k_0) has a min_batch_allocation") }]);
+  });
+
   it("buffers an env's groups of another size until some make its group size, as _process_scored_data does", async () => {
     const e = await createEngine("atr");
     await running(e, [{ ...ENV, group_size: 4 }], { ...REGISTRATION, batch_size: 4 });
