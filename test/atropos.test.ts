@@ -1,5 +1,6 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import { advance, createEngine, jsonOrNull, ORIGIN, reconnect, workerFetch, type TestEngine } from "./support/harness";
@@ -176,6 +177,15 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
     expect(sent.json).toEqual({ status: "received" });
     const broken = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: "not gzip", headers: { "content-type": "application/json", "content-encoding": "gzip" } });
     expect([broken.status, broken.text]).toEqual([400, "Invalid gzip payload"]);
+    // A small body that inflates past 16 MiB is refused before it is all in memory.
+    const bomb = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: await gzip(" ".repeat(17 * 1024 * 1024)), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect([bomb.status, bomb.json.error]).toEqual([413, "payload_too_large"]);
+    // A group no row can hold is refused whole, and nothing of the list is stored.
+    const huge = group(2, 2, 0, { messages: [[{ role: "user", content: "x".repeat(2_000_000) }], [{ role: "user", content: "y" }]] });
+    const refused = await atropos(e, "client", "POST", "/scored_data_list", [group(7, 2), huge]);
+    expect([refused.status, refused.json.error]).toEqual([413, "payload_too_large"]);
+    expect(refused.json.detail).toMatch(/^group 1: a scored group is \d+ bytes as JSON/);
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(1);
 
     const plain = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "identity" } });
     expect(plain.headers.get("content-encoding")).toBeNull();
@@ -340,5 +350,29 @@ describe("Atropos's API: beyond run-api", () => {
     await running(e);
     expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
     expect((await atropos(e, "client", "POST", "/scored_data", group(2, 2))).json).toEqual({ status: "received" });
+  });
+});
+
+describe("Atropos's API: any body", () => {
+  it("answers any JSON body with its answer or a 4xx, never a 500 Atropos would not give, and a refusal stores nothing", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    // A valid group with any of its fields replaced by any JSON value, or any JSON value at all.
+    const mutated = fc.oneof(
+      fc.jsonValue(),
+      fc.tuple(fc.constantFrom("tokens", "masks", "scores", "messages", "env_id", "advantages", "overrides", "images"), fc.jsonValue()).map(([k, v]) => ({ ...group(1, 2), [k]: v })),
+    );
+    const routes = ["/scored_data", "/scored_data_list", "/register-env", "/disconnect-env", "/config"] as const;
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...routes), mutated, async (route, body) => {
+        const before = (await atropos(e, "viewer", "GET", "/status")).json;
+        const r = await atropos(e, "trainer", "POST", route, route === "/scored_data_list" && !Array.isArray(body) && typeof body === "object" ? [body] : body);
+        // Atropos's IndexError: a scored group whose env_id is below -len(envs) (here, 1 env).
+        const atroposError = r.status === 500 && r.text === "Internal Server Error" && JSON.stringify(body).includes('"env_id":-');
+        expect([200, 413, 422].includes(r.status) || atroposError, `${route} ${JSON.stringify(body).slice(0, 200)} -> ${r.status} ${r.text.slice(0, 200)}`).toBe(true);
+        if (r.status !== 200) expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+      }),
+      { numRuns: 150 },
+    );
   });
 });
