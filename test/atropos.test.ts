@@ -331,6 +331,11 @@ describe("Atropos's API: beyond run-api", () => {
     const output = JSON.parse(rows[0]!.workflow_output);
     expect(output).toMatchObject({ reward: [1, 0], metadata: { source: "atropos", env_id: 0, group_size: 2, sequence_lengths: [2, 2], messages: [[{ role: "user", content: "hi" }], [{ role: "user", content: "yo" }]] } });
     expect(rows[0]!.workflow_output).not.toContain("tokens");
+    // The trajectory ledger's list shows them like every other rollout.
+    const list = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/trajectories`);
+    const listed = ((await list.json()) as { trajectories: { episode_uuid: string; client_uuid: string; reward: number; calls: number }[] }).trajectories;
+    expect(new Set(listed.map((t) => t.episode_uuid))).toEqual(new Set(rows.map((r) => r.episode_uuid)));
+    expect(listed.find((t) => t.client_uuid === "atropos")).toMatchObject({ reward: 0.5, calls: 0 });
   });
 
   it("resets as /reset_data does: the run's state goes, the latest example and max_token_len stay", async () => {
