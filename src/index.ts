@@ -15,6 +15,7 @@ import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
 import { ledgerRoutes } from "./ledger/routes";
+import { atroposRoutes } from "./atropos/routes";
 import { routingPath } from "./http/path-token";
 import { rateLimited } from "./http/rate-limit";
 
@@ -40,6 +41,8 @@ relayRoutes(app);
 runRoutes(app, "/e/:engine");
 // The trajectory ledger (state in D1 and R2), likewise.
 ledgerRoutes(app, "/e/:engine");
+// Atropos's trajectory API (state in the engine's object, its own HTTP shape), likewise.
+atroposRoutes(app, "/e/:engine");
 // The engine API itself is served before the router (serveEngineApi, below).
 engineRouteGate(app, "/e/:engine");
 // The dashboard and the API reference: pages that ask for a token themselves, and the OpenAPI document.

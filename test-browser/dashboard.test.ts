@@ -242,6 +242,27 @@ describe("dashboard after a scripted run", () => {
     expect((await engine.as("viewer").overview()).refusals[0]).toMatchObject({ seq: scan.command_seq, kind: "scan_environments", detail: why });
   });
 
+  it("shows Atropos's queue once a trainer registers, and in red what keeps its batches from being cut", async () => {
+    expect(await page.$("#atropos-queued")).toBeNull();
+    const at = (role: "trainer" | "client", path: string, body?: unknown) =>
+      fetch(`${ex.url}/e/${engine.name}/t/${engine.tokens[role]}/atropos${path}`, {
+        method: body === undefined ? "GET" : "POST",
+        headers: body === undefined ? {} : { "content-type": "application/json" },
+        body: body === undefined ? null : JSON.stringify(body),
+      }).then((r) => r.json());
+    await at("trainer", "/register", { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "", save_checkpoint_interval: 0, starting_step: 0, num_steps: 10 });
+    await at("trainer", "/batch");
+    await at("client", "/register-env", { max_token_length: 2048, desired_name: "gsm8k", weight: 1, group_size: 2 });
+    const group = (n: number) => ({ tokens: Array.from({ length: n }, () => [1, 2]), masks: Array.from({ length: n }, () => [1, 1]), scores: Array.from({ length: n }, () => 1), env_id: null });
+    await at("client", "/scored_data_list", [group(8), group(2), group(1)]);
+    await at("trainer", "/batch");
+    const ov = (await engine.as("viewer").overview()).atropos;
+    expect(ov.stalls.map((x) => x.kind)).toEqual(["larger_than_batch"]);
+    await page.waitForSelector("#atropos-stalls", { timeout: 10_000 });
+    expect(Number(await attr(page, "#atropos-queued", "data-value"))).toBe(ov.queued_groups);
+    expect(await page.$$eval("#atropos-stalls li", (items) => items.map((li) => [li.getAttribute("data-kind"), li.textContent]))).toEqual(ov.stalls.map((x) => [x.kind, x.detail]));
+  });
+
   it("logged no error in the browser", () => {
     expect(errors).toEqual([]);
   });

@@ -147,7 +147,8 @@ describe("run configuration", () => {
     expect(await runsAs(e, "viewer").getConfig()).toMatchObject({ environment: null, yaml: null, configurable_fields: [], edits: {} });
     await op.setLockedFields(LOCKS);
     const sel = await op.selectEnvironment({ name: "gsm8k" });
-    expect(sel.message).toMatch(/Selected environment 'gsm8k' \(5 configurable fields, 6 locked\)/);
+    // The six of LOCKS, and rollout_server_url: the engine's own Atropos API unless the operator locks it elsewhere.
+    expect(sel.message).toMatch(/Selected environment 'gsm8k' \(5 configurable fields, 7 locked\)/);
     const cfg = await runsAs(e, "viewer").getConfig();
     expect(cfg.environment).toBe("gsm8k");
     expect(cfg.file_path).toBe("/opt/envs/gsm8k_server.py");
@@ -163,6 +164,7 @@ describe("run configuration", () => {
         "  temperature: 1",
         "  use_wandb: true",
         '  split: "train"',
+        `  rollout_server_url: "http://exchange.test/e/${e.name}/atropos"`,
         "openai:",
         '  - base_url: "http://localhost:8001/v1"',
         '    model_name: "Qwen/Qwen3-8B"',
@@ -172,6 +174,11 @@ describe("run configuration", () => {
         "",
       ].join("\n"),
     );
+    // Locked by the operator, the operator's URL wins, and an edit of it is refused as of any locked field.
+    await op.setLockedFields({ set: [{ section: "env", name: "rollout_server_url", value: "http://localhost:8000" }] });
+    const own = await runsAs(e, "viewer").getConfig();
+    expect(own.yaml).toContain('rollout_server_url: "http://localhost:8000"');
+    expect(own.locked_fields.filter((l) => l.name === "rollout_server_url")).toHaveLength(1);
   });
 
   it("applies well-typed edits and shows them in the fields and the YAML", async () => {
@@ -311,6 +318,6 @@ describe("locked fields", () => {
     expect(section.status).toBe(422);
     expect((await refusal(() => runsAs(e, "viewer").setLockedFields(LOCKS))).status).toBe(403);
     expect((await refusal(() => runsAs(e, "trainer").setLockedFields(LOCKS))).status).toBe(403);
-    expect((await op.getConfig()).locked_fields).toHaveLength(6);
+    expect((await op.getConfig()).locked_fields).toHaveLength(7);
   });
 });

@@ -116,7 +116,8 @@ describe("training runs keep D1 rows that fit", () => {
     await refusedAsTooLarge(() => op.editConfig("tokenizer_name", "x".repeat(1_950_000)), /value/);
     const config = await op.getConfig();
     expect(config.edits).toEqual({});
-    expect(config.locked_fields).toEqual([]);
+    // Only the default every run gets (its rollout server: the engine's Atropos API), nothing of the refused change.
+    expect(config.locked_fields.map((l) => l.name)).toEqual(["rollout_server_url"]);
   });
 
   it("refuses to start a run whose YAML, made of edits that each fit, would not fit its row or its command", async () => {

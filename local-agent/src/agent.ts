@@ -23,6 +23,7 @@ import { TrainerLog } from "./trainer-log";
 import { TrainerSupervisor } from "./trainer";
 import { RunsClient } from "../../src/client";
 import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-commands";
+import { atroposUrl } from "./runs/atropos-url";
 import { RolloutCommands } from "./rollout/rollout-commands";
 import { clearSessionsBase } from "./rollout/clear-sessions";
 import { RolloutWorkers } from "./rollout/workers";
@@ -162,6 +163,7 @@ export async function startAgent(
     agentId: config.agentId,
     stop,
     maxBackoffMs: config.retryMaxSeconds * 1000,
+    atropos: { engine: config.engine, url: atroposUrl(link.baseUrl, config.token) },
   });
   const rollout = new RolloutCommands({
     workers: rolloutWorkers,

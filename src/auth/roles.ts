@@ -45,6 +45,15 @@ export const LEDGER_READER_OPS = ["read_trajectories"] as const;
 export const LEDGER_OPERATOR_OPS = ["configure_ledger"] as const;
 export const LEDGER_TRAINER_OPS = ["agent_record_calls"] as const;
 
+/**
+ * The Atropos trajectory API (src/atropos): everyone may read its status; an environment (a
+ * client token) registers itself and posts scored groups; the trainer does all of it, and is
+ * alone in registering a run, taking batches, resetting and setting the queue's bound.
+ */
+export const ATROPOS_READ_OPS = ["atropos_read"] as const;
+export const ATROPOS_ENV_OPS = ["atropos_env"] as const;
+export const ATROPOS_TRAINER_OPS = ["atropos_trainer"] as const;
+
 export type EngineOp =
   | (typeof VIEWER_OPS)[number]
   | (typeof CLIENT_OPS)[number]
@@ -56,14 +65,38 @@ export type EngineOp =
   | (typeof LEDGER_VIEWER_OPS)[number]
   | (typeof LEDGER_READER_OPS)[number]
   | (typeof LEDGER_OPERATOR_OPS)[number]
-  | (typeof LEDGER_TRAINER_OPS)[number];
+  | (typeof LEDGER_TRAINER_OPS)[number]
+  | (typeof ATROPOS_READ_OPS)[number]
+  | (typeof ATROPOS_ENV_OPS)[number]
+  | (typeof ATROPOS_TRAINER_OPS)[number];
 
 // Every role may read the training runs: the run views hold no secret (API keys stay on the GPU host).
 const GRANTS: Record<Role, ReadonlySet<EngineOp>> = {
-  viewer: new Set([...VIEWER_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS]),
-  client: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS]),
-  operator: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...OPERATOR_OPS, ...RUN_VIEWER_OPS, ...RUN_OPERATOR_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS, ...LEDGER_OPERATOR_OPS]),
-  trainer: new Set([...VIEWER_OPS, ...TRAINER_OPS, ...RUN_VIEWER_OPS, ...RUN_TRAINER_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS, ...LEDGER_TRAINER_OPS]),
+  viewer: new Set([...VIEWER_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS, ...LEDGER_READER_OPS, ...ATROPOS_READ_OPS]),
+  client: new Set([...VIEWER_OPS, ...CLIENT_OPS, ...RUN_VIEWER_OPS, ...LEDGER_VIEWER_OPS, ...ATROPOS_READ_OPS, ...ATROPOS_ENV_OPS]),
+  operator: new Set([
+    ...VIEWER_OPS,
+    ...CLIENT_OPS,
+    ...OPERATOR_OPS,
+    ...RUN_VIEWER_OPS,
+    ...RUN_OPERATOR_OPS,
+    ...LEDGER_VIEWER_OPS,
+    ...LEDGER_READER_OPS,
+    ...LEDGER_OPERATOR_OPS,
+    ...ATROPOS_READ_OPS,
+  ]),
+  trainer: new Set([
+    ...VIEWER_OPS,
+    ...TRAINER_OPS,
+    ...RUN_VIEWER_OPS,
+    ...RUN_TRAINER_OPS,
+    ...LEDGER_VIEWER_OPS,
+    ...LEDGER_READER_OPS,
+    ...LEDGER_TRAINER_OPS,
+    ...ATROPOS_READ_OPS,
+    ...ATROPOS_ENV_OPS,
+    ...ATROPOS_TRAINER_OPS,
+  ]),
 };
 
 /** The admin may do anything; a role may do what it is granted. */

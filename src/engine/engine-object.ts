@@ -11,6 +11,7 @@
  * - relay-admission.ts: admitting relayed LLM calls of live claims;
  * - provisioning.ts: the engine's name and the token hashes it lets in;
  * - rollout-buffer.ts: step rows grouped for the trainer (the slime contract);
+ * - atropos-hub.ts: Atropos's trajectory API (environments, scored groups, batches);
  * - alarm-schedule.ts and outbox.ts: the one alarm, and the copy of results in D1.
  *
  * Every change is synchronous and atomic (one SQLite transaction, or one turn of workerd's
@@ -69,6 +70,7 @@ import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger
 import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
+import { AtroposHub, atroposOp, type AtroposAnswer, type AtroposCall } from "./atropos-hub";
 import { SharedTurn } from "./shared-turn";
 import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
@@ -85,6 +87,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly outbox: Outbox;
   private readonly schedule: AlarmSchedule;
   private readonly buffer: RolloutBuffer;
+  private readonly atroposHub: AtroposHub;
   private readonly channel: AgentChannel;
   private readonly episodes: Episodes;
   private readonly status: StatusAndRewards;
@@ -131,6 +134,13 @@ export class EngineObject extends DurableObject<EngineEnv> {
       setKv: (k, v) => store.setKv(k, v),
       outbox: addOutbox,
       enqueue,
+    });
+    this.atroposHub = new AtroposHub(sql, { get: (k) => store.getKv(k), set: (k, v) => store.setKv(k, v) }, {
+      engine: () => store.meta.name ?? "",
+      incarnation: () => store.meta.incarnation,
+      run: () => store.meta.run,
+      now,
+      outbox: addOutbox,
     });
     this.episodes = new Episodes(store, this.buffer, { now, armBy: (t) => schedule.armBy(t), addOutbox, enqueue });
     this.runs = new HistoryRuns(store);
@@ -355,6 +365,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         outbox: this.outbox.size(),
         agent: this.channel.status(),
         relay: this.relay.counts(),
+        atropos: this.atroposHub.overview(),
       });
     });
   }
@@ -436,6 +447,13 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async configureSync(caller: Caller, patch: UpdateSyncConfigRequest): Promise<Reply<SyncConfig>> {
     return this.guarded(caller, "configure_sync", () => this.tx(() => this.status.configureSync(patch)));
+  }
+
+  // ---------------------------------------------------------------- Atropos's trajectory API
+
+  /** One call of Atropos's API (src/atropos), checked for its operation and run in one transaction. */
+  async atropos(caller: Caller, call: AtroposCall): Promise<Reply<AtroposAnswer>> {
+    return this.guarded(caller, atroposOp(call), () => this.tx(() => this.atroposHub.handle(call)));
   }
 
   // ---------------------------------------------------------------- the trajectory ledger's settings

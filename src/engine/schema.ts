@@ -248,6 +248,35 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
      at INTEGER NOT NULL,
      PRIMARY KEY (episode_uuid, fence)
    ) WITHOUT ROWID;`,
+  // 9: the Atropos trajectory API (atropos-hub.ts): its environments, its scored groups (queued,
+  // buffered, set aside, cut into batches, or kept as the latest example), and the count of
+  // queued groups per (env, size) that batch cutting reads instead of the queue.
+  `CREATE TABLE IF NOT EXISTS atropos_envs (
+     env_id INTEGER PRIMARY KEY,
+     desired_name TEXT NOT NULL,
+     real_name TEXT NOT NULL,
+     max_context_len INTEGER NOT NULL,
+     weight REAL NOT NULL,
+     group_size INTEGER NOT NULL,
+     min_batch_allocation REAL,
+     connected INTEGER NOT NULL,
+     last_update REAL NOT NULL
+   );
+   CREATE TABLE IF NOT EXISTS atropos_groups (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     env TEXT NOT NULL,
+     size INTEGER NOT NULL,
+     place TEXT NOT NULL CHECK (place IN ('queue', 'buffer', 'held', 'batch', 'latest')),
+     batch INTEGER,
+     pos INTEGER,
+     payload TEXT NOT NULL
+   );
+   CREATE INDEX IF NOT EXISTS atropos_queue_size ON atropos_groups (size, id) WHERE place = 'queue';
+   CREATE INDEX IF NOT EXISTS atropos_queue_env ON atropos_groups (env, size, id) WHERE place = 'queue';
+   CREATE INDEX IF NOT EXISTS atropos_buffer ON atropos_groups (env, id) WHERE place = 'buffer';
+   CREATE INDEX IF NOT EXISTS atropos_cut ON atropos_groups (batch, pos) WHERE place = 'batch';
+   CREATE INDEX IF NOT EXISTS atropos_held ON atropos_groups (size) WHERE place = 'held';
+   CREATE TABLE IF NOT EXISTS atropos_counts (env TEXT NOT NULL, size INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (env, size)) WITHOUT ROWID;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

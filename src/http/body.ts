@@ -21,7 +21,13 @@ export async function readBodyText(request: Request, max: number = MAX_BODY_BYTE
     return Number.parseInt(declared, 10) > max ? null : request.text();
   }
   if (request.body === null) return "";
-  const reader = request.body.getReader();
+  const bytes = await readStream(request.body, max);
+  return bytes === null ? null : new TextDecoder().decode(bytes);
+}
+
+/** A stream's bytes, or null (the stream cancelled) as soon as they pass `max`. */
+export async function readStream(stream: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array | null> {
+  const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
@@ -40,5 +46,5 @@ export async function readBodyText(request: Request, max: number = MAX_BODY_BYTE
     all.set(c, at);
     at += c.byteLength;
   }
-  return new TextDecoder().decode(all);
+  return all;
 }

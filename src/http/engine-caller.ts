@@ -13,7 +13,8 @@ import { hashToken } from "../auth/tokens";
 import { requestToken } from "./path-token";
 import { cachedEngineStub, engineStub } from "./engine-stub";
 
-export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject> };
+/** `origin` is the request's (scheme and host), for answers that name the exchange's own URLs. */
+export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject>; origin: string };
 
 const hashCache = new Map<string, string>();
 
@@ -47,5 +48,5 @@ export async function engineCaller(env: Env, engine: string, authorization: stri
   const caller: Caller = admin ? { admin: true } : { admin: false, tokenHash: hash };
   const stub = cachedEngineStub(env, engine) ?? (await engineStub(env, engine));
   if (stub === null) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
-  return ok({ engine, caller, stub });
+  return ok({ engine, caller, stub, origin: new URL(url).origin });
 }

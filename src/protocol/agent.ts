@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
+import { AtroposOverview } from "./atropos";
 
 export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
 export const TrainerState = z.enum(TRAINER_STATES);
@@ -122,6 +123,8 @@ export const EngineOverview = z.object({
    * last started.
    */
   relay: z.object({ calls: z.number(), engine_requests: z.number() }),
+  /** Atropos's trajectory API on this engine, what keeps its batches from being cut included. */
+  atropos: AtroposOverview,
 });
 export type EngineOverview = z.infer<typeof EngineOverview>;
 

@@ -10,3 +10,4 @@ export * from "./limits";
 export * from "./history";
 export * from "./ledger";
 export * from "./sync";
+export * from "./atropos";

@@ -18,7 +18,7 @@ import * as store from "./config-store";
 import type { RunsCtx } from "./context";
 import { storedJsonTooLarge } from "../protocol/limits";
 import { done, refuse, tooLarge, type RunsReply } from "./reply";
-import { checkEdit, fieldViews, renderYaml } from "./run-config";
+import { checkEdit, fieldViews, renderYaml, withAtroposServer } from "./run-config";
 
 export async function listEnvironments(ctx: RunsCtx): Promise<RunsReply<CatalogResponse>> {
   const [cat, selected, engine] = await Promise.all([store.loadCatalog(ctx.db, ctx.engine), store.selectedEnvironment(ctx.db, ctx.engine), ctx.catalogState()]);
@@ -61,13 +61,18 @@ export async function reportCatalog(ctx: RunsCtx, report: CatalogReport): Promis
   return done({ success: true as const, count: report.environments.length });
 }
 
+/** The locked fields runs get: the operator's, and the engine's Atropos API as their rollout server unless locked otherwise. */
+async function runLockedFields(ctx: RunsCtx): Promise<LockedField[]> {
+  return withAtroposServer(await store.lockedFields(ctx.db, ctx.engine), ctx.atroposUrl);
+}
+
 /** The selected environment, its catalog entry (null if a rescan dropped it), edits and locked fields. */
 export async function loadDraft(ctx: RunsCtx) {
   const selected = await store.selectedEnvironment(ctx.db, ctx.engine);
   const [env, edits, locked] = await Promise.all([
     selected === null ? Promise.resolve(null) : store.findEnvironment(ctx.db, ctx.engine, selected),
     selected === null ? Promise.resolve({}) : store.editsOf(ctx.db, ctx.engine, selected),
-    store.lockedFields(ctx.db, ctx.engine),
+    runLockedFields(ctx),
   ]);
   return { selected, env, edits: edits as Record<string, JsonValue>, locked };
 }
@@ -101,7 +106,7 @@ export async function selectEnvironment(ctx: RunsCtx, req: SelectEnvironmentRequ
   const env = await store.findEnvironment(ctx.db, ctx.engine, req.name);
   if (env === null) return unknownEnvironment(ctx, req.name);
   await store.selectEnvironment(ctx.db, ctx.engine, req.name, req.reset_edits, ctx.now());
-  const [edits, locked] = await Promise.all([store.editsOf(ctx.db, ctx.engine, req.name), store.lockedFields(ctx.db, ctx.engine)]);
+  const [edits, locked] = await Promise.all([store.editsOf(ctx.db, ctx.engine, req.name), runLockedFields(ctx)]);
   const view = configView(req.name, env, edits, locked);
   const kept = Object.keys(edits).length;
   return done({

@@ -22,6 +22,8 @@ export type RunsCtx = {
   db: Db;
   engine: string;
   role: CallerRole;
+  /** The engine's own Atropos API (src/atropos), without a token: the agent puts its own in on the GPU host. */
+  atroposUrl: string;
   /** Queues a command for the engine's agent, checked against `op` for this caller. */
   enqueue(op: EngineOp, body: CommandBody): Promise<{ ok: true; seq: number } | Refused>;
   /** The engine's side of the catalog: its agent and the last scan (see engine/command-outcomes.ts). */
@@ -52,6 +54,7 @@ export async function authorize(env: Env, who: Credentials, op: EngineOp): Promi
     db: drizzle(env.DB),
     engine: auth.body.engine,
     role: auth.body.role,
+    atroposUrl: `${who.origin}/e/${encodeURIComponent(auth.body.engine)}/atropos`,
     now: runsClock.now,
     enqueue: async (cmdOp, body) => {
       const r = await who.stub.enqueueFor(who.caller, cmdOp, body);

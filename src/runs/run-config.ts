@@ -16,6 +16,19 @@ export type Refusal = { status: 409 | 422; error: string; detail: string; hints:
 const lockedEnv = (locked: readonly LockedField[]): Map<string, JsonValue> =>
   new Map(locked.filter((l) => l.section === "env").map((l) => [l.name, l.value]));
 
+/** The env field Atropos environments find their rollout server in. */
+export const ROLLOUT_SERVER_FIELD = "rollout_server_url";
+
+/**
+ * The locked fields a run gets: the operator's, and `rollout_server_url` locked to the engine's
+ * own Atropos API unless the operator locked it to something else, so a run needs no run-api of
+ * its own. The URL carries no token (the views show it); the agent adds its own on the host.
+ */
+export function withAtroposServer(locked: readonly LockedField[], atroposUrl: string): LockedField[] {
+  if (locked.some((l) => l.section === "env" && l.name === ROLLOUT_SERVER_FIELD)) return [...locked];
+  return [...locked, { section: "env", name: ROLLOUT_SERVER_FIELD, value: atroposUrl }];
+}
+
 /** Why `field = value` may not be applied, or null when it may. */
 export function checkEdit(fields: readonly ConfigField[], locked: readonly LockedField[], field: string, value: JsonValue): Refusal | null {
   const lock = lockedEnv(locked);

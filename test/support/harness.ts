@@ -114,13 +114,16 @@ export async function raw(path: string, init: { method?: string; token?: string;
   if (init.body !== undefined && !headers["content-type"]) headers["content-type"] = "application/json";
   const res = await workerFetch(`${ORIGIN}${path}`, { method: init.method ?? (init.body === undefined ? "GET" : "POST"), headers, body: init.body ?? null });
   const text = await res.text();
-  let json: unknown = null;
+  return { status: res.status, json: jsonOrNull(text) as Record<string, unknown> | null, text };
+}
+
+/** The JSON `text` holds, or null if it is not JSON. */
+export function jsonOrNull(text: string): unknown {
   try {
-    json = JSON.parse(text);
+    return JSON.parse(text);
   } catch {
-    json = null;
+    return null;
   }
-  return { status: res.status, json: json as Record<string, unknown> | null, text };
 }
 
 export function endBody(client_uuid: string, episode_uuid: string, reward: number | number[] | null, task_id = "task-1", extra: Record<string, unknown> = {}) {

@@ -38,6 +38,8 @@ export type RunCommandsDeps = {
   agentId: string;
   stop: AbortSignal;
   maxBackoffMs: number;
+  /** The engine's name and its Atropos API with the agent's token, for run configs and commands. */
+  atropos?: { engine: string; url: string };
 };
 
 /** Reads the runs config named by ROLLOUT_RUNS_CONFIG; no variable means runs are not set up here. */
@@ -61,7 +63,15 @@ export class RunCommands {
 
   constructor(private readonly d: RunCommandsDeps) {
     this.reporter = new ExchangeReporter(d.client, d);
-    this.supervisor = d.config.ok ? new RunSupervisor({ config: d.config.config, reporter: this.reporter, clock: d.clock, logger: d.logger, agentId: d.agentId, stop: d.stop }) : null;
+    this.supervisor = d.config.ok ? new RunSupervisor({
+          config: d.config.config,
+          reporter: this.reporter,
+          clock: d.clock,
+          logger: d.logger,
+          agentId: d.agentId,
+          stop: d.stop,
+          ...(d.atropos === undefined ? {} : { atropos: d.atropos }),
+        }) : null;
   }
 
   /** Why training runs are off on this host, for the heartbeat (the engine tells callers of the catalog); null when they are on. */

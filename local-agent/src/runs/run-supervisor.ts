@@ -19,6 +19,7 @@ import { TemplateError, expandCommand } from "../command-template";
 import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { MetricsReader } from "./metrics-reader";
+import { withAtroposUrl } from "./atropos-url";
 import { checkReady, describeReady } from "./readiness";
 import { RunProcess } from "./run-process";
 import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
@@ -50,7 +51,16 @@ export class RunSupervisor {
   private run: Run | null = null;
 
   constructor(
-    private readonly d: { config: RunsConfig; reporter: RunReporter; clock: Clock; logger: Logger; agentId: string; stop: AbortSignal },
+    private readonly d: {
+      config: RunsConfig;
+      reporter: RunReporter;
+      clock: Clock;
+      logger: Logger;
+      agentId: string;
+      stop: AbortSignal;
+      /** The engine's name and its Atropos API with this agent's token (atropos-url.ts), when known. */
+      atropos?: { engine: string; url: string };
+    },
   ) {}
 
   /** The run this host is running, if any. */
@@ -84,6 +94,7 @@ export class RunSupervisor {
       work_dir: this.d.config.workDir ?? dir,
       run_dir: dir,
       metrics_file: metricsPath,
+      atropos_url: this.d.atropos?.url ?? "",
     };
     let procs: RunProcess[];
     try {
@@ -94,7 +105,7 @@ export class RunSupervisor {
     }
     if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
     mkdirSync(dir, { recursive: true });
-    writeFileSync(configPath, cmd.config_yaml);
+    writeFileSync(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
     const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now()), phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);
@@ -102,7 +113,8 @@ export class RunSupervisor {
       this.finish(run);
       return { ok: true, detail: `run ${run.id} was stopped before it started; nothing was started` };
     }
-    run.task = this.startup(run, { ROLLOUT_RUN_ID: run.id, ROLLOUT_RUN_CONFIG: configPath, ROLLOUT_RUN_METRICS: metricsPath });
+    const atroposEnv: Record<string, string> = this.d.atropos === undefined ? {} : { ROLLOUT_ATROPOS_URL: this.d.atropos.url };
+    run.task = this.startup(run, { ROLLOUT_RUN_ID: run.id, ROLLOUT_RUN_CONFIG: configPath, ROLLOUT_RUN_METRICS: metricsPath, ...atroposEnv });
     return { ok: true, detail: `starting run ${run.id}: ${procs.map((p) => p.name).join(" -> ")}; output in ${dir}` };
   }
 

@@ -8,7 +8,6 @@
  *     "environmentDirs": ["/opt/tinker-atropos/tinker_atropos/environments"],
  *     "workDir": "/opt/tinker-atropos",
  *     "processes": [
- *       {"name": "api", "command": "run-api", "ready": {"port": 8000}},
  *       {"name": "trainer", "command": "python launch_training.py --config {config}",
  *        "ready": {"http": "http://127.0.0.1:8001/health"}, "readyTimeoutSeconds": 600},
  *       {"name": "env", "command": "{python} {env_file} serve --config {config}"}
@@ -16,13 +15,14 @@
  *   }
  *
  * Placeholders in commands: {config} (the run's YAML file), {env_file}, {env_name},
- * {env_class}, {run_id}, {python}, {work_dir}, {run_dir}, {metrics_file}.
+ * {env_class}, {run_id}, {python}, {work_dir}, {run_dir}, {metrics_file}, {atropos_url} (the engine's
+ * Atropos API with the agent's token: the rollout server, instead of a run-api process).
  */
 import { isAbsolute, resolve } from "node:path";
 import { z } from "zod";
 import { TemplateError, expandCommand, splitCommand } from "../command-template";
 
-export const RUN_PLACEHOLDERS = ["config", "env_file", "env_name", "env_class", "run_id", "python", "work_dir", "run_dir", "metrics_file"] as const;
+export const RUN_PLACEHOLDERS = ["config", "env_file", "env_name", "env_class", "run_id", "python", "work_dir", "run_dir", "metrics_file", "atropos_url"] as const;
 
 const Ready = z.union([
   z.object({ port: z.number().int().min(1).max(65535), host: z.string().default("127.0.0.1") }).strict(),

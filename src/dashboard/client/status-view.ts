@@ -66,6 +66,23 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return h("p", { id: "ledger-capture", class: `sub capture ${l.capture}`, "data-capture": l.capture, "data-retention-days": l.retention_days }, what);
   }
 
+  /**
+   * Atropos's trajectory API, once a trainer registered or groups came: the step, what is
+   * queued, and in red what keeps batches from being cut (its stalls), which Atropos's run-api
+   * never says.
+   */
+  function atroposCard(a: EngineOverview["atropos"]): DomElement | null {
+    if (!a.registered && a.stored_groups === 0) return null;
+    return card(
+      "Atropos",
+      h("p", { id: "atropos-queued", class: "big", "data-value": a.queued_groups }, String(a.queued_groups)),
+      h("p", { class: "sub" }, `groups queued · step ${a.current_step} · batch ${a.batch_size} · ${a.environments} env${a.environments === 1 ? "" : "s"} · ${a.stored_groups} of ${a.max_groups} held`),
+      ...(a.stalls.length === 0
+        ? []
+        : [h("ul", { id: "atropos-stalls", class: "sub refusals", "data-count": a.stalls.length }, ...a.stalls.map((x) => h("li", { "data-kind": x.kind, "data-groups": x.groups }, x.detail)))]),
+    );
+  }
+
   /** `ledger` is null when its read failed: the line is left out rather than guessed. */
   function render(ov: EngineOverview, ledger: LedgerConfig | null, nowMs: number): DomElement {
     const e = ov.episodes;
@@ -88,6 +105,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
           h("p", { class: "sub" }, ov.global_step === null ? "the trainer has not reported a step" : "as last reported by the trainer"),
         ),
         agentCard(ov.agent, ov.refusals, nowMs),
+        atroposCard(ov.atropos),
       ),
       h(
         "div",

@@ -1,0 +1,22 @@
+/**
+ * The engine's Atropos API (the exchange's /e/<engine>/atropos) as this host's run processes
+ * reach it. The exchange locks a run's rollout_server_url to that URL without a token, since its
+ * views show the config; the agent puts its own token in the path on the host, where the
+ * config file is written, so Atropos environments and trainers, which send no headers, get in.
+ */
+
+/** `<server>/e/<engine>/t/<token>/atropos`: what the run's processes use. */
+export function atroposUrl(engineBaseUrl: string, token: string): string {
+  return `${engineBaseUrl}/t/${encodeURIComponent(token)}/atropos`;
+}
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
+/**
+ * The run's YAML with every tokenless URL of the engine's Atropos API (whatever origin the
+ * exchange saw the run started from) replaced by `url`. Other URLs are left as they are.
+ */
+export function withAtroposUrl(yaml: string, engine: string, url: string): string {
+  const own = new RegExp(`https?://[^\\s"'/]+/e/${escape(encodeURIComponent(engine))}/atropos(?=["'\\s]|$)`, "g");
+  return yaml.replace(own, url);
+}

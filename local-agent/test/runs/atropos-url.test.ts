@@ -1,0 +1,68 @@
+/**
+ * A run's rollout server is the engine's own Atropos API: the exchange locks the config's URL
+ * without a token, and the agent writes it with its token into the config file on the host and
+ * gives it to the run's commands ({atropos_url}, ROLLOUT_ATROPOS_URL), so no run-api is needed.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { realClock } from "../../src/clock";
+import { RunSupervisor } from "../../src/runs/run-supervisor";
+import { atroposUrl, withAtroposUrl } from "../../src/runs/atropos-url";
+import { MemoryLogger } from "../support/logger";
+import { tempDir } from "../support/temp";
+import { waitUntil } from "../support/wait";
+import { RecordingReporter, proc, runsConfig, startCommand } from "./support";
+
+const URL_WITH_TOKEN = atroposUrl("http://10.0.0.5:8787/e/eng-1", "tok/en");
+
+describe("the engine's Atropos URL in a run", () => {
+  it("puts the agent's token into the engine's own tokenless Atropos URLs, whatever origin they name, and leaves others", () => {
+    expect(URL_WITH_TOKEN).toBe("http://10.0.0.5:8787/e/eng-1/t/tok%2Fen/atropos");
+    const yaml = [
+      "env:",
+      '  rollout_server_url: "https://exchange.example/e/eng-1/atropos"',
+      '  other_url: "https://exchange.example/e/eng-10/atropos"',
+      '  mine_with_token: "https://exchange.example/e/eng-1/t/x/atropos"',
+      "trainer:",
+      "  atropos_url: http://127.0.0.1:8787/e/eng-1/atropos",
+      '  api: "http://localhost:8000"',
+      "",
+    ].join("\n");
+    expect(withAtroposUrl(yaml, "eng-1", URL_WITH_TOKEN)).toBe(
+      [
+        "env:",
+        `  rollout_server_url: "${URL_WITH_TOKEN}"`,
+        '  other_url: "https://exchange.example/e/eng-10/atropos"',
+        '  mine_with_token: "https://exchange.example/e/eng-1/t/x/atropos"',
+        "trainer:",
+        `  atropos_url: ${URL_WITH_TOKEN}`,
+        '  api: "http://localhost:8000"',
+        "",
+      ].join("\n"),
+    );
+  });
+
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const c of cleanups.splice(0)) c();
+  });
+
+  it("writes it into the run's config file and gives it to the run's processes", async () => {
+    const state = tempDir();
+    const stop = new AbortController();
+    cleanups.push(() => {
+      stop.abort();
+      state.remove();
+    });
+    const config = runsConfig({ processes: [proc("env", "--say {atropos_url} --exit-after 0")] }, state.path);
+    const reporter = new RecordingReporter();
+    const sup = new RunSupervisor({ config, reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: stop.signal, atropos: { engine: "eng-1", url: URL_WITH_TOKEN } });
+    const cmd = { ...startCommand("run_atropos1"), config_yaml: 'env:\n  rollout_server_url: "https://exchange.example/e/eng-1/atropos"\n' };
+    expect((await sup.start(cmd)).ok).toBe(true);
+    await sup.settled();
+    const dir = join(config.runsDir, "run_atropos1");
+    expect(readFileSync(join(dir, "config.yaml"), "utf8")).toBe(`env:\n  rollout_server_url: "${URL_WITH_TOKEN}"\n`);
+    await waitUntil(() => readFileSync(join(dir, "env.log"), "utf8").includes(URL_WITH_TOKEN), "the URL in the process's output");
+  });
+});

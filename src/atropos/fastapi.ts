@@ -1,0 +1,51 @@
+/**
+ * FastAPI's answers to a request body it cannot take, as Atropos's clients see them: a 422 with
+ * `{"detail": [{type, loc, msg, input}]}` (pydantic's errors, `loc` starting at "body"), and a
+ * 400 plain-text "Invalid gzip payload" from Atropos's gzip middleware.
+ */
+import type { z } from "zod";
+import type { PydanticIssue } from "../protocol/atropos";
+import { jsonResponse } from "../http/errors";
+
+type Detail = { type: string; loc: (string | number)[]; msg: string; input: unknown; ctx?: Record<string, unknown> };
+
+export const unprocessable = (detail: Detail[]): Response => jsonResponse({ detail }, 422);
+
+/** The value at `path` in `body`, or undefined. */
+function at(body: unknown, path: readonly PropertyKey[]): unknown {
+  let v = body;
+  for (const k of path) v = typeof v === "object" && v !== null ? (v as Record<PropertyKey, unknown>)[k] : undefined;
+  return v;
+}
+
+/** pydantic's errors for a zod failure of an Atropos schema (protocol/atropos.ts puts pydantic's type and message in each issue). */
+export function pydanticErrors(error: z.ZodError, body: unknown, model: "object" | "list"): Detail[] {
+  const out: Detail[] = [];
+  for (const issue of error.issues) {
+    const path = issue.path.filter((p): p is string | number => typeof p !== "symbol");
+    const params = issue.code === "custom" ? (issue.params as PydanticIssue | undefined) : undefined;
+    if (params !== undefined) {
+      // A missing field's input is the object it is missing from, as pydantic reports it.
+      const input = params.type === "missing" ? at(body, path.slice(0, -1)) : params.input;
+      out.push({ type: params.type, loc: ["body", ...path], msg: params.msg, input: input ?? null });
+    } else if (issue.code === "invalid_type" && issue.expected === "array") {
+      out.push({ type: "list_type", loc: ["body", ...path], msg: "Input should be a valid list", input: at(body, path) ?? null });
+    } else {
+      const where = path.slice(0, model === "list" ? 1 : 0);
+      out.push({ type: "model_attributes_type", loc: ["body", ...where], msg: "Input should be a valid dictionary or object to extract fields from", input: at(body, where) ?? null });
+    }
+  }
+  return out;
+}
+
+/** FastAPI's 422 for a body that is not JSON: where the decoder stopped, and why. */
+export function jsonInvalid(text: string, error: unknown): Response {
+  const message = error instanceof Error ? error.message : String(error);
+  const pos = /position (\d+)/.exec(message)?.[1];
+  return unprocessable([{ type: "json_invalid", loc: ["body", pos === undefined ? text.length : Number(pos)], msg: "JSON decode error", input: {}, ctx: { error: "Expecting value" } }]);
+}
+
+/** FastAPI's 422 for a request that needs a body and has none. */
+export const bodyMissing = (): Response => unprocessable([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+
+export const invalidGzip = (): Response => new Response("Invalid gzip payload", { status: 400, headers: { "content-type": "text/plain; charset=utf-8" } });

@@ -1,0 +1,141 @@
+/**
+ * Atropos's trajectory API (atroposlib/api/server.py, v0.4.0) under an engine's base URL at
+ * /atropos, so that `rollout_server_url = https://<host>/e/<engine>/t/<token>/atropos` (or the
+ * same without the token part and a bearer header) serves Atropos environments and trainers
+ * unchanged. The Worker checks the token's engine, inflates gzip bodies, validates them as
+ * FastAPI would (its 422 bodies) and serializes each scored group once; the engine's Durable
+ * Object holds the state (engine/atropos-hub.ts). Answers of 1,000 bytes or more are gzipped
+ * for clients that accept it, as Atropos's GZipMiddleware does.
+ */
+import type { Context, Hono } from "hono";
+import type { z } from "zod";
+import type { Env } from "../env";
+import { envOf } from "../runs/context";
+import { engineCaller } from "../http/engine-caller";
+import { errorResponse, replyResponse } from "../http/errors";
+import { MAX_BODY_BYTES, readStream } from "../http/body";
+import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
+import { AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
+import type { Reply } from "../engine/reply";
+import type { AtroposAnswer, AtroposCall, AtroposPlainRoute } from "../engine/atropos-hub";
+import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
+import { groupTooLarge, toGroup } from "./scored-json";
+
+/** The most a gzip body may inflate to: several groups of long sequences, and well inside a Worker's memory. */
+export const MAX_INFLATED_BYTES = 4 * MAX_BODY_BYTES;
+/** Starlette's GZipMiddleware(minimum_size=1000). */
+const GZIP_MINIMUM = 1000;
+
+type Spec = {
+  method: "GET" | "POST";
+  path: string;
+  /** `query` names a field also read from the query string when the body is empty (a GET whose client cannot send a body). */
+  body?: { schema: z.ZodType; model: "object" | "list"; query?: string };
+  call: (input: unknown) => AtroposCall | Response;
+};
+
+const none = (route: AtroposPlainRoute) => (): AtroposCall => ({ route });
+
+/** The scored groups, or a 413 for one no row can hold. */
+function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean): AtroposCall | Response {
+  const out = groups.map(toGroup);
+  for (const [i, g] of out.entries()) {
+    const why = groupTooLarge(g.payload);
+    if (why !== null) return errorResponse(413, "payload_too_large", list ? `group ${i}: ${why}` : why);
+  }
+  return { route: "scored_data", groups: out, list };
+}
+
+export const ATROPOS_API: Spec[] = [
+  { method: "GET", path: "", call: none("root") },
+  { method: "GET", path: "/", call: none("root") },
+  { method: "POST", path: "/register", body: { schema: AtroposRegistration, model: "object" }, call: (b) => ({ route: "register", body: b as z.output<typeof AtroposRegistration> }) },
+  { method: "GET", path: "/info", call: none("info") },
+  { method: "GET", path: "/wandb_info", call: none("wandb_info") },
+  { method: "GET", path: "/batch", call: none("batch") },
+  { method: "POST", path: "/register-env", body: { schema: AtroposRegisterEnv, model: "object" }, call: (b) => ({ route: "register_env", body: b as z.output<typeof AtroposRegisterEnv> }) },
+  { method: "POST", path: "/disconnect-env", body: { schema: AtroposEnvIdentifier, model: "object" }, call: (b) => ({ route: "disconnect_env", body: b as { env_id: number } }) },
+  { method: "POST", path: "/scored_data", body: { schema: AtroposScoredData, model: "object" }, call: (b) => scored([b as z.output<typeof AtroposScoredData>], false) },
+  { method: "POST", path: "/scored_data_list", body: { schema: AtroposScoredDataList, model: "list" }, call: (b) => scored(b as z.output<typeof AtroposScoredDataList>, true) },
+  { method: "GET", path: "/status", call: none("status") },
+  // A GET with a JSON body, as Atropos's BaseEnv sends it.
+  { method: "GET", path: "/status-env", body: { schema: AtroposEnvIdentifier, model: "object", query: "env_id" }, call: (b) => ({ route: "status_env", body: b as { env_id: number } }) },
+  { method: "GET", path: "/latest_example", call: none("latest_example") },
+  { method: "GET", path: "/reset_data", call: none("reset_data") },
+  // The exchange's own: the queue's bound.
+  { method: "GET", path: "/config", call: none("config") },
+  { method: "POST", path: "/config", body: { schema: UpdateAtroposConfigRequest, model: "object" }, call: (b) => ({ route: "configure", body: b as z.output<typeof UpdateAtroposConfigRequest> }) },
+];
+
+/** The body's bytes, inflated when it says it is gzip; a Response for a body that is too large or not gzip. */
+async function bodyBytes(request: Request): Promise<Uint8Array | Response> {
+  const raw = new Uint8Array(await request.arrayBuffer());
+  if (!(request.headers.get("content-encoding") ?? "").toLowerCase().includes("gzip") || raw.byteLength === 0) return raw;
+  try {
+    const inflated = await readStream(new Blob([raw]).stream().pipeThrough(new DecompressionStream("gzip")), MAX_INFLATED_BYTES);
+    return inflated ?? errorResponse(413, "payload_too_large", `The request body inflates to more than ${MAX_INFLATED_BYTES} bytes.`);
+  } catch {
+    return invalidGzip();
+  }
+}
+
+/** The request's input as FastAPI reads it: JSON when the content type is JSON or absent, the text itself otherwise. */
+async function readInput(request: Request, spec: NonNullable<Spec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
+  const bytes = await bodyBytes(request);
+  if (bytes instanceof Response) return { ok: false, response: bytes };
+  const fromQuery = spec.query === undefined ? null : new URL(request.url).searchParams.get(spec.query);
+  if (bytes.byteLength === 0 && fromQuery !== null) return validated(spec, { [spec.query!]: fromQuery });
+  if (bytes.byteLength === 0) return { ok: false, response: bodyMissing() };
+  const text = new TextDecoder().decode(bytes);
+  const type = request.headers.get("content-type");
+  let raw: unknown = text;
+  if (type === null || /^application\/([\w.+-]*\+)?json\b/i.test(type.trim())) {
+    if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, response: unprocessable([{ type: "json_invalid", loc: ["body"], msg: tooDeep, input: {} }]) };
+    try {
+      raw = JSON.parse(text);
+    } catch (e) {
+      return { ok: false, response: jsonInvalid(text, e) };
+    }
+  }
+  return validated(spec, raw);
+}
+
+function validated(spec: NonNullable<Spec["body"]>, raw: unknown): { ok: true; value: unknown } | { ok: false; response: Response } {
+  const parsed = spec.schema.safeParse(raw);
+  if (!parsed.success) return { ok: false, response: unprocessable(pydanticErrors(parsed.error, raw, spec.model)) };
+  return { ok: true, value: parsed.data };
+}
+
+/** The engine's answer as HTTP, gzipped when large and accepted. */
+async function answer(c: Context, a: AtroposAnswer): Promise<Response> {
+  if ("text" in a) return new Response(a.text, { status: a.status, headers: { "content-type": "text/plain; charset=utf-8" } });
+  const bytes = new TextEncoder().encode(a.raw);
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (bytes.byteLength < GZIP_MINIMUM || !(c.req.header("accept-encoding") ?? "").toLowerCase().includes("gzip")) return new Response(bytes, { headers });
+  const gz = await new Response(new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer();
+  // The body is gzip already: the runtime must send it as it is (encodeBody "manual"), not compress it again.
+  return new Response(gz, { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
+}
+
+async function handle(c: Context, spec: Spec): Promise<Response> {
+  const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+  if (!who.ok) return replyResponse(who);
+  let input: unknown = undefined;
+  if (spec.body !== undefined) {
+    const parsed = await readInput(c.req.raw, spec.body);
+    if (!parsed.ok) return parsed.response;
+    input = parsed.value;
+  }
+  const call = spec.call(input);
+  if (call instanceof Response) return call;
+  const reply: Reply<AtroposAnswer> = await who.body.stub.atropos(who.body.caller, call);
+  if (reply.ok) return answer(c, reply.body);
+  const res = replyResponse(reply);
+  if (reply.status === 503) res.headers.set("retry-after", "5");
+  return res;
+}
+
+/** Registers Atropos's routes under `${prefix}/atropos` (token-in-path URLs route the same: http/path-token.ts). */
+export function atroposRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
+  for (const spec of ATROPOS_API) app.on(spec.method, `${prefix}/atropos${spec.path}`, (c) => handle(c, spec));
+}

@@ -1,0 +1,66 @@
+/**
+ * A scored group as Atropos answers it in /batch and /latest_example (its _scored_data_to_dict):
+ * every field, in its order, null where not sent; float fields written as Python writes floats
+ * (a whole number keeps its ".0"), so a trainer reading the JSON gets floats where Atropos gave
+ * floats. Built in the Worker, once per group: the engine stores and returns this text as is.
+ */
+import type { AtroposScoredData } from "../protocol/atropos";
+import { storedStringTooLarge, MAX_STORED_BYTES, utf8Bytes } from "../protocol/limits";
+import type { AtroposGroup } from "../engine/atropos-hub";
+
+/** A float as Python's json writes it: 1 -> "1.0", -0 -> "-0.0"; other values as JavaScript writes them, which parse to the same float. */
+export function pyFloatJson(x: number): string {
+  if (Object.is(x, -0)) return "-0.0";
+  const t = String(x);
+  return Number.isInteger(x) && !t.includes("e") ? `${t}.0` : t;
+}
+
+const floats = (xs: number[]): string => `[${xs.map(pyFloatJson).join(",")}]`;
+const nested = <T>(xs: T[] | null | undefined, inner: (x: T) => string): string => (xs == null ? "null" : `[${xs.map(inner).join(",")}]`);
+const json = (v: unknown): string => JSON.stringify(v) ?? "null";
+
+/** The group's JSON text, as Atropos's answers hold it. */
+export function scoredJson(d: AtroposScoredData): string {
+  const floats2 = (xs: number[][] | null | undefined) => nested(xs, floats);
+  const floats3 = (xs: number[][][] | null | undefined) => nested(xs, (x) => nested(x, floats));
+  return (
+    `{"tokens":${json(d.tokens)},"masks":${json(d.masks)},"scores":${floats(d.scores)},` +
+    `"advantages":${floats2(d.advantages)},"ref_logprobs":${floats2(d.ref_logprobs)},"messages":${json(d.messages)},` +
+    `"generation_params":${json(d.generation_params)},"inference_logprobs":${floats2(d.inference_logprobs)},` +
+    `"overrides":${json(d.overrides)},"group_overrides":${json(d.group_overrides)},"images":${json(d.images)},` +
+    `"env_id":${json(d.env_id)},"distill_token_ids":${json(d.distill_token_ids)},"distill_logprobs":${floats3(d.distill_logprobs)}}`
+  );
+}
+
+/**
+ * The group's trajectory record for D1 (the trajectories table's workflow_output): its scores,
+ * env and size, and its messages when it has them, but not its token ids, masks or logprobs,
+ * which are the trainer's input and would make every record the size of the group. A record
+ * whose messages would not fit a row goes without them.
+ */
+export function trajectorySummary(d: AtroposScoredData): string {
+  const metadata = {
+    source: "atropos",
+    env_id: d.env_id ?? null,
+    group_size: d.tokens.length,
+    sequence_lengths: d.tokens.map((t) => t.length),
+    generation_params: d.generation_params ?? null,
+    group_overrides: d.group_overrides ?? null,
+  };
+  const whole = json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages: d.messages ?? null }, log_metrics: {} });
+  if (storedStringTooLarge("the trajectory", whole) === null) return whole;
+  return json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages_omitted: true }, log_metrics: {} });
+}
+
+/** Why a group cannot be stored (its JSON is over what a row holds), or null. */
+export function groupTooLarge(payload: string): string | null {
+  if (payload.length * 3 <= MAX_STORED_BYTES) return null;
+  const bytes = utf8Bytes(payload);
+  return bytes <= MAX_STORED_BYTES ? null : `a scored group is ${bytes} bytes as JSON; this exchange stores at most ${MAX_STORED_BYTES} per group`;
+}
+
+/** What the engine gets for one group. */
+export function toGroup(d: AtroposScoredData): AtroposGroup {
+  const reward = d.scores.length === 0 ? null : d.scores.reduce((a, x) => a + x, 0) / d.scores.length;
+  return { env_id: d.env_id ?? null, size: d.tokens.length, payload: scoredJson(d), reward, summary: trajectorySummary(d) };
+}

@@ -1,0 +1,426 @@
+/**
+ * Atropos's trajectory API inside the engine (atroposlib/api/server.py, v0.4.0): the trainer's
+ * registration, the environments, scored groups buffered and queued, batches cut and handed
+ * out, and the step. Each operation answers what Atropos's server answers, quirks included
+ * (its 500s become 500s, its "wait for trainer to start" stays a 200), with the state in the
+ * engine's SQLite (atropos-store.ts) so that nothing is lost on a restart. Beyond Atropos: the
+ * queue is bounded (503), a group larger than the batch is set aside instead of blocking every
+ * batch, what keeps batches from being cut is reported (stalls), and each group goes to D1 as
+ * a trajectory through the outbox. The Worker has validated and serialized every group.
+ */
+import { DEFAULT_ATROPOS_CONFIG, type AtroposConfig, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import type { EngineOp } from "../auth/roles";
+import { fail, ok, type Reply } from "./reply";
+import type { OutboxItem } from "./outbox";
+import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations, packLength } from "./atropos-packing";
+import { AtroposStore, envKey, type AtroposEnv, type AtroposState } from "./atropos-store";
+
+/** Atropos's MIN_ENV_WEIGHT: an env's share of inference never drops below it. */
+const MIN_ENV_WEIGHT = 0.01;
+
+/** A scored group as the Worker hands it over: its env_id, its number of sequences, its JSON, and its trajectory record. */
+export type AtroposGroup = { env_id: number | null; size: number; payload: string; reward: number | null; summary: string };
+
+/** The calls that take no input. */
+export type AtroposPlainRoute = "root" | "info" | "wandb_info" | "batch" | "status" | "latest_example" | "reset_data" | "config";
+
+export type AtroposCall =
+  | { route: "register"; body: AtroposRegistration }
+  | { route: AtroposPlainRoute }
+  | { route: "register_env"; body: AtroposRegisterEnv }
+  | { route: "disconnect_env" | "status_env"; body: { env_id: number } }
+  | { route: "scored_data"; groups: AtroposGroup[]; list: boolean }
+  | { route: "configure"; body: Partial<AtroposConfig> };
+
+/** The operation (and so the roles: auth/roles.ts) each call needs. */
+export function atroposOp(call: AtroposCall): EngineOp {
+  switch (call.route) {
+    case "register":
+    case "batch":
+    case "reset_data":
+    case "configure":
+      return "atropos_trainer";
+    case "register_env":
+    case "disconnect_env":
+    case "scored_data":
+      return "atropos_env";
+    default:
+      return "atropos_read";
+  }
+}
+
+/** A JSON answer (its text), or one of Atropos's plain-text ones. */
+export type AtroposAnswer = { raw: string } | { text: string; status: 200 | 500 };
+
+const json = (v: unknown): AtroposAnswer => ({ raw: JSON.stringify(v) });
+
+/** What Starlette answers when a handler raises (an IndexError, a ZeroDivisionError...). */
+const SERVER_ERROR: AtroposAnswer = { text: "Internal Server Error", status: 500 };
+
+/** `list[i]` as Python reads it: a negative index counts from the end. */
+function pyIndex<T>(list: readonly T[], i: number): T | undefined {
+  return list[i < 0 ? list.length + i : i];
+}
+
+export type AtroposHost = {
+  engine(): string;
+  incarnation(): string;
+  run(): number;
+  now(): number;
+  outbox(item: OutboxItem): void;
+};
+
+export class AtroposHub {
+  readonly store: AtroposStore;
+
+  constructor(
+    sql: SqlStorage,
+    private readonly kv: { get<T>(k: string): T | null; set(k: string, v: unknown): void },
+    private readonly host: AtroposHost,
+  ) {
+    this.store = new AtroposStore(sql, kv);
+  }
+
+  config(): AtroposConfig {
+    return { ...DEFAULT_ATROPOS_CONFIG, ...(this.kv.get<Partial<AtroposConfig>>("atropos_config") ?? {}) };
+  }
+
+  /** Answers one call; its writes run in the caller's transaction. */
+  handle(call: AtroposCall): Reply<AtroposAnswer> {
+    const s = this.store.state();
+    switch (call.route) {
+      case "root":
+        return ok(json({ message: "AtroposLib API" }));
+      case "register":
+        return ok(this.register(s, call.body));
+      case "info":
+        return ok(json(s.registered ? { batch_size: s.batch_size, max_token_len: s.max_token_len } : { batch_size: -1, max_token_len: -1 }));
+      case "wandb_info":
+        return ok(json({ group: s.group, project: s.project }));
+      case "register_env":
+        return ok(json(this.registerEnv(s, call.body)));
+      case "disconnect_env":
+        return ok(json(this.disconnectEnv(s, call.body.env_id)));
+      case "batch":
+        return ok(this.batch(s));
+      case "latest_example":
+        return ok(this.latest(s));
+      case "scored_data":
+        return this.scored(s, call.groups, call.list);
+      case "status":
+        return ok(json(this.status(s)));
+      case "status_env":
+        return ok(this.statusEnv(s, call.body.env_id));
+      case "reset_data":
+        this.reset(s);
+        return ok({ text: "Reset successful", status: 200 });
+      case "config":
+        return ok(json(this.config()));
+      case "configure": {
+        const next = { ...this.config(), ...call.body };
+        this.kv.set("atropos_config", next);
+        return ok(json(next));
+      }
+    }
+  }
+
+  private register(s: AtroposState, r: AtroposRegistration): AtroposAnswer {
+    let next = s;
+    if (!s.queue) {
+      next = {
+        ...s,
+        queue: true,
+        registered: true,
+        group: r.wandb_group,
+        project: r.wandb_project,
+        batch_size: r.batch_size,
+        max_token_len: r.max_token_len,
+        step: r.starting_step,
+        checkpoint_dir: r.checkpoint_dir,
+        save_checkpoint_interval: r.save_checkpoint_interval,
+        num_steps: r.num_steps,
+        started: false,
+        stored: 0,
+      };
+      this.store.clear(s.latest);
+    }
+    this.store.saveState({ ...next, requesters: next.requesters + 1 });
+    // uuid.uuid4().int: a 128-bit integer, written as a JSON number with every digit, as Python's json writes it.
+    return { raw: `{"uuid":${uuid4Int()}}` };
+  }
+
+  private registerEnv(s: AtroposState, r: AtroposRegisterEnv): Record<string, unknown> {
+    if (s.started !== true) return { status: "wait for trainer to start" };
+    const envs = this.store.envs();
+    const realName = `${r.desired_name}_${envs.filter((e) => e.desired_name === r.desired_name).length}`;
+    const id = envs.length;
+    this.store.addEnv({
+      env_id: id,
+      desired_name: r.desired_name,
+      real_name: realName,
+      max_context_len: r.max_token_length,
+      weight: r.weight,
+      group_size: r.group_size,
+      min_batch_allocation: r.min_batch_allocation ?? null,
+      connected: true,
+      last_update: this.host.now() / 1000,
+    });
+    return {
+      status: "success",
+      env_id: id,
+      wandb_name: realName,
+      checkpoint_dir: s.checkpoint_dir,
+      starting_step: s.step,
+      checkpoint_interval: s.save_checkpoint_interval,
+      num_steps: s.num_steps,
+    };
+  }
+
+  private disconnectEnv(s: AtroposState, envId: number): Record<string, unknown> {
+    if (!s.registered) return { status: "failure", error: "'State' object has no attribute 'envs'" };
+    const env = pyIndex(this.store.envs(), envId);
+    if (env === undefined) return { status: "failure", error: "list index out of range" };
+    this.store.updateEnv(env.env_id, { connected: false });
+    return { status: "success" };
+  }
+
+  private batch(s: AtroposState): AtroposAnswer {
+    if (s.started === null) return json({ status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
+    let next: AtroposState = { ...s, started: true };
+    let payloads = this.store.popBatch(s.latest);
+    if (payloads === null && !s.queue) {
+      // Atropos marks itself started, then fails on the queue /reset_data deleted.
+      this.store.saveState(next);
+      return SERVER_ERROR;
+    }
+    if (payloads === null) {
+      const cut = this.cutAll(next);
+      next = { ...next, step: next.step + cut, next_batch: next.next_batch + cut };
+      payloads = cut === 0 ? null : this.store.popBatch(s.latest);
+    }
+    if (payloads !== null) next = { ...next, stored: next.stored - payloads.length };
+    this.store.saveState(next);
+    return payloads === null ? json({ batch: null }) : { raw: `{"batch":[${payloads.join(",")}]}` };
+  }
+
+  /** Cuts every batch the queue holds, as Atropos does when its list of cut batches is empty; returns how many. */
+  private cutAll(s: AtroposState): number {
+    const b = s.batch_size;
+    // A group larger than the batch would stop every batch once it came first: it is set aside (and reported) instead.
+    if (b > 0) this.store.holdLargerThan(b);
+    const envs = this.store.envs();
+    const withMinimums = envs.some((e) => e.min_batch_allocation !== null);
+    const packing = envs.map((e) => ({ id: e.env_id, connected: e.connected, min: e.min_batch_allocation }));
+    let cut = 0;
+    for (;;) {
+      const ids = withMinimums ? grabWithMinimumAllocations(this.store, b, packing) : grabExact(this.store, b);
+      if (ids === null) return cut;
+      this.store.cut(s.next_batch + cut, ids);
+      cut++;
+    }
+  }
+
+  private latest(s: AtroposState): AtroposAnswer {
+    const payload = s.latest === null ? null : this.store.latestPayload(s.latest);
+    if (payload !== null) return { raw: payload };
+    return json({ tokens: [], masks: [], scores: [], advantages: [], ref_logprobs: [], generation_params: [], inference_logprobs: [], messages: [], images: [] });
+  }
+
+  private scored(s: AtroposState, groups: AtroposGroup[], list: boolean): Reply<AtroposAnswer> {
+    const max = this.config().max_groups;
+    if (s.stored + groups.length > max) {
+      return fail(503, "queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`);
+    }
+    const envs = s.registered ? this.store.envs() : [];
+    // Python's envs[env_id]: a negative id counts from the end, and one below -len(envs) raises (before anything is stored, here).
+    if (groups.some((g) => g.env_id !== null && g.env_id < -envs.length)) return ok(SERVER_ERROR);
+    let next: AtroposState = { ...s, queue: true };
+    let buffered = 0;
+    let lastBufferSize: number | null = null;
+    const now = this.host.now();
+    for (const g of groups) {
+      const env = g.env_id !== null && g.env_id < envs.length ? pyIndex(envs, g.env_id) : undefined;
+      const key = envKey(g.env_id);
+      next = { ...next, stored: next.stored + 1 };
+      let id: number;
+      if (env !== undefined && g.size !== env.group_size) {
+        id = this.store.add(key, g.size, "buffer", g.payload);
+        const buffer = this.store.buffered(key);
+        const picked = findGroupsSummingToTarget(
+          buffer.map((r) => r.size),
+          env.group_size,
+        );
+        let latest: number | null = null;
+        for (const i of picked) latest = this.store.enqueueBuffered(buffer[i]!.id);
+        if (latest !== null) next = this.withLatest(next, latest);
+        const pickedSet = new Set(picked);
+        buffered++;
+        lastBufferSize = buffer.reduce((a, r, i) => (pickedSet.has(i) ? a : a + r.size), 0);
+      } else {
+        id = this.store.add(key, g.size, "queue", g.payload);
+        next = this.withLatest(next, id);
+      }
+      this.record(g, id, env, now, next.step);
+    }
+    this.store.saveState(next);
+    if (!list) return ok(json(buffered > 0 ? { status: "buffered", buffer_size: lastBufferSize } : { status: "received" }));
+    const answer: Record<string, unknown> = { status: "received", groups_processed: groups.length };
+    if (buffered > 0) {
+      answer["buffered"] = buffered;
+      if (lastBufferSize !== null) answer["last_buffer_size"] = lastBufferSize;
+    }
+    return ok(json(answer));
+  }
+
+  private withLatest(s: AtroposState, id: number): AtroposState {
+    this.store.setLatest(s.latest);
+    return { ...s, latest: id };
+  }
+
+  /** The group's trajectory row for D1, written through the outbox in this transaction. */
+  private record(g: AtroposGroup, id: number, env: AtroposEnv | undefined, now: number, step: number): void {
+    this.host.outbox({
+      kind: "trajectory",
+      row: {
+        engine: this.host.engine(),
+        episodeUuid: `atropos-${this.host.incarnation() || "0"}-${id}`,
+        fence: 0,
+        clientUuid: env?.real_name ?? (g.env_id === null ? "atropos" : `atropos-env-${g.env_id}`),
+        taskId: env?.desired_name ?? "",
+        episodeType: "train",
+        globalStep: step,
+        run: this.host.run(),
+        reward: g.reward,
+        isSuccess: null,
+        workflowOutput: g.summary,
+        endedAt: now,
+        outcome: "ended",
+      },
+    });
+  }
+
+  private status(s: AtroposState): Record<string, unknown> {
+    const stalls = this.stalls(s);
+    if (!s.registered || !s.queue) return { current_step: 0, queue_size: 0, stalls };
+    return { current_step: s.step, queue_size: this.queued(), stalls };
+  }
+
+  private queued(): number {
+    return this.store.classes().reduce((a, c) => a + c.n, 0);
+  }
+
+  private statusEnv(s: AtroposState, envId: number): AtroposAnswer {
+    if (!s.registered) return SERVER_ERROR;
+    const envs = this.store.envs();
+    const env = pyIndex(envs, envId);
+    if (env === undefined) return SERVER_ERROR;
+    const total = envs.filter((e) => e.connected).reduce((a, e) => a + e.max_context_len * Math.max(0, e.weight), 0);
+    if (total === 0) return SERVER_ERROR;
+    const envWeight = Math.max(MIN_ENV_WEIGHT, (env.max_context_len * env.weight) / total);
+    let totalMin = 0;
+    for (const e of envs) if (e.connected && e.min_batch_allocation !== null) totalMin += e.min_batch_allocation;
+    const unallocated = 1 - Math.min(totalMin, 1);
+    const classes = s.queue ? this.store.classes() : [];
+    const self = String(envId);
+    let maxGroup = 1;
+    let groupSize = env.group_size;
+    let selfSeqs = 0;
+    const byEnv = new Map<string, number>();
+    for (const c of classes) {
+      if (c.size > maxGroup) maxGroup = c.size;
+      if (c.env === self) {
+        groupSize = Math.max(groupSize, c.size);
+        selfSeqs += c.size * c.n;
+      } else {
+        byEnv.set(c.env, (byEnv.get(c.env) ?? 0) + c.size * c.n);
+      }
+    }
+    // Atropos keeps the largest group size it has seen queued for the env as its group size.
+    if (groupSize !== env.group_size) this.store.updateEnv(env.env_id, { group_size: groupSize });
+    const minByEnv = new Map<string, number>();
+    for (const e of envs) if (e.connected && e.min_batch_allocation !== null) minByEnv.set(String(e.env_id), Math.trunc(s.batch_size * e.min_batch_allocation));
+    let available = 0;
+    if (maxGroup > 1) for (const [key, seqs] of byEnv) available += Math.max(0, Math.ceil(seqs / maxGroup) * maxGroup - (minByEnv.get(key) ?? 0));
+    if (groupSize === 0) return SERVER_ERROR;
+    return json({
+      current_step: s.step,
+      queue_size: Math.floor((selfSeqs + available) / groupSize),
+      unallocated_fraction: unallocated,
+      self_queue_size: Math.floor(selfSeqs / groupSize),
+      max_group_size: maxGroup,
+      env_weight: envWeight,
+    });
+  }
+
+  private reset(s: AtroposState): void {
+    // Atropos deletes its queue first; with none there, its KeyError ends the reset there and then.
+    if (!s.queue) return;
+    this.store.clear(s.latest);
+    this.store.saveState({
+      ...s,
+      queue: false,
+      group: null,
+      project: null,
+      batch_size: -1,
+      num_steps: -1,
+      step: 0,
+      started: false,
+      requesters: 0,
+      stored: 0,
+    });
+  }
+
+  /** The engine's views of this API: counts from the tables' counters, no pass over the queue. */
+  overview(): AtroposOverview {
+    const s = this.store.state();
+    return {
+      registered: s.registered,
+      current_step: s.step,
+      batch_size: s.batch_size,
+      queued_groups: this.queued(),
+      stored_groups: s.stored,
+      max_groups: this.config().max_groups,
+      environments: s.registered ? this.store.envs().length : 0,
+      stalls: this.stalls(s),
+    };
+  }
+
+  /**
+   * What keeps groups from ever being taken, from the counts (no pass over the queue): groups
+   * set aside as larger than the batch, sizes that never pack with the largest queued group,
+   * buffered groups larger than their env's group size, and envs whose minimum share holds
+   * every batch back.
+   */
+  stalls(s: AtroposState = this.store.state()): AtroposStall[] {
+    const out: AtroposStall[] = [];
+    for (const h of this.store.held()) {
+      out.push({ kind: "larger_than_batch", groups: h.n, detail: `${h.n} group(s) of ${h.size} sequences are larger than the batch (${s.batch_size}): set aside, never in a batch` });
+    }
+    const classes = this.store.classes();
+    const max = classes.reduce((m, c) => Math.max(m, c.size), 0);
+    const never = new Map<number, number>();
+    for (const c of classes) if (packLength(c.size, max) === null) never.set(c.size, (never.get(c.size) ?? 0) + c.n);
+    for (const [size, n] of never) {
+      out.push({ kind: "never_packed", groups: n, detail: `${n} queued group(s) of ${size} sequences do not pack into the largest queued group (${max}): they wait until it is gone` });
+    }
+    for (const b of this.store.stuckInBuffer()) {
+      out.push({ kind: "stuck_in_buffer", groups: b.n, detail: `${b.n} buffered group(s) of env ${b.env} are larger than its group size: no combination of groups makes one` });
+    }
+    const envs = s.registered ? this.store.envs() : [];
+    for (const e of envs) {
+      if (!e.connected || e.min_batch_allocation === null || Math.trunc(s.batch_size * e.min_batch_allocation) <= 0) continue;
+      const mine = classes.filter((c) => c.env === String(e.env_id));
+      if (mine.some((c) => { const k = packLength(c.size, max); return k !== null && c.n >= k; })) continue;
+      const waiting = classes.reduce((a, c) => a + c.n, 0);
+      if (waiting === 0) continue;
+      out.push({ kind: "minimum_unmet", groups: waiting, detail: `env ${e.env_id} (${e.real_name}) has a min_batch_allocation but no full pack queued: no batch is cut until it sends groups` });
+    }
+    return out;
+  }
+}
+
+/** A random 128-bit integer in decimal, as uuid.uuid4().int (the version and variant bits set as uuid4 sets them). */
+function uuid4Int(): string {
+  const hex = crypto.randomUUID().replace(/-/g, "");
+  return BigInt(`0x${hex}`).toString();
+}

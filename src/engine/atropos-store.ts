@@ -1,0 +1,223 @@
+/**
+ * The Atropos API's tables in the engine's SQLite (migration 9) and its small state (kv
+ * `atropos`): what Atropos's run-api kept in its process's memory (app.state), so that a restart
+ * keeps registrations, environments, the queue, the cut batches and the step.
+ *
+ * A scored group is one row of atropos_groups, its JSON as Atropos answers it (payload), whose
+ * place says where it is: queued, buffered (a group of another size than its env's, waiting for
+ * others to make one of the right size), held (larger than the batch: set aside rather than
+ * blocking every batch), cut into a batch (batch, pos), or kept only as the latest example.
+ * Ids follow the order groups joined the queue, so the queue's order is the id's.
+ */
+import type { QueueIndex } from "./atropos-packing";
+
+/** app.state of Atropos's server. Null fields are attributes its server has not set yet. */
+export type AtroposState = {
+  /** hasattr(app.state, "queue"): set by /register and the first scored group, deleted by /reset_data. */
+  queue: boolean;
+  /** /register has set its attributes (wandb group and project, batch size, step, envs...). */
+  registered: boolean;
+  /** app.state.started: null until /register, true from the first /batch. */
+  started: boolean | null;
+  group: string | null;
+  project: string | null;
+  batch_size: number;
+  /** Kept by /reset_data, as Atropos keeps it. */
+  max_token_len: number | null;
+  step: number;
+  checkpoint_dir: string;
+  save_checkpoint_interval: number;
+  num_steps: number;
+  requesters: number;
+  /** The number the next cut batch gets; batches are handed out newest first, as Atropos pops its list. */
+  next_batch: number;
+  /** Rows holding a group Atropos still has (queued, buffered, held or cut): what max_groups bounds. */
+  stored: number;
+  /** The row of /latest_example, or null before any group was queued. */
+  latest: number | null;
+};
+
+export const INITIAL_ATROPOS_STATE: AtroposState = {
+  queue: false,
+  registered: false,
+  started: null,
+  group: null,
+  project: null,
+  batch_size: -1,
+  max_token_len: null,
+  step: 0,
+  checkpoint_dir: "",
+  save_checkpoint_interval: 0,
+  num_steps: -1,
+  requesters: 0,
+  next_batch: 1,
+  stored: 0,
+  latest: null,
+};
+
+/** One of app.state.envs. */
+export type AtroposEnv = {
+  env_id: number;
+  desired_name: string;
+  real_name: string;
+  max_context_len: number;
+  weight: number;
+  group_size: number;
+  min_batch_allocation: number | null;
+  connected: boolean;
+  last_update: number;
+};
+
+type EnvRow = Omit<AtroposEnv, "connected"> & { connected: number };
+
+/** A group's env as the tables key it: its env_id as text, or "none". */
+export const envKey = (envId: number | null): string => (envId === null ? "none" : String(envId));
+
+export class AtroposStore implements QueueIndex {
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly kv: { get<T>(k: string): T | null; set(k: string, v: unknown): void },
+  ) {}
+
+  state(): AtroposState {
+    return { ...INITIAL_ATROPOS_STATE, ...(this.kv.get<Partial<AtroposState>>("atropos") ?? {}) };
+  }
+
+  saveState(s: AtroposState): void {
+    this.kv.set("atropos", s);
+  }
+
+  // ------------------------------------------------------------ environments
+
+  envs(): AtroposEnv[] {
+    return this.sql
+      .exec<EnvRow>("SELECT * FROM atropos_envs ORDER BY env_id")
+      .toArray()
+      .map((r) => ({ ...r, connected: r.connected === 1 }));
+  }
+
+  addEnv(e: AtroposEnv): void {
+    this.sql.exec(
+      "INSERT INTO atropos_envs (env_id, desired_name, real_name, max_context_len, weight, group_size, min_batch_allocation, connected, last_update) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      e.env_id,
+      e.desired_name,
+      e.real_name,
+      e.max_context_len,
+      e.weight,
+      e.group_size,
+      e.min_batch_allocation,
+      e.connected ? 1 : 0,
+      e.last_update,
+    );
+  }
+
+  updateEnv(envId: number, change: { connected?: boolean; group_size?: number }): void {
+    if (change.connected !== undefined) this.sql.exec("UPDATE atropos_envs SET connected = ? WHERE env_id = ?", change.connected ? 1 : 0, envId);
+    if (change.group_size !== undefined) this.sql.exec("UPDATE atropos_envs SET group_size = ? WHERE env_id = ?", change.group_size, envId);
+  }
+
+  // ------------------------------------------------------------ groups
+
+  /** Stores a group; returns its id. */
+  add(env: string, size: number, place: "queue" | "buffer", payload: string): number {
+    const id = this.sql.exec<{ id: number }>("INSERT INTO atropos_groups (env, size, place, payload) VALUES (?, ?, ?, ?) RETURNING id", env, size, place, payload).one().id;
+    if (place === "queue") this.count(env, size, 1);
+    return id;
+  }
+
+  /** The env's buffered groups, oldest first. */
+  buffered(env: string): { id: number; size: number }[] {
+    return this.sql.exec<{ id: number; size: number }>("SELECT id, size FROM atropos_groups WHERE place = 'buffer' AND env = ? ORDER BY id", env).toArray();
+  }
+
+  /** Moves a buffered group to the queue's end: a new id, as Atropos appends it to its queue; returns that id. */
+  enqueueBuffered(id: number): number {
+    const row = this.sql
+      .exec<{ id: number; env: string; size: number }>(
+        "INSERT INTO atropos_groups (env, size, place, payload) SELECT env, size, 'queue', payload FROM atropos_groups WHERE id = ? RETURNING id, env, size",
+        id,
+      )
+      .one();
+    this.sql.exec("DELETE FROM atropos_groups WHERE id = ?", id);
+    this.count(row.env, row.size, 1);
+    return row.id;
+  }
+
+  latestPayload(id: number): string | null {
+    return this.sql.exec<{ payload: string }>("SELECT payload FROM atropos_groups WHERE id = ?", id).toArray()[0]?.payload ?? null;
+  }
+
+  /** The row `id` is the latest example now; the previous one goes if nothing else holds it. */
+  setLatest(previous: number | null): void {
+    if (previous !== null) this.sql.exec("DELETE FROM atropos_groups WHERE id = ? AND place = 'latest'", previous);
+  }
+
+  /** Puts queued groups larger than `batchSize` aside; returns how many. */
+  holdLargerThan(batchSize: number): number {
+    // From the counts: a GROUP BY over the groups themselves walks the whole queue's index.
+    const rows = this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts WHERE size > ? AND n > 0", batchSize).toArray();
+    if (rows.length === 0) return 0;
+    this.sql.exec("UPDATE atropos_groups SET place = 'held' WHERE place = 'queue' AND size > ?", batchSize);
+    for (const r of rows) this.count(r.env, r.size, -r.n);
+    return rows.reduce((a, r) => a + r.n, 0);
+  }
+
+  /** Marks `ids` (in order) as batch `batch`. */
+  cut(batch: number, ids: number[]): void {
+    this.sql.exec("UPDATE atropos_groups SET place = 'batch', batch = ?, pos = j.key FROM json_each(?) AS j WHERE atropos_groups.id = j.value", batch, JSON.stringify(ids));
+    const counts = this.sql
+      .exec<{ env: string; size: number; n: number }>("SELECT env, size, COUNT(*) AS n FROM atropos_groups WHERE place = 'batch' AND batch = ? GROUP BY env, size", batch)
+      .toArray();
+    for (const c of counts) this.count(c.env, c.size, -c.n);
+  }
+
+  /** The newest cut batch's payloads, in order, taken out of the table (the latest example's row stays as such); null if none is cut. */
+  popBatch(latest: number | null): string[] | null {
+    const batch = this.sql.exec<{ b: number | null }>("SELECT MAX(batch) AS b FROM atropos_groups WHERE place = 'batch'").one().b;
+    if (batch === null) return null;
+    const rows = this.sql.exec<{ id: number; payload: string }>("SELECT id, payload FROM atropos_groups WHERE place = 'batch' AND batch = ? ORDER BY pos", batch).toArray();
+    this.sql.exec("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ?", batch, latest);
+    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND place = 'batch'", latest);
+    return rows.map((r) => r.payload);
+  }
+
+  /** /reset_data: every group goes but the latest example's. */
+  clear(latest: number | null): void {
+    this.sql.exec("DELETE FROM atropos_groups WHERE id IS NOT ?", latest);
+    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ?", latest);
+    this.sql.exec("DELETE FROM atropos_counts");
+    this.sql.exec("DELETE FROM atropos_envs");
+  }
+
+  /** Groups set aside, per size. */
+  held(): { size: number; n: number }[] {
+    return this.sql.exec<{ size: number; n: number }>("SELECT size, COUNT(*) AS n FROM atropos_groups WHERE place = 'held' GROUP BY size ORDER BY size").toArray();
+  }
+
+  /** Buffered groups larger than their env's group size: no others can make one of that size with them. */
+  stuckInBuffer(): { env: string; n: number }[] {
+    return this.sql
+      .exec<{ env: string; n: number }>(
+        "SELECT g.env AS env, COUNT(*) AS n FROM atropos_groups g JOIN atropos_envs e ON g.env = CAST(e.env_id AS TEXT) WHERE g.place = 'buffer' AND g.size > e.group_size GROUP BY g.env",
+      )
+      .toArray();
+  }
+
+  // ------------------------------------------------------------ the queue's index (atropos-packing.ts)
+
+  classes(): { env: string; size: number; n: number }[] {
+    return this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts WHERE n > 0").toArray();
+  }
+
+  read(size: number, env: string | undefined, after: number, limit: number): number[] {
+    const rows =
+      env === undefined
+        ? this.sql.exec<{ id: number }>("SELECT id FROM atropos_groups WHERE place = 'queue' AND size = ? AND id > ? ORDER BY id LIMIT ?", size, after, limit)
+        : this.sql.exec<{ id: number }>("SELECT id FROM atropos_groups WHERE place = 'queue' AND env = ? AND size = ? AND id > ? ORDER BY id LIMIT ?", env, size, after, limit);
+    return rows.toArray().map((r) => r.id);
+  }
+
+  private count(env: string, size: number, delta: number): void {
+    this.sql.exec("INSERT INTO atropos_counts (env, size, n) VALUES (?, ?, ?) ON CONFLICT (env, size) DO UPDATE SET n = n + excluded.n", env, size, delta);
+  }
+}

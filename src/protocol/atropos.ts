@@ -1,0 +1,199 @@
+/**
+ * The request bodies of Atropos's trajectory API (atroposlib/api/server.py, v0.4.0), as zod
+ * schemas that accept what its pydantic models accept: pydantic v2's lax mode coerces a
+ * numeric string or a bool to a number, and a float with no fractional part to an int, and
+ * ignores unknown fields. Each refusal carries pydantic's error type and message in its
+ * params, so the Worker answers with FastAPI's 422 body (atropos/fastapi-errors.ts).
+ */
+import { z } from "zod";
+
+/** A pydantic error: its type and message, and the input it refused. */
+export type PydanticIssue = { type: string; msg: string; input: unknown };
+
+/** A refusal, `at` the path below the field (a list's indexes), as pydantic's loc continues. */
+type Refusal = PydanticIssue & { at: number[] };
+type Parsed<T> = { ok: true; value: T } | { ok: false; issue: Refusal };
+const refuse = (type: string, msg: string, input: unknown): Parsed<never> => ({ ok: false, issue: { type, msg, input, at: [] } });
+
+const INT_TEXT = /^\s*[+-]?\d+(_\d+)*\s*$/;
+const FLOAT_TEXT = /^\s*[+-]?(\d+(_\d+)*(\.(\d+(_\d+)*)?)?|\.\d+(_\d+)*)([eE][+-]?\d+)?\s*$|^\s*[+-]?(inf|infinity|nan)\s*$/i;
+
+function pyInt(v: unknown): Parsed<number> {
+  if (typeof v === "boolean") return { ok: true, value: v ? 1 : 0 };
+  if (typeof v === "number") {
+    if (!Number.isFinite(v)) return refuse("finite_number", "Input should be a finite number", v);
+    return Number.isInteger(v) ? { ok: true, value: v } : refuse("int_from_float", "Input should be a valid integer, got a number with a fractional part", v);
+  }
+  if (typeof v === "string") {
+    if (INT_TEXT.test(v)) return { ok: true, value: Number(v.trim().replace(/_/g, "")) };
+    return refuse("int_parsing", "Input should be a valid integer, unable to parse string as an integer", v);
+  }
+  return refuse("int_type", "Input should be a valid integer", v);
+}
+
+function pyFloat(v: unknown): Parsed<number> {
+  if (typeof v === "boolean") return { ok: true, value: v ? 1 : 0 };
+  // JSON text as 1e999 parses to Infinity: refused, since no JSON answer could carry it back.
+  if (typeof v === "number") return Number.isFinite(v) ? { ok: true, value: v } : refuse("finite_number", "Input should be a finite number", v);
+  if (typeof v === "string") {
+    const t = v.trim().replace(/_/g, "").toLowerCase();
+    if (!FLOAT_TEXT.test(v)) return refuse("float_parsing", "Input should be a valid number, unable to parse string as a number", v);
+    // JSON carries no infinities, so a stored score must be finite: refused as pydantic refuses them with allow_inf_nan=False.
+    const n = t.endsWith("inf") || t.endsWith("infinity") || t.endsWith("nan") ? Number.NaN : Number(t);
+    return Number.isFinite(n) ? { ok: true, value: n } : refuse("finite_number", "Input should be a finite number", v);
+  }
+  return refuse("float_type", "Input should be a valid number", v);
+}
+
+function pyStr(v: unknown): Parsed<string> {
+  return typeof v === "string" ? { ok: true, value: v } : refuse("string_type", "Input should be a valid string", v);
+}
+
+const isDict = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function pyDict(v: unknown): Parsed<Record<string, unknown>> {
+  return isDict(v) ? { ok: true, value: v } : refuse("dict_type", "Input should be a valid dictionary", v);
+}
+
+/** A field of pydantic type `parse`; `nullable` for Optional[...] = None (missing or null gives null). */
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: false): z.ZodType<T>;
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: true): z.ZodOptional<z.ZodType<T | null>>;
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean): z.ZodType<T | null | undefined> {
+  const parsed = z.unknown().transform((v, ctx) => {
+    if (v === undefined && !nullable) {
+      ctx.addIssue({ code: "custom", message: "Field required", params: { type: "missing", msg: "Field required", input: undefined } });
+      return z.NEVER;
+    }
+    if (v === undefined || (v === null && nullable)) return null;
+    const r = parse(v);
+    if (r.ok) return r.value;
+    const { at, ...issue } = r.issue;
+    ctx.addIssue({ code: "custom", message: issue.msg, path: at, params: issue });
+    return z.NEVER;
+  }) as unknown as z.ZodType<T | null>;
+  // zod 4 refuses a missing key unless its schema is optional: an Optional[...] field may be left out (and reads as null).
+  return nullable ? parsed.optional() : parsed;
+}
+
+/**
+ * List[item]: every element parsed, the first refusal reported with its index. `taken` says of
+ * an element that it is its own value (an int as an int, a finite number as a float): a list of
+ * only such elements is returned as it is, without a call and an object per element, since
+ * token and logprob lists run to thousands.
+ */
+function pyList<T>(item: (v: unknown) => Parsed<T>, taken?: (v: unknown) => boolean): (v: unknown) => Parsed<T[]> {
+  return (v) => {
+    if (!Array.isArray(v)) return refuse("list_type", "Input should be a valid list", v);
+    if (taken !== undefined && v.every(taken)) return { ok: true, value: v as T[] };
+    const out: T[] = new Array<T>(v.length);
+    for (let i = 0; i < v.length; i++) {
+      const r = item(v[i]);
+      if (!r.ok) return { ok: false, issue: { ...r.issue, at: [i, ...r.issue.at] } };
+      out[i] = r.value;
+    }
+    return { ok: true, value: out };
+  };
+}
+
+const isInt = (v: unknown): boolean => Number.isInteger(v);
+const isFloat = (v: unknown): boolean => Number.isFinite(v);
+const ints = pyList(pyInt, isInt);
+const floats = pyList(pyFloat, isFloat);
+const intList2 = pyList(ints);
+const floatList2 = pyList(floats);
+const intList3 = pyList(pyList(ints));
+const floatList3 = pyList(pyList(floats));
+
+/** ScoredData.messages: List[List[Dict]], each message with 'role' and 'content' (its field_validator, run before the type check). */
+function messagesField(v: unknown): Parsed<Record<string, unknown>[][]> {
+  if (Array.isArray(v)) {
+    for (const list of v) {
+      if (!Array.isArray(list)) continue;
+      for (const msg of list) {
+        if (isDict(msg) && (!("role" in msg) || !("content" in msg))) {
+          return refuse("value_error", "Value error, Message must have 'role' and 'content' fields", v);
+        }
+      }
+    }
+  }
+  return pyList(pyList(pyDict))(v);
+}
+
+const anyValue = (v: unknown): Parsed<unknown> => ({ ok: true, value: v });
+
+export const AtroposRegistration = z.object({
+  wandb_group: field(pyStr, false),
+  wandb_project: field(pyStr, false),
+  batch_size: field(pyInt, false),
+  max_token_len: field(pyInt, false),
+  checkpoint_dir: field(pyStr, false),
+  save_checkpoint_interval: field(pyInt, false),
+  starting_step: field(pyInt, false),
+  num_steps: field(pyInt, false),
+});
+export type AtroposRegistration = z.output<typeof AtroposRegistration>;
+
+export const AtroposRegisterEnv = z.object({
+  max_token_length: field(pyInt, false),
+  desired_name: field(pyStr, false),
+  weight: field(pyFloat, false),
+  group_size: field(pyInt, false),
+  min_batch_allocation: field(pyFloat, true),
+});
+export type AtroposRegisterEnv = z.output<typeof AtroposRegisterEnv>;
+
+export const AtroposEnvIdentifier = z.object({ env_id: field(pyInt, false) });
+export type AtroposEnvIdentifier = z.output<typeof AtroposEnvIdentifier>;
+
+/** One scored group. Field order is the order Atropos's answers list them in (_scored_data_to_dict). */
+export const AtroposScoredData = z.object({
+  tokens: field(intList2, false),
+  masks: field(intList2, false),
+  scores: field(floats, false),
+  advantages: field(floatList2, true),
+  ref_logprobs: field(floatList2, true),
+  messages: field(messagesField, true),
+  generation_params: field(pyDict, true),
+  inference_logprobs: field(floatList2, true),
+  overrides: field(pyList(pyDict), true),
+  group_overrides: field(pyDict, true),
+  images: field(anyValue, true),
+  env_id: field(pyInt, true),
+  distill_token_ids: field(intList3, true),
+  distill_logprobs: field(floatList3, true),
+});
+export type AtroposScoredData = z.output<typeof AtroposScoredData>;
+
+export const AtroposScoredDataList = z.array(AtroposScoredData);
+
+/** The exchange's own settings for an engine's Atropos API (not part of Atropos's). */
+export const AtroposConfig = z.object({
+  /** Groups the engine holds at most (queued, buffered and cut); a scored group beyond it is refused 503. */
+  max_groups: z.number().int().min(1).max(10_000_000),
+});
+export type AtroposConfig = z.infer<typeof AtroposConfig>;
+export const UpdateAtroposConfigRequest = AtroposConfig.partial().strict();
+export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000 };
+
+/** Why batches may not be cut although groups wait: the extra field of /status (and the engine's views). */
+export const AtroposStall = z.object({
+  kind: z.enum(["larger_than_batch", "never_packed", "stuck_in_buffer", "minimum_unmet"]),
+  groups: z.number().int(),
+  detail: z.string(),
+});
+export type AtroposStall = z.infer<typeof AtroposStall>;
+
+/** The engine's views of its Atropos API (the overview and the dashboard). */
+export const AtroposOverview = z.object({
+  /** A trainer has registered a run (POST /atropos/register). */
+  registered: z.boolean(),
+  current_step: z.number().int(),
+  batch_size: z.number().int(),
+  queued_groups: z.number().int(),
+  /** Every group held: queued, buffered, set aside or cut. */
+  stored_groups: z.number().int(),
+  max_groups: z.number().int(),
+  environments: z.number().int(),
+  stalls: z.array(AtroposStall),
+});
+export type AtroposOverview = z.infer<typeof AtroposOverview>;

@@ -1,0 +1,383 @@
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { EngineObject } from "../src/engine/engine-object";
+import { advance, createEngine, jsonOrNull, ORIGIN, reconnect, workerFetch, type TestEngine } from "./support/harness";
+
+type Res = { status: number; json: any; text: string; headers: Headers };
+
+/** A request to the engine's Atropos API, the token in the URL (as an Atropos client with rollout_server_url set sends it) unless `bearer`. */
+async function atropos(e: TestEngine, role: "trainer" | "client" | "viewer" | "operator", method: string, path: string, body?: unknown, opts: { bearer?: boolean; headers?: Record<string, string>; rawBody?: BodyInit } = {}): Promise<Res> {
+  const base = opts.bearer ? `${ORIGIN}/e/${e.name}/atropos` : `${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos`;
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.bearer) headers["authorization"] = `Bearer ${e.tokens[role]}`;
+  let payload: BodyInit | undefined = opts.rawBody;
+  if (payload === undefined && body !== undefined) {
+    payload = JSON.stringify(body);
+    headers["content-type"] ??= "application/json";
+  }
+  const res = await workerFetch(`${base}${path}`, { method, headers, body: payload ?? null });
+  const text = await res.text();
+  return { status: res.status, json: jsonOrNull(text), text, headers: res.headers };
+}
+
+const REGISTRATION = { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "/ckpt", save_checkpoint_interval: 10, starting_step: 0, num_steps: 100 };
+const ENV = { max_token_length: 1024, desired_name: "gsm8k", weight: 1.0, group_size: 2, min_batch_allocation: null as number | null };
+
+/** A scored group of `n` sequences, tagged by its first token. */
+const group = (tag: number, n: number, envId: number | null = 0, extra: Record<string, unknown> = {}) => ({
+  tokens: Array.from({ length: n }, (_, i) => [tag, i]),
+  masks: Array.from({ length: n }, () => [-100, 1]),
+  scores: Array.from({ length: n }, (_, i) => (i % 2 === 0 ? 1 : 0)),
+  env_id: envId,
+  ...extra,
+});
+const tags = (batch: { tokens: number[][] }[]) => batch.map((g) => g.tokens[0]![0]);
+
+/** A trainer registered, its first /batch taken (Atropos's "started"), and envs registered. */
+async function running(e: TestEngine, envs = [ENV], registration = REGISTRATION): Promise<number[]> {
+  expect((await atropos(e, "trainer", "POST", "/register", registration)).status).toBe(200);
+  expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+  const ids: number[] = [];
+  for (const env of envs) ids.push((await atropos(e, "client", "POST", "/register-env", env)).json.env_id);
+  return ids;
+}
+
+describe("Atropos's API at /e/<engine>/atropos", () => {
+  it("serves a trainer and an environment through the token in the URL, as Atropos's server does", async () => {
+    const e = await createEngine("atr");
+    expect((await atropos(e, "viewer", "GET", "/")).json).toEqual({ message: "AtroposLib API" });
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: -1, max_token_len: -1 });
+    expect((await atropos(e, "viewer", "GET", "/wandb_info")).json).toEqual({ group: null, project: null });
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
+    const reg = await atropos(e, "trainer", "POST", "/register", REGISTRATION);
+    // uuid4().int: a 128-bit integer as a JSON number.
+    expect(reg.text).toMatch(/^\{"uuid":\d{30,39}\}$/);
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toEqual({ status: "wait for trainer to start" });
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    const reg1 = await atropos(e, "client", "POST", "/register-env", ENV);
+    expect(reg1.json).toEqual({ status: "success", env_id: 0, wandb_name: "gsm8k_0", checkpoint_dir: "/ckpt", starting_step: 0, checkpoint_interval: 10, num_steps: 100 });
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ env_id: 1, wandb_name: "gsm8k_1" });
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/wandb_info")).json).toEqual({ group: "g", project: "p" });
+
+    expect((await atropos(e, "client", "POST", "/scored_data", group(1, 2))).json).toEqual({ status: "received" });
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual({ current_step: 0, queue_size: 1, stalls: [] });
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [group(2, 2), group(3, 2, 1)])).json).toEqual({ status: "received", groups_processed: 2 });
+    const batch = await atropos(e, "trainer", "GET", "/batch");
+    expect(tags(batch.json.batch)).toEqual([1, 2]);
+    // Every field of _scored_data_to_dict, in its order; floats as Python writes them.
+    expect(Object.keys(batch.json.batch[0])).toEqual(["tokens", "masks", "scores", "advantages", "ref_logprobs", "messages", "generation_params", "inference_logprobs", "overrides", "group_overrides", "images", "env_id", "distill_token_ids", "distill_logprobs"]);
+    expect(batch.text).toContain('"scores":[1.0,0.0]');
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual({ current_step: 1, queue_size: 1, stalls: [] });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json).toMatchObject({ tokens: [[3, 0], [3, 1]], env_id: 1 });
+    // With a bearer header instead of the token in the URL.
+    expect((await atropos(e, "client", "POST", "/scored_data", group(4, 2, 1), { bearer: true })).json).toEqual({ status: "received" });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch", undefined, { bearer: true })).json.batch)).toEqual([3, 4]);
+  });
+
+  it("cuts every batch the queue holds at once, hands the newest out first and counts a step for each, as Atropos does", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    for (let i = 1; i <= 6; i++) await atropos(e, "client", "POST", "/scored_data", group(i, 2));
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([5, 6]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 3, queue_size: 0 });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([3, 4]);
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+  });
+
+  it("packs groups of different sizes into packs of the largest, as grab_exact_from_heterogeneous_queue does", async () => {
+    const e = await createEngine("atr");
+    await running(e, [{ ...ENV, group_size: 1 }, { ...ENV, desired_name: "b", group_size: 2 }], { ...REGISTRATION, batch_size: 4 });
+    // Sizes 2, 1, 2, 1: packs of 2 are [g1], [g2 g4], [g3]; ready in the order g1, g3, g4.
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2, 1));
+    await atropos(e, "client", "POST", "/scored_data", group(2, 1, 0));
+    await atropos(e, "client", "POST", "/scored_data", group(3, 2, 1));
+    await atropos(e, "client", "POST", "/scored_data", group(4, 1, 0));
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 3]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 1, queue_size: 2 });
+  });
+
+  it("gives an env with min_batch_allocation its share first, as grab_batch_with_minimum_allocations does, and reports when it holds batches back", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [{ ...ENV, min_batch_allocation: 0.5 }, { ...ENV, desired_name: "b" }], { ...REGISTRATION, batch_size: 8 });
+    for (const tag of [1, 2, 3, 4]) await atropos(e, "client", "POST", "/scored_data", group(tag, 2, b!));
+    await atropos(e, "client", "POST", "/scored_data", group(5, 2, a!));
+    // a's group first (its minimum is 4 sequences; it has 2), then the queue's oldest to fill the batch.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([5, 1, 2, 3]);
+    // a has nothing queued now: no batch is cut, and /status says why.
+    for (const tag of [6, 7, 8]) await atropos(e, "client", "POST", "/scored_data", group(tag, 2, b!));
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    const status = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(status).toMatchObject({ current_step: 1, queue_size: 4 });
+    expect(status.stalls).toEqual([{ kind: "minimum_unmet", groups: 4, detail: expect.stringContaining("env 0 (gsm8k_0) has a min_batch_allocation") }]);
+  });
+
+  it("buffers an env's groups of another size until some make its group size, as _process_scored_data does", async () => {
+    const e = await createEngine("atr");
+    await running(e, [{ ...ENV, group_size: 4 }], { ...REGISTRATION, batch_size: 4 });
+    expect((await atropos(e, "client", "POST", "/scored_data", group(1, 3))).json).toEqual({ status: "buffered", buffer_size: 3 });
+    expect((await atropos(e, "client", "POST", "/scored_data", group(2, 2))).json).toEqual({ status: "buffered", buffer_size: 5 });
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ queue_size: 0 });
+    const list = await atropos(e, "client", "POST", "/scored_data_list", [group(3, 2), group(4, 1)]);
+    // [3, 2, 2] has no FIFO sum of 4; 2 + 2 is found; then 3 + 1.
+    expect(list.json).toEqual({ status: "received", groups_processed: 2, buffered: 2, last_buffer_size: 0 });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(4);
+    // Queued in the order they left the buffer: sizes 2, 2, 3, 1. The largest is 3, which 2 does
+    // not divide: Atropos never packs those two, and cuts no batch of 4. Here that is reported.
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    const status = await atropos(e, "viewer", "GET", "/status");
+    expect(status.json).toMatchObject({ current_step: 0, queue_size: 4 });
+    expect(status.json.stalls).toEqual([{ kind: "never_packed", groups: 2, detail: expect.stringContaining("2 queued group(s) of 2 sequences") }]);
+  });
+});
+
+describe("Atropos's API: inputs as FastAPI takes them", () => {
+  it("coerces as pydantic's lax mode does and answers its 422 bodies, storing nothing", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    // "4" and 4.0 are ints; True is 1.0 as a score.
+    const coerced = await atropos(e, "client", "POST", "/scored_data", { tokens: [["4", 1.0]], masks: [[1, 1]], scores: [true], env_id: null, unknown_field: 1 });
+    expect(coerced.json).toEqual({ status: "received" });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json).toMatchObject({ tokens: [[4, 1]], scores: [1] });
+    const before = (await atropos(e, "viewer", "GET", "/status")).json;
+
+    const missing = await atropos(e, "client", "POST", "/scored_data", { tokens: [[1]], scores: [1] });
+    expect(missing.status).toBe(422);
+    expect(missing.json).toEqual({ detail: [{ type: "missing", loc: ["body", "masks"], msg: "Field required", input: { tokens: [[1]], scores: [1] } }] });
+    const fractional = await atropos(e, "client", "POST", "/scored_data", { tokens: [[1, 2.5]], masks: [[1, 1]], scores: ["x"] });
+    expect(fractional.json.detail).toEqual([
+      { type: "int_from_float", loc: ["body", "tokens", 0, 1], msg: "Input should be a valid integer, got a number with a fractional part", input: 2.5 },
+      { type: "float_parsing", loc: ["body", "scores", 0], msg: "Input should be a valid number, unable to parse string as a number", input: "x" },
+    ]);
+    const infinite = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: '{"tokens": [[1]], "masks": [[1]], "scores": [1e999]}', headers: { "content-type": "application/json" } });
+    expect(infinite.json.detail).toEqual([{ type: "finite_number", loc: ["body", "scores", 0], msg: "Input should be a finite number", input: null }]);
+    const messages = await atropos(e, "client", "POST", "/scored_data", { ...group(9, 1), messages: [[{ role: "user" }]] });
+    expect(messages.json.detail[0]).toMatchObject({ type: "value_error", loc: ["body", "messages"], msg: "Value error, Message must have 'role' and 'content' fields" });
+    expect((await atropos(e, "client", "POST", "/scored_data", [1, 2])).json.detail[0]).toMatchObject({ type: "model_attributes_type", loc: ["body"] });
+    expect((await atropos(e, "client", "POST", "/scored_data_list", { a: 1 })).json.detail[0]).toMatchObject({ type: "list_type", loc: ["body"], msg: "Input should be a valid list" });
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [group(9, 2), 7])).json.detail[0]).toMatchObject({ type: "model_attributes_type", loc: ["body", 1] });
+    const notJson = await atropos(e, "client", "POST", "/register-env", undefined, { rawBody: "{nope", headers: { "content-type": "application/json" } });
+    expect(notJson.status).toBe(422);
+    expect(notJson.json.detail[0]).toMatchObject({ type: "json_invalid", msg: "JSON decode error" });
+    expect((await atropos(e, "client", "POST", "/register-env")).json).toEqual({ detail: [{ type: "missing", loc: ["body"], msg: "Field required", input: null }] });
+    const wrongType = await atropos(e, "client", "POST", "/register-env", { ...ENV, desired_name: 5, group_size: "two" });
+    expect(wrongType.json.detail.map((d: { type: string }) => d.type)).toEqual(["string_type", "int_parsing"]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+  });
+
+  it("inflates gzip bodies, refuses a broken one with Atropos's 400, and gzips answers of 1,000 bytes or more for clients that take it", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    const gzip = async (text: string) => new Uint8Array(await new Response(new Blob([text]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const big = group(1, 2, 0, { messages: [[{ role: "user", content: "x".repeat(2000) }], [{ role: "user", content: "y" }]] });
+    const sent = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: await gzip(JSON.stringify(big)), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect(sent.json).toEqual({ status: "received" });
+    const broken = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: "not gzip", headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect([broken.status, broken.text]).toEqual([400, "Invalid gzip payload"]);
+    // A small body that inflates past 16 MiB is refused before it is all in memory.
+    const bomb = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: await gzip(" ".repeat(17 * 1024 * 1024)), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect([bomb.status, bomb.json.error]).toEqual([413, "payload_too_large"]);
+    // A group no row can hold is refused whole, and nothing of the list is stored.
+    const huge = group(2, 2, 0, { messages: [[{ role: "user", content: "x".repeat(2_000_000) }], [{ role: "user", content: "y" }]] });
+    const refused = await atropos(e, "client", "POST", "/scored_data_list", [group(7, 2), huge]);
+    expect([refused.status, refused.json.error]).toEqual([413, "payload_too_large"]);
+    expect(refused.json.detail).toMatch(/^group 1: a scored group is \d+ bytes as JSON/);
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(1);
+
+    const plain = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "identity" } });
+    expect(plain.headers.get("content-encoding")).toBeNull();
+    const zipped = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "gzip, deflate" } });
+    expect(zipped.headers.get("content-encoding")).toBe("gzip");
+    // workerd's fetch inflates it for the caller, as an HTTP client does.
+    expect(await zipped.json()).toEqual(await plain.json());
+    // Under 1,000 bytes: sent as it is.
+    const small = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/info`, { headers: { "accept-encoding": "gzip" } });
+    expect(small.headers.get("content-encoding")).toBeNull();
+  });
+
+  it("reads /status-env's env_id from a GET body, as BaseEnv sends it, with Atropos's arithmetic", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [ENV, { ...ENV, desired_name: "b", max_token_length: 3072, group_size: 4, min_batch_allocation: 0.5 }], { ...REGISTRATION, batch_size: 8 });
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2, a!));
+    await atropos(e, "client", "POST", "/scored_data", group(2, 4, b!));
+    await atropos(e, "client", "POST", "/scored_data", group(3, 4, null));
+    // workerd's Request takes no GET body, so the test sends env_id in the query, which the exchange also reads.
+    const status = await atropos(e, "client", "GET", `/status-env?env_id=${a}`);
+    // weights 1024/(1024+3072); other envs' sequences in packs of 4 less b's minimum of 4: (4-4) + 4; own 2; over group size 2.
+    expect(status.json).toEqual({ current_step: 0, queue_size: 3, unallocated_fraction: 0.5, self_queue_size: 1, max_group_size: 4, env_weight: 0.25 });
+    expect((await atropos(e, "client", "GET", "/status-env?env_id=7")).status).toBe(500);
+    expect((await atropos(e, "client", "GET", "/status-env?env_id=x")).json.detail[0]).toMatchObject({ type: "int_parsing", loc: ["body", "env_id"] });
+    expect((await atropos(e, "client", "GET", "/status-env")).status).toBe(422);
+  });
+});
+
+describe("Atropos's API: roles", () => {
+  it("lets a client token register envs, post groups and read, and keeps the trainer's calls to the trainer", async () => {
+    const e = await createEngine("atr");
+    for (const [path, method] of [["/register", "POST"], ["/batch", "GET"], ["/reset_data", "GET"]] as const) {
+      const r = await atropos(e, "client", method, path, method === "POST" ? REGISTRATION : undefined);
+      expect([path, r.status]).toEqual([path, 403]);
+    }
+    await running(e);
+    expect((await atropos(e, "client", "POST", "/scored_data", group(1, 2))).status).toBe(200);
+    expect((await atropos(e, "client", "GET", "/status")).status).toBe(200);
+    expect((await atropos(e, "viewer", "POST", "/scored_data", group(1, 2))).status).toBe(403);
+    expect((await atropos(e, "viewer", "POST", "/register-env", ENV)).status).toBe(403);
+    expect((await atropos(e, "operator", "GET", "/batch")).status).toBe(403);
+    expect((await atropos(e, "trainer", "POST", "/scored_data", group(2, 2))).status).toBe(200);
+    const anonymous = await workerFetch(`${ORIGIN}/e/${e.name}/atropos/status`);
+    expect(anonymous.status).toBe(401);
+    const wrong = await workerFetch(`${ORIGIN}/e/${e.name}/t/not-a-token/atropos/status`);
+    expect(wrong.status).toBe(401);
+    expect((await workerFetch(`${ORIGIN}/e/no-such-engine/t/x/atropos/status`)).status).toBe(404);
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(2);
+  });
+});
+
+describe("Atropos's API: beyond run-api", () => {
+  it("keeps registrations, envs, the queue, cut batches and the step through a restart in the middle of a run", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [ENV, { ...ENV, desired_name: "b", group_size: 4 }]);
+    for (let i = 1; i <= 6; i++) await atropos(e, "client", "POST", "/scored_data", group(i, 2, a!));
+    // Three batches cut, the newest handed out; two wait cut, and a group of b's waits in its buffer.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([5, 6]);
+    expect((await atropos(e, "client", "POST", "/scored_data", group(7, 2, b!))).json).toEqual({ status: "buffered", buffer_size: 2 });
+    await atropos(e, "client", "POST", "/scored_data", group(8, 2, a!));
+    const before = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(before).toMatchObject({ current_step: 3, queue_size: 1 });
+
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(8);
+    // The envs carry on with their ids: b's buffered group joins the next one of its size.
+    expect((await atropos(e, "client", "POST", "/scored_data", group(9, 2, b!))).json).toEqual({ status: "buffered", buffer_size: 0 });
+    expect((await atropos(e, "client", "GET", `/status-env?env_id=${b}`)).json).toMatchObject({ current_step: 3, self_queue_size: 1 });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([3, 4]);
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
+    // The registration is the one from before: a new env is the third.
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ env_id: 2, wandb_name: "gsm8k_1", starting_step: 3 });
+  });
+
+  it("sets a group larger than the batch aside instead of blocking every batch, and reports it in /status", async () => {
+    const e = await createEngine("atr");
+    await running(e, [{ ...ENV, group_size: 8 }, ENV]);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 8, 0));
+    await atropos(e, "client", "POST", "/scored_data", group(2, 2, 1));
+    await atropos(e, "client", "POST", "/scored_data", group(3, 2, 1));
+    // In Atropos the group of 8 is the first pack and overshoots the batch of 4, this one and every later one.
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([2, 3]);
+    const status = (await atropos(e, "viewer", "GET", "/status")).json;
+    expect(status.queue_size).toBe(0);
+    expect(status.stalls).toEqual([{ kind: "larger_than_batch", groups: 1, detail: expect.stringContaining("of 8 sequences are larger than the batch (4)") }]);
+    // The engine's overview (and so the dashboard) says it too.
+    expect((await e.as("viewer").overview()).atropos).toEqual({
+      registered: true,
+      current_step: 1,
+      batch_size: 4,
+      queued_groups: 0,
+      stored_groups: 1,
+      max_groups: 200_000,
+      environments: 2,
+      stalls: status.stalls,
+    });
+  });
+
+  it("bounds the groups it holds with a 503 that stores nothing, and the trainer sets the bound", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    expect((await atropos(e, "client", "POST", "/config", { max_groups: 2 })).status).toBe(403);
+    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 2 })).json).toEqual({ max_groups: 2 });
+    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 0 })).status).toBe(422);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2));
+    const full = await atropos(e, "client", "POST", "/scored_data_list", [group(2, 2), group(3, 2)]);
+    expect(full.status).toBe(503);
+    expect(full.headers.get("retry-after")).toBe("5");
+    expect(full.json).toMatchObject({ error: "queue_full" });
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(1);
+    await atropos(e, "client", "POST", "/scored_data", group(2, 2));
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
+    // Taken batches free their room.
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [group(3, 2), group(4, 2)])).status).toBe(200);
+    expect((await atropos(e, "viewer", "GET", "/config")).json).toEqual({ max_groups: 2 });
+  });
+
+  it("writes every scored group to D1 as a trajectory, without its token ids", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2, 0, { messages: [[{ role: "user", content: "hi" }], [{ role: "user", content: "yo" }]] }));
+    await atropos(e, "client", "POST", "/scored_data_list", [group(2, 1, 0), group(3, 2, null)]);
+    await advance(e, 1_000);
+    const rows = (
+      await env.DB.prepare("SELECT episode_uuid, client_uuid, task_id, episode_type, reward, workflow_output, outcome FROM trajectories WHERE engine = ? ORDER BY id").bind(e.name).all<{
+        episode_uuid: string;
+        client_uuid: string;
+        task_id: string;
+        reward: number;
+        workflow_output: string;
+      }>()
+    ).results;
+    expect(rows.map((r) => [r.client_uuid, r.task_id, r.reward])).toEqual([
+      ["gsm8k_0", "gsm8k", 0.5],
+      ["gsm8k_0", "gsm8k", 1],
+      ["atropos", "", 0.5],
+    ]);
+    expect(new Set(rows.map((r) => r.episode_uuid)).size).toBe(3);
+    const output = JSON.parse(rows[0]!.workflow_output);
+    expect(output).toMatchObject({ reward: [1, 0], metadata: { source: "atropos", env_id: 0, group_size: 2, sequence_lengths: [2, 2], messages: [[{ role: "user", content: "hi" }], [{ role: "user", content: "yo" }]] } });
+    expect(rows[0]!.workflow_output).not.toContain("tokens");
+    // The trajectory ledger's list shows them like every other rollout.
+    const list = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/trajectories`);
+    const listed = ((await list.json()) as { trajectories: { episode_uuid: string; client_uuid: string; reward: number; calls: number }[] }).trajectories;
+    expect(new Set(listed.map((t) => t.episode_uuid))).toEqual(new Set(rows.map((r) => r.episode_uuid)));
+    expect(listed.find((t) => t.client_uuid === "atropos")).toMatchObject({ reward: 0.5, calls: 0 });
+  });
+
+  it("resets as /reset_data does: the run's state goes, the latest example and max_token_len stay", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    await atropos(e, "client", "POST", "/scored_data", group(1, 2));
+    expect((await atropos(e, "client", "POST", "/disconnect-env", { env_id: 0 })).json).toEqual({ status: "success" });
+    expect((await atropos(e, "client", "POST", "/disconnect-env", { env_id: 5 })).json).toEqual({ status: "failure", error: "list index out of range" });
+    const reset = await atropos(e, "trainer", "GET", "/reset_data");
+    expect([reset.status, reset.text]).toEqual([200, "Reset successful"]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 0, queue_size: 0 });
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: -1, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/wandb_info")).json).toEqual({ group: null, project: null });
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(1);
+    // Its queue is gone, so its /batch fails as Atropos's does, until a trainer registers again.
+    expect((await atropos(e, "trainer", "GET", "/batch")).status).toBe(500);
+    await running(e);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+    expect((await atropos(e, "client", "POST", "/scored_data", group(2, 2))).json).toEqual({ status: "received" });
+  });
+});
+
+describe("Atropos's API: any body", () => {
+  it("answers any JSON body with its answer or a 4xx, never a 500 Atropos would not give, and a refusal stores nothing", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    // A valid group with any of its fields replaced by any JSON value, or any JSON value at all.
+    const mutated = fc.oneof(
+      fc.jsonValue(),
+      fc.tuple(fc.constantFrom("tokens", "masks", "scores", "messages", "env_id", "advantages", "overrides", "images"), fc.jsonValue()).map(([k, v]) => ({ ...group(1, 2), [k]: v })),
+    );
+    const routes = ["/scored_data", "/scored_data_list", "/register-env", "/disconnect-env", "/config"] as const;
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...routes), mutated, async (route, body) => {
+        const before = (await atropos(e, "viewer", "GET", "/status")).json;
+        const r = await atropos(e, "trainer", "POST", route, route === "/scored_data_list" && !Array.isArray(body) && typeof body === "object" ? [body] : body);
+        // Atropos's IndexError: a scored group whose env_id is below -len(envs) (here, 1 env).
+        const atroposError = r.status === 500 && r.text === "Internal Server Error" && JSON.stringify(body).includes('"env_id":-');
+        expect([200, 413, 422].includes(r.status) || atroposError, `${route} ${JSON.stringify(body).slice(0, 200)} -> ${r.status} ${r.text.slice(0, 200)}`).toBe(true);
+        if (r.status !== 200) expect((await atropos(e, "viewer", "GET", "/status")).json).toEqual(before);
+      }),
+      { numRuns: 150 },
+    );
+  });
+});
