@@ -43,7 +43,10 @@ export type ClaimStanding = { lease_ms: number; terms: ClaimTerms | null };
  */
 export type RelaySyncAnswer = { engine: EngineTerms | null; hold: SyncHold | null; claims: Reply<ClaimStanding>[] };
 
-const claimTerms = (ep: EpisodeRow): ClaimTerms => ({
+/** What admission reads of an episode. */
+type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "state" | "fence" | "expires_at" | "discard_timeout" | "openai_api_key" | "openai_base_url" | "client_uuid" | "task_id">;
+
+const claimTerms = (ep: ClaimRow): ClaimTerms => ({
   trainer_api_key: ep.openai_api_key,
   trainer_base_url: ep.openai_base_url,
   client_uuid: ep.client_uuid,
@@ -149,28 +152,32 @@ export class RelayAdmission {
     const hold = this.syncHold();
     const engine = this.engineTerms();
     const now = this.host.now();
+    // One statement for the batch's claims, not a query each: a refresh asks about every claim in use.
+    const rows = this.claimRows(items);
     let counted = false;
-    const live = items.map((it): Reply<EpisodeRow> => {
-      const ep = this.liveClaim(it.key);
+    const live = items.map((it): Reply<{ ep: ClaimRow; expiresAt: number }> => {
+      const ep = this.liveClaim(it.key, rows.get(it.key.episode_uuid) ?? null);
       if (!ep.ok) return ep;
       // Calls the Worker counted were served before any hold: they count whatever holds now.
       if (!engine.ok && hold === null) return engine;
       const calls = hold !== null && it.carries ? it.calls - 1 : it.calls;
+      let expiresAt = ep.body.expires_at ?? now;
       if (calls > 0) {
         // The Worker says how long ago, not when: its clock is not this object's.
         const at = now - Math.max(0, it.idle_ms);
-        this.activity.note(ep.body.episode_uuid, ep.body.fence, calls, at, at + Math.ceil(ep.body.discard_timeout * 1000));
+        const until = at + Math.ceil(ep.body.discard_timeout * 1000);
+        this.activity.note(ep.body.episode_uuid, ep.body.fence, calls, at, until);
+        expiresAt = Math.max(expiresAt, until);
         this.calls += calls;
         counted = true;
       }
-      return ep;
+      return ok({ ep: ep.body, expiresAt });
     });
     if (counted) this.settle();
     if (counted && engine.ok && engine.body.capture !== "off") this.retention.noteUse(now);
-    const claims = live.map((ep, i): Reply<ClaimStanding> => {
-      if (!ep.ok) return ep;
-      const expiresAt = this.episodes.episode(ep.body.episode_uuid)?.expires_at ?? now;
-      return ok({ lease_ms: Math.max(0, expiresAt - now), terms: items[i]?.detail ? claimTerms(ep.body) : null });
+    const claims = live.map((r, i): Reply<ClaimStanding> => {
+      if (!r.ok) return r;
+      return ok({ lease_ms: Math.max(0, r.body.expiresAt - now), terms: items[i]?.detail ? claimTerms(r.body.ep) : null });
     });
     // A batch that admitted, counted or refreshed nothing was a refusal: it leaves no trace.
     if (counted || claims.some((c) => c.ok)) this.requests++;
@@ -214,14 +221,28 @@ export class RelayAdmission {
     return ok({ gateway_url: gateway, capture: this.ledger.get().capture, weight_version: meta.weightVersion, run: meta.run });
   }
 
-  /** The claim a verified key names, if it is still the live claim of its episode. */
-  private liveClaim(key: ClaimKeyFields): Reply<EpisodeRow> {
+  /** The columns a batch reads of its claims' episodes, by episode. */
+  private claimRows(items: RelaySyncItem[]): Map<string, ClaimRow> {
+    const rows = new Map<string, ClaimRow>();
+    const uuids = JSON.stringify(items.map((it) => it.key.episode_uuid));
+    for (const r of this.store.sql.exec<ClaimRow>(
+      `SELECT episode_uuid, state, fence, expires_at, discard_timeout, openai_api_key, openai_base_url, client_uuid, task_id
+       FROM episodes WHERE episode_uuid IN (SELECT value FROM json_each(?))`,
+      uuids,
+    )) {
+      rows.set(r.episode_uuid, r);
+    }
+    return rows;
+  }
+
+  /** The claim a verified key names, if it is still the live claim of its episode (`row`: its episode, read already). */
+  private liveClaim<R extends ClaimRow = EpisodeRow>(key: ClaimKeyFields, row?: R | null): Reply<R> {
     const meta = this.store.meta;
     if (meta.name !== key.engine) return this.host.gone();
     if (meta.incarnation !== key.incarnation) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: it was made by an engine of this name that has been deleted.");
     }
-    const ep = this.episodes.episode(key.episode_uuid);
+    const ep = row === undefined ? (this.episodes.episode(key.episode_uuid) as R | null) : row;
     if (ep === null || ep.state !== "claimed" || ep.fence !== key.fence) {
       return fail(401, "claim_not_live", "This key's claim is no longer live: its episode was ended, aborted, reaped or claimed again.");
     }
