@@ -3,7 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
-import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
+import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 

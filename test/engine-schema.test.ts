@@ -1,7 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { SESSION_MEMORY_MS } from "../src/engine/rollout-buffer";
+import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
 import { BUFFER_DDL, ENGINE_DDL, ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
 
 describe("engine schema migrations", () => {

@@ -1,0 +1,176 @@
+/**
+ * Step rows coming in: the checks a batch passes before anything is written, and storing it,
+ * which is where sessions complete or fail and groups become ready.
+ */
+import type { PostStepsResponse, StepRow } from "../protocol/buffer";
+import type { SessionOf } from "./buffer-clear-sessions";
+import { clearSessions } from "./buffer-outcomes";
+import { paceRefusal } from "./buffer-pace";
+import type { BufferState } from "./buffer-state";
+import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
+import { fail, ok, type Reply } from "./reply";
+
+/**
+ * Checks a batch before anything is written: sizes, and that no session changes group.
+ * Returns the rows with their JSON texts, made once for the engine's row, its outbox record
+ * and D1, or the failure when any row may not be stored.
+ */
+export function check(s: BufferState, rows: StepRow[]): Reply<CheckedStep[]> {
+  const { max_message_bytes } = s.config();
+  const groupOf = new Map<string, string>();
+  const checked: CheckedStep[] = [];
+  for (const [i, r] of rows.entries()) {
+    const step = checkedStep(r);
+    const refused = sizeRefusal(`steps.${i}`, step, max_message_bytes);
+    if (refused !== null) return fail(413, "payload_too_large", refused);
+    const known =
+      groupOf.get(r.session_id) ??
+      s.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_sessions WHERE session_id = ?", r.session_id).toArray()[0]?.group_id;
+    if (known !== undefined && known !== r.group_id) {
+      return fail(422, "invalid_request", `steps.${i}: session ${r.session_id} belongs to group ${known}, not ${r.group_id}`);
+    }
+    groupOf.set(r.session_id, r.group_id);
+    checked.push(step);
+  }
+  const paced = paceRefusal(s, rows);
+  if (paced !== null) return paced;
+  return ok(checked);
+}
+
+/** Stores a checked batch. Idempotent by (session_id, step_index). */
+export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
+  const now = s.host.now();
+  const run = s.host.run();
+  const { group_size } = s.config();
+  let accepted = 0;
+  let duplicates = 0;
+  let late = 0;
+  const lateSessions: SessionOf[] = [];
+  const ready: string[] = [];
+  for (const { row: r, messages, extra } of rows) {
+    const group = s.group(r.group_id);
+    if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
+      if (storedBefore(s, r.session_id, r.step_index)) {
+        duplicates++;
+        continue;
+      }
+      late++;
+      if (group.state === "dropped") {
+        lateSessions.push({ session: r.session_id, group: r.group_id });
+      }
+      continue;
+    }
+    const { session_id, group_id, step_index, response, reward, truncated, is_session_completed, weight_version, failed_infra } = r;
+    const uid = crypto.randomUUID();
+    const stored = s.sql
+      .exec<{ pk: number }>(
+        `INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, step_index) DO NOTHING RETURNING pk`,
+        uid,
+        session_id,
+        step_index,
+        group_id,
+        messages,
+        response,
+        reward,
+        truncated ? 1 : 0,
+        is_session_completed ? 1 : 0,
+        weight_version,
+        extra,
+        now,
+      )
+      .toArray();
+    if (stored.length === 0) {
+      duplicates++;
+      continue;
+    }
+    accepted++;
+    // A row carries its group's run, which a row arriving after a new run began did not begin.
+    const groupRun = s.sql
+      .exec<{ run: number }>(
+        `INSERT INTO buf_groups (group_id, state, min_weight_version, last_row_at, first_row_at, run) VALUES (?, 'pending', ?, ?, ?3, ?)
+         ON CONFLICT (group_id) DO UPDATE SET last_row_at = excluded.last_row_at,
+           min_weight_version = MIN(COALESCE(min_weight_version, excluded.min_weight_version), excluded.min_weight_version)
+         RETURNING run`,
+        group_id,
+        weight_version,
+        now,
+        run,
+      )
+      .one().run;
+    s.sql.exec(
+      `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
+       ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
+      session_id,
+      group_id,
+      step_index,
+    );
+    if (failed_infra) markFailed(s, session_id, group_id, group_size);
+    if (is_session_completed) {
+      const first = s.sql
+        .exec<{ failed: number }>("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING failed", reward, session_id)
+        .toArray();
+      // A failed session is kept, but it does not count toward group_size.
+      if (first.length > 0 && first[0]!.failed === 0) {
+        const g = s.sql
+          .exec<{ completed_sessions: number; state: string }>(
+            "UPDATE buf_groups SET completed_sessions = completed_sessions + 1 WHERE group_id = ? RETURNING completed_sessions, state",
+            group_id,
+          )
+          .one();
+        if (g.state === "pending" && g.completed_sessions >= group_size) {
+          s.markReady(group_id);
+          ready.push(group_id);
+        }
+      }
+    }
+    s.host.outbox({
+      kind: "buffer_step",
+      row: {
+        engine: s.host.engine(),
+        uid,
+        sessionId: session_id,
+        stepIndex: step_index,
+        groupId: group_id,
+        run: groupRun,
+        reward,
+        truncated,
+        isSessionCompleted: is_session_completed,
+        weightVersion: weight_version,
+        messages,
+        response,
+        extra,
+        createdAt: now,
+      },
+    });
+  }
+  clearSessions(s, lateSessions, "late_rows_from_dropped_groups");
+  s.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
+  return { success: true, accepted, duplicates, late, groups_ready: ready };
+}
+
+/** Whether this row of a session was stored before: its step is at most the highest the session stored. */
+function storedBefore(s: BufferState, sessionId: string, stepIndex: number): boolean {
+  const max = s.sql.exec<{ max_step: number | null }>("SELECT max_step FROM buf_sessions WHERE session_id = ?", sessionId).toArray()[0]?.max_step ?? null;
+  return max !== null && stepIndex <= max;
+}
+
+/**
+ * Marks a session failed_infra, once: its group counts it as failed, and no longer as usable
+ * if it had completed, so that a ready group short of group_size usable sessions waits again.
+ */
+function markFailed(s: BufferState, sessionId: string, groupId: string, groupSize: number): void {
+  const newly = s.sql.exec<{ completed: number }>("UPDATE buf_sessions SET failed = 1 WHERE session_id = ? AND failed = 0 RETURNING completed", sessionId).toArray()[0];
+  if (newly === undefined) return;
+  const g = s.sql
+    .exec<{ completed_sessions: number; state: string }>(
+      "UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ? RETURNING completed_sessions, state",
+      newly.completed,
+      groupId,
+    )
+    .one();
+  if (g.state === "ready" && g.completed_sessions < groupSize) {
+    s.sql.exec("UPDATE buf_groups SET state = 'pending', ready_seq = NULL, ready_at = NULL WHERE group_id = ?", groupId);
+  }
+  s.bump((c) => ({ ...c, failed: c.failed + 1 }));
+}

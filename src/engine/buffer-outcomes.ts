@@ -1,0 +1,85 @@
+/**
+ * How a group's fate is decided and told: delivered or dropped, its outcome on its way to D1,
+ * and the sessions the agent may forget. Shared by pulls (delivery, stale drops) and the TTL.
+ */
+import type { GroupReport } from "../protocol/buffer";
+import { clearSessionsCommands, type ClearSessionsReason, type SessionOf } from "./buffer-clear-sessions";
+import type { BufferState } from "./buffer-state";
+
+/**
+ * How long a session is remembered once its group's steps are gone (the group dropped, or
+ * delivered and its pull no longer kept): while it is, the session joins no other group and
+ * its rows sent again count as duplicates, not late. Far beyond any retry window (a client
+ * retries a batch for minutes), and a bound on the memory: the sessions of groups whose steps
+ * went in the last 7 days, besides those of live groups. The group's own row goes with its
+ * sessions: after that its id is free, like its session ids, and a row naming it starts a new
+ * group. The alarm forgets them in batches (buffer-expiry.ts).
+ */
+export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
+
+export function drop(s: BufferState, groups: string[], reason: "incomplete_group_ttl" | "stale_group", now: number): void {
+  const sessions: SessionOf[] = [];
+  for (const id of groups) {
+    for (const x of s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id)) sessions.push({ session: x.session_id, group: id });
+    const steps = s.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
+    recordOutcome(s, id, "dropped", reason, reason === "stale_group", steps, null, now);
+    s.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
+    s.sql.exec(
+      "UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ?, sessions_expire_at = ? WHERE group_id = ?",
+      reason === "stale_group" ? 1 : 0,
+      now + SESSION_MEMORY_MS,
+      id,
+    );
+  }
+  s.bump((c) => ({ ...c, dropped: c.dropped + groups.length }));
+  clearSessions(s, sessions, reason);
+}
+
+export function clearSessions(s: BufferState, sessions: SessionOf[], reason: ClearSessionsReason): void {
+  for (const body of clearSessionsCommands(sessions, reason)) s.host.enqueue(body);
+}
+
+/** The group's outcome on its way to D1; `consumed`: a delivered group's report and the consumer's version. */
+export function recordOutcome(
+  s: BufferState,
+  groupId: string,
+  outcome: "delivered" | "dropped",
+  reason: string,
+  stale: boolean,
+  steps: number,
+  cursor: number | null,
+  now: number,
+  consumed: { consumer: number | null; report: GroupReport } | null = null,
+): void {
+  const seq = s.bump((c) => ({ ...c, nextOutcomeSeq: c.nextOutcomeSeq + 1 })).nextOutcomeSeq - 1;
+  const agg = s.sql
+    .exec<{ sessions: number; avg: number | null; minwv: number | null; run: number | null; failed: number; partial: number }>(
+      `SELECT (SELECT COUNT(*) FROM buf_sessions WHERE group_id = ?1) AS sessions, (SELECT AVG(reward) FROM buf_steps WHERE group_id = ?1) AS avg,
+           g.min_weight_version AS minwv, g.run AS run, g.failed_sessions AS failed, g.partial AS partial FROM buf_groups g WHERE g.group_id = ?1`,
+      groupId,
+    )
+    .one();
+  s.host.outbox({
+    kind: "buffer_group",
+    row: {
+      engine: s.host.engine(),
+      seq,
+      groupId,
+      run: agg.run,
+      outcome,
+      reason,
+      stale,
+      sessions: agg.sessions,
+      steps,
+      avgReward: agg.avg,
+      minWeightVersion: agg.minwv,
+      pullCursor: cursor,
+      decidedAt: now,
+      failedSessions: agg.failed,
+      partial: agg.partial === 1,
+      consumerWeightVersion: consumed?.consumer ?? null,
+      lagVersions: consumed?.report.lag_versions ?? null,
+      queuedSeconds: consumed?.report.queued_seconds ?? null,
+    },
+  });
+}

@@ -1,0 +1,161 @@
+/**
+ * The trainer's side of the buffer: pulls of ready groups under the staleness policy, reading a
+ * kept pull again by cursor, and the per-group staleness report of the newest pull.
+ */
+import type { GetRolloutDataResponse, GroupReport, LastPull } from "../protocol/buffer";
+import { LAST_PULL_GROUPS } from "../protocol/buffer";
+import type { SessionOf } from "./buffer-clear-sessions";
+import { groupReport, isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
+import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
+import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
+import { fail, ok, type Reply } from "./reply";
+
+/** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
+export const KEPT_PULLS = 4;
+/**
+ * A pull hands out at most this many groups, whatever max_groups asks. The pull's row keeps their
+ * ids as JSON: 1000 ids of at most 256 characters, each at most 6 bytes escaped, are at most
+ * 1,538,000 bytes with quotes and commas, under MAX_STORED_BYTES.
+ */
+export const MAX_GROUPS_PER_PULL = 1000;
+
+/**
+ * The consumption measure after a pull of `sessions` at version `version`: a pull at a new
+ * version closes the count of the last one, spread over the versions it moved on by.
+ */
+function measured(c: Counters, version: number | null, sessions: number): Pick<Counters, "pullVersion" | "pulledAtVersion" | "perVersion"> {
+  if (version === c.pullVersion) return { pullVersion: version, pulledAtVersion: c.pulledAtVersion + sessions, perVersion: c.perVersion };
+  const moved = version !== null && c.pullVersion !== null ? version - c.pullVersion : 0;
+  const perVersion = moved > 0 && c.pulledAtVersion > 0 ? c.pulledAtVersion / moved : c.perVersion;
+  return { pullVersion: version, pulledAtVersion: sessions, perVersion };
+}
+
+/** Hands out ready groups, oldest first, applying the staleness policy. */
+export function pull(s: BufferState, maxGroups: number | null, weightVersion: number | null): GetRolloutDataResponse {
+  const now = s.host.now();
+  const cfg = s.config();
+  const candidates = s.sql
+    .exec<GroupRow>(
+      `SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?`,
+      Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL),
+    )
+    .toArray();
+  const deliver: string[] = [];
+  const staleGroups: string[] = [];
+  const reports: GroupReport[] = [];
+  for (const g of candidates) {
+    const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
+    if (stale) s.bump((c) => ({ ...c, stale: c.stale + 1 }));
+    if (stale && cfg.staleness_policy === "drop") {
+      drop(s, [g.group_id], "stale_group", now);
+      continue;
+    }
+    if (stale) staleGroups.push(g.group_id);
+    deliver.push(g.group_id);
+    reports.push(groupReport(g, weightVersion, now));
+  }
+  if (deliver.length === 0) {
+    // A first pull at a new version closes the last one's count; polls at the same version write nothing.
+    if (weightVersion !== s.counters().pullVersion) s.bump((c) => ({ ...c, ...measured(c, weightVersion, 0) }));
+    return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, [], weightVersion, []) } };
+  }
+  const cursor = s.sql
+    .exec<{ cursor: number }>(
+      "INSERT INTO buf_pulls (created_at, group_ids, report) VALUES (?, ?, ?) RETURNING cursor",
+      now,
+      JSON.stringify(deliver),
+      JSON.stringify({ consumer: weightVersion, groups: reports }),
+    )
+    .one().cursor;
+  const staleSet = new Set(staleGroups);
+  for (const id of deliver) {
+    s.sql.exec("UPDATE buf_groups SET state = 'delivered', pull_cursor = ?, stale = ?, ready_seq = NULL WHERE group_id = ?", cursor, staleSet.has(id) ? 1 : 0, id);
+  }
+  clearIncompleteSessions(s, deliver);
+  const items = groupItems(s, deliver, staleSet);
+  const partial = new Set(reports.filter((r) => r.partial).map((r) => r.group_id));
+  for (const [i, id] of deliver.entries()) {
+    const own = items.filter((item) => item.instance_id === id);
+    const reason = staleSet.has(id) ? "stale_flagged" : partial.has(id) ? "partial" : "complete";
+    recordOutcome(s, id, "delivered", reason, staleSet.has(id), own.length, cursor, now, { consumer: weightVersion, report: reports[i]! });
+  }
+  const usable = reports.reduce((n, r) => n + r.usable_sessions, 0);
+  s.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable) }));
+  forgetOldPulls(s, cursor, now);
+  return {
+    success: true,
+    message: `Successfully read ${items.length} items`,
+    data: { data: items, meta_info: metaInfo(items, deliver, cursor, staleGroups, weightVersion, reports) },
+  };
+}
+
+/** The pull with this cursor again, exactly as it was handed out. */
+export function reread(s: BufferState, cursor: number): Reply<GetRolloutDataResponse> {
+  const pull = s.sql.exec<{ group_ids: string; report: string | null }>("SELECT group_ids, report FROM buf_pulls WHERE cursor = ?", cursor).toArray()[0];
+  if (!pull) return fail(404, "unknown_cursor", `Pull ${cursor} is not kept: the engine keeps the last ${KEPT_PULLS} pulls.`);
+  const groups = JSON.parse(pull.group_ids) as string[];
+  const stale = new Set(
+    groups.filter((id) => s.sql.exec<{ stale: number }>("SELECT stale FROM buf_groups WHERE group_id = ?", id).toArray()[0]?.stale === 1),
+  );
+  const items = groupItems(s, groups, stale);
+  // A pull made before reports were kept has none.
+  const report = pull.report === null ? { consumer: null, groups: [] } : (JSON.parse(pull.report) as { consumer: number | null; groups: GroupReport[] });
+  return ok({
+    success: true,
+    message: `Successfully read ${items.length} items`,
+    data: { data: items, meta_info: metaInfo(items, groups, cursor, [...stale], report.consumer, report.groups) },
+  });
+}
+
+/** The newest pull's per-group report, most lagging groups first: one row, whatever the buffer holds. */
+export function lastPull(s: BufferState): LastPull | null {
+  const p = s.sql.exec<{ cursor: number; created_at: number; report: string | null }>("SELECT cursor, created_at, report FROM buf_pulls ORDER BY cursor DESC LIMIT 1").toArray()[0];
+  if (p === undefined || p.report === null) return null;
+  const report = JSON.parse(p.report) as { consumer: number | null; groups: GroupReport[] };
+  const worst = [...report.groups].sort((a, b) => (b.lag_versions ?? -1) - (a.lag_versions ?? -1) || b.queued_seconds - a.queued_seconds);
+  return { cursor: p.cursor, pulled_at: p.created_at / 1000, consumer_weight_version: report.consumer, group_count: report.groups.length, groups: worst.slice(0, LAST_PULL_GROUPS) };
+}
+
+/**
+ * Steps of the groups' completed sessions, ordered by session and step, terminal rewards
+ * propagated. A complete group's failed sessions are left out; a partial group's are in, with
+ * usable false, so that the trainer sees the whole group and its mask.
+ */
+function groupItems(s: BufferState, groups: string[], stale: Set<string>) {
+  return groups.flatMap((id) => {
+    const steps = s.sql
+      .exec<StoredStep & { terminal_reward: number | null; failed: number }>(
+        `SELECT s.*, x.terminal_reward, x.failed FROM buf_steps s JOIN buf_sessions x ON x.session_id = s.session_id
+         WHERE s.group_id = ?1 AND x.completed = 1 AND (x.failed = 0 OR (SELECT partial FROM buf_groups WHERE group_id = ?1) = 1)
+         ORDER BY s.session_id, s.step_index, s.pk`,
+        id,
+      )
+      .toArray();
+    return steps.map((step) => toItem(step, step.terminal_reward, stale.has(id), step.failed === 1));
+  });
+}
+
+/** Sessions that never completed are not part of a delivered group: the upstream may forget them. */
+function clearIncompleteSessions(s: BufferState, groups: string[]): void {
+  const sessions: SessionOf[] = [];
+  for (const id of groups) {
+    const open = s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
+    for (const o of open) {
+      sessions.push({ session: o.session_id, group: id });
+      s.sql.exec("DELETE FROM buf_steps WHERE session_id = ?", o.session_id);
+    }
+  }
+  clearSessions(s, sessions, "incomplete_sessions_of_delivered_group");
+}
+
+/** Forgets the steps of pulls no longer kept; their sessions are remembered for SESSION_MEMORY_MS more. */
+function forgetOldPulls(s: BufferState, latest: number, now: number): void {
+  const old = s.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
+  for (const p of old) {
+    const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
+    s.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${groups})`, p.cursor);
+    s.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
+    s.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
+  }
+}
+

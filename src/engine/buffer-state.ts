@@ -1,0 +1,103 @@
+/**
+ * What every part of the rollout buffer shares: its tables, the engine it serves, its config and
+ * its counters. The counters live in one KV entry, so each change is a read-modify-write
+ * (bump) that nested changes cannot overwrite.
+ */
+import type { BufferConfig } from "../protocol/buffer";
+import { DEFAULT_BUFFER_CONFIG } from "../protocol/buffer";
+import type { CommandBody } from "../protocol/commands";
+import { MAX_STORED_BYTES } from "../protocol/limits";
+import type { ReportedGroup } from "./buffer-items";
+import type { OutboxItem } from "./outbox";
+
+export type BufferHost = {
+  engine(): string;
+  /** The trainer's weight version now (update_engine_status). */
+  weightVersion(): number | null;
+  /** The current run of the engine's history: a group belongs to the run it began in. */
+  run(): number;
+  now(): number;
+  getKv<T>(k: string): T | null;
+  setKv(k: string, v: unknown): void;
+  outbox(item: OutboxItem): void;
+  enqueue(body: CommandBody): void;
+};
+
+export type GroupRow = ReportedGroup & { state: "pending" | "ready" | "delivered" | "dropped"; stale: number };
+export const GROUP_COLUMNS = "group_id, state, completed_sessions, failed_sessions, partial, min_weight_version, first_row_at, ready_at, last_row_at, stale";
+
+export type Counters = {
+  delivered: number;
+  dropped: number;
+  stale: number;
+  late: number;
+  duplicates: number;
+  failed: number;
+  partialDelivered: number;
+  partialDropped: number;
+  paced: number;
+  /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
+  pullVersion: number | null;
+  pulledAtVersion: number;
+  perVersion: number | null;
+  nextReadySeq: number;
+  nextOutcomeSeq: number;
+};
+const NO_COUNTERS: Counters = {
+  delivered: 0,
+  dropped: 0,
+  stale: 0,
+  late: 0,
+  duplicates: 0,
+  failed: 0,
+  partialDelivered: 0,
+  partialDropped: 0,
+  paced: 0,
+  pullVersion: null,
+  pulledAtVersion: 0,
+  perVersion: null,
+  nextReadySeq: 1,
+  nextOutcomeSeq: 1,
+};
+
+export class BufferState {
+  activeMemo: boolean | null = null;
+  /** Read on every claim under pace: remembered, and dropped with a rolled-back transaction. */
+  configMemo: BufferConfig | null = null;
+
+  /** `sql` has the buffer's tables (schema.ts). */
+  constructor(
+    readonly sql: SqlStorage,
+    readonly host: BufferHost,
+  ) {}
+
+  config(): BufferConfig {
+    return (this.configMemo ??= this.storedConfig());
+  }
+
+  private storedConfig(): BufferConfig {
+    const stored = { ...DEFAULT_BUFFER_CONFIG, ...(this.host.getKv<Partial<BufferConfig>>("buffer_config") ?? {}) };
+    // Set before max_message_bytes had its ceiling, a config may hold more than the stores do.
+    return { ...stored, max_message_bytes: Math.min(stored.max_message_bytes, MAX_STORED_BYTES) };
+  }
+
+  group(id: string): GroupRow | null {
+    return this.sql.exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = ?`, id).toArray()[0] ?? null;
+  }
+
+  markReady(groupId: string, partial = false): void {
+    const seq = this.bump((c) => ({ ...c, nextReadySeq: c.nextReadySeq + 1 })).nextReadySeq - 1;
+    this.sql.exec("UPDATE buf_groups SET state = 'ready', ready_seq = ?, ready_at = ?, partial = ? WHERE group_id = ?", seq, this.host.now(), partial ? 1 : 0, groupId);
+  }
+
+  counters(): Counters {
+    return { ...NO_COUNTERS, ...(this.host.getKv<Partial<Counters>>("buffer_counters") ?? {}) };
+  }
+
+  /** Read-modify-write of the counters, so nested updates never overwrite each other. */
+  bump(change: (c: Counters) => Counters): Counters {
+    const next = change(this.counters());
+    this.host.setKv("buffer_counters", next);
+    return next;
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * A claim's end: checking its result, keeping it (the finished row, the runner's deliver
+ * command), aborting, and the runner's answer to a delivery. An end is judged against the live
+ * claim by its fence, so a result from a superseded claim is refused and one sent again is not
+ * counted twice.
+ */
+import type { AbortEpisodeRequest, EndEpisodeRequest } from "../protocol/swarm";
+import type { CommandBody } from "../protocol/commands";
+import { storedStringTooLarge } from "../protocol/limits";
+import type { EpisodeRow } from "./episode-views";
+import { release } from "./episode-queue";
+import { isFailedInfra, joinBuffer, recordFailure, recordTrajectory, recordUnfinished } from "./episode-records";
+import { CLAIM_ROW_COLUMNS, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
+import { fail, ok, type Reply } from "./reply";
+import { rewardValues, scalarReward } from "./rules";
+
+/** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */
+export function endPayload(e: EpisodeState, req: EndEpisodeRequest): Reply<string> {
+  const status = e.store.meta.status;
+  if (!e.live()) {
+    return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
+  }
+  const metaTask = req.workflow_output.metadata["task_id"];
+  if (metaTask === undefined) return fail(422, "invalid_request", "workflow_output.metadata must contain task_id");
+  if (metaTask !== req.task_id) {
+    return fail(422, "invalid_request", `workflow_output.metadata.task_id (${JSON.stringify(metaTask)}) must equal task_id (${JSON.stringify(req.task_id)})`);
+  }
+  const payload = JSON.stringify(req.workflow_output);
+  // The trajectory's outbox record and the runner's deliver command hold it escaped inside their JSON.
+  const tooLarge = storedStringTooLarge("workflow_output", payload);
+  if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
+  return ok(payload);
+}
+
+/** Ends a claim with its result (checked by endPayload): kept, sent to D1, and delivered to the runner. */
+export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): Reply<{ success: boolean }> {
+  const meta = e.store.meta;
+  const now = e.host.now();
+  // A train episode ended by its live claim is taken (deleted) in one statement. Anything
+  // else is judged by ownedClaim, which says what went wrong; the only claim it accepts
+  // that was not taken is an eval one, which is released below, not deleted.
+  let ep = takeTrainClaim(e, req);
+  if (ep === null) {
+    const owned = ownedClaim(e, req);
+    if (!owned.ok) return owned;
+    if (owned.body === "already_ended") return ok({ success: true });
+    ep = owned.body;
+  }
+  const taskId = ep.task_id || req.task_id;
+  const deliver = ep.episode_type === "train" && ep.zmq_addr !== "";
+  const reward = req.workflow_output.reward;
+  const failedInfra = isFailedInfra(req.workflow_output);
+  // A rollout that failed for a reason not the policy's says nothing of it: its reward is not counted.
+  const counted = ep.episode_type === "train" && rewardValues(reward).length > 0 && !failedInfra;
+  e.store.sql.exec(
+    `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run, failed)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ep.episode_uuid,
+    ep.fence,
+    ep.client_uuid,
+    taskId,
+    ep.episode_type,
+    now,
+    deliver ? "pending" : "none",
+    meta.globalStep,
+    scalarReward(reward),
+    counted ? meta.accEpoch : null,
+    Array.isArray(reward) ? JSON.stringify(reward) : null,
+    meta.run,
+    failedInfra ? 1 : 0,
+  );
+  if (failedInfra) recordFailure(e, ep, taskId, "failed_infra");
+  recordTrajectory(e, ep, taskId, { outcome: "ended", reward: scalarReward(req.workflow_output.reward), isSuccess: req.workflow_output.is_success, workflowOutput: payload, endedAt: now });
+  if (ep.episode_type === "train") {
+    if (taskId !== "" && e.buffer.active()) joinBuffer(e, ep, taskId, req.workflow_output, failedInfra);
+    if (deliver) {
+      e.host.enqueue({ kind: "deliver", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr, payload });
+    }
+  } else {
+    // Evaluation results go to D1 only; the runner is reset and the episode serves again (as the seed does).
+    release(e, ep, e.requeues() ? "requeue" : "delete");
+  }
+  return ok({ success: true });
+}
+
+export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ success: boolean }> {
+  if (!e.live()) return ok({ success: true });
+  if (e.episode(req.episode_uuid) === null) return ok({ success: true });
+  const owned = ownedClaim(e, req);
+  if (!owned.ok) return owned;
+  if (owned.body !== "already_ended") {
+    // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
+    recordUnfinished(e, owned.body, "aborted", JSON.stringify(req.workflow_output ?? {}));
+    release(e, owned.body, e.requeues() ? "requeue" : "delete");
+  }
+  return ok({ success: true });
+}
+
+/** The runner got the result (or could not be reached). */
+export function delivered(e: EpisodeState, body: Extract<CommandBody, { kind: "deliver" }>, succeeded: boolean, detail: string): void {
+  e.store.sql.exec(
+    "UPDATE finished SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?",
+    succeeded ? "delivered" : "undeliverable",
+    detail,
+    body.episode_uuid,
+    body.fence,
+  );
+}
+
+/**
+ * Deletes and returns the episode if `req` is the live claim of a train episode; else changes
+ * nothing. Only the columns an end reads come back: workerd builds each returned row property
+ * by property, and `RETURNING *` (14 columns) cost several percent of an end's instructions
+ * (counted with valgrind's callgrind; BENCHMARKS.md).
+ */
+function takeTrainClaim(e: EpisodeState, req: ClaimRef): ClaimRow | null {
+  const fence = req.fence ?? null;
+  return (
+    e.store.sql
+      .exec<ClaimRow>(
+        `DELETE FROM episodes WHERE episode_uuid = ? AND state = 'claimed' AND client_uuid = ? AND episode_type = 'train' AND (?3 IS NULL OR fence = ?3)
+         RETURNING ${CLAIM_ROW_COLUMNS}`,
+        req.episode_uuid,
+        req.client_uuid,
+        fence,
+      )
+      .toArray()[0] ?? null
+  );
+}
+
+/** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */
+function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already_ended"> {
+  const ep = e.episode(req.episode_uuid);
+  if (ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && (req.fence === undefined || req.fence === ep.fence)) {
+    return ok(ep);
+  }
+  const ended = e.store.sql
+    .exec<{ fence: number }>(
+      "SELECT fence FROM finished WHERE episode_uuid = ? AND client_uuid = ? AND (?3 IS NULL OR fence = ?3) LIMIT 1",
+      req.episode_uuid,
+      req.client_uuid,
+      req.fence ?? null,
+    )
+    .toArray()[0];
+  if (ended) return ok("already_ended");
+  if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
+  if (ep.state !== "claimed") {
+    return fail(
+      409,
+      "claim_lost",
+      `Episode ${req.episode_uuid} is not in claimed status, maybe you take **too long** to submit the workflow output, try increase \`discard_episode_timeout\` when \`begin_episode\`. Its claim was reaped or aborted; this result is not counted.`,
+    );
+  }
+  if (ep.client_uuid !== req.client_uuid) {
+    return fail(409, "claim_lost", `Episode ${req.episode_uuid} is claimed by a different client; this result is not counted.`);
+  }
+  return fail(409, "claim_lost", `Episode ${req.episode_uuid}: fence ${req.fence} belongs to a superseded claim (current fence ${ep.fence}); this result is not counted.`);
+}
+

@@ -1,0 +1,111 @@
+/**
+ * The FIFO queue of registered episodes and the fences they carry: registering, requeueing after
+ * a claim (through the runner's reset when it has one), and deleting, which moves the fences a
+ * deleted row held into the floor so that a restarted object never issues them again.
+ */
+import type { BoolResponse, RegisterEpisodeRequest } from "../protocol/swarm";
+import type { CommandBody } from "../protocol/commands";
+import type { ClaimRow, EpisodeState } from "./episode-state";
+
+export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResponse {
+  if (e.store.meta.status !== "ENGINE.ROLLING") {
+    return { success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." };
+  }
+  // One statement. A retried registration (the trainer retries after 2 s) keeps its place in
+  // the queue and takes the new URL and key; a claimed or resetting episode is left alone. A
+  // new row's fences start above every fence this engine has issued, so a uuid registered
+  // again (after it ended, was unregistered, or was cleared with its rolling phase) never
+  // has a claim that shares a fence, and so a per-claim key, with a claim of its old life.
+  e.store.sql.exec(
+    `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
+     VALUES (?, 'registered', ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
+       zmq_addr = excluded.zmq_addr
+     WHERE episodes.state = 'registered'`,
+    req.episode_uuid,
+    e.nextQueueSeq++,
+    req.openai_base_url,
+    req.openai_api_key,
+    req.zmq_listen_result_addr,
+    e.host.now(),
+    e.fenceHigh,
+  );
+  return { success: true, failure_reason: "" };
+}
+
+export function claimedCheck(e: EpisodeState, episodeUuid: string, unregister: boolean): BoolResponse {
+  if (!e.live()) return { success: false, failure_reason: "" };
+  const ep = e.episode(episodeUuid);
+  if (ep === null) return { success: false, failure_reason: "" };
+  // An episode waiting for its runner's reset still belongs to the claim being undone.
+  if (ep.state !== "registered") return { success: true, failure_reason: "" };
+  if (unregister) dropEpisode(e, episodeUuid);
+  return { success: false, failure_reason: "" };
+}
+
+/** The runner's context was reset for the claim being undone: the episode serves again. */
+export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "reset" }>, succeeded: boolean): void {
+  const ep = e.episode(body.episode_uuid);
+  if (ep === null || ep.state !== "resetting" || ep.fence !== body.fence) return;
+  // A runner that cannot be reset cannot serve the episode again.
+  if (succeeded) requeue(e, body.episode_uuid);
+  else dropEpisode(e, body.episode_uuid);
+}
+
+/** Deletes every episode and finished row, as a rolling phase ends; the fences they held go into the floor. */
+export function clearAll(e: EpisodeState): void {
+  e.store.sql.exec("DELETE FROM episodes");
+  e.store.sql.exec("DELETE FROM finished");
+  e.store.sql.exec("DELETE FROM failed_rollouts");
+  retireFences(e);
+}
+
+/** Counted over the partial index of each state, never by scanning the table. */
+export function counts(e: EpisodeState): { registered: number; claimed: number; resetting: number } {
+  // Literal states, not parameters: SQLite uses a partial index only when the WHERE matches its own.
+  const count = (sql: string) => e.store.sql.exec<{ n: number }>(sql).one().n;
+  return {
+    registered: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'registered'"),
+    claimed: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'claimed'"),
+    resetting: count("SELECT COUNT(*) AS n FROM episodes WHERE state = 'resetting'"),
+  };
+}
+
+/** Ends a claim without a result: back to the queue (after the runner's reset, if it has one) or gone. */
+export function release(e: EpisodeState, ep: ClaimRow, how: "requeue" | "delete"): void {
+  if (how === "delete") {
+    dropEpisode(e, ep.episode_uuid);
+  } else if (ep.zmq_addr !== "") {
+    e.store.sql.exec("UPDATE episodes SET state = 'resetting', expires_at = NULL WHERE episode_uuid = ?", ep.episode_uuid);
+    e.host.enqueue({ kind: "reset", episode_uuid: ep.episode_uuid, fence: ep.fence, zmq_listen_result_addr: ep.zmq_addr });
+  } else {
+    requeue(e, ep.episode_uuid);
+  }
+}
+
+function requeue(e: EpisodeState, episodeUuid: string): void {
+  e.store.sql.exec(
+    `UPDATE episodes SET state = 'registered', queue_seq = ?, client_uuid = '', discard_timeout = -1, expires_at = NULL,
+       llm_call_count = 0, last_activity = ? WHERE episode_uuid = ?`,
+    e.nextQueueSeq++,
+    e.host.now(),
+    episodeUuid,
+  );
+}
+
+/** Deletes an episode that leaves no finished row behind: its fence goes into the floor. */
+function dropEpisode(e: EpisodeState, uuid: string): void {
+  e.store.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", uuid);
+  retireFences(e);
+}
+
+/**
+ * Keeps the highest fence issued in meta once rows that held fences are deleted (rarely: a
+ * status change, an unregistered or dropped episode), so that a restarted object still starts
+ * new episodes above every fence it issued before.
+ */
+function retireFences(e: EpisodeState): void {
+  const meta = e.store.meta;
+  if (e.fenceHigh > meta.fenceFloor) e.store.saveMeta({ ...meta, fenceFloor: e.fenceHigh });
+}
+
