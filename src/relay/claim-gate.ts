@@ -126,16 +126,9 @@ export class ClaimGate {
         console.error("relay: asking the engine about a claim failed", err);
         return fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again.");
       }
-      if (applied) {
-        const standing = e.standing as Reply<ClaimStanding>;
-        if (!standing.ok) return standing;
-        const held = this.heldNow(e, e.fetchedAt);
-        if (held !== null) return held;
-        if (!carried) return this.fromCache(e, this.clock.now(), false, background);
-        return this.admission(e);
-      }
-      // Overtaken by a forget: the call was sent (and counted if the claim was live); ask again without it.
-      return this.recheck(e);
+      if (applied) return this.answered(e, carried, background);
+      // Overtaken by a forget: the call was sent (and counted if carried and the claim was live); ask again without it.
+      return this.recheck(e, carried, background);
     }
     return UNSETTLED;
   }
@@ -164,17 +157,23 @@ export class ClaimGate {
     return ok(this.held);
   }
 
-  /** After an answer `forget` overtook: asks about the claim alone until an answer holds (the call is already counted). */
-  private async recheck(e: Entry): Promise<Reply<Admission | SyncHold>> {
+  /** After an answer `forget` overtook: asks about the claim alone until an answer holds (`carried`: the call went with the first question). */
+  private async recheck(e: Entry, carried: boolean, background: Background): Promise<Reply<Admission | SyncHold>> {
     for (let attempt = 0; attempt < 2; attempt++) {
       const r = await this.batch(false, e).catch(() => fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again."));
       if (!r.ok) return r;
-      if (r.body) {
-        const standing = e.standing as Reply<ClaimStanding>;
-        return standing.ok ? (this.heldNow(e, e.fetchedAt) ?? this.admission(e)) : standing;
-      }
+      if (r.body) return this.answered(e, carried, background);
     }
     return UNSETTLED;
+  }
+
+  /** A call's answer once the engine's answer about its claim came: a refusal, a hold, or an admission (counted here unless it went with the question). */
+  private answered(e: Entry, carried: boolean, background: Background): Reply<Admission | SyncHold> {
+    const standing = e.standing as Reply<ClaimStanding>;
+    if (!standing.ok) return standing;
+    const held = this.heldNow(e, e.fetchedAt);
+    if (held !== null) return held;
+    return carried ? this.admission(e) : this.fromCache(e, this.clock.now(), false, background);
   }
 
   /** Stops using what the engine said of one episode's claims (ended, aborted, claimed again), or of the engine and all its claims. */
