@@ -1,8 +1,10 @@
 /**
  * Admission of relayed LLM calls: the Worker has checked a per-claim key's signature, and the
- * engine checks that its claim is still live and names the gateway and the trainer's key. Each
- * admitted call counts toward its claim and refreshes its lease (a client talking to the model
- * is not idle), through the tally of relay-activity.ts rather than a write per call.
+ * engine checks that its claim is still live and names the gateway and the trainer's key. The
+ * Worker's claim gate (src/relay/claim-gate.ts) asks in batches (`sync`): the calls it admitted
+ * from its cache, counted here, and where each claim stands; `admit` answers one call at a time.
+ * Counts, activity and leases go through the tally of relay-activity.ts, written in one
+ * transaction rather than a write per call.
  */
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { isRolling } from "../protocol/status";
@@ -121,10 +123,13 @@ export class RelayAdmission {
     const ep = this.liveClaim(key);
     if (!ep.ok) return ep;
     const hold = this.syncHold();
-    this.requests++;
-    if (hold !== null) return ok(hold);
+    if (hold !== null) {
+      this.requests++;
+      return ok(hold);
+    }
     const engine = this.engineTerms();
     if (!engine.ok) return engine;
+    this.requests++;
     const now = this.host.now();
     this.activity.note(ep.body.episode_uuid, ep.body.fence, 1, now, now + Math.ceil(ep.body.discard_timeout * 1000));
     this.activityTimer ??= setTimeout(() => {
@@ -142,7 +147,7 @@ export class RelayAdmission {
   }
 
   /**
-   * The Worker's batch (relay-sync.ts): the calls it admitted from its cache since its last
+   * The Worker's batch (src/relay/claim-gate.ts): the calls it admitted from its cache since its last
    * batch, written now, and where each claim it asks about stands. One request for many calls
    * of many claims: the engine's work is per claim, not per call.
    */
