@@ -84,6 +84,8 @@ export class ClaimGate {
   /** When the last refresh was sent. */
   private refreshedAt = Number.NEGATIVE_INFINITY;
   private flushing = false;
+  /** Calls counted in entries and not yet sent: a read's flush with none to send costs no walk of the entries. */
+  private pending = 0;
 
   constructor(
     private readonly engine: GateEngine,
@@ -114,6 +116,7 @@ export class ClaimGate {
       const carried = this.held === null;
       if (carried) {
         e.calls++;
+        this.pending++;
         e.lastCallAt = now;
         e.carrying = true;
       }
@@ -208,6 +211,7 @@ export class ClaimGate {
 
   /** Sends the counted calls now (before a read in this isolate; the timer does it otherwise). */
   async flush(): Promise<void> {
+    if (this.pending === 0) return;
     await this.batch(false).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
   }
 
@@ -221,6 +225,7 @@ export class ClaimGate {
     const standing = e.standing as Reply<ClaimStanding>;
     if (!standing.ok) return standing;
     e.calls++;
+    this.pending++;
     e.lastCallAt = now;
     if (refreshDue) background(this.batch(true).catch((err: unknown) => console.error("relay: refreshing the engine's answers failed", err)));
     // A refresh on its way may have taken its items before this call was counted.
@@ -240,7 +245,11 @@ export class ClaimGate {
   private add(id: string, key: ClaimKeyFields): Entry {
     if (this.entries.size >= MAX_CLAIMS) {
       const oldest = this.entries.keys().next();
-      if (!oldest.done) this.entries.delete(oldest.value);
+      if (!oldest.done) {
+        // Its unsent calls go with it: the engine never hears of them, as of an isolate that went away.
+        this.pending -= this.entries.get(oldest.value)?.calls ?? 0;
+        this.entries.delete(oldest.value);
+      }
     }
     const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null, carrying: false };
     this.entries.set(id, e);
@@ -303,10 +312,13 @@ export class ClaimGate {
     const items: RelaySyncItem[] = batch.map((e) => ({ key: e.key, calls: e.calls, idle_ms: e.calls > 0 ? sentAt - e.lastCallAt : 0, detail: e.terms === null, carries: e.carrying }));
     for (const e of batch) e.carrying = false;
     for (const e of batch) e.calls = 0;
+    const sent = counts.reduce((a, n) => a + n, 0);
+    this.pending -= sent;
     let reply: Reply<RelaySyncAnswer>;
     try {
       reply = await this.engine(items);
     } catch (err) {
+      this.pending += sent;
       batch.forEach((e, i) => {
         e.calls += counts[i] ?? 0;
         e.carrying ||= carrying[i] ?? false;
