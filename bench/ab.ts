@@ -30,7 +30,7 @@ import { prepareEngine, runLoad } from "./loadgen";
 import { profileTarget } from "./profile";
 import { serveEngine, type EngineAccess } from "./serve/exchange";
 import type { Served } from "./serve/served";
-import { mean, paired } from "./stats";
+import { mean, paired, stateInMemory } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
@@ -52,8 +52,7 @@ async function main(): Promise<void> {
   const against = flags.get("against");
   if (!against || !existsSync(join(against, "wrangler.toml"))) throw new Error("--against DIR: a checkout of the exchange (with wrangler.toml) to compare this tree with");
   // As npm run bench: Miniflare's state really in memory, unless --tmpdir says where (/tmp: on disk, fsynced at every commit).
-  const tmp = flags.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
-  if (tmp) process.env["TMPDIR"] = tmp;
+  stateInMemory(flags.get("tmpdir"));
   const clients = num("clients", 32);
   const episodes = num("episodes", 256);
   const rounds = num("rounds", 10);

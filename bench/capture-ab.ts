@@ -10,7 +10,6 @@
  * Prints JSON to stdout: each mode's mean cycles/s and workerd CPU per cycle, the ratio of
  * cycles/s on to off, and the paired differences round by round.
  */
-import { existsSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { LedgerClient } from "../src/client";
 import { CaptureMode } from "../src/protocol/ledger";
@@ -18,7 +17,7 @@ import { parseFlags } from "./flags";
 import { Http } from "./load/http";
 import { prepareEngine, runLoad } from "./loadgen";
 import { serveEngine } from "./serve/exchange";
-import { mean, paired } from "./stats";
+import { mean, paired, stateInMemory } from "./stats";
 
 const flags = parseFlags(process.argv.slice(2));
 const num = (k: string, d: number): number => Number(flags.get(k) ?? d);
@@ -27,8 +26,7 @@ const log = (line: string): void => void process.stderr.write(`[bench:capture-ab
 async function main(): Promise<void> {
   const on = CaptureMode.parse(flags.get("capture") ?? "tokens");
   if (on === "off") throw new Error("--capture: the mode to compare with off (messages or tokens)");
-  const tmp = flags.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
-  if (tmp) process.env["TMPDIR"] = tmp;
+  stateInMemory(flags.get("tmpdir"));
   const clients = num("clients", 32);
   const episodes = num("episodes", 256);
   const rounds = num("rounds", 8);

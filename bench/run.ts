@@ -31,7 +31,6 @@
  *                  not the issue's reference, for telling the engine's own work from its
  *                  commit strategy; the report's settings say which reference ran
  */
-import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -42,7 +41,7 @@ import { measurePoolInfo } from "./poolinfo";
 import { profileTarget } from "./profile";
 import type { BenchReport, TargetName } from "./report";
 import { measureLoad } from "./rounds";
-import { waitQuiet } from "./stats";
+import { quietWaiter, stateInMemory } from "./stats";
 import { printSummary } from "./summary";
 import { startTarget, type Target } from "./targets";
 
@@ -71,14 +70,12 @@ async function main(): Promise<void> {
   if (!["engine", "reference", "both"].includes(targetFlag)) throw new Error(`--target must be engine, reference or both`);
   const fresh = f.has("fresh");
   const referenceGroupCommit = f.has("reference-group-commit");
-  const quietWaitS = Number(f.get("quiet-wait") ?? 10);
+  const waitForQuiet = quietWaiter(Number(f.get("quiet-wait") ?? 10), log);
   const quiet = async (what: string) => {
-    if (quietWaitS <= 0) return;
-    const pct = await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
+    const pct = await waitForQuiet(what);
     if (pct >= 25) log(`machine still busy (${pct}% of a core used by others): running ${what} anyway; see other_cpu_pct`);
   };
-  const tmp = f.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
-  if (tmp) process.env["TMPDIR"] = tmp; // Miniflare puts its unpersisted state under os.tmpdir()
+  stateInMemory(f.get("tmpdir"));
   const loads = LOADS.filter((l) => want(l.label));
   if (only) for (const o of only) if (o !== "poolinfo" && o !== "profile" && !LOADS.some((l) => l.label === o)) throw new Error(`unknown --only entry ${o}: use ${LOADS.map((l) => l.label).join(", ")}, poolinfo`);
 

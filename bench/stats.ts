@@ -1,5 +1,5 @@
 /** Small helpers for the benchmark: latency summaries and CPU accounting from /proc. */
-import { readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 
 export type Latency = { n: number; p50: number; p99: number; mean: number; max: number };
@@ -150,4 +150,25 @@ export async function writeBenchOutputs(dir: string, name: string, json: string,
     await writeFile(`${dir}recorded.json`, json);
     await writeFile(`${dir}recorded.svg`, svg);
   }
+}
+
+/**
+ * Miniflare keeps unpersisted state under os.tmpdir() and fsyncs every commit: on /dev/shm that
+ * is memory, as a Durable Object's is in production. `--tmpdir DIR` (`dir`) says where instead
+ * (/tmp: on disk).
+ */
+export function stateInMemory(dir: string | undefined): void {
+  const tmp = dir ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
+  if (tmp) process.env["TMPDIR"] = tmp;
+}
+
+/**
+ * `quiet(what)`: waits up to `seconds` (0: not at all) for the machine to go quiet before
+ * measuring `what`, saying so while it waits; answers the last sample (% of a core others use).
+ */
+export function quietWaiter(seconds: number, log: (line: string) => void): (what: string) => Promise<number> {
+  return async (what) => {
+    if (seconds <= 0) return 0;
+    return waitQuiet(25, seconds * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
+  };
 }

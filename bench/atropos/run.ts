@@ -19,14 +19,13 @@
  * bench/atropos/recorded.json, the run BENCHMARKS.md quotes; every run writes
  * bench/results/atropos-latest.json).
  */
-import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseFlags } from "../flags";
 import { inParallel } from "../load/closed-loop";
 import { serveExchange } from "../serve/exchange";
-import { summarize, waitQuiet } from "../stats";
+import { quietWaiter, stateInMemory, summarize } from "../stats";
 import { round } from "../buffer/workload";
 
 const f = parseFlags(process.argv.slice(2));
@@ -65,13 +64,8 @@ function api(base: string): Api {
 }
 
 async function main(): Promise<void> {
-  const tmp = f.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
-  if (tmp) process.env["TMPDIR"] = tmp;
-  const quietWaitS = Number(f.get("quiet-wait") ?? 10);
-  const quiet = async (what: string): Promise<void> => {
-    if (quietWaitS <= 0) return;
-    await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
-  };
+  stateInMemory(f.get("tmpdir"));
+  const quiet = quietWaiter(Number(f.get("quiet-wait") ?? 10), log);
   const ex = await serveExchange({ prefix: "atropos", log: (l) => log(`  exchange: ${l}`) });
   /** An engine with a registered trainer (batch_size 16), started, and one env of group size 4. */
   const newEngine = async (tag: string) => {

@@ -16,12 +16,11 @@
  * --record (also write bench/buffer/recorded.{json,svg}, the run BENCHMARKS.md quotes; every run
  * writes bench/results/buffer-latest.{json,svg}).
  */
-import { existsSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import { parseFlags } from "../flags";
 import { serveExchange } from "../serve/exchange";
-import { cpuMeter, summarize, waitQuiet, writeBenchOutputs } from "../stats";
+import { cpuMeter, quietWaiter, stateInMemory, summarize, writeBenchOutputs } from "../stats";
 import { renderBufferChart } from "./chart";
 import { fillPending, ingest, round, timePulls } from "./workload";
 import type { BufferBenchReport, PullResult } from "./report";
@@ -39,13 +38,8 @@ const t0 = performance.now();
 const log = (line: string) => process.stderr.write(`[bench:buffer ${((performance.now() - t0) / 1000).toFixed(0).padStart(4)}s] ${line}\n`);
 
 async function main(): Promise<void> {
-  const tmp = f.get("tmpdir") ?? (existsSync("/dev/shm") ? "/dev/shm" : undefined);
-  if (tmp) process.env["TMPDIR"] = tmp;
-  const quietWaitS = Number(f.get("quiet-wait") ?? 10);
-  const quiet = async (what: string): Promise<void> => {
-    if (quietWaitS <= 0) return;
-    await waitQuiet(25, quietWaitS * 1000, (p) => log(`waiting for the machine to go quiet before ${what} (others use ${p}% of a core)`));
-  };
+  stateInMemory(f.get("tmpdir"));
+  const quiet = quietWaiter(Number(f.get("quiet-wait") ?? 10), log);
 
   const ex = await serveExchange({ log: (l) => log(`  exchange: ${l}`) });
   const pids = ex.pids;
