@@ -8,8 +8,8 @@
  * success carries a result id, and the runners record each id they receive, so the run can
  * tell:
  *  - lost: acknowledged to a client, never delivered. Must be none.
- *  - delivered twice. Allowed only for a result the runner received just before the agent's
- *    SIGKILL (IN_FLIGHT_MS) and again after its restart: the agent had handed it over but not
+ *  - delivered twice. Allowed only for a result the runner received in the IN_FLIGHT_MS before
+ *    the agent's SIGKILL (or while the signal was taking effect) and again after its restart: the agent had handed it over but not
  *    yet journaled the outcome, so it cannot know the runner has it (the at-least-once window).
  *  - how long deliveries took to resume after each restart.
  * Exits 1 when something acknowledged was lost or delivered twice outside that window.
@@ -180,6 +180,9 @@ async function main(): Promise<void> {
     const agentKillAt = now();
     agent.kill("SIGKILL");
     await agent.exited();
+    // The signal takes effect a little after kill() returns: what the agent sent until it was
+    // seen dead is in flight, and the runners may read it a millisecond after agentKillAt.
+    const agentDeadAt = now();
     const agentLog = [...agent.lines];
     log(`agent SIGKILLed at ${((agentKillAt - t0) / 1000).toFixed(1)} s`);
     agent = await startAgent();
@@ -201,7 +204,7 @@ async function main(): Promise<void> {
     const all = [...receipts.values()].flat().map((r) => r.at);
     const firstAfter = (t: number) => all.filter((x) => x >= t).reduce((m, x) => Math.min(m, x), Infinity);
     const twice = [...receipts.entries()].filter(([, r]) => r.length > 1);
-    const inWindow = twice.filter(([, r]) => r.length === 2 && r[0]!.at <= agentKillAt && r[0]!.at >= agentKillAt - IN_FLIGHT_MS && r[1]!.at >= agentKillAt);
+    const inWindow = twice.filter(([, r]) => r.length === 2 && r[0]!.at <= agentDeadAt && r[0]!.at >= agentKillAt - IN_FLIGHT_MS && r[1]!.at >= agentKillAt);
     const firstBeforeKillMs = twice.map(([, r]) => Math.round(agentKillAt - r[0]!.at)).sort((a, b) => a - b);
     const lost = undelivered();
     const seconds = (t: number) => (Number.isFinite(t) ? Math.round(t) / 1000 : null);
