@@ -56,6 +56,7 @@ export async function serveExchange(
     adminToken?: string;
     claimKeySecret?: string;
     log?: (line: string) => void;
+    inspectorPort?: number;
   } = {},
 ): Promise<ExchangeTarget> {
   const adminToken = o.adminToken ?? `${o.prefix ?? "bench"}-admin-${randomBytes(12).toString("hex")}`;
@@ -68,6 +69,7 @@ export async function serveExchange(
       claimKeySecret: o.claimKeySecret ?? randomBytes(32).toString("hex"),
       ...(o.vars ? { vars: o.vars } : {}),
       ...(o.log ? { log: o.log } : {}),
+      ...(o.inspectorPort !== undefined ? { inspectorPort: o.inspectorPort } : {}),
     }),
   );
   return {

@@ -44,6 +44,8 @@ export type LocalExchangeOptions = {
    * deployment's limits on purpose. `npm start` turns them on.
    */
   rateLimits?: boolean;
+  /** Opens workerd's V8 inspector on this port (Chrome DevTools protocol), for profiling. Default: closed. */
+  inspectorPort?: number;
 };
 
 export type LocalExchange = {
@@ -122,6 +124,7 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
     const mainModule = basename(bundle);
     mf = new Miniflare({
       ...serverOptions({ persistDir: opts.persistDir ?? null, log }),
+      ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort } : {}),
       workers: [
         {
           config: {
