@@ -9,8 +9,7 @@ import { adminRoutes } from "./http/admin-routes";
 import { engineRouteGate, serveEngineApi } from "./http/engine-routes";
 import { errorResponse, internalError } from "./http/errors";
 import { MAX_BODY_BYTES, tooLarge } from "./http/body";
-import { RELAY_PATH, relayRoutes } from "./relay/relay-routes";
-import { openaiError } from "./relay/openai-errors";
+import { serveRelay } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
 import { runRoutes } from "./runs/routes";
@@ -24,19 +23,10 @@ export { EngineObject } from "./engine/engine-object";
 // Routing sees token-in-path URLs without their token (path-token.ts), so each route is registered once.
 const app = new Hono<{ Bindings: Env }>({ getPath: routingPath });
 
-app.use(
-  "*",
-  bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    // The relay's clients are OpenAI clients: this refusal is an OpenAI error there, like its others.
-    onError: (c) => (RELAY_PATH.test(c.req.path) ? openaiError(c, 413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`, "payload_too_large") : tooLarge()),
-  }),
-);
+app.use("*", bodyLimit({ maxSize: MAX_BODY_BYTES, onError: () => tooLarge() }));
 
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/admin", adminRoutes);
-// Before the engine routes: LLM calls authenticate with their per-claim key, not an engine token.
-relayRoutes(app);
 // Training runs and their MCP endpoint (state in D1), answered before the engine routes see the path.
 runRoutes(app, "/e/:engine");
 // The trajectory ledger (state in D1 and R2), likewise.
@@ -52,8 +42,9 @@ app.route("/", openApiRoutes);
 app.notFound((c) => errorResponse(404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
 app.onError((err) => internalError(err));
 
+// The relay's calls (per-claim keys, not engine tokens) and the engine API are served before the router.
 function serve(request: Request, env: Env, ctx: ExecutionContext): Response | Promise<Response> {
-  return serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
+  return serveRelay(request, env, ctx) ?? serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
 }
 
 export default {

@@ -7,7 +7,13 @@
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../protocol/relay";
 
 const enc = new TextEncoder();
-const hex = (buf: ArrayBuffer): string => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+/** Lowercase hex by table: every relayed call signs, and mapping each byte through toString cost more than the MAC. */
+function hex(buf: ArrayBuffer): string {
+  let out = "";
+  for (const b of new Uint8Array(buf)) out += HEX[b];
+  return out;
+}
 
 /** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
 const imported = new Map<string, ReturnType<typeof crypto.subtle.importKey>>();

@@ -1,5 +1,3 @@
-import type { Context } from "hono";
-import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { OpenAIError } from "../protocol/relay";
 
 /** OpenAI's error types by status, so OpenAI clients classify (and retry) our errors as theirs. */
@@ -16,6 +14,6 @@ export function openaiErrorBody(status: number, message: string, code: string | 
   return { error: { message, type: errorType(status), param: null, code } };
 }
 
-export function openaiError(c: Context, status: ContentfulStatusCode, message: string, code: string | null = null): Response {
-  return c.json(openaiErrorBody(status, message, code), status);
+export function openaiErrorResponse(status: number, message: string, code: string | null = null): Response {
+  return Response.json(openaiErrorBody(status, message, code), { status });
 }

@@ -5,16 +5,21 @@
  * The key is checked here, the claim by the engine through this isolate's gate (claim-gate.ts:
  * the engine's answers are kept for a second, the calls sent to it in batches); the call then
  * goes, signed, to the engine's inference gateway on the GPU host.
+ *
+ * Served before hono sees the request, as the engine API is (http/engine-routes.ts): every
+ * relayed call passes here, and the router, its body limit and its context cost more workerd
+ * CPU per call than the relay's own checks (`npm run bench:relay-profile`).
  */
-import type { Context, Hono } from "hono";
-import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
 import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
-import { describeIssues } from "../http/errors";
+import { describeIssues, internalError } from "../http/errors";
+import { MAX_BODY_BYTES, readBodyText } from "../http/body";
+import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
-import { openaiError } from "./openai-errors";
+import { openaiErrorResponse } from "./openai-errors";
 import { relayStream } from "./sse";
 
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
@@ -48,37 +53,37 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
   return { status: 502, message: `the inference gateway could not be reached: ${e instanceof Error ? e.message : String(e)}`, code: "gateway_unreachable" };
 }
 
-async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Promise<Response> {
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
-  if (!m?.[1]) return openaiError(c, 401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
-  const key = await verifyClaimKey(c.env.CLAIM_KEY_SECRET, m[1]);
-  if (key === null) return openaiError(c, 401, "Invalid API key: it was not issued by this exchange for a claim.", "invalid_api_key");
-  const pathEngine = c.req.param("engine");
+async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: RelayEndpoint, pathEngine: string | undefined): Promise<Response> {
+  // The size first, as the router's body limit did, before the key or the body is looked at.
+  const requestText = endpoint === "/v1/models" ? null : await readBodyText(req);
+  if (requestText === null && endpoint !== "/v1/models") return openaiErrorResponse(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`, "payload_too_large");
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+  if (!m?.[1]) return openaiErrorResponse(401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
+  const key = await verifyClaimKey(env.CLAIM_KEY_SECRET, m[1]);
+  if (key === null) return openaiErrorResponse(401, "Invalid API key: it was not issued by this exchange for a claim.", "invalid_api_key");
   if (pathEngine !== undefined && pathEngine !== key.engine) {
-    return openaiError(c, 401, `This key belongs to engine '${key.engine}', not '${pathEngine}'.`, "invalid_api_key");
+    return openaiErrorResponse(401, `This key belongs to engine '${key.engine}', not '${pathEngine}'.`, "invalid_api_key");
   }
 
   let request: Record<string, unknown> | null = null;
-  let requestText: string | null = null;
-  if (endpoint !== "/v1/models") {
-    requestText = await c.req.text();
+  if (requestText !== null) {
     let raw: unknown;
     try {
       raw = JSON.parse(requestText);
     } catch {
-      return openaiError(c, 400, "The request body is not valid JSON.", "invalid_json");
+      return openaiErrorResponse(400, "The request body is not valid JSON.", "invalid_json");
     }
     const shape = ChatRequestShape.safeParse(raw);
-    if (!shape.success) return openaiError(c, 400, describeIssues(shape.error), "invalid_request");
+    if (!shape.success) return openaiErrorResponse(400, describeIssues(shape.error), "invalid_request");
     request = shape.data;
   }
 
   // Admitted by this isolate's gate: one engine request per batch of calls, not one per call;
   // held there through a weight sync that keeps the claims (keep_claims_across_sync).
-  const admitted = await claimGate(c.env, key.engine).admitThroughSync(key, (work) => c.executionCtx.waitUntil(work));
-  if (!admitted.ok) return openaiError(c, admitted.status as ContentfulStatusCode, admitted.detail, admitted.error);
+  const admitted = await claimGate(env, key.engine).admitThroughSync(key, (work) => ctx.waitUntil(work));
+  if (!admitted.ok) return openaiErrorResponse(admitted.status, admitted.detail, admitted.error);
 
-  const deadline = numberVar(c.env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);
+  const deadline = numberVar(env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);
   const envelope: RelayEnvelope & { request: null } = {
     endpoint,
     engine: key.engine,
@@ -100,8 +105,8 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
   };
   const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
-  const signature = await signEnvelope(await engineGatewaySecret(c.env.CLAIM_KEY_SECRET, key.engine), ts, body);
-  const network = c.env.RELAY_NETWORK;
+  const signature = await signEnvelope(await engineGatewaySecret(env.CLAIM_KEY_SECRET, key.engine), ts, body);
+  const network = env.RELAY_NETWORK;
   const upstream = (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
     method: "POST",
     headers: { "content-type": "application/json", [SIGNATURE_HEADER]: signature, [TIMESTAMP_HEADER]: String(ts) },
@@ -110,39 +115,54 @@ async function relay(c: Context<{ Bindings: Env }>, endpoint: RelayEndpoint): Pr
   });
 
   if (request?.["stream"] === true) {
-    return relayStream(upstream, numberVar(c.env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline));
+    return relayStream(upstream, numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline));
   }
   let res: Response;
-  let text: string;
   try {
     res = await upstream;
+  } catch (e) {
+    const f = describeFailure(e, deadline);
+    return openaiErrorResponse(f.status, f.message, f.code);
+  }
+  // The gateway answers 200 only with a JSON object it has checked (the agent's http-upstream.ts
+  // and agentjet.ts): it goes to the client as it comes, unread. Anything else is read and judged.
+  if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("application/json")) {
+    return new Response(res.body, { status: 200, headers: { "content-type": "application/json" } });
+  }
+  let text: string;
+  try {
     text = await res.text();
   } catch (e) {
     const f = describeFailure(e, deadline);
-    return openaiError(c, f.status as ContentfulStatusCode, f.message, f.code);
+    return openaiErrorResponse(f.status, f.message, f.code);
   }
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
-    return openaiError(c, 502, `The inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage");
+    return openaiErrorResponse(502, `The inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage");
   }
   if (!res.ok) {
     const err = OpenAIError.safeParse(json);
-    const status = (res.status >= 400 && res.status < 600 ? res.status : 502) as ContentfulStatusCode;
-    return err.success ? c.json(err.data, status) : openaiError(c, status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error");
+    const status = res.status >= 400 && res.status < 600 ? res.status : 502;
+    return err.success ? Response.json(err.data, { status }) : openaiErrorResponse(status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error");
   }
-  // Parsed only to refuse garbage: the upstream's own text goes back, not a re-serialization.
-  return c.body(text, 200, { "content-type": "application/json" });
+  return new Response(text, { status: 200, headers: { "content-type": "application/json" } });
 }
 
-/** The relay's paths, as the router sees them (a token in the path already taken out). */
-export const RELAY_PATH = /^(\/e\/[^/]+)?\/v1\//;
+/** The relay's routes, as the router sees a path (a token in the path already taken out): the engine, and what is called. */
+const RELAY_ROUTE = /^(?:\/e\/([^/]+))?\/v1\/(chat\/completions|completions|models)$/;
+const ENDPOINTS: Record<string, { method: string; endpoint: RelayEndpoint }> = {
+  "chat/completions": { method: "POST", endpoint: "/v1/chat/completions" },
+  completions: { method: "POST", endpoint: "/v1/completions" },
+  models: { method: "GET", endpoint: "/v1/models" },
+};
 
-export function relayRoutes(app: Hono<{ Bindings: Env }>): void {
-  for (const prefix of ["", "/e/:engine"]) {
-    app.post(`${prefix}/v1/chat/completions`, (c) => relay(c, "/v1/chat/completions"));
-    app.post(`${prefix}/v1/completions`, (c) => relay(c, "/v1/completions"));
-    app.get(`${prefix}/v1/models`, (c) => relay(c, "/v1/models"));
-  }
+/** The answer to a relayed call, or null for any other request (hono serves those, and a relay path's other methods). */
+export function serveRelay(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> | null {
+  if (request.method !== "POST" && request.method !== "GET") return null;
+  const m = RELAY_ROUTE.exec(routingPath(request));
+  const route = m ? ENDPOINTS[m[2] ?? ""] : undefined;
+  if (m === null || route === undefined || route.method !== request.method) return null;
+  return relay(request, env, ctx, route.endpoint, m[1] === undefined ? undefined : tryDecodeURIComponent(m[1])).catch(internalError);
 }
