@@ -49,6 +49,9 @@ export function envelopeText(envelope: RelayEnvelope & { request: null }, reques
   return `${text.slice(0, -NULL_REQUEST.length)}${REQUEST_KEY}${requestText}}`;
 }
 
+const flat = (v: unknown): boolean => typeof v !== "object" || v === null;
+const callIsFlat = (v: unknown): boolean => typeof v === "object" && v !== null && !Array.isArray(v) && !("request" in v) && Object.values(v).every(flat);
+
 /**
  * The request's own JSON text inside an envelope's text, for the gateway to send on without
  * serializing it again; null when the envelope is not laid out for that (then serialize
@@ -60,8 +63,6 @@ export function envelopeText(envelope: RelayEnvelope & { request: null }, reques
 export function envelopeRequestText(text: string, parsed: Record<string, unknown>): string | null {
   const keys = Object.keys(parsed);
   if (keys.at(-1) !== "request" || parsed["request"] === null || typeof parsed["request"] !== "object") return null;
-  const flat = (v: unknown): boolean => typeof v !== "object" || v === null;
-  const callIsFlat = (v: unknown): boolean => typeof v === "object" && v !== null && !Array.isArray(v) && !("request" in v) && Object.values(v).every(flat);
   if (!keys.every((k) => k === "request" || flat(parsed[k]) || (k === "call" && callIsFlat(parsed[k])))) return null;
   const at = text.indexOf(REQUEST_KEY);
   const end = text.lastIndexOf("}");
