@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import type { ClaimKeyFields } from "../src/auth/claim-key";
 import { env } from "cloudflare:workers";
-import { ClaimGate, FLUSH_MS, FRESH_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import { ClaimGate, FLUSH_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
 import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
 import type { RelaySyncItem } from "../src/engine/relay-admission";
 import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
@@ -179,6 +179,24 @@ describe("the relay's claim gate", () => {
     expect(await g.admit(again)).toMatchObject({ ok: true, body: { client_uuid: "c3" } });
     // The new claim got none of the old one's calls.
     expect(await running(e)).toEqual([expect.objectContaining({ client_uuid: "c3", llm_call_count: 1 })]);
+  });
+
+  it("forgets one episode's claims and no other's, also once idle claims were dropped and came back", async () => {
+    const e = await rollingEngine(3);
+    const g = gateOn(e);
+    const keys = [await claim(e, "c1", 3600), await claim(e, "c2", 3600), await claim(e, "c3", 3600)];
+    for (const k of keys) await g.admit(k);
+    g.gate.forget(keys[1]!.episode_uuid);
+    expect(keys.map((k) => g.gate.cached(k))).toEqual([true, false, true]);
+    // Idle past IDLE_MS, all three are dropped at the next batch; one comes back with a call.
+    await g.tick(IDLE_MS + FRESH_MS);
+    expect((await g.admit(keys[0]!)).ok).toBe(true);
+    expect(g.gate.size).toBe(1);
+    expect((await g.admit(keys[2]!)).ok).toBe(true);
+    g.gate.forget(keys[2]!.episode_uuid);
+    expect(keys.map((k) => g.gate.cached(k))).toEqual([true, false, false]);
+    g.gate.forget();
+    expect(keys.map((k) => g.gate.cached(k))).toEqual([false, false, false]);
   });
 
   it("answers a dead key from its cache too: a client hammering with it costs the engine one request a second", async () => {

@@ -71,6 +71,8 @@ const UNSETTLED = fail(503, "admission_unsettled", "The engine's answers for thi
 /** One engine's claims in one isolate. */
 export class ClaimGate {
   private readonly entries = new Map<string, Entry>();
+  /** The entries' ids by episode: an end or a claim handled in this isolate forgets its episode without a walk of every claim. */
+  private readonly byEpisode = new Map<string, Set<string>>();
   private engineTerms: EngineTerms | null = null;
   /** Why the engine serves no call now (not rolling, no gateway, gone), and until when that answer is used. */
   private refusal: Failure | null = null;
@@ -186,8 +188,10 @@ export class ClaimGate {
       this.refusal = null;
       this.held = null;
     }
-    for (const e of this.entries.values()) {
-      if (episodeUuid !== undefined && e.key.episode_uuid !== episodeUuid) continue;
+    const ids = episodeUuid === undefined ? this.entries.keys() : (this.byEpisode.get(episodeUuid) ?? []);
+    for (const id of ids) {
+      const e = this.entries.get(id);
+      if (e === undefined) continue;
       e.epoch++;
       e.freshUntil = 0;
     }
@@ -248,12 +252,24 @@ export class ClaimGate {
       if (!oldest.done) {
         // Its unsent calls go with it: the engine never hears of them, as of an isolate that went away.
         this.pending -= this.entries.get(oldest.value)?.calls ?? 0;
-        this.entries.delete(oldest.value);
+        this.remove(oldest.value);
       }
     }
     const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null, carrying: false };
     this.entries.set(id, e);
+    const ids = this.byEpisode.get(key.episode_uuid);
+    if (ids === undefined) this.byEpisode.set(key.episode_uuid, new Set([id]));
+    else ids.add(id);
     return e;
+  }
+
+  private remove(id: string): void {
+    const e = this.entries.get(id);
+    if (e === undefined) return;
+    this.entries.delete(id);
+    const ids = this.byEpisode.get(e.key.episode_uuid);
+    ids?.delete(id);
+    if (ids?.size === 0) this.byEpisode.delete(e.key.episode_uuid);
   }
 
   /** The calls counted here go to the engine within FLUSH_MS; a refresh meanwhile may carry them instead (then this sends nothing). */
@@ -277,7 +293,7 @@ export class ClaimGate {
     const chosen: Entry[] = [];
     for (const [id, e] of this.entries) {
       if (e === must || e.calls > 0 || (refresh && e.standing?.ok !== false && now - e.lastCallAt <= ACTIVE_MS)) chosen.push(e);
-      else if (now - e.lastCallAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.entries.delete(id);
+      else if (now - e.lastCallAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.remove(id);
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);
     if (chosen.length === 0) return ok(false);
