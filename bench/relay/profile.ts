@@ -7,11 +7,14 @@
  * time (and the share of it that is idle or garbage collection), and writes both profiles
  * (.cpuprofile, for Chrome DevTools or speedscope) to DIR (a temporary directory by default).
  *
+ * `--floor`: the same of the relay's floor (./floor: a bare Worker and a bare proxy), its workerd
+ * profiled, to read the relay's profile against.
+ *
  * `--cpu W`: no profilers; W windows of S seconds each report the CPU per call of workerd and
  * of the agent (from /proc), then their medians: the quick way to compare two versions of the
  * relay's code, which the profilers' own cost would blur.
  */
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent, request } from "undici";
@@ -22,6 +25,7 @@ import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
 import { createEngine, serveExchange } from "../serve/exchange";
 import { freePort } from "../serve/process";
 import { cpuMeter } from "../stats";
+import { startRelayFloor } from "./floor/serve";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -31,6 +35,7 @@ const SECONDS = Number(arg("--seconds") ?? 8);
 const CLAIMS = Number(arg("--claims") ?? 200);
 const CONCURRENCY = Number(arg("--concurrency") ?? 64);
 const TOP = Number(arg("--top") ?? 25);
+const FLOOR = process.argv.includes("--floor");
 const CPU_WINDOWS = arg("--cpu") === undefined ? 0 : Number(arg("--cpu"));
 const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
 const log = (m: string): void => void process.stderr.write(`[bench:relay-profile] ${m}\n`);
@@ -93,26 +98,38 @@ async function devtools(port: number): Promise<{ send(method: string, params?: o
 
 async function main(): Promise<void> {
   const out = arg("--out") ?? mkdtempSync(join(tmpdir(), "relay-profile-"));
+  mkdirSync(out, { recursive: true });
   const model = await startModelServer({ latencyMs: 0 });
   const inspectorPort = await freePort();
-  const ex = await serveExchange({ prefix: "bench-relay-profile", inspectorPort });
+  const floor = FLOOR ? await startRelayFloor({ upstream: model.url, inspectorPort }) : null;
+  const ex = FLOOR ? null : await serveExchange({ prefix: "bench-relay-profile", inspectorPort });
   let agent: AgentTarget | null = null;
   try {
-    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-profile");
-    const trainer = engine.as("trainer");
-    const client = engine.as("client");
-    if (CAPTURE !== undefined) await new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken }).configure({ capture: CAPTURE });
-    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir: out }, CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` }));
-    while ((await client.overview()).agent.gateway_url !== agent.gateway) await new Promise((r) => setTimeout(r, 100));
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
-    await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
+    let url: string;
     const keys: string[] = [];
-    for (let i = 0; i < CLAIMS; i++) {
-      const c = await client.claimEpisode({ client_uuid: `p-c-${i}`, discard_episode_timeout: 3600 });
-      if (!c.success) throw new Error(c.fail_cause);
-      keys.push(c.openai_api_key);
+    /** The processes whose CPU per call is reported: workerd's, and the proxy's (the agent or the floor's). */
+    let pids: { workerd: number[]; proxy: number };
+    if (ex === null) {
+      url = `${floor!.url}/v1/chat/completions`;
+      keys.push("sk-bench");
+      pids = { workerd: floor!.pids, proxy: floor!.proxyPid };
+    } else {
+      const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-profile");
+      const trainer = engine.as("trainer");
+      const client = engine.as("client");
+      if (CAPTURE !== undefined) await new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken }).configure({ capture: CAPTURE });
+      agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir: out }, CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` }));
+      while ((await client.overview()).agent.gateway_url !== agent.gateway) await new Promise((r) => setTimeout(r, 100));
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+      await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
+      for (let i = 0; i < CLAIMS; i++) {
+        const c = await client.claimEpisode({ client_uuid: `p-c-${i}`, discard_episode_timeout: 3600 });
+        if (!c.success) throw new Error(c.fail_cause);
+        keys.push(c.openai_api_key);
+      }
+      url = `${ex.url}/e/${engine.name}/v1/chat/completions`;
+      pids = { workerd: ex.pids, proxy: agent.pid };
     }
-    const url = `${ex.url}/e/${engine.name}/v1/chat/completions`;
     let calls = 0;
     const load = async (seconds: number): Promise<void> => {
       const until = Date.now() + seconds * 1000;
@@ -129,10 +146,10 @@ async function main(): Promise<void> {
     };
     await load(2);
     if (CPU_WINDOWS > 0) {
-      const rows: { calls_per_s: number; workerd: number; agent: number }[] = [];
+      const rows: { calls_per_s: number; workerd: number; proxy: number }[] = [];
       for (let w = 0; w < CPU_WINDOWS; w++) {
-        const meter = cpuMeter(ex.pids);
-        const agentMeter = cpuMeter([agent.pid]);
+        const meter = cpuMeter(pids.workerd);
+        const agentMeter = cpuMeter([pids.proxy]);
         calls = 0;
         meter.start();
         agentMeter.start();
@@ -140,11 +157,11 @@ async function main(): Promise<void> {
         const cpu = meter.stop();
         const a = agentMeter.stop();
         const perCall = (pct: number | null): number => Math.round((((pct ?? 0) * 10 * cpu.wall_s) / calls) * 1000) / 1000;
-        rows.push({ calls_per_s: Math.round(calls / cpu.wall_s), workerd: perCall(cpu.server_cpu_pct), agent: perCall(a.server_cpu_pct) });
+        rows.push({ calls_per_s: Math.round(calls / cpu.wall_s), workerd: perCall(cpu.server_cpu_pct), proxy: perCall(a.server_cpu_pct) });
         log(`window ${w + 1}: ${JSON.stringify(rows.at(-1))}`);
       }
       const med = (xs: number[]): number => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? 0;
-      process.stdout.write(JSON.stringify({ calls_per_s: med(rows.map((r) => r.calls_per_s)), cpu_ms_per_call: { workerd: med(rows.map((r) => r.workerd)), agent: med(rows.map((r) => r.agent)) } }) + "\n");
+      process.stdout.write(JSON.stringify({ calls_per_s: med(rows.map((r) => r.calls_per_s)), cpu_ms_per_call: { workerd: med(rows.map((r) => r.workerd)), proxy: med(rows.map((r) => r.proxy)) } }) + "\n");
       return;
     }
     const dt = await devtools(inspectorPort);
@@ -158,7 +175,8 @@ async function main(): Promise<void> {
     dt.close();
     log(`${calls} calls (${Math.round(calls / SECONDS)}/s)`);
     writeFileSync(join(out, "workerd.cpuprofile"), JSON.stringify(profile));
-    process.stdout.write(["workerd (the Worker and the engine):", ...selfTimes(profile, TOP), ""].join("\n") + "\n");
+    process.stdout.write([floor ? "workerd (the floor's bare Worker):" : "workerd (the Worker and the engine):", ...selfTimes(profile, TOP), ""].join("\n") + "\n");
+    if (agent === null) return;
     await agent.stop();
     agent = null;
     const agentProfile = readdirSync(out).find((f) => f.endsWith(".cpuprofile") && f.startsWith("CPU."));
@@ -168,7 +186,8 @@ async function main(): Promise<void> {
     log(`profiles in ${out}`);
   } finally {
     await agent?.stop().catch(() => agent?.kill());
-    await ex.stop();
+    await floor?.stop();
+    await ex?.stop();
     await model.close();
     await dispatcher.close();
   }

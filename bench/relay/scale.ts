@@ -177,11 +177,22 @@ async function main(): Promise<void> {
 
     // 2. The engine saturated by claims and ends, alone and with relayed calls flowing.
     const slow = await claimAll("slow", SLOW_CLAIMS, slowModel.url);
-    const saturated: { alone: number; with_relay: number; relayed_calls_per_s: number; relayed_p50_ms: number; relay_errors: number; workerd_ms_per_cycle_alone: number | null; workerd_ms_per_cycle_with_relay: number | null; other_cpu_pct: number }[] = [];
+    const saturated: { alone: number; with_relay: number; relayed_calls_per_s: number; relayed_p50_ms: number; relay_errors: number; workerd_ms_per_cycle_alone: number | null; workerd_ms_per_cycle_with_relay: number | null; loadgen_cpu_pct: { alone: number; with_relay: number }; other_cpu_pct: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       const load = (label: string) => runLoad({ baseUrl: engine.baseUrl, clientToken: engine.clientToken, trainerToken: engine.trainerToken, clients: LOAD_CLIENTS, episodes: LOAD_EPISODES, durationSec: SECONDS, warmupSec: 2, setup: r === 0 && label === "alone", label, serverPids: exchangePids });
-      const alone = await load("alone");
-      const [withRelay, flowing] = await Promise.all([load("with relay"), callLoop("relayed meanwhile", slow, SECONDS + 2)]);
+      // Alternately first and second, so that drift over the run (the engine's tables grow) favours neither.
+      const aloneRound = async () => await load("alone");
+      const withRound = async () => await Promise.all([load("with relay"), callLoop("relayed meanwhile", slow, SECONDS + 2)]);
+      let alone: Awaited<ReturnType<typeof aloneRound>>;
+      let withRelay: Awaited<ReturnType<typeof aloneRound>>;
+      let flowing: Round;
+      if (r % 2 === 0) {
+        alone = await aloneRound();
+        [withRelay, flowing] = await withRound();
+      } else {
+        [withRelay, flowing] = await withRound();
+        alone = await aloneRound();
+      }
       saturated.push({
         alone: alone.cycles_per_s,
         with_relay: withRelay.cycles_per_s,
@@ -190,9 +201,10 @@ async function main(): Promise<void> {
         relay_errors: flowing.errors,
         workerd_ms_per_cycle_alone: alone.server_cpu_ms_per_cycle,
         workerd_ms_per_cycle_with_relay: withRelay.server_cpu_ms_per_cycle,
+        loadgen_cpu_pct: { alone: alone.loadgen_cpu_pct, with_relay: withRelay.loadgen_cpu_pct },
         other_cpu_pct: alone.other_cpu_pct,
       });
-      log(`saturated round ${r + 1}: ${alone.cycles_per_s} cycles/s alone, ${withRelay.cycles_per_s} with ${flowing.calls_per_s} relayed calls/s (p50 ${flowing.latency_ms.p50} ms)`);
+      log(`saturated round ${r + 1}: ${alone.cycles_per_s} cycles/s alone, ${withRelay.cycles_per_s} with ${flowing.calls_per_s} relayed calls/s (p50 ${flowing.latency_ms.p50} ms); workerd ms per cycle ${alone.server_cpu_ms_per_cycle} / ${withRelay.server_cpu_ms_per_cycle}, load generator ${alone.loadgen_cpu_pct}% / ${withRelay.loadgen_cpu_pct}% of a core`);
     }
     const alone = median(saturated.map((s) => s.alone));
     const withRelay = median(saturated.map((s) => s.with_relay));

@@ -22,6 +22,8 @@ export async function serveBareWorker(o: {
   bindings?: V4WorkerOptionsShape["bindings"];
   serviceBindings?: V4WorkerOptionsShape["serviceBindings"];
   durableObjects?: V4WorkerOptionsShape["durableObjects"];
+  /** Opens workerd's V8 inspector on this port, for profiling. */
+  inspectorPort?: number;
 }): Promise<BareWorker> {
   return withWorkerdPids(async () => {
     const mf = new Miniflare(
@@ -39,6 +41,7 @@ export async function serveBareWorker(o: {
         ...(o.serviceBindings ? { serviceBindings: o.serviceBindings } : {}),
         ...(o.durableObjects ? { durableObjects: o.durableObjects } : {}),
         unsafeDirectSockets: [{ host: "127.0.0.1", port: o.port ?? 0 }],
+        ...(o.inspectorPort !== undefined ? { inspectorPort: o.inspectorPort } : {}),
       }),
     );
     try {

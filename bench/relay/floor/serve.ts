@@ -20,7 +20,7 @@ export type RelayFloor = Served & {
   proxyPid: number;
 };
 
-export async function startRelayFloor(opts: { upstream: string; log?: (line: string) => void }): Promise<RelayFloor> {
+export async function startRelayFloor(opts: { upstream: string; log?: (line: string) => void; inspectorPort?: number }): Promise<RelayFloor> {
   const log = opts.log ?? (() => {});
   // The proxy exits when its stdin closes, so it does not outlive a benchmark that dies.
   const proxy = await startProcess({ script: fileURLToPath(new URL("./proxy.ts", import.meta.url)), args: [opts.upstream], ready: /^listening (\d+)$/, stdinPipe: true, what: "the relay floor's proxy" });
@@ -33,6 +33,7 @@ export async function startRelayFloor(opts: { upstream: string; log?: (line: str
       log,
       bindings: { PROXY: proxyUrl },
       serviceBindings: { NET: { network: { allow: ["public", "private", "local"] } } },
+      ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort } : {}),
     });
   } catch (e) {
     await proxy.stop();
