@@ -164,6 +164,17 @@ describe("access", () => {
     }
   });
 
+  it("answers HEAD on the relay's /v1/models as its GET without a body, and a relay path's other methods with the router's 404", async () => {
+    const head = await workerFetch(`${ORIGIN}/e/some-engine/v1/models`, { method: "HEAD", headers: { authorization: "Bearer sk-rx.some-engine.1.ZXAtMA.c2ln" } });
+    expect(head.status).toBe(401);
+    expect(head.headers.get("content-type")).toBe("application/json");
+    expect(await head.text()).toBe("");
+    expect(await raw("/v1/models", { token: "sk-rx.some-engine.1.ZXAtMA.c2ln" })).toMatchObject({ status: 401, json: { error: { code: "invalid_api_key" } } });
+    expect(await raw("/v1/chat/completions", { method: "GET", token: "sk-rx.some-engine.1.ZXAtMA.c2ln" })).toMatchObject({ status: 404, json: { error: "not_found" } });
+    // Under an engine, a path no relay route takes is the engine routes' (which look for the engine first).
+    expect(await raw("/e/some-engine/v1/models/", { token: "sk-rx.some-engine.1.ZXAtMA.c2ln" })).toMatchObject({ status: 404, json: { error: "unknown_engine" } });
+  });
+
   it("answers unknown routes with a JSON 404", async () => {
     const res = await raw("/nope");
     expect(res).toMatchObject({ status: 404, json: { error: "not_found" } });

@@ -158,11 +158,16 @@ const ENDPOINTS: Record<string, { method: string; endpoint: RelayEndpoint }> = {
   models: { method: "GET", endpoint: "/v1/models" },
 };
 
-/** The answer to a relayed call, or null for any other request (hono serves those, and a relay path's other methods). */
+/**
+ * The answer to a relayed call, or null for any other request (hono serves those, and a relay
+ * path's other methods). A HEAD is answered as its GET without the body, as hono does.
+ */
 export function serveRelay(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> | null {
-  if (request.method !== "POST" && request.method !== "GET") return null;
+  const method = request.method === "HEAD" ? "GET" : request.method;
+  if (method !== "POST" && method !== "GET") return null;
   const m = RELAY_ROUTE.exec(routingPath(request));
   const route = m ? ENDPOINTS[m[2] ?? ""] : undefined;
-  if (m === null || route === undefined || route.method !== request.method) return null;
-  return relay(request, env, ctx, route.endpoint, m[1] === undefined ? undefined : tryDecodeURIComponent(m[1])).catch(internalError);
+  if (m === null || route === undefined || route.method !== method) return null;
+  const answer = relay(request, env, ctx, route.endpoint, m[1] === undefined ? undefined : tryDecodeURIComponent(m[1])).catch(internalError);
+  return request.method === "HEAD" ? answer.then((r) => new Response(null, r)) : answer;
 }
