@@ -133,6 +133,17 @@ describe("per-claim keys", () => {
     expect(await verifyClaimKey("secret", "sk-ajet-abc")).toBeNull();
   });
 
+  it("remembers a verified key per secret, hands out copies, and never remembers a forgery", async () => {
+    const key = await signClaimKey("secret", { engine: "e1", incarnation: "", episode_uuid: "ep-7", fence: 2 });
+    const first = await verifyClaimKey("secret", key);
+    first!.fence = 99;
+    expect(await verifyClaimKey("secret", key)).toEqual({ engine: "e1", incarnation: "", episode_uuid: "ep-7", fence: 2 });
+    // Remembered under its own secret only: the same text under another secret is checked, and fails.
+    expect(await verifyClaimKey("rotated", key)).toBeNull();
+    const forged = `${key.slice(0, -2)}AA`;
+    for (let i = 0; i < 3; i++) expect(await verifyClaimKey("secret", forged)).toBeNull();
+  });
+
   it("accepts each key in exactly one spelling", async () => {
     // 10 bytes of episode id and 32 of signature: both end in a partial base64 group, whose last
     // character has spare low bits that atob ignores.
