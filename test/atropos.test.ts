@@ -264,6 +264,61 @@ describe("Atropos's API: beyond run-api", () => {
     expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ env_id: 2, wandb_name: "gsm8k_1", starting_step: 3 });
   });
 
+  it("streams a batch larger than an RPC value may be (32 MiB), and its rows go once it is read", async () => {
+    const e = await createEngine("atr");
+    // 20 groups of one sequence of 250,000 token ids (about 1.8 MB of JSON each): a 36 MB batch.
+    await running(e, [{ ...ENV, group_size: 1 }], { ...REGISTRATION, batch_size: 20 });
+    const long = Array.from({ length: 250_000 }, (_, i) => 100_000 + i);
+    for (let tag = 1; tag <= 20; tag++) {
+      const res = await atropos(e, "client", "POST", "/scored_data", { tokens: [[tag, ...long]], masks: [[1]], scores: [1], env_id: 0 });
+      expect(res.json).toEqual({ status: "received" });
+    }
+    const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}/atropos/batch`);
+    expect(res.status).toBe(200);
+    // Read as it comes: the first group's head, how many groups, and the end.
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let head = "";
+    let tail = "";
+    let bytes = 0;
+    let groups = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (head.length < 40) head += value.slice(0, 40);
+      bytes += value.length;
+      groups += value.split('{"tokens":').length - 1;
+      tail = (tail + value).slice(-20);
+    }
+    expect(bytes).toBeGreaterThan(32 * 1024 * 1024);
+    expect(head.startsWith('{"batch":[{"tokens":[[1,100000,100001')).toBe(true);
+    expect(groups).toBe(20);
+    expect(tail.endsWith("]}")).toBe(true);
+    const left = await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_groups").one().n);
+    // Only the latest example's row stays.
+    expect(left).toBe(1);
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0].slice(0, 2)).toEqual([20, 100000]);
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+  }, 60_000);
+
+  it("drops a batch whose reader went away, and one a restart left half sent, at the next /batch", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    for (let i = 1; i <= 4; i++) await atropos(e, "client", "POST", "/scored_data", group(i, 2));
+    const rows = () => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_groups WHERE place = 'batch'").one().n);
+    // Two batches are cut at the first /batch, which hands out the newest. Its reader goes before
+    // the end: the batch was handed out (as Atropos's is), and its rows go.
+    const gone = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}/atropos/batch`);
+    await gone.body!.cancel();
+    await expect.poll(rows).toBe(2);
+    // A batch an earlier run of the object took and never finished sending (it was evicted
+    // mid-answer): its rows stay renumbered, and the next /batch drops them, handing out nothing twice.
+    await runInDurableObject(e.stub, (_i, state) => void state.storage.sql.exec("UPDATE atropos_groups SET batch = -batch - 1 WHERE place = 'batch'"));
+    expect(await rows()).toBe(2);
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    expect(await rows()).toBe(0);
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(4);
+  });
+
   it("sets a group larger than the batch aside instead of blocking every batch, and reports it in /status", async () => {
     const e = await createEngine("atr");
     await running(e, [{ ...ENV, group_size: 8 }, ENV]);

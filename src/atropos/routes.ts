@@ -17,7 +17,7 @@ import { MAX_BODY_BYTES, readStream } from "../http/body";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
 import { AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
 import type { Reply } from "../engine/reply";
-import type { AtroposAnswer, AtroposCall, AtroposPlainRoute } from "../engine/atropos-hub";
+import type { AtroposCall, AtroposPlainRoute, AtroposSent } from "../engine/atropos-hub";
 import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
 import { groupTooLarge, toGroup } from "./scored-json";
 
@@ -106,15 +106,19 @@ function validated(spec: NonNullable<Spec["body"]>, raw: unknown): { ok: true; v
   return { ok: true, value: parsed.data };
 }
 
-/** The engine's answer as HTTP, gzipped when large and accepted. */
-async function answer(c: Context, a: AtroposAnswer): Promise<Response> {
+/** The engine's answer as HTTP, gzipped when large (a streamed batch always is) and accepted. */
+async function answer(c: Context, a: AtroposSent): Promise<Response> {
   if ("text" in a) return new Response(a.text, { status: a.status, headers: { "content-type": "text/plain; charset=utf-8" } });
-  const bytes = new TextEncoder().encode(a.raw);
   const headers: Record<string, string> = { "content-type": "application/json" };
-  if (bytes.byteLength < GZIP_MINIMUM || !(c.req.header("accept-encoding") ?? "").toLowerCase().includes("gzip")) return new Response(bytes, { headers });
-  const gz = await new Response(new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer();
+  const gzip = (c.req.header("accept-encoding") ?? "").toLowerCase().includes("gzip");
   // The body is gzip already: the runtime must send it as it is (encodeBody "manual"), not compress it again.
-  return new Response(gz, { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
+  const gzipped = (body: ReadableStream<Uint8Array>): Response =>
+    new Response(body.pipeThrough(new CompressionStream("gzip")), { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
+  if ("stream" in a) return gzip ? gzipped(a.stream) : new Response(a.stream, { headers });
+  const bytes = new TextEncoder().encode(a.raw);
+  if (bytes.byteLength < GZIP_MINIMUM || !gzip) return new Response(bytes, { headers });
+  // Whole, with its length: small answers need no chunked transfer.
+  return new Response(await gzipped(new Blob([bytes]).stream()).arrayBuffer(), { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
 }
 
 async function handle(c: Context, spec: Spec): Promise<Response> {
@@ -128,7 +132,7 @@ async function handle(c: Context, spec: Spec): Promise<Response> {
   }
   const call = spec.call(input);
   if (call instanceof Response) return call;
-  const reply: Reply<AtroposAnswer> = await who.body.stub.atropos(who.body.caller, call);
+  const reply: Reply<AtroposSent> = await who.body.stub.atropos(who.body.caller, call);
   if (reply.ok) return answer(c, reply.body);
   const res = replyResponse(reply);
   if (reply.status === 503) res.headers.set("retry-after", "5");

@@ -49,8 +49,10 @@ export function atroposOp(call: AtroposCall): EngineOp {
   }
 }
 
-/** A JSON answer (its text), or one of Atropos's plain-text ones. */
-export type AtroposAnswer = { raw: string } | { text: string; status: 200 | 500 };
+/** A JSON answer (its text), one of Atropos's plain-text ones, or a batch taken for its answer to be streamed (atropos-batch-stream.ts). */
+export type AtroposAnswer = { raw: string } | { text: string; status: 200 | 500 } | { taken: number };
+/** What the Worker gets: a taken batch's answer as a stream of its JSON. */
+export type AtroposSent = Exclude<AtroposAnswer, { taken: number }> | { stream: ReadableStream<Uint8Array> };
 
 const json = (v: unknown): AtroposAnswer => ({ raw: JSON.stringify(v) });
 
@@ -72,6 +74,8 @@ export type AtroposHost = {
 
 export class AtroposHub {
   readonly store: AtroposStore;
+  /** Taken batches whose answers are being streamed by this object now. */
+  readonly sending = new Set<number>();
 
   constructor(
     sql: SqlStorage,
@@ -187,20 +191,34 @@ export class AtroposHub {
   private batch(s: AtroposState): AtroposAnswer {
     if (s.started === null) return json({ status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
     let next: AtroposState = { ...s, started: true };
-    let payloads = this.store.popBatch(s.latest);
-    if (payloads === null && !s.queue) {
+    this.store.dropAbandoned(this.sending, s.latest);
+    let taken = this.store.takeBatch();
+    if (taken === null && !s.queue) {
       // Atropos marks itself started, then fails on the queue /reset_data deleted.
       this.store.saveState(next);
       return SERVER_ERROR;
     }
-    if (payloads === null) {
+    if (taken === null) {
       const cut = this.cutAll(next);
       next = { ...next, step: next.step + cut, next_batch: next.next_batch + cut };
-      payloads = cut === 0 ? null : this.store.popBatch(s.latest);
+      taken = cut === 0 ? null : this.store.takeBatch();
     }
-    if (payloads !== null) next = { ...next, stored: next.stored - payloads.length };
+    if (taken !== null) next = { ...next, stored: next.stored - taken.n };
     this.store.saveState(next);
-    return payloads === null ? json({ batch: null }) : { raw: `{"batch":[${payloads.join(",")}]}` };
+    if (taken === null) return json({ batch: null });
+    this.sending.add(taken.taken);
+    return { taken: taken.taken };
+  }
+
+  /** The next payloads of a taken batch's answer, from position `from` (about a mebibyte at a time). */
+  takenChunk(taken: number, from: number): { pos: number; payload: string }[] {
+    return this.store.takenPayloads(taken, from, 1 << 20);
+  }
+
+  /** A taken batch's answer is sent, or its reader went: its rows go. */
+  finishTaken(taken: number): void {
+    this.sending.delete(taken);
+    this.store.dropTaken(taken, this.store.state().latest);
   }
 
   /** Cuts every batch the queue holds, as Atropos does when its list of cut batches is empty; returns how many. */
@@ -356,6 +374,7 @@ export class AtroposHub {
     // Atropos deletes its queue first; with none there, its KeyError ends the reset there and then.
     if (!s.queue) return;
     this.store.clear(s.latest);
+    this.store.dropAbandoned(this.sending, s.latest);
     this.store.saveState({
       ...s,
       queue: false,

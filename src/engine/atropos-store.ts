@@ -171,20 +171,49 @@ export class AtroposStore implements QueueIndex {
     for (const c of counts) this.count(c.env, c.size, -c.n);
   }
 
-  /** The newest cut batch's payloads, in order, taken out of the table (the latest example's row stays as such); null if none is cut. */
-  popBatch(latest: number | null): string[] | null {
-    const batch = this.sql.exec<{ b: number | null }>("SELECT MAX(batch) AS b FROM atropos_groups WHERE place = 'batch'").one().b;
+  /**
+   * Takes the newest cut batch for its answer, which is streamed (a batch of long sequences is
+   * larger than a Worker's memory or an RPC value may be): its rows stay, renumbered
+   * -(batch + 1), until `dropTaken` once the answer is sent. Null if no batch is cut.
+   */
+  takeBatch(): { taken: number; n: number } | null {
+    const batch = this.sql.exec<{ b: number | null }>("SELECT MAX(batch) AS b FROM atropos_groups WHERE place = 'batch' AND batch >= 0").one().b;
     if (batch === null) return null;
-    const rows = this.sql.exec<{ id: number; payload: string }>("SELECT id, payload FROM atropos_groups WHERE place = 'batch' AND batch = ? ORDER BY pos", batch).toArray();
-    this.sql.exec("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ?", batch, latest);
-    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND place = 'batch'", latest);
-    return rows.map((r) => r.payload);
+    // Counted, not read from rowsWritten: that counts the index's writes too.
+    const n = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_groups WHERE place = 'batch' AND batch = ?", batch).one().n;
+    this.sql.exec("UPDATE atropos_groups SET batch = ? WHERE place = 'batch' AND batch = ?", -batch - 1, batch);
+    return { taken: -batch - 1, n };
   }
 
-  /** /reset_data: every group goes but the latest example's. */
+  /** A taken batch's payloads from position `from` on, in order, until about `bytes` characters are read. */
+  takenPayloads(taken: number, from: number, bytes: number): { pos: number; payload: string }[] {
+    const out: { pos: number; payload: string }[] = [];
+    let size = 0;
+    for (const r of this.sql.exec<{ pos: number; payload: string }>("SELECT pos, payload FROM atropos_groups WHERE place = 'batch' AND batch = ? AND pos >= ? ORDER BY pos", taken, from)) {
+      out.push(r);
+      size += r.payload.length;
+      if (size >= bytes) break;
+    }
+    return out;
+  }
+
+  /** A taken batch's rows go, but the latest example's, which is kept as that alone. */
+  dropTaken(taken: number, latest: number | null): void {
+    this.sql.exec("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ?", taken, latest);
+    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND place = 'batch' AND batch = ?", latest, taken);
+  }
+
+  /** Taken batches whose answer is not being sent (its reader went, or the object restarted): their rows go. */
+  dropAbandoned(sending: ReadonlySet<number>, latest: number | null): void {
+    for (const { b } of this.sql.exec<{ b: number }>("SELECT DISTINCT batch AS b FROM atropos_groups WHERE place = 'batch' AND batch < 0").toArray()) {
+      if (!sending.has(b)) this.dropTaken(b, latest);
+    }
+  }
+
+  /** /reset_data: every group goes but the latest example's and those of batches being sent (already handed out). */
   clear(latest: number | null): void {
-    this.sql.exec("DELETE FROM atropos_groups WHERE id IS NOT ?", latest);
-    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ?", latest);
+    this.sql.exec("DELETE FROM atropos_groups WHERE id IS NOT ? AND NOT (place = 'batch' AND batch < 0)", latest);
+    if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND NOT (place = 'batch' AND batch < 0)", latest);
     this.sql.exec("DELETE FROM atropos_counts");
     this.sql.exec("DELETE FROM atropos_envs");
   }

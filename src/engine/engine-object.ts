@@ -70,7 +70,8 @@ import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger
 import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
 import { RolloutBuffer } from "./rollout-buffer";
-import { AtroposHub, atroposOp, type AtroposAnswer, type AtroposCall } from "./atropos-hub";
+import { AtroposHub, atroposOp, type AtroposCall, type AtroposSent } from "./atropos-hub";
+import { atroposBatchStream } from "./atropos-batch-stream";
 import { SharedTurn } from "./shared-turn";
 import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
@@ -452,8 +453,12 @@ export class EngineObject extends DurableObject<EngineEnv> {
   // ---------------------------------------------------------------- Atropos's trajectory API
 
   /** One call of Atropos's API (src/atropos), checked for its operation and run in one transaction. */
-  async atropos(caller: Caller, call: AtroposCall): Promise<Reply<AtroposAnswer>> {
-    return this.guarded(caller, atroposOp(call), () => this.tx(() => this.atroposHub.handle(call)));
+  async atropos(caller: Caller, call: AtroposCall): Promise<Reply<AtroposSent>> {
+    return this.guarded(caller, atroposOp(call), () => {
+      const r = this.tx(() => this.atroposHub.handle(call));
+      if (!r.ok || !("taken" in r.body)) return r as Reply<AtroposSent>;
+      return ok({ stream: atroposBatchStream(this.atroposHub, r.body.taken, (fn) => this.tx(fn)) });
+    });
   }
 
   // ---------------------------------------------------------------- the trajectory ledger's settings
