@@ -7,6 +7,8 @@ export type ScaleChartInput = {
   claims: number;
   cpus: number;
   started_at: string;
+  /** The engine's ledger capture: with it on, every relayed call is also recorded. */
+  capture: string;
   steady: { relayed_calls_per_s: number; floor_calls_per_s: number; engine_requests_per_call: number; concurrency: number };
   saturated: { cycles_per_s_alone: number; cycles_per_s_with_relay: number; relayed_claims: number; rounds: { relayed_calls_per_s: number }[] };
 };
@@ -60,7 +62,7 @@ export function renderScaleChart(r: ScaleChartInput): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
     `<rect width="${W}" height="${H}" fill="#fff"/>`,
     `<text x="20" y="24" font-size="15" font-weight="bold">One engine's relay at scale (npm run bench:relay-scale)</text>`,
-    `<text x="20" y="42" fill="#555">${esc(`${r.cpus} cores, ${r.started_at.slice(0, 16).replace("T", " ")} UTC; medians of the rounds`)}</text>`,
+    `<text x="20" y="42" fill="#555">${esc(`${r.cpus} cores, ${r.started_at.slice(0, 16).replace("T", " ")} UTC; ledger capture ${r.capture}; medians of the rounds`)}</text>`,
     ...out,
     `</svg>`,
   ].join("\n");
