@@ -5,15 +5,9 @@
  * WebCrypto by default, so the Worker and the Node agent share this file.
  */
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../protocol/relay";
+import { constantTimeEqual, hex } from "./tokens";
 
 const enc = new TextEncoder();
-const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
-/** Lowercase hex by table: every relayed call signs, and mapping each byte through toString cost more than the MAC. */
-function hex(buf: ArrayBuffer): string {
-  let out = "";
-  for (const b of new Uint8Array(buf)) out += HEX[b];
-  return out;
-}
 
 /** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
 const imported = new Map<string, ReturnType<typeof crypto.subtle.importKey>>();
@@ -25,7 +19,7 @@ async function hmacHex(key: string, text: string): Promise<string> {
     k = crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
     imported.set(key, k);
   }
-  return hex(await crypto.subtle.sign("HMAC", await k, enc.encode(text)));
+  return hex(new Uint8Array(await crypto.subtle.sign("HMAC", await k, enc.encode(text))));
 }
 
 export function gatewaySecret(claimKeySecret: string, engine: string): Promise<string> {
@@ -58,9 +52,5 @@ export async function checkEnvelope(
   if (!timestamp || !signature) return "unsigned request: the gateway only accepts envelopes signed by the exchange";
   const ts = Number(timestamp);
   if (!Number.isFinite(ts) || Math.abs(nowSeconds - ts) > SIGNATURE_MAX_SKEW_SECONDS) return "stale or malformed signature timestamp";
-  const expected = await hmac(secret, signedText(ts, body));
-  if (expected.length !== signature.length) return "bad signature";
-  let diff = 0;
-  for (let i = 0; i < expected.length; i++) diff |= expected.charCodeAt(i) ^ signature.charCodeAt(i);
-  return diff === 0 ? null : "bad signature";
+  return constantTimeEqual(await hmac(secret, signedText(ts, body)), signature) ? null : "bad signature";
 }

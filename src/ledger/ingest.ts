@@ -6,6 +6,7 @@
  */
 import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
 import { bodyPrefix } from "./keys";
+import { hex } from "../auth/tokens";
 
 const enc = new TextEncoder();
 
@@ -76,8 +77,7 @@ const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
  * same content, so the same name, and writes the same bytes again.
  */
 async function digestOf(bytes: Uint8Array): Promise<string> {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return Array.from(d.subarray(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+  return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)).subarray(0, 8));
 }
 
 /** The UTC day of `ms`, as R2 keys and retention name it. */
