@@ -112,13 +112,13 @@ async function answer(c: Context, a: AtroposSent): Promise<Response> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   const gzip = (c.req.header("accept-encoding") ?? "").toLowerCase().includes("gzip");
   // The body is gzip already: the runtime must send it as it is (encodeBody "manual"), not compress it again.
-  const gzipped = (body: ReadableStream<Uint8Array>): Response =>
-    new Response(body.pipeThrough(new CompressionStream("gzip")), { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
-  if ("stream" in a) return gzip ? gzipped(a.stream) : new Response(a.stream, { headers });
+  const gzipped = (body: BodyInit): Response => new Response(body, { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
+  const compress = (body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> => body.pipeThrough(new CompressionStream("gzip"));
+  if ("stream" in a) return gzip ? gzipped(compress(a.stream)) : new Response(a.stream, { headers });
   const bytes = new TextEncoder().encode(a.raw);
   if (bytes.byteLength < GZIP_MINIMUM || !gzip) return new Response(bytes, { headers });
   // Whole, with its length: small answers need no chunked transfer.
-  return new Response(await gzipped(new Blob([bytes]).stream()).arrayBuffer(), { headers: { ...headers, "content-encoding": "gzip", vary: "Accept-Encoding" }, encodeBody: "manual" });
+  return gzipped(await new Response(compress(new Blob([bytes]).stream())).arrayBuffer());
 }
 
 async function handle(c: Context, spec: Spec): Promise<Response> {

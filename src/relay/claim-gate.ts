@@ -71,8 +71,8 @@ const UNSETTLED = fail(503, "admission_unsettled", "The engine's answers for thi
 /** One engine's claims in one isolate. */
 export class ClaimGate {
   private readonly entries = new Map<string, Entry>();
-  /** The entries' ids by episode: an end or a claim handled in this isolate forgets its episode without a walk of every claim. */
-  private readonly byEpisode = new Map<string, Set<string>>();
+  /** The entries by episode: an end or a claim handled in this isolate forgets its episode without a walk of every claim. */
+  private readonly byEpisode = new Map<string, Set<Entry>>();
   private engineTerms: EngineTerms | null = null;
   /** Why the engine serves no call now (not rolling, no gateway, gone), and until when that answer is used. */
   private refusal: Failure | null = null;
@@ -188,10 +188,7 @@ export class ClaimGate {
       this.refusal = null;
       this.held = null;
     }
-    const ids = episodeUuid === undefined ? this.entries.keys() : (this.byEpisode.get(episodeUuid) ?? []);
-    for (const id of ids) {
-      const e = this.entries.get(id);
-      if (e === undefined) continue;
+    for (const e of episodeUuid === undefined ? this.entries.values() : (this.byEpisode.get(episodeUuid) ?? [])) {
       e.epoch++;
       e.freshUntil = 0;
     }
@@ -257,9 +254,9 @@ export class ClaimGate {
     }
     const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null, carrying: false };
     this.entries.set(id, e);
-    const ids = this.byEpisode.get(key.episode_uuid);
-    if (ids === undefined) this.byEpisode.set(key.episode_uuid, new Set([id]));
-    else ids.add(id);
+    const same = this.byEpisode.get(key.episode_uuid);
+    if (same === undefined) this.byEpisode.set(key.episode_uuid, new Set([e]));
+    else same.add(e);
     return e;
   }
 
@@ -267,9 +264,9 @@ export class ClaimGate {
     const e = this.entries.get(id);
     if (e === undefined) return;
     this.entries.delete(id);
-    const ids = this.byEpisode.get(e.key.episode_uuid);
-    ids?.delete(id);
-    if (ids?.size === 0) this.byEpisode.delete(e.key.episode_uuid);
+    const same = this.byEpisode.get(e.key.episode_uuid);
+    same?.delete(e);
+    if (same?.size === 0) this.byEpisode.delete(e.key.episode_uuid);
   }
 
   /** The calls counted here go to the engine within FLUSH_MS; a refresh meanwhile may carry them instead (then this sends nothing). */
