@@ -1,5 +1,5 @@
 /**
- * npm run bench:relay-profile [-- --seconds S] [-- --claims N] [-- --concurrency C] [-- --capture MODE] [-- --top K] [-- --out DIR] [-- --cpu W]
+ * npm run bench:relay-profile [-- --seconds S] [-- --claims N] [-- --concurrency C] [-- --capture MODE] [-- --top K] [-- --out DIR] [-- --cpu W [--against DIR [--fresh K]]]
  *
  * Where a relayed call's CPU goes: N live claims call a zero-latency model through the exchange
  * (Worker, engine, the agent's gateway) with C calls in flight, while workerd's V8 inspector and
@@ -13,10 +13,16 @@
  * `--cpu W`: no profilers; W windows of S seconds each report the CPU per call of workerd and
  * of the agent (from /proc), then their medians: the quick way to compare two versions of the
  * relay's code, which the profilers' own cost would blur.
+ *
+ * `--cpu W --against DIR`: the same for this tree and another checkout (a git worktree with a
+ * change, say), both served at once and measured in turns, window by window: the machine's
+ * speed swings by a fifth within minutes, more than most changes are worth, and alternating
+ * puts the swings on both; `--fresh K` (4) starts both afresh every K windows. Reports each
+ * side's medians and the paired difference per call.
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Agent, request } from "undici";
 import { startModelServer } from "../../scripts/local/model-server";
 import { LedgerClient } from "../../src/client";
@@ -24,7 +30,7 @@ import { CaptureMode } from "../../src/protocol/ledger";
 import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
 import { createEngine, serveExchange } from "../serve/exchange";
 import { freePort } from "../serve/process";
-import { cpuMeter } from "../stats";
+import { cpuMeter, paired } from "../stats";
 import { startRelayFloor } from "./floor/serve";
 
 const arg = (name: string): string | undefined => {
@@ -37,6 +43,8 @@ const CONCURRENCY = Number(arg("--concurrency") ?? 64);
 const TOP = Number(arg("--top") ?? 25);
 const FLOOR = process.argv.includes("--floor");
 const CPU_WINDOWS = arg("--cpu") === undefined ? 0 : Number(arg("--cpu"));
+/** With --against: new processes for both sides every this many windows. */
+const FRESH = Math.max(1, Number(arg("--fresh") ?? 4));
 const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
 const log = (m: string): void => void process.stderr.write(`[bench:relay-profile] ${m}\n`);
 const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000 });
@@ -96,98 +104,173 @@ async function devtools(port: number): Promise<{ send(method: string, params?: o
   };
 }
 
+/** One relay under load: its call URL and keys, the processes whose CPU is read, how to stop it. */
+type Side = { name: string; url: string; keys: string[]; pids: { workerd: number[]; proxy: number }; agent: AgentTarget | null; stop(): Promise<void> };
+
+/** The exchange of `checkout` (this tree by default) with an engine, its agent and CLAIMS claims of the zero-latency model. */
+async function startExchangeSide(name: string, modelUrl: string, out: string, inspectorPort: number | undefined, checkout?: string): Promise<Side> {
+  const ex = await serveExchange({ prefix: "bench-relay-profile", ...(inspectorPort !== undefined ? { inspectorPort } : {}), ...(checkout !== undefined ? { checkout } : {}) });
+  let agent: AgentTarget | null = null;
+  try {
+    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-profile");
+    const trainer = engine.as("trainer");
+    const client = engine.as("client");
+    if (CAPTURE !== undefined) await new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken }).configure({ capture: CAPTURE });
+    const dir = join(out, name);
+    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` }), checkout);
+    while ((await client.overview()).agent.gateway_url !== agent.gateway) await new Promise((r) => setTimeout(r, 100));
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${modelUrl}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
+    const keys: string[] = [];
+    for (let i = 0; i < CLAIMS; i++) {
+      const c = await client.claimEpisode({ client_uuid: `p-c-${i}`, discard_episode_timeout: 3600 });
+      if (!c.success) throw new Error(c.fail_cause);
+      keys.push(c.openai_api_key);
+    }
+    const a = agent;
+    return {
+      name,
+      url: `${ex.url}/e/${engine.name}/v1/chat/completions`,
+      keys,
+      pids: { workerd: ex.pids, proxy: a.pid },
+      agent: a,
+      stop: async () => {
+        await a.stop().catch(() => a.kill());
+        await ex.stop();
+      },
+    };
+  } catch (e) {
+    await agent?.stop().catch(() => agent?.kill());
+    await ex.stop();
+    throw e;
+  }
+}
+
+/** Relayed calls for `seconds` with CONCURRENCY in flight, each caller taking the keys in turn; answers how many. */
+async function load(side: Side, seconds: number): Promise<number> {
+  let calls = 0;
+  const until = Date.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async (_, w) => {
+      for (let i = w; Date.now() < until; i += CONCURRENCY) {
+        const res = await request(side.url, { method: "POST", headers: { authorization: `Bearer ${side.keys[i % side.keys.length]}`, "content-type": "application/json" }, body: BODY, dispatcher });
+        await res.body.text();
+        if (res.statusCode !== 200) throw new Error(`relayed call: ${res.statusCode}`);
+        calls++;
+      }
+    }),
+  );
+  return calls;
+}
+
+type Window = { calls_per_s: number; workerd: number; proxy: number };
+
+/** One window of SECONDS of load on `side`, with its processes' CPU per call from /proc. */
+async function cpuWindow(side: Side): Promise<Window> {
+  const meter = cpuMeter(side.pids.workerd);
+  const agentMeter = cpuMeter([side.pids.proxy]);
+  meter.start();
+  agentMeter.start();
+  const calls = await load(side, SECONDS);
+  const cpu = meter.stop();
+  const a = agentMeter.stop();
+  const perCall = (pct: number | null): number => Math.round((((pct ?? 0) * 10 * cpu.wall_s) / calls) * 1000) / 1000;
+  return { calls_per_s: Math.round(calls / cpu.wall_s), workerd: perCall(cpu.server_cpu_pct), proxy: perCall(a.server_cpu_pct) };
+}
+
+const med = (xs: number[]): number => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? 0;
+const medians = (rows: Window[]) => ({ calls_per_s: med(rows.map((r) => r.calls_per_s)), cpu_ms_per_call: { workerd: med(rows.map((r) => r.workerd)), proxy: med(rows.map((r) => r.proxy)) } });
+
+/**
+ * --against: this tree's relay and `dir`'s take turns window by window (A B, B A, ...), so that
+ * the machine's slow and fast phases fall on both alike, and the report pairs their windows.
+ * Both pairs of processes are started afresh every FRESH windows, the first side alternating: a
+ * pair of processes keeps a bias of its own for its whole life (as bench:ab found of engines).
+ */
+async function compare(modelUrl: string, out: string, dir: string): Promise<void> {
+  const rows = new Map<string, Window[]>([["this", []], ["against", []]]);
+  for (let first = 0; first < CPU_WINDOWS; first += FRESH) {
+    const order: [string, string | undefined][] = [["this", undefined], ["against", dir]];
+    if ((first / FRESH) % 2 === 1) order.reverse();
+    const sides: Side[] = [];
+    try {
+      for (const [name, checkout] of order) sides.push(await startExchangeSide(name, modelUrl, join(out, String(first)), undefined, checkout));
+      for (const side of sides) await load(side, 2);
+      for (let w = first; w < Math.min(CPU_WINDOWS, first + FRESH); w++) {
+        for (const side of w % 2 === 0 ? sides : [...sides].reverse()) {
+          const r = await cpuWindow(side);
+          rows.get(side.name)!.push(r);
+          log(`window ${w + 1} ${side.name}: ${JSON.stringify(r)}`);
+        }
+      }
+    } finally {
+      for (const side of sides) await side.stop();
+    }
+  }
+  const mine = rows.get("this")!;
+  const theirs = rows.get("against")!;
+  const report = {
+    against: dir,
+    windows: CPU_WINDOWS,
+    fresh_processes_every: FRESH,
+    this: medians(mine),
+    against_side: medians(theirs),
+    workerd_ms_per_call: paired(mine.map((r) => r.workerd), theirs.map((r) => r.workerd)),
+    gateway_ms_per_call: paired(mine.map((r) => r.proxy), theirs.map((r) => r.proxy)),
+  };
+  process.stdout.write(JSON.stringify(report, null, 2) + "\n");
+}
+
 async function main(): Promise<void> {
   const out = arg("--out") ?? mkdtempSync(join(tmpdir(), "relay-profile-"));
   mkdirSync(out, { recursive: true });
+  const against = arg("--against");
+  if (against !== undefined && (CPU_WINDOWS === 0 || FLOOR)) throw new Error("--against DIR compares CPU per call: use it with --cpu W, without --floor");
   const model = await startModelServer({ latencyMs: 0 });
   const inspectorPort = await freePort();
-  const floor = FLOOR ? await startRelayFloor({ upstream: model.url, inspectorPort }) : null;
-  const ex = FLOOR ? null : await serveExchange({ prefix: "bench-relay-profile", inspectorPort });
-  let agent: AgentTarget | null = null;
+  const sides: Side[] = [];
   try {
-    let url: string;
-    const keys: string[] = [];
-    /** The processes whose CPU per call is reported: workerd's, and the proxy's (the agent or the floor's). */
-    let pids: { workerd: number[]; proxy: number };
-    if (ex === null) {
-      url = `${floor!.url}/v1/chat/completions`;
-      keys.push("sk-bench");
-      pids = { workerd: floor!.pids, proxy: floor!.proxyPid };
-    } else {
-      const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-profile");
-      const trainer = engine.as("trainer");
-      const client = engine.as("client");
-      if (CAPTURE !== undefined) await new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken }).configure({ capture: CAPTURE });
-      agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir: out }, CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` }));
-      while ((await client.overview()).agent.gateway_url !== agent.gateway) await new Promise((r) => setTimeout(r, 100));
-      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
-      await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
-      for (let i = 0; i < CLAIMS; i++) {
-        const c = await client.claimEpisode({ client_uuid: `p-c-${i}`, discard_episode_timeout: 3600 });
-        if (!c.success) throw new Error(c.fail_cause);
-        keys.push(c.openai_api_key);
-      }
-      url = `${ex.url}/e/${engine.name}/v1/chat/completions`;
-      pids = { workerd: ex.pids, proxy: agent.pid };
-    }
-    let calls = 0;
-    const load = async (seconds: number): Promise<void> => {
-      const until = Date.now() + seconds * 1000;
-      await Promise.all(
-        Array.from({ length: CONCURRENCY }, async (_, w) => {
-          for (let i = w; Date.now() < until; i += CONCURRENCY) {
-            const res = await request(url, { method: "POST", headers: { authorization: `Bearer ${keys[i % keys.length]}`, "content-type": "application/json" }, body: BODY, dispatcher });
-            await res.body.text();
-            if (res.statusCode !== 200) throw new Error(`relayed call: ${res.statusCode}`);
-            calls++;
-          }
-        }),
-      );
-    };
-    await load(2);
-    if (CPU_WINDOWS > 0) {
-      const rows: { calls_per_s: number; workerd: number; proxy: number }[] = [];
-      for (let w = 0; w < CPU_WINDOWS; w++) {
-        const meter = cpuMeter(pids.workerd);
-        const agentMeter = cpuMeter([pids.proxy]);
-        calls = 0;
-        meter.start();
-        agentMeter.start();
-        await load(SECONDS);
-        const cpu = meter.stop();
-        const a = agentMeter.stop();
-        const perCall = (pct: number | null): number => Math.round((((pct ?? 0) * 10 * cpu.wall_s) / calls) * 1000) / 1000;
-        rows.push({ calls_per_s: Math.round(calls / cpu.wall_s), workerd: perCall(cpu.server_cpu_pct), proxy: perCall(a.server_cpu_pct) });
-        log(`window ${w + 1}: ${JSON.stringify(rows.at(-1))}`);
-      }
-      const med = (xs: number[]): number => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? 0;
-      process.stdout.write(JSON.stringify({ calls_per_s: med(rows.map((r) => r.calls_per_s)), cpu_ms_per_call: { workerd: med(rows.map((r) => r.workerd)), proxy: med(rows.map((r) => r.proxy)) } }) + "\n");
+    if (against !== undefined) {
+      await compare(model.url, out, resolve(against));
       return;
     }
+    if (FLOOR) {
+      const floor = await startRelayFloor({ upstream: model.url, inspectorPort });
+      sides.push({ name: "floor", url: `${floor.url}/v1/chat/completions`, keys: ["sk-bench"], pids: { workerd: floor.pids, proxy: floor.proxyPid }, agent: null, stop: () => floor.stop() });
+    } else {
+      sides.push(await startExchangeSide("this", model.url, out, inspectorPort));
+    }
+    await load(sides[0]!, 2);
+    if (CPU_WINDOWS > 0) {
+      const rows: Window[] = [];
+      for (let w = 0; w < CPU_WINDOWS; w++) {
+        rows.push(await cpuWindow(sides[0]!));
+        log(`window ${w + 1}: ${JSON.stringify(rows.at(-1))}`);
+      }
+      process.stdout.write(JSON.stringify(medians(rows)) + "\n");
+      return;
+    }
+    const side = sides[0]!;
     const dt = await devtools(inspectorPort);
     await dt.send("Profiler.enable");
     await dt.send("Profiler.setSamplingInterval", { interval: 200 });
     await dt.send("Profiler.start");
-    calls = 0;
     log(`profiling ${SECONDS} s of relayed calls, ${CONCURRENCY} in flight over ${CLAIMS} claims`);
-    await load(SECONDS);
+    const calls = await load(side, SECONDS);
     const { profile } = (await dt.send("Profiler.stop")) as { profile: Profile };
     dt.close();
     log(`${calls} calls (${Math.round(calls / SECONDS)}/s)`);
     writeFileSync(join(out, "workerd.cpuprofile"), JSON.stringify(profile));
-    process.stdout.write([floor ? "workerd (the floor's bare Worker):" : "workerd (the Worker and the engine):", ...selfTimes(profile, TOP), ""].join("\n") + "\n");
-    if (agent === null) return;
-    await agent.stop();
-    agent = null;
+    process.stdout.write([FLOOR ? "workerd (the floor's bare Worker):" : "workerd (the Worker and the engine):", ...selfTimes(profile, TOP), ""].join("\n") + "\n");
+    if (side.agent === null) return;
+    await side.agent.stop();
     const agentProfile = readdirSync(out).find((f) => f.endsWith(".cpuprofile") && f.startsWith("CPU."));
     if (agentProfile === undefined) throw new Error(`the agent wrote no profile to ${out}`);
     const p = JSON.parse(readFileSync(join(out, agentProfile), "utf8")) as Profile;
     process.stdout.write(["the agent (its gateway; the whole run, set-up included):", ...selfTimes(p, TOP), ""].join("\n") + "\n");
     log(`profiles in ${out}`);
   } finally {
-    await agent?.stop().catch(() => agent?.kill());
-    await floor?.stop();
-    await ex?.stop();
+    for (const side of sides) await side.stop();
     await model.close();
     await dispatcher.close();
   }

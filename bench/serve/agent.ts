@@ -33,8 +33,9 @@ export function agentEnv(o: { server: string; engine: string; trainerToken: stri
   };
 }
 
-export async function serveAgent(env: Record<string, string>): Promise<AgentTarget> {
+/** The agent of `checkout` (this tree's by default: an A/B run serves another's too). */
+export async function serveAgent(env: Record<string, string>, checkout?: string): Promise<AgentTarget> {
   // The agent's first line names both: "...; trainer facade on URL; inference gateway on URL[, reached at URL]".
-  const p = await startProcess({ script: CLI, env, ready: /trainer facade on (http:\/\/[^\s;,]+); inference gateway on (http:\/\/[^\s;,]+)/, what: "the agent", timeoutMs: 60_000 });
+  const p = await startProcess({ script: checkout === undefined ? CLI : join(checkout, "local-agent/src/cli.ts"), env, ready: /trainer facade on (http:\/\/[^\s;,]+); inference gateway on (http:\/\/[^\s;,]+)/, what: "the agent", timeoutMs: 60_000 });
   return { ...p, facade: p.ready[1]!, gateway: p.ready[2]!, pid: p.child.pid! };
 }
