@@ -105,7 +105,16 @@ async function devtools(port: number): Promise<{ send(method: string, params?: o
 }
 
 /** One relay under load: its call URL and keys, the processes whose CPU is read, how to stop it. */
-type Side = { name: string; url: string; keys: string[]; pids: { workerd: number[]; proxy: number }; agent: AgentTarget | null; stop(): Promise<void> };
+type Side = {
+  name: string;
+  url: string;
+  keys: string[];
+  pids: { workerd: number[]; proxy: number };
+  agent: AgentTarget | null;
+  /** The engine's own count of relayed calls and of the requests its relay took (overview.relay); none for the floor. */
+  relay(): Promise<{ calls: number; engine_requests: number } | null>;
+  stop(): Promise<void>;
+};
 
 /** The exchange of `checkout` (this tree by default) with an engine, its agent and CLAIMS claims of the zero-latency model. */
 async function startExchangeSide(name: string, modelUrl: string, out: string, inspectorPort: number | undefined, checkout?: string): Promise<Side> {
@@ -134,6 +143,7 @@ async function startExchangeSide(name: string, modelUrl: string, out: string, in
       keys,
       pids: { workerd: ex.pids, proxy: a.pid },
       agent: a,
+      relay: async () => (await client.overview()).relay,
       stop: async () => {
         await a.stop().catch(() => a.kill());
         await ex.stop();
@@ -178,6 +188,7 @@ async function cpuWindow(side: Side): Promise<Window> {
   return { calls_per_s: Math.round(calls / cpu.wall_s), workerd: perCall(cpu.server_cpu_pct), proxy: perCall(a.server_cpu_pct) };
 }
 
+const round4 = (x: number): number => Math.round(x * 10_000) / 10_000;
 const med = (xs: number[]): number => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? 0;
 const medians = (rows: Window[]) => ({ calls_per_s: med(rows.map((r) => r.calls_per_s)), cpu_ms_per_call: { workerd: med(rows.map((r) => r.workerd)), proxy: med(rows.map((r) => r.proxy)) } });
 
@@ -189,6 +200,8 @@ const medians = (rows: Window[]) => ({ calls_per_s: med(rows.map((r) => r.calls_
  */
 async function compare(modelUrl: string, out: string, dir: string): Promise<void> {
   const rows = new Map<string, Window[]>([["this", []], ["against", []]]);
+  /** Each pair's engine requests per relayed call, by side. */
+  const requests = new Map<string, number[]>([["this", []], ["against", []]]);
   for (let first = 0; first < CPU_WINDOWS; first += FRESH) {
     const order: [string, string | undefined][] = [["this", undefined], ["against", dir]];
     if ((first / FRESH) % 2 === 1) order.reverse();
@@ -202,6 +215,10 @@ async function compare(modelUrl: string, out: string, dir: string): Promise<void
           rows.get(side.name)!.push(r);
           log(`window ${w + 1} ${side.name}: ${JSON.stringify(r)}`);
         }
+      }
+      for (const side of sides) {
+        const r = await side.relay();
+        if (r !== null) requests.get(side.name)!.push(r.engine_requests / Math.max(1, r.calls));
       }
     } finally {
       for (const side of sides) await side.stop();
@@ -217,6 +234,7 @@ async function compare(modelUrl: string, out: string, dir: string): Promise<void
     against_side: medians(theirs),
     workerd_ms_per_call: paired(mine.map((r) => r.workerd), theirs.map((r) => r.workerd)),
     gateway_ms_per_call: paired(mine.map((r) => r.proxy), theirs.map((r) => r.proxy)),
+    engine_requests_per_call: { this: requests.get("this")!.map(round4), against: requests.get("against")!.map(round4) },
   };
   process.stdout.write(JSON.stringify(report, null, 2) + "\n");
 }
@@ -236,7 +254,7 @@ async function main(): Promise<void> {
     }
     if (FLOOR) {
       const floor = await startRelayFloor({ upstream: model.url, inspectorPort });
-      sides.push({ name: "floor", url: `${floor.url}/v1/chat/completions`, keys: ["sk-bench"], pids: { workerd: floor.pids, proxy: floor.proxyPid }, agent: null, stop: () => floor.stop() });
+      sides.push({ name: "floor", url: `${floor.url}/v1/chat/completions`, keys: ["sk-bench"], pids: { workerd: floor.pids, proxy: floor.proxyPid }, agent: null, relay: async () => null, stop: () => floor.stop() });
     } else {
       sides.push(await startExchangeSide("this", model.url, out, inspectorPort));
     }
@@ -247,7 +265,8 @@ async function main(): Promise<void> {
         rows.push(await cpuWindow(sides[0]!));
         log(`window ${w + 1}: ${JSON.stringify(rows.at(-1))}`);
       }
-      process.stdout.write(JSON.stringify(medians(rows)) + "\n");
+      const relay = await sides[0]!.relay();
+      process.stdout.write(JSON.stringify({ ...medians(rows), ...(relay ? { engine_requests_per_call: round4(relay.engine_requests / Math.max(1, relay.calls)) } : {}) }) + "\n");
       return;
     }
     const side = sides[0]!;
