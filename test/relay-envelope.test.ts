@@ -1,5 +1,6 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { envelopeRequestText, envelopeText, RelayEnvelope } from "../src/protocol/relay";
+import { ChatRequestShape, envelopeRequestText, envelopeText, isChatRequest, RelayEnvelope } from "../src/protocol/relay";
 
 const meta = {
   endpoint: "/v1/chat/completions" as const,
@@ -53,5 +54,41 @@ describe("relay envelope layout", () => {
       const bent = JSON.stringify({ ...meta, call, request });
       expect(envelopeRequestText(bent, JSON.parse(bent) as Record<string, unknown>)).toBeNull();
     }
+  });
+});
+
+describe("the relay's check of a request's shape", () => {
+  const agree = (v: unknown): boolean => isChatRequest(v) === ChatRequestShape.safeParse(v).success;
+
+  it("accepts exactly what ChatRequestShape accepts", () => {
+    for (const v of [
+      { model: "m" },
+      { model: "m", stream: true, messages: [] },
+      { model: "m", stream: false },
+      { model: "" },
+      { model: 3 },
+      { model: "m", stream: "true" },
+      { model: "m", stream: null },
+      { stream: true },
+      [{ model: "m" }],
+      null,
+      "m",
+      JSON.parse('{"model":"m","__proto__":{"stream":1}}'),
+      JSON.parse('{"__proto__":{"model":"m"}}'),
+    ]) {
+      expect(agree(v), JSON.stringify(v)).toBe(true);
+    }
+  });
+
+  it("agrees with ChatRequestShape on arbitrary JSON", () => {
+    const model = fc.oneof(fc.string(), fc.constant(""), fc.jsonValue());
+    const stream = fc.oneof(fc.boolean(), fc.jsonValue());
+    const body = fc.oneof(
+      fc.jsonValue(),
+      fc.record({ model, stream, messages: fc.jsonValue() }, { requiredKeys: [] }),
+      fc.dictionary(fc.constantFrom("model", "stream", "messages", "__proto__", "tools"), fc.jsonValue()),
+    );
+    // Through JSON, as the relay sees a body.
+    fc.assert(fc.property(body, (v) => agree(JSON.parse(JSON.stringify(v)))), { numRuns: 2000 });
   });
 });

@@ -47,6 +47,13 @@ function gateOn(e: TestEngine) {
         release();
       };
     },
+    /** admitCached, as the relay asks first: the answer from the cache, or null when admitting means waiting. */
+    cached: (key: ClaimKeyFields) =>
+      gate.admitCached(key, (work) => {
+        const b = { work, done: false };
+        background.push(b);
+        void work.finally(() => (b.done = true));
+      }),
     /** Admits without waiting for the gate's background work (for calls that overlap). */
     admitNow: (key: ClaimKeyFields) => gate.admit(key, (work) => void background.push({ work, done: false })),
     async admit(key: ClaimKeyFields) {
@@ -157,6 +164,22 @@ describe("the relay's claim gate", () => {
     release();
     for (const r of await Promise.all(calls)) expect(r.ok).toBe(true);
     expect(g.sent.length - asked).toBe(1);
+  });
+
+  it("sends calls flowing steadily in one request per REFRESH_AFTER_MS: the flush and the refresh go together", async () => {
+    const e = await rollingEngine(3);
+    const g = gateOn(e);
+    const keys = [await claim(e, "c1", 3600), await claim(e, "c2", 3600), await claim(e, "c3", 3600)];
+    for (const k of keys) await g.admit(k);
+    const before = g.sent.length;
+    // 10 s of calls, each claim every 50 ms.
+    for (let t = 0; t < 10_000; t += 50) {
+      for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+      await g.tick(50);
+    }
+    await g.tick(FLUSH_MS);
+    expect(g.sent.length - before).toBeLessThanOrEqual(10_000 / REFRESH_AFTER_MS + 2);
+    expect(await running(e)).toEqual(keys.map(() => expect.objectContaining({ llm_call_count: 201 })));
   });
 
   it("stops serving an ended, an aborted and a re-claimed claim within FRESH_MS", async () => {
@@ -275,6 +298,49 @@ describe("the relay's claim gate", () => {
   });
 });
 
+describe("the relay's claim gate without a promise (admitCached)", () => {
+  it("answers from its cache as admit would, and leaves to admit what needs the engine", async () => {
+    const e = await rollingEngine(2);
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    // Nothing known of the claim: admit asks the engine.
+    expect(g.cached(key)).toBeNull();
+    expect(g.sent).toHaveLength(0);
+    const first = await g.admit(key);
+    for (let i = 0; i < 9; i++) expect(g.cached(key)).toEqual(first);
+    expect(g.sent).toHaveLength(1);
+    // Its calls are counted and sent as admit's are.
+    await g.tick(FLUSH_MS);
+    expect(g.sent[1]).toEqual([{ key, calls: 9, idle_ms: FLUSH_MS, detail: false, carries: false }]);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 10 })]);
+    // Stale: admit asks again.
+    await g.tick(FRESH_MS);
+    expect(g.cached(key)).toBeNull();
+    expect((await g.admit(key)).ok).toBe(true);
+    expect(g.cached(key)).toEqual(first);
+    // Forgotten in this isolate (an end handled here): at once.
+    g.gate.forget(key.episode_uuid);
+    expect(g.cached(key)).toBeNull();
+  });
+
+  it("refuses from its cache what admit refuses from it: a dead claim, an engine that left ROLLING", async () => {
+    const e = await rollingEngine(2);
+    const g = gateOn(e);
+    const dead = await claim(e, "c1");
+    const live = await claim(e, "c2");
+    await e.as("client").abortEpisode({ client_uuid: "c1", episode_uuid: dead.episode_uuid });
+    expect(await g.admit(dead)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(g.cached(dead)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect((await g.admit(live)).ok).toBe(true);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await g.tick(FRESH_MS);
+    expect(await g.admit(live)).toMatchObject({ ok: false, status: 503, error: "engine_not_rolling" });
+    const asked = g.sent.length;
+    expect(g.cached(live)).toMatchObject({ ok: false, status: 503, error: "engine_not_rolling" });
+    expect(g.sent).toHaveLength(asked);
+  });
+});
+
 describe("the relay's gate through a weight sync that keeps the claims", () => {
   async function keeping(holdSeconds: number) {
     const e = await rollingEngine();
@@ -296,6 +362,8 @@ describe("the relay's gate through a weight sync that keeps the claims", () => {
     const held = through(g, key).finally(() => (settled = true));
     for (let i = 0; i < 6; i++) await g.tick(500);
     expect(settled).toBe(false);
+    // A held call is no call the cache can answer: admitThroughSync waits for it.
+    expect(g.cached(key)).toBeNull();
     await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 8 });
     for (let i = 0; i < 4 && !settled; i++) await g.tick(500);
     expect(await held).toMatchObject({ ok: true, body: { weight_version: 8, client_uuid: "c1" } });

@@ -9,17 +9,24 @@ import { constantTimeEqual, hex } from "./tokens";
 
 const enc = new TextEncoder();
 
-/** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
-const imported = new Map<string, ReturnType<typeof crypto.subtle.importKey>>();
+/** Imported keys by secret: importing costs more than signing, and every relayed call signs. Kept once imported, so a call signs without waiting on the import's promise. */
+const imported = new Map<string, CryptoKey | Promise<CryptoKey>>();
 
-async function hmacHex(key: string, text: string): Promise<string> {
+function hmacKey(key: string): CryptoKey | Promise<CryptoKey> {
   let k = imported.get(key);
   if (k === undefined) {
     if (imported.size > 1000) imported.clear();
-    k = crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-    imported.set(key, k);
+    const importing = crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    imported.set(key, importing);
+    void importing.then((ready) => imported.get(key) === importing && imported.set(key, ready), () => imported.delete(key));
+    k = importing;
   }
-  return hex(new Uint8Array(await crypto.subtle.sign("HMAC", await k, enc.encode(text))));
+  return k;
+}
+
+async function hmacHex(key: string, text: string): Promise<string> {
+  const k = hmacKey(key);
+  return hex(new Uint8Array(await crypto.subtle.sign("HMAC", k instanceof Promise ? await k : k, enc.encode(text))));
 }
 
 export function gatewaySecret(claimKeySecret: string, engine: string): Promise<string> {

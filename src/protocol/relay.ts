@@ -81,5 +81,17 @@ export const ChatRequestShape = z
     stream: z.boolean().optional(),
   })
   .loose();
+export type ChatRequestShape = z.infer<typeof ChatRequestShape>;
+
+/**
+ * Whether ChatRequestShape accepts `v`, without zod's machinery: every relayed call is checked,
+ * and the relay asks zod only of a body this refuses, for the refusal's words (and its answer
+ * stands if the two ever disagree). test/relay-envelope.test.ts holds them to the same answers.
+ */
+export function isChatRequest(v: unknown): v is ChatRequestShape {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return false;
+  const { model, stream } = v as { model?: unknown; stream?: unknown };
+  return typeof model === "string" && model.length > 0 && (stream === undefined || typeof stream === "boolean");
+}
 
 export const GatewaySecretResponse = z.object({ secret: z.string() });

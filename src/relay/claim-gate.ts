@@ -139,6 +139,20 @@ export class ClaimGate {
   }
 
   /**
+   * A call of `key` admitted from the cache, or refused from it, now; null when admitting it
+   * means waiting (on the engine, or through a weight sync), which `admitThroughSync` does. The
+   * same answer as admit's first look, without its promises: most calls end here.
+   */
+  admitCached(key: ClaimKeyFields, background: Background): Reply<Admission> | null {
+    const e = this.entries.get(claimId(key));
+    if (e === undefined) return null;
+    const now = this.clock.now();
+    if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
+    if (!this.usable(e, now) || this.heldNow(e, now) !== null) return null;
+    return this.fromCache(e, now, !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS, background);
+  }
+
+  /**
    * admit, holding a call through a weight sync that keeps the claims (keep_claims_across_sync):
    * asked again every retry_after_ms until the sync is over, then admitted on the new weights;
    * 503 sync_hold_expired once the engine's sync_hold_seconds have passed since the call came.
@@ -210,10 +224,16 @@ export class ClaimGate {
     return this.entries.size;
   }
 
-  /** Sends the counted calls now (before a read in this isolate; the timer does it otherwise). */
+  /**
+   * Sends the counted calls now (before a read in this isolate; the timer does it otherwise).
+   * Past half the way to the next refresh, this is that refresh: while calls come, the flush's
+   * timer and the refresh fall due together, and one request then carries both, not two
+   * requests each about every claim in use.
+   */
   async flush(): Promise<void> {
     if (this.pending === 0) return;
-    await this.batch(false).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
+    const refresh = !this.refreshing && this.clock.now() - this.refreshedAt >= REFRESH_AFTER_MS / 2;
+    await this.batch(refresh).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
   }
 
   private admission(e: Entry): Reply<Admission> {

@@ -14,7 +14,7 @@ import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
 import { verifyClaimKey } from "../auth/claim-key";
 import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
-import { ChatRequestShape, envelopeText, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
+import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues, internalError } from "../http/errors";
 import { MAX_BODY_BYTES, readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
@@ -26,16 +26,18 @@ import { relayStream } from "./sse";
 const DEFAULT_DEADLINE_SECONDS = 600;
 const DEFAULT_KEEP_ALIVE_MS = 10_000;
 
-/** Derived secrets by engine: the derivation is an HMAC per call otherwise. */
-const derived = new Map<string, Promise<string>>();
+/** Derived secrets by engine: the derivation is an HMAC per call otherwise. Kept once derived, so a call does not wait on its promise. */
+const derived = new Map<string, string | Promise<string>>();
 
-function engineGatewaySecret(claimKeySecret: string, engine: string): Promise<string> {
+function engineGatewaySecret(claimKeySecret: string, engine: string): string | Promise<string> {
   const k = `${engine}\n${claimKeySecret}`;
   let s = derived.get(k);
   if (s === undefined) {
     if (derived.size > 1000) derived.clear();
-    s = gatewaySecret(claimKeySecret, engine);
-    derived.set(k, s);
+    const deriving = gatewaySecret(claimKeySecret, engine);
+    derived.set(k, deriving);
+    void deriving.then((ready) => derived.get(k) === deriving && derived.set(k, ready), () => derived.delete(k));
+    s = deriving;
   }
   return s;
 }
@@ -73,14 +75,19 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
     } catch {
       return openaiErrorResponse(400, "The request body is not valid JSON.", "invalid_json");
     }
-    const shape = ChatRequestShape.safeParse(raw);
-    if (!shape.success) return openaiErrorResponse(400, describeIssues(shape.error), "invalid_request");
-    request = shape.data;
+    if (isChatRequest(raw)) request = raw;
+    else {
+      const shape = ChatRequestShape.safeParse(raw);
+      if (!shape.success) return openaiErrorResponse(400, describeIssues(shape.error), "invalid_request");
+      request = shape.data;
+    }
   }
 
   // Admitted by this isolate's gate: one engine request per batch of calls, not one per call;
   // held there through a weight sync that keeps the claims (keep_claims_across_sync).
-  const admitted = await claimGate(env, key.engine).admitThroughSync(key, (work) => ctx.waitUntil(work));
+  const gate = claimGate(env, key.engine);
+  const background = (work: Promise<unknown>): void => ctx.waitUntil(work);
+  const admitted = gate.admitCached(key, background) ?? (await gate.admitThroughSync(key, background));
   if (!admitted.ok) return openaiErrorResponse(admitted.status, admitted.detail, admitted.error);
 
   const deadline = numberVar(env.RELAY_DEADLINE_SECONDS, DEFAULT_DEADLINE_SECONDS);
@@ -105,7 +112,8 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   };
   const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
-  const signature = await signEnvelope(await engineGatewaySecret(env.CLAIM_KEY_SECRET, key.engine), ts, body);
+  const secret = engineGatewaySecret(env.CLAIM_KEY_SECRET, key.engine);
+  const signature = await signEnvelope(typeof secret === "string" ? secret : await secret, ts, body);
   const network = env.RELAY_NETWORK;
   const upstream = (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
     method: "POST",
@@ -125,10 +133,9 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
     return openaiErrorResponse(f.status, f.message, f.code);
   }
   // The gateway answers 200 only with a JSON object it has checked (the agent's http-upstream.ts
-  // and agentjet.ts): it goes to the client as it comes, unread. Anything else is read and judged.
-  if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("application/json")) {
-    return new Response(res.body, { status: 200, headers: { "content-type": "application/json" } });
-  }
+  // and agentjet.ts): that answer goes to the client as it came, unread and not rebuilt (its
+  // headers are the gateway's: the type and length, and Node's date). Anything else is read and judged.
+  if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("application/json")) return res;
   let text: string;
   try {
     text = await res.text();
