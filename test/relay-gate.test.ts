@@ -66,14 +66,15 @@ function gateOn(e: TestEngine) {
       return r;
     },
     /** Moves the clock (and the engine's alarm), then lets the gate's due timers and background batches run. */
-    async tick(ms: number) {
+    async tick(ms: number, o: { settle: boolean } = { settle: true }) {
       await advance(e, ms);
       for (const w of waits.splice(0)) {
         if (w.at <= e.clock.t) w.resolve();
         else waits.push(w);
       }
-      await settle();
+      if (o.settle) await settle();
     },
+    settle,
   };
 }
 
@@ -110,7 +111,7 @@ describe("the relay's claim gate", () => {
     expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2 });
   });
 
-  it("refreshes the claims in use before their answers go stale, in one request for all of them", async () => {
+  it("refreshes the claims in use before their answers go stale, in one request for all of them that carries their calls", async () => {
     const e = await rollingEngine(3);
     const g = gateOn(e);
     const keys = [await claim(e, "c1"), await claim(e, "c2"), await claim(e, "c3")];
@@ -119,11 +120,21 @@ describe("the relay's claim gate", () => {
     await g.tick(REFRESH_AFTER_MS);
     for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
     await g.tick(0);
-    // The first call past REFRESH_AFTER_MS sent one batch of the three; the calls after it go with a flush.
-    expect(g.sent).toHaveLength(4);
-    expect(g.sent[3]?.map((it) => it.key.episode_uuid).sort()).toEqual(["ep-0", "ep-1", "ep-2"]);
+    // Counted, not yet sent: FLUSH_MS after the first of them, one request carries the three
+    // calls and asks about the three claims.
+    expect(g.sent).toHaveLength(3);
     await g.tick(FLUSH_MS);
-    expect(g.sent).toHaveLength(5);
+    expect(g.sent).toHaveLength(4);
+    expect(g.sent[3]?.map((it) => [it.key.episode_uuid, it.calls]).sort()).toEqual([
+      ["ep-0", 1],
+      ["ep-1", 1],
+      ["ep-2", 1],
+    ]);
+    // Fresh again, until FRESH_MS after that request.
+    await g.tick(FRESH_MS - 1);
+    for (const k of keys) expect(g.gate.cached(k)).toBe(true);
+    await g.tick(1);
+    for (const k of keys) expect(g.gate.cached(k)).toBe(false);
     expect(await running(e)).toEqual([0, 1, 2].map(() => expect.objectContaining({ llm_call_count: 2 })));
   });
 
@@ -180,6 +191,28 @@ describe("the relay's claim gate", () => {
     await g.tick(FLUSH_MS);
     expect(g.sent.length - before).toBeLessThanOrEqual(10_000 / REFRESH_AFTER_MS + 2);
     expect(await running(e)).toEqual(keys.map(() => expect.objectContaining({ llm_call_count: 201 })));
+  });
+
+  it("sends calls counted while a batch was on its way with the next, though no call comes after them", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 3600);
+    await g.admit(key);
+    expect(g.cached(key)?.ok).toBe(true);
+    const release = g.holdAnswers();
+    // The flush goes, and its answer waits: two calls are counted meanwhile.
+    await g.tick(FLUSH_MS, { settle: false });
+    for (let i = 0; i < 20 && g.sent.length < 2; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(g.sent).toHaveLength(2);
+    expect(g.cached(key)?.ok).toBe(true);
+    expect(g.cached(key)?.ok).toBe(true);
+    release();
+    await g.settle();
+    // No call after them: they still go, FLUSH_MS later.
+    await g.tick(FLUSH_MS);
+    expect(g.sent).toHaveLength(3);
+    expect(g.sent[2]).toEqual([expect.objectContaining({ key, calls: 2 })]);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
   });
 
   it("stops serving an ended, an aborted and a re-claimed claim within FRESH_MS", async () => {

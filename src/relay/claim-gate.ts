@@ -21,7 +21,7 @@ import { fail, ok, type Failure, type Reply } from "../engine/reply";
 
 /** How long an answer of the engine is used, from when the batch that fetched it was sent. */
 export const FRESH_MS = 1_000;
-/** While calls come, one batch this often refreshes every claim in use, before their answers go stale. */
+/** How often the claims in use are asked about again while calls come (the flush that carries their calls does it), before their answers go stale. */
 export const REFRESH_AFTER_MS = 500;
 /** A live claim called within this long is in use: the refreshes keep its answer fresh, so that even after a pause its next call finds it so. */
 export const ACTIVE_MS = 30_000;
@@ -101,15 +101,15 @@ export class ClaimGate {
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = this.clock.now();
       if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
+      if (this.usable(e, now)) return this.heldNow(e, now) ?? this.fromCache(e, now, background);
       const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
-      if (this.usable(e, now)) return this.heldNow(e, now) ?? this.fromCache(e, now, refreshDue, background);
       const waited = e.inFlight;
       if (waited !== null && now - waited.sentAt < FRESH_MS) {
         // A refresh already asks about this claim: its answer is as good as one asked for now (sent
         // within FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
         await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
         const later = this.clock.now();
-        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.heldNow(e, waited.sentAt) ?? this.fromCache(e, later, false, background);
+        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.heldNow(e, waited.sentAt) ?? this.fromCache(e, later, background);
         continue;
       }
       // Asked now, the call goes with the question: its activity is written before the answer
@@ -149,7 +149,7 @@ export class ClaimGate {
     const now = this.clock.now();
     if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
     if (!this.usable(e, now) || this.heldNow(e, now) !== null) return null;
-    return this.fromCache(e, now, !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS, background);
+    return this.fromCache(e, now, background);
   }
 
   /**
@@ -192,7 +192,7 @@ export class ClaimGate {
     if (!standing.ok) return standing;
     const held = this.heldNow(e, e.fetchedAt);
     if (held !== null) return held;
-    return carried ? this.admission(e) : this.fromCache(e, this.clock.now(), false, background);
+    return carried ? this.admission(e) : this.fromCache(e, this.clock.now(), background);
   }
 
   /** Stops using what the engine said of one episode's claims (ended, aborted, claimed again), or of the engine and all its claims. */
@@ -226,9 +226,8 @@ export class ClaimGate {
 
   /**
    * Sends the counted calls now (before a read in this isolate; the timer does it otherwise).
-   * Past half the way to the next refresh, this is that refresh: while calls come, the flush's
-   * timer and the refresh fall due together, and one request then carries both, not two
-   * requests each about every claim in use.
+   * Past half the way to the next refresh, this is that refresh: one request carries the
+   * counts and asks about every claim in use, never two going apart.
    */
   async flush(): Promise<void> {
     if (this.pending === 0) return;
@@ -241,15 +240,13 @@ export class ClaimGate {
     return ok({ ...(this.engineTerms as EngineTerms), ...(e.terms as ClaimTerms) });
   }
 
-  /** A call admitted on the engine's last answer: counted here, sent within FLUSH_MS. */
-  private fromCache(e: Entry, now: number, refreshDue: boolean, background: Background): Reply<Admission> {
+  /** A call admitted on the engine's last answer: counted here, sent within FLUSH_MS (with the refresh then due). */
+  private fromCache(e: Entry, now: number, background: Background): Reply<Admission> {
     const standing = e.standing as Reply<ClaimStanding>;
     if (!standing.ok) return standing;
     e.calls++;
     this.pending++;
     e.lastCallAt = now;
-    if (refreshDue) background(this.batch(true).catch((err: unknown) => console.error("relay: refreshing the engine's answers failed", err)));
-    // A refresh on its way may have taken its items before this call was counted.
     this.scheduleFlush(background);
     return this.admission(e);
   }
@@ -289,7 +286,11 @@ export class ClaimGate {
     if (same?.size === 0) this.byEpisode.delete(e.key.episode_uuid);
   }
 
-  /** The calls counted here go to the engine within FLUSH_MS; a refresh meanwhile may carry them instead (then this sends nothing). */
+  /**
+   * The calls counted here go to the engine within FLUSH_MS, in the refresh then due: while
+   * calls come, this timer is what refreshes the claims in use, one request each FLUSH_MS for
+   * both. Calls counted while that request is on its way go with the next.
+   */
   private scheduleFlush(background: Background): void {
     if (this.flushing) return;
     this.flushing = true;
@@ -297,7 +298,10 @@ export class ClaimGate {
       this.clock
         .wait(FLUSH_MS)
         .then(() => this.flush())
-        .finally(() => (this.flushing = false)),
+        .finally(() => {
+          this.flushing = false;
+          if (this.pending > 0) this.scheduleFlush(background);
+        }),
     );
   }
 
