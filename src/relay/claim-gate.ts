@@ -85,7 +85,12 @@ export class ClaimGate {
   private refreshing = false;
   /** When the last refresh was sent. */
   private refreshedAt = Number.NEGATIVE_INFINITY;
-  private flushing = false;
+  /** The flush on its way (its wait, then its request), while there is one. */
+  private flushing: Promise<void> | null = null;
+  /** Whether that flush's request has gone: calls counted since are not in it. */
+  private flushSent = false;
+  /** A call counted after that request went has armed the next flush, for when that one is done. */
+  private flushOwed = false;
   /** Calls counted in entries and not yet sent: a read's flush with none to send costs no walk of the entries. */
   private pending = 0;
 
@@ -289,20 +294,35 @@ export class ClaimGate {
   /**
    * The calls counted here go to the engine within FLUSH_MS, in the refresh then due: while
    * calls come, this timer is what refreshes the claims in use, one request each FLUSH_MS for
-   * both. Calls counted while that request is on its way go with the next.
+   * both. Calls counted while it waits go with it; calls counted once its request has gone go
+   * with the next, which the first of them arms in its own request once that one is done: a request's background work ends with
+   * it (on Cloudflare, 30 s after its answer), so no one request carries the flushes for long.
    */
   private scheduleFlush(background: Background): void {
-    if (this.flushing) return;
-    this.flushing = true;
-    background(
-      this.clock
-        .wait(FLUSH_MS)
-        .then(() => this.flush())
-        .finally(() => {
-          this.flushing = false;
-          if (this.pending > 0) this.scheduleFlush(background);
-        }),
-    );
+    if (this.flushing !== null) {
+      if (this.flushSent && !this.flushOwed) {
+        this.flushOwed = true;
+        background(
+          this.flushing.then(() => {
+            this.flushOwed = false;
+            if (this.pending > 0) this.scheduleFlush(background);
+          }),
+        );
+      }
+      return;
+    }
+    const flushing = this.clock
+      .wait(FLUSH_MS)
+      .then(() => {
+        this.flushSent = true;
+        return this.flush();
+      })
+      .finally(() => {
+        this.flushing = null;
+        this.flushSent = false;
+      });
+    this.flushing = flushing;
+    background(flushing);
   }
 
   /**
