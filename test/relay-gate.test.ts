@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import type { ClaimKeyFields } from "../src/auth/claim-key";
 import { env } from "cloudflare:workers";
-import { ClaimGate, FLUSH_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import { ClaimGate, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
 import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
 import type { RelaySyncItem } from "../src/engine/relay-admission";
 import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
@@ -20,8 +20,14 @@ function gateOn(e: TestEngine) {
   const sent: RelaySyncItem[][] = [];
   /** While set, the engine's answers wait for it: a slow engine, as under load. */
   let hold: Promise<void> | null = null;
+  /** The next answer never comes (a request cut off). */
+  let loseNext = false;
   const gate = new ClaimGate(async (items) => {
     sent.push(items);
+    if (loseNext) {
+      loseNext = false;
+      return new Promise<never>(() => {});
+    }
     const reply = await e.stub.relaySync(items);
     if (hold !== null) await hold;
     return reply;
@@ -46,6 +52,10 @@ function gateOn(e: TestEngine) {
         hold = null;
         release();
       };
+    },
+    /** The engine's next answer never comes. */
+    loseNextAnswer(): void {
+      loseNext = true;
     },
     /** admitCached, as the relay asks first: the answer from the cache, or null when admitting means waiting. */
     cached: (key: ClaimKeyFields) =>
@@ -76,6 +86,12 @@ function gateOn(e: TestEngine) {
     },
     settle,
   };
+}
+
+/** Until `done` holds, giving the gate's background work turns to run (at most half a second). */
+async function until(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 5));
+  expect(done()).toBe(true);
 }
 
 async function claim(e: TestEngine, client: string, timeoutSeconds = 60): Promise<ClaimKeyFields> {
@@ -202,8 +218,7 @@ describe("the relay's claim gate", () => {
     const release = g.holdAnswers();
     // The flush goes, and its answer waits: two calls are counted meanwhile.
     await g.tick(FLUSH_MS, { settle: false });
-    for (let i = 0; i < 20 && g.sent.length < 2; i++) await new Promise((r) => setTimeout(r, 5));
-    expect(g.sent).toHaveLength(2);
+    await until(() => g.sent.length === 2);
     expect(g.cached(key)?.ok).toBe(true);
     expect(g.cached(key)?.ok).toBe(true);
     release();
@@ -213,6 +228,25 @@ describe("the relay's claim gate", () => {
     expect(g.sent).toHaveLength(3);
     expect(g.sent[2]).toEqual([expect.objectContaining({ key, calls: 2 })]);
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
+  });
+
+  it("gives up a flush that never ended after FLUSH_STUCK_MS: a later call arms another", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 3600);
+    await g.admit(key);
+    expect(g.cached(key)?.ok).toBe(true);
+    // The flush's request is cut off: its answer never comes.
+    g.loseNextAnswer();
+    await g.tick(FLUSH_MS, { settle: false });
+    await until(() => g.sent.length === 2);
+    await g.tick(FLUSH_STUCK_MS, { settle: false });
+    // Stale by now: the call asks the engine, which answers again, and the next is counted.
+    expect((await g.admitNow(key)).ok).toBe(true);
+    expect(g.cached(key)?.ok).toBe(true);
+    await g.tick(FLUSH_MS, { settle: false });
+    await until(() => g.sent.length === 4);
+    expect(g.sent[3]).toEqual([expect.objectContaining({ key, calls: 1 })]);
   });
 
   it("stops serving an ended, an aborted and a re-claimed claim within FRESH_MS", async () => {

@@ -10,9 +10,10 @@ import { constantTimeEqual, hex } from "./tokens";
 const enc = new TextEncoder();
 
 /** Imported keys by secret: importing costs more than signing, and every relayed call signs. Kept once imported, so a call signs without waiting on the import's promise. */
-const imported = new Map<string, CryptoKey | Promise<CryptoKey>>();
+type HmacKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
+const imported = new Map<string, HmacKey | Promise<HmacKey>>();
 
-function hmacKey(key: string): CryptoKey | Promise<CryptoKey> {
+function hmacKey(key: string): HmacKey | Promise<HmacKey> {
   let k = imported.get(key);
   if (k === undefined) {
     if (imported.size > 1000) imported.clear();

@@ -29,6 +29,8 @@ export const ACTIVE_MS = 30_000;
 export const FLUSH_MS = 500;
 /** A call is served from the cache only while the claim's lease runs at least this much longer. */
 export const LEASE_MARGIN_MS = 2_000;
+/** A flush on its way this long is taken for lost (its request cut off), and the next call arms another. */
+export const FLUSH_STUCK_MS = 10_000;
 /** Claims without a call for this long are forgotten at the next batch. */
 export const IDLE_MS = 60_000;
 /** Claims kept per engine and isolate: past it, the oldest are forgotten (their next call asks the engine). */
@@ -85,8 +87,9 @@ export class ClaimGate {
   private refreshing = false;
   /** When the last refresh was sent. */
   private refreshedAt = Number.NEGATIVE_INFINITY;
-  /** The flush on its way (its wait, then its request), while there is one. */
+  /** The flush on its way (its wait, then its request), while there is one, and when it was armed. */
   private flushing: Promise<void> | null = null;
+  private flushArmedAt = 0;
   /** Whether that flush's request has gone: calls counted since are not in it. */
   private flushSent = false;
   /** A call counted after that request went has armed the next flush, for when that one is done. */
@@ -252,7 +255,7 @@ export class ClaimGate {
     e.calls++;
     this.pending++;
     e.lastCallAt = now;
-    this.scheduleFlush(background);
+    this.scheduleFlush(background, now);
     return this.admission(e);
   }
 
@@ -295,29 +298,35 @@ export class ClaimGate {
    * The calls counted here go to the engine within FLUSH_MS, in the refresh then due: while
    * calls come, this timer is what refreshes the claims in use, one request each FLUSH_MS for
    * both. Calls counted while it waits go with it; calls counted once its request has gone go
-   * with the next, which the first of them arms in its own request once that one is done: a request's background work ends with
-   * it (on Cloudflare, 30 s after its answer), so no one request carries the flushes for long.
+   * with the next, which the first of them arms in its own request once that one is done. A
+   * request's background work ends with it (on Cloudflare, 30 s after its answer), so no one
+   * request carries the flushes for long, and a flush that never ended (its request cut off)
+   * is given up after FLUSH_STUCK_MS.
    */
-  private scheduleFlush(background: Background): void {
-    if (this.flushing !== null) {
+  private scheduleFlush(background: Background, now: number): void {
+    if (this.flushing !== null && now - this.flushArmedAt < FLUSH_STUCK_MS) {
       if (this.flushSent && !this.flushOwed) {
         this.flushOwed = true;
         background(
           this.flushing.then(() => {
             this.flushOwed = false;
-            if (this.pending > 0) this.scheduleFlush(background);
+            if (this.pending > 0) this.scheduleFlush(background, this.clock.now());
           }),
         );
       }
       return;
     }
-    const flushing = this.clock
+    this.flushSent = false;
+    this.flushOwed = false;
+    this.flushArmedAt = now;
+    const flushing: Promise<void> = this.clock
       .wait(FLUSH_MS)
       .then(() => {
-        this.flushSent = true;
+        if (this.flushing === flushing) this.flushSent = true;
         return this.flush();
       })
       .finally(() => {
+        if (this.flushing !== flushing) return;
         this.flushing = null;
         this.flushSent = false;
       });
