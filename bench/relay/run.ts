@@ -313,7 +313,9 @@ async function main(): Promise<void> {
     results["one_at_a_time"] = { model_latency_ms: 20, calls: SINGLE_CALLS * 2, ...single, workerd_cpu_ms_per_call: cpuPerCall };
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
-    const doc = { started_at: startedAt, capture, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted };
+    // The engine's own count of the calls and of the requests its relay took: how many calls the claim gate answered without it.
+    const relay = (await client.overview()).relay;
+    const doc = { started_at: startedAt, capture, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted, engine_relay: relay };
     const json = JSON.stringify(doc, null, 2);
     process.stdout.write(json + "\n");
     const out = arg("--out");
