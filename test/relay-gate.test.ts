@@ -17,6 +17,12 @@ function gateOn(e: TestEngine) {
   const waits: { at: number; resolve: () => void }[] = [];
   const clock: GateClock = { now: () => e.clock.t, wait: (ms) => new Promise((resolve) => waits.push({ at: e.clock.t + ms, resolve })) };
   const background: { work: Promise<unknown>; done: boolean }[] = [];
+  /** The gate's background work, noted as done when it is. */
+  const track = (work: Promise<unknown>): void => {
+    const b = { work, done: false };
+    background.push(b);
+    void work.finally(() => (b.done = true));
+  };
   const sent: RelaySyncItem[][] = [];
   /** While set, the engine's answers wait for it: a slow engine, as under load. */
   let hold: Promise<void> | null = null;
@@ -58,20 +64,11 @@ function gateOn(e: TestEngine) {
       loseNext = true;
     },
     /** admitCached, as the relay asks first: the answer from the cache, or null when admitting means waiting. */
-    cached: (key: ClaimKeyFields) =>
-      gate.admitCached(key, (work) => {
-        const b = { work, done: false };
-        background.push(b);
-        void work.finally(() => (b.done = true));
-      }),
+    cached: (key: ClaimKeyFields) => gate.admitCached(key, track),
     /** Admits without waiting for the gate's background work (for calls that overlap). */
     admitNow: (key: ClaimKeyFields) => gate.admit(key, (work) => void background.push({ work, done: false })),
     async admit(key: ClaimKeyFields) {
-      const r = await gate.admit(key, (work) => {
-        const b = { work, done: false };
-        background.push(b);
-        void work.finally(() => (b.done = true));
-      });
+      const r = await gate.admit(key, track);
       await settle();
       return r;
     },

@@ -9,29 +9,43 @@ import { constantTimeEqual, hex } from "./tokens";
 
 const enc = new TextEncoder();
 
-/** Imported keys by secret: importing costs more than signing, and every relayed call signs. Kept once imported, so a call signs without waiting on the import's promise. */
-type HmacKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
-const imported = new Map<string, HmacKey | Promise<HmacKey>>();
-
-function hmacKey(key: string): HmacKey | Promise<HmacKey> {
-  let k = imported.get(key);
-  if (k === undefined) {
-    if (imported.size > 1000) imported.clear();
-    const importing = crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-    imported.set(key, importing);
-    void importing.then((ready) => imported.get(key) === importing && imported.set(key, ready), () => imported.delete(key));
-    k = importing;
-  }
-  return k;
+/**
+ * Values made by a promise, by key, kept as the value once it settles, so a hot path need not
+ * await a promise per use; a rejection is forgotten (the next use makes it again). At most 1,000
+ * kept: past that the map starts over.
+ */
+function settledCache<T>(): (key: string, make: (key: string) => Promise<T>) => T | Promise<T> {
+  const kept = new Map<string, T | Promise<T>>();
+  return (key, make) => {
+    const known = kept.get(key);
+    if (known !== undefined) return known;
+    if (kept.size > 1000) kept.clear();
+    const making = make(key);
+    kept.set(key, making);
+    void making.then((ready) => kept.get(key) === making && kept.set(key, ready), () => kept.delete(key));
+    return making;
+  };
 }
 
+/** Imported keys by secret: importing costs more than signing, and every relayed call signs. */
+type HmacKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
+const hmacKey = settledCache<HmacKey>();
+const importHmacKey = (key: string): Promise<HmacKey> => crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+
 async function hmacHex(key: string, text: string): Promise<string> {
-  const k = hmacKey(key);
+  const k = hmacKey(key, importHmacKey);
   return hex(new Uint8Array(await crypto.subtle.sign("HMAC", k instanceof Promise ? await k : k, enc.encode(text))));
 }
 
 export function gatewaySecret(claimKeySecret: string, engine: string): Promise<string> {
   return hmacHex(claimKeySecret, `gateway\n${engine}`);
+}
+
+const derivedSecrets = settledCache<string>();
+
+/** gatewaySecret, kept per engine once derived: the relay signs with it on every call. */
+export function cachedGatewaySecret(claimKeySecret: string, engine: string): string | Promise<string> {
+  return derivedSecrets(`${engine}\n${claimKeySecret}`, () => gatewaySecret(claimKeySecret, engine));
 }
 
 /** What an envelope's signature covers. */

@@ -13,7 +13,7 @@
 import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
 import { verifyClaimKey } from "../auth/claim-key";
-import { gatewaySecret, signEnvelope } from "../auth/gateway-signature";
+import { cachedGatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues, internalError } from "../http/errors";
 import { MAX_BODY_BYTES, readBodyText } from "../http/body";
@@ -25,22 +25,6 @@ import { relayStream } from "./sse";
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
 const DEFAULT_DEADLINE_SECONDS = 600;
 const DEFAULT_KEEP_ALIVE_MS = 10_000;
-
-/** Derived secrets by engine: the derivation is an HMAC per call otherwise. Kept once derived, so a call does not wait on its promise. */
-const derived = new Map<string, string | Promise<string>>();
-
-function engineGatewaySecret(claimKeySecret: string, engine: string): string | Promise<string> {
-  const k = `${engine}\n${claimKeySecret}`;
-  let s = derived.get(k);
-  if (s === undefined) {
-    if (derived.size > 1000) derived.clear();
-    const deriving = gatewaySecret(claimKeySecret, engine);
-    derived.set(k, deriving);
-    void deriving.then((ready) => derived.get(k) === deriving && derived.set(k, ready), () => derived.delete(k));
-    s = deriving;
-  }
-  return s;
-}
 
 function numberVar(v: string | undefined, fallback: number): number {
   const n = Number(v);
@@ -112,7 +96,7 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   };
   const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
-  const secret = engineGatewaySecret(env.CLAIM_KEY_SECRET, key.engine);
+  const secret = cachedGatewaySecret(env.CLAIM_KEY_SECRET, key.engine);
   const signature = await signEnvelope(typeof secret === "string" ? secret : await secret, ts, body);
   const network = env.RELAY_NETWORK;
   const upstream = (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
