@@ -227,6 +227,50 @@ describe("relay", () => {
     expect((await e.client.runningEpisodes()).episodes[0]?.llm_call_count).toBe(4);
   }, 30_000);
 
+  it("fails each waiting call at its deadline while the isolate's one deadline watch passes from call to call", async () => {
+    const e = await engineWithClaim();
+    const key = e.claim.openai_api_key;
+    const timed = async (model: string, opts: { after: number; abortAt?: number }) => {
+      await new Promise((r) => setTimeout(r, opts.after));
+      const started = Date.now();
+      const abort = new AbortController();
+      if (opts.abortAt !== undefined) setTimeout(() => abort.abort(), opts.abortAt);
+      try {
+        const res = await fetch(`${e.claim.openai_base_url}/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }),
+          signal: abort.signal,
+        });
+        const body = JSON.parse(await res.text()) as { error?: { code?: string } };
+        return { status: res.status, code: body.error?.code ?? null, ms: Date.now() - started };
+      } catch {
+        return { status: 0, code: "client_left", ms: Date.now() - started };
+      }
+    };
+    // The first call holds the watch and is answered after 600 ms: the watch goes to the newest
+    // waiting call (a client that left, whose request may be gone: then it goes on to another),
+    // and every hanging call still gets its 504 at its own deadline (2 s here).
+    const calls = await Promise.all([
+      timed("zmq-like", { after: 0 }),
+      timed("hang", { after: 50 }),
+      timed("tiny", { after: 80 }),
+      timed("hang", { after: 100 }),
+      timed("hang", { after: 150, abortAt: 100 }),
+      timed("zmq-like", { after: 200 }),
+    ]);
+    expect(calls.map((c) => c.status)).toEqual([200, 504, 200, 504, 0, 200]);
+    for (const c of calls.filter((x) => x.status === 504)) {
+      expect(c.code).toBe("upstream_timeout");
+      expect(c.ms).toBeGreaterThanOrEqual(1_900);
+      expect(c.ms).toBeLessThan(2_500);
+    }
+    // One more, alone, after all that: the watch was not lost on the way.
+    const last = await timed("hang", { after: 0 });
+    expect([last.status, last.code]).toEqual([504, "upstream_timeout"]);
+    expect(last.ms).toBeLessThan(3_200);
+  }, 30_000);
+
   it("refuses forged, foreign and dead keys, bad bodies, and engines that cannot serve", async () => {
     const e = await engineWithClaim();
     const other = await engineWithClaim();

@@ -21,6 +21,7 @@ import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
 import { openaiErrorResponse } from "./openai-errors";
 import { relayStream } from "./sse";
+import { DeadlineWatch } from "./deadline-watch";
 
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
 const DEFAULT_DEADLINE_SECONDS = 600;
@@ -37,6 +38,23 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
     return { status: 504, message: `the inference upstream did not answer within ${deadline} s`, code: "upstream_timeout" };
   }
   return { status: 502, message: `the inference gateway could not be reached: ${e instanceof Error ? e.message : String(e)}`, code: "gateway_unreachable" };
+}
+
+/** The isolate's deadlines of relayed calls that are not streamed. */
+const deadlines = new DeadlineWatch();
+
+/** The gateway's answer, read unless it is passed on as it came (`text` null). */
+type Answer = { res: Response; text: string | null };
+
+/**
+ * The gateway answers 200 only with a JSON object it has checked, and sends it whole (the agent's
+ * http-upstream.ts and agentjet.ts): that answer goes to the client as it came, unread and not
+ * rebuilt (its headers are the gateway's: the type and length, and Node's date). Anything else
+ * is read, under the deadline, and judged.
+ */
+async function readUnlessPassed(res: Response): Promise<Answer> {
+  if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("application/json")) return { res, text: null };
+  return { res, text: await res.text() };
 }
 
 async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: RelayEndpoint, pathEngine: string | undefined): Promise<Response> {
@@ -99,34 +117,28 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   const secret = cachedGatewaySecret(env.CLAIM_KEY_SECRET, key.engine);
   const signature = await signEnvelope(typeof secret === "string" ? secret : await secret, ts, body);
   const network = env.RELAY_NETWORK;
-  const upstream = (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
-    method: "POST",
-    headers: { "content-type": "application/json", [SIGNATURE_HEADER]: signature, [TIMESTAMP_HEADER]: String(ts) },
-    body,
-    signal: AbortSignal.timeout(deadline * 1000),
-  });
+  const send = (signal?: AbortSignal): Promise<Response> =>
+    (network ? network.fetch.bind(network) : fetch)(admitted.body.gateway_url.replace(/\/+$/, "") + GATEWAY_RELAY_PATH, {
+      method: "POST",
+      headers: { "content-type": "application/json", [SIGNATURE_HEADER]: signature, [TIMESTAMP_HEADER]: String(ts) },
+      body,
+      signal,
+    });
 
   if (request?.["stream"] === true) {
-    return relayStream(upstream, numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline));
+    // A stream already keeps a timer of its own (the keep-alives), and its deadline covers every token.
+    return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline));
   }
-  let res: Response;
+  // A whole answer waits under the isolate's deadline watch, not a timer of its own (deadline-watch.ts).
+  let answer: Answer;
   try {
-    res = await upstream;
+    answer = await deadlines.race(send().then(readUnlessPassed), deadline * 1000, background);
   } catch (e) {
     const f = describeFailure(e, deadline);
     return openaiErrorResponse(f.status, f.message, f.code);
   }
-  // The gateway answers 200 only with a JSON object it has checked (the agent's http-upstream.ts
-  // and agentjet.ts): that answer goes to the client as it came, unread and not rebuilt (its
-  // headers are the gateway's: the type and length, and Node's date). Anything else is read and judged.
-  if (res.status === 200 && (res.headers.get("content-type") ?? "").startsWith("application/json")) return res;
-  let text: string;
-  try {
-    text = await res.text();
-  } catch (e) {
-    const f = describeFailure(e, deadline);
-    return openaiErrorResponse(f.status, f.message, f.code);
-  }
+  const { res, text } = answer;
+  if (text === null) return res;
   let json: unknown;
   try {
     json = JSON.parse(text);
