@@ -1,6 +1,6 @@
 /**
  * Deadlines of relayed calls with one timer per isolate instead of one per call. Arming a timer
- * costs a request in workerd about 0.02 ms of CPU, near a tenth of a relayed call's
+ * costs a request in workerd about 0.03 ms of CPU, a tenth of a relayed call's
  * (`bench:relay-profile`, BENCHMARKS.md "The relay at scale"), and nearly every call answers
  * long before its deadline: so one waiting call at a time, the holder, keeps a timer for all,
  * and when it fires it fails every call past its deadline.
