@@ -36,6 +36,14 @@ function fakeTime() {
     },
     /** Every timer set so far is dropped, as when the requests that set them are cut off. */
     dropAll: () => timers.forEach((x) => (x.live = false)),
+    /** Moves the clock and runs the timers due, without letting any promise continuation run first. */
+    runTimersNow(ms: number): void {
+      t += ms;
+      for (const x of timers.filter((y) => y.live && y.at <= t).sort((a, b) => a.at - b.at)) {
+        x.live = false;
+        x.fn();
+      }
+    },
     async advance(ms: number): Promise<void> {
       const end = t + ms;
       for (;;) {
@@ -184,6 +192,25 @@ describe("deadline watch", () => {
     await time.advance(CONFIRM_MS);
     expect(time.live).toBe(0);
     expect(holder.req.holding || waiting.req.holding).toBe(false);
+  });
+
+  it("lets a hand-over that reaches its call only after the giver's check take the watch, which no one holds by then", async () => {
+    const time = fakeTime();
+    const watch = new DeadlineWatch(time.clock);
+    const holder = call(watch, 2_000);
+    const late = call(watch, 2_000);
+    await time.advance(100);
+    holder.answer("done");
+    // The holder's answer runs (and hands the watch to \`late\`); \`late\`'s continuation has not.
+    await Promise.resolve();
+    time.runTimersNow(CONFIRM_MS);
+    expect(late.req.holding).toBe(false);
+    await settle();
+    expect(late.req.holding).toBe(true);
+    await time.advance(2_000 - 100 - CONFIRM_MS - 1);
+    expect(late.out.settled).toBeNull();
+    await time.advance(1);
+    expect(timedOut(late)).toBe(true);
   });
 
   it("moves the watch on after TURN_MS even while its holder still waits, so no request keeps it past its background's 30 s", async () => {
