@@ -29,6 +29,7 @@ import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
 import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
 import { createEngine, serveExchange } from "../serve/exchange";
+import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { freePort } from "../serve/process";
 import { cpuMeter, paired } from "../stats";
 import { startRelayFloor } from "./floor/serve";
@@ -47,7 +48,7 @@ const CPU_WINDOWS = arg("--cpu") === undefined ? 0 : Number(arg("--cpu"));
 const FRESH = Math.max(1, Number(arg("--fresh") ?? 4));
 const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(arg("--capture"));
 const log = (m: string): void => void process.stderr.write(`[bench:relay-profile] ${m}\n`);
-const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000 });
+const dispatcher = new Agent({ connections: null, keepAliveTimeout: CLIENT_KEEP_ALIVE_MS });
 const BODY = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "say something short" }] });
 
 type ProfileNode = { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] };

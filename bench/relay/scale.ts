@@ -27,6 +27,7 @@ import { closedLoop } from "../load/closed-loop";
 import { runLoad } from "../loadgen";
 import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
 import { createEngine, serveExchange } from "../serve/exchange";
+import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { summarize, type CpuUse, type Latency } from "../stats";
 import { startRelayFloor } from "./floor/serve";
 import { renderScaleChart } from "./scale-chart";
@@ -50,7 +51,7 @@ const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(a
 const log = (m: string): void => void process.stderr.write(`[bench:relay-scale] ${m}\n`);
 
 /** Enough sockets for a thousand clients calling at once, kept alive. */
-const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, pipelining: 1 });
+const dispatcher = new Agent({ connections: null, keepAliveTimeout: CLIENT_KEEP_ALIVE_MS, pipelining: 1 });
 const BODY = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "say something short" }] });
 
 type Target = { url: string; key: string };
