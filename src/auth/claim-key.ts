@@ -9,24 +9,17 @@
  * `sk-rx.<engine>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>` for engines made before
  * incarnations (theirs is ""), so keys out when they were are still good.
  */
+import { settledCache } from "./settled-cache";
 import { b64url } from "./tokens";
 
 export type ClaimKeyFields = { engine: string; incarnation: string; episode_uuid: string; fence: number };
 
-const keys = new Map<string, Promise<CryptoKey>>();
 const utf8 = new TextEncoder();
 
-function hmacKey(secret: string): Promise<CryptoKey> {
-  let k = keys.get(secret);
-  if (!k) {
-    k = crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
-      "sign",
-      "verify",
-    ]);
-    keys.set(secret, k);
-  }
-  return k;
-}
+/** Imported keys by secret (each claim signs, and a new key verifies, with one). */
+const keys = settledCache<CryptoKey>();
+const importKey = (secret: string): Promise<CryptoKey> => crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+const hmacKey = (secret: string): CryptoKey | Promise<CryptoKey> => keys(secret, importKey);
 
 /** A new engine's incarnation: random, short, and made of characters a key's parts may hold. */
 export function newIncarnation(): string {
