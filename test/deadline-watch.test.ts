@@ -90,6 +90,14 @@ function call(watch: DeadlineWatch, ms: number, req = request()) {
 
 const timedOut = (c: ReturnType<typeof call>): boolean => c.out.settled !== null && "error" in c.out.settled && c.out.settled.error.name === "TimeoutError";
 
+/** `c` still waits `ms` - 1 from now, and has failed with a TimeoutError at `ms`. */
+async function expectTimeoutIn(time: ReturnType<typeof fakeTime>, c: ReturnType<typeof call>, ms: number): Promise<void> {
+  await time.advance(ms - 1);
+  expect(c.out.settled).toBeNull();
+  await time.advance(1);
+  expect(timedOut(c)).toBe(true);
+}
+
 describe("deadline watch", () => {
   it("fails a call that gets no answer at its deadline to the millisecond, and answers the others as they come", async () => {
     const time = fakeTime();
@@ -100,10 +108,7 @@ describe("deadline watch", () => {
     quick.answer("hello");
     await settle();
     expect(quick.out.settled).toEqual({ value: "hello" });
-    await time.advance(699);
-    expect(hung.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(hung)).toBe(true);
+    await expectTimeoutIn(time, hung, 700);
     expect(watch.size).toBe(0);
     expect(time.live).toBe(0);
     expect(hung.req.holding || quick.req.holding).toBe(false);
@@ -158,14 +163,8 @@ describe("deadline watch", () => {
     // The newest waiting call took the watch in its own request; the holder's is let go once it did.
     expect(b.req.holding).toBe(true);
     expect(holder.req.holding).toBe(false);
-    await time.advance(2_010 - 100 - 1);
-    expect(a.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(a)).toBe(true);
-    await time.advance(9);
-    expect(b.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(b)).toBe(true);
+    await expectTimeoutIn(time, a, 2_010 - 100);
+    await expectTimeoutIn(time, b, 10);
     expect(time.live).toBe(0);
   });
 
@@ -184,10 +183,7 @@ describe("deadline watch", () => {
     await time.advance(CONFIRM_MS);
     expect(waiting.req.holding).toBe(true);
     expect(holder.req.holding).toBe(false);
-    await time.advance(2_000 - 100 - CONFIRM_MS - 1);
-    expect(waiting.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(waiting)).toBe(true);
+    await expectTimeoutIn(time, waiting, 2_000 - 100 - CONFIRM_MS);
     expect(timedOut(gone)).toBe(true);
     await time.advance(CONFIRM_MS);
     expect(time.live).toBe(0);
@@ -207,10 +203,7 @@ describe("deadline watch", () => {
     expect(late.req.holding).toBe(false);
     await settle();
     expect(late.req.holding).toBe(true);
-    await time.advance(2_000 - 100 - CONFIRM_MS - 1);
-    expect(late.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(late)).toBe(true);
+    await expectTimeoutIn(time, late, 2_000 - 100 - CONFIRM_MS);
   });
 
   it("moves the watch on after TURN_MS even while its holder still waits, so no request keeps it past its background's 30 s", async () => {
@@ -225,10 +218,7 @@ describe("deadline watch", () => {
     expect(first.req.holding).toBe(false);
     expect(second.req.holding).toBe(true);
     expect(TURN_MS + TICK_MS).toBeLessThan(30_000);
-    await time.advance(60_000 - 1 - TURN_MS - TICK_MS - 1);
-    expect(first.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(first)).toBe(true);
+    await expectTimeoutIn(time, first, 60_000 - 1 - TURN_MS - TICK_MS);
     await time.advance(1);
     expect(timedOut(second)).toBe(true);
   });
@@ -243,10 +233,7 @@ describe("deadline watch", () => {
     await time.advance(TICK_MS + CONFIRM_MS);
     const newcomer = call(watch, 30_000);
     expect(newcomer.req.holding).toBe(true);
-    await time.advance(30_000 - 1_000 - TICK_MS - CONFIRM_MS - 1);
-    expect(orphan.out.settled).toBeNull();
-    await time.advance(1);
-    expect(timedOut(orphan)).toBe(true);
+    await expectTimeoutIn(time, orphan, 30_000 - 1_000 - TICK_MS - CONFIRM_MS);
     newcomer.answer("late but fine");
     await settle();
     expect(newcomer.out.settled).toEqual({ value: "late but fine" });
