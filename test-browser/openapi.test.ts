@@ -1,8 +1,8 @@
 /**
  * /openapi.json from the live local Worker: valid OpenAPI 3.1 (checked by a real validator),
- * complete (every ENGINE_API route in both path forms, every admin route), with the roles, the
- * bearer security and the error body of each 4xx; and true (the admin routes answer as the
- * document says, and every documented engine path exists).
+ * complete (every ENGINE_API and ATROPOS_API route in both path forms, every admin route), with
+ * the roles, the bearer security and the error body of each 4xx; and true (the admin routes and
+ * Atropos's answer as the document says, and every documented engine path exists).
  *
  * No browser here, so this file is type-checked without the DOM (tsconfig.contract.json): it
  * imports the route table, which pulls in the engine's Worker-typed modules.
@@ -14,6 +14,8 @@ import { ENGINE_API } from "../src/http/engine-api";
 import { mayRun } from "../src/auth/roles";
 import { ROLES } from "../src/protocol/admin";
 import { ADMIN_API } from "../src/openapi/admin-api";
+import { ATROPOS_API } from "../src/atropos/routes";
+import { atroposOp } from "../src/engine/atropos-hub";
 import { promiseOf, type Doc as ReadDoc } from "../test/fuzz/document";
 import { ADMIN_TOKEN, startExchange, type TestExchange } from "./support/exchange";
 
@@ -88,6 +90,8 @@ describe("/openapi.json", () => {
           if (!status.startsWith("4")) continue;
           // MCP answers a message it cannot read with JSON-RPC's own error object, as the protocol has it.
           if (path.endsWith("/mcp") && status === "400") continue;
+          // Atropos's clients read FastAPI's 422 and its middleware's plain-text 400 (the test below).
+          if (path.includes("/atropos") && (status === "400" || status === "422")) continue;
           expect(r.$ref).toBe(`#/components/responses/Error${status}`);
           expect(doc.components.responses[`Error${status}`]?.content["application/json"]?.schema).toEqual({ $ref: "#/components/schemas/ErrorResponse" });
         }
@@ -128,6 +132,52 @@ describe("/openapi.json", () => {
       const text = await res.text();
       if (promised?.kind === "json") expect(promised.schema.safeParse(JSON.parse(text)).error, `${status}: ${text.slice(0, 200)}`).toBeUndefined();
       else expect(text).toBe("");
+    }
+  });
+
+  it("describes Atropos's API in both path forms, and as it answers: FastAPI's 422, plain texts, Atropos's 500", async () => {
+    for (const spec of ATROPOS_API) {
+      const roles = [...ROLES.filter((r) => mayRun(r, atroposOp(spec.route))), "admin"];
+      for (const prefix of ["/e/{engine}", "/e/{engine}/t/{token}"]) {
+        const op = doc.paths[`${prefix}/atropos${spec.path}`]?.[spec.method.toLowerCase()];
+        expect(op, `${spec.method} ${prefix}/atropos${spec.path}`).toBeDefined();
+        expect(op?.["x-roles"]).toEqual(roles);
+        if (spec.body !== undefined) expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["400", "413", "422"]));
+      }
+    }
+    const { tokens } = await ex.admin.createEngine("atropos-documented");
+    const base = `${ex.url}/e/atropos-documented/t/${tokens.trainer}/atropos`;
+    const json = { "content-type": "application/json" };
+    const cases: { path: string; method: string; init?: RequestInit; status: number; text?: string }[] = [
+      { path: "/register", method: "post", init: { headers: json, body: JSON.stringify({ wandb_group: "g" }) }, status: 422 },
+      { path: "/register", method: "post", init: { headers: json, body: "{" }, status: 422 },
+      { path: "/register", method: "post", init: { headers: { ...json, "content-encoding": "gzip" }, body: "not gzip" }, status: 400, text: "Invalid gzip payload" },
+      {
+        path: "/register",
+        method: "post",
+        init: { headers: json, body: JSON.stringify({ wandb_group: "g", wandb_project: "p", batch_size: 2, max_token_len: 64, checkpoint_dir: "/c", save_checkpoint_interval: 1, starting_step: 0, num_steps: 9 }) },
+        status: 200,
+      },
+      { path: "/status-env?env_id=3", method: "get", status: 500, text: "Internal Server Error" },
+      { path: "/reset_data", method: "get", status: 200, text: "Reset successful" },
+      { path: "/batch", method: "get", status: 500, text: "Internal Server Error" },
+      { path: "/status", method: "get", status: 200 },
+    ];
+    for (const c of cases) {
+      const res = await fetch(base + c.path, { method: c.method.toUpperCase(), ...c.init });
+      const where = `${c.method} ${c.path} (${JSON.stringify(c.init?.body ?? "")})`;
+      expect(res.status, where).toBe(c.status);
+      const op = (doc as unknown as ReadDoc).paths[`/e/{engine}/t/{token}/atropos${c.path.replace(/\?.*/, "")}`]?.[c.method];
+      const promised = promiseOf(doc as unknown as ReadDoc, op!, c.status);
+      const text = await res.text();
+      if (c.text !== undefined) {
+        expect(promised?.kind, where).toBe("text");
+        expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
+        expect(text).toBe(c.text);
+      }
+      if (promised?.kind === "json") expect(promised.schema.safeParse(JSON.parse(text)).error, `${where}: ${text.slice(0, 200)}`).toBeUndefined();
+      else if (promised?.kind === "text") expect(promised.schema.safeParse(text).error, where).toBeUndefined();
+      else expect.fail(`${where}: the document lists no answer for ${c.status}`);
     }
   });
 

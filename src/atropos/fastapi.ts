@@ -3,11 +3,26 @@
  * `{"detail": [{type, loc, msg, input}]}` (pydantic's errors, `loc` starting at "body"), and a
  * 400 plain-text "Invalid gzip payload" from Atropos's gzip middleware.
  */
-import type { z } from "zod";
+import { z } from "zod";
 import type { PydanticIssue } from "../protocol/atropos";
 import { jsonResponse } from "../http/errors";
 
-type Detail = { type: string; loc: (string | number)[]; msg: string; input: unknown; ctx?: Record<string, unknown> };
+/** FastAPI's 422 body: one entry per pydantic error, `loc` its place from "body" down. */
+export const FastApiValidationError = z.object({
+  detail: z.array(
+    z.object({
+      type: z.string(),
+      loc: z.array(z.union([z.string(), z.number().int()])),
+      msg: z.string(),
+      input: z.unknown(),
+      ctx: z.record(z.string(), z.unknown()).optional(),
+    }),
+  ),
+});
+type Detail = z.output<typeof FastApiValidationError>["detail"][number];
+
+/** Atropos's gzip middleware's answer to a body that says it is gzip and is not. */
+export const INVALID_GZIP_TEXT = "Invalid gzip payload";
 
 export const unprocessable = (detail: Detail[]): Response => jsonResponse({ detail }, 422);
 
@@ -48,4 +63,4 @@ export function jsonInvalid(text: string, error: unknown): Response {
 /** FastAPI's 422 for a request that needs a body and has none. */
 export const bodyMissing = (): Response => unprocessable([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
 
-export const invalidGzip = (): Response => new Response("Invalid gzip payload", { status: 400, headers: { "content-type": "text/plain; charset=utf-8" } });
+export const invalidGzip = (): Response => new Response(INVALID_GZIP_TEXT, { status: 400, headers: { "content-type": "text/plain; charset=utf-8" } });

@@ -15,7 +15,8 @@ import { engineCaller } from "../http/engine-caller";
 import { errorResponse, replyResponse } from "../http/errors";
 import { MAX_BODY_BYTES, readStream } from "../http/body";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
-import { AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
+import { AtroposConfig, AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
+import * as Answers from "../protocol/atropos-answers";
 import type { Reply } from "../engine/reply";
 import type { AtroposCall, AtroposPlainRoute, AtroposSent } from "../engine/atropos-hub";
 import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
@@ -26,11 +27,22 @@ export const MAX_INFLATED_BYTES = 4 * MAX_BODY_BYTES;
 /** Starlette's GZipMiddleware(minimum_size=1000). */
 const GZIP_MINIMUM = 1000;
 
-type Spec = {
+/** What a route answers with 200: JSON of a schema (protocol/atropos-answers.ts), or one of Atropos's plain texts. */
+export type AtroposAnswerSpec = { json: z.ZodType } | { text: string };
+
+export type AtroposRouteSpec = {
   method: "GET" | "POST";
   path: string;
+  summary: string;
+  /** The call it makes: the engine operation, so the roles, follow from it (atroposOp). */
+  route: AtroposCall["route"];
   /** `query` names a field also read from the query string when the body is empty (a GET whose client cannot send a body). */
   body?: { schema: z.ZodType; model: "object" | "list"; query?: string };
+  answer: AtroposAnswerSpec;
+  /** Atropos's 500 ("Internal Server Error", plain text) where its handler raises: kept, since its clients retry on it. */
+  raises?: true;
+  /** A GET that changes the engine's state (Atropos's /batch takes a batch): never retried or cached. */
+  changesState?: true;
   call: (input: unknown) => AtroposCall | Response;
 };
 
@@ -46,25 +58,105 @@ function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean): At
   return { route: "scored_data", groups: out, list };
 }
 
-export const ATROPOS_API: Spec[] = [
-  { method: "GET", path: "", call: none("root") },
-  { method: "GET", path: "/", call: none("root") },
-  { method: "POST", path: "/register", body: { schema: AtroposRegistration, model: "object" }, call: (b) => ({ route: "register", body: b as z.output<typeof AtroposRegistration> }) },
-  { method: "GET", path: "/info", call: none("info") },
-  { method: "GET", path: "/wandb_info", call: none("wandb_info") },
-  { method: "GET", path: "/batch", call: none("batch") },
-  { method: "POST", path: "/register-env", body: { schema: AtroposRegisterEnv, model: "object" }, call: (b) => ({ route: "register_env", body: b as z.output<typeof AtroposRegisterEnv> }) },
-  { method: "POST", path: "/disconnect-env", body: { schema: AtroposEnvIdentifier, model: "object" }, call: (b) => ({ route: "disconnect_env", body: b as { env_id: number } }) },
-  { method: "POST", path: "/scored_data", body: { schema: AtroposScoredData, model: "object" }, call: (b) => scored([b as z.output<typeof AtroposScoredData>], false) },
-  { method: "POST", path: "/scored_data_list", body: { schema: AtroposScoredDataList, model: "list" }, call: (b) => scored(b as z.output<typeof AtroposScoredDataList>, true) },
-  { method: "GET", path: "/status", call: none("status") },
+const ROOT = { summary: "Atropos's root: a greeting that says the API is up.", route: "root", answer: { json: Answers.AtroposRoot }, call: none("root") } as const;
+
+export const ATROPOS_API: AtroposRouteSpec[] = [
+  { method: "GET", path: "", ...ROOT },
+  { method: "GET", path: "/", ...ROOT },
+  {
+    method: "POST",
+    path: "/register",
+    summary: "A trainer registers its run: batch size, token length, step and W&B names. A registration while one holds keeps the queue.",
+    route: "register",
+    body: { schema: AtroposRegistration, model: "object" },
+    answer: { json: Answers.AtroposRegistered },
+    call: (b) => ({ route: "register", body: b as z.output<typeof AtroposRegistration> }),
+  },
+  { method: "GET", path: "/info", summary: "The registered batch size and token length (-1 each before a trainer registers).", route: "info", answer: { json: Answers.AtroposInfo }, call: none("info") },
+  { method: "GET", path: "/wandb_info", summary: "The registered W&B group and project.", route: "wandb_info", answer: { json: Answers.AtroposWandbInfo }, call: none("wandb_info") },
+  {
+    method: "GET",
+    path: "/batch",
+    summary: "The trainer takes the next batch of scored groups (null while none is ready). Its first call starts the run for environments.",
+    route: "batch",
+    answer: { json: Answers.AtroposBatch },
+    raises: true,
+    changesState: true,
+    call: none("batch"),
+  },
+  {
+    method: "POST",
+    path: "/register-env",
+    summary: "An environment registers: its token length, name, weight and group size. Before the trainer's first batch it is told to wait.",
+    route: "register_env",
+    body: { schema: AtroposRegisterEnv, model: "object" },
+    answer: { json: Answers.AtroposEnvRegistered },
+    call: (b) => ({ route: "register_env", body: b as z.output<typeof AtroposRegisterEnv> }),
+  },
+  {
+    method: "POST",
+    path: "/disconnect-env",
+    summary: "An environment leaves: its share of batches goes to the others.",
+    route: "disconnect_env",
+    body: { schema: AtroposEnvIdentifier, model: "object" },
+    answer: { json: Answers.AtroposEnvDisconnected },
+    call: (b) => ({ route: "disconnect_env", body: b as { env_id: number } }),
+  },
+  {
+    method: "POST",
+    path: "/scored_data",
+    summary: "An environment sends one scored group; a group smaller than its env's group size waits in a buffer for others.",
+    route: "scored_data",
+    body: { schema: AtroposScoredData, model: "object" },
+    answer: { json: Answers.AtroposScoredReceived },
+    raises: true,
+    call: (b) => scored([b as z.output<typeof AtroposScoredData>], false),
+  },
+  {
+    method: "POST",
+    path: "/scored_data_list",
+    summary: "An environment sends several scored groups at once.",
+    route: "scored_data",
+    body: { schema: AtroposScoredDataList, model: "list" },
+    answer: { json: Answers.AtroposScoredListReceived },
+    raises: true,
+    call: (b) => scored(b as z.output<typeof AtroposScoredDataList>, true),
+  },
+  { method: "GET", path: "/status", summary: "The step and the queue's size, and what keeps queued groups from being taken (`stalls`).", route: "status", answer: { json: Answers.AtroposStatus }, call: none("status") },
   // A GET with a JSON body, as Atropos's BaseEnv sends it.
-  { method: "GET", path: "/status-env", body: { schema: AtroposEnvIdentifier, model: "object", query: "env_id" }, call: (b) => ({ route: "status_env", body: b as { env_id: number } }) },
-  { method: "GET", path: "/latest_example", call: none("latest_example") },
-  { method: "GET", path: "/reset_data", call: none("reset_data") },
+  {
+    method: "GET",
+    path: "/status-env",
+    summary: "An environment's share of the queue and its weight. A GET with a JSON body, as Atropos's environments send it (or `?env_id=`).",
+    route: "status_env",
+    body: { schema: AtroposEnvIdentifier, model: "object", query: "env_id" },
+    answer: { json: Answers.AtroposEnvStatus },
+    raises: true,
+    // Atropos keeps the largest group size it has seen queued for the env as its group size.
+    changesState: true,
+    call: (b) => ({ route: "status_env", body: b as { env_id: number } }),
+  },
+  { method: "GET", path: "/latest_example", summary: "The latest group queued, for a look at what environments send.", route: "latest_example", answer: { json: Answers.AtroposLatestExample }, call: none("latest_example") },
+  {
+    method: "GET",
+    path: "/reset_data",
+    summary: "The trainer drops the registration, the queue and every group held.",
+    route: "reset_data",
+    answer: { text: Answers.ATROPOS_RESET_TEXT },
+    changesState: true,
+    call: none("reset_data"),
+  },
   // The exchange's own: the queue's bound.
-  { method: "GET", path: "/config", call: none("config") },
-  { method: "POST", path: "/config", body: { schema: UpdateAtroposConfigRequest, model: "object" }, call: (b) => ({ route: "configure", body: b as z.output<typeof UpdateAtroposConfigRequest> }) },
+  { method: "GET", path: "/config", summary: "The exchange's settings for this API: the most groups the engine holds (`max_groups`).", route: "config", answer: { json: AtroposConfig }, call: none("config") },
+  {
+    method: "POST",
+    path: "/config",
+    summary: "Changes the exchange's settings for this API.",
+    route: "configure",
+    body: { schema: UpdateAtroposConfigRequest, model: "object" },
+    answer: { json: AtroposConfig },
+    call: (b) => ({ route: "configure", body: b as z.output<typeof UpdateAtroposConfigRequest> }),
+  },
 ];
 
 /** The body's bytes, inflated when it says it is gzip; a Response for a body that is too large or not gzip. */
@@ -80,7 +172,7 @@ async function bodyBytes(request: Request): Promise<Uint8Array | Response> {
 }
 
 /** The request's input as FastAPI reads it: JSON when the content type is JSON or absent, the text itself otherwise. */
-async function readInput(request: Request, spec: NonNullable<Spec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
+async function readInput(request: Request, spec: NonNullable<AtroposRouteSpec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
   const bytes = await bodyBytes(request);
   if (bytes instanceof Response) return { ok: false, response: bytes };
   const fromQuery = spec.query === undefined ? null : new URL(request.url).searchParams.get(spec.query);
@@ -100,7 +192,7 @@ async function readInput(request: Request, spec: NonNullable<Spec["body"]>): Pro
   return validated(spec, raw);
 }
 
-function validated(spec: NonNullable<Spec["body"]>, raw: unknown): { ok: true; value: unknown } | { ok: false; response: Response } {
+function validated(spec: NonNullable<AtroposRouteSpec["body"]>, raw: unknown): { ok: true; value: unknown } | { ok: false; response: Response } {
   const parsed = spec.schema.safeParse(raw);
   if (!parsed.success) return { ok: false, response: unprocessable(pydanticErrors(parsed.error, raw, spec.model)) };
   return { ok: true, value: parsed.data };
@@ -121,7 +213,7 @@ async function answer(c: Context, a: AtroposSent): Promise<Response> {
   return gzipped(await new Response(compress(new Blob([bytes]).stream())).arrayBuffer());
 }
 
-async function handle(c: Context, spec: Spec): Promise<Response> {
+async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
   if (!who.ok) return replyResponse(who);
   let input: unknown = undefined;

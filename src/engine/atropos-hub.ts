@@ -8,7 +8,9 @@
  * batch, what keeps batches from being cut is reported (stalls), and each group goes to D1 as
  * a trajectory through the outbox. The Worker has validated and serialized every group.
  */
-import { DEFAULT_ATROPOS_CONFIG, type AtroposConfig, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import type { z } from "zod";
+import { AtroposConfig, DEFAULT_ATROPOS_CONFIG, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
 import { fail, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
@@ -33,8 +35,8 @@ export type AtroposCall =
   | { route: "configure"; body: Partial<AtroposConfig> };
 
 /** The operation (and so the roles: auth/roles.ts) each call needs. */
-export function atroposOp(call: AtroposCall): EngineOp {
-  switch (call.route) {
+export function atroposOp(route: AtroposCall["route"]): EngineOp {
+  switch (route) {
     case "register":
     case "batch":
     case "reset_data":
@@ -54,10 +56,11 @@ export type AtroposAnswer = { raw: string } | { text: string; status: 200 | 500 
 /** What the Worker gets: a taken batch's answer as a stream of its JSON. */
 export type AtroposSent = Exclude<AtroposAnswer, { taken: number }> | { stream: ReadableStream<Uint8Array> };
 
-const json = (v: unknown): AtroposAnswer => ({ raw: JSON.stringify(v) });
+/** An answer of the type its schema gives (protocol/atropos-answers.ts, which the OpenAPI document describes). */
+const json = <S extends z.ZodType>(_answer: S, v: z.output<S>): AtroposAnswer => ({ raw: JSON.stringify(v) });
 
 /** What Starlette answers when a handler raises (an IndexError, a ZeroDivisionError...). */
-const SERVER_ERROR: AtroposAnswer = { text: "Internal Server Error", status: 500 };
+const SERVER_ERROR: AtroposAnswer = { text: Answers.ATROPOS_SERVER_ERROR_TEXT, status: 500 };
 
 /** `list[i]` as Python reads it: a negative index counts from the end. */
 function pyIndex<T>(list: readonly T[], i: number): T | undefined {
@@ -94,17 +97,17 @@ export class AtroposHub {
     const s = this.store.state();
     switch (call.route) {
       case "root":
-        return ok(json({ message: "AtroposLib API" }));
+        return ok(json(Answers.AtroposRoot, { message: "AtroposLib API" }));
       case "register":
         return ok(this.register(s, call.body));
       case "info":
-        return ok(json(s.registered ? { batch_size: s.batch_size, max_token_len: s.max_token_len } : { batch_size: -1, max_token_len: -1 }));
+        return ok(json(Answers.AtroposInfo, s.registered ? { batch_size: s.batch_size, max_token_len: s.max_token_len ?? -1 } : { batch_size: -1, max_token_len: -1 }));
       case "wandb_info":
-        return ok(json({ group: s.group, project: s.project }));
+        return ok(json(Answers.AtroposWandbInfo, { group: s.group, project: s.project }));
       case "register_env":
-        return ok(json(this.registerEnv(s, call.body)));
+        return ok(json(Answers.AtroposEnvRegistered, this.registerEnv(s, call.body)));
       case "disconnect_env":
-        return ok(json(this.disconnectEnv(s, call.body.env_id)));
+        return ok(json(Answers.AtroposEnvDisconnected, this.disconnectEnv(s, call.body.env_id)));
       case "batch":
         return ok(this.batch(s));
       case "latest_example":
@@ -112,18 +115,18 @@ export class AtroposHub {
       case "scored_data":
         return this.scored(s, call.groups, call.list);
       case "status":
-        return ok(json(this.status(s)));
+        return ok(json(Answers.AtroposStatus, this.status(s)));
       case "status_env":
         return ok(this.statusEnv(s, call.body.env_id));
       case "reset_data":
         this.reset(s);
-        return ok({ text: "Reset successful", status: 200 });
+        return ok({ text: Answers.ATROPOS_RESET_TEXT, status: 200 });
       case "config":
-        return ok(json(this.config()));
+        return ok(json(AtroposConfig, this.config()));
       case "configure": {
         const next = { ...this.config(), ...call.body };
         this.kv.set("atropos_config", next);
-        return ok(json(next));
+        return ok(json(AtroposConfig, next));
       }
     }
   }
@@ -153,7 +156,7 @@ export class AtroposHub {
     return { raw: `{"uuid":${uuid4Int()}}` };
   }
 
-  private registerEnv(s: AtroposState, r: AtroposRegisterEnv): Record<string, unknown> {
+  private registerEnv(s: AtroposState, r: AtroposRegisterEnv): z.output<typeof Answers.AtroposEnvRegistered> {
     if (s.started !== true) return { status: "wait for trainer to start" };
     const envs = this.store.envs();
     const realName = `${r.desired_name}_${envs.filter((e) => e.desired_name === r.desired_name).length}`;
@@ -180,7 +183,7 @@ export class AtroposHub {
     };
   }
 
-  private disconnectEnv(s: AtroposState, envId: number): Record<string, unknown> {
+  private disconnectEnv(s: AtroposState, envId: number): z.output<typeof Answers.AtroposEnvDisconnected> {
     if (!s.registered) return { status: "failure", error: "'State' object has no attribute 'envs'" };
     const env = pyIndex(this.store.envs(), envId);
     if (env === undefined) return { status: "failure", error: "list index out of range" };
@@ -189,7 +192,7 @@ export class AtroposHub {
   }
 
   private batch(s: AtroposState): AtroposAnswer {
-    if (s.started === null) return json({ status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
+    if (s.started === null) return json(Answers.AtroposBatch, { status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
     let next: AtroposState = { ...s, started: true };
     this.store.dropAbandoned(this.sending, s.latest);
     let taken = this.store.takeBatch();
@@ -205,7 +208,7 @@ export class AtroposHub {
     }
     if (taken !== null) next = { ...next, stored: next.stored - taken.n };
     this.store.saveState(next);
-    if (taken === null) return json({ batch: null });
+    if (taken === null) return json(Answers.AtroposBatch, { batch: null });
     this.sending.add(taken.taken);
     return { taken: taken.taken };
   }
@@ -241,7 +244,7 @@ export class AtroposHub {
   private latest(s: AtroposState): AtroposAnswer {
     const payload = s.latest === null ? null : this.store.latestPayload(s.latest);
     if (payload !== null) return { raw: payload };
-    return json({ tokens: [], masks: [], scores: [], advantages: [], ref_logprobs: [], generation_params: [], inference_logprobs: [], messages: [], images: [] });
+    return json(Answers.AtroposNoExample, { tokens: [], masks: [], scores: [], advantages: [], ref_logprobs: [], generation_params: [], inference_logprobs: [], messages: [], images: [] });
   }
 
   private scored(s: AtroposState, groups: AtroposGroup[], list: boolean): Reply<AtroposAnswer> {
@@ -281,13 +284,13 @@ export class AtroposHub {
       this.record(g, id, env, now, next.step);
     }
     this.store.saveState(next);
-    if (!list) return ok(json(buffered > 0 ? { status: "buffered", buffer_size: lastBufferSize } : { status: "received" }));
-    const answer: Record<string, unknown> = { status: "received", groups_processed: groups.length };
+    if (!list) return ok(json(Answers.AtroposScoredReceived, lastBufferSize !== null ? { status: "buffered", buffer_size: lastBufferSize } : { status: "received" }));
+    const answer: z.output<typeof Answers.AtroposScoredListReceived> = { status: "received", groups_processed: groups.length };
     if (buffered > 0) {
-      answer["buffered"] = buffered;
-      if (lastBufferSize !== null) answer["last_buffer_size"] = lastBufferSize;
+      answer.buffered = buffered;
+      if (lastBufferSize !== null) answer.last_buffer_size = lastBufferSize;
     }
-    return ok(json(answer));
+    return ok(json(Answers.AtroposScoredListReceived, answer));
   }
 
   private withLatest(s: AtroposState, id: number): AtroposState {
@@ -317,7 +320,7 @@ export class AtroposHub {
     });
   }
 
-  private status(s: AtroposState): Record<string, unknown> {
+  private status(s: AtroposState): z.output<typeof Answers.AtroposStatus> {
     const stalls = this.stalls(s);
     if (!s.registered || !s.queue) return { current_step: 0, queue_size: 0, stalls };
     return { current_step: s.step, queue_size: this.queued(), stalls };
@@ -360,7 +363,7 @@ export class AtroposHub {
     let available = 0;
     if (maxGroup > 1) for (const [key, seqs] of byEnv) available += Math.max(0, Math.ceil(seqs / maxGroup) * maxGroup - (minByEnv.get(key) ?? 0));
     if (groupSize === 0) return SERVER_ERROR;
-    return json({
+    return json(Answers.AtroposEnvStatus, {
       current_step: s.step,
       queue_size: Math.floor((selfSeqs + available) / groupSize),
       unallocated_fraction: unallocated,

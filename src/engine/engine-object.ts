@@ -454,7 +454,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   /** One call of Atropos's API (src/atropos), checked for its operation and run in one transaction. */
   async atropos(caller: Caller, call: AtroposCall): Promise<Reply<AtroposSent>> {
-    return this.guarded(caller, atroposOp(call), () => {
+    return this.guarded(caller, atroposOp(call.route), () => {
       const r = this.tx(() => this.atroposHub.handle(call));
       if (!r.ok || !("taken" in r.body)) return r as Reply<AtroposSent>;
       return ok({ stream: atroposBatchStream(this.atroposHub, r.body.taken, (fn) => this.tx(fn)) });

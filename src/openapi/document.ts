@@ -1,7 +1,7 @@
 /**
  * The OpenAPI 3.1 document of the whole exchange, built from the zod schemas the routes
  * validate with: engine routes from ENGINE_API, admin routes from ADMIN_API, the training runs'
- * from RUNS_API, the trajectory ledger's from LEDGER_API.
+ * from RUNS_API, the trajectory ledger's from LEDGER_API, Atropos's trajectory API from ATROPOS_API.
  */
 import { adminPaths, ADMIN_TAG } from "./admin-paths";
 import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
@@ -9,13 +9,14 @@ import { errorComponents } from "./error-responses";
 import { hoistedDefs, type JsonSchema } from "./json-schema";
 import { runPaths, RUNS_TAG, RUNS_TAG_DESCRIPTION } from "../runs/openapi";
 import { ledgerPaths, LEDGER_TAG, LEDGER_TAG_DESCRIPTION } from "../ledger/openapi";
+import { atroposPaths, ATROPOS_TAG, ATROPOS_TAG_DESCRIPTION } from "../atropos/openapi";
 
 export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<string, JsonSchema> };
 
 export function buildOpenApiDocument(): OpenApiDocument {
   const errors = errorComponents();
   // Paths first: building them hoists the shared schemas that components/schemas must hold.
-  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths() };
+  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths(), ...atroposPaths() };
   return {
     openapi: "3.1.0",
     jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
@@ -34,6 +35,7 @@ export function buildOpenApiDocument(): OpenApiDocument {
       { name: TOKEN_PATH_TAG, description: "The same routes with the token in the URL path, for clients that cannot send headers." },
       { name: RUNS_TAG, description: RUNS_TAG_DESCRIPTION },
       { name: LEDGER_TAG, description: LEDGER_TAG_DESCRIPTION },
+      { name: ATROPOS_TAG, description: ATROPOS_TAG_DESCRIPTION },
       { name: ADMIN_TAG, description: "The deployment admin: engines and tokens." },
       { name: "service", description: "The service itself." },
     ],

@@ -55,10 +55,16 @@ function pyDict(v: unknown): Parsed<Record<string, unknown>> {
   return isDict(v) ? { ok: true, value: v } : refuse("dict_type", "Input should be a valid dictionary", v);
 }
 
-/** A field of pydantic type `parse`; `nullable` for Optional[...] = None (missing or null gives null). */
-function field<T>(parse: (v: unknown) => Parsed<T>, nullable: false): z.ZodType<T>;
-function field<T>(parse: (v: unknown) => Parsed<T>, nullable: true): z.ZodOptional<z.ZodType<T | null>>;
-function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean): z.ZodType<T | null | undefined> {
+/** The JSON Schema of what a field takes, for the OpenAPI document: a parser says nothing of its type. */
+type Described = { [key: string]: unknown };
+
+/**
+ * A field of pydantic type `parse`, described as `json`; `nullable` for Optional[...] = None
+ * (missing or null gives null).
+ */
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: false, json: Described): z.ZodType<T>;
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: true, json: Described): z.ZodOptional<z.ZodType<T | null>>;
+function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean, json: Described): z.ZodType<T | null | undefined> {
   const parsed = z.unknown().transform((v, ctx) => {
     if (v === undefined && !nullable) {
       ctx.addIssue({ code: "custom", message: "Field required", params: { type: "missing", msg: "Field required", input: undefined } });
@@ -72,8 +78,15 @@ function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean): z.ZodTyp
     return z.NEVER;
   }) as unknown as z.ZodType<T | null>;
   // zod 4 refuses a missing key unless its schema is optional: an Optional[...] field may be left out (and reads as null).
-  return nullable ? parsed.optional() : parsed;
+  if (!nullable) return parsed.meta(json);
+  return parsed.optional().meta(Object.keys(json).length === 0 ? json : { anyOf: [json, { type: "null" }] });
 }
+
+const INT: Described = { type: "integer" };
+const NUMBER: Described = { type: "number" };
+const STRING: Described = { type: "string" };
+const DICT: Described = { type: "object" };
+const listOf = (items: Described): Described => ({ type: "array", items });
 
 /**
  * List[item]: every element parsed, the first refusal reported with its index. `taken` says of
@@ -122,45 +135,45 @@ function messagesField(v: unknown): Parsed<Record<string, unknown>[][]> {
 const anyValue = (v: unknown): Parsed<unknown> => ({ ok: true, value: v });
 
 export const AtroposRegistration = z.object({
-  wandb_group: field(pyStr, false),
-  wandb_project: field(pyStr, false),
-  batch_size: field(pyInt, false),
-  max_token_len: field(pyInt, false),
-  checkpoint_dir: field(pyStr, false),
-  save_checkpoint_interval: field(pyInt, false),
-  starting_step: field(pyInt, false),
-  num_steps: field(pyInt, false),
+  wandb_group: field(pyStr, false, STRING),
+  wandb_project: field(pyStr, false, STRING),
+  batch_size: field(pyInt, false, INT),
+  max_token_len: field(pyInt, false, INT),
+  checkpoint_dir: field(pyStr, false, STRING),
+  save_checkpoint_interval: field(pyInt, false, INT),
+  starting_step: field(pyInt, false, INT),
+  num_steps: field(pyInt, false, INT),
 });
 export type AtroposRegistration = z.output<typeof AtroposRegistration>;
 
 export const AtroposRegisterEnv = z.object({
-  max_token_length: field(pyInt, false),
-  desired_name: field(pyStr, false),
-  weight: field(pyFloat, false),
-  group_size: field(pyInt, false),
-  min_batch_allocation: field(pyFloat, true),
+  max_token_length: field(pyInt, false, INT),
+  desired_name: field(pyStr, false, STRING),
+  weight: field(pyFloat, false, NUMBER),
+  group_size: field(pyInt, false, INT),
+  min_batch_allocation: field(pyFloat, true, NUMBER),
 });
 export type AtroposRegisterEnv = z.output<typeof AtroposRegisterEnv>;
 
-export const AtroposEnvIdentifier = z.object({ env_id: field(pyInt, false) });
+export const AtroposEnvIdentifier = z.object({ env_id: field(pyInt, false, INT) });
 export type AtroposEnvIdentifier = z.output<typeof AtroposEnvIdentifier>;
 
 /** One scored group. Field order is the order Atropos's answers list them in (_scored_data_to_dict). */
 export const AtroposScoredData = z.object({
-  tokens: field(intList2, false),
-  masks: field(intList2, false),
-  scores: field(floats, false),
-  advantages: field(floatList2, true),
-  ref_logprobs: field(floatList2, true),
-  messages: field(messagesField, true),
-  generation_params: field(pyDict, true),
-  inference_logprobs: field(floatList2, true),
-  overrides: field(pyList(pyDict), true),
-  group_overrides: field(pyDict, true),
-  images: field(anyValue, true),
-  env_id: field(pyInt, true),
-  distill_token_ids: field(intList3, true),
-  distill_logprobs: field(floatList3, true),
+  tokens: field(intList2, false, listOf(listOf(INT))),
+  masks: field(intList2, false, listOf(listOf(INT))),
+  scores: field(floats, false, listOf(NUMBER)),
+  advantages: field(floatList2, true, listOf(listOf(NUMBER))),
+  ref_logprobs: field(floatList2, true, listOf(listOf(NUMBER))),
+  messages: field(messagesField, true, listOf(listOf(DICT))),
+  generation_params: field(pyDict, true, DICT),
+  inference_logprobs: field(floatList2, true, listOf(listOf(NUMBER))),
+  overrides: field(pyList(pyDict), true, listOf(DICT)),
+  group_overrides: field(pyDict, true, DICT),
+  images: field(anyValue, true, {}),
+  env_id: field(pyInt, true, INT),
+  distill_token_ids: field(intList3, true, listOf(listOf(listOf(INT)))),
+  distill_logprobs: field(floatList3, true, listOf(listOf(listOf(NUMBER)))),
 });
 export type AtroposScoredData = z.output<typeof AtroposScoredData>;
 

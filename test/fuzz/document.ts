@@ -1,6 +1,6 @@
 /**
  * The OpenAPI document as the fuzzer reads it: its operations, their parameters and bodies, and
- * the answer each documented status promises (a JSON body, JSON lines, or none), as a validator (zod's JSON Schema reader, so no
+ * the answer each documented status promises (a JSON body, JSON lines, plain text, or none), as a validator (zod's JSON Schema reader, so no
  * schema code is generated at run time: workerd does not allow it).
  */
 import { z } from "zod";
@@ -16,6 +16,8 @@ export type Operation = {
   requestBody?: { required?: boolean; content: Record<string, { schema: Schema }> };
   responses: Record<string, Answer>;
   "x-roles": string[];
+  /** A GET that changes the engine's state (Atropos's /batch): no snapshot reads it. */
+  "x-changes-state"?: true;
 };
 export type Doc = {
   paths: Record<string, Record<string, Operation>>;
@@ -65,8 +67,8 @@ function forValidation(schema: unknown): unknown {
 /** The media type of JSON lines (the ledger's export). */
 export const JSON_LINES = "application/x-ndjson";
 
-/** What a documented status promises: a JSON body of a schema, JSON lines each of a schema, or no body at all. */
-export type Promised = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "empty" };
+/** What a documented status promises: a JSON body of a schema, JSON lines each of a schema, plain text (Atropos's), or no body at all. */
+export type Promised = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "text"; schema: z.ZodType } | { kind: "empty" };
 
 /** A validator of `schema`, its refs resolved against the document's components. */
 const validatorOf = (doc: Doc, schema: Schema): z.ZodType =>
@@ -86,9 +88,18 @@ export function promiseOf(doc: Doc, op: Operation, status: number): Promised | u
   if (answer.$ref) answer = component<Answer>(doc, answer.$ref);
   const schema = answer.content?.["application/json"]?.schema;
   const item = answer.content?.[JSON_LINES]?.["x-itemSchema"];
-  if (answer.content !== undefined && schema === undefined && item === undefined) throw new Error(`${op.operationId} ${status}: a body the fuzzer cannot check (${Object.keys(answer.content).join(", ")})`);
+  const text = answer.content?.["text/plain"]?.schema;
+  if (answer.content !== undefined && schema === undefined && item === undefined && text === undefined) {
+    throw new Error(`${op.operationId} ${status}: a body the fuzzer cannot check (${Object.keys(answer.content).join(", ")})`);
+  }
   const promise: Promised =
-    schema !== undefined ? { kind: "json", schema: validatorOf(doc, schema) } : item !== undefined ? { kind: "lines", item: validatorOf(doc, item) } : { kind: "empty" };
+    schema !== undefined
+      ? { kind: "json", schema: validatorOf(doc, schema) }
+      : item !== undefined
+        ? { kind: "lines", item: validatorOf(doc, item) }
+        : text !== undefined
+          ? { kind: "text", schema: validatorOf(doc, text) }
+          : { kind: "empty" };
   cache.set(key, promise);
   return promise;
 }

@@ -1,7 +1,7 @@
 /**
- * What every answer must be: never a 5xx (the relay's gateway failures aside), JSON whenever it
- * has a body (JSON lines where the document says so), and what the document promises for its
- * route and status. Says whether the answer
+ * What every answer must be: never a 5xx (the relay's gateway failures and Atropos's own aside),
+ * JSON whenever it has a body (JSON lines or plain text where the document says so), and what
+ * the document promises for its route and status. Says whether the answer
  * was a refusal, after which the engine must look exactly as it did before.
  */
 import { z } from "zod";
@@ -69,6 +69,16 @@ function mcpRefused(json: unknown): boolean {
   });
 }
 
+/** The `error` code of an exchange error body, or "" for any other answer. */
+function errorCode(answer: Answer): string {
+  try {
+    const json = JSON.parse(answer.text) as { error?: unknown };
+    return typeof json.error === "string" ? json.error : "";
+  } catch {
+    return "";
+  }
+}
+
 /** Checks an answer; throws Broken if it breaks a rule. True when it refused the request. */
 export function judge(doc: Doc, target: Target, method: string, answer: Answer): boolean {
   const { status } = answer;
@@ -87,16 +97,20 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
     }
     return status >= 400;
   }
-  // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
-  // and R2 do not fail, so one here is a bug that an outage would only hide.
-  if (status >= 500) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
-  if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   const op = target.op;
+  const promised = op === undefined ? undefined : promiseOf(doc, op, status);
+  // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
+  // and R2 do not fail, so one here is a bug that an outage would only hide. Only Atropos's own
+  // 500 (plain text, where its handler raises) and a full Atropos queue answer 5xx by design.
+  const raised = status === 500 && promised?.kind === "text";
+  if (status >= 500 && !raised && !(status === 503 && promised !== undefined && errorCode(answer) === "queue_full")) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
+  if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   if (method === "HEAD") {
     if (answer.text !== "") throw new Broken(`a HEAD answered with a body: ${answer.text.slice(0, 200)}`);
     if (op === undefined && status < 400) throw new Broken(`a HEAD of a path without a GET answered ${status}`);
-    if (op && promiseOf(doc, op, status) === undefined) throw new Broken(`HEAD answered ${status}, which the document does not list for the GET`);
-    return status >= 400;
+    if (op && promised === undefined) throw new Broken(`HEAD answered ${status}, which the document does not list for the GET`);
+    // Atropos's 500 comes after its handler may have changed things (a batch after /reset_data marks the run started).
+    return status >= 400 && !raised;
   }
   if (op === undefined) {
     // A method the path does not have: refused like any unknown route.
@@ -104,13 +118,17 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
     conform(AnyExchangeError, parseJson(answer), `the ${status} is not {error, detail}`);
     return true;
   }
-  const promised = promiseOf(doc, op, status);
   if (promised === undefined) throw new Broken(`${status}, which the document does not list for ${op.operationId}: ${answer.text.slice(0, 300)}`);
   if (promised.kind === "empty") {
     if (answer.text !== "") throw new Broken(`a ${status} documented without a body answered ${answer.text.slice(0, 200)}`);
     return status >= 400;
   }
   const what = `the ${status} answer does not match the document's schema for ${op.operationId}`;
+  if (promised.kind === "text") {
+    if (!(answer.contentType ?? "").startsWith("text/plain")) throw new Broken(`${what}: a ${status} answer that is not plain text (content-type ${answer.contentType})`);
+    conform(promised.schema, answer.text, what);
+    return status >= 400 && !raised;
+  }
   if (promised.kind === "lines") {
     conformLines(promised.item, status, answer.contentType, answer.text, what);
     return status >= 400;

@@ -35,6 +35,16 @@ const ledgerCall = (call_id: string, prefix: { prefix: { call_id: string; count:
   body: { params: {}, tools: null, tools_from_prefix: true, ...prefix, messages: [{ role: "user", content: "And 6 times 9?" }], answer: { role: "assistant", content: "54" }, tokens: null },
 });
 
+/** Atropos: the world's trainer registration, and a scored group of `n` sequences for env `env_id`. */
+export const ATROPOS_REGISTRATION = { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "/ckpt", save_checkpoint_interval: 10, starting_step: 0, num_steps: 100 };
+export const atroposGroup = (n: number, env_id: number | null, extra: Record<string, unknown> = {}) => ({
+  tokens: Array.from({ length: n }, (_, i) => [1, 2, i]),
+  masks: Array.from({ length: n }, () => [-100, 1, 1]),
+  scores: Array.from({ length: n }, (_, i) => i % 2),
+  env_id,
+  ...extra,
+});
+
 const workflowOutput = (reward: unknown, task: string) => ({ reward, is_success: true, metadata: { task_id: task }, log_metrics: { turns: 3 } });
 
 export const SEEDS: Record<string, unknown[]> = {
@@ -96,6 +106,17 @@ export const SEEDS: Record<string, unknown[]> = {
   ],
   "/runs/agent/inference_tests/{test_id}": [{ status: "running", detail: "model 1 of 1" }, { status: "failed", detail: "no such model" }],
   "/runs/{run_id}/stop": [{ reason: "fuzz", force: true }, {}],
+  "/atropos/register": [ATROPOS_REGISTRATION, { ...ATROPOS_REGISTRATION, batch_size: 2, starting_step: "3" }],
+  "/atropos/register-env": [{ max_token_length: 512, desired_name: "gsm8k", weight: 0.5, group_size: 2, min_batch_allocation: 0.25 }],
+  "/atropos/disconnect-env": [{ env_id: 1 }, { env_id: -1 }, { env_id: 7 }],
+  "/atropos/scored_data": [
+    atroposGroup(2, 0, { messages: [[{ role: "user", content: "q" }], [{ role: "user", content: "q" }]], advantages: [[0.5, 1], [0, 1]], generation_params: { temperature: 1 } }),
+    atroposGroup(1, 1),
+    atroposGroup(3, null),
+    atroposGroup(2, -9),
+  ],
+  "/atropos/scored_data_list": [[atroposGroup(2, 0), atroposGroup(1, 1), atroposGroup(5, null)], []],
+  "/atropos/config": [{ max_groups: 1 }, { max_groups: 100 }],
   "/admin/engines": [{ name: "fuzz-made" }],
   "/admin/engines/{name}/tokens": [{ role: "viewer", label: "made by the fuzzer" }],
 };

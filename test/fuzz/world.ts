@@ -5,7 +5,8 @@
  * The state has something in every corner a request can reach: episodes registered, claimed
  * and ended, a reward history, buffer groups pending and ready, queued agent commands, an agent
  * heartbeat, a runs catalog with a selected environment, a pending run and an inference test,
- * recorded LLM calls of ended, aborted and live claims (the trajectory ledger), and a revoked token; some of its names are not Latin-1 (an emoji, NUL, a bidi control).
+ * recorded LLM calls of ended, aborted and live claims (the trajectory ledger), Atropos's API
+ * with a trainer, environments and groups queued and buffered, and a revoked token; some of its names are not Latin-1 (an emoji, NUL, a bidi control).
  * Generated requests name these by fixed values (arbitraries.ts DICTIONARY, seeds.ts) or, for
  * what the exchange makes up (tokens, run ids, claim keys), by world references, which `send`
  * fills in.
@@ -19,6 +20,7 @@ import { isWellFormed } from "../../src/protocol/limits";
 import { packFloats, packInts } from "../../src/protocol/packed";
 import type { CallBatch, CallRecord } from "../../src/protocol/ledger";
 import { DEEP_MARKER, type Body, type FuzzRequest, type Value } from "./arbitraries";
+import { ATROPOS_REGISTRATION, atroposGroup } from "./seeds";
 import { JSON_LINES, parametersOf, type Doc, type Operation } from "./document";
 
 export type World = {
@@ -44,6 +46,7 @@ export async function buildWorld(foreign: TestEngine): Promise<World> {
   const run = await runsAs(e, "operator").startRun();
   const test = await runsAs(e, "operator").startInferenceTest({ models: [{ model: "m-1", base_url: "http://127.0.0.1:9/v1" }] });
   await recordCalls(e, engine.claims);
+  await atroposState(e);
   // One tick of the engine's alarm: its outbox writes the ended and the aborted claim to D1,
   // where the trajectory list reads them.
   await advance(e, 1000);
@@ -165,6 +168,25 @@ async function recordCalls(e: TestEngine, claims: Claims): Promise<void> {
   if (res.status !== 200) throw new Error(`world: recording its calls answered ${res.status}: ${await res.text()}`);
 }
 
+/**
+ * Atropos's API in use: a trainer registered and started (its first batch taken), two
+ * environments, a group queued and a smaller one waiting in its env's buffer.
+ */
+async function atroposState(e: TestEngine): Promise<void> {
+  const call = async (role: Role, method: "GET" | "POST", path: string, body?: unknown): Promise<void> => {
+    const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos${path}`, {
+      method,
+      ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
+    });
+    if (res.status !== 200) throw new Error(`world: Atropos ${method} ${path} answered ${res.status}: ${await res.text()}`);
+  };
+  await call("trainer", "POST", "/register", ATROPOS_REGISTRATION);
+  await call("trainer", "GET", "/batch");
+  for (const name of ["gsm8k", "countdown"]) await call("client", "POST", "/register-env", { max_token_length: 1024, desired_name: name, weight: 1, group_size: 2, min_batch_allocation: null });
+  await call("client", "POST", "/scored_data", atroposGroup(2, 0));
+  await call("client", "POST", "/scored_data", atroposGroup(1, 1));
+}
+
 /** A catalog, a locked field, a selected environment with an edit. */
 async function runsConfig(e: TestEngine): Promise<void> {
   await runsAs(e, "trainer").reportCatalog(sampleCatalog());
@@ -187,9 +209,10 @@ type ReadRoute = { path: string; method: "GET" | "POST"; op: Operation; query: s
  * The routes a snapshot reads: every documented GET under an engine (bearer form), the engine's
  * one read by POST (get_episode_buffer), and the admin's lists; those with query parameters
  * also with each integer at its documented minimum (a page of one), and those with a `cursor`
- * page by page to the end. The agent's command poll is left out: it is a GET that leases the
- * commands it returns. The ledger's export is read once, whole: it is every trajectory the
- * list pages through, and its filters are the list's.
+ * page by page to the end. GETs that change the engine's state are left out: the agent's command
+ * poll (it leases the commands it returns) and those the document marks `x-changes-state`
+ * (Atropos's /batch, /status-env, /reset_data). The ledger's export is read once, whole: it is
+ * every trajectory the list pages through, and its filters are the list's.
  */
 export function readRoutes(doc: Doc): ReadRoute[] {
   const reads: ReadRoute[] = [];
@@ -198,7 +221,7 @@ export function readRoutes(doc: Doc): ReadRoute[] {
     const post = item["post"];
     if (bearerForm && path.endsWith("/get_episode_buffer") && post) reads.push({ path, method: "POST", op: post, query: "", pages: false });
     const op = item["get"];
-    if (!op || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
+    if (!op || op["x-changes-state"] === true || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
     const query = parametersOf(doc, op).filter((p) => p.in === "query");
     const lines = op.responses["200"]?.content?.[JSON_LINES] !== undefined;
     const pages = !lines && query.some((p) => p.name === "cursor");

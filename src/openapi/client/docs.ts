@@ -120,7 +120,9 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
           hasBody ? h("details", {}, h("summary", {}, "Request schema"), h("pre", { class: "mono" }, pretty(bodySchema))) : null,
           ...responses.map(([status, r]) => {
             const resp = deref(r);
-            const schema = rec(rec(rec(resp["content"])["application/json"])["schema"]);
+            // JSON mostly; Atropos's plain-text answers and the ledger's JSON lines have theirs.
+            const content = rec(resp["content"]);
+            const schema = rec(rec(content["application/json"] ?? Object.values(content)[0])["schema"]);
             return h(
               "details",
               {},

@@ -1,0 +1,52 @@
+/**
+ * The oracle's 5xx rule, on real answers of the Worker: Atropos's own 500 and a full Atropos
+ * queue's 503 are documented answers, and the first is not a refusal (Atropos's handler may have
+ * changed things before it raised); any other 5xx, or those two where the document does not
+ * list them, breaks the rule. The fuzz run itself seldom reaches them: each takes two requests
+ * in one order.
+ */
+import { describe, expect, it } from "vitest";
+import { createEngine, ORIGIN, workerFetch, type TestEngine } from "../support/harness";
+import { ATROPOS_REGISTRATION, atroposGroup } from "./seeds";
+import { targets, type Target } from "./arbitraries";
+import type { Doc } from "./document";
+import { judge } from "./oracle";
+import type { Answer } from "./world";
+
+async function answerOf(e: TestEngine, method: string, path: string, body?: unknown): Promise<Answer> {
+  const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}/atropos${path}`, {
+    method,
+    ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
+  });
+  return { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
+}
+
+describe("the fuzz oracle's 5xx rule", () => {
+  it("takes Atropos's documented 500 and full queue, and nothing else of the kind", async () => {
+    const doc = (await (await workerFetch(`${ORIGIN}/openapi.json`)).json()) as Doc;
+    const byKey = new Map(targets(doc).map((t) => [t.key, t]));
+    const target = (key: string): Target => byKey.get(key) as Target;
+    const e = await createEngine("oracle-5xx");
+
+    // /batch after /reset_data: Atropos marks the run started, then raises.
+    await answerOf(e, "POST", "/register", ATROPOS_REGISTRATION);
+    await answerOf(e, "GET", "/reset_data");
+    const raised = await answerOf(e, "GET", "/batch");
+    expect(raised).toMatchObject({ status: 500, text: "Internal Server Error" });
+    expect(judge(doc, target("get /e/{engine}/t/{token}/atropos/batch"), "GET", raised)).toBe(false);
+    // The same answer where the document lists no 500, or as JSON, breaks the rule.
+    expect(() => judge(doc, target("get /e/{engine}/t/{token}/atropos/status"), "GET", raised)).toThrow(/a 500/);
+    expect(() => judge(doc, target("get /e/{engine}/t/{token}/atropos/batch"), "GET", { ...raised, contentType: "application/json" })).toThrow(/a 500/);
+
+    // A bound of one group, then two: the second is refused 503 queue_full, a refusal.
+    await answerOf(e, "POST", "/config", { max_groups: 1 });
+    expect((await answerOf(e, "POST", "/scored_data", atroposGroup(2, null))).status).toBe(200);
+    const full = await answerOf(e, "POST", "/scored_data", atroposGroup(2, null));
+    expect(full.status).toBe(503);
+    expect(JSON.parse(full.text)).toMatchObject({ error: "queue_full" });
+    expect(judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", full)).toBe(true);
+    expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/register"), "POST", full)).toThrow(/a 503/);
+    // A documented 503 of another kind (a store that failed) is still a bug here.
+    expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", { ...full, text: JSON.stringify({ error: "ledger_unavailable", detail: "x" }) })).toThrow(/a 503/);
+  });
+});
