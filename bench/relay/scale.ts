@@ -62,13 +62,16 @@ async function call(t: Target): Promise<void> {
   if (res.statusCode !== 200 || !text.includes(" short")) throw new Error(`${t.url}: ${res.statusCode} ${text.slice(0, 200)}`);
 }
 
-type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: { workerd: number; proxy: number } | null };
+/** CPU per call of the relay's workerd, its proxy, and this process (the load generator and the zero-latency model). */
+type CallCpu = { workerd: number; proxy: number; load: number };
+type Round = { calls: number; calls_per_s: number; latency_ms: Latency; errors: number; cpu_ms_per_call: CallCpu | null };
 
 /**
  * `width` callers (all targets at once by default) call continuously for `seconds` in the
  * shared closed loop (no warm-up), caller k taking targets k, k + width, ... in turn: calls/s
  * and latencies of the calls started in the window, and the CPU per call of the relay's
- * workerd and its proxy (the agent's gateway, or the floor's) over the window.
+ * workerd, its proxy (the agent's gateway, or the floor's) and this process (the callers and
+ * the model) over the window: on a small machine all three share its cores.
  */
 async function callLoop(label: string, targets: Target[], seconds: number, pids?: { workerd: number[]; proxy: number[] }, width = targets.length): Promise<Round> {
   const samples: number[] = [];
@@ -93,13 +96,13 @@ async function callLoop(label: string, targets: Target[], seconds: number, pids?
   );
   const cpu = await loop.done;
   for (const e of loop.window.errorSamples.slice(0, 3)) log(e);
-  const perCall = (use: CpuUse | undefined): number => Math.round((((use?.server_cpu_pct ?? 0) * 10 * (use?.wall_s ?? 0)) / Math.max(1, samples.length)) * 1000) / 1000;
+  const perCall = (use: CpuUse | undefined, pct = use?.server_cpu_pct ?? 0): number => Math.round(((pct * 10 * (use?.wall_s ?? 0)) / Math.max(1, samples.length)) * 1000) / 1000;
   return {
     calls: samples.length,
     calls_per_s: Math.round(samples.length / seconds),
     latency_ms: summarize(samples),
     errors: loop.window.errors,
-    cpu_ms_per_call: pids ? { workerd: perCall(cpu), proxy: perCall(cpu.groups["proxy"]) } : null,
+    cpu_ms_per_call: pids ? { workerd: perCall(cpu), proxy: perCall(cpu.groups["proxy"]), load: perCall(cpu, cpu.loadgen_cpu_pct) } : null,
   };
 }
 
@@ -225,8 +228,16 @@ async function main(): Promise<void> {
         relayed_over_floor: Math.round((relayedPerS / floorPerS) * 1000) / 1000,
         /** CPU per call of the relay's processes (workerd, the agent) and the floor's (its workerd, its proxy). */
         cpu_ms_per_call: {
-          relayed: { workerd: median(steady.map((s) => s.relayed.cpu_ms_per_call?.workerd ?? 0)), gateway: median(steady.map((s) => s.relayed.cpu_ms_per_call?.proxy ?? 0)) },
-          floor: { workerd: median(steady.map((s) => s.floor.cpu_ms_per_call?.workerd ?? 0)), proxy: median(steady.map((s) => s.floor.cpu_ms_per_call?.proxy ?? 0)) },
+          relayed: {
+            workerd: median(steady.map((s) => s.relayed.cpu_ms_per_call?.workerd ?? 0)),
+            gateway: median(steady.map((s) => s.relayed.cpu_ms_per_call?.proxy ?? 0)),
+            load: median(steady.map((s) => s.relayed.cpu_ms_per_call?.load ?? 0)),
+          },
+          floor: {
+            workerd: median(steady.map((s) => s.floor.cpu_ms_per_call?.workerd ?? 0)),
+            proxy: median(steady.map((s) => s.floor.cpu_ms_per_call?.proxy ?? 0)),
+            load: median(steady.map((s) => s.floor.cpu_ms_per_call?.load ?? 0)),
+          },
         },
         engine_requests_per_call: Math.round((requests / Math.max(1, callsMade)) * 10000) / 10000,
         calls_made: callsMade,
