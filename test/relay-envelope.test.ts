@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { ChatRequestShape, envelopeRequestText, envelopeText, isChatRequest, RelayEnvelope } from "../src/protocol/relay";
+import { ChatRequestShape, envelopeRequestText, envelopeText, isChatRequest, isRelayEnvelope, RelayEnvelope } from "../src/protocol/relay";
 
 const meta = {
   endpoint: "/v1/chat/completions" as const,
@@ -90,5 +90,50 @@ describe("the relay's check of a request's shape", () => {
     );
     // Through JSON, as the relay sees a body.
     fc.assert(fc.property(body, (v) => agree(JSON.parse(JSON.stringify(v)))), { numRuns: 2000 });
+  });
+});
+
+describe("the gateway's check of an envelope", () => {
+  it("takes the Worker's envelopes as they are, without zod", () => {
+    for (const v of [meta, { ...meta, request: { model: "m", messages: [] } }, { ...meta, call: undefined }, { ...meta, endpoint: "/v1/models" }]) {
+      const env = JSON.parse(JSON.stringify(v)) as unknown;
+      expect(isRelayEnvelope(env), JSON.stringify(v)).toBe(true);
+      expect(RelayEnvelope.parse(env)).toEqual(env);
+    }
+  });
+
+  it("never takes what RelayEnvelope refuses, or what zod would change", () => {
+    // The Worker's envelope with a few of its fields, or its call context's, broken, left out or
+    // added to (a key zod would strip).
+    const text = fc.oneof(fc.string(), fc.constantFrom("", "\uD800", "x".repeat(65), "\uDC00a"));
+    const value = fc.oneof(fc.jsonValue(), text, fc.constantFrom(1.5, -1, 0, 0.5, 2 ** 53, null, [], {}, undefined));
+    const keys = [...Object.keys(meta), "extra"];
+    const callKeys = [...Object.keys(meta.call), "extra"];
+    const change = fc.tuple(fc.boolean(), fc.nat(), value);
+    const envelope = fc.tuple(fc.array(change, { minLength: 0, maxLength: 3 }), fc.constantFrom(null, { model: "m" })).map(([changes, request]) => {
+      const env: Record<string, unknown> = { ...meta, call: { ...meta.call }, request };
+      for (const [inCall, k, v] of changes) {
+        const call = env["call"];
+        // Once the call context itself is replaced, its fields are no longer there to change.
+        const target = inCall && typeof call === "object" && call !== null && !Array.isArray(call) ? (call as Record<string, unknown>) : env;
+        const names = target === env ? keys : callKeys;
+        const key = names[k % names.length]!;
+        if (v === undefined) delete target[key];
+        else target[key] = v;
+      }
+      return env;
+    });
+    let taken = 0;
+    fc.assert(
+      fc.property(envelope, (v) => {
+        const env = JSON.parse(JSON.stringify(v)) as unknown;
+        if (!isRelayEnvelope(env)) return;
+        taken++;
+        expect(RelayEnvelope.parse(env)).toEqual(env);
+      }),
+      { numRuns: 5000 },
+    );
+    // Not a check that passes by taking nothing.
+    expect(taken).toBeGreaterThan(100);
   });
 });

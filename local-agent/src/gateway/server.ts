@@ -7,9 +7,9 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createHmac } from "node:crypto";
+import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { checkEnvelope, type HmacHex } from "../../../src/auth/gateway-signature";
-import { envelopeRequestText, GATEWAY_RELAY_PATH, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
@@ -97,7 +97,7 @@ export class Gateway {
     let requestText: string | null;
     try {
       const parsed: unknown = JSON.parse(body);
-      env = RelayEnvelope.parse(parsed);
+      env = isRelayEnvelope(parsed) ? parsed : RelayEnvelope.parse(parsed);
       requestText = envelopeRequestText(body, parsed as Record<string, unknown>);
     } catch (e) {
       return sendError(res, 400, `a signed envelope that does not parse: ${describeError(e)}`, "bad_envelope");
@@ -182,8 +182,14 @@ export class Gateway {
   }
 }
 
+/** The secret as a key object, made once: a string key is made into one on every MAC. */
+let macKey: { secret: string; key: KeyObject } | null = null;
+
 /** The same MAC as WebCrypto's, computed at once rather than on Node's thread pool. */
-const nodeHmac: HmacHex = (key, text) => createHmac("sha256", key).update(text).digest("hex");
+const nodeHmac: HmacHex = (secret, text) => {
+  if (macKey?.secret !== secret) macKey = { secret, key: createSecretKey(secret, "utf8") };
+  return createHmac("sha256", macKey.key).update(text).digest("hex");
+};
 
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
