@@ -90,6 +90,8 @@ describe("/openapi.json", () => {
           if (!status.startsWith("4")) continue;
           // MCP answers a message it cannot read with JSON-RPC's own error object, as the protocol has it.
           if (path.endsWith("/mcp") && status === "400") continue;
+          // The relay answers as OpenAI does (the test below).
+          if (path.includes("/v1/")) continue;
           // Atropos's clients read FastAPI's 422 and its middleware's plain-text 400 (the test below).
           if (path.includes("/atropos") && (status === "400" || status === "422")) continue;
           expect(r.$ref).toBe(`#/components/responses/Error${status}`);
@@ -178,6 +180,28 @@ describe("/openapi.json", () => {
       if (promised?.kind === "json") expect(promised.schema.safeParse(JSON.parse(text)).error, `${where}: ${text.slice(0, 200)}`).toBeUndefined();
       else if (promised?.kind === "text") expect(promised.schema.safeParse(text).error, where).toBeUndefined();
       else expect.fail(`${where}: the document lists no answer for ${c.status}`);
+    }
+  });
+
+  it("describes the LLM relay in its three forms, with OpenAI's error body for its refusals", async () => {
+    await ex.admin.createEngine("relay-documented");
+    for (const prefix of ["", "/e/{engine}", "/e/{engine}/t/{token}"]) {
+      for (const [endpoint, method] of [
+        ["/v1/chat/completions", "post"],
+        ["/v1/completions", "post"],
+        ["/v1/models", "get"],
+      ] as const) {
+        const op = (doc as unknown as ReadDoc).paths[prefix + endpoint]?.[method];
+        expect(op, `${method} ${prefix}${endpoint}`).toBeDefined();
+        expect(op?.responses["4XX"]).toBeDefined();
+        // Without a key: the documented 401, in OpenAI's form.
+        const url = ex.url + prefix.replace("{engine}", "relay-documented").replace("{token}", "not-a-token") + endpoint;
+        const res = await fetch(url, { method: method.toUpperCase(), ...(method === "post" ? { headers: { "content-type": "application/json" }, body: '{"model":"m"}' } : {}) });
+        expect(res.status, url).toBe(401);
+        const promised = promiseOf(doc as unknown as ReadDoc, op!, 401);
+        expect(promised?.kind).toBe("json");
+        if (promised?.kind === "json") expect(promised.schema.safeParse(await res.json()).error, url).toBeUndefined();
+      }
     }
   });
 

@@ -1,7 +1,8 @@
 /**
  * The OpenAPI 3.1 document of the whole exchange, built from the zod schemas the routes
  * validate with: engine routes from ENGINE_API, admin routes from ADMIN_API, the training runs'
- * from RUNS_API, the trajectory ledger's from LEDGER_API, Atropos's trajectory API from ATROPOS_API.
+ * from RUNS_API, the trajectory ledger's from LEDGER_API, Atropos's trajectory API from ATROPOS_API, and
+ * the LLM relay's OpenAI routes.
  */
 import { adminPaths, ADMIN_TAG } from "./admin-paths";
 import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
@@ -10,13 +11,14 @@ import { hoistedDefs, type JsonSchema } from "./json-schema";
 import { runPaths, RUNS_TAG, RUNS_TAG_DESCRIPTION } from "../runs/openapi";
 import { ledgerPaths, LEDGER_TAG, LEDGER_TAG_DESCRIPTION } from "../ledger/openapi";
 import { atroposPaths, ATROPOS_TAG, ATROPOS_TAG_DESCRIPTION } from "../atropos/openapi";
+import { CLAIM_KEY_SCHEME, relayPaths, relaySchemas, RELAY_TAG, RELAY_TAG_DESCRIPTION } from "../relay/openapi";
 
 export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<string, JsonSchema> };
 
 export function buildOpenApiDocument(): OpenApiDocument {
   const errors = errorComponents();
   // Paths first: building them hoists the shared schemas that components/schemas must hold.
-  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths(), ...atroposPaths() };
+  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths(), ...atroposPaths(), ...relayPaths() };
   return {
     openapi: "3.1.0",
     jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
@@ -36,6 +38,7 @@ export function buildOpenApiDocument(): OpenApiDocument {
       { name: RUNS_TAG, description: RUNS_TAG_DESCRIPTION },
       { name: LEDGER_TAG, description: LEDGER_TAG_DESCRIPTION },
       { name: ATROPOS_TAG, description: ATROPOS_TAG_DESCRIPTION },
+      { name: RELAY_TAG, description: RELAY_TAG_DESCRIPTION },
       { name: ADMIN_TAG, description: "The deployment admin: engines and tokens." },
       { name: "service", description: "The service itself." },
     ],
@@ -44,9 +47,10 @@ export function buildOpenApiDocument(): OpenApiDocument {
       securitySchemes: {
         engineToken: { type: "http", scheme: "bearer", description: "A token of one engine, issued per role (operator, trainer, client, viewer)." },
         adminToken: { type: "http", scheme: "bearer", description: "The deployment's ADMIN_TOKEN." },
+        claimKey: CLAIM_KEY_SCHEME,
       },
       parameters: ENGINE_PARAMETERS,
-      schemas: { ...errors.schemas, ...hoistedDefs() },
+      schemas: { ...errors.schemas, ...relaySchemas(), ...hoistedDefs() },
       responses: errors.responses,
     },
   };

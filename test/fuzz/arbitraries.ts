@@ -1,7 +1,7 @@
 /**
  * Requests generated from the OpenAPI document: for every documented path and method (both the
- * bearer form and the token-in-path form), and for the OpenAI-compatible relay, which the
- * document does not describe. Bodies start from the operation's schema and are then broken:
+ * bearer form and the token-in-path form), the OpenAI-compatible relay's with claim keys and
+ * chat bodies of their own. Bodies start from the operation's schema and are then broken:
  * malformed JSON, wrong types, missing and extra fields, deep nesting, oversized, invalid UTF-8,
  * odd unicode in any string. Tokens come from every role, from nobody, from another engine, or
  * are bogus, revoked or malformed; methods are sometimes ones the path does not have.
@@ -54,7 +54,7 @@ export type FuzzRequest = {
   /** The path template, e.g. `/e/{engine}/t/{token}/claim_episode`. */
   path: string;
   method: Uppercase<Method>;
-  /** Whether the document lists this method for this path (the relay is not in it). */
+  /** Whether the document lists this method for this path (a relay request is made without it). */
   documented: boolean;
   params: Record<string, Value>;
   query: [string, string][];
@@ -530,14 +530,14 @@ function requestsFor(
 const paramNames = (path: string): string[] => [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1] as string);
 
 /**
- * The relay's routes, at the origin and under an engine in both forms. The document does not
- * list them; their errors are OpenAI's, and their key is a claim's, not an engine token.
+ * The relay's routes as the document lists them (at the origin and under an engine in both
+ * forms). Their requests are made here, not from the document: their key is a claim's, not an
+ * engine token, and their errors are OpenAI's.
  */
-const RELAY_ROUTES: { path: string; method: Method }[] = ["", "/e/{engine}", "/e/{engine}/t/{token}"].flatMap((prefix) => [
-  { path: `${prefix}/v1/chat/completions`, method: "post" as const },
-  { path: `${prefix}/v1/completions`, method: "post" as const },
-  { path: `${prefix}/v1/models`, method: "get" as const },
-]);
+const relayRoutes = (doc: Doc): { path: string; method: Method }[] =>
+  Object.entries(doc.paths)
+    .filter(([path]) => isRelayPath(path))
+    .flatMap(([path, item]) => Object.keys(item).map((m) => ({ path, method: m as Method })));
 
 const chatBody = fc.record(
   {
@@ -556,9 +556,13 @@ const relayKey = fc.oneof(
 );
 
 /** Every target the fuzzer aims at, each with its own request generator. */
+/** The relay's routes as the document lists them: their requests are RELAY_ROUTES' (a claim's key, OpenAI's errors). */
+export const isRelayPath = (path: string): boolean => /(^|\})\/v1\//.test(path);
+
 export function targets(doc: Doc): Target[] {
   const out: Target[] = [];
-  for (const [path, item] of Object.entries(doc.paths)) {
+  const documented = Object.entries(doc.paths).filter(([path]) => !isRelayPath(path));
+  for (const [path, item] of documented) {
     for (const [m, op] of Object.entries(item)) {
       const method = m as Method;
       const mcp = MCP_PATH.test(path);
@@ -569,7 +573,7 @@ export function targets(doc: Doc): Target[] {
     const key = `wrong method ${path}`;
     out.push({ key, path, method: "put", op: undefined, shape: "exchange", arbitrary: fc.constantFrom(...wrong).chain((m) => requestsFor(doc, key, path, m, undefined, paramNames(path))) });
   }
-  for (const r of RELAY_ROUTES) {
+  for (const r of relayRoutes(doc)) {
     const key = `relay ${r.method} ${r.path}`;
     // Kept to the relay's own paths: a value that split the path would make it another route, with the exchange's errors.
     const requests = requestsFor(doc, key, r.path, r.method, undefined, paramNames(r.path), { body: chatBody, segments: true });
@@ -577,7 +581,7 @@ export function targets(doc: Doc): Target[] {
     out.push({ key, path: r.path, method: r.method, op: undefined, shape: "openai", arbitrary: withKey.map(([req, authorization]) => ({ ...req, authorization })) });
   }
   // HEAD of every GET route: answered as the GET without its body.
-  for (const [path, item] of Object.entries(doc.paths)) {
+  for (const [path, item] of documented) {
     const op = item["get"];
     if (op === undefined) continue;
     const key = `head ${path}`;

@@ -19,7 +19,7 @@ import { MAX_BODY_BYTES } from "../../src/http/body";
 import { isWellFormed } from "../../src/protocol/limits";
 import { packFloats, packInts } from "../../src/protocol/packed";
 import type { CallBatch, CallRecord } from "../../src/protocol/ledger";
-import { DEEP_MARKER, type Body, type FuzzRequest, type Value } from "./arbitraries";
+import { DEEP_MARKER, isRelayPath, type Body, type FuzzRequest, type Value } from "./arbitraries";
 import { ATROPOS_REGISTRATION, atroposGroup } from "./seeds";
 import { JSON_LINES, parametersOf, type Doc, type Operation } from "./document";
 
@@ -211,7 +211,8 @@ type ReadRoute = { path: string; method: "GET" | "POST"; op: Operation; query: s
  * also with each integer at its documented minimum (a page of one), and those with a `cursor`
  * page by page to the end. GETs that change the engine's state are left out: the agent's command
  * poll (it leases the commands it returns) and those the document marks `x-changes-state`
- * (Atropos's /batch, /status-env, /reset_data). The ledger's export is read once, whole: it is
+ * (Atropos's /batch, /status-env, /reset_data), and the relay's /v1/models (a claim's key
+ * reads it, not the admin's token). The ledger's export is read once, whole: it is
  * every trajectory the list pages through, and its filters are the list's.
  */
 export function readRoutes(doc: Doc): ReadRoute[] {
@@ -221,7 +222,7 @@ export function readRoutes(doc: Doc): ReadRoute[] {
     const post = item["post"];
     if (bearerForm && path.endsWith("/get_episode_buffer") && post) reads.push({ path, method: "POST", op: post, query: "", pages: false });
     const op = item["get"];
-    if (!op || op["x-changes-state"] === true || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
+    if (!op || op["x-changes-state"] === true || isRelayPath(path) || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
     const query = parametersOf(doc, op).filter((p) => p.in === "query");
     const lines = op.responses["200"]?.content?.[JSON_LINES] !== undefined;
     const pages = !lines && query.some((p) => p.name === "cursor");
