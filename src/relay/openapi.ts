@@ -12,7 +12,7 @@ export const RELAY_TAG = "LLM relay";
 export const RELAY_TAG_DESCRIPTION =
   "OpenAI-compatible calls of a claimed episode's client, with the claim's own key (`openai_api_key` from claim_episode) as the bearer token: " +
   "checked here, admitted by the engine, and relayed, signed, to the engine's inference gateway on the GPU host (docs/relay.md). " +
-  "A key stops working within 2 s of its claim's end. Errors are OpenAI's error body.";
+  "A key stops working within 1 s of its claim's end. Errors are OpenAI's error body.";
 
 export const CLAIM_KEY_SCHEME = { type: "http", scheme: "bearer", description: "A claim's own key (`openai_api_key` from claim_episode): `sk-rx....`." };
 
