@@ -23,6 +23,7 @@ type Operation = {
   operationId: string;
   security: Record<string, string[]>[];
   "x-roles": string[];
+  "x-changes-state"?: true;
   responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
   requestBody?: unknown;
 };
@@ -68,6 +69,8 @@ describe("/openapi.json", () => {
         expect(op, `${spec.method} ${prefix}${spec.path}`).toBeDefined();
         expect(op?.["x-roles"]).toEqual(roles);
         expect(op?.security).toEqual(security);
+        // GETs that change state say so (the agent's poll leases what it returns).
+        expect(op?.["x-changes-state"]).toBe(spec.changesState);
         expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["200", "401", "403", "404"]));
         if (spec.input.from === "body") expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["400", "413", "422"]));
         if (spec.input.from === "body") expect(op?.requestBody).toBeDefined();
@@ -144,6 +147,7 @@ describe("/openapi.json", () => {
         const op = doc.paths[`${prefix}/atropos${spec.path}`]?.[spec.method.toLowerCase()];
         expect(op, `${spec.method} ${prefix}/atropos${spec.path}`).toBeDefined();
         expect(op?.["x-roles"]).toEqual(roles);
+        expect(op?.["x-changes-state"]).toBe(spec.changesState);
         if (spec.body !== undefined) expect(Object.keys(op?.responses ?? {})).toEqual(expect.arrayContaining(["400", "413", "422"]));
       }
     }

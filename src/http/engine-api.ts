@@ -74,6 +74,8 @@ export type RouteSpec = {
   call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
   /** What the Worker adds to the engine's answer from D1 and R2, for the few routes that need it. */
   after?: (env: Env, engine: string, reply: Reply<unknown>) => Promise<Reply<unknown>>;
+  /** A GET that changes the engine's state (the agent's poll leases what it returns): `x-changes-state` in the document. */
+  changesState?: true;
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -232,14 +234,17 @@ export const ENGINE_API: RouteSpec[] = [
   post("/ledger/config", "configure_ledger", "Set capture (off, messages, tokens) and retention_days.", UpdateLedgerConfigRequest, LedgerConfig, (s, who, b) => s.configureLedger(who, b)),
 
   // The local-agent's channel
-  getQuery(
-    "/agent/commands",
-    "agent_poll",
-    "Long-poll for due commands (wait up to 25 s); each is leased until acked or its deadline passes.",
-    PollCommandsQuery,
-    PollCommandsResponse,
-    (s, who, q) => s.agentPoll(who, q),
-  ),
+  {
+    ...getQuery(
+      "/agent/commands",
+      "agent_poll",
+      "Long-poll for due commands (wait up to 25 s); each is leased until acked or its deadline passes.",
+      PollCommandsQuery,
+      PollCommandsResponse,
+      (s, who, q) => s.agentPoll(who, q),
+    ),
+    changesState: true,
+  },
   post("/agent/ack", "agent_ack", "Acknowledge a command by its sequence number, with its outcome.", AckCommandRequest, AckCommandResponse, (s, who, b) => s.agentAck(who, b)),
   post("/agent/heartbeat", "agent_heartbeat", "The agent is alive: its host and its trainer's state.", AgentHeartbeatRequest, HeartbeatResponse, (s, who, b) =>
     s.agentHeartbeat(who, b),

@@ -62,6 +62,7 @@ function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
     description: `${spec.summary}\n\nRoles: ${roles.join(", ")}. ${auth.note}`,
     tags: [tokenInPath ? TOKEN_PATH_TAG : ENGINE_TAG],
     "x-roles": roles,
+    ...(spec.changesState ? { "x-changes-state": true } : {}),
     security: auth.security,
     parameters: [...auth.parameters, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : [])],
     ...(spec.input.from === "body"

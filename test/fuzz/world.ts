@@ -209,9 +209,9 @@ type ReadRoute = { path: string; method: "GET" | "POST"; op: Operation; query: s
  * The routes a snapshot reads: every documented GET under an engine (bearer form), the engine's
  * one read by POST (get_episode_buffer), and the admin's lists; those with query parameters
  * also with each integer at its documented minimum (a page of one), and those with a `cursor`
- * page by page to the end. GETs that change the engine's state are left out: the agent's command
- * poll (it leases the commands it returns) and those the document marks `x-changes-state`
- * (Atropos's /batch, /status-env, /reset_data), and the relay's /v1/models (a claim's key
+ * page by page to the end. GETs the document marks `x-changes-state` are left out (the agent's
+ * command poll leases what it returns; Atropos's /batch, /status-env, /reset_data), and so is
+ * the relay's /v1/models (a claim's key
  * reads it, not the admin's token). The ledger's export is read once, whole: it is
  * every trajectory the list pages through, and its filters are the list's.
  */
@@ -222,7 +222,7 @@ export function readRoutes(doc: Doc): ReadRoute[] {
     const post = item["post"];
     if (bearerForm && path.endsWith("/get_episode_buffer") && post) reads.push({ path, method: "POST", op: post, query: "", pages: false });
     const op = item["get"];
-    if (!op || op["x-changes-state"] === true || isRelayPath(path) || !((bearerForm && !path.endsWith("/agent/commands")) || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
+    if (!op || op["x-changes-state"] === true || isRelayPath(path) || !(bearerForm || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
     const query = parametersOf(doc, op).filter((p) => p.in === "query");
     const lines = op.responses["200"]?.content?.[JSON_LINES] !== undefined;
     const pages = !lines && query.some((p) => p.name === "cursor");
