@@ -41,7 +41,7 @@ export type AtroposRouteSpec = {
   answer: AtroposAnswerSpec;
   /** Atropos's 500 ("Internal Server Error", plain text) where its handler raises: kept, since its clients retry on it. */
   raises?: true;
-  /** A GET that changes the engine's state (Atropos's /batch takes a batch): never retried or cached. */
+  /** A GET that changes the engine's state (Atropos's /batch takes a batch): not to be retried or cached. */
   changesState?: true;
   call: (input: unknown) => AtroposCall | Response;
 };
@@ -66,7 +66,7 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
   {
     method: "POST",
     path: "/register",
-    summary: "A trainer registers its run: batch size, token length, step and W&B names. A registration while one holds keeps the queue.",
+    summary: "A trainer registers its run: batch size, token length, step and W&B names. Another registration while one holds keeps its settings and queue, as in Atropos.",
     route: "register",
     body: { schema: AtroposRegistration, model: "object" },
     answer: { json: Answers.AtroposRegistered },
@@ -96,7 +96,7 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
   {
     method: "POST",
     path: "/disconnect-env",
-    summary: "An environment leaves: its share of batches goes to the others.",
+    summary: "An environment leaves: it is marked disconnected, and its minimum share of batches no longer holds them back.",
     route: "disconnect_env",
     body: { schema: AtroposEnvIdentifier, model: "object" },
     answer: { json: Answers.AtroposEnvDisconnected },
@@ -140,7 +140,7 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
   {
     method: "GET",
     path: "/reset_data",
-    summary: "The trainer drops the registration, the queue and every group held.",
+    summary: "The trainer drops its run's state: the queue, every group held, the batch size and the step (max_token_len and the latest example stay, as in Atropos).",
     route: "reset_data",
     answer: { text: Answers.ATROPOS_RESET_TEXT },
     changesState: true,
