@@ -118,8 +118,10 @@ describe("the gateway's check of an envelope", () => {
         const target = inCall && typeof call === "object" && call !== null && !Array.isArray(call) ? (call as Record<string, unknown>) : env;
         const names = target === env ? keys : callKeys;
         const key = names[k % names.length]!;
+        // A copy: fast-check hands out the same `{}` and `[]` every time, and a change may put
+        // one inside another (a cycle), or into the next run's envelope.
         if (v === undefined) delete target[key];
-        else target[key] = v;
+        else target[key] = structuredClone(v);
       }
       return env;
     });
