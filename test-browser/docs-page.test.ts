@@ -1,7 +1,7 @@
 /**
  * /docs in a real Chromium: it lists every operation of /openapi.json once (the token-in-URL
  * twins are described in its intro, not listed again), and its try-it form sends real requests
- * to the exchange and shows their answers.
+ * to the exchange and shows their answers, a relay route's with the claim key it is given.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEngine, startExchange, type TestExchange } from "./support/exchange";
@@ -47,8 +47,22 @@ describe("/docs", () => {
       expect(JSON.parse(await reg.locator("textarea").inputValue())).toEqual({ episode_uuid: "example" });
       await reg.locator("button.send").click();
       await page.waitForFunction(() => document.querySelector("#register_episode .result")?.getAttribute("data-status") === "403");
-      // The 403 is the answer the test asked for; Chromium logs it as a failed resource load.
-      expect(errors.filter((e) => !e.includes("403"))).toEqual([]);
+
+      // A relay route takes a claim's key, not the engine token: the key the form is given is
+      // the one sent. A live claim of an engine with no gateway gets the documented 503 no_gateway
+      // (the engine token would have been refused 401).
+      const trainer = engine.as("trainer");
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+      await trainer.registerEpisode({ episode_uuid: "ep-docs", openai_api_key: "sk-ajet-docs" });
+      const claim = await engine.as("client").claimEpisode({ client_uuid: "c-docs", discard_episode_timeout: 60 });
+      const relay = page.locator("#relay_models__engine");
+      await relay.locator(":scope > summary").click();
+      await relay.locator("input[name=claim-key]").fill(claim.openai_api_key);
+      await relay.locator("button.send").click();
+      await page.waitForFunction(() => document.querySelector("#relay_models__engine .result")?.getAttribute("data-status") === "503");
+      expect(await relay.locator(".result").textContent()).toContain('"code": "no_gateway"');
+      // The 403 and the 503 are the answers the test asked for; Chromium logs them as failed resource loads.
+      expect(errors.filter((e) => !e.includes("403") && !e.includes("503"))).toEqual([]);
     } finally {
       await browser.close();
     }

@@ -31,7 +31,8 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
     return { engine: (byId("auth-engine") as DomInput).value.trim(), token: (byId("auth-token") as DomInput).value.trim() };
   }
 
-  async function send(method: string, path: string, inputs: Map<string, DomInput>, body: DomInput | null, out: DomElement): Promise<void> {
+  /** Sends the form's request. `key`: a claim's key, for the LLM relay's routes (their credential is not an engine token). */
+  async function send(method: string, path: string, inputs: Map<string, DomInput>, body: DomInput | null, out: DomElement, key: DomInput | null): Promise<void> {
     const auth = authValues();
     const missing: string[] = [];
     let url = path.replace(/\{(\w+)\}/g, (_m, name: string) => {
@@ -48,7 +49,9 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
     for (const [name, input] of inputs) if (!path.includes(`{${name}}`) && input.value.trim() !== "") query.set(name, input.value.trim());
     if (query.toString() !== "") url += `?${query.toString()}`;
     const headers: Record<string, string> = {};
-    if (auth.token !== "" && !path.includes("{token}")) headers["authorization"] = `Bearer ${auth.token}`;
+    const claimKey = key?.value.trim() ?? "";
+    if (claimKey !== "") headers["authorization"] = `Bearer ${claimKey}`;
+    else if (auth.token !== "" && !path.includes("{token}")) headers["authorization"] = `Bearer ${auth.token}`;
     if (body) headers["content-type"] = "application/json";
     out.textContent = `${method.toUpperCase()} ${url} …`;
     try {
@@ -75,6 +78,8 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
     const inputs = new Map<string, DomInput>();
     const bodySchema = rec(rec(rec(rec(op["requestBody"])["content"])["application/json"])["schema"]);
     const hasBody = isRecord(op["requestBody"]);
+    const takesClaimKey = (Array.isArray(op["security"]) ? op["security"] : []).some((s) => "claimKey" in rec(s));
+    const keyInput = takesClaimKey ? (h("input", { name: "claim-key", class: "mono", placeholder: "sk-rx.… (openai_api_key from claim_episode)" }) as DomInput) : null;
     const bodyInput = hasBody ? (h("textarea", { rows: 6, spellcheck: "false", class: "mono", "aria-label": "request body" }) as DomInput) : null;
     if (bodyInput) bodyInput.value = pretty(ex.example(bodySchema) satisfies Json);
     const out = h("pre", { class: "result", "aria-live": "polite" });
@@ -94,6 +99,7 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
       h(
         "div",
         { class: "op-body" },
+        keyInput ? h("div", { class: "params" }, h("label", {}, h("span", {}, "claim key (bearer)"), keyInput)) : null,
         own.length > 0
           ? h(
               "div",
@@ -110,7 +116,7 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
         h(
           "div",
           { class: "send-row" },
-          h("button", { type: "button", class: "send", onclick: () => void send(method, path, inputs, bodyInput, out) }, "Send"),
+          h("button", { type: "button", class: "send", onclick: () => void send(method, path, inputs, bodyInput, out, keyInput) }, "Send"),
           h("span", { class: "sub" }, "Sends a real request to this exchange with the engine and token above."),
         ),
         out,
