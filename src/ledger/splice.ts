@@ -9,12 +9,9 @@
  * the tool call they answer): a client that sends the answer back without a server's extra fields
  * (`refusal: null`, reasoning) or with its keys in another order still extends.
  */
+import { isRecord } from "../protocol/record";
 
 type Json = unknown;
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 function toolCallKey(c: unknown): Json {
   if (!isRecord(c)) return c;

@@ -6,6 +6,7 @@
  * params, so the Worker answers with FastAPI's 422 body (atropos/fastapi-errors.ts).
  */
 import { z } from "zod";
+import { isRecord } from "./record";
 
 /** A pydantic error: its type and message, and the input it refused. */
 export type PydanticIssue = { type: string; msg: string; input: unknown };
@@ -49,10 +50,8 @@ function pyStr(v: unknown): Parsed<string> {
   return typeof v === "string" ? { ok: true, value: v } : refuse("string_type", "Input should be a valid string", v);
 }
 
-const isDict = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
-
 function pyDict(v: unknown): Parsed<Record<string, unknown>> {
-  return isDict(v) ? { ok: true, value: v } : refuse("dict_type", "Input should be a valid dictionary", v);
+  return isRecord(v) ? { ok: true, value: v } : refuse("dict_type", "Input should be a valid dictionary", v);
 }
 
 /** The JSON Schema of what a field takes, for the OpenAPI document: a parser says nothing of its type. */
@@ -123,7 +122,7 @@ function messagesField(v: unknown): Parsed<Record<string, unknown>[][]> {
     for (const list of v) {
       if (!Array.isArray(list)) continue;
       for (const msg of list) {
-        if (isDict(msg) && (!("role" in msg) || !("content" in msg))) {
+        if (isRecord(msg) && (!("role" in msg) || !("content" in msg))) {
           return refuse("value_error", "Value error, Message must have 'role' and 'content' fields", v);
         }
       }

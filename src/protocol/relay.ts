@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { CAPTURE_MODES, CallContext } from "./ledger";
 import { isWellFormed } from "./limits";
+import { isRecord } from "./record";
 import { RELAY_ENDPOINTS, RelayEndpoint } from "./relay-endpoint";
 
 export { RELAY_ENDPOINTS, RelayEndpoint } from "./relay-endpoint";
@@ -37,13 +38,12 @@ export type RelayEnvelope = z.infer<typeof RelayEnvelope>;
 
 const ENVELOPE_KEYS = new Set(["endpoint", "engine", "episode_uuid", "fence", "trainer_api_key", "trainer_base_url", "deadline_seconds", "call", "request"]);
 const CALL_KEYS = new Set(["call_id", "capture", "client_uuid", "task_id", "weight_version", "run", "admitted_at"]);
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const hasOnly = (v: Record<string, unknown>, keys: Set<string>): boolean => Object.keys(v).every((k) => keys.has(k));
 const isCount = (v: unknown): boolean => Number.isSafeInteger(v) && (v as number) >= 0;
 const isText = (v: unknown): boolean => typeof v === "string" && isWellFormed(v);
 
 function isCallContext(v: unknown): boolean {
-  if (!isObject(v) || !hasOnly(v, CALL_KEYS)) return false;
+  if (!isRecord(v) || !hasOnly(v, CALL_KEYS)) return false;
   const c = v as Record<keyof CallContext, unknown>;
   return (
     typeof c.call_id === "string" &&
@@ -66,7 +66,7 @@ function isCallContext(v: unknown): boolean {
  * test/relay-envelope.test.ts holds this to never accepting what zod refuses.
  */
 export function isRelayEnvelope(v: unknown): v is RelayEnvelope {
-  if (!isObject(v) || !hasOnly(v, ENVELOPE_KEYS)) return false;
+  if (!isRecord(v) || !hasOnly(v, ENVELOPE_KEYS)) return false;
   const e = v as Record<keyof RelayEnvelope, unknown>;
   return (
     (RELAY_ENDPOINTS as readonly unknown[]).includes(e.endpoint) &&
@@ -78,7 +78,7 @@ export function isRelayEnvelope(v: unknown): v is RelayEnvelope {
     typeof e.deadline_seconds === "number" &&
     e.deadline_seconds > 0 &&
     (e.call === undefined || isCallContext(e.call)) &&
-    (e.request === null || isObject(e.request))
+    (e.request === null || isRecord(e.request))
   );
 }
 
@@ -98,7 +98,7 @@ export function envelopeText(envelope: RelayEnvelope & { request: null }, reques
 }
 
 const flat = (v: unknown): boolean => typeof v !== "object" || v === null;
-const callIsFlat = (v: unknown): boolean => typeof v === "object" && v !== null && !Array.isArray(v) && !("request" in v) && Object.values(v).every(flat);
+const callIsFlat = (v: unknown): boolean => isRecord(v) && !("request" in v) && Object.values(v).every(flat);
 
 /**
  * The request's own JSON text inside an envelope's text, for the gateway to send on without

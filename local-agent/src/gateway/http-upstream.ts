@@ -9,6 +9,7 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError } from "../log";
 import type { CallTap } from "../ledger/call-tap";
 import { isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { isRecord } from "../../../src/protocol/record";
 
 export type UpstreamOptions = {
   /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
@@ -165,7 +166,7 @@ function drainedOrClosed(res: ServerResponse): Promise<void> {
 function isJsonObject(text: string): boolean {
   try {
     const v: unknown = JSON.parse(text);
-    return typeof v === "object" && v !== null && !Array.isArray(v);
+    return isRecord(v);
   } catch {
     return false;
   }

@@ -5,17 +5,16 @@
  */
 import type { RelayEndpoint } from "../../../src/protocol/relay";
 import { firstChoice } from "./token-fields";
+import { isRecord } from "../../../src/protocol/record";
 
 type Obj = Record<string, unknown>;
-
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 
 export type Usage = { prompt_tokens: number; completion_tokens: number };
 
 export type AnswerParts = { message: Obj | null; finishReason: string | null; usage: Usage | null; error: string | null };
 
 function usageOf(v: unknown): Usage | null {
-  if (!isObj(v)) return null;
+  if (!isRecord(v)) return null;
   const p = v["prompt_tokens"];
   const c = v["completion_tokens"];
   return Number.isInteger(p) && Number.isInteger(c) && (p as number) >= 0 && (c as number) >= 0 ? { prompt_tokens: p as number, completion_tokens: c as number } : null;
@@ -24,7 +23,7 @@ function usageOf(v: unknown): Usage | null {
 /** An OpenAI error object in an answer or an event: `code: message`. */
 export function errorOf(v: Obj): string | null {
   const e = v["error"];
-  if (!isObj(e)) return null;
+  if (!isRecord(e)) return null;
   return `${String(e["code"] ?? e["type"] ?? "upstream_error")}: ${String(e["message"] ?? "")}`;
 }
 
@@ -34,7 +33,7 @@ export function wholeAnswer(endpoint: RelayEndpoint, answer: Obj): AnswerParts {
   let message: Obj | null = null;
   if (choice !== null) {
     if (endpoint === "/v1/completions") message = { role: "assistant", content: typeof choice["text"] === "string" ? choice["text"] : "" };
-    else if (isObj(choice["message"])) message = choice["message"];
+    else if (isRecord(choice["message"])) message = choice["message"];
   }
   return { message, finishReason: typeof finish === "string" ? finish : null, usage: usageOf(answer["usage"]), error: errorOf(answer) };
 }
@@ -66,7 +65,7 @@ export class StreamAssembly {
       return;
     }
     const delta = choice["delta"];
-    if (!isObj(delta)) return;
+    if (!isRecord(delta)) return;
     if (typeof delta["role"] === "string") this.role = delta["role"];
     if (typeof delta["content"] === "string") this.content += delta["content"];
     const r = delta["reasoning_content"] ?? delta["reasoning"];
@@ -75,14 +74,14 @@ export class StreamAssembly {
   }
 
   private mergeToolCall(tc: unknown): void {
-    if (!isObj(tc)) return;
+    if (!isRecord(tc)) return;
     const index = typeof tc["index"] === "number" ? tc["index"] : this.toolCalls.size;
     const into = this.toolCalls.get(index) ?? { id: "", type: null, name: "", arguments: "" };
     this.toolCalls.set(index, into);
     if (typeof tc["id"] === "string") into.id += tc["id"];
     if (typeof tc["type"] === "string") into.type = tc["type"];
     const f = tc["function"];
-    if (isObj(f)) {
+    if (isRecord(f)) {
       if (typeof f["name"] === "string") into.name += f["name"];
       if (typeof f["arguments"] === "string") into.arguments += f["arguments"];
     }

@@ -11,6 +11,7 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { completionToChunk } from "../../../src/relay/completion-chunk";
 import { errorOf, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
 import { clientAsked, stripTokenFields, TokenCollector, tokenRequest, upstreamStreams, type ClientAsked } from "./token-fields";
+import { isRecord } from "../../../src/protocol/record";
 
 type Obj = Record<string, unknown>;
 
@@ -37,7 +38,7 @@ const NO_ANSWER: AnswerParts = { message: null, finishReason: null, usage: null,
 function parseObject(text: string): Obj | null {
   try {
     const v: unknown = JSON.parse(text);
-    return typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Obj) : null;
+    return isRecord(v) ? v : null;
   } catch {
     return null;
   }

@@ -17,10 +17,10 @@
  */
 import type { TokenDialect } from "../../../src/protocol/ledger";
 import type { RelayEndpoint } from "../../../src/protocol/relay";
+import { isRecord } from "../../../src/protocol/record";
 
 type Obj = Record<string, unknown>;
 
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 const isIntArray = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x) && x >= 0);
 
 /** What the client itself asked for, so that its answer keeps those fields. */
@@ -60,11 +60,11 @@ export class TokenCollector {
     const prompt = choice?.["prompt_token_ids"] ?? answer["prompt_token_ids"];
     if (this.prompt === null && isIntArray(prompt)) this.prompt = prompt;
     if (choice === null) return;
-    const meta = isObj(choice["meta_info"]) ? choice["meta_info"] : isObj(answer["meta_info"]) ? answer["meta_info"] : null;
+    const meta = isRecord(choice["meta_info"]) ? choice["meta_info"] : isRecord(answer["meta_info"]) ? answer["meta_info"] : null;
     const sglang = meta !== null && Array.isArray(meta["output_token_logprobs"]) ? meta["output_token_logprobs"] : null;
     if (sglang !== null) {
       for (const entry of sglang) {
-        const [logprob, id] = Array.isArray(entry) ? [entry[0], entry[1]] : isObj(entry) ? [entry["logprob"], entry["token_id"]] : [null, null];
+        const [logprob, id] = Array.isArray(entry) ? [entry[0], entry[1]] : isRecord(entry) ? [entry["logprob"], entry["token_id"]] : [null, null];
         if (typeof id === "number") this.completion.push(id);
         if (typeof logprob === "number") this.logprobs.push(logprob);
       }
@@ -73,9 +73,9 @@ export class TokenCollector {
     // A loop, not push(...ids): a long completion would overflow the argument stack.
     if (isIntArray(choice["token_ids"])) for (const id of choice["token_ids"]) this.completion.push(id);
     const lp = choice["logprobs"];
-    if (!isObj(lp)) return;
+    if (!isRecord(lp)) return;
     if (Array.isArray(lp["content"])) {
-      for (const e of lp["content"]) if (isObj(e) && typeof e["logprob"] === "number") this.logprobs.push(e["logprob"]);
+      for (const e of lp["content"]) if (isRecord(e) && typeof e["logprob"] === "number") this.logprobs.push(e["logprob"]);
     } else if (Array.isArray(lp["token_logprobs"])) {
       for (const v of lp["token_logprobs"]) if (typeof v === "number") this.logprobs.push(v);
     }
@@ -94,7 +94,7 @@ export function stripTokenFields(answer: Obj, asked: ClientAsked): void {
   const choices = answer["choices"];
   if (!Array.isArray(choices)) return;
   for (const c of choices) {
-    if (!isObj(c)) continue;
+    if (!isRecord(c)) continue;
     if (!asked.tokenIds) {
       delete c["prompt_token_ids"];
       delete c["token_ids"];
@@ -108,6 +108,6 @@ export function stripTokenFields(answer: Obj, asked: ClientAsked): void {
 export function firstChoice(answer: Obj): Obj | null {
   const choices = answer["choices"];
   if (!Array.isArray(choices)) return null;
-  const c: unknown = choices.find((x) => isObj(x) && (x["index"] ?? 0) === 0);
-  return isObj(c) ? c : null;
+  const c: unknown = choices.find((x) => isRecord(x) && (x["index"] ?? 0) === 0);
+  return isRecord(c) ? c : null;
 }
