@@ -6,20 +6,12 @@
  * in one order.
  */
 import { describe, expect, it } from "vitest";
-import { createEngine, ORIGIN, workerFetch, type TestEngine } from "../support/harness";
+import { createEngine, ORIGIN, workerFetch } from "../support/harness";
 import { ATROPOS_REGISTRATION, atroposGroup } from "./seeds";
 import { targets, type Target } from "./arbitraries";
 import type { Doc } from "./document";
 import { judge } from "./oracle";
-import type { Answer } from "./world";
-
-async function answerOf(e: TestEngine, method: string, path: string, body?: unknown): Promise<Answer> {
-  const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}/atropos${path}`, {
-    method,
-    ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
-  });
-  return { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
-}
+import { atroposCall } from "./world";
 
 describe("the fuzz oracle's 5xx rule", () => {
   it("takes Atropos's documented 500 and full queue, and nothing else of the kind", async () => {
@@ -29,9 +21,9 @@ describe("the fuzz oracle's 5xx rule", () => {
     const e = await createEngine("oracle-5xx");
 
     // /batch after /reset_data: Atropos marks the run started, then raises.
-    await answerOf(e, "POST", "/register", ATROPOS_REGISTRATION);
-    await answerOf(e, "GET", "/reset_data");
-    const raised = await answerOf(e, "GET", "/batch");
+    await atroposCall(e, "trainer", "POST", "/register", ATROPOS_REGISTRATION);
+    await atroposCall(e, "trainer", "GET", "/reset_data");
+    const raised = await atroposCall(e, "trainer", "GET", "/batch");
     expect(raised).toMatchObject({ status: 500, text: "Internal Server Error" });
     expect(judge(doc, target("get /e/{engine}/t/{token}/atropos/batch"), "GET", raised)).toBe(false);
     // The same answer where the document lists no 500, or as JSON, breaks the rule.
@@ -39,9 +31,9 @@ describe("the fuzz oracle's 5xx rule", () => {
     expect(() => judge(doc, target("get /e/{engine}/t/{token}/atropos/batch"), "GET", { ...raised, contentType: "application/json" })).toThrow(/a 500/);
 
     // A bound of one group, then two: the second is refused 503 queue_full, a refusal.
-    await answerOf(e, "POST", "/config", { max_groups: 1 });
-    expect((await answerOf(e, "POST", "/scored_data", atroposGroup(2, null))).status).toBe(200);
-    const full = await answerOf(e, "POST", "/scored_data", atroposGroup(2, null));
+    await atroposCall(e, "trainer", "POST", "/config", { max_groups: 1 });
+    expect((await atroposCall(e, "trainer", "POST", "/scored_data", atroposGroup(2, null))).status).toBe(200);
+    const full = await atroposCall(e, "trainer", "POST", "/scored_data", atroposGroup(2, null));
     expect(full.status).toBe(503);
     expect(JSON.parse(full.text)).toMatchObject({ error: "queue_full" });
     expect(judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", full)).toBe(true);

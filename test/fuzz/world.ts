@@ -172,13 +172,19 @@ async function recordCalls(e: TestEngine, claims: Claims): Promise<void> {
  * Atropos's API in use: a trainer registered and started (its first batch taken), two
  * environments, a group queued and a smaller one waiting in its env's buffer.
  */
+/** A request to the engine's Atropos API as `role`, the token in the URL as Atropos's clients send it. */
+export async function atroposCall(e: TestEngine, role: Role, method: "GET" | "POST", path: string, body?: unknown): Promise<Answer> {
+  const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos${path}`, {
+    method,
+    ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
+  });
+  return { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
+}
+
 async function atroposState(e: TestEngine): Promise<void> {
   const call = async (role: Role, method: "GET" | "POST", path: string, body?: unknown): Promise<void> => {
-    const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos${path}`, {
-      method,
-      ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
-    });
-    if (res.status !== 200) throw new Error(`world: Atropos ${method} ${path} answered ${res.status}: ${await res.text()}`);
+    const a = await atroposCall(e, role, method, path, body);
+    if (a.status !== 200) throw new Error(`world: Atropos ${method} ${path} answered ${a.status}: ${a.text}`);
   };
   await call("trainer", "POST", "/register", ATROPOS_REGISTRATION);
   await call("trainer", "GET", "/batch");
