@@ -25,10 +25,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Agent, request } from "undici";
 import { startModelServer } from "../../scripts/local/model-server";
-import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
-import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
-import { createEngine, serveExchange } from "../serve/exchange";
+import type { AgentTarget } from "../serve/agent";
+import { serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { freePort } from "../serve/process";
 import { cpuMeter, paired } from "../stats";
@@ -119,17 +118,17 @@ type Side = {
 
 /** The exchange of `checkout` (this tree by default) with an engine, its agent and CLAIMS claims of the zero-latency model. */
 async function startExchangeSide(name: string, modelUrl: string, out: string, inspectorPort: number | undefined, checkout?: string): Promise<Side> {
-  const ex = await serveExchange({ prefix: "bench-relay-profile", ...(inspectorPort !== undefined ? { inspectorPort } : {}), ...(checkout !== undefined ? { checkout } : {}) });
-  let agent: AgentTarget | null = null;
+  const ex = await serveRelayedEngine({
+    name: "bench-relay-profile",
+    ...(inspectorPort !== undefined ? { inspectorPort } : {}),
+    ...(checkout !== undefined ? { checkout } : {}),
+    capture: CAPTURE,
+    agentDir: join(out, name),
+    agentSettings: CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` },
+  });
   try {
-    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-profile");
-    const trainer = engine.as("trainer");
-    const client = engine.as("client");
-    if (CAPTURE !== undefined) await new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken }).configure({ capture: CAPTURE });
-    const dir = join(out, name);
-    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` }), checkout);
-    while ((await client.overview()).agent.gateway_url !== agent.gateway) await new Promise((r) => setTimeout(r, 100));
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const trainer = ex.engine.as("trainer");
+    const client = ex.engine.as("client");
     await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${modelUrl}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
     const keys: string[] = [];
     for (let i = 0; i < CLAIMS; i++) {
@@ -137,21 +136,16 @@ async function startExchangeSide(name: string, modelUrl: string, out: string, in
       if (!c.success) throw new Error(c.fail_cause);
       keys.push(c.openai_api_key);
     }
-    const a = agent;
     return {
       name,
-      url: `${ex.url}/e/${engine.name}/v1/chat/completions`,
+      url: `${ex.url}/e/${ex.engine.name}/v1/chat/completions`,
       keys,
-      pids: { workerd: ex.pids, proxy: a.pid },
-      agent: a,
+      pids: { workerd: ex.pids, proxy: ex.agent.pid },
+      agent: ex.agent,
       relay: async () => (await client.overview()).relay,
-      stop: async () => {
-        await a.stop().catch(() => a.kill());
-        await ex.stop();
-      },
+      stop: ex.stop,
     };
   } catch (e) {
-    await agent?.stop().catch(() => agent?.kill());
     await ex.stop();
     throw e;
   }

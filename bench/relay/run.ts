@@ -21,24 +21,27 @@
  * direct and relayed, in rounds that take turns between the two capture modes, and reads the
  * ledger back (./capture.ts). With `tokens` the model server answers vLLM's token ids and
  * logprobs, which the agent's gateway asks for and records.
+ * --against DIR adds, in the same rounds, the exchange and agent of another checkout (a git
+ * worktree) as a target of their own: the relay as it was, against the relay as it is, on the
+ * same machine in the same minutes.
  * Prints one JSON document (and writes it to --out, with a chart of the overheads next to it
  * as FILE.svg; not with --capture-compare). --render FILE.json only draws the chart of an
  * earlier run's JSON.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { startModelServer } from "../../scripts/local/model-server";
 import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
 import { cpuMeter, summarize, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
-import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
-import { createEngine, serveExchange } from "../serve/exchange";
+import { serveRelayedEngine } from "../serve/relayed-engine";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
 import { renderRelayChart, type RelayChartInput } from "./chart";
 import { compareCapture } from "./capture";
+import { startAgainst, type AgainstSide } from "./against";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -62,6 +65,7 @@ const CAPTURE = arg("--capture") === undefined ? undefined : CaptureMode.parse(a
 /** Two capture modes to take turns in the same run (only the 64 streams are timed then). */
 const COMPARE = arg("--capture-compare")?.split(",").map((m) => CaptureMode.parse(m.trim()));
 if (COMPARE !== undefined && COMPARE.length !== 2) throw new Error("--capture-compare takes two modes, e.g. off,tokens");
+if (COMPARE !== undefined && arg("--against") !== undefined) throw new Error("--against times the relay of two checkouts; --capture-compare two capture modes of one: use one of them");
 /** Earlier turns of a conversation, about HISTORY_KB KB of JSON, the same for every call. */
 const HISTORY: { role: string; content: string }[] = [];
 for (let size = 0; size < HISTORY_KB * 1000; ) {
@@ -69,6 +73,8 @@ for (let size = 0; size < HISTORY_KB * 1000; ) {
   HISTORY.push(m);
   size += JSON.stringify(m).length + 1;
 }
+/** Another checkout whose exchange is timed beside this one's (--against DIR). */
+const AGAINST = arg("--against") === undefined ? undefined : resolve(arg("--against")!);
 let gatewayBase = "";
 const log = (m: string): void => void process.stderr.write(`[bench:relay] ${m}\n`);
 
@@ -144,29 +150,24 @@ async function main(): Promise<void> {
   if (process.env["TMPDIR"] === undefined && existsSync("/dev/shm")) process.env["TMPDIR"] = "/dev/shm";
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-"));
   const model = await startModelServer({ latencyMs: LATENCY_MS, dripTokens: DRIP, dripMs: DRIP_MS });
-  const ex = await serveExchange({ prefix: "bench-relay", claimKeySecret: "bench-relay-claim-secret" });
-  const pids = ex.pids;
-  let agent: AgentTarget | null = null;
+  // Named as the gateway-only calls' envelopes name it.
+  const ex = await serveRelayedEngine({ name: "bench-relay", claimKeySecret: "bench-relay-claim-secret", capture: CAPTURE, agentDir: dir, agentSettings: { ROLLOUT_HEARTBEAT_SECONDS: "1" } });
+  const { pids, engine, agent, capture } = ex;
   let floor: RelayFloor | null = null;
   let fastFloor: RelayFloor | null = null;
+  let against: AgainstSide | null = null;
   try {
-    // Named as the gateway-only calls' envelopes name it.
-    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay");
     const trainer = engine.as("trainer");
     const client = engine.as("client");
     const ledger = new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken });
-    if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
-    const capture = (await ledger.config()).capture;
-    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, { ROLLOUT_HEARTBEAT_SECONDS: "1" }));
-    const gw = agent.gateway;
-    gatewayBase = gw;
+    gatewayBase = agent.gateway;
     const secret = (await trainer.gatewaySecret()).secret;
-    for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
-      if (i > 300) throw new Error("the agent's heartbeat never reported its gateway");
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     floor = COMPARE ? null : await startRelayFloor({ upstream: model.url, log });
+    if (AGAINST !== undefined) {
+      against = await startAgainst({ checkout: AGAINST, modelUrl: model.url, clients: CLIENTS, dir: join(dir, "against"), capture: CAPTURE });
+      log(`against ${AGAINST}: its exchange and agent, ${CLIENTS} claims, capture ${against.capture}`);
+    }
+    const relayedThen: Target[] = against?.targets ?? [];
     const relayed: Target[] = [];
     const direct: Target[] = [];
     const gatewayOnly: Target[] = [];
@@ -210,6 +211,7 @@ async function main(): Promise<void> {
     for (const stream of [true, false]) {
       await round(direct, stream, 3); // warm-up: connections, JIT, the Durable Object
       await round(relayed, stream, 3);
+      await round(relayedThen, stream, 3);
       await round(gatewayOnly, stream, 3);
       await round(floorBoth, stream, 3);
       await round(floorProxy, stream, 3);
@@ -218,11 +220,14 @@ async function main(): Promise<void> {
       const g: Sample[] = [];
       const f: Sample[] = [];
       const fp: Sample[] = [];
+      const a: Sample[] = [];
       for (let k = 0; k < ROUNDS; k++) {
         const t0 = performance.now();
         d.push(...(await round(direct, stream, CALLS)));
         const t1 = performance.now();
-        r.push(...(await round(relayed, stream, CALLS)));
+        // The two relays take turns going first (--against): the round after a relay's sees its aftermath.
+        const relays: [Sample[], Target[]][] = k % 2 === 0 ? [[r, relayed], [a, relayedThen]] : [[a, relayedThen], [r, relayed]];
+        for (const [into, targets] of relays) into.push(...(await round(targets, stream, CALLS)));
         const t2 = performance.now();
         g.push(...(await round(gatewayOnly, stream, CALLS)));
         const t3 = performance.now();
@@ -231,12 +236,13 @@ async function main(): Promise<void> {
         fp.push(...(await round(floorProxy, stream, CALLS)));
         const ms = (a: number, b: number) => (b - a).toFixed(0);
         log(
-          `${stream ? "stream" : "whole "} round ${k + 1}: direct ${ms(t0, t1)} ms, relayed ${ms(t1, t2)} ms, gateway only ${ms(t2, t3)} ms, ` +
+          `${stream ? "stream" : "whole "} round ${k + 1}: direct ${ms(t0, t1)} ms, relayed${a.length > 0 ? " (both)" : ""} ${ms(t1, t2)} ms, gateway only ${ms(t2, t3)} ms, ` +
             `floor ${ms(t3, t4)} ms, floor proxy only ${ms(t4, performance.now())} ms`,
         );
       }
       const [dt, rt, gt, ft, fpt] = [d, r, g, f, fp].map((x) => summarize(x.map((s) => s.total))) as [Latency, Latency, Latency, Latency, Latency];
       const [df, rf] = [d, r].map((x) => summarize(x.map((s) => s.first))) as [Latency, Latency];
+      const at = summarize(a.map((s) => s.total));
       results[stream ? "stream" : "whole"] = {
         direct: dt,
         relayed: rt,
@@ -250,9 +256,11 @@ async function main(): Promise<void> {
         // What the exchange adds beyond the floor's two bare hops.
         overhead_beyond_floor: diff(rt, ft),
         first_byte: { direct: df, relayed: rf, overhead: diff(rf, df) },
+        // The other checkout's relay (--against), and what it added to a direct call in the same rounds.
+        ...(a.length > 0 ? { against: { checkout: AGAINST, relayed: at, overhead: diff(at, dt) } } : {}),
       };
       log(
-        `${stream ? "stream" : "whole "}: direct p50 ${dt.p50} p99 ${dt.p99}; relayed p50 ${rt.p50} p99 ${rt.p99}; gateway only p50 ${gt.p50} p99 ${gt.p99}; ` +
+        `${stream ? "stream" : "whole "}: direct p50 ${dt.p50} p99 ${dt.p99}; relayed p50 ${rt.p50} p99 ${rt.p99}; ${a.length > 0 ? `against p50 ${at.p50} p99 ${at.p99}; ` : ""}gateway only p50 ${gt.p50} p99 ${gt.p99}; ` +
           `floor p50 ${ft.p50} p99 ${ft.p99}; floor proxy only p50 ${fpt.p50} p99 ${fpt.p99} (ms)`,
       );
     }
@@ -324,8 +332,8 @@ async function main(): Promise<void> {
       writeChart(out, doc as unknown as ChartDoc);
     }
   } finally {
-    await agent?.stop().catch(() => agent?.kill());
     await fastFloor?.stop();
+    await against?.stop();
     await floor?.stop();
     await ex.stop();
     await model.close();

@@ -21,12 +21,10 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent, request } from "undici";
 import { startModelServer } from "../../scripts/local/model-server";
-import { LedgerClient } from "../../src/client";
 import { CaptureMode } from "../../src/protocol/ledger";
 import { closedLoop } from "../load/closed-loop";
 import { runLoad } from "../loadgen";
-import { agentEnv, serveAgent, type AgentTarget } from "../serve/agent";
-import { createEngine, serveExchange } from "../serve/exchange";
+import { serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { summarize, type CpuUse, type Latency } from "../stats";
 import { startRelayFloor } from "./floor/serve";
@@ -114,25 +112,14 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "bench-relay-scale-"));
   const model = await startModelServer({ latencyMs: 0 });
   const slowModel = await startModelServer({ latencyMs: 1000 });
-  const ex = await serveExchange({ prefix: "bench-relay-scale", claimKeySecret: "bench-relay-scale-secret" });
+  const ex = await serveRelayedEngine({ name: "bench-relay-scale", claimKeySecret: "bench-relay-scale-secret", capture: CAPTURE, agentDir: dir, agentSettings: { ROLLOUT_HEARTBEAT_SECONDS: "5" } });
+  const { engine, agent, capture } = ex;
   const exchangePids = ex.pids;
-  let agent: AgentTarget | null = null;
   const floor = await startRelayFloor({ upstream: model.url, log });
   const floorPids = { workerd: floor.pids, proxy: [floor.proxyPid] };
   try {
-    const engine = await createEngine(ex.url, ex.adminToken, "bench-relay-scale");
     const trainer = engine.as("trainer");
     const client = engine.as("client");
-    const ledger = new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken });
-    if (CAPTURE !== undefined) await ledger.configure({ capture: CAPTURE });
-    const capture = (await ledger.config()).capture;
-    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir }, { ROLLOUT_HEARTBEAT_SECONDS: "5" }));
-    const gw = agent.gateway;
-    for (let i = 0; (await client.overview()).agent.gateway_url !== gw; i++) {
-      if (i > 300) throw new Error("the agent's heartbeat never reported its gateway");
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
 
     const claimAll = async (prefix: string, n: number, upstream: string): Promise<Target[]> => {
       const out: Target[] = [];
@@ -270,7 +257,6 @@ async function main(): Promise<void> {
       log(`wrote ${out} and its chart`);
     }
   } finally {
-    await agent?.stop().catch(() => agent?.kill());
     await floor.stop();
     await ex.stop();
     await model.close();

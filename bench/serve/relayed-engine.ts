@@ -1,0 +1,77 @@
+/**
+ * What the relay's benchmarks call through: an exchange with one engine, its ledger capture set,
+ * and its agent, whose gateway the engine knows, the engine ROLLING. Of this tree, or of another
+ * checkout (an A/B of the relay as it was against the relay as it is).
+ */
+import { LedgerClient } from "../../src/client";
+import type { CaptureMode } from "../../src/protocol/ledger";
+import { agentEnv, serveAgent, type AgentTarget } from "./agent";
+import { createEngine, serveExchange, type EngineAccess } from "./exchange";
+
+export type RelayedEngine = {
+  url: string;
+  /** workerd's processes. */
+  pids: number[];
+  engine: EngineAccess;
+  agent: AgentTarget;
+  /** The engine's ledger capture, as it reports it. */
+  capture: string;
+  stop(): Promise<void>;
+};
+
+export async function serveRelayedEngine(o: {
+  /** Names the admin token and the engine. */
+  name: string;
+  claimKeySecret?: string;
+  checkout?: string;
+  inspectorPort?: number;
+  /** Unset: the engine's default. */
+  capture?: CaptureMode | undefined;
+  /** The agent's state and logs. */
+  agentDir: string;
+  /** Settings the agent gets on top of agentEnv's. */
+  agentSettings?: Record<string, string>;
+}): Promise<RelayedEngine> {
+  const ex = await serveExchange({
+    prefix: o.name,
+    ...(o.claimKeySecret !== undefined ? { claimKeySecret: o.claimKeySecret } : {}),
+    ...(o.checkout !== undefined ? { checkout: o.checkout } : {}),
+    ...(o.inspectorPort !== undefined ? { inspectorPort: o.inspectorPort } : {}),
+  });
+  let agent: AgentTarget | null = null;
+  try {
+    const engine = await createEngine(ex.url, ex.adminToken, o.name);
+    const ledger = new LedgerClient({ baseUrl: engine.baseUrl, token: engine.operatorToken });
+    if (o.capture !== undefined) await ledger.configure({ capture: o.capture });
+    const capture = (await ledger.config()).capture;
+    agent = await serveAgent(agentEnv({ server: ex.url, engine: engine.name, trainerToken: engine.trainerToken, dir: o.agentDir }, o.agentSettings), o.checkout);
+    for (let i = 0; (await gatewayUrl(engine)) !== agent.gateway; i++) {
+      if (i > 300) throw new Error(`the agent${o.checkout !== undefined ? ` of ${o.checkout}` : ""} never reported its gateway`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await engine.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const a = agent;
+    return {
+      url: ex.url,
+      pids: ex.pids,
+      engine,
+      agent: a,
+      capture,
+      stop: async () => {
+        await a.stop().catch(() => a.kill());
+        await ex.stop();
+      },
+    };
+  } catch (e) {
+    await agent?.stop().catch(() => agent?.kill());
+    await ex.stop();
+    throw e;
+  }
+}
+
+/** The gateway the engine's overview names, read loosely: an older checkout's overview lacks fields this tree's client requires. */
+async function gatewayUrl(engine: EngineAccess): Promise<unknown> {
+  const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
+  const body = (await res.json()) as { agent?: { gateway_url?: unknown } };
+  return body.agent?.gateway_url;
+}
