@@ -54,7 +54,7 @@ export function renderRelayChart(r: RelayChartInput): string {
   const shown = (Object.keys(SERIES) as Series[]).filter((k) => groups.some(([, os]) => os.some(([s]) => s === k)));
   const againstName = r.stream.against ? `through the exchange at ${r.stream.against.checkout.split("/").pop()}` : "";
   const W = 720;
-  const left = 150;
+  const left = 170;
   const right = 150;
   const top = 66 + Math.ceil(shown.length / 2) * 18;
   const barH = 14;
