@@ -46,6 +46,7 @@ function answerBy(deadlineSeconds: number, receivedAt: number): number {
 
 export class Gateway {
   private readonly server: Server;
+  private readonly hmac = nodeHmac();
 
   constructor(private readonly o: GatewayOptions) {
     this.server = createServer((req, res) => void this.handle(req, res).catch((e: unknown) => this.internal(res, e)));
@@ -87,7 +88,7 @@ export class Gateway {
     const body = await readBody(req);
     if (body === null) return sendError(res, 413, `envelope larger than ${MAX_BODY_BYTES} bytes`, "too_large");
     const why = await this.o.secret.check((secret) =>
-      checkEnvelope(secret, header(req, TIMESTAMP_HEADER), header(req, SIGNATURE_HEADER), body, Date.now() / 1000, nodeHmac),
+      checkEnvelope(secret, header(req, TIMESTAMP_HEADER), header(req, SIGNATURE_HEADER), body, Date.now() / 1000, this.hmac),
     );
     if (why !== null) {
       this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${why}`);
@@ -182,14 +183,17 @@ export class Gateway {
   }
 }
 
-/** The secret as a key object, made once: a string key is made into one on every MAC. */
-let macKey: { secret: string; key: KeyObject } | null = null;
-
-/** The same MAC as WebCrypto's, computed at once rather than on Node's thread pool. */
-const nodeHmac: HmacHex = (secret, text) => {
-  if (macKey?.secret !== secret) macKey = { secret, key: createSecretKey(secret, "utf8") };
-  return createHmac("sha256", macKey.key).update(text).digest("hex");
-};
+/**
+ * The same MAC as WebCrypto's, computed at once rather than on Node's thread pool, with the
+ * secret kept as a key object: a string key is made into one on every MAC.
+ */
+function nodeHmac(): HmacHex {
+  let made: { secret: string; key: KeyObject } | null = null;
+  return (secret, text) => {
+    if (made?.secret !== secret) made = { secret, key: createSecretKey(secret, "utf8") };
+    return createHmac("sha256", made.key).update(text).digest("hex");
+  };
+}
 
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
