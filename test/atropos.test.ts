@@ -152,6 +152,13 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
       { type: "int_from_float", loc: ["body", "tokens", 0, 1], msg: "Input should be a valid integer, got a number with a fractional part", input: 2.5 },
       { type: "float_parsing", loc: ["body", "scores", 0], msg: "Input should be a valid number, unable to parse string as a number", input: "x" },
     ]);
+    // Ints a JSON number cannot hold exactly would be stored as other ints: refused as a bound.
+    const huge = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: '{"tokens": [[-1e308, 12345678901234567890]], "masks": [[9007199254740991, "9007199254740993"]], "scores": [1e308]}', headers: { "content-type": "application/json" } });
+    expect(huge.status).toBe(422);
+    expect(huge.json.detail).toEqual([
+      { type: "greater_than_equal", loc: ["body", "tokens", 0, 0], msg: "Input should be greater than or equal to -9007199254740991", input: -1e308 },
+      { type: "less_than_equal", loc: ["body", "masks", 0, 1], msg: "Input should be less than or equal to 9007199254740991", input: "9007199254740993" },
+    ]);
     const infinite = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: '{"tokens": [[1]], "masks": [[1]], "scores": [1e999]}', headers: { "content-type": "application/json" } });
     expect(infinite.json.detail).toEqual([{ type: "finite_number", loc: ["body", "scores", 0], msg: "Input should be a finite number", input: null }]);
     const messages = await atropos(e, "client", "POST", "/scored_data", { ...group(9, 1), messages: [[{ role: "user" }]] });

@@ -19,14 +19,27 @@ const refuse = (type: string, msg: string, input: unknown): Parsed<never> => ({ 
 const INT_TEXT = /^\s*[+-]?\d+(_\d+)*\s*$/;
 const FLOAT_TEXT = /^\s*[+-]?(\d+(_\d+)*(\.(\d+(_\d+)*)?)?|\.\d+(_\d+)*)([eE][+-]?\d+)?\s*$|^\s*[+-]?(inf|infinity|nan)\s*$/i;
 
+/**
+ * An int a JSON number holds exactly. pydantic keeps any int (a Python int has no bound); here
+ * -1e308 or 12345678901234567890 would be stored as some other int, or answered as a float:
+ * refused, as pydantic words a bound (conint(ge=..., le=...)).
+ */
+const INT_MAX = Number.MAX_SAFE_INTEGER;
+
+function inIntRange(n: number, input: unknown): Parsed<number> {
+  if (n > INT_MAX) return refuse("less_than_equal", `Input should be less than or equal to ${INT_MAX}`, input);
+  if (n < -INT_MAX) return refuse("greater_than_equal", `Input should be greater than or equal to ${-INT_MAX}`, input);
+  return { ok: true, value: n };
+}
+
 function pyInt(v: unknown): Parsed<number> {
   if (typeof v === "boolean") return { ok: true, value: v ? 1 : 0 };
   if (typeof v === "number") {
     if (!Number.isFinite(v)) return refuse("finite_number", "Input should be a finite number", v);
-    return Number.isInteger(v) ? { ok: true, value: v } : refuse("int_from_float", "Input should be a valid integer, got a number with a fractional part", v);
+    return Number.isInteger(v) ? inIntRange(v, v) : refuse("int_from_float", "Input should be a valid integer, got a number with a fractional part", v);
   }
   if (typeof v === "string") {
-    if (INT_TEXT.test(v)) return { ok: true, value: Number(v.trim().replace(/_/g, "")) };
+    if (INT_TEXT.test(v)) return inIntRange(Number(v.trim().replace(/_/g, "")), v);
     return refuse("int_parsing", "Input should be a valid integer, unable to parse string as an integer", v);
   }
   return refuse("int_type", "Input should be a valid integer", v);
@@ -81,7 +94,7 @@ function field<T>(parse: (v: unknown) => Parsed<T>, nullable: boolean, json: Des
   return parsed.optional().meta(Object.keys(json).length === 0 ? json : { anyOf: [json, { type: "null" }] });
 }
 
-const INT: Described = { type: "integer" };
+const INT: Described = { type: "integer", minimum: -INT_MAX, maximum: INT_MAX };
 const NUMBER: Described = { type: "number" };
 const STRING: Described = { type: "string" };
 const DICT: Described = { type: "object" };
@@ -107,7 +120,7 @@ function pyList<T>(item: (v: unknown) => Parsed<T>, taken?: (v: unknown) => bool
   };
 }
 
-const isInt = (v: unknown): boolean => Number.isInteger(v);
+const isInt = (v: unknown): boolean => Number.isSafeInteger(v);
 const isFloat = (v: unknown): boolean => Number.isFinite(v);
 const ints = pyList(pyInt, isInt);
 const floats = pyList(pyFloat, isFloat);
