@@ -49,6 +49,8 @@ function responses(spec: AtroposRouteSpec): JsonSchema {
       description: "The engine holds as many groups as its `max_groups` allows (error `queue_full`); nothing was stored. Retry once the trainer has taken batches.",
       headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } },
       content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
+      // A 5xx that is an answer, not a failure: the one such status in the document.
+      "x-refusal-code": "queue_full",
     };
   }
   if (spec.raises) out["500"] = plainText("Where Atropos's handler raises (an unknown env_id, a batch after /reset_data), Atropos's own 500, kept for its clients' retries.", ATROPOS_SERVER_ERROR_TEXT);

@@ -9,7 +9,13 @@ export type Schema = { [key: string]: unknown };
 export type Parameter = { name: string; in: "path" | "query"; required?: boolean; schema: Schema };
 /** A media type; JSON lines give the schema of each line as `x-itemSchema` (OpenAPI 3.2's `itemSchema`). */
 export type Media = { schema: Schema; "x-itemSchema"?: Schema };
-export type Answer = { $ref?: string; description?: string; content?: Record<string, Media> };
+export type Answer = {
+  $ref?: string;
+  description?: string;
+  content?: Record<string, Media>;
+  /** A 5xx that refuses by design (the error code it answers with), not a failure of the exchange. */
+  "x-refusal-code"?: string;
+};
 export type Operation = {
   operationId: string;
   parameters?: (Parameter | { $ref: string })[];
@@ -68,7 +74,9 @@ function forValidation(schema: unknown): unknown {
 export const JSON_LINES = "application/x-ndjson";
 
 /** What a documented status promises: a JSON body of a schema, JSON lines each of a schema, plain text (Atropos's), or no body at all. */
-export type Promised = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "text"; schema: z.ZodType } | { kind: "empty" };
+export type Promised = ({ kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "text"; schema: z.ZodType } | { kind: "empty" }) & {
+  refusalCode?: string;
+};
 
 /** A validator of `schema`, its refs resolved against the document's components. */
 const validatorOf = (doc: Doc, schema: Schema): z.ZodType =>
@@ -92,7 +100,7 @@ export function promiseOf(doc: Doc, op: Operation, status: number): Promised | u
   if (answer.content !== undefined && schema === undefined && item === undefined && text === undefined) {
     throw new Error(`${op.operationId} ${status}: a body the fuzzer cannot check (${Object.keys(answer.content).join(", ")})`);
   }
-  const promise: Promised =
+  const body: Promised =
     schema !== undefined
       ? { kind: "json", schema: validatorOf(doc, schema) }
       : item !== undefined
@@ -100,6 +108,8 @@ export function promiseOf(doc: Doc, op: Operation, status: number): Promised | u
         : text !== undefined
           ? { kind: "text", schema: validatorOf(doc, text) }
           : { kind: "empty" };
+  const refusal = answer["x-refusal-code"];
+  const promise: Promised = refusal === undefined ? body : { ...body, refusalCode: refusal };
   cache.set(key, promise);
   return promise;
 }

@@ -38,6 +38,13 @@ describe("the fuzz oracle's 5xx rule", () => {
     expect(JSON.parse(full.text)).toMatchObject({ error: "queue_full" });
     expect(judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", full)).toBe(true);
     expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/register"), "POST", full)).toThrow(/a 503/);
+    // The document's mark is what makes it an answer: without x-refusal-code the same 503 breaks the rule.
+    const unmarked = structuredClone(doc);
+    const scored = unmarked.paths["/e/{engine}/t/{token}/atropos/scored_data"]?.["post"];
+    expect(scored?.responses["503"]?.["x-refusal-code"]).toBe("queue_full");
+    delete scored?.responses["503"]?.["x-refusal-code"];
+    const unmarkedTarget = targets(unmarked).find((t) => t.key === "post /e/{engine}/t/{token}/atropos/scored_data") as Target;
+    expect(() => judge(unmarked, unmarkedTarget, "POST", full)).toThrow(/a 503/);
     // A documented 503 of another kind (a store that failed) is still a bug here.
     expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", { ...full, text: JSON.stringify({ error: "ledger_unavailable", detail: "x" }) })).toThrow(/a 503/);
   });

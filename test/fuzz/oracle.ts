@@ -101,9 +101,11 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
   const promised = op === undefined ? undefined : promiseOf(doc, op, status);
   // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
   // and R2 do not fail, so one here is a bug that an outage would only hide. Only Atropos's own
-  // 500 (plain text, where its handler raises) and a full Atropos queue answer 5xx by design.
+  // 500 (plain text, where its handler raises) and a 5xx the document marks a refusal by design
+  // (x-refusal-code: a full Atropos queue's queue_full) are answers.
   const raised = status === 500 && promised?.kind === "text";
-  if (status >= 500 && !raised && !(status === 503 && promised !== undefined && errorCode(answer) === "queue_full")) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
+  const refusedByDesign = promised?.refusalCode !== undefined && errorCode(answer) === promised.refusalCode;
+  if (status >= 500 && !raised && !refusedByDesign) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
   if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   if (method === "HEAD") {
     if (answer.text !== "") throw new Broken(`a HEAD answered with a body: ${answer.text.slice(0, 200)}`);
