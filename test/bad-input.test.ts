@@ -150,10 +150,14 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
   });
 
-  it("refuses an oversized body on a route that reads none (revoking a token), and revokes nothing", async () => {
+  it("refuses an oversized body on routes that read none (revoking a token, deleting the engine), and changes nothing", async () => {
     const e = await createEngine();
     const res = await raw(`/admin/engines/${e.name}/tokens/${e.tokenIds.viewer}`, { method: "DELETE", token: ADMIN_TOKEN, body: "x".repeat(4 * 1024 * 1024 + 1) });
     expect(res).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    // Nor deletes the engine.
+    const deleting = await raw(`/admin/engines/${e.name}`, { method: "DELETE", token: ADMIN_TOKEN, body: "x".repeat(4 * 1024 * 1024 + 1) });
+    expect(deleting).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
     expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
   });
 

@@ -95,6 +95,7 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     response: DeleteEngineResponse,
     successStatus: 200,
     partialStatus: 202,
-    errors: [404, 409, 422, 503],
+    // As revoking a token: no body is read, but one past the size limit is refused first.
+    errors: [404, 409, 413, 422, 503],
   },
 ];
