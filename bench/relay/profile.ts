@@ -27,7 +27,7 @@ import { Agent, request } from "undici";
 import { startModelServer } from "../../scripts/local/model-server";
 import { CaptureMode } from "../../src/protocol/ledger";
 import type { AgentTarget } from "../serve/agent";
-import { serveRelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { freePort } from "../serve/process";
 import { cpuMeter, paired } from "../stats";
@@ -127,15 +127,8 @@ async function startExchangeSide(name: string, modelUrl: string, out: string, in
     agentSettings: CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` },
   });
   try {
-    const trainer = ex.engine.as("trainer");
     const client = ex.engine.as("client");
-    await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `p-${i}`, openai_base_url: `${modelUrl}/v1`, openai_api_key: "sk-bench", zmq_listen_result_addr: "" })) });
-    const keys: string[] = [];
-    for (let i = 0; i < CLAIMS; i++) {
-      const c = await client.claimEpisode({ client_uuid: `p-c-${i}`, discard_episode_timeout: 3600 });
-      if (!c.success) throw new Error(c.fail_cause);
-      keys.push(c.openai_api_key);
-    }
+    const keys = (await claimRelayed(ex.engine, { prefix: "p", n: CLAIMS, upstream: modelUrl, trainerKey: "sk-bench" })).map((c) => c.key);
     return {
       name,
       url: `${ex.url}/e/${ex.engine.name}/v1/chat/completions`,

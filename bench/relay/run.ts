@@ -37,11 +37,10 @@ import { CaptureMode } from "../../src/protocol/ledger";
 import { cpuMeter, summarize, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
-import { serveRelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, serveRelayedEngine, type RelayedEngine } from "../serve/relayed-engine";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
 import { renderRelayChart, type RelayChartInput } from "./chart";
 import { compareCapture } from "./capture";
-import { startAgainst, type AgainstSide } from "./against";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -155,7 +154,7 @@ async function main(): Promise<void> {
   const { pids, engine, agent, capture } = ex;
   let floor: RelayFloor | null = null;
   let fastFloor: RelayFloor | null = null;
-  let against: AgainstSide | null = null;
+  let against: RelayedEngine | null = null;
   try {
     const trainer = engine.as("trainer");
     const client = engine.as("client");
@@ -163,26 +162,20 @@ async function main(): Promise<void> {
     gatewayBase = agent.gateway;
     const secret = (await trainer.gatewaySecret()).secret;
     floor = COMPARE ? null : await startRelayFloor({ upstream: model.url, log });
+    // --against: another checkout's exchange and agent, with claims of their own on the same model.
+    let relayedThen: Target[] = [];
     if (AGAINST !== undefined) {
-      against = await startAgainst({ checkout: AGAINST, modelUrl: model.url, clients: CLIENTS, dir: join(dir, "against"), capture: CAPTURE });
+      against = await serveRelayedEngine({ name: "bench-relay-against", claimKeySecret: "bench-relay-against-secret", checkout: AGAINST, capture: CAPTURE, agentDir: join(dir, "against"), agentSettings: { ROLLOUT_HEARTBEAT_SECONDS: "1" } });
+      relayedThen = await claimRelayed(against.engine, { prefix: "ep", n: CLIENTS, upstream: model.url });
       log(`against ${AGAINST}: its exchange and agent, ${CLIENTS} claims, capture ${against.capture}`);
     }
-    const relayedThen: Target[] = against?.targets ?? [];
-    const relayed: Target[] = [];
-    const direct: Target[] = [];
-    const gatewayOnly: Target[] = [];
-    const floorBoth: Target[] = [];
-    const floorProxy: Target[] = [];
-    for (let i = 0; i < CLIENTS; i++) {
-      await trainer.registerEpisode({ episode_uuid: `ep-${i}`, openai_base_url: `${model.url}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" });
-      const c = await client.claimEpisode({ client_uuid: `c-${i}`, discard_episode_timeout: 3600 });
-      if (!c.success) throw new Error(`claim ${i}: ${c.fail_cause}`);
-      relayed.push({ url: c.openai_base_url, key: c.openai_api_key });
-      direct.push({ url: `${model.url}/v1`, key: "sk-bench-trainer" });
-      gatewayOnly.push({ url: `${model.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: `ep-${i}` } });
-      if (floor) floorBoth.push({ url: `${floor.url}/v1`, key: "sk-bench-trainer" });
-      if (floor) floorProxy.push({ url: `${floor.proxyUrl}/v1`, key: "sk-bench-trainer" });
-    }
+    const claims = await claimRelayed(engine, { prefix: "ep", n: CLIENTS, upstream: model.url });
+    const relayed: Target[] = claims.map((c) => ({ url: c.url, key: c.key }));
+    const direct: Target[] = claims.map(() => ({ url: `${model.url}/v1`, key: "sk-bench-trainer" }));
+    const gatewayOnly: Target[] = claims.map((c) => ({ url: `${model.url}/v1`, key: "sk-bench-trainer", gateway: { secret, episode: c.episode } }));
+    const bare = floor;
+    const floorBoth: Target[] = bare ? claims.map(() => ({ url: `${bare.url}/v1`, key: "sk-bench-trainer" })) : [];
+    const floorProxy: Target[] = bare ? claims.map(() => ({ url: `${bare.proxyUrl}/v1`, key: "sk-bench-trainer" })) : [];
     log(`${CLIENTS} claims; model latency ${LATENCY_MS} ms; ${ROUNDS} rounds of ${CALLS} calls per client and target; capture ${COMPARE?.join(" and ") ?? capture}`);
     if (COMPARE) {
       const loadBefore = loadavg();
@@ -190,7 +183,7 @@ async function main(): Promise<void> {
         modes: COMPARE,
         direct,
         relayed,
-        episodes: relayed.map((_, i) => `ep-${i}`),
+        episodes: claims.map((c) => c.episode),
         rounds: ROUNDS,
         calls: CALLS,
         round: async (ts, calls) => (await round(ts, true, calls)).map((s) => s.total),

@@ -24,7 +24,7 @@ import { startModelServer } from "../../scripts/local/model-server";
 import { CaptureMode } from "../../src/protocol/ledger";
 import { closedLoop } from "../load/closed-loop";
 import { runLoad } from "../loadgen";
-import { serveRelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { summarize, type CpuUse, type Latency } from "../stats";
 import { startRelayFloor } from "./floor/serve";
@@ -118,23 +118,9 @@ async function main(): Promise<void> {
   const floor = await startRelayFloor({ upstream: model.url, log });
   const floorPids = { workerd: floor.pids, proxy: [floor.proxyPid] };
   try {
-    const trainer = engine.as("trainer");
     const client = engine.as("client");
 
-    const claimAll = async (prefix: string, n: number, upstream: string): Promise<Target[]> => {
-      const out: Target[] = [];
-      for (let i = 0; i < n; i += 100) {
-        const batch = Array.from({ length: Math.min(100, n - i) }, (_, k) => ({ episode_uuid: `${prefix}-${i + k}`, openai_base_url: `${upstream}/v1`, openai_api_key: "sk-bench-trainer", zmq_listen_result_addr: "" }));
-        await trainer.batchRegisterEpisodes({ episodes: batch });
-      }
-      for (let i = 0; i < n; i++) {
-        const c = await client.claimEpisode({ client_uuid: `${prefix}-c-${i}`, discard_episode_timeout: 3600 });
-        if (!c.success) throw new Error(`claim ${i}: ${c.fail_cause}`);
-        out.push({ url: c.openai_base_url, key: c.openai_api_key });
-      }
-      return out;
-    };
-    const relayed = await claimAll("fast", CLAIMS, model.url);
+    const relayed: Target[] = await claimRelayed(engine, { prefix: "fast", n: CLAIMS, upstream: model.url });
     const floorTargets = relayed.map(() => ({ url: `${floor.url}/v1`, key: "sk-bench-trainer" }));
     log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns, ${CONCURRENCY} calls in flight; then all ${CLAIMS} at once`);
     // The relay's processes: workerd and the agent (its gateway); the floor's: its workerd and its proxy.
@@ -167,7 +153,7 @@ async function main(): Promise<void> {
     const engineCalls = steady.reduce((a, s) => a + s.engine_calls, 0);
 
     // 2. The engine saturated by claims and ends, alone and with relayed calls flowing.
-    const slow = await claimAll("slow", SLOW_CLAIMS, slowModel.url);
+    const slow: Target[] = await claimRelayed(engine, { prefix: "slow", n: SLOW_CLAIMS, upstream: slowModel.url });
     const saturated: { alone: number; with_relay: number; relayed_calls_per_s: number; relayed_p50_ms: number; relay_errors: number; workerd_ms_per_cycle_alone: number | null; workerd_ms_per_cycle_with_relay: number | null; loadgen_cpu_pct: { alone: number; with_relay: number }; other_cpu_pct: number }[] = [];
     for (let r = 0; r < ROUNDS; r++) {
       const load = (label: string) => runLoad({ baseUrl: engine.baseUrl, clientToken: engine.clientToken, trainerToken: engine.trainerToken, clients: LOAD_CLIENTS, episodes: LOAD_EPISODES, durationSec: SECONDS, warmupSec: 2, setup: r === 0 && label === "alone", label, serverPids: exchangePids });

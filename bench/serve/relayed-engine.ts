@@ -69,6 +69,29 @@ export async function serveRelayedEngine(o: {
   }
 }
 
+/** A claim's OpenAI base URL and per-claim key, and its episode. */
+export type RelayedClaim = { episode: string; url: string; key: string };
+
+/**
+ * `n` episodes `<prefix>-<i>` whose calls go to `upstream` (…/v1 added), registered in batches
+ * and claimed by clients `<prefix>-c-<i>`, in order: claim i holds episode i.
+ */
+export async function claimRelayed(engine: EngineAccess, o: { prefix: string; n: number; upstream: string; trainerKey?: string }): Promise<RelayedClaim[]> {
+  const trainer = engine.as("trainer");
+  const client = engine.as("client");
+  for (let i = 0; i < o.n; i += 100) {
+    const episodes = Array.from({ length: Math.min(100, o.n - i) }, (_, k) => ({ episode_uuid: `${o.prefix}-${i + k}`, openai_base_url: `${o.upstream}/v1`, openai_api_key: o.trainerKey ?? "sk-bench-trainer", zmq_listen_result_addr: "" }));
+    await trainer.batchRegisterEpisodes({ episodes });
+  }
+  const out: RelayedClaim[] = [];
+  for (let i = 0; i < o.n; i++) {
+    const c = await client.claimEpisode({ client_uuid: `${o.prefix}-c-${i}`, discard_episode_timeout: 3600 });
+    if (!c.success) throw new Error(`claim ${i}: ${c.fail_cause}`);
+    out.push({ episode: c.episode_uuid, url: c.openai_base_url, key: c.openai_api_key });
+  }
+  return out;
+}
+
 /** The gateway the engine's overview names, read loosely: an older checkout's overview lacks fields this tree's client requires. */
 async function gatewayUrl(engine: EngineAccess): Promise<unknown> {
   const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
