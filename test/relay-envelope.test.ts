@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ChatRequestShape, envelopeRequestText, envelopeText, isChatRequest, isRelayEnvelope, RelayEnvelope } from "../src/protocol/relay";
+import { isRecord } from "../src/protocol/record";
 
 const meta = {
   endpoint: "/v1/chat/completions" as const,
@@ -115,7 +116,7 @@ describe("the gateway's check of an envelope", () => {
       for (const [inCall, k, v] of changes) {
         const call = env["call"];
         // Once the call context itself is replaced, its fields are no longer there to change.
-        const target = inCall && typeof call === "object" && call !== null && !Array.isArray(call) ? (call as Record<string, unknown>) : env;
+        const target = inCall && isRecord(call) ? call : env;
         const names = target === env ? keys : callKeys;
         const key = names[k % names.length]!;
         // A copy: fast-check hands out the same `{}` and `[]` every time, and a change may put

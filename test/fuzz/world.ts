@@ -168,10 +168,6 @@ async function recordCalls(e: TestEngine, claims: Claims): Promise<void> {
   if (res.status !== 200) throw new Error(`world: recording its calls answered ${res.status}: ${await res.text()}`);
 }
 
-/**
- * Atropos's API in use: a trainer registered and started (its first batch taken), two
- * environments, a group queued and a smaller one waiting in its env's buffer.
- */
 /** A request to the engine's Atropos API as `role`, the token in the URL as Atropos's clients send it. */
 export async function atroposCall(e: TestEngine, role: Role, method: "GET" | "POST", path: string, body?: unknown): Promise<Answer> {
   const res = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos${path}`, {
@@ -181,6 +177,10 @@ export async function atroposCall(e: TestEngine, role: Role, method: "GET" | "PO
   return { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
 }
 
+/**
+ * Atropos's API in use: a trainer registered and started (its first batch taken), two
+ * environments, a group queued and a smaller one waiting in its env's buffer.
+ */
 async function atroposState(e: TestEngine): Promise<void> {
   const call = async (role: Role, method: "GET" | "POST", path: string, body?: unknown): Promise<void> => {
     const a = await atroposCall(e, role, method, path, body);
