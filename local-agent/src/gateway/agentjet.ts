@@ -57,6 +57,8 @@ export function runnerMessage(key: AgentJetKey, request: Record<string, unknown>
 export type RunnerAnswer =
   | { kind: "reply"; text: string; attempts: number }
   | { kind: "deadline"; attempts: number; lastError: string | null }
+  /** ZeroMQ refused the address itself (no port, a path too long): trying again cannot help. */
+  | { kind: "bad_address"; why: string }
   | { kind: "aborted" };
 
 /**
@@ -76,11 +78,18 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
     attempts++;
     const wait = Math.max(1, Math.floor(Math.min(left, opts.receiveTimeoutMs)));
     const sock = new Request({ linger: 0, sendTimeout: wait, receiveTimeout: wait });
+    // connect() throws at once, without waiting, for an address ZeroMQ cannot use: retrying
+    // would spin the agent's event loop until the deadline, opening a socket each pass.
+    try {
+      sock.connect(addr);
+    } catch (e) {
+      sock.close();
+      return { kind: "bad_address", why: `cannot connect to ${addr}: ${describeError(e)}` };
+    }
     // Closing the socket rejects the pending receive: the client went away, stop waiting.
     const onAbort = (): void => sock.close();
     opts.signal.addEventListener("abort", onAbort, { once: true });
     try {
-      sock.connect(addr);
       await sock.send(message);
       const [reply] = await sock.receive();
       return { kind: "reply", text: reply?.toString("utf8") ?? "", attempts };

@@ -166,6 +166,7 @@ export class Gateway {
       receiveTimeoutMs: this.o.zmqReceiveTimeoutMs,
       signal: s.signal,
     });
+    if (answer.kind === "bad_address") return fail(502, `${answer.why}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
     if (answer.kind === "aborted") {
       if (s.deadline.aborted) fail(504, `the episode's runner did not answer within ${env.deadline_seconds} s`, "upstream_timeout");
       return;
