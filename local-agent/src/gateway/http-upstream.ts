@@ -25,7 +25,8 @@ export function upstreamUrl(env: RelayEnvelope, o: UpstreamOptions): string | nu
   if (!/^https?:\/\//.test(base)) return null;
   const rest = env.endpoint.slice("/v1".length); // "/chat/completions"
   const session = o.sessionPath && env.endpoint !== "/v1/models" ? `/${encodeURIComponent(env.episode_uuid)}` : "";
-  return base + session + rest;
+  // The exchange takes any string as an episode's openai_base_url ("http://[oops" too).
+  return URL.canParse(base + session + rest) ? base + session + rest : null;
 }
 
 /**
@@ -44,7 +45,7 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
   const url = upstreamUrl(env, o);
   const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
   if (url === null) {
-    fail( 502, "no inference upstream: the episode registered no http(s) openai_base_url and the agent has no inferenceUpstream", "no_upstream");
+    fail( 502, "no inference upstream: the episode registered no http(s) openai_base_url that is a URL, and the agent has no inferenceUpstream", "no_upstream");
     return;
   }
   const headers: Record<string, string> = { [EPISODE_HEADER]: env.episode_uuid, accept: "application/json, text/event-stream" };
