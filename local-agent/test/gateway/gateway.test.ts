@@ -100,6 +100,25 @@ describe("gateway: AgentJet over ZeroMQ", () => {
     expect(JSON.parse(other.text).error.message).toContain("names episode ep-1");
   });
 
+  it("answers 502 at once for a runner address ZeroMQ refuses, without stalling the agent until the deadline", async () => {
+    // "tcp://127.0.0.1" passes the key's check but has no port: connect() throws at once, so a
+    // retry loop would never wait and hold the event loop (heartbeats, facade, other calls).
+    let last = Date.now();
+    let longestStall = 0;
+    const tick = setInterval(() => {
+      longestStall = Math.max(longestStall, Date.now() - last);
+      last = Date.now();
+    }, 20);
+    const t0 = Date.now();
+    const r = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", "tcp://127.0.0.1"), deadline_seconds: 3 }), SECRET);
+    const took = Date.now() - t0;
+    clearInterval(tick);
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "bad_trainer_key", message: expect.stringContaining("cannot connect to tcp://127.0.0.1") });
+    expect(took).toBeLessThan(1000);
+    expect(longestStall).toBeLessThan(500);
+  });
+
   it("lists the configured models, and refuses /v1/completions", async () => {
     const m = await post(url, ajet(chat("tiny"), { endpoint: "/v1/models", request: null }), SECRET);
     expect(JSON.parse(m.text).data.map((d: { id: string }) => d.id)).toEqual(["policy-a", "policy-b"]);
@@ -187,5 +206,18 @@ describe("gateway: plain HTTP upstream", () => {
     const nowhere = await post(url, plain(chat("tiny"), { trainer_base_url: "http://127.0.0.1:1/v1" }), SECRET);
     expect(nowhere.status).toBe(502);
     expect(JSON.parse(nowhere.text).error.code).toBe("upstream_unreachable");
+  });
+});
+
+describe("gateway: an episode's base URL it cannot use", () => {
+  it("answers 502 no_upstream for a base URL that is not http(s) or not a URL, and calls nothing", async () => {
+    const before = http.seen.length;
+    // The exchange keeps any string as an episode's openai_base_url.
+    for (const base of ["ftp://host/v1", "http://[not-a-host/v1", "zmq-only"]) {
+      const r = await post(url, plain(chat("tiny"), { trainer_base_url: base }), SECRET);
+      expect(r.status).toBe(502);
+      expect(JSON.parse(r.text).error).toMatchObject({ code: "no_upstream", type: "api_error" });
+    }
+    expect(http.seen.length).toBe(before);
   });
 });
