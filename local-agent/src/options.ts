@@ -8,9 +8,14 @@ import { EngineName, TokenDialect } from "../../src/protocol";
 import { DEFAULT_HISTORY_BYTES } from "./ledger/recorder";
 import { DEFAULT_QUEUE_BYTES } from "./ledger/shipper";
 
-const seconds = (min: number, max: number) => z.coerce.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
-const port = z.coerce.number().int("must be a whole number").min(0, "must be 0-65535").max(65535, "must be 0-65535");
-const positiveInt = (max: number) => z.coerce.number().int("must be a whole number").min(1, "must be at least 1").max(max, `must be at most ${max}`);
+/**
+ * A number from the config file, or from a flag's or variable's text. Not z.coerce: Number()
+ * makes "" and null 0 (a trainer killed with no grace, a random facade port), true 1 and [5] 5.
+ */
+const numeric = (n: z.ZodNumber) => z.preprocess((v) => (typeof v === "string" && v.trim() !== "" ? Number(v) : v), n);
+const seconds = (min: number, max: number) => numeric(z.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`));
+const port = numeric(z.number().int("must be a whole number").min(0, "must be 0-65535").max(65535, "must be 0-65535"));
+const positiveInt = (max: number) => numeric(z.number().int("must be a whole number").min(1, "must be at least 1").max(max, `must be at most ${max}`));
 
 const httpUrl = z
   .string()

@@ -96,6 +96,19 @@ describe("resolveConfig", () => {
     expect(errs).toHaveLength(7);
   });
 
+  it("refuses numbers that are not numbers: an empty flag, null, true or a list", () => {
+    // Number() would make these 0 (no grace before SIGKILL, a random facade port), 1 and 5.
+    expect(errors({ argv: [...required, "--stop-grace=", "--facade-port= "] })).toEqual([
+      expect.stringMatching(/^stopGraceSeconds from --stop-grace: .*expected number.*\(got ""\)/),
+      expect.stringMatching(/^facadePort from --facade-port: .*expected number.*\(got " "\)/),
+    ]);
+    const file = JSON.stringify({ server: "https://rx.example.com", engine: "default", token: "tok", stopGraceSeconds: null, facadePort: null, deliveryAttempts: true, logFiles: [5] });
+    const errs = errors({ argv: ["--config", "agent.json"], readFile: () => file });
+    expect(errs).toHaveLength(4);
+    for (const key of ["stopGraceSeconds", "facadePort", "deliveryAttempts", "logFiles"]) expect(errs).toContainEqual(expect.stringMatching(new RegExp(`^${key} from "${key}" in .*expected number`)));
+    expect(run({ argv: [...required, "--stop-grace", " 2.5 "], env: { ROLLOUT_FACADE_PORT: "10087" } })).toMatchObject({ stopGraceSeconds: 2.5, facadePort: 10087 });
+  });
+
   it("never echoes a secret in an error", () => {
     const errs = errors({ argv: ["--server", "http://x", "--engine", "e", "--token="] });
     expect(errs.join("\n")).toContain("token from --token: must not be empty");
