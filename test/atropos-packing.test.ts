@@ -102,6 +102,16 @@ describe("batch cutting agrees with Atropos's utils.py", () => {
   });
 });
 
+describe("batches that take nothing", () => {
+  it("are no batch: a batch_size of 0 cuts nothing, where Atropos cuts empty batches for ever", () => {
+    const items: RefItem[] = [1, 2, 3].map((id) => ({ id, size: 2, env: 0 }));
+    const envs = [{ id: 0, connected: true, min: 0.5 }];
+    expect(refGrabWithMinimumAllocations(items, 0, [{ registered_id: 0, connected: true, min_batch_allocation: 0.5 }])[0]).toEqual([]);
+    expect(grabWithMinimumAllocations(new ListIndex(items), 0, envs)).toBeNull();
+    expect(grabExact(new ListIndex(items), 0)).toBeNull();
+  });
+});
+
 describe("find_groups_summing_to_target", () => {
   it("takes the first groups in order when they make the target", () => {
     expect(findGroupsSummingToTarget([2, 1, 5, 1], 4)).toEqual([0, 1, 3]);

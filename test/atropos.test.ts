@@ -115,6 +115,15 @@ describe("Atropos's API at /e/<engine>/atropos", () => {
     expect(status.stalls).toEqual([{ kind: "minimum_unmet", groups: 4, detail: expect.stringContaining("env 0 (gsm8k_0) has a min_batch_allocation") }]);
   });
 
+  it("cuts no batch for a batch_size of 0, where Atropos's /batch loops for ever on empty ones", async () => {
+    // pydantic takes 0; with an env's minimum, Atropos's packing returns [] and /batch never ends.
+    const e = await createEngine("atr");
+    const [a] = await running(e, [{ ...ENV, min_batch_allocation: 0.5 }], { ...REGISTRATION, batch_size: 0 });
+    expect((await atropos(e, "client", "POST", "/scored_data", group(1, 2, a!))).json).toEqual({ status: "received" });
+    expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ current_step: 0, queue_size: 1 });
+  });
+
   it("buffers an env's groups of another size until some make its group size, as _process_scored_data does", async () => {
     const e = await createEngine("atr");
     await running(e, [{ ...ENV, group_size: 4 }], { ...REGISTRATION, batch_size: 4 });

@@ -187,7 +187,9 @@ export function grabWithMinimumAllocations(ix: QueueIndex, batchSize: number, en
       if (total === batchSize) break;
     }
   }
-  return total === batchSize ? batch : null;
+  // Atropos returns [] for a batch_size of 0, and its /batch loop (as cutAll) cuts empty batches
+  // for ever: here that would hold the engine's object, which serves all its other work too.
+  return total === batchSize && batch.length > 0 ? batch : null;
 }
 
 /** The first `count` groups of one (env, size) class, read a chunk at a time. */
