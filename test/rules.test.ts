@@ -169,6 +169,14 @@ describe("per-claim keys", () => {
     ]) {
       expect(await verifyClaimKey("secret", forged), forged).toBeNull();
     }
+    // A key with an incarnation signs "<engine>@<incarnation>": the same text as a key without
+    // one for the engine named "<engine>@<incarnation>", which no engine can be called.
+    const withIncarnation = await signClaimKey("secret", { engine: "e1", incarnation: "Ab3_-x9Z", episode_uuid: "ep-1", fence: 7 });
+    const p6 = withIncarnation.split(".");
+    expect(await verifyClaimKey("secret", withIncarnation)).not.toBeNull();
+    for (const forged of [join(p6[0]!, `${p6[1]}@${p6[2]}`, ...p6.slice(3))]) {
+      expect(await verifyClaimKey("secret", forged), forged).toBeNull();
+    }
   });
 
   it("refuses an episode id that is not UTF-8, rather than reading it as U+FFFD", async () => {

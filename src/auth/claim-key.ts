@@ -9,6 +9,7 @@
  * `sk-rx.<engine>.<fence>.<b64url(episode_uuid)>.<b64url(hmac)>` for engines made before
  * incarnations (theirs is ""), so keys out when they were are still good.
  */
+import { ENGINE_NAME_PATTERN } from "../protocol/admin";
 import { settledCache } from "./settled-cache";
 import { b64url } from "./tokens";
 
@@ -102,6 +103,8 @@ async function checkClaimKey(secret: string, key: string): Promise<ClaimKeyField
     string,
     string,
   ];
+  // An engine name has no "@": without this, sk-rx.<e>@<inc>.<fence>... would sign as the key of <e>, incarnation <inc>.
+  if (!ENGINE_NAME_PATTERN.test(engine)) return null;
   if (parts.length === 6 && !INCARNATION_TEXT.test(incarnation)) return null;
   if (!FENCE_TEXT.test(fenceText)) return null;
   const fence = Number(fenceText);

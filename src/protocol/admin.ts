@@ -6,9 +6,11 @@ export const Role = z.enum(ROLES, {
 });
 export type Role = z.infer<typeof Role>;
 
+/** What an engine's name may be: it goes into URLs, keys and Durable Object names as it is. */
+export const ENGINE_NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 export const EngineName = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, "engine names are 1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit");
+  .regex(ENGINE_NAME_PATTERN, "engine names are 1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit");
 
 /**
  * Where an engine's Durable Object should live: Cloudflare's documented location hints (best
