@@ -321,6 +321,26 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect((await client.claimEpisode({ client_uuid: "ev", episode_type: "eval", discard_episode_timeout: 600 })).success).toBe(true);
   });
 
+  it("keeps every AgentJet rollout pace let begin: its end joins a new group even when pace would refuse a worker's batch opening one", async () => {
+    const e = await createEngine("pace-ends");
+    const trainer = e.as("trainer");
+    await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    await rollingWith(e, 2);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const client = e.as("client");
+    const a = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 600 });
+    const b = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 600 });
+    expect(a.success && b.success).toBe(true);
+    // The trainer moves on while both run: each end opens its task's group, which pace would refuse a worker.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 2 });
+    expect(await client.endEpisode(endBody("a", a.episode_uuid, 1, "t1"))).toMatchObject({ success: true });
+    expect(await client.endEpisode(endBody("b", b.episode_uuid, 1, "t2"))).toMatchObject({ success: true });
+    const health = (await e.as("viewer").health()).buffer;
+    expect({ ready: health.ready_groups, paced: health.paced_refusals }).toEqual({ ready: 2, paced: 0 });
+    expect((await trainer.getRolloutData()).data.meta_info.finished_groups).toEqual(["t1", "t2"]);
+  });
+
   it("holds claims back from the batch size an AgentJet client's throttle_policy names, when nothing else says it", async () => {
     const e = await createEngine("pace-throttle");
     await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0 });

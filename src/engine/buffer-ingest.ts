@@ -5,7 +5,6 @@
 import type { PostStepsResponse, StepRow } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { clearSessions } from "./buffer-outcomes";
-import { paceRefusal } from "./buffer-pace";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
 import { fail, ok, type Reply } from "./reply";
@@ -13,7 +12,9 @@ import { fail, ok, type Reply } from "./reply";
 /**
  * Checks a batch before anything is written: sizes, and that no session changes group.
  * Returns the rows with their JSON texts, made once for the engine's row, its outbox record
- * and D1, or the failure when any row may not be stored.
+ * and D1, or the failure when any row may not be stored. Pace is not asked here: a worker's
+ * batch is (paceRefusal, before it is stored), an AgentJet rollout's end is not (its claim
+ * was, and what it finished is kept).
  */
 export function check(s: BufferState, rows: StepRow[]): Reply<CheckedStep[]> {
   const { max_message_bytes } = s.config();
@@ -32,8 +33,6 @@ export function check(s: BufferState, rows: StepRow[]): Reply<CheckedStep[]> {
     groupOf.set(r.session_id, r.group_id);
     checked.push(step);
   }
-  const paced = paceRefusal(s, rows);
-  if (paced !== null) return paced;
   return ok(checked);
 }
 

@@ -414,6 +414,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded<PostStepsResponse>(caller, "post_steps", () => {
       const checked = this.buffer.check(steps);
       if (!checked.ok) return checked;
+      const paced = this.buffer.paceRefusal(steps);
+      if (paced !== null) return paced;
       return this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(checked.body))));
     });
   }

@@ -93,6 +93,8 @@ export function joinBuffer(e: EpisodeState, ep: ClaimRow, taskId: string, output
   };
   const checked = e.buffer.check([row]);
   if (checked.ok) e.buffer.ingest(checked.body);
+  // The trajectory itself is recorded either way; only its place in a group is lost.
+  else console.error(`engine: episode ${ep.episode_uuid} could not join task ${taskId}'s group in the rollout buffer: ${checked.detail}`);
 }
 
 /**

@@ -12,7 +12,7 @@
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
 import { check, ingest } from "./buffer-ingest";
-import { notePaced, paceState } from "./buffer-pace";
+import { notePaced, paceRefusal, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
 import { BufferState, type BufferHost } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
@@ -75,6 +75,11 @@ export class RolloutBuffer {
 
   check(rows: StepRow[]): Reply<CheckedStep[]> {
     return check(this.state, rows);
+  }
+
+  /** The 503 pace answers a worker's batch of steps that would open new groups now, or null. */
+  paceRefusal(rows: StepRow[]): Reply<never> | null {
+    return paceRefusal(this.state, rows);
   }
 
   paceState(claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
