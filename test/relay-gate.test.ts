@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import type { ClaimKeyFields } from "../src/auth/claim-key";
 import { env } from "cloudflare:workers";
-import { ClaimGate, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import { ACTIVE_MS, ClaimGate, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
 import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
 import type { RelaySyncItem } from "../src/engine/relay-admission";
 import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
@@ -82,6 +82,10 @@ function gateOn(e: TestEngine) {
       if (o.settle) await settle();
     },
     settle,
+    /** Stops waiting for the background work not done now: a request cut off is never waited on again. */
+    abandon(): void {
+      for (const b of background) b.done = true;
+    },
   };
 }
 
@@ -244,6 +248,35 @@ describe("the relay's claim gate", () => {
     await g.tick(FLUSH_MS, { settle: false });
     await until(() => g.sent.length === 4);
     expect(g.sent[3]).toEqual([expect.objectContaining({ key, calls: 1 })]);
+  });
+
+  it("keeps refreshing the claims in use after a refresh's request was cut off", async () => {
+    const e = await rollingEngine(20);
+    const g = gateOn(e);
+    const keys: ClaimKeyFields[] = [];
+    for (let i = 0; i < 20; i++) keys.push(await claim(e, `c${i}`, 3600));
+    for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+    /** 20 claims calling every 2 s, 200 calls over 20 s: the engine's requests for them. */
+    const steady = async (): Promise<number> => {
+      const before = g.sent.length;
+      for (let i = 0; i < 200; i++) {
+        await g.tick(100);
+        expect((await g.admit(keys[i % keys.length]!)).ok).toBe(true);
+      }
+      return g.sent.length - before;
+    };
+    expect(await steady()).toBeLessThanOrEqual(20_000 / REFRESH_AFTER_MS + 2);
+    // A call from the cache arms a flush, which is the refresh of all twenty; its request is cut off.
+    expect(g.cached(keys[0]!)?.ok).toBe(true);
+    g.loseNextAnswer();
+    const sentBefore = g.sent.length;
+    await g.tick(FLUSH_MS, { settle: false });
+    await until(() => g.sent.length === sentBefore + 1);
+    expect(g.sent.at(-1)).toHaveLength(20);
+    g.abandon();
+    await g.tick(FLUSH_STUCK_MS + FRESH_MS, { settle: false });
+    // Given up like the flush: the refreshes go on, rather than each stale claim asking alone.
+    expect(await steady()).toBeLessThanOrEqual(20_000 / REFRESH_AFTER_MS + 2);
   });
 
   it("stops serving an ended, an aborted and a re-claimed claim within FRESH_MS", async () => {
@@ -444,6 +477,35 @@ describe("the relay's gate through a weight sync that keeps the claims", () => {
     for (let i = 0; i < 5 && !settled; i++) await g.tick(500);
     expect(await held).toMatchObject({ ok: false, status: 503, error: "sync_hold_expired" });
     expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid })]);
+  });
+
+  it("keeps the claims of held calls in its refreshes for the whole sync: about one engine request a second, not one per claim", async () => {
+    const e = await rollingEngine(20);
+    await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 120 });
+    const g = gateOn(e);
+    const keys: ClaimKeyFields[] = [];
+    for (let i = 0; i < 20; i++) keys.push(await claim(e, `c${i}`, 3600));
+    for (const k of keys) expect((await g.admit(k)).ok).toBe(true);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await g.tick(FRESH_MS);
+    const done = keys.map(() => false);
+    const held = keys.map((k, i) => through(g, k).finally(() => (done[i] = true)));
+    const step = async (): Promise<void> => {
+      await g.tick(250);
+      for (let i = 0; i < 4; i++) await new Promise((r) => setTimeout(r, 3));
+    };
+    // Past ACTIVE_MS too: a held call is no call, but its claim is in use.
+    const counts: number[] = [];
+    for (const _ of [0, 1]) {
+      const before = g.sent.length;
+      for (let t = 0; t < ACTIVE_MS; t += 250) await step();
+      counts.push(g.sent.length - before);
+    }
+    expect(done.some(Boolean)).toBe(false);
+    for (const n of counts) expect(n).toBeLessThanOrEqual((2 * ACTIVE_MS) / 1000);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 2 });
+    for (let i = 0; i < 12 && !done.every(Boolean); i++) await step();
+    for (const r of await Promise.all(held)) expect(r).toMatchObject({ ok: true, body: { weight_version: 2 } });
   });
 
   it("refuses a dead key at once during the sync, without holding it", async () => {

@@ -58,6 +58,8 @@ type Entry = {
   /** Calls admitted from the cache and not yet sent, and when the last one was. */
   calls: number;
   lastCallAt: number;
+  /** When a call last came, admitted or held through a weight sync: whether the claim is in use (ACTIVE_MS, IDLE_MS). */
+  lastUsedAt: number;
   /** Bumped by `forget`: an answer to a batch sent before it is not used. */
   epoch: number;
   /** The refresh on its way that asks about this claim, and when it was sent. */
@@ -84,7 +86,8 @@ export class ClaimGate {
   private heldUntil = 0;
   /** Bumped by `forget()`: an older batch's word on the whole engine is not used. */
   private epoch = 0;
-  private refreshing = false;
+  /** The refresh on its way, while there is one: a refresh whose request was cut off is given up after FLUSH_STUCK_MS. */
+  private refreshing: object | null = null;
   /** When the last refresh was sent. */
   private refreshedAt = Number.NEGATIVE_INFINITY;
   /** The flush on its way (its wait, then its request), while there is one, and when it was armed. */
@@ -109,8 +112,9 @@ export class ClaimGate {
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = this.clock.now();
       if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
+      e.lastUsedAt = now;
       if (this.usable(e, now)) return this.heldNow(e, now) ?? this.fromCache(e, now, background);
-      const refreshDue = !this.refreshing && now - this.refreshedAt >= REFRESH_AFTER_MS;
+      const refreshDue = this.refreshDue(now, REFRESH_AFTER_MS);
       const waited = e.inFlight;
       if (waited !== null && now - waited.sentAt < FRESH_MS) {
         // A refresh already asks about this claim: its answer is as good as one asked for now (sent
@@ -239,8 +243,13 @@ export class ClaimGate {
    */
   async flush(): Promise<void> {
     if (this.pending === 0) return;
-    const refresh = !this.refreshing && this.clock.now() - this.refreshedAt >= REFRESH_AFTER_MS / 2;
+    const refresh = this.refreshDue(this.clock.now(), REFRESH_AFTER_MS / 2);
     await this.batch(refresh).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
+  }
+
+  /** Whether a batch now may be a refresh: none on its way (or one lost), and `after` since the last. */
+  private refreshDue(now: number, after: number): boolean {
+    return (this.refreshing === null || now - this.refreshedAt >= FLUSH_STUCK_MS) && now - this.refreshedAt >= after;
   }
 
   private admission(e: Entry): Reply<Admission> {
@@ -255,6 +264,7 @@ export class ClaimGate {
     e.calls++;
     this.pending++;
     e.lastCallAt = now;
+    e.lastUsedAt = now;
     this.scheduleFlush(background, now);
     return this.admission(e);
   }
@@ -277,7 +287,7 @@ export class ClaimGate {
         this.remove(oldest.value);
       }
     }
-    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, epoch: 0, inFlight: null, carrying: false };
+    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, lastUsedAt: 0, epoch: 0, inFlight: null, carrying: false };
     this.entries.set(id, e);
     const same = this.byEpisode.get(key.episode_uuid);
     if (same === undefined) this.byEpisode.set(key.episode_uuid, new Set([e]));
@@ -342,14 +352,15 @@ export class ClaimGate {
     const now = this.clock.now();
     const chosen: Entry[] = [];
     for (const [id, e] of this.entries) {
-      if (e === must || e.calls > 0 || (refresh && e.standing?.ok !== false && now - e.lastCallAt <= ACTIVE_MS)) chosen.push(e);
-      else if (now - e.lastCallAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.remove(id);
+      if (e === must || e.calls > 0 || (refresh && e.standing?.ok !== false && now - e.lastUsedAt <= ACTIVE_MS)) chosen.push(e);
+      else if (now - e.lastUsedAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.remove(id);
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);
     if (chosen.length === 0) return ok(false);
     const sending = this.send(chosen);
+    const refreshing = refresh ? {} : null;
     if (refresh) {
-      this.refreshing = true;
+      this.refreshing = refreshing;
       this.refreshedAt = now;
       const inFlight = { sentAt: now, done: sending.catch(() => undefined) };
       for (const e of chosen) e.inFlight = inFlight;
@@ -359,7 +370,7 @@ export class ClaimGate {
       return r.ok ? ok(must === undefined ? true : (r.body[chosen.indexOf(must)] ?? false)) : r;
     } finally {
       if (refresh) {
-        this.refreshing = false;
+        if (this.refreshing === refreshing) this.refreshing = null;
         for (const e of chosen) if (e.inFlight?.sentAt === now) e.inFlight = null;
       }
     }
