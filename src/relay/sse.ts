@@ -32,6 +32,20 @@ function errorFromUpstream(status: number, text: string): unknown {
 export function relayStream(upstream: Promise<Response>, keepAliveMs: number, describeFailure: (e: unknown) => { status: number; message: string; code: string }): Response {
   const { readable, writable } = new IdentityTransformStream();
   let writer = writable.getWriter();
+  /** The error event for an answer that broke off (or met the deadline) while it was read. */
+  const brokeOff = (e: unknown): Uint8Array => {
+    const f = describeFailure(e);
+    return event(f.code === "upstream_timeout" ? openaiErrorBody(f.status, f.message, f.code) : openaiErrorBody(502, `the inference upstream broke off mid-stream: ${f.message}`, "upstream_stream_broken"));
+  };
+  /** The answer's text, or null once the error event for a body that broke off is written. */
+  const readWhole = async (res: Response): Promise<string | null> => {
+    try {
+      return await res.text();
+    } catch (e) {
+      await writer.write(brokeOff(e));
+      return null;
+    }
+  };
   const pump = async (): Promise<void> => {
     const timer = setInterval(() => void writer.write(enc.encode(KEEP_ALIVE)).catch(() => clearInterval(timer)), keepAliveMs);
     let res: Response;
@@ -45,7 +59,8 @@ export function relayStream(upstream: Promise<Response>, keepAliveMs: number, de
     }
     clearInterval(timer);
     if (!res.ok || res.body === null) {
-      await writer.write(event(errorFromUpstream(res.status, await res.text())));
+      const text = await readWhole(res);
+      if (text !== null) await writer.write(event(errorFromUpstream(res.status, text)));
       return;
     }
     if ((res.headers.get("content-type") ?? "").includes("text/event-stream")) {
@@ -58,12 +73,12 @@ export function relayStream(upstream: Promise<Response>, keepAliveMs: number, de
         return;
       } catch (e) {
         writer = writable.getWriter();
-        const f = describeFailure(e);
-        await writer.write(event(openaiErrorBody(502, `the inference upstream broke off mid-stream: ${f.message}`, "upstream_stream_broken")));
+        await writer.write(brokeOff(e));
         return;
       }
     }
-    const text = await res.text();
+    const text = await readWhole(res);
+    if (text === null) return;
     let completion: unknown;
     try {
       completion = JSON.parse(text);

@@ -1,0 +1,51 @@
+/**
+ * Streamed relayed calls whose gateway's answer breaks off while the Worker reads it: the
+ * stream's status line has gone out, so the failure must arrive as the stream's last event.
+ * The gateway here is a network binding whose answers break after their first bytes (a
+ * connection reset), which a real gateway cannot be made to do on cue.
+ */
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { serveRelay } from "../src/relay/relay-routes";
+import { createEngine, ORIGIN, rollingWith, withGateway } from "./support/harness";
+
+/** A gateway that answers `status` with a JSON body broken off after its first bytes. */
+const breaksOff = (status: number): Fetcher => ({
+  fetch: async (): Promise<Response> => {
+    let n = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(c) {
+        if (n++ === 0) c.enqueue(new TextEncoder().encode('{"id":"x","object":"chat.completion","choi'));
+        else c.error(new Error("connection reset by peer"));
+      },
+    });
+    return new Response(body, { status, headers: { "content-type": "application/json" } });
+  },
+  connect: () => {
+    throw new Error("the relay opens no sockets");
+  },
+});
+
+describe("a streamed call whose gateway's whole answer breaks off", () => {
+  it("ends the stream with an upstream_stream_broken event, for a 200 and for an error answer alike", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    for (const status of [200, 500]) {
+      const ctx = createExecutionContext();
+      const req = new Request(`${ORIGIN}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${c.openai_api_key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true }),
+      });
+      const res = await serveRelay(req, { ...env, RELAY_NETWORK: breaksOff(status) }, ctx)!;
+      const events = (await res.text()).split("\n\n").filter((x) => x.startsWith("data: "));
+      await waitOnExecutionContext(ctx);
+      expect(res.status).toBe(200);
+      expect(events).toHaveLength(1);
+      expect(JSON.parse(events[0]!.slice(6))).toMatchObject({ error: { code: "upstream_stream_broken", type: "api_error", message: expect.stringContaining("connection reset by peer") } });
+    }
+  });
+});
