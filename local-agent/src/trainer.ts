@@ -15,6 +15,7 @@ import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
+import { groupAlive, signalGroup } from "./runs/process-group";
 import type { TrainerLog } from "./trainer-log";
 
 
@@ -57,6 +58,8 @@ type PidFile = { pid: number; started_at: number; seq: number };
 
 const POLL_MS = 100;
 const PROGRESS_EVERY_MS = 5000;
+/** How long a start waits for SIGKILLed leftovers to be gone (a process in uninterruptible sleep dies late). */
+const LEFTOVER_KILL_WAIT_MS = 5000;
 
 export class TrainerSupervisor {
   private current: Running | null = null;
@@ -64,6 +67,8 @@ export class TrainerSupervisor {
   private readonly pidFile: string;
   private readonly configFile: string;
   private closed = new AbortController();
+  /** Processes a trainer that exited on its own left in its group, until they are gone (SIGKILL after the grace period). */
+  private leftovers: Promise<void> | null = null;
 
   constructor(private readonly opts: TrainerOptions) {
     this.pidFile = join(opts.stateDir, "trainer.json");
@@ -104,6 +109,8 @@ export class TrainerSupervisor {
   }
 
   async start(yaml: string, seq: number): Promise<Outcome> {
+    // Not beside what the last trainer left holding the GPUs: at most the grace period.
+    if (this.current === null && this.leftovers !== null) await this.leftovers;
     const c = this.current;
     if (c !== null) {
       if (c.seq === seq && c.stopping === null) return { ok: true, detail: `trainer already running (pid ${c.pid}), started by this same command` };
@@ -228,6 +235,7 @@ export class TrainerSupervisor {
     this.lastState = "exited";
     // The leader died; helpers left in its group (data loaders, ray workers) would hold the GPUs.
     const leftovers = signalGroup(c.pid, "SIGTERM");
+    if (leftovers) this.leftovers ??= this.endLeftovers(c.pid).finally(() => (this.leftovers = null));
     const how = code !== null ? `exited with code ${code}` : signal !== null ? `was ended by ${signal}` : "exited (status unknown: adopted from a previous agent)";
     const detail = `trainer pid ${c.pid} ${how} without a stop command${leftovers ? "; sent SIGTERM to the processes it left in its group" : ""}`;
     this.opts.logger.warn(detail);
@@ -235,29 +243,22 @@ export class TrainerSupervisor {
     this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail });
   }
 
+  /** What a trainer that exited on its own left in its group, sent SIGTERM: SIGKILL after the grace period, as a stop does. */
+  private async endLeftovers(pgid: number): Promise<void> {
+    const start = this.opts.clock.now();
+    while (groupAlive(pgid) && this.opts.clock.now() - start < this.opts.graceMs && !this.closed.signal.aborted) await this.opts.clock.sleep(POLL_MS);
+    if (!groupAlive(pgid)) return;
+    // Also when the agent is going away: no later agent adopts the helpers of a trainer that is gone.
+    this.opts.logger.warn(`the processes trainer pid ${pgid} left in its group still run ${this.opts.graceMs / 1000} s after SIGTERM: sending SIGKILL`);
+    signalGroup(pgid, "SIGKILL");
+    const killedAt = this.opts.clock.now();
+    while (groupAlive(pgid) && this.opts.clock.now() - killedAt < LEFTOVER_KILL_WAIT_MS) await this.opts.clock.sleep(POLL_MS);
+  }
+
   /** For an adopted trainer (not our child): polls until its process group is gone. */
   private async watchGroup(pid: number): Promise<void> {
     while (groupAlive(pid) && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
     if (this.closed.signal.aborted) await new Promise<never>(() => {}); // the agent stopped: nothing more to report
-  }
-}
-
-function groupAlive(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-/** Signals every process in the group; false if none was left. */
-function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
-  try {
-    process.kill(-pgid, signal);
-    return true;
-  } catch {
-    return false;
   }
 }
 

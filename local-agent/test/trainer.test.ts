@@ -4,10 +4,11 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { realClock } from "../src/clock";
 import { TrainerLog } from "../src/trainer-log";
+import { groupAlive } from "../src/runs/process-group";
 import { TrainerSupervisor, type TrainerExit, type TrainerOptions } from "../src/trainer";
 import { MemoryLogger } from "./support/logger";
 import { tempDir } from "./support/temp";
-import { processAlive, processGroupOf, waitUntil } from "./support/wait";
+import { processAlive, processGroupOf, processState, waitUntil } from "./support/wait";
 
 const FIXTURES = join(import.meta.dirname, "fixtures");
 const script = (name: string): string[] => ["sh", join(FIXTURES, name), "{config}"];
@@ -115,6 +116,50 @@ describe("TrainerSupervisor", () => {
     // Once it has exited, a new start is allowed.
     expect((await s.start("x: 2", 2)).ok).toBe(true);
     await waitUntil(() => exits[1], "the second run's exit");
+  });
+
+  it("kills what a trainer that exited on its own left in its group after the grace period, and starts the next only then", async () => {
+    // The helper ignores SIGTERM (a wedged data loader); the leader dies with code 3.
+    const s = supervisor({ command: ["sh", "-c", "(trap '' TERM; while true; do sleep 0.1; done) & sleep 0.3; exit 3"], graceMs: 500 });
+    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    const pgid = s.status().pid as number;
+    const exit = await waitUntil(() => exits[0], "the unexpected exit report");
+    expect(exit.detail).toMatch(/sent SIGTERM to the processes it left in its group/);
+    expect(groupAlive(pgid)).toBe(true);
+    // The next start waits for them to be gone: never two trainers' processes on the GPUs.
+    const next = await s.start("x: 2", 2);
+    expect(next.ok).toBe(true);
+    expect(groupAlive(pgid)).toBe(false);
+    expect(logger.has(/left in its group still run 0.5 s after SIGTERM: sending SIGKILL/)).toBe(true);
+  });
+
+  it("finishes a stop when the group holds only a zombie nobody reaps", async () => {
+    // The trainer forks a keeper that forks a child which exits at once; the keeper moves to a
+    // group of its own and never reaps it. kill(-pgid, 0) still succeeds through that zombie,
+    // and SIGKILL cannot end it: a stop that waited for it would never end (and never be acked).
+    const trainer = [
+      "import os, signal, time",
+      "keeper = os.fork()",
+      "if keeper == 0:",
+      "    child = os.fork()",
+      "    if child == 0: os._exit(0)",
+      "    os.setpgid(0, 0)",
+      "    print('keeper', os.getpid(), 'child', child, flush=True)",
+      "    time.sleep(60); os._exit(0)",
+      "signal.signal(signal.SIGTERM, lambda *a: os._exit(0))",
+      "time.sleep(60)",
+    ].join("\n");
+    const s = supervisor({ command: ["python3", "-c", trainer], graceMs: 300 });
+    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    const [keeper, child] = (await waitUntil(() => /keeper (\d+) child (\d+)/.exec(logText()), "the keeper's pids")).slice(1).map(Number) as [number, number];
+    try {
+      await waitUntil(() => processState(child) === "Z" || undefined, "the child to be a zombie");
+      const stopped = await Promise.race([s.stop("engine stopped"), new Promise<null>((r) => setTimeout(() => r(null), 5000))]);
+      expect(stopped?.detail).toMatch(/stopped: exited with code 0 after SIGTERM/);
+      expect(s.status().state).toBe("idle");
+    } finally {
+      process.kill(keeper, "SIGKILL");
+    }
   });
 
   it("refuses a command that does not exist, in plain words", async () => {

@@ -1,9 +1,8 @@
 /** Process-group liveness against real processes, including a group left holding only a zombie. */
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { groupAlive } from "../../src/runs/process-group";
-import { waitUntil } from "../support/wait";
+import { processState, waitUntil } from "../support/wait";
 
 // The leader forks a keeper, which forks a child that exits at once, moves itself to a group of
 // its own and never reaps that child: the leader's group is left with nothing but the zombie.
@@ -32,14 +31,6 @@ afterEach(() => {
   }
 });
 
-function processState(pid: number): string {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? "";
-  } catch {
-    return "gone";
-  }
-}
 
 describe("groupAlive", () => {
   it("is true while a member runs and false once the group holds only a zombie nobody reaps", async () => {

@@ -14,13 +14,14 @@ export async function waitUntil<T>(check: () => T | undefined | null | false | P
   }
 }
 
+/** Whether the process runs: a zombie (ended, not yet reaped by its parent or init) does not. */
 export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM";
   }
+  return processState(pid) !== "Z";
 }
 
 /** The process group of a live process, from /proc (Linux). */
@@ -29,4 +30,14 @@ export function processGroupOf(pid: number): number {
   // Fields after the parenthesised command name: state, ppid, pgrp, ...
   const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return Number(rest[2]);
+}
+
+/** A process's state letter from /proc (R, S, Z for a zombie...), or "gone". */
+export function processState(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? "";
+  } catch {
+    return "gone";
+  }
 }
