@@ -19,6 +19,8 @@ export const BATCH_BYTES = 1_500_000;
 export const BATCH_LINGER_MS = 1000;
 /** Overflow warnings come at most this often, each with the count since the last. */
 const DROP_WARNING_EVERY_MS = 10_000;
+/** Once closing, a failed batch is tried again at least this often: the close has seconds, not the backoff's half minute. */
+const CLOSING_RETRY_MS = 500;
 
 export type ShipperOptions = {
   post: (batch: CallBatch) => Promise<CallBatchResponse>;
@@ -45,6 +47,8 @@ export class CallShipper {
   /** Wakes the loop from its linger (a full batch, a flush). */
   private wake = new AbortController();
   private flushing = false;
+  /** Aborted by close(): cuts a retry's backoff short, to try once more while the close lasts. */
+  private readonly closing = new AbortController();
   /** Aborts waits when a shutdown's deadline passes. */
   private readonly stopper = new AbortController();
   private readonly backoff: Backoff;
@@ -92,6 +96,7 @@ export class CallShipper {
   async close(deadlineMs: number): Promise<void> {
     this.flushing = true;
     this.wake.abort();
+    this.closing.abort();
     const running = this.running;
     if (running !== null && deadlineMs > 0) {
       const timeUp = new AbortController();
@@ -152,9 +157,9 @@ export class CallShipper {
         }
         const retryAfterMs = e instanceof ExchangeError && e.retryAfterSeconds !== null ? e.retryAfterSeconds * 1000 : null;
         const backoff = this.backoff.next();
-        const wait = retryAfterMs ?? backoff;
         if (this.backoff.consecutiveFailures <= 1) this.o.logger.warn(`ledger: sending ${batch.calls.length} recorded calls failed (${describeError(e)}); retrying`);
-        await this.o.clock.sleep(wait, this.stopper.signal);
+        if (this.flushing) await this.o.clock.sleep(Math.min(retryAfterMs ?? backoff, CLOSING_RETRY_MS), this.stopper.signal);
+        else await this.o.clock.sleep(retryAfterMs ?? backoff, AbortSignal.any([this.stopper.signal, this.closing.signal]));
       }
     }
   }

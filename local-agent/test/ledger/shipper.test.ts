@@ -205,4 +205,20 @@ describe("ledger shipper", () => {
     await closing;
     expect(logger.lines.join("\n")).toContain("ledger: stopped with 1 recorded call not sent");
   });
+
+  it("tries once more on close when it finds a batch waiting out a long retry backoff", async () => {
+    start({ backoff: { initialMs: 20_000, maxMs: 30_000, random: () => 0 } });
+    script = [{ status: 503, body: { error: "down", detail: "down" } }];
+    const queued = enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 1, "the first, failed, try");
+    await waitUntil(() => clock.pending.includes(10_000), "the retry's backoff");
+    // The exchange answers again; the agent is told to stop. SIGTERM sends what is queued.
+    const closing = shipper.close(5000);
+    await waitUntil(() => received.length === 2, "the try on close");
+    await closing;
+    expect(received.map((r) => ids(r.batch))).toEqual([[queued.call_id], [queued.call_id]]);
+    expect(shipper.status.sent).toBe(1);
+    expect(logger.lines.join("\n")).not.toContain("not sent");
+  });
 });
