@@ -14,7 +14,6 @@ import { EngineClient, ExchangeError, type FetchLike } from "../../src/client";
 import { requestJson } from "../../src/client/http";
 import { Command } from "../../src/protocol";
 
-
 export type RawAnswer = { status: number; contentType: string; body: Buffer };
 
 export type PolledCommand = { ok: true; command: Command } | { ok: false; seq: number | null; problem: string };
@@ -29,7 +28,12 @@ export class EngineLink {
    */
   readonly session = crypto.randomUUID();
   readonly client: EngineClient;
-  /** fetch with the request deadline; every answer but a 5xx or 429 calls `onAnswered`. */
+  /**
+   * fetch with the request deadline; every JSON answer but a 5xx or 429 calls `onAnswered`.
+   * The exchange answers everything in JSON, errors too: an HTML page (a proxy's, a login
+   * wall's, a CDN's challenge) is not the exchange answering, and counted as if it were, each
+   * one would end the outage the next one starts, waking every loop out of its backoff.
+   */
   readonly fetch: FetchLike;
   /** Told whenever the exchange answers: however the agent reached it, it is reachable (see reachability.ts). */
   onAnswered: () => void = () => undefined;
@@ -45,7 +49,7 @@ export class EngineLink {
     this.baseUrl = `${server.replace(/\/+$/, "")}/e/${encodeURIComponent(engine)}`;
     this.fetch = async (input, init) => {
       const res = await withDeadline(fetchImpl, input, init, timeoutMs);
-      if (res.status < 500 && res.status !== 429) this.onAnswered();
+      if (res.status < 500 && res.status !== 429 && (res.headers.get("content-type") ?? "").includes("application/json")) this.onAnswered();
       return res;
     };
     this.client = new EngineClient({ baseUrl: this.baseUrl, token, fetch: this.fetch });

@@ -115,6 +115,21 @@ describe("the agent and an unreliable Worker", () => {
     expect(longest()).toBeLessThanOrEqual(5000);
   });
 
+  it("backs off from a server that answers a login page instead of the exchange, saying so once", async () => {
+    proxy.fault = () => "login-page";
+    // The defaults a host runs with: retries up to 30 s apart, a heartbeat every 10 s.
+    const a = await agent({ retryMaxSeconds: 30, heartbeatSeconds: 10 });
+    await waitUntil(() => proxy.faults("/agent/commands") >= 1, "a poll to meet the page");
+    const begun = proxy.faulted.length;
+    // Backoff from 0.25-0.5 s lets the poll try about five times in 3 s, and the heartbeat once.
+    // Were each page taken for the exchange answering, each would end the outage the last one
+    // began and wake every loop: thousands of requests a second.
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(proxy.faulted.length - begun).toBeLessThan(20);
+    expect(a.lines.filter((l) => l.includes("cannot reach the exchange")).length).toBe(1);
+    expect(a.lines.some((l) => l.includes("reachable again"))).toBe(false);
+  });
+
   it("never delivers a result twice when its ack is lost: the redelivered command is answered from the journal", async () => {
     const a = await agent();
     const { runner, ids } = await episodes(3, "lost-ack");

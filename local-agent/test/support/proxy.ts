@@ -8,8 +8,12 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 
-/** pass: forward; refuse: drop the connection; 503: an unhealthy upstream; hang: never answer; no-route: the Worker's 404 for a path it does not know. */
-export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route";
+/**
+ * pass: forward; refuse: drop the connection; 503: an unhealthy upstream; hang: never answer;
+ * no-route: the Worker's 404 for a path it does not know; login-page: an HTML page with a 200
+ * (a proxy's login wall, a CDN's challenge) instead of the exchange.
+ */
+export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route" | "login-page";
 
 export class FaultyProxy {
   /** Decides the fate of each request; `pass` forwards it. */
@@ -76,6 +80,10 @@ export class FaultyProxy {
       if (fault === "503") {
         res.writeHead(503, { "content-type": "text/plain" });
         return void res.end("upstream unavailable");
+      }
+      if (fault === "login-page") {
+        res.writeHead(200, { "content-type": "text/html" });
+        return void res.end("<html><body>Sign in to continue</body></html>");
       }
       if (fault === "no-route") {
         res.writeHead(404, { "content-type": "application/json" });
