@@ -20,3 +20,18 @@ export function withAtroposUrl(yaml: string, engine: string, url: string): strin
   const own = new RegExp(`https?://[^\\s"'/]+/e/${escape(encodeURIComponent(engine))}/atropos(?=["'\\s]|$)`, "g");
   return yaml.replace(own, url);
 }
+
+/**
+ * `text` as the exchange may be told it: the URL with the agent's token shown as the exchange
+ * shows it (no token), and the token itself, wherever else it appears, as ***. What a run
+ * reports (its processes' commands and log tails) is read by every viewer and client token.
+ */
+export function hideToken(text: string, url: string): string {
+  const m = /\/t\/([^/]+)\/atropos$/.exec(url);
+  if (m === null) return text;
+  const encoded = m[1] as string;
+  let shown = text.replaceAll(url, url.slice(0, m.index) + "/atropos").replaceAll(encoded, "***");
+  const raw = decodeURIComponent(encoded);
+  if (raw !== encoded) shown = shown.replaceAll(raw, "***");
+  return shown;
+}

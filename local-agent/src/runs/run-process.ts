@@ -33,11 +33,13 @@ export class RunProcess {
     readonly argv: string[],
     readonly logPath: string,
     private readonly clock: Clock,
+    /** What of the command and log may be reported (secrets hidden, atropos-url.ts's hideToken). */
+    private readonly reported: (text: string) => string = (t) => t,
   ) {}
 
   /** A process left running by a previous agent, known by its pid. */
-  static adopt(name: string, order: number, pid: number, logPath: string, clock: Clock): RunProcess {
-    const p = new RunProcess(name, order, [], logPath, clock);
+  static adopt(name: string, order: number, pid: number, logPath: string, clock: Clock, reported?: (text: string) => string): RunProcess {
+    const p = new RunProcess(name, order, [], logPath, clock, reported);
     p.pid = pid;
     p.state = "ready";
     return p;
@@ -131,9 +133,9 @@ export class RunProcess {
       order: this.order,
       state: this.state,
       pid: this.pid,
-      command: this.argv.join(" "),
+      command: this.reported(this.argv.join(" ")),
       log_path: this.logPath,
-      log_tail: withLogTail ? tailFile(this.logPath) : "",
+      log_tail: withLogTail ? this.reported(tailFile(this.logPath)) : "",
       exit_code: this.exit?.code ?? null,
       signal: this.exit?.signal ?? null,
       started_at: s(this.startedAt),

@@ -19,7 +19,7 @@ import { TemplateError, expandCommand } from "../command-template";
 import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { MetricsReader } from "./metrics-reader";
-import { withAtroposUrl } from "./atropos-url";
+import { hideToken, withAtroposUrl } from "./atropos-url";
 import { checkReady, describeReady } from "./readiness";
 import { RunProcess } from "./run-process";
 import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
@@ -63,6 +63,9 @@ export class RunSupervisor {
     },
   ) {}
 
+  /** A run's process commands and logs as the exchange may see them: without this agent's token, which {atropos_url} carries. */
+  private readonly reported = (text: string): string => (this.d.atropos === undefined ? text : hideToken(text, this.d.atropos.url));
+
   /** The run this host is running, if any. */
   get current(): { run_id: string; phase: Run["phase"] } | null {
     return this.run === null ? null : { run_id: this.run.id, phase: this.run.phase };
@@ -98,7 +101,7 @@ export class RunSupervisor {
     };
     let procs: RunProcess[];
     try {
-      procs = this.d.config.processes.map((p, i) => new RunProcess(p.name, i, expandCommand(p.argv, values), join(dir, `${p.name}.log`), this.d.clock));
+      procs = this.d.config.processes.map((p, i) => new RunProcess(p.name, i, expandCommand(p.argv, values), join(dir, `${p.name}.log`), this.d.clock, this.reported));
     } catch (e) {
       if (!(e instanceof TemplateError)) throw e;
       return this.refuseStart(cmd.run_id, `the runs config's commands: ${e.message}`);
@@ -145,7 +148,7 @@ export class RunSupervisor {
       const journal = readJournal(this.d.config.runsDir, r.run_id);
       const pids = journal?.processes ?? r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }]));
       const dir = runDir(this.d.config.runsDir, r.run_id);
-      const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock)).sort((a, b) => a.order - b.order);
+      const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock, this.reported)).sort((a, b) => a.order - b.order);
       const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now()), phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
       const dead = procs.find((p) => p.ended());
       if (r.status === "running" && procs.length > 0 && dead === undefined && this.run === null) {
@@ -265,7 +268,7 @@ export class RunSupervisor {
     const journal = readJournal(this.d.config.runsDir, runId);
     const alive = (journal?.processes ?? []).filter((p) => groupAlive(p.pid));
     const dir = runDir(this.d.config.runsDir, runId);
-    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock));
+    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock, this.reported));
     for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
     if (journal !== null) writeJournal(this.d.config.runsDir, { ...journal, closed: true });
     const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;

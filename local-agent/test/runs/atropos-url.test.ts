@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { realClock } from "../../src/clock";
 import { RunSupervisor } from "../../src/runs/run-supervisor";
-import { atroposUrl, withAtroposUrl } from "../../src/runs/atropos-url";
+import { atroposUrl, hideToken, withAtroposUrl } from "../../src/runs/atropos-url";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
@@ -64,5 +64,19 @@ describe("the engine's Atropos URL in a run", () => {
     const dir = join(config.runsDir, "run_atropos1");
     expect(readFileSync(join(dir, "config.yaml"), "utf8")).toBe(`env:\n  rollout_server_url: "${URL_WITH_TOKEN}"\n`);
     await waitUntil(() => readFileSync(join(dir, "env.log"), "utf8").includes(URL_WITH_TOKEN), "the URL in the process's output");
+    // What the exchange is told (its run views are read by viewer and client tokens) carries the
+    // URL as the exchange shows it, without the token, in the command and in the log's tail.
+    await sup.settled();
+    const reported = reporter.reports.flatMap((r) => r.processes ?? []);
+    expect(reported.some((p) => (p.log_tail ?? "").includes("http://10.0.0.5:8787/e/eng-1/atropos"))).toBe(true);
+    for (const p of reported) {
+      expect(p.command).toContain("--say http://10.0.0.5:8787/e/eng-1/atropos ");
+      for (const text of [p.command ?? "", p.log_tail ?? ""]) expect(text).not.toMatch(/tok%2Fen|tok\/en/);
+    }
+  });
+
+  it("hides the token in whatever is reported, in the URL and on its own", () => {
+    expect(hideToken(`go ${URL_WITH_TOKEN} now; token tok/en, tok%2Fen`, URL_WITH_TOKEN)).toBe("go http://10.0.0.5:8787/e/eng-1/atropos now; token ***, ***");
+    expect(hideToken("nothing to hide", URL_WITH_TOKEN)).toBe("nothing to hide");
   });
 });
