@@ -15,6 +15,8 @@ import type { EngineObject } from "../src/engine/engine-object";
 import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
 import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
+import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
+import { placedEngineStub } from "../src/http/engine-stub";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
 /** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
@@ -209,6 +211,21 @@ describe("deleting an engine", () => {
     await again.as("trainer").heartbeat({ agent_id: "a2", host: "gpu-2", pid: 1, version: "1", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://gpu-2:10087" });
     expect(await again.stub.relayBegin(await claimKeyFields(old.openai_api_key))).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
     expect(await again.stub.relayBegin(await claimKeyFields(fresh.openai_api_key))).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-2:10087" } });
+  });
+
+  it("lets no token issued while the engine was being deleted fit the engine made again under its name", async () => {
+    const first = await createEngine("again");
+    await admin.deleteEngine(first.name, { force: true });
+    // A token issue that raced the delete got past its liveness check and provisioned the
+    // object after the delete had reset it, as the issue route does (the first try may meet the
+    // closed instance, which resets; the route tries once more).
+    const stray = newTokenSecret("operator");
+    const grant = [{ id: newTokenId(), hash: await hashToken(stray), role: "operator" as const }];
+    const provision = () => placedEngineStub(env, { name: first.name, jurisdiction: null, locationHint: null }).provision(first.name, grant);
+    await provision().catch(provision);
+    const again = await createEngine(undefined, { name: first.name });
+    expect((await raw(`/e/${again.name}/get_engine_status`, { token: stray })).status).toBe(401);
+    expect((await raw(`/e/${again.name}/get_engine_status`, { token: again.tokens.operator })).status).toBe(200);
   });
 
   it("deletes a big engine in bounded requests; one cut short is finished by repeating it", async () => {

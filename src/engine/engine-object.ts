@@ -156,16 +156,16 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   // ---------------------------------------------------------------- provisioning (admin only)
 
-  /** Makes this object the engine `name` and adds token hashes. Idempotent. */
-  provision(name: string, grants: TokenGrant[]): void {
+  /** Makes this object the engine `name` and adds token hashes (`created`: only these, Provisioning.provision). Idempotent. */
+  provision(name: string, grants: TokenGrant[], created = false): void {
     // A deleted engine's instance still remembers it in memory (destroy): it is reset instead,
     // which fails this call, and the admin route provisions the fresh instance.
     if (this.closed) {
       this.ctx.abort("the engine was deleted; its name is being used again");
       throw new Error("engine instance reset");
     }
-    this.tx(() => this.provisioning.provision(name, grants));
-    this.provisioning.granted(grants);
+    this.tx(() => this.provisioning.provision(name, grants, created));
+    this.provisioning.granted(grants, created);
   }
 
   revokeToken(hash: string): void {

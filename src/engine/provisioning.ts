@@ -19,14 +19,21 @@ export class Provisioning {
     for (const r of store.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
   }
 
-  /** Makes this object the engine `name` (once) and adds token hashes. Idempotent; runs in the caller's transaction. */
-  provision(name: string, grants: TokenGrant[]): void {
+  /**
+   * Makes this object the engine `name` (once) and adds token hashes. Idempotent; runs in the
+   * caller's transaction. `created`: the engine is being made, and its tokens are exactly these:
+   * any other hash here came from a token issued to an engine of this name while it was being
+   * deleted (that issue provisioned the fresh instance), and must not fit the new engine.
+   */
+  provision(name: string, grants: TokenGrant[], created: boolean): void {
     if (this.store.meta.name === null) this.store.saveMeta({ ...this.store.meta, name, incarnation: newIncarnation() });
+    if (created) this.store.sql.exec("DELETE FROM tokens");
     for (const t of grants) this.store.sql.exec("INSERT OR REPLACE INTO tokens (hash, id, role) VALUES (?, ?, ?)", t.hash, t.id, t.role);
   }
 
-  /** The grants are committed: callers holding them are let in. */
-  granted(grants: TokenGrant[]): void {
+  /** The grants are committed: callers holding them are let in (only they, for an engine being `created`). */
+  granted(grants: TokenGrant[], created: boolean): void {
+    if (created) this.tokens.clear();
     for (const t of grants) this.tokens.set(t.hash, t.role);
   }
 

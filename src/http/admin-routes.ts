@@ -51,11 +51,11 @@ const unknownEngine = (name: string) => errorResponse(404, "unknown_engine", `No
  * name resets itself on the first try (EngineObject.destroy), so a failure is tried once more,
  * on the fresh instance.
  */
-async function provision(env: Env, engine: EnginePlacement, hashes: Parameters<EngineObject["provision"]>[1]): Promise<void> {
+async function provision(env: Env, engine: EnginePlacement, hashes: Parameters<EngineObject["provision"]>[1], created = false): Promise<void> {
   try {
-    await placedEngineStub(env, engine).provision(engine.name, hashes);
+    await placedEngineStub(env, engine).provision(engine.name, hashes, created);
   } catch {
-    await placedEngineStub(env, engine).provision(engine.name, hashes);
+    await placedEngineStub(env, engine).provision(engine.name, hashes, created);
   }
   forgetClaims(env, engine.name);
 }
@@ -79,7 +79,7 @@ adminRoutes.post("/engines", async (c) => {
   } catch {
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
   }
-  await provision(c.env, { name, jurisdiction, locationHint }, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })));
+  await provision(c.env, { name, jurisdiction, locationHint }, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })), true);
   const body: CreateEngineResponse = {
     engine: name,
     location_hint: locationHint,
