@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startLocalExchange, type LocalExchange } from "../scripts/local/exchange";
 import { AdminClient, RunsClient } from "../src/client";
 import { sampleCatalog } from "../test/support/sample-catalog";
+import { toYaml } from "../src/runs/yaml";
 
 const ADMIN = "runs-mcp-admin-token";
 let exchange: LocalExchange;
@@ -152,5 +153,15 @@ describe("rl_* tools through the MCP client", () => {
   it("refuses to connect without a valid token", async () => {
     await expect(connect(`${exchange.url}/e/${ENGINE}/mcp`)).rejects.toThrow(/401|missing_token/);
     await expect(connect(`${exchange.url}/e/${ENGINE}/mcp`, "rx_operator_forged")).rejects.toThrow(/401|invalid_token/);
+  });
+});
+
+describe("a run's YAML in PyYAML", () => {
+  it("reads back as the same JSON, whatever characters its strings hold", () => {
+    // Every string a config edit may hold, the ones JSON leaves raw and YAML 1.1 refuses or folds included.
+    const awkward = ["a\u007fb", "\u0085", "c\u0090d", "\u2028\u2029", "\ufeffx", "yes", "1e3", "tab\there", "é😀", "\u0000\u001f"];
+    const value = { env: Object.fromEntries(awkward.map((s, i) => [`k${i}${s}`, s])), list: awkward };
+    const read = execFileSync("python3", ["-c", "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin.read())))"], { input: toYaml(value), encoding: "utf8" });
+    expect(JSON.parse(read)).toEqual(value);
   });
 });

@@ -86,6 +86,10 @@ describe("YAML writer", () => {
     expect(toYaml({})).toBe("{}\n");
     expect(toYaml("x")).toBe('"x"\n');
   });
+
+  it("escapes what YAML 1.1 refuses or folds (DEL, C1 controls, NEL, LS, PS, BOM), in keys and values", () => {
+    expect(toYaml({ "k\u0085": "a\u007fb\u0090\u2028\u2029\ufeffc" })).toBe('"k\\u0085": "a\\u007fb\\u0090\\u2028\\u2029\\ufeffc"\n');
+  });
 });
 
 describe("run status machine", () => {

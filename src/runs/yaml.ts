@@ -15,8 +15,20 @@ import type { JsonValue } from "../protocol/runs";
 const PLAIN_KEY = /^[A-Za-z_][A-Za-z0-9_.-]*$/;
 const YAML11_WORDS = /^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|null|Null|NULL)$/;
 
+/**
+ * Characters JSON leaves as they are that YAML 1.1 does not: DEL and the C1 controls are not
+ * allowed in a document at all (PyYAML refuses the file), and NEL, LS and PS are line breaks,
+ * which a double-quoted scalar folds into a space; a BOM inside a document is refused too.
+ */
+const NOT_YAML_AS_IS = /[\u007f-\u009f\u2028\u2029\ufeff]/g;
+
+/** A double-quoted YAML scalar that PyYAML reads back as `s`. */
+function quoted(s: string): string {
+  return JSON.stringify(s).replace(NOT_YAML_AS_IS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function key(k: string): string {
-  return PLAIN_KEY.test(k) && !YAML11_WORDS.test(k) ? k : JSON.stringify(k);
+  return PLAIN_KEY.test(k) && !YAML11_WORDS.test(k) ? k : quoted(k);
 }
 
 function scalar(v: JsonValue): string {
@@ -28,7 +40,7 @@ function scalar(v: JsonValue): string {
     // 1e-7 -> 1.0e-7; 1e+21 -> 1.0e+21; 0.5 stays.
     return /^-?\d+e/.test(s) ? s.replace("e", ".0e") : s;
   }
-  return JSON.stringify(v);
+  return quoted(v);
 }
 
 const isObject = (v: JsonValue): v is { [k: string]: JsonValue } => typeof v === "object" && v !== null && !Array.isArray(v);
