@@ -40,7 +40,7 @@ function scalar(v: JsonValue): string {
     // 1e-7 -> 1.0e-7; 1e+21 -> 1.0e+21; 0.5 stays.
     return /^-?\d+e/.test(s) ? s.replace("e", ".0e") : s;
   }
-  return quoted(v);
+  return typeof v === "string" ? quoted(v) : JSON.stringify(v);
 }
 
 const isObject = (v: JsonValue): v is { [k: string]: JsonValue } => typeof v === "object" && v !== null && !Array.isArray(v);
