@@ -78,6 +78,7 @@ describe("rl_* tools through the MCP client", () => {
         "rl_start_training",
         "rl_stop_training",
         "rl_test_inference",
+        "rl_get_inference_test",
         "rl_get_capture",
         "rl_set_capture",
       ].sort(),
@@ -131,6 +132,7 @@ describe("rl_* tools through the MCP client", () => {
     const test = await ok(mcp, "rl_test_inference", { models: [{ model: "tiny", base_url: "http://127.0.0.1:9/v1" }], num_steps: 1, group_size: 2 });
     expect(test).toMatchObject({ status: "pending", environment: "gsm8k" });
     expect(await ok(mcp, "rl_test_inference", { test_id: test["test_id"] })).toMatchObject({ test_id: test["test_id"], status: "pending" });
+    expect(await ok(mcp, "rl_get_inference_test", { test_id: test["test_id"] })).toMatchObject({ test_id: test["test_id"], status: "pending" });
     expect(await call(mcp, "rl_test_inference", {})).toMatchObject({ isError: true, structuredContent: { error: "invalid_request" } });
 
     expect(await ok(mcp, "rl_stop_training", { run_id: runId, reason: "enough" })).toMatchObject({ status: "stopping" });
@@ -144,7 +146,7 @@ describe("rl_* tools through the MCP client", () => {
   it("gives a viewer's agent the read-only tools, with the token in the URL path", async () => {
     const mcp = await connect(`${exchange.url}/e/${ENGINE}/t/${tokens["viewer"]}/mcp`);
     const { tools } = await mcp.listTools();
-    expect(tools.map((t) => t.name)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_capture"]);
+    expect(tools.map((t) => t.name)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_inference_test", "rl_get_capture"]);
     expect(await call(mcp, "rl_stop_training", {})).toMatchObject({ isError: true, structuredContent: { error: "forbidden" } });
     expect(await call(mcp, "rl_get_results", { run_id: "run_nosuchrun" })).toMatchObject({ isError: true, structuredContent: { error: "unknown_run" } });
     await mcp.close();

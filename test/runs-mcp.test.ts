@@ -30,8 +30,8 @@ describe("MCP endpoint", () => {
 
   it("lists only the tools the token's role may call", async () => {
     const names = async (token: string) => ((await rpc(token, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string }[] }).tools.map((t) => t.name);
-    expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_capture"]);
-    expect(await names(e.tokens.operator)).toHaveLength(13);
+    expect(await names(e.tokens.viewer)).toEqual(["rl_list_environments", "rl_get_current_config", "rl_check_status", "rl_get_results", "rl_list_runs", "rl_get_inference_test", "rl_get_capture"]);
+    expect(await names(e.tokens.operator)).toHaveLength(14);
     const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { type: string; properties: Record<string, unknown>; required?: string[] } }[] };
     const edit = listed.tools.find((t) => t.name === "rl_edit_config")!;
     expect(edit.inputSchema).toMatchObject({ type: "object", required: ["field", "value"] });
@@ -51,6 +51,18 @@ describe("MCP endpoint", () => {
     const badArgs = (await call(e.tokens.operator, "rl_edit_config", { field: 3 })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
     expect(badArgs).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments", tool: "rl_edit_config" } });
     expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
+  });
+
+  it("lets a viewer's agent read an inference test, as the viewer may by REST, and not start one", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const started = await runsAs(e, "operator").startInferenceTest({ models: [{ model: "m", base_url: "https://api.example/v1", api_key_env: "K" }] });
+    const read = (await call(e.tokens.viewer, "rl_get_inference_test", { test_id: started.test_id })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+    expect(read).toMatchObject({ isError: false, structuredContent: { test_id: started.test_id, status: "pending" } });
+    const start = (await call(e.tokens.viewer, "rl_test_inference", { models: [{ model: "m", base_url: "https://api.example/v1" }] })).json?.["result"];
+    expect(start).toMatchObject({ isError: true, structuredContent: { error: "forbidden", role: "viewer" } });
+    const unknown = (await call(e.tokens.viewer, "rl_get_inference_test", { test_id: "itest_nope" })).json?.["result"];
+    expect(unknown).toMatchObject({ isError: true });
   });
 
   it("reads and sets the ledger's capture: the operator's tool, refused to a viewer, checked like the route", async () => {

@@ -171,13 +171,22 @@ export const TOOLS: readonly Tool[] = [
     "Test the environment with real models",
     "test_inference",
     TestInferenceArgs,
-    "Quick check of the selected environment before training: runs its `process` mode for num_steps steps x group_size completions against each model (OpenAI-compatible endpoints; api_key_env names the environment variable on the GPU host that holds the key) and reports accuracy per model from the scored output. It takes minutes, so this answers at once with a test_id: call again with only test_id for the results.",
-    ["rl_test_inference(test_id) until its status is done or failed"],
+    "Quick check of the selected environment before training: runs its `process` mode for num_steps steps x group_size completions against each model (OpenAI-compatible endpoints; api_key_env names the environment variable on the GPU host that holds the key) and reports accuracy per model from the scored output. It takes minutes, so this answers at once with a test_id: call again with only test_id (or rl_get_inference_test) for the results.",
+    ["rl_get_inference_test(test_id) until its status is done or failed"],
     async (ctx, a) => {
       if (a.test_id !== undefined) return inference.getInferenceTest(ctx, a.test_id);
       if (a.models === undefined) return refuse(422, "invalid_request", "Give models (at least one {model, base_url, api_key_env}) to start a test, or test_id to read one.");
       return inference.startInferenceTest(ctx, StartInferenceTestRequest.parse({ ...a, test_id: undefined }));
     },
+  ),
+  tool(
+    "rl_get_inference_test",
+    "Read an inference test",
+    "get_run",
+    z.object({ test_id: TestId }),
+    "An inference test started with rl_test_inference: its status and, once done, the accuracy per model. Read-only, so a viewer's agent may call it too.",
+    ["rl_get_inference_test(test_id) again until its status is done or failed", "rl_start_training() once the models answer well"],
+    (ctx, a) => inference.getInferenceTest(ctx, a.test_id),
   ),
   tool(
     "rl_get_capture",
