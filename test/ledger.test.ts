@@ -106,6 +106,104 @@ describe("trajectory ledger", () => {
     expect(b.call_id).not.toBe(trimmed.call_id);
   });
 
+  it("leaves a stream that broke after its status line out of the training sequence, which the client's retry continues", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const [first] = threeTurns(c);
+    if (first === undefined) throw new Error("a call");
+    // Answered 200, then broken off after one token: the gateway records the error and the partial answer.
+    const broken = call(c, {
+      error: "upstream_stream_broken: the inference upstream broke off mid-stream: terminated",
+      finish_reason: null,
+      body: {
+        prefix: { call_id: first.call_id, count: 3 },
+        messages: [toolResult],
+        answer: { role: "assistant", content: "It" },
+        tokens: { prompt_prefix: { call_id: first.call_id, count: 6 }, prompt_ids: packInts([20]), completion_ids: packInts([21]), completion_logprobs: packFloats([-1.5]) },
+      },
+    });
+    // The client sent the same messages again: stored whole, since they do not extend the broken answer.
+    const retry = call(c, {
+      body: {
+        messages: [sys, user, toolCall, toolResult],
+        answer: answer2,
+        tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4, 10, 11, 20]), completion_ids: packInts([22, 23]), completion_logprobs: packFloats([-1, -2]) },
+      },
+    });
+    expect((await post(e, batchOf([first, broken, retry]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => x.messages_splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.calls.map((x) => x.tokens?.splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 22, 23], loss_mask: [1, 1, 0, 1, 1], rollout_log_probs: [-0.5, -0.25, 0, -1, -2], drift_at_call: null });
+  });
+
+  it("ends the training sequence at a call whose tokens were not recorded, instead of splicing its completion in as prompt", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const [first] = threeTurns(c);
+    if (first === undefined) throw new Error("a call");
+    // Over the record cap: kept without messages and tokens, so the gateway stores the next call whole.
+    const truncated = call(c, { truncated: true, body: { answer: { role: "assistant", content: "It is" } } });
+    const next = call(c, {
+      body: {
+        messages: [sys, user, toolCall, toolResult, answer2, user3],
+        answer: answer3,
+        tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4, 10, 11, 20, 21, 30]), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) },
+      },
+    });
+    expect((await post(e, batchOf([first, truncated, next]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11], loss_mask: [1, 1], drift_at_call: 1 });
+  });
+
+  it("marks a call whose prefix call the ledger does not have, shows what it added, and ends the training sequence there", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const c = await claimOne(e, "c1");
+    const [first, dropped, third] = threeTurns(c);
+    if (first === undefined || dropped === undefined || third === undefined) throw new Error("three calls");
+    // The second call's batch never reached the exchange: the third continues it.
+    expect((await post(e, batchOf([first, third]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => x.prefix_missing)).toEqual([false, true]);
+    expect(t.calls[1]?.messages).toEqual([user3]);
+    expect(t.calls[1]?.tools).toBeNull();
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11], loss_mask: [1, 1], drift_at_call: 1 });
+
+    // The same when the prefix call's row is there but its body is not (an R2 object removed).
+    const d = await claimOne(e, "c2");
+    const [a, b] = threeTurns(d);
+    if (a === undefined || b === undefined) throw new Error("two calls");
+    expect((await post(e, batchOf([a]))).status).toBe(200);
+    expect((await post(e, batchOf([b]))).status).toBe(200);
+    const key = await env.DB.prepare("SELECT body_key FROM llm_calls WHERE engine = ? AND call_id = ?").bind(e.name, a.call_id).first<{ body_key: string }>();
+    await env.LEDGER.delete(key?.body_key ?? "");
+    const u = await ledgerOf(e, "trainer").trajectory(d.episode, d.fence);
+    expect(u.calls.map((x) => x.prefix_missing)).toEqual([false, true]);
+    expect(u.calls[1]?.messages).toEqual([toolResult]);
+    expect(u.training).toBeNull();
+  });
+
+  it("takes a call's tools from the call its prefix names, not from the call admitted before it", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const search = [{ type: "function", function: { name: "search", parameters: { type: "object" } } }];
+    // Two agents of one claim: A1 admitted before B1, B1 finished first; A2 continues A1 with A1's tools.
+    const a1 = call(c, { body: { tools, messages: [sys, user], answer: toolCall } });
+    const b1 = call(c, { body: { tools: search, messages: [{ role: "user", content: "search cats" }], answer: { role: "assistant", content: "cats" } } });
+    const a2 = call(c, { body: { tools_from_prefix: true, prefix: { call_id: a1.call_id, count: 3 }, messages: [toolResult], answer: answer2 } });
+    // Over the record cap, the gateway keeps tools_from_prefix but drops the prefix (recorder.ts fitBody).
+    const a3 = call(c, { truncated: true, body: { tools_from_prefix: true, answer: { role: "assistant", content: "6" } } });
+    expect((await post(e, batchOf([b1, a1, a2, a3]))).status).toBe(200);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => x.call_id)).toEqual([a1.call_id, b1.call_id, a2.call_id, a3.call_id]);
+    expect(t.calls[2]?.messages).toEqual([sys, user, toolCall, toolResult]);
+    expect(t.calls.map((x) => x.tools)).toEqual([tools, search, tools, null]);
+  });
+
   it("keeps aborted and reaped claims as trajectories, with their calls and no reward", async () => {
     const e = await createEngine();
     await rollingWith(e, 2);
@@ -222,7 +320,8 @@ describe("trajectory ledger", () => {
     expect(wrong.status).toBe(400);
     expect(wrong.json).toMatchObject({ error: "bad_cursor" });
     expect((await raw(`/e/${e.name}/trajectories?cursor=garbage!!`, { token: e.tokens.viewer })).status).toBe(400);
-    for (const q of ["limit=0", "limit=201", "outcome=lost", "min_reward=abc", "global_step=1.5", "colour=blue"]) {
+    // A blank value names no number (not 0).
+    for (const q of ["limit=0", "limit=201", "outcome=lost", "min_reward=abc", "global_step=1.5", "colour=blue", "global_step=", "run=", "min_reward=", "max_reward=%20", "until=", "limit="]) {
       const r = await raw(`/e/${e.name}/trajectories?${q}`, { token: e.tokens.viewer });
       expect(r.status, q).toBe(422);
     }

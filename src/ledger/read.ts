@@ -3,7 +3,7 @@
  * whole trajectories (a claim's calls from D1, their bodies from R2, conversations rebuilt from
  * the stored deltas and checked again turn by turn).
  */
-import type { CallBody, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
+import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
 import { continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
@@ -196,43 +196,56 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
   return out;
 }
 
-type Rebuilt = { messages: unknown[]; answer: unknown | null; prompt: number[] | null; completion: number[] | null };
+/**
+ * A call as its successors continue it. `messages` and `prompt` are null when they are not known
+ * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
+ * be rebuilt from them no more than this call could.
+ */
+type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null };
 
-/** Whole calls from the stored deltas, in order, each checked against the call before it. */
+/** `rest` after the first `prefix.count` items of `base` of the call `prefix` names; null when those are not known. */
+function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => T[] | null): T[] | null {
+  if (prefix === null) return rest;
+  const ref = byId.get(prefix.call_id);
+  const b = ref === undefined ? null : base(ref);
+  return b === null ? null : rebuild({ base: b, count: prefix.count }, rest);
+}
+
+/** Whole calls from the stored deltas, in order, each checked against the successful call before it. */
 function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
-  const whole = new Map<string, Rebuilt>();
+  const byId = new Map<string, Rebuilt>();
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
-  let previous: Rebuilt | null = null;
-  let tools: unknown[] | null = null;
+  let previous: TrajectoryCall | null = null;
   rows.forEach((r, index) => {
     const body = bodies.get(r.call_id) ?? null;
-    const ref = body?.prefix ? whole.get(body.prefix.call_id) : undefined;
-    const messages = body === null ? [] : (rebuild(body.prefix && ref ? { base: continuation(ref.messages, ref.answer), count: body.prefix.count } : null, body.messages) ?? body.messages);
+    const messages = body === null ? null : continued(body.prefix, body.messages, byId, (c) => c.messages && continuation(c.messages, c.answer));
     const answer = body?.answer ?? null;
-    let prompt: number[] | null = null;
-    let completion: number[] | null = null;
-    let logprobs: number[] = [];
-    if (body?.tokens) {
-      const t = body.tokens;
-      const tref = t.prompt_prefix ? whole.get(t.prompt_prefix.call_id) : undefined;
-      const base = tref?.prompt && tref.completion ? [...tref.prompt, ...tref.completion] : null;
-      prompt = rebuild(t.prompt_prefix && base ? { base, count: t.prompt_prefix.count } : null, unpackInts(t.prompt_ids));
-      completion = unpackInts(t.completion_ids);
-      logprobs = unpackFloats(t.completion_logprobs);
-    }
-    if (body !== null && !body.tools_from_prefix) tools = body.tools;
-    const here: Rebuilt = { messages, answer, prompt, completion };
-    whole.set(r.call_id, here);
-    const messagesSplice = previous === null ? "first" : extendsMessages(messages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
+    const t = body?.tokens ?? null;
+    const delta = t === null ? null : unpackInts(t.prompt_ids);
+    const prompt = delta === null ? null : continued(t?.prompt_prefix ?? null, delta, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]);
+    const completion = t === null ? null : unpackInts(t.completion_ids);
+    const logprobs = t === null ? [] : unpackFloats(t.completion_logprobs);
+    // The tools of the call the prefix names. A truncated record keeps tools_from_prefix but drops
+    // its prefix (recorder.ts fitBody): its tools are not known.
+    const tools = body === null ? null : !body.tools_from_prefix ? body.tools : body.prefix === null ? null : (byId.get(body.prefix.call_id)?.tools ?? null);
+    byId.set(r.call_id, { messages, answer, tools, prompt, completion });
+    // Shown as what the call added, and said so, rather than as if it were the whole conversation.
+    const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null));
+    const shownMessages = messages ?? body?.messages ?? [];
+    const shownPrompt = prompt ?? delta;
+    const messagesSplice = previous === null ? "first" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
     let tokenView: TrajectoryCall["tokens"] = null;
-    if (prompt !== null && completion !== null) {
-      const prevTokens = previous?.prompt && previous.completion ? [...previous.prompt, ...previous.completion] : null;
-      const splice = previous === null ? "first" : prevTokens !== null && extendsTokens(prompt, prevTokens) ? "extends" : "rewritten";
-      tokenView = { prompt_ids: prompt, completion_ids: completion, completion_logprobs: logprobs, splice };
-      if (r.status === 200) turns.push({ index, prompt, completion, logprobs, weightVersion: r.weight_version });
+    if (shownPrompt !== null && completion !== null) {
+      const prevTokens = previous?.tokens ? [...previous.tokens.prompt_ids, ...previous.tokens.completion_ids] : null;
+      const splice = previous === null ? "first" : prevTokens !== null && extendsTokens(shownPrompt, prevTokens) ? "extends" : "rewritten";
+      tokenView = { prompt_ids: shownPrompt, completion_ids: completion, completion_logprobs: logprobs, splice };
     }
-    calls.push({
+    // Only an answer the client got whole is a turn: a failed call (a stream broken after its
+    // status line too) is what the client retried, and its partial completion was never said.
+    const succeeded = r.status === 200 && r.error === null;
+    if (succeeded) turns.push(prompt !== null && completion !== null ? { index, prompt, completion, logprobs, weightVersion: r.weight_version } : { index, prompt: null });
+    const call: TrajectoryCall = {
       call_id: r.call_id,
       endpoint: r.endpoint,
       model: r.model,
@@ -248,14 +261,16 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       usage: r.prompt_tokens === null || r.completion_tokens === null ? null : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens },
       truncated: r.truncated === 1,
       after_claim_end: endedAt !== null && r.done_at > endedAt,
+      prefix_missing: prefixMissing,
       params: body?.params ?? {},
       tools,
-      messages,
+      messages: shownMessages,
       messages_splice: messagesSplice,
       answer: answer as Record<string, unknown> | null,
       tokens: tokenView,
-    });
-    previous = here;
+    };
+    calls.push(call);
+    if (succeeded) previous = call;
   });
   return { calls, turns };
 }

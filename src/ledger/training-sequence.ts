@@ -2,29 +2,36 @@
  * The sequence slime and verl train on, from a claim's calls with token ids: the first prompt,
  * then each completion and the prompt tokens that came between turns (tool results, the next
  * user message). Only the model's own tokens are in the loss. A turn whose prompt does not begin
- * with the sequence so far (history trimmed or rewritten, text re-tokenized differently) is not
- * spliced in: the sequence stops before it and says at which call.
+ * with the sequence so far (history trimmed or rewritten, text re-tokenized differently), or whose
+ * tokens are not known, is not spliced in: the sequence stops before it and says at which call.
  */
 import type { TrainingSequence } from "../protocol/ledger";
 import { extendsTokens } from "./splice";
 
-export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null };
+/**
+ * A successful call of the claim, by its index among the claim's calls; `prompt` null when its
+ * tokens are not known (a truncated record, one without token ids, one whose prefix call is missing).
+ */
+export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null };
 
 export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence | null {
-  const first = turns[0];
-  if (first === undefined) return null;
+  // Calls before the first with tokens (capture turned on mid-claim) are in its prompt, not spliced.
+  const start = turns.findIndex((t) => t.prompt !== null);
+  const first = turns[start];
+  if (first === undefined || first.prompt === null) return null;
   const tokens = [...first.prompt];
   const promptLength = tokens.length;
   const lossMask: number[] = [];
   const logprobs: number[] = [];
   const segments: TrainingSequence["segments"] = [];
   let driftAt: number | null = null;
-  for (const t of turns) {
+  for (const t of turns.slice(start)) {
+    // Without its tokens, the next prompt would bring this call's completion in as prompt tokens.
+    if (t.prompt === null || (t !== first && !extendsTokens(t.prompt, tokens))) {
+      driftAt = t.index;
+      break;
+    }
     if (t !== first) {
-      if (!extendsTokens(t.prompt, tokens)) {
-        driftAt = t.index;
-        break;
-      }
       const between = t.prompt.slice(tokens.length);
       tokens.push(...between);
       for (let i = 0; i < between.length; i++) {

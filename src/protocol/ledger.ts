@@ -176,8 +176,10 @@ export const TRAJECTORY_OUTCOMES = ["ended", "aborted", "reaped"] as const;
 export const TrajectoryOutcome = z.enum(TRAJECTORY_OUTCOMES);
 export type TrajectoryOutcome = z.infer<typeof TrajectoryOutcome>;
 
-const intParam = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
-const finiteParam = z.coerce.number().refine(Number.isFinite, "a finite number");
+// z.coerce.number reads a blank value (`?global_step=`) as 0: as NaN it names no number and is refused, like `abc`.
+const blankAsNaN = (v: unknown): unknown => (typeof v === "string" && v.trim() === "" ? NaN : v);
+const intParam = (min: number, max: number) => z.preprocess(blankAsNaN, z.coerce.number().int().min(min).max(max));
+const finiteParam = z.preprocess(blankAsNaN, z.coerce.number().refine(Number.isFinite, "a finite number"));
 
 export const MAX_TRAJECTORY_PAGE = 200;
 
@@ -258,10 +260,16 @@ export const TrajectoryCall = z.object({
   truncated: z.boolean(),
   /** The claim had ended (or been superseded) before the call finished. */
   after_claim_end: z.boolean(),
+  /**
+   * The call continues a call the ledger does not have whole (its batch never stored, removed by
+   * retention, its body gone): `messages` and `tokens.prompt_ids` are only what this call added,
+   * and `training` stops before it.
+   */
+  prefix_missing: z.boolean(),
   params: z.record(z.string(), z.unknown()),
   tools: z.array(z.unknown()).nullable(),
   messages: z.array(z.unknown()),
-  /** Whether `messages` begin with the previous call's messages and answer. */
+  /** Whether `messages` begin with the previous successful call's messages and answer. */
   messages_splice: Splice,
   answer: z.record(z.string(), z.unknown()).nullable(),
   tokens: z
@@ -269,7 +277,7 @@ export const TrajectoryCall = z.object({
       prompt_ids: z.array(z.number().int()),
       completion_ids: z.array(z.number().int()),
       completion_logprobs: z.array(z.number()),
-      /** Whether `prompt_ids` begin with the previous call's prompt and completion ids. */
+      /** Whether `prompt_ids` begin with the previous successful call's prompt and completion ids. */
       splice: Splice,
     })
     .nullable(),
@@ -288,7 +296,10 @@ export const TrainingSequence = z.object({
   rollout_log_probs: z.array(z.number()),
   /** Each completion's place in the response and the weight version it ran on. */
   segments: z.array(z.object({ start: z.number().int(), length: z.number().int(), weight_version: z.number().int().nullable() })),
-  /** Index of the first call whose prompt did not begin with the sequence so far; null when all spliced. */
+  /**
+   * Index of the first successful call whose prompt did not begin with the sequence so far, or
+   * whose tokens are not known (truncated, recorded without them, prefix_missing); null when all spliced.
+   */
   drift_at_call: z.number().int().nullable(),
 });
 export type TrainingSequence = z.infer<typeof TrainingSequence>;

@@ -4,7 +4,8 @@
  * client claims an episode and talks to the policy through the relay with its per-claim key,
  * three turns with a tool call (streamed and whole); the trajectory read back from the exchange
  * has the exact tokens, loss mask and logprobs the server produced. A server that re-tokenizes
- * the history drifts, and the trajectory says at which call.
+ * the history drifts, and the trajectory says at which call; a stream that broke and was retried
+ * stays out of the training sequence.
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -172,5 +173,32 @@ describe("trajectory ledger, end to end", () => {
     expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends"]);
     expect(t.calls.map((c) => c.tokens?.splice)).toEqual(["first", "rewritten"]);
     expect(t.training?.drift_at_call).toBe(1);
+  });
+
+  it("leaves a stream that broke mid-answer out of the training sequence, which the client's retry continues", async () => {
+    const { claim, ledger } = await setup();
+    const messages: Record<string, unknown>[] = [{ role: "user", content: "hello" }];
+    const first = await chat(claim, { model: "policy", messages });
+    messages.push(first.message, { role: "user", content: "again" });
+    // "crash" breaks the stream off after its first token: answered 200, then an error; the client retries.
+    const res = await fetch(`${claim.openai_base_url}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "crash", messages, stream: true }),
+    });
+    expect(await res.text().catch((e: unknown) => String(e))).toContain("upstream_stream_broken");
+    await chat(claim, { model: "policy", messages });
+    const t = await waitUntil(async () => {
+      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
+      return got !== null && got.calls.length === 3 ? got : null;
+    }, "the three calls recorded");
+    expect(t.calls.map((c) => [c.status, c.error?.split(":")[0] ?? null])).toEqual([
+      [200, null],
+      [200, "upstream_stream_broken"],
+      [200, null],
+    ]);
+    const [s1, , s3] = vllm.served.slice(-3) as [(typeof vllm.served)[0], (typeof vllm.served)[0], (typeof vllm.served)[0]];
+    expect(s3.prompt.slice(0, s1.prompt.length + s1.completion.length)).toEqual([...s1.prompt, ...s1.completion]);
+    expect(t.training).toMatchObject({ tokens: [...s3.prompt, ...s3.completion], drift_at_call: null });
   });
 });
