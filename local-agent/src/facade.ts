@@ -20,6 +20,11 @@ import { describeError, type Logger } from "./log";
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 /** The batch endpoints take at most this many items. */
 const MAX_BATCH = 1000;
+/**
+ * A batch request's items, in bytes of JSON: the Worker refuses bodies over 4 MiB, and 1,000
+ * registrations with long keys and URLs (each within the engine's limits) are more than that.
+ */
+const BATCH_BODY_BYTES = 3 * 1024 * 1024;
 
 /**
  * What the facade serves: AgentJet's trainer-side endpoints and two harmless reads. Nothing
@@ -74,8 +79,8 @@ export class Facade {
 
   constructor(private readonly o: FacadeOptions) {
     const schedule = o.schedule ?? timerSchedule;
-    this.register = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatch("/batch/register_episode", "/register_episode", { episodes: items }, items), schedule);
-    this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatch("/batch/is_episode_claimed", "/is_episode_claimed", { checks: items }, items), schedule);
+    this.register = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/register_episode", "/register_episode", (episodes) => ({ episodes }), items), schedule);
+    this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/is_episode_claimed", "/is_episode_claimed", (checks) => ({ checks }), items), schedule);
     this.server = createServer((req, res) => void this.handle(req, res));
     // Long-lived keep-alive connections from many runner threads are the normal case.
     this.server.keepAliveTimeout = 65_000;
@@ -180,6 +185,13 @@ export class Facade {
     return this.o.link.forward(method, pathAndQuery, body, contentType);
   }
 
+  /** The items in as few batch requests as fit the Worker's body limit, sent together; answers in the items' order. */
+  private async sendBatches<T>(batchPath: string, singlePath: string, wrap: (items: T[]) => object, items: T[]): Promise<RawAnswer[]> {
+    const parts = byBytes(items, BATCH_BODY_BYTES);
+    const answers = await Promise.all(parts.map((part) => this.sendBatch(batchPath, singlePath, wrap(part), part)));
+    return answers.flat();
+  }
+
   /** One batch request; each item gets what its single call would have got. */
   private async sendBatch<T>(batchPath: string, singlePath: string, payload: object, items: T[]): Promise<RawAnswer[]> {
     const single = (item: T): Promise<RawAnswer> => this.forward("POST", singlePath, Buffer.from(JSON.stringify(item)), "application/json").catch((e) => unreachable(this.o.link.baseUrl, e));
@@ -204,6 +216,25 @@ export class Facade {
     }
     return parsed.data.results.map((r) => ({ status: 200, contentType: answer.contentType, body: Buffer.from(JSON.stringify(r)) }));
   }
+}
+
+/** `items` in runs whose JSON stays within `max` bytes (an item larger alone is a run of its own). */
+function byBytes<T>(items: T[], max: number): T[][] {
+  const parts: T[][] = [];
+  let part: T[] = [];
+  let size = 0;
+  for (const item of items) {
+    const n = Buffer.byteLength(JSON.stringify(item)) + 1;
+    if (part.length > 0 && size + n > max) {
+      parts.push(part);
+      part = [];
+      size = 0;
+    }
+    part.push(item);
+    size += n;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
 }
 
 class TooLarge extends Error {}

@@ -10,6 +10,7 @@ import { MemoryLogger } from "./support/logger";
 import { manualSchedule } from "./support/manual-schedule";
 import type { Schedule } from "../src/coalescer";
 import { FaultyProxy } from "./support/proxy";
+import { waitUntil } from "./support/wait";
 
 let ex: TestExchange;
 let proxy: FaultyProxy;
@@ -127,6 +128,22 @@ describe("the trainer facade", () => {
     const buffer = await engine.operator.getEpisodeBuffer();
     expect(buffer.buffer.map((e) => e.episode_uuid).sort()).toEqual(Array.from({ length: 48 }, (_, i) => `ep-${i}`).sort());
     expect(f.counters.trainerCalls).toBe(1 + 64 + 128);
+  });
+
+  it("splits a window's registrations into batches the Worker's body limit takes, each answered as if alone", async () => {
+    const window = manualSchedule();
+    const f = await facade(30, engine, window.schedule);
+    await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" });
+    // Each within the engine's limits (a key of up to 8,192 characters); 600 of them are over 4 MiB of JSON.
+    const reg = (i: number) => ({ episode_uuid: `big-${i}`, openai_base_url: "http://127.0.0.1:1/v1", openai_api_key: "sk-ajet-" + "A".repeat(8000), zmq_listen_result_addr: `ipc:///tmp/rx-big-${i}.sock` });
+    const pending = Promise.all(Array.from({ length: 600 }, (_, i) => post(f.url, "/register_episode", reg(i))));
+    await waitUntil(() => f.counters.trainerCalls === 601, "every registration to reach the facade");
+    window.fire();
+    const answers = await pending;
+    expect(answers.filter((a) => a.status !== 200 || JSON.stringify(a.body) !== '{"success":true,"failure_reason":""}')).toEqual([]);
+    // One window, in two requests of at most 3 MiB each.
+    expect(proxy.count("/batch/register_episode")).toBe(2);
+    expect((await engine.operator.getEpisodeBuffer()).buffer).toHaveLength(600);
   });
 
   it("shares one request among identical concurrent status reads, and never answers a read with state older than the read", async () => {
