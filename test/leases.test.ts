@@ -70,6 +70,40 @@ describe("leases", () => {
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 0 })]);
   });
 
+  it("refuses a fenceless late end of a reaped claim although the same client ended an earlier claim of the episode", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    // An eval episode serves again after its end, so the same client claiming it again is the ordinary case.
+    const first = await client.claimEpisode({ client_uuid: "C", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("C", id!, 1))).toEqual({ success: true });
+    // A repeat of that end (AgentJet sends no fence) is still answered as the repeat it is.
+    expect(await client.endEpisode(endBody("C", id!, 1))).toEqual({ success: true });
+    const second = await client.claimEpisode({ client_uuid: "C", episode_type: "eval", discard_episode_timeout: 10 });
+    expect(second).toMatchObject({ success: true, episode_uuid: id, fence: first.fence! + 1 });
+    await advance(e, 10_000);
+    expect(await client.canContinueEpisode({ client_uuid: "C", episode_uuid: id! })).toEqual({ can_continue: false });
+    await expect(client.endEpisode(endBody("C", id!, 0.25))).rejects.toMatchObject({ status: 409, code: "claim_lost", detail: expect.stringContaining("not counted") });
+    const fences = await runInDurableObject(e.stub, (_i: EngineObject, state) =>
+      state.storage.sql.exec<{ fence: number }>("SELECT fence FROM finished WHERE episode_uuid = ? ORDER BY fence", id!).toArray().map((r) => r.fence),
+    );
+    expect(fences).toEqual([first.fence]);
+  });
+
+  it("refuses a fenceless late end of a reaped claim of a uuid registered again after the same client ended it", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    await client.claimEpisode({ client_uuid: "C", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("C", id!, 1))).toEqual({ success: true });
+    expect(await registerAgain(e, id!)).toMatchObject({ success: true });
+    expect(await client.claimEpisode({ client_uuid: "C", discard_episode_timeout: 10 })).toMatchObject({ success: true, episode_uuid: id });
+    await advance(e, 10_000);
+    await expect(client.endEpisode(endBody("C", id!, 0.25))).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 1, mean_reward: 1 })]);
+  });
+
   it("a uuid registered again after it ended continues its fences: the new claim ends and counts, the old one stays fenced", async () => {
     const e = await createEngine();
     const [id] = await rollingWith(e, 1);

@@ -57,6 +57,23 @@ describe("values the engine stores fit a stored row", () => {
     expect(await e.as("client").endEpisode(endBody("c1", c.episode_uuid, 1))).toEqual({ success: true });
   });
 
+  it("refuses an abort whose workflow output passes the limit, as an end's, keeping the claim and queuing nothing", async () => {
+    const e = await createEngine("limits");
+    await rollingWith(e, 1);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const body = endBody("c1", c.episode_uuid, 0, "");
+    // 2.5 MB: under the 4 MiB body limit, over what the trajectory's outbox record may hold.
+    body.workflow_output = { ...body.workflow_output, log_metrics: { blob: "x".repeat(2_500_000) } };
+    const res = await raw(`/e/${e.name}/abort_episode`, { token: e.tokens.client, body: JSON.stringify(body) });
+    expect(res.status).toBe(413);
+    expect(res.json?.["error"]).toBe("payload_too_large");
+    expect(res.json?.["detail"]).toMatch(/^workflow_output is 2,500,\d{3} bytes as stored; /);
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c1", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, outbox: 0 });
+    expect(await e.as("client").abortEpisode({ client_uuid: "c1", episode_uuid: c.episode_uuid })).toEqual({ success: true });
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 1, outbox: 1 });
+  });
+
   it("refuses a training YAML that passes the limit once stored as a JSON string", async () => {
     const e = await createEngine("limits");
     // A million newlines are a million bytes of YAML, and two million escaped.

@@ -85,12 +85,16 @@ export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): R
 
 export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ success: boolean }> {
   if (!e.live()) return ok({ success: true });
+  // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
+  const payload = JSON.stringify(req.workflow_output ?? {});
+  // Kept in the trajectory's outbox record as an end's is, so it is held to the same limit.
+  const tooLarge = storedStringTooLarge("workflow_output", payload);
+  if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
   if (e.episode(req.episode_uuid) === null) return ok({ success: true });
   const owned = ownedClaim(e, req);
   if (!owned.ok) return owned;
   if (owned.body !== "already_ended") {
-    // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
-    recordUnfinished(e, owned.body, "aborted", JSON.stringify(req.workflow_output ?? {}));
+    recordUnfinished(e, owned.body, "aborted", payload);
     release(e, owned.body, e.requeues() ? "requeue" : "delete");
   }
   return ok({ success: true });
@@ -134,15 +138,7 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
   if (ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && (req.fence === undefined || req.fence === ep.fence)) {
     return ok(ep);
   }
-  const ended = e.store.sql
-    .exec<{ fence: number }>(
-      "SELECT fence FROM finished WHERE episode_uuid = ? AND client_uuid = ? AND (?3 IS NULL OR fence = ?3) LIMIT 1",
-      req.episode_uuid,
-      req.client_uuid,
-      req.fence ?? null,
-    )
-    .toArray()[0];
-  if (ended) return ok("already_ended");
+  if (endedBefore(e, req, ep)) return ok("already_ended");
   if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
   if (ep.state !== "claimed") {
     return fail(
@@ -157,3 +153,20 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
   return fail(409, "claim_lost", `Episode ${req.episode_uuid}: fence ${req.fence} belongs to a superseded claim (current fence ${ep.fence}); this result is not counted.`);
 }
 
+/**
+ * Whether `req` repeats the end of a claim that ended. Without a fence, only the episode's latest
+ * claim can be repeated: the same client may have ended an earlier claim of it (an eval episode
+ * serves again after its end), and a late end of a later claim, reaped since, must not be taken
+ * for a repeat of that one and answered as stored.
+ */
+function endedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow | null): boolean {
+  if (req.fence !== undefined) {
+    return e.store.sql.exec("SELECT 1 FROM finished WHERE episode_uuid = ? AND fence = ? AND client_uuid = ?", req.episode_uuid, req.fence, req.client_uuid).toArray().length > 0;
+  }
+  const last = e.store.sql
+    .exec<{ fence: number; client_uuid: string }>("SELECT fence, client_uuid FROM finished WHERE episode_uuid = ? ORDER BY fence DESC LIMIT 1", req.episode_uuid)
+    .toArray()[0];
+  if (last === undefined || last.client_uuid !== req.client_uuid) return false;
+  // The episode's row holds the fence of its latest claim: the ended one's, or a later one's.
+  return ep === null || last.fence >= ep.fence;
+}
