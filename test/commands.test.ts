@@ -1,6 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { advance, createEngine, endBody, rollingWith } from "./support/harness";
+import type { EngineObject } from "../src/engine/engine-object";
+import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
 import { MAX_REFUSALS } from "../src/protocol/agent";
 
 describe("agent command channel", () => {
@@ -61,6 +62,44 @@ describe("agent command channel", () => {
   it("returns an empty list when a long poll's wait runs out", async () => {
     const e = await createEngine();
     expect(await e.as("trainer").pollCommands({ wait: 0.2 })).toEqual({ commands: [] });
+  });
+
+  it("leaves nothing behind of long polls whose wait ran out", async () => {
+    const e = await createEngine();
+    for (let i = 0; i < 5; i++) expect(await e.as("trainer").pollCommands({ wait: 0.02, session: "agent-1" })).toEqual({ commands: [] });
+    const waiting = await runInDurableObject(e.stub, (i: EngineObject) => (i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size);
+    expect(waiting).toBe(0);
+  });
+
+  it("deletes acked commands a while after their ack; an ack of a deleted one is answered as a repeat", async () => {
+    const e = await createEngine();
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const n = 3;
+    await rollingWith(e, n, { zmq: true });
+    for (let i = 0; i < n; i++) {
+      const c = await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 60 });
+      const body = endBody(`c${i}`, c.episode_uuid, 1);
+      body.workflow_output.log_metrics = { blob: "x".repeat(50_000) };
+      expect(await client.endEpisode(body)).toEqual({ success: true });
+    }
+    const { commands } = await trainer.pollCommands({ limit: 100 });
+    expect(commands).toHaveLength(n);
+    for (const cmd of commands.slice(0, n - 1)) expect(await trainer.ackCommand({ seq: cmd.seq, ok: true })).toEqual({ success: true, first_ack: true });
+    const stored = () => runInDurableObject(e.stub, (_i: EngineObject, state) => state.storage.sql.exec<{ seq: number }>("SELECT seq FROM commands ORDER BY seq").toArray().map((r) => r.seq));
+    // Kept a while after the ack: a repeated ack still finds its command.
+    await advance(e, 60_000);
+    expect(await stored()).toEqual(commands.map((c) => c.seq));
+    expect(await trainer.ackCommand({ seq: commands[0]!.seq, ok: true })).toEqual({ success: true, first_ack: false });
+    // Then the alarm deletes the acked ones; the unacked one stays and is handed out again.
+    await advance(e, 600_000);
+    expect(await stored()).toEqual([commands[n - 1]!.seq]);
+    expect(await trainer.ackCommand({ seq: commands[0]!.seq, ok: true })).toEqual({ success: true, first_ack: false });
+    await expect(trainer.ackCommand({ seq: commands[n - 1]!.seq + 1, ok: true })).rejects.toMatchObject({ status: 404, code: "unknown_command" });
+    expect(await trainer.ackCommand({ seq: commands[n - 1]!.seq, ok: true })).toEqual({ success: true, first_ack: true });
+    await advance(e, 600_000);
+    expect(await stored()).toEqual([]);
+    expect(await engineStats(e)).toMatchObject({ pending_commands: 0, alarm_at: null });
   });
 
   it("refuses an ack for an unknown command and a poll with a bad wait", async () => {

@@ -6,7 +6,7 @@
  */
 import type { AckCommandRequest, AckCommandResponse, CommandBody, PollCommandsQuery, PollCommandsResponse } from "../protocol/commands";
 import { AGENT_STALE_AFTER_SECONDS, type AgentHeartbeatRequest, type AgentStatus } from "../protocol/agent";
-import type { CommandQueue } from "./command-queue";
+import { ACKED_KEEP_MS, type CommandQueue } from "./command-queue";
 import type { CommandOutcomes, ScanRecord } from "./command-outcomes";
 import type { EngineStore } from "./engine-store";
 import { fail, ok, type Failure, type Reply } from "./reply";
@@ -75,11 +75,13 @@ export class AgentChannel {
       if (superseded()) return ok({ commands: [] });
       if (this.commands.hasDue(this.host.now()) || Date.now() >= deadline) break;
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
-        function done(): void {
+        // A poll that times out takes itself out: only wakeAll empties the set, and an idle agent's polls would pile up in it.
+        const done = (): void => {
           clearTimeout(timer);
+          this.pollWaiters.delete(done);
           resolve();
-        }
+        };
+        const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
         this.pollWaiters.add(done);
       });
     }
@@ -94,13 +96,19 @@ export class AgentChannel {
   /** Records the agent's answer to a command once; `apply` carries out what the answer means for the engine. */
   ack(req: AckCommandRequest, apply: (body: CommandBody, succeeded: boolean, detail: string) => void): Reply<AckCommandResponse> {
     const cmd = this.commands.get(req.seq);
-    if (cmd === null) return fail(404, "unknown_command", `No command with seq ${req.seq} on this engine.`);
+    if (cmd === null) {
+      // Acked commands are deleted a while after their ack; an agent re-sending a journaled ack later is told it was taken.
+      if (this.commands.swept(req.seq)) return ok({ success: true, first_ack: false });
+      return fail(404, "unknown_command", `No command with seq ${req.seq} on this engine.`);
+    }
     if (cmd.acked) return ok({ success: true, first_ack: false });
+    const now = this.host.now();
     this.host.tx(() => {
-      this.commands.ack(req.seq, req.ok, req.detail, this.host.now());
+      this.commands.ack(req.seq, req.ok, req.detail, now);
       apply(cmd.body, req.ok, req.detail);
-      this.outcomes.acked(req.seq, cmd.body, req.ok, req.detail, this.host.now());
+      this.outcomes.acked(req.seq, cmd.body, req.ok, req.detail, now);
     });
+    this.host.armBy(now + ACKED_KEEP_MS);
     this.wake();
     return ok({ success: true, first_ack: true });
   }

@@ -1,13 +1,27 @@
 /**
  * The durable, ordered command queue between an engine and its local-agent.
  * A polled command is leased (hidden) until its deadline; without an ack it becomes due again.
+ * An acked command is kept ACKED_KEEP_MS, then the alarm deletes it: a deliver command holds a
+ * whole workflow output, and the table would otherwise grow with every result ever delivered.
  */
 import type { Command, CommandBody } from "../protocol/commands";
 
 type CommandRow = { seq: number; body: string; created_at: number; attempts: number; acked_at: number | null; ok: number | null; detail: string };
 
+type Kv = { get<T>(k: string): T | null; set(k: string, v: unknown): void };
+
+/** How long an acked command stays after its ack before the alarm deletes it. */
+export const ACKED_KEEP_MS = 600_000;
+/** The alarm deletes at most this many acked commands per run, then re-arms at once. */
+const SWEEP_BATCH = 500;
+/** The highest seq the alarm deleted: every command at or below it that is gone was acked. */
+const SWEPT_THROUGH = "commands_swept_through";
+
 export class CommandQueue {
-  constructor(private readonly sql: SqlStorage) {}
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly kv: Kv,
+  ) {}
 
   enqueue(body: CommandBody, now: number): number {
     return this.sql
@@ -51,6 +65,32 @@ export class CommandQueue {
     this.sql.exec("UPDATE commands SET acked_at = ?, ok = ?, detail = ? WHERE seq = ?", now, ok ? 1 : 0, detail, seq);
   }
 
+  /** Deletes a batch of the commands acked more than ACKED_KEEP_MS ago; returns how many went. */
+  sweepAcked(now: number): number {
+    const gone = this.sql
+      .exec<{ seq: number }>(
+        "DELETE FROM commands WHERE seq IN (SELECT seq FROM commands WHERE acked_at IS NOT NULL AND acked_at <= ? ORDER BY acked_at LIMIT ?) RETURNING seq",
+        now - ACKED_KEEP_MS,
+        SWEEP_BATCH,
+      )
+      .toArray();
+    if (gone.length === 0) return 0;
+    const top = gone.reduce((m, r) => Math.max(m, r.seq), 0);
+    if (top > this.sweptThrough()) this.kv.set(SWEPT_THROUGH, top);
+    return gone.length;
+  }
+
+  /** Whether a command that is not stored was acked and deleted since (seqs are never reused). */
+  swept(seq: number): boolean {
+    return seq <= this.sweptThrough();
+  }
+
+  /** When the oldest acked command is to be deleted, if any is kept. */
+  nextSweep(): number | null {
+    const t = this.sql.exec<{ t: number | null }>("SELECT MIN(acked_at) AS t FROM commands WHERE acked_at IS NOT NULL").one().t;
+    return t === null ? null : t + ACKED_KEEP_MS;
+  }
+
   /** When the earliest leased command falls due again, if any is leased. */
   nextRedelivery(now: number): number | null {
     return this.sql.exec<{ t: number | null }>("SELECT MIN(visible_at) AS t FROM commands WHERE acked_at IS NULL AND visible_at > ?", now).one().t;
@@ -58,5 +98,9 @@ export class CommandQueue {
 
   pendingCount(): number {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM commands WHERE acked_at IS NULL").one().n;
+  }
+
+  private sweptThrough(): number {
+    return this.kv.get<number>(SWEPT_THROUGH) ?? 0;
   }
 }

@@ -116,8 +116,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.schedule = new AlarmSchedule(ctx.storage, this.outbox, now);
     const store = this.store;
     const schedule = this.schedule;
-    const outcomes = new CommandOutcomes({ get: (k) => store.getKv(k), set: (k, v) => store.setKv(k, v) });
-    this.channel = new AgentChannel(store, new CommandQueue(sql), outcomes, commandLeaseMs(env), {
+    const kv = { get: <T>(k: string) => store.getKv<T>(k), set: (k: string, v: unknown) => store.setKv(k, v) };
+    this.channel = new AgentChannel(store, new CommandQueue(sql, kv), new CommandOutcomes(kv), commandLeaseMs(env), {
       now,
       tx,
       armBy: (t) => schedule.armBy(t),
@@ -555,14 +555,16 @@ export class EngineObject extends DurableObject<EngineEnv> {
       this.episodes.reapExpired(now);
       this.buffer.dropExpired(now);
       this.buffer.forgetDecided(now);
+      this.channel.commands.sweepAcked(now);
     });
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
     await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, this.ledger.get().retention_days, now);
     if (this.closed) return;
-    // The earliest pending deadline: lease expiry, command redelivery, outbox retry, group TTL, the ledger's sweep.
-    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), this.channel.commands.nextRedelivery(now), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
+    // The earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the ledger's sweep.
+    const commands = this.channel.commands;
+    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
   }
 
   /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */

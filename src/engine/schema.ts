@@ -277,6 +277,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS atropos_cut ON atropos_groups (batch, pos) WHERE place = 'batch';
    CREATE INDEX IF NOT EXISTS atropos_held ON atropos_groups (size) WHERE place = 'held';
    CREATE TABLE IF NOT EXISTS atropos_counts (env TEXT NOT NULL, size INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (env, size)) WITHOUT ROWID;`,
+  // 10: acked commands are deleted a while after their ack (command-queue.ts): the alarm finds
+  // the oldest ones, and when the next is due, by this index rather than by reading every
+  // command's row (a deliver command's body spans many pages).
+  "CREATE INDEX IF NOT EXISTS commands_acked ON commands (acked_at) WHERE acked_at IS NOT NULL;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -111,7 +111,10 @@ export type AckCommandRequest = z.infer<typeof AckCommandRequest>;
 
 export const AckCommandResponse = z.object({
   success: z.boolean(),
-  /** False when the seq was already acked: a redelivered command's second ack is harmless. */
+  /**
+   * False when the seq was already acked (also once its command was deleted, ten minutes after
+   * its ack): a redelivered command's second ack is harmless.
+   */
   first_ack: z.boolean(),
 });
 export type AckCommandResponse = z.infer<typeof AckCommandResponse>;
