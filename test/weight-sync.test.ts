@@ -91,6 +91,38 @@ describe("weight syncs with keep_claims_across_sync", () => {
     expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
   });
 
+  it("ends the batch at each sync: the pool lists the claims ended since, live claims stay, and every step's rewards are counted", async () => {
+    const e = await createEngine("sync");
+    await e.as("operator").configureSync({ keep_claims_across_sync: true });
+    const trainer = e.as("trainer");
+    const client = e.as("client");
+    const n = 3;
+    for (let step = 0; step < 3; step++) {
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: step });
+      for (let i = 0; i < n; i++) {
+        await trainer.registerEpisode({ episode_uuid: `s${step}-ep${i}`, openai_base_url: "", openai_api_key: "", zmq_listen_result_addr: "" });
+        const c = await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 600, throttle_policy: { current_task_id: `task-${step}-${i}`, ratio: 1.5 } });
+        // The last claim of each step is still running when its sync begins.
+        if (i < n - 1) expect(await client.endEpisode(endBody(`c${i}`, c.episode_uuid, step, `task-${step}-${i}`))).toEqual({ success: true });
+      }
+      expect(Object.keys((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids)).toHaveLength(step === 0 ? n - 1 : n);
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: step + 1 });
+      expect((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids).toEqual({});
+      expect(await engineStats(e)).toMatchObject({ claimed: 1 });
+      // It ends during the sync, in the next batch.
+      expect(await client.endEpisode(endBody(`c${n - 1}`, `s${step}-ep${n - 1}`, step + 1, `task-${step}-${n - 1}`))).toEqual({ success: true });
+    }
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3 });
+    expect(Object.keys((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids)).toEqual(["task-2-2"]);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 4 });
+    expect((await e.as("viewer").getRewardHistory()).history.map((h) => [h.global_step, h.count])).toEqual([
+      [0, 2],
+      [1, 3],
+      [2, 3],
+      [3, 1],
+    ]);
+  });
+
   it("refuses to turn the option over during a sync, and bad values, changing nothing", async () => {
     const e = await rolling(true);
     await status(e, "ENGINE.WEIGHT_SYNCING");

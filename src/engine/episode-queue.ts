@@ -55,6 +55,11 @@ export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "re
 /** Deletes every episode and finished row, as a rolling phase ends; the fences they held go into the floor. */
 export function clearAll(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM episodes");
+  clearFinished(e);
+}
+
+/** Deletes the finished and failed claims of the batch, keeping the live ones; their fences go into the floor. */
+export function clearFinished(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM finished");
   e.store.sql.exec("DELETE FROM failed_rollouts");
   retireFences(e);

@@ -24,7 +24,7 @@ import type { EpisodeRow } from "./episode-views";
 import { canContinue, claim } from "./episode-claims";
 import { abort, delivered, end, endPayload } from "./episode-ends";
 import { earliestLeaseExpiry, extendLeases, reapExpired } from "./episode-leases";
-import { claimedCheck, clearAll, counts, register, wasReset } from "./episode-queue";
+import { claimedCheck, clearAll, clearFinished, counts, register, wasReset } from "./episode-queue";
 import { EpisodeState, type EpisodesHost } from "./episode-state";
 import type { RolloutBuffer } from "./rollout-buffer";
 import type { Reply } from "./reply";
@@ -101,6 +101,10 @@ export class Episodes {
 
   clearAll(): void {
     clearAll(this.state);
+  }
+
+  clearFinished(): void {
+    clearFinished(this.state);
   }
 
   counts(): { registered: number; claimed: number; resetting: number } {

@@ -79,6 +79,9 @@ export class StatusAndRewards {
     const syncing = req.engine_status === "ENGINE.WEIGHT_SYNCING" && claimsLive(req.engine_status, prev.sync);
     const syncingSince = syncing ? (wasSyncing ? prev.syncingSince : this.host.now()) : null;
     const resumed = wasSyncing && !syncing && claimsLive(req.engine_status, prev.sync);
+    // A sync that keeps the claims still ends the batch, as AgentJet's clear does: the ended and
+    // failed claims go (else the pool would list every step's), the live ones stay.
+    if (syncing && !wasSyncing) this.clearEpisodes("finished");
     // A new run has already written the step the old one was at.
     const freshRun = began !== null && this.beginRun(began).newRun;
     // From the store, not prev: clearing may have moved the fence floor, and a run begun.
@@ -177,10 +180,11 @@ export class StatusAndRewards {
     return this.store.meta.acc.n + rows;
   }
 
-  private clearEpisodes(): void {
+  private clearEpisodes(which: "all" | "finished" = "all"): void {
     // The current step's rewards outlive their rows: folded into the meta, under a new epoch.
     this.store.saveMeta({ ...this.store.meta, acc: this.liveAcc(), accEpoch: this.store.meta.accEpoch + 1 });
-    this.episodes.clearAll();
+    if (which === "all") this.episodes.clearAll();
+    else this.episodes.clearFinished();
   }
 
   /**
