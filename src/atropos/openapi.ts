@@ -49,7 +49,7 @@ function responses(spec: AtroposRouteSpec): JsonSchema {
       description: "The engine holds as many groups as its `max_groups` allows (error `queue_full`); nothing was stored. Retry once the trainer has taken batches.",
       headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } },
       content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
-      // A 5xx that is an answer, not a failure: the one such status in the document.
+      // A 5xx that is an answer, not a failure (docs/dashboard.md).
       "x-refusal-code": "queue_full",
     };
   }

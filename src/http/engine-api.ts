@@ -76,6 +76,8 @@ export type RouteSpec = {
   after?: (env: Env, engine: string, reply: Reply<unknown>) => Promise<Reply<unknown>>;
   /** A GET that changes the engine's state (the agent's poll leases what it returns): `x-changes-state` in the document. */
   changesState?: true;
+  /** A 503 the route answers by design (its error code, and when), not a failure: documented with `x-refusal-code`. */
+  unavailable?: { code: string; when: string };
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -200,9 +202,15 @@ export const ENGINE_API: RouteSpec[] = [
   ),
 
   // The rollout buffer (slime / AIEvoBox contract)
-  post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
-    s.postSteps(who, b.steps),
-  ),
+  {
+    ...post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
+      s.postSteps(who, b.steps),
+    ),
+    unavailable: {
+      code: "paced",
+      when: "Under `staleness_policy: pace`, the batch would open new groups while the work under way could already be consumed too late (error `paced`, docs/buffer.md); nothing was stored. Send it again shortly.",
+    },
+  },
   {
     ...post(
       "/get_rollout_data",

@@ -55,6 +55,14 @@ function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
     "200": { description: "Success.", content: { "application/json": { schema: toJsonSchema(spec.response, "output") } } },
   };
   for (const s of errorStatuses(spec)) responses[String(s)] = errorRef(s);
+  if (spec.unavailable !== undefined) {
+    responses["503"] = {
+      description: spec.unavailable.when,
+      content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
+      // A 5xx that is an answer, not a failure (docs/dashboard.md).
+      "x-refusal-code": spec.unavailable.code,
+    };
+  }
   const auth = engineAuth(tokenInPath);
   return {
     operationId: tokenInPath ? `${operationIdOf(spec)}__token_in_url` : operationIdOf(spec),

@@ -1,6 +1,6 @@
 /**
- * The oracle's 5xx rule, on real answers of the Worker: Atropos's own 500 and a full Atropos
- * queue's 503 are documented answers, and the first is not a refusal (Atropos's handler may have
+ * The oracle's 5xx rule, on real answers of the Worker: Atropos's own 500, a full Atropos
+ * queue's 503 and the buffer's paced 503 are documented answers, and the first is not a refusal (Atropos's handler may have
  * changed things before it raised); any other 5xx, or those two where the document does not
  * list them, breaks the rule. The fuzz run itself seldom reaches them: each takes two requests
  * in one order.
@@ -47,5 +47,23 @@ describe("the fuzz oracle's 5xx rule", () => {
     expect(() => judge(unmarked, unmarkedTarget, "POST", full)).toThrow(/a 503/);
     // A documented 503 of another kind (a store that failed) is still a bug here.
     expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", { ...full, text: JSON.stringify({ error: "ledger_unavailable", detail: "x" }) })).toThrow(/a 503/);
+  });
+
+  it("takes the rollout buffer's 503 paced on /steps as the refusal its document marks", async () => {
+    const doc = (await (await workerFetch(`${ORIGIN}/openapi.json`)).json()) as Doc;
+    const steps = targets(doc).find((t) => t.key === "post /e/{engine}/steps") as Target;
+    expect(doc.paths["/e/{engine}/steps"]?.["post"]?.responses["503"]?.["x-refusal-code"]).toBe("paced");
+    // Pace with a trainer that moved on: a batch opening a new group is held back.
+    const e = await createEngine("oracle-paced");
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    const row = (session: string, group: string, done: boolean) => ({ session_id: session, group_id: group, step_index: 0, messages: [], response: "r", reward: 1, is_session_completed: done });
+    await e.as("client").postSteps({ steps: [row("s1", "g1", true), row("s2", "g1", false), row("s3", "g2", false)] });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 2 });
+    const res = await workerFetch(`${ORIGIN}/e/${e.name}/steps`, { method: "POST", headers: { authorization: `Bearer ${e.tokens.client}`, "content-type": "application/json" }, body: JSON.stringify({ steps: [row("s9", "g9", false)] }) });
+    const paced = { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
+    expect(paced.status).toBe(503);
+    expect(JSON.parse(paced.text)).toMatchObject({ error: "paced" });
+    expect(judge(doc, steps, "POST", paced)).toBe(true);
   });
 });
