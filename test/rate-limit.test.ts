@@ -7,6 +7,7 @@
  * repeated when the window turned meanwhile.
  */
 import { describe, expect, it } from "vitest";
+import { EngineClient, ExchangeError, RunsClient } from "../src/client";
 import { RATE_LIMIT_PERIOD_SECONDS } from "../src/http/rate-limit";
 import { admin, ADMIN_TOKEN, createEngine, ORIGIN, workerFetch, type TestEngine } from "./support/harness";
 
@@ -59,6 +60,17 @@ describe("per-token request limits", () => {
         expect((await send(`/e/${e.name}/get_engine_status`, token)).status).toBe(200);
       }
       expect((await send(`/e/${e.name}/agent/commands?wait=0`, e.tokens.trainer)).status).toBe(200);
+    });
+  }, 90_000);
+
+  it("reach a program through every client with the seconds of Retry-After", async () => {
+    const e = await createEngine("limited-clients");
+    await inOneWindow(e, e.tokens.viewer, async () => {
+      const base = { baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.viewer, fetch: workerFetch };
+      for (const refused of [await new EngineClient(base).getEngineStatus().catch((x: unknown) => x), await new RunsClient(base).listRuns().catch((x: unknown) => x)]) {
+        expect(refused).toBeInstanceOf(ExchangeError);
+        expect(refused).toMatchObject({ status: 429, code: "rate_limited", retryAfterSeconds: RATE_LIMIT_PERIOD_SECONDS });
+      }
     });
   }, 90_000);
 });

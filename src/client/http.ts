@@ -36,7 +36,7 @@ export async function requestJson<S extends z.ZodType>(
     token?: string | undefined;
     signal?: AbortSignal | undefined;
     /** Builds the error for a non-2xx JSON answer, for callers that keep more than code and detail; null falls back to the default. */
-    refusal?: (status: number, json: unknown) => ExchangeError | null;
+    refusal?: (status: number, json: unknown, retryAfterSeconds: number | null) => ExchangeError | null;
   },
 ): Promise<z.output<S>> {
   const headers: Record<string, string> = {};
@@ -56,10 +56,10 @@ export async function requestJson<S extends z.ZodType>(
     throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
   }
   if (!res.ok) {
-    const custom = init.refusal?.(res.status, json);
+    const retryAfter = retryAfterSeconds(res.headers.get("retry-after"));
+    const custom = init.refusal?.(res.status, json, retryAfter);
     if (custom) throw custom;
     const err = ErrorResponse.safeParse(json);
-    const retryAfter = retryAfterSeconds(res.headers.get("retry-after"));
     throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail, retryAfter) : new ExchangeError(res.status, "http_error", text.slice(0, 500), retryAfter);
   }
   return schema.parse(json);

@@ -39,8 +39,9 @@ export class RunsRefusal extends ExchangeError {
     code: string,
     detail: string,
     readonly hints: Record<string, unknown>,
+    retryAfterSeconds: number | null = null,
   ) {
-    super(status, code, detail);
+    super(status, code, detail, retryAfterSeconds);
     this.name = "RunsRefusal";
   }
 }
@@ -74,11 +75,11 @@ export class RunsClient {
       token: this.opts.token,
       signal,
       // A refusal keeps the hints the exchange sends with it (the locked value, the known fields).
-      refusal: (status, json) => {
+      refusal: (status, json, retryAfterSeconds) => {
         const r = Refusal.safeParse(json);
         if (!r.success) return null;
         const { error, detail, ...hints } = r.data;
-        return new RunsRefusal(status, error, detail, hints);
+        return new RunsRefusal(status, error, detail, hints, retryAfterSeconds);
       },
     });
   }
