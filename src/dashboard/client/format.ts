@@ -9,22 +9,24 @@ export function formatModule() {
     return String(Number(x.toPrecision(3)));
   }
 
-  /** A count: 950, 12.3k, 4.5M. */
+  /** A count: 950, 12.3k, 4.5M (999,950 rounds to 1M, not to 1000k). */
   function count(n: number): string {
     if (n < 10_000) return String(n);
-    if (n < 1_000_000) return `${Number((n / 1000).toPrecision(3))}k`;
+    const k = Number((n / 1000).toPrecision(3));
+    if (k < 1000) return `${k}k`;
     return `${Number((n / 1_000_000).toPrecision(3))}M`;
   }
 
-  /** A span of seconds: 4.2 s, 3 min 10 s, 2 h 5 min, 3 d 4 h. */
+  /** A span of seconds: 4.2 s, 3 min 10 s, 2 h 5 min, 3 d 4 h. Rounded whole first, so never "1 min 60 s". */
   function duration(seconds: number): string {
     if (!Number.isFinite(seconds)) return "–";
     const s = Math.max(0, seconds);
-    if (s < 10) return `${s.toFixed(1)} s`;
-    if (s < 60) return `${Math.round(s)} s`;
-    if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-    if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
-    return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+    if (s < 9.95) return `${s.toFixed(1)} s`;
+    const whole = Math.round(s);
+    if (whole < 60) return `${whole} s`;
+    if (whole < 3600) return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+    if (whole < 86400) return `${Math.floor(whole / 3600)} h ${Math.floor((whole % 3600) / 60)} min`;
+    return `${Math.floor(whole / 86400)} d ${Math.floor((whole % 86400) / 3600)} h`;
   }
 
   /** A span of milliseconds: 850 ms, 1.25 s, then as `duration`. */
