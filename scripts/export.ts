@@ -6,9 +6,12 @@
  *   npm run export -- --out trajectories.jsonl [--engine E] [--url URL] [--token T]
  *                     [--run N] [--global-step N] [--task-id T] [--outcome ended|aborted|reaped]
  *                     [--min-reward X] [--max-reward X] [--since MS] [--until MS]
+ *                     [--credentials FILE]
  *
- * Without --url, --engine and --token it reads what `npm start` left in .local/credentials.json
- * (the viewer's token). Exits 1 on a refusal (with the exchange's reason) or a broken stream.
+ * For the local exchange (no --url, or `npm start`'s own) the engine and the viewer's token
+ * default to what `npm start` left in .local/credentials.json (or --credentials FILE); another
+ * exchange needs its own --token, and is never sent the local one. Exits 1 on a refusal (with
+ * the exchange's reason) or a broken stream.
  */
 import { createWriteStream } from "node:fs";
 import { join } from "node:path";
@@ -39,15 +42,19 @@ async function main(): Promise<void> {
       engine: { type: "string" },
       url: { type: "string" },
       token: { type: "string" },
+      credentials: { type: "string" },
       ...Object.fromEntries(FILTERS.map((f) => [f, { type: "string" as const }])),
     },
   });
   const opts = a as Record<string, string | undefined>;
   if (opts["out"] === undefined) fail("--out FILE is required");
-  const local = opts["url"] === undefined || opts["token"] === undefined ? await readCredentials(join(REPO_ROOT, ".local", "credentials.json")) : null;
+  const found = await readCredentials(opts["credentials"] ?? join(REPO_ROOT, ".local", "credentials.json"));
+  const trim = (u: string): string => u.replace(/\/+$/, "");
+  // The local exchange's token goes to the local exchange only.
+  const local = found !== null && (opts["url"] === undefined || trim(opts["url"]) === trim(found.url)) ? found : null;
   const url = opts["url"] ?? local?.url ?? fail("no --url, and no .local/credentials.json from `npm start`");
   const engine = opts["engine"] ?? local?.engine ?? fail("no --engine");
-  const token = opts["token"] ?? local?.tokens.viewer ?? fail("no --token");
+  const token = opts["token"] ?? local?.tokens.viewer ?? fail(`no --token for ${url}`);
 
   const raw = Object.fromEntries(FILTERS.filter((f) => opts[f] !== undefined).map((f) => [f.replace(/-/g, "_"), opts[f] as string]));
   const query = TrajectoryExportQuery.safeParse(raw);
