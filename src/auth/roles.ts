@@ -1,5 +1,5 @@
 /**
- * Which role may run which engine operation (DESIGN.md section 4).
+ * Which role may run which engine operation (docs/security.md, "Roles").
  * An operator may also act as a client, because AgentJet's SwarmClient both drives the
  * engine (sync, start, stop) and claims episodes through one base URL.
  */

@@ -1,7 +1,7 @@
 /**
  * How one call of a claim continues the previous one, for storing only what is new (the gateway)
- * and for rebuilding whole conversations (the readers). DESIGN.md section 8: an agent resends its
- * whole history on every call, so storing each request whole costs the square of its length.
+ * and for rebuilding whole conversations (the readers). An agent resends its whole history on
+ * every call, so storing each request whole costs the square of its length.
  *
  * A call "extends" the previous call when its messages begin with the previous call's messages
  * followed by the previous answer (its prompt token ids, with the previous prompt and completion

@@ -4,10 +4,10 @@
  * and what it answered, token ids included. The gateway sends its records to the exchange in
  * batches; the exchange keeps an index row per call in D1 and the call's body in R2.
  *
- * Bodies are stored without quadratic growth (DESIGN.md section 8): a call whose messages (or
- * prompt token ids) begin with the same claim's previous call's messages and answer (prompt and
- * completion) stores only what follows, with a reference to that call; anything else is stored
- * whole. Readers rebuild whole conversations and check the splice again, so a trajectory says
+ * Bodies are stored without quadratic growth (docs/ledger.md, "Storage, within Cloudflare's
+ * limits"): a call whose messages (or prompt token ids) begin with the same claim's previous
+ * call's messages and answer (prompt and completion) stores only what follows, with a reference
+ * to that call; anything else is stored whole. Readers rebuild whole conversations and check the splice again, so a trajectory says
  * where a turn's history was rewritten or re-tokenized instead of splicing silently.
  */
 import { z } from "zod";

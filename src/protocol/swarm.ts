@@ -1,5 +1,5 @@
 /**
- * AgentJet swarm-mode wire models (seeds/swarm_server.py.txt, DESIGN.md appendix).
+ * AgentJet swarm-mode wire models (AgentJet's swarm server, field for field: docs/agentjet.md).
  * Field names and defaults follow the Python models exactly so unmodified clients work.
  * Objects strip unknown keys: newer clients send extra fields, which we accept and ignore.
  */

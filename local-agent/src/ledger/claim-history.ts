@@ -1,8 +1,8 @@
 /**
  * Each live claim's last finished call, which the claim's next call is stored as a delta of
- * (DESIGN.md section 8). Held in memory, least recently used first out, within a bound in bytes
- * (the JSON the entries came from, an estimate of what they hold): a claim pushed out only means
- * its next call is stored whole.
+ * (docs/ledger.md, "Storage, within Cloudflare's limits"). Held in memory, least recently used
+ * first out, within a bound in bytes (the JSON the entries came from, an estimate of what they
+ * hold): a claim pushed out only means its next call is stored whole.
  */
 export type LastCall = {
   call_id: string;
