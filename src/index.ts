@@ -17,6 +17,7 @@ import { ledgerRoutes } from "./ledger/routes";
 import { atroposRoutes } from "./atropos/routes";
 import { routingPath } from "./http/path-token";
 import { rateLimited } from "./http/rate-limit";
+import { unsafeHead } from "./http/unsafe-head";
 
 export { EngineObject } from "./engine/engine-object";
 
@@ -39,12 +40,13 @@ engineRouteGate(app, "/e/:engine");
 app.route("/", dashboardRoutes);
 app.route("/", openApiRoutes);
 
-app.notFound((c) => errorResponse(404, "not_found", `No route ${c.req.method} ${new URL(c.req.url).pathname}.`));
+// The path as routed: a token in it (`/t/<token>`) is not repeated in an answer clients may log.
+app.notFound((c) => errorResponse(404, "not_found", `No route ${c.req.method} ${routingPath(c.req.raw)}.`));
 app.onError((err) => internalError(err));
 
 // The relay's calls (per-claim keys, not engine tokens) and the engine API are served before the router.
 function serve(request: Request, env: Env, ctx: ExecutionContext): Response | Promise<Response> {
-  return serveRelay(request, env, ctx) ?? serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
+  return unsafeHead(request) ?? serveRelay(request, env, ctx) ?? serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
 }
 
 export default {

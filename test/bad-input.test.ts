@@ -150,6 +150,39 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
   });
 
+  it("refuses HEAD on a GET that changes state (405, Allow: GET), before any engine sees it", async () => {
+    const e = await createEngine();
+    const head = (path: string) => workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}${path}`, { method: "HEAD" });
+    const atropos = (method: "GET" | "POST", path: string, body?: unknown) =>
+      raw(`/e/${e.name}/t/${e.tokens.trainer}/atropos${path}`, { method, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    // Atropos's /batch hands a batch out once: a HEAD (a link checker, curl -I) must not take it.
+    await atropos("POST", "/register", { wandb_group: "g", wandb_project: "p", batch_size: 2, max_token_len: 2048, checkpoint_dir: "/c", save_checkpoint_interval: 10, starting_step: 0, num_steps: 9 });
+    await atropos("GET", "/batch");
+    await atropos("POST", "/register-env", { max_token_length: 1024, desired_name: "x", weight: 1, group_size: 2, min_batch_allocation: null });
+    await atropos("POST", "/scored_data", { tokens: [[7, 0], [7, 1]], masks: [[1, 1], [1, 1]], scores: [1, 0], env_id: 0 });
+    await e.as("operator").syncTrainConfig("x: 1\n");
+    await e.as("operator").startEngine();
+    for (const path of ["/atropos/batch", "/atropos/reset_data", "/atropos/status-env", "/agent/commands"]) {
+      const res = await head(path);
+      expect([res.status, res.headers.get("allow"), await res.text()], path).toEqual([405, "GET", ""]);
+    }
+    expect((await atropos("GET", "/batch")).json).toMatchObject({ batch: [{ tokens: [[7, 0], [7, 1]] }] });
+    expect((await atropos("GET", "/info")).json).toEqual({ batch_size: 2, max_token_len: 2048 });
+    expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body.kind)).toEqual(["start"]);
+    // A GET that changes nothing still answers HEAD.
+    expect((await head("/atropos/status")).status).toBe(200);
+  });
+
+  it("does not repeat a token from the URL in a 404's detail (AgentJet logs detail)", async () => {
+    const e = await createEngine();
+    for (const [method, path] of [["POST", "/claim_episodes"], ["GET", "/claim_episode/"], ["POST", "/atropos/nope"], ["PUT", "/claim_episode"]] as const) {
+      const res = await raw(`/e/${e.name}/t/${e.tokens.client}${path}`, { method, ...(method === "GET" ? {} : { body: "{}" }) });
+      expect(res.status, `${method} ${path}`).toBe(404);
+      expect(res.text, `${method} ${path}`).not.toContain(e.tokens.client);
+      expect(res.json, `${method} ${path}`).toMatchObject({ error: "not_found", detail: expect.stringContaining(`/e/${e.name}${path}`) });
+    }
+  });
+
   it("refuses an oversized body on routes that read none (revoking a token, deleting the engine), and changes nothing", async () => {
     const e = await createEngine();
     const res = await raw(`/admin/engines/${e.name}/tokens/${e.tokenIds.viewer}`, { method: "DELETE", token: ADMIN_TOKEN, body: "x".repeat(4 * 1024 * 1024 + 1) });

@@ -109,6 +109,11 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
   if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   if (method === "HEAD") {
     if (answer.text !== "") throw new Broken(`a HEAD answered with a body: ${answer.text.slice(0, 200)}`);
+    // A GET marked x-changes-state is not answered to HEAD (a safe method): refused, changing nothing.
+    if (op?.["x-changes-state"] === true) {
+      if (status !== 405) throw new Broken(`a HEAD of a GET that changes state answered ${status}, not 405`);
+      return true;
+    }
     if (op === undefined && status < 400) throw new Broken(`a HEAD of a path without a GET answered ${status}`);
     if (op && promised === undefined) throw new Broken(`HEAD answered ${status}, which the document does not list for the GET`);
     // Atropos's 500 comes after its handler may have changed things (a batch after /reset_data marks the run started).
