@@ -63,7 +63,8 @@ beforeAll(async () => {
 
   await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
   const markup = await claim(engine, "ep-markup", "client-a", "echo");
-  await record(ex, engine, [call(markup, { body: { messages: [{ role: "user", content: MARKUP }], answer: { role: "assistant", content: MARKUP } } })]);
+  // It continues a call whose batch never reached the ledger: shown as what it added, and marked.
+  await record(ex, engine, [call(markup, { body: { prefix: { call_id: "call-never-stored", count: 2 }, messages: [{ role: "user", content: MARKUP }], answer: { role: "assistant", content: MARKUP } } })]);
   await end(engine, markup, "echo", 0.5);
   const aborted = await claim(engine, "ep-aborted", "client-b", "calc");
   await record(ex, engine, [call(aborted, { status: 502, error: "upstream_error: connection reset", finish_reason: null, usage: null, body: { messages: [user] } })]);
@@ -186,6 +187,17 @@ describe("trajectories on the dashboard", () => {
     expect(await page.locator("#episode-messages img, #episode-messages b").count()).toBe(0);
     expect(await page.$$eval("#episode-messages .msg-text", (els) => els.map((e) => e.textContent))).toEqual([MARKUP, MARKUP]);
     expect(await page.title()).not.toBe("owned");
+  });
+
+  it("marks a call whose earlier call the ledger does not have", async () => {
+    await openFrom("#trajectories-table", "ep-markup");
+    const t = await ledgerOf(ex, engine, "viewer").trajectory("ep-markup");
+    expect(t.calls[0]?.prefix_missing).toBe(true);
+    expect(await page.locator('#episode-timeline tr.call[data-call="0"] [data-mark="prefix-missing"]').count()).toBe(1);
+    expect(await page.getAttribute('#episode-timeline tr.call[data-call="0"] [data-mark="prefix-missing"]', "title")).toContain("only what it added");
+    // A call that continues what the ledger has is not marked.
+    await openFrom("#trajectories-table", "ep-tool-use");
+    expect(await page.locator('#episode-timeline [data-mark="prefix-missing"]').count()).toBe(0);
   });
 
   it("takes a screenshot of the episode view (/tmp/hdash-episode.png)", async () => {

@@ -53,11 +53,16 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
     );
   }
 
+  /** Why the training sequence stops at call `c`: its tokens are not known, or they drifted. */
+  const tokensUnknown = (c: Call): boolean => c.truncated || c.prefix_missing || c.tokens === null;
+
   /** What is out of the ordinary about a call, each as a pill a reader can spot down the column. */
   function marks(c: Call, i: number, driftAt: number | null): DomElement[] {
     const out: DomElement[] = [];
+    if (c.prefix_missing) out.push(h("span", { class: "pill bad", "data-mark": "prefix-missing", title: "The call this one continues is not in the ledger (a batch lost, removed by retention): its messages are only what it added." }, "prefix missing"));
     if (c.messages_splice === "rewritten") out.push(h("span", { class: "pill bad", "data-mark": "rewritten", title: "This call's messages do not begin with the previous call's messages and answer: the client rewrote or trimmed its history." }, "history rewritten"));
-    if (driftAt === i || c.tokens?.splice === "rewritten") out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's prompt token ids do not begin with the previous prompt and completion: the training sequence stops before it." }, "tokens drifted"));
+    if (driftAt === i && tokensUnknown(c)) out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's tokens are not known (truncated, not recorded, or its prefix missing): the training sequence stops before it." }, "training stops"));
+    else if (driftAt === i || c.tokens?.splice === "rewritten") out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's prompt token ids do not begin with the previous prompt and completion: the training sequence stops before it." }, "tokens drifted"));
     if (c.after_claim_end) out.push(h("span", { class: "pill", "data-mark": "after-end", title: "The claim had ended before this call finished." }, "after claim end"));
     if (c.truncated) out.push(h("span", { class: "pill", "data-mark": "truncated", title: "Over the record cap: messages and tokens left out, answer cut short." }, "truncated"));
     if (c.stream) out.push(h("span", { class: "pill", "data-mark": "stream" }, "stream"));
@@ -142,7 +147,9 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
   function trainingLine(t: Trajectory): DomElement | null {
     const tr = t.training;
     if (tr === null) return null;
-    const drift = tr.drift_at_call === null ? "every turn spliced" : `stops at call #${tr.drift_at_call + 1}, whose prompt tokens drifted`;
+    const at = tr.drift_at_call === null ? undefined : t.calls[tr.drift_at_call];
+    const why = at !== undefined && tokensUnknown(at) ? "whose tokens are not known" : "whose prompt tokens drifted";
+    const drift = tr.drift_at_call === null ? "every turn spliced" : `stops at call #${tr.drift_at_call + 1}, ${why}`;
     return h(
       "p",
       { class: "sub", id: "episode-training", "data-tokens": tr.tokens.length, "data-drift-at-call": tr.drift_at_call ?? "" },
