@@ -11,6 +11,8 @@ import { signalGroup } from "./process-group";
 export type Finished = { code: number | null; signal: string | null; stdout: string; stderr: string; timedOut: boolean; spawnError: string | null };
 
 const MAX_CAPTURE = 1 << 20;
+/** How long the output may still come after the helper ended (its last writes, still in the pipes). */
+const STREAMS_GRACE_MS = 1000;
 
 export async function runWithDeadline(
   argv: readonly string[],
@@ -35,16 +37,22 @@ export async function runWithDeadline(
     child.once("error", (e) => resolve(e));
   });
   if (spawned !== null) return { code: null, signal: null, stdout, stderr, timedOut: false, spawnError: describeError(spawned) };
-  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
+  // Its exit, not its pipes' close: a process it started in a session of its own (a server an
+  // environment module starts at import) may hold the pipes for as long as it lives, out of
+  // reach of the group's SIGKILL.
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const closed = new Promise<void>((resolve) => child.once("close", () => resolve()));
   const giveUp = new AbortController();
   const stop = opts.stop ? AbortSignal.any([opts.stop, giveUp.signal]) : giveUp.signal;
   const deadline = opts.clock.sleep(opts.deadlineMs, stop).then(() => "deadline" as const);
   const first = await Promise.race([exited, deadline]);
   giveUp.abort();
-  if (first === "deadline") {
-    signalGroup(child.pid as number, "SIGKILL");
-    const e = await exited;
-    return { ...e, stdout, stderr, timedOut: true, spawnError: null };
-  }
-  return { ...first, stdout, stderr, timedOut: false, spawnError: null };
+  if (first === "deadline") signalGroup(child.pid as number, "SIGKILL");
+  const e = first === "deadline" ? await exited : first;
+  const drained = new AbortController();
+  await Promise.race([closed, opts.clock.sleep(STREAMS_GRACE_MS, drained.signal)]);
+  drained.abort();
+  child.stdout.destroy();
+  child.stderr.destroy();
+  return { ...e, stdout, stderr, timedOut: first === "deadline", spawnError: null };
 }

@@ -1,4 +1,6 @@
 /** Environment discovery with real Python parsing of the fixture environments (ast, then imports). */
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { realClock } from "../../src/clock";
 import { ScanError, scanEnvironments } from "../../src/runs/scanner";
@@ -63,6 +65,46 @@ describe("environment scan", () => {
     // The file with a syntax error is a problem, not a failure; helpers.py and _private_env.py are not environments.
     expect(report.problems).toEqual([{ file_path: `${ENVS}/broken_env.py`, error: expect.stringMatching(/^SyntaxError: .* \(line 3\)$/) }]);
   });
+
+  it("keeps its import deadlines when a module starts a helper in a session of its own that holds the output", async () => {
+    const state = tempDir();
+    const envs = join(state.path, "envs");
+    mkdirSync(envs);
+    const daemon = (name: string, then: string) =>
+      [
+        "import subprocess",
+        "from pydantic import BaseModel",
+        "class BaseEnv: pass",
+        "class Config(BaseModel):",
+        "    group_size: int = 4",
+        // Out of the import's process group, with its stdout and stderr.
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True)",
+        `open(${JSON.stringify(join(state.path, `${name}.pid`))}, 'w').write(str(p.pid))`,
+        then,
+        `class ${name[0]!.toUpperCase()}${name.slice(1)}Env(BaseEnv):`,
+        `    name = '${name}'`,
+        "    env_config_cls = Config",
+        "",
+      ].join("\n");
+    writeFileSync(join(envs, "served_env.py"), daemon("served", ""));
+    writeFileSync(join(envs, "hung_env.py"), daemon("hung", "import time; time.sleep(60)"));
+    dirs.push({
+      remove: () => {
+        for (const f of readdirSync(state.path).filter((f) => f.endsWith(".pid"))) {
+          try {
+            process.kill(Number(readFileSync(join(state.path, f), "utf8")), "SIGKILL");
+          } catch {
+            // already gone
+          }
+        }
+        state.remove();
+      },
+    });
+    const report = await scanEnvironments(runsConfig({ environmentDirs: [envs], importTimeoutSeconds: 1 }, state.path), "h", realClock);
+    const byName = new Map(report.environments.map((e) => [e.name, e]));
+    expect(byName.get("served")).toMatchObject({ fields_source: "import", fields_error: null, fields: [expect.objectContaining({ name: "group_size", default: 4 })] });
+    expect(byName.get("hung")).toMatchObject({ fields_error: expect.stringMatching(/took longer than 1 s/) });
+  }, 15_000);
 
   it("reports a directory that does not exist, and fails plainly without Python", async () => {
     const report = await scanEnvironments(config({ environmentDirs: ["/no/such/dir"] }), "h", realClock);
