@@ -20,8 +20,9 @@ export class ExchangeReporter implements RunReporter {
     return this.retrying(`report run ${runId} ${report.status}`, () => this.client.reportRun(runId, report));
   }
 
-  async activeRuns(): Promise<AgentActiveRunsResponse> {
-    return (await this.retrying("list this engine's active runs", () => this.client.activeRuns())) ?? { runs: [] };
+  /** Null when the exchange refused or the agent stopped first: unknown, which is not "none". */
+  async activeRuns(): Promise<AgentActiveRunsResponse | null> {
+    return this.retrying("list this engine's active runs", () => this.client.activeRuns());
   }
 
   private async retrying<T>(what: string, call: () => Promise<T>): Promise<T | null> {

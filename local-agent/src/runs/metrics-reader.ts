@@ -6,12 +6,15 @@
  * sends points the exchange already has, which it stores once.
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { StringDecoder } from "node:string_decoder";
 import type { JsonValue, MetricsPoint } from "../../../src/protocol/runs";
 
 export class MetricsReader {
   private offset = 0;
   private index = 0;
   private partial = "";
+  /** Holds back the bytes of a character the writer had not finished writing (a flush may cut one). */
+  private readonly decoder = new StringDecoder("utf8");
 
   constructor(
     readonly path: string,
@@ -33,7 +36,7 @@ export class MetricsReader {
       const buf = Buffer.alloc(size - this.offset);
       readSync(fd, buf, 0, buf.length, this.offset);
       this.offset = size;
-      text = this.partial + buf.toString("utf8");
+      text = this.partial + this.decoder.write(buf);
     } finally {
       closeSync(fd);
     }

@@ -109,6 +109,9 @@ export class RunProcess {
       return;
     }
     const pid = this.pid;
+    // Its leader ended on its own and left helpers in its group (a data loader, an inference
+    // child): they are stopped, but how the process ended stays what is reported.
+    const endedAlone = this.exit !== null;
     signalGroup(pid, "SIGTERM");
     const start = this.clock.now();
     let killed = false;
@@ -119,6 +122,11 @@ export class RunProcess {
         killed = true;
       }
       await this.clock.sleep(STOP_POLL_MS);
+    }
+    if (endedAlone) {
+      if (this.state === "starting" || this.state === "ready") this.state = "exited";
+      this.detail ||= `${this.howItEnded()}; what it left in its group ${killed ? `ignored SIGTERM for ${graceMs / 1000} s and was killed with SIGKILL` : "was stopped with SIGTERM"}`;
+      return;
     }
     this.exit ??= { code: null, signal: killed ? "SIGKILL" : "SIGTERM" };
     this.endedAt ??= this.clock.now();

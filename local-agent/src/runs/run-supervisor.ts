@@ -12,7 +12,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
-import type { AgentActiveRunsResponse, RunReport, RunReportResponse } from "../../../src/protocol/runs";
+import type { AgentActiveRunsResponse, MetricsPoint, RunReport, RunReportResponse } from "../../../src/protocol/runs";
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
@@ -28,10 +28,13 @@ import { groupAlive, signalGroup } from "./process-group";
 
 export type ReportInput = z.input<typeof RunReport>;
 
-/** How the supervisor talks to the exchange; `report` retries until it gets an answer or the agent stops. */
+/** The most metrics points the exchange takes in one report (RunReport's metrics). */
+export const MAX_REPORT_METRICS = 500;
+
+/** How the supervisor talks to the exchange; each retries until it gets an answer or the agent stops, null without one. */
 export type RunReporter = {
   report(runId: string, report: ReportInput): Promise<RunReportResponse | null>;
-  activeRuns(): Promise<AgentActiveRunsResponse>;
+  activeRuns(): Promise<AgentActiveRunsResponse | null>;
 };
 
 type Run = {
@@ -39,6 +42,10 @@ type Run = {
   dir: string;
   procs: RunProcess[];
   metrics: MetricsReader;
+  /** Points read and not yet reported. */
+  unsent: MetricsPoint[];
+  /** What the exchange last heard of the run while it was alive: the status of reports that only carry metrics. */
+  said: "starting" | "running";
   phase: "starting" | "running" | "stopping" | "over";
   /** Aborted when the run must stop: wakes the startup's and the monitor's waits. */
   halt: AbortController;
@@ -109,7 +116,7 @@ export class RunSupervisor {
     if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
     mkdirSync(dir, { recursive: true });
     writeFileSync(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
-    const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now()), phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+    const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now()), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);
     if (first?.must_stop) {
@@ -129,7 +136,7 @@ export class RunSupervisor {
       run.phase = "stopping";
       run.halt.abort();
       await run.task;
-      await this.stopAll(run, null);
+      await this.stopAll(run);
       const detail = `stopped (${reason}): ${[...run.procs].reverse().filter((p) => p.pid !== null).map((p) => `${p.name} ${p.detail || p.howItEnded()}`).join("; ") || "nothing was running"}`;
       await this.send(run, "stopped", detail, true);
       this.finish(run);
@@ -140,16 +147,23 @@ export class RunSupervisor {
 
   /** After an agent restart: adopt the runs that still run here, report the ones that do not. */
   async reattach(): Promise<void> {
-    const { runs } = await this.d.reporter.activeRuns();
+    const active = await this.d.reporter.activeRuns();
+    if (active === null) {
+      // Without the exchange's word a run left here may well be one to adopt: its processes
+      // (a training on the GPUs) and notes stay as they are, for the next agent start.
+      const left = openJournals(this.d.config.runsDir).map((j) => j.run_id);
+      if (left.length > 0) this.d.logger.warn(`could not learn which runs are active; left the processes of ${left.join(", ")} running as they are`);
+      return;
+    }
     const known = new Set<string>();
-    for (const r of runs) {
+    for (const r of active.runs) {
       known.add(r.run_id);
       if (r.status === "pending") continue; // its start command is still to come
       const journal = readJournal(this.d.config.runsDir, r.run_id);
       const pids = journal?.processes ?? r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }]));
       const dir = runDir(this.d.config.runsDir, r.run_id);
       const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock, this.reported)).sort((a, b) => a.order - b.order);
-      const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now()), phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+      const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now()), unsent: [], said: r.status === "starting" ? "starting" : "running", phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
       const dead = procs.find((p) => p.ended());
       if (r.status === "running" && procs.length > 0 && dead === undefined && this.run === null) {
         this.run = run;
@@ -168,7 +182,7 @@ export class RunSupervisor {
             : dead !== undefined
               ? `${dead.name} (pid ${dead.pid}) ended while the agent was not running; the others were stopped`
               : "the agent restarted and found no process of this run";
-      await this.stopAll(run, null);
+      await this.stopAll(run);
       await this.send(run, r.status === "stopping" ? "stopped" : "failed", detail, true);
       this.closeJournal(run);
     }
@@ -230,14 +244,14 @@ export class RunSupervisor {
         const detail = `${gone.name} ${gone.howItEnded()}`;
         this.d.logger[clean ? "info" : "warn"](`run ${run.id}: ${detail}; stopping the others`);
         run.phase = "stopping";
-        await this.stopAll(run, gone);
+        await this.stopAll(run);
         await this.send(run, clean ? "completed" : "failed", `${detail}; the other processes were stopped`, true);
         this.finish(run);
         return;
       }
-      const points = run.metrics.read();
-      if (points.length > 0) {
-        const answer = await this.send(run, "running", "", false, points);
+      run.unsent.push(...run.metrics.read());
+      if (run.unsent.length > 0) {
+        const answer = await this.send(run, "running", "");
         if (answer?.must_stop) return void this.stop(run.id, "the exchange considers this run over");
       }
       await this.d.clock.sleep(this.d.config.pollSeconds * 1000, run.halt.signal);
@@ -249,16 +263,16 @@ export class RunSupervisor {
     if (culprit.ended() && culprit.state !== "failed") culprit.state = "exited";
     culprit.detail ||= detail;
     run.phase = "stopping";
-    await this.stopAll(run, null);
+    await this.stopAll(run);
     if (culprit.state === "stopped") culprit.state = "failed";
     await this.send(run, "failed", detail, true);
     this.finish(run);
   }
 
-  /** Stops every started process in reverse start order. */
-  private async stopAll(run: Run, except: RunProcess | null): Promise<void> {
+  /** Stops every started process in reverse start order; one that ended has its group stopped, for what it left there. */
+  private async stopAll(run: Run): Promise<void> {
     for (const p of [...run.procs].reverse()) {
-      if (p === except || p.pid === null) continue;
+      if (p.pid === null) continue;
       await p.stop(this.d.config.stopGraceSeconds * 1000);
     }
   }
@@ -276,10 +290,36 @@ export class RunSupervisor {
     return { ok: true, detail };
   }
 
-  private send(run: Run, status: ReportInput["status"], detail: string, withLogTails = false, metrics: ReportInput["metrics"] = []): Promise<RunReportResponse | null> {
+  /**
+   * Reports the run with the metrics not sent yet, in reports of at most MAX_REPORT_METRICS
+   * points: the exchange refuses more, and a refused final report would leave the run active
+   * there for ever. The status goes with the last of them, so a run ends there with all its
+   * metrics.
+   */
+  private async send(run: Run, status: ReportInput["status"], detail: string, withLogTails = false): Promise<RunReportResponse | null> {
     // A run's first metrics may come with its end: read them before the last report.
-    const points = status === "running" ? metrics : [...(metrics ?? []), ...run.metrics.read()];
-    return this.d.reporter.report(run.id, { status, detail, processes: run.procs.map((p) => p.report(withLogTails)), metrics: points, agent_id: this.d.agentId });
+    if (status !== "running") run.unsent.push(...run.metrics.read());
+    if (status === "starting" || status === "running") run.said = status;
+    for (;;) {
+      const points = run.unsent.slice(0, MAX_REPORT_METRICS);
+      const last = points.length === run.unsent.length;
+      const answer = await this.d.reporter.report(run.id, {
+        status: last ? status : run.said,
+        detail: last ? detail : "",
+        processes: run.procs.map((p) => p.report(last && withLogTails)),
+        metrics: points,
+        agent_id: this.d.agentId,
+      });
+      run.unsent.splice(0, points.length);
+      // Refused (the reporter said why), or the agent is stopping: the points are not sent again,
+      // or a point the exchange will not take would hold back every later report, the end's too.
+      if (answer === null) {
+        if (last) return null;
+        continue;
+      }
+      // A live run the exchange wants stopped: the rest goes with the stop's own report.
+      if (last || (answer.must_stop && run.said === status)) return answer;
+    }
   }
 
   private note(run: Run): void {

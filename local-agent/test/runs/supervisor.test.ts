@@ -3,10 +3,16 @@
  * crashes, ignores SIGTERM). Deadlines and grace periods run on a manual clock where a test is
  * about them; elsewhere the real clock with short polls.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { RunsClient } from "../../../src/client";
 import { realClock, type Clock } from "../../src/clock";
+import { Reachability } from "../../src/reachability";
+import { ExchangeReporter } from "../../src/runs/exchange-reporter";
+import { MetricsReader } from "../../src/runs/metrics-reader";
 import { RunSupervisor } from "../../src/runs/run-supervisor";
 import { readJournal } from "../../src/runs/run-journal";
 import { groupAlive } from "../../src/runs/process-group";
@@ -44,6 +50,9 @@ function setup(processes: unknown[], opts: { clock?: Clock; grace?: number } = {
 }
 
 const procsOf = (r: RecordingReporter, runId: string) => r.last(runId)?.processes ?? [];
+
+/** An active run as the exchange lists it, but for its id and status. */
+const view = { environment: "gsm8k", detail: "", created_at: 0, started_at: 0, ended_at: null, running_time_seconds: 0, stop_requested: false, command_seq: 1, environment_file: "", config_yaml: "", processes: [] };
 
 /** Moves the manual clock in steps of `stepMs`, letting real processes catch up in between, until `done()`. */
 async function untilOnClock(clock: ManualClock, done: () => boolean, what: string, stepMs: number): Promise<void> {
@@ -157,6 +166,18 @@ describe("a running run", () => {
     for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
   });
 
+  it("stops what the process that ended the run left in its group, keeping how it ended", async () => {
+    const { sup, reporter, config, pids } = setup([proc("api", ""), proc("env", "--helper --exit-after 0.5 --code 3")]);
+    await sup.start(startCommand("run_helper1"));
+    await sup.settled();
+    const last = reporter.last("run_helper1")!;
+    expect(last).toMatchObject({ status: "failed", detail: "env exited with code 3; the other processes were stopped" });
+    // The env's helper, in the env's group, went with the run.
+    expect(pids().filter((pid) => groupAlive(pid))).toEqual([]);
+    expect(last.processes!.find((p) => p.name === "env")).toMatchObject({ state: "exited", exit_code: 3, detail: "exited with code 3; what it left in its group was stopped with SIGTERM" });
+    expect(readJournal(config.runsDir, "run_helper1")?.closed).toBe(true);
+  });
+
   it("completes when a process finishes with exit code 0, and reports the metrics the run wrote", async () => {
     const { sup, reporter } = setup([proc("trainer", "--metrics 3 --exit-after 0.3")]);
     await sup.start(startCommand("run_done01"));
@@ -168,6 +189,25 @@ describe("a running run", () => {
       [1, 2, { "train/reward_mean": 0.2 }],
       [2, 3, { "train/reward_mean": 0.3 }],
     ]);
+  });
+
+  it("sends more metrics than one report takes in several, its end with the last", async () => {
+    const clock = new ManualClock();
+    // Writes 600 lines at once, when told to: after the monitor's first look.
+    const writer = "import json, os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.01)\nwith open(os.environ['ROLLOUT_RUN_METRICS'], 'a') as f:\n    for i in range(600): f.write(json.dumps({'step': i, 'loss': 1.0 / (i + 1)}) + '\\n')\n";
+    const { sup, reporter, config, pids } = setup([{ name: "trainer", command: ["python3", "-c", writer, "{run_dir}/go"] }], { clock });
+    await sup.start(startCommand("run_many01"));
+    await waitUntil(() => reporter.status.get("run_many01") === "running" && clock.pending.length > 0, "the monitor to wait for its next look");
+    writeFileSync(join(config.runsDir, "run_many01", "go"), "");
+    await waitUntil(() => !groupAlive(pids()[0]!), "the trainer to write its metrics and exit");
+    await untilOnClock(clock, () => sup.current === null, "the run to be over", 1000);
+    expect(reporter.refused).toEqual([]);
+    const ours = reporter.reports.filter((r) => r.runId === "run_many01");
+    // 500 and the rest: with the end, or just before it if the monitor looked before it saw the exit.
+    expect(ours.map((r) => r.metrics?.length ?? 0).filter((n) => n > 0)).toEqual([500, 100]);
+    expect(ours.at(-1)?.status).toBe("completed");
+    expect(ours.flatMap((r) => r.metrics ?? []).map((p) => p.index)).toEqual([...Array(600).keys()]);
+    expect(reporter.status.get("run_many01")).toBe("completed");
   });
 
   it("stops on request in reverse order; a process that ignores SIGTERM is killed after the grace period", async () => {
@@ -202,6 +242,21 @@ describe("a running run", () => {
     expect(reporter.statuses("run_early1").at(-1)).toBe("stopped");
     expect(procsOf(reporter, "run_early1")[1]).toMatchObject({ state: "pending", pid: null });
     for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+});
+
+describe("the metrics file", () => {
+  it("reads a line whose writer flushed it in the middle of a character as written", () => {
+    const state = tempDir();
+    cleanups.push(() => state.remove());
+    const path = join(state.path, "metrics.jsonl");
+    const line = Buffer.from(JSON.stringify({ step: 1, sample: "café ✓" }) + "\n", "utf8");
+    const cut = line.indexOf(Buffer.from("é", "utf8")) + 1; // between the two bytes of "é"
+    writeFileSync(path, line.subarray(0, cut));
+    const reader = new MetricsReader(path, () => 0);
+    expect(reader.read()).toEqual([]);
+    appendFileSync(path, line.subarray(cut));
+    expect(reader.read()).toEqual([{ index: 0, step: 1, at: 0, values: { sample: "café ✓" } }]);
   });
 });
 
@@ -255,7 +310,6 @@ describe("after an agent restart", () => {
     process.kill(-pids[0]!, "SIGKILL");
     await waitUntil(() => !groupAlive(pids[0]!), "api to be gone");
     const second = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
-    const view = { environment: "gsm8k", detail: "", created_at: 0, started_at: 0, ended_at: null, running_time_seconds: 0, stop_requested: false, command_seq: 1, environment_file: "", config_yaml: "", processes: [] };
     first.reporter.active = { runs: [{ ...view, run_id: "run_dead01", status: "running" }] };
     await second.reattach();
     expect(first.reporter.last("run_dead01")).toMatchObject({ status: "failed", detail: expect.stringMatching(/^api \(pid \d+\) ended while the agent was not running/) });
@@ -273,5 +327,71 @@ describe("after an agent restart", () => {
     await waitUntil(() => !groupAlive(leftover), "the leftover process to be killed");
     expect(existsSync(join(third.config.runsDir, "run_over01", "run.json"))).toBe(true);
     expect(readJournal(third.config.runsDir, "run_over01")?.closed).toBe(true);
+  });
+
+  it("reports a run that ended while no agent ran with all the metrics it wrote meanwhile, in reports the exchange takes", async () => {
+    const first = setup([proc("api", ""), proc("trainer", "")]);
+    await first.sup.start(startCommand("run_many02"));
+    await waitUntil(() => first.reporter.status.get("run_many02") === "running", "the run to be running");
+    first.stop.abort(); // the agent dies; the run goes on and logs 600 steps, then the trainer crashes
+    const metrics = join(first.config.runsDir, "run_many02", "metrics.jsonl");
+    for (let i = 0; i < 600; i++) appendFileSync(metrics, JSON.stringify({ step: i, "train/reward_mean": i / 600 }) + "\n");
+    const [api, trainer] = first.pids();
+    process.kill(-trainer!, "SIGKILL");
+    await waitUntil(() => !groupAlive(trainer!), "the trainer to be gone");
+    const second = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    first.reporter.active = { runs: [{ ...view, run_id: "run_many02", status: "running" }] };
+    await second.reattach();
+    expect(groupAlive(api!)).toBe(false);
+    expect(first.reporter.refused).toEqual([]);
+    expect(first.reporter.status.get("run_many02")).toBe("failed");
+    expect(first.reporter.last("run_many02")).toMatchObject({ status: "failed", detail: expect.stringMatching(/^trainer \(pid \d+\) ended while the agent was not running/) });
+    expect(first.reporter.reports.filter((r) => r.runId === "run_many02").flatMap((r) => r.metrics ?? [])).toHaveLength(600);
+  });
+
+  it("leaves a run's processes and notes alone when it cannot learn which runs are active", async () => {
+    const first = setup([proc("trainer", "")]);
+    await first.sup.start(startCommand("run_unkn01"));
+    await waitUntil(() => first.reporter.status.get("run_unkn01") === "running", "the run to be running");
+    first.stop.abort(); // the first agent dies: its processes stay
+    const [trainer] = first.pids();
+    const restarted = (baseUrl: string, stop: AbortSignal) => {
+      const logger = new MemoryLogger();
+      const reach = new Reachability(logger, realClock, baseUrl);
+      const reporter = new ExchangeReporter(new RunsClient({ baseUrl, token: "trainer-token" }), { reach, logger, stop, maxBackoffMs: 200 });
+      return { sup: new RunSupervisor({ config: first.config, reporter, clock: realClock, logger, agentId: "host-1", stop }), logger };
+    };
+
+    // The Worker is down, and the agent is told to stop before it ever answers.
+    const stop = new AbortController();
+    const unreachable = restarted(`http://127.0.0.1:${await freePort()}/e/default`, stop.signal);
+    const reattached = unreachable.sup.reattach();
+    await waitUntil(() => unreachable.logger.has(/could not list this engine's active runs .*retrying/), "the agent to retry the list");
+    stop.abort();
+    await reattached;
+    expect(unreachable.sup.current).toBeNull();
+    expect(readJournal(first.config.runsDir, "run_unkn01")?.closed).toBe(false);
+    expect(groupAlive(trainer!)).toBe(true);
+
+    // The exchange refuses the agent (a token rotated meanwhile).
+    const server = createServer((_req, res) => {
+      res.writeHead(401, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: "unauthorized", detail: "bad token" }));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const refused = restarted(`http://127.0.0.1:${(server.address() as AddressInfo).port}/e/default`, new AbortController().signal);
+    await refused.sup.reattach();
+    expect(refused.logger.has(/left the processes of run_unkn01 running/)).toBe(true);
+    expect(readJournal(first.config.runsDir, "run_unkn01")?.closed).toBe(false);
+    expect(groupAlive(trainer!)).toBe(true);
+
+    // The next agent that gets an answer adopts the run.
+    const answered = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    first.reporter.active = { runs: [{ ...view, run_id: "run_unkn01", status: "running" }] };
+    await answered.reattach();
+    expect(answered.current).toEqual({ run_id: "run_unkn01", phase: "running" });
+    await answered.stop("run_unkn01", "the test is over");
+    expect(groupAlive(trainer!)).toBe(false);
   });
 });

@@ -1,11 +1,12 @@
 /**
  * Helpers for the agent's training-runs tests: a reporter that answers as the exchange does
- * (the same status machine, src/runs/lifecycle.ts) and remembers every report, free ports, and
+ * (the route's RunReport schema, the same status machine, src/runs/lifecycle.ts) and remembers
+ * every report it accepts and why it refused the others, free ports, and
  * runs configs built from the fixture process script.
  */
 import { fileURLToPath } from "node:url";
 import { applyReport } from "../../../src/runs/lifecycle";
-import type { AgentActiveRunsResponse, RunReportResponse, RunStatus } from "../../../src/protocol/runs";
+import { RunReport, type AgentActiveRunsResponse, type RunReportResponse, type RunStatus } from "../../../src/protocol/runs";
 import { parseRunsConfig, type RunsConfig } from "../../src/runs/runs-config";
 import type { ReportInput, RunReporter } from "../../src/runs/run-supervisor";
 
@@ -15,9 +16,17 @@ export const ENVS = fileURLToPath(new URL("./fixtures/envs", import.meta.url));
 export class RecordingReporter implements RunReporter {
   readonly reports: Array<{ runId: string } & ReportInput> = [];
   readonly status = new Map<string, RunStatus>();
+  /** Reports the exchange's route would have refused, each as "<status>: <why>". */
+  readonly refused: string[] = [];
   active: AgentActiveRunsResponse = { runs: [] };
 
-  async report(runId: string, report: ReportInput): Promise<RunReportResponse> {
+  /** Null for a refused report, as ExchangeReporter answers one. */
+  async report(runId: string, report: ReportInput): Promise<RunReportResponse | null> {
+    const valid = RunReport.safeParse(report);
+    if (!valid.success) {
+      this.refused.push(`${report.status}: ${valid.error.issues.map((i) => `${i.path.join(".")} ${i.message}`).join("; ")}`);
+      return null;
+    }
     this.reports.push({ runId, ...report });
     const out = applyReport(this.status.get(runId) ?? "pending", report.status);
     this.status.set(runId, out.next);
