@@ -225,7 +225,7 @@ export async function startAgent(
           await Promise.race([told, clock.sleep(5000)]);
         }
         // Like the trainer: a deliberate shutdown takes its workers along, a SIGKILLed agent leaves them to be adopted.
-        if (opts.stopTrainer) await rollout.workers.stop("the agent is shutting down");
+        if (opts.stopTrainer) await rollout.workers.shutdown("the agent is shutting down");
         stopper.abort();
         trainer.close();
         await Promise.allSettled(loops);

@@ -45,6 +45,8 @@ export class RolloutWorkers {
   private current: Current | null = null;
   /** The last workers that ended on their own (not stopped by the agent), until new ones start. */
   private endedAlone: { pid: number | null; jobSession: string; detail: string } | null = null;
+  /** The agent is shutting down: no new workers, they would outlive it. */
+  private closed = false;
   readonly logPath: string;
   private readonly pidFile: string;
 
@@ -84,7 +86,8 @@ export class RolloutWorkers {
     this.current = { proc, seq: saved.seq, jobSession: saved.job_session, groupSize: saved.group_size };
   }
 
-  async start(cmd: StartRolloutBody, seq: number): Promise<Outcome> {
+  /** Null when the agent's shutdown came first: not acked, so the next agent carries the command out. */
+  async start(cmd: StartRolloutBody, seq: number): Promise<Outcome | null> {
     const c = this.live();
     if (c !== null) {
       if (c.seq === seq) return { ok: true, detail: `rollout workers already running (pid ${c.proc.pid}), started by this same command` };
@@ -111,6 +114,7 @@ export class RolloutWorkers {
       await this.stop("restart_training");
       restarted = ` (restart_training: the previous workers, pid ${c.proc.pid}, were stopped)`;
     }
+    if (this.closed) return null;
     mkdirSync(this.o.logDir, { recursive: true });
     mkdirSync(this.o.stateDir, { recursive: true });
     const proc = new RunProcess("rollout-workers", 0, argv, this.logPath, this.o.clock);
@@ -127,6 +131,12 @@ export class RolloutWorkers {
     writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now() } satisfies PidFile));
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
+  }
+
+  /** The agent's shutdown: stops the workers, and a start still stopping the previous ones starts none. */
+  async shutdown(reason: string): Promise<string> {
+    this.closed = true;
+    return this.stop(reason);
   }
 
   /** Stops the workers' whole process group (SIGTERM, SIGKILL after the grace period); no workers is fine. */

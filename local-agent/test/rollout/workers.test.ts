@@ -52,7 +52,7 @@ describe("RolloutWorkers", () => {
   it("starts the workers in their own process group with the command's values, and logs their output", async () => {
     const w = workers();
     const out = await w.start(cmd("job-1", false, 8), 1);
-    expect(out.ok, out.detail).toBe(true);
+    expect(out?.ok, out?.detail).toBe(true);
     const pid = w.status().pid as number;
     expect(processGroupOf(pid)).toBe(pid);
     await waitUntil(() => log(w).includes("worker job=job-1 group=8 restart=false engine_url=http://127.0.0.1:1/e/e1 env_job=job-1"), "the worker's first line");
@@ -77,8 +77,8 @@ describe("RolloutWorkers", () => {
     await waitUntil(() => log(w).includes("worker job=job-1"), "the first workers' first line");
     const old = w.status().pid as number;
     const out = await w.start(cmd("job-2", true, 2), 2);
-    expect(out.ok, out.detail).toBe(true);
-    expect(out.detail).toContain(`previous workers, pid ${old}, were stopped`);
+    expect(out?.ok, out?.detail).toBe(true);
+    expect(out?.detail).toContain(`previous workers, pid ${old}, were stopped`);
     expect(groupAlive(old)).toBe(false);
     const now = w.status().pid as number;
     expect(now).not.toBe(old);
@@ -94,7 +94,7 @@ describe("RolloutWorkers", () => {
     // What the heartbeat tells the engine: they ended on their own, and how.
     expect(w.report()).toEqual({ state: "exited", pid: first, job_session: "job-1", detail: expect.stringMatching(/^rollout workers exited with code 0; see .*rollout-workers\.log/) });
     const out = await w.start(cmd("job-2"), 2);
-    expect(out.detail).not.toContain("already");
+    expect(out?.detail).not.toContain("already");
     await waitUntil(() => log(w).includes("short-lived job-2"), "the second run's output");
     expect(logger.has(/rollout workers pid \d+ exited with code 0/)).toBe(true);
   });
@@ -118,6 +118,21 @@ describe("RolloutWorkers", () => {
     expect(w.report()).toBeNull();
   });
 
+  it("starts no new workers when the agent shuts down while a restart_training is stopping the old ones, and leaves the command unacked", async () => {
+    // Workers that take the whole grace period to stop, so the shutdown comes while the restart waits.
+    const w = workers({ command: ["sh", "-c", "trap '' TERM; echo workers up; while :; do sleep 0.1; done"], graceMs: 1000 });
+    await w.start(cmd("job-1"), 1);
+    const old = w.status().pid as number;
+    await waitUntil(() => log(w).includes("workers up"), "the first workers' trap");
+    const restart = w.start(cmd("job-2", true), 2);
+    await waitUntil(() => logger.has(/stopping rollout workers pid \d+ \(restart_training\)/), "the restart to stop the old workers");
+    await w.shutdown("the agent is shutting down");
+    expect(await restart).toBeNull();
+    expect(w.status()).toMatchObject({ running: false, pid: null });
+    expect(groupAlive(old)).toBe(false);
+    expect(log(w).match(/rollout-agent starts/g)).toHaveLength(1);
+  });
+
   it("adopts workers left running by a previous agent instead of starting a second set", async () => {
     const first = workers();
     await first.start(cmd("job-1"), 1);
@@ -125,7 +140,7 @@ describe("RolloutWorkers", () => {
     const second = workers();
     second.adopt();
     expect(second.status()).toMatchObject({ running: true, pid, job_session: "job-1" });
-    expect((await second.start(cmd("job-2"), 5)).detail).toContain("already running");
+    expect((await second.start(cmd("job-2"), 5))?.detail).toContain("already running");
     await second.stop("test");
     expect(groupAlive(pid as number)).toBe(false);
   });
