@@ -3,16 +3,37 @@
  * both the Worker (sse.ts) and the agent's gateway answer streaming clients from a whole completion.
  */
 
-/** A chat.completion as one chat.completion.chunk (or a text_completion passed through). */
-export function completionToChunk(completion: Record<string, unknown>): Record<string, unknown> {
-  if (completion["object"] !== "chat.completion") return completion;
+/**
+ * A chat.completion as the chunks OpenAI would have streamed (a text_completion passed through):
+ * one chunk with each choice's message as its delta, its logprobs and finish reason, then, only
+ * when the client asked for it (`stream_options.include_usage`), the usage in a chunk of its own
+ * with no choices, as OpenAI sends it. Each tool call gets its `index`, which clients merge by.
+ */
+export function completionToChunks(completion: Record<string, unknown>, includeUsage: boolean): Record<string, unknown>[] {
+  if (completion["object"] !== "chat.completion") return [completion];
   const choices = Array.isArray(completion["choices"]) ? (completion["choices"] as Record<string, unknown>[]) : [];
-  return {
-    id: completion["id"],
-    object: "chat.completion.chunk",
-    created: completion["created"],
-    model: completion["model"],
-    choices: choices.map((ch) => ({ index: ch["index"] ?? 0, delta: ch["message"] ?? {}, finish_reason: ch["finish_reason"] ?? "stop" })),
-    ...(completion["usage"] !== undefined ? { usage: completion["usage"] } : {}),
+  const head = { id: completion["id"], object: "chat.completion.chunk", created: completion["created"], model: completion["model"] };
+  const chunk = {
+    ...head,
+    choices: choices.map((ch) => ({
+      index: ch["index"] ?? 0,
+      delta: withToolCallIndexes(ch["message"]),
+      ...(ch["logprobs"] !== undefined ? { logprobs: ch["logprobs"] } : {}),
+      finish_reason: ch["finish_reason"] ?? "stop",
+    })),
   };
+  return includeUsage && completion["usage"] !== undefined ? [chunk, { ...head, choices: [], usage: completion["usage"] }] : [chunk];
+}
+
+function withToolCallIndexes(message: unknown): unknown {
+  if (typeof message !== "object" || message === null) return {};
+  const calls = (message as { tool_calls?: unknown }).tool_calls;
+  if (!Array.isArray(calls)) return message;
+  return { ...message, tool_calls: calls.map((c: unknown, i) => (typeof c === "object" && c !== null ? { index: i, ...c } : c)) };
+}
+
+/** Whether a request asked for usage in its stream (OpenAI's `stream_options.include_usage`). */
+export function asksStreamUsage(request: Record<string, unknown> | null): boolean {
+  const options = request?.["stream_options"];
+  return typeof options === "object" && options !== null && (options as { include_usage?: unknown }).include_usage === true;
 }

@@ -21,6 +21,7 @@ import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
 import { openaiErrorResponse } from "./openai-errors";
 import { relayStream } from "./sse";
+import { asksStreamUsage } from "./completion-chunk";
 import { DeadlineWatch } from "./deadline-watch";
 
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
@@ -127,7 +128,7 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
 
   if (request?.["stream"] === true) {
     // A stream already keeps a timer of its own (the keep-alives), and its deadline covers every token.
-    return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline));
+    return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline), asksStreamUsage(request));
   }
   // A whole answer waits under the isolate's deadline watch, not a timer of its own (deadline-watch.ts).
   let answer: Answer;

@@ -11,7 +11,7 @@
  * pipe 0.16 ms (BENCHMARKS.md, `bench:relay -- --drip 200`).
  */
 import { OpenAIError } from "../protocol/relay";
-import { completionToChunk } from "./completion-chunk";
+import { completionToChunks } from "./completion-chunk";
 import { openaiErrorBody } from "./openai-errors";
 
 const enc = new TextEncoder();
@@ -29,7 +29,8 @@ function errorFromUpstream(status: number, text: string): unknown {
   return openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
 }
 
-export function relayStream(upstream: Promise<Response>, keepAliveMs: number, describeFailure: (e: unknown) => { status: number; message: string; code: string }): Response {
+/** `includeUsage`: the client asked for usage in its stream (a whole completion's goes in a last chunk then). */
+export function relayStream(upstream: Promise<Response>, keepAliveMs: number, describeFailure: (e: unknown) => { status: number; message: string; code: string }, includeUsage = false): Response {
   const { readable, writable } = new IdentityTransformStream();
   let writer = writable.getWriter();
   /** The error event for an answer that broke off (or met the deadline) while it was read. */
@@ -90,7 +91,7 @@ export function relayStream(upstream: Promise<Response>, keepAliveMs: number, de
       await writer.write(event(openaiErrorBody(502, "the inference upstream answered JSON that is not a completion", "upstream_garbage")));
       return;
     }
-    await writer.write(event(completionToChunk(completion as Record<string, unknown>)));
+    for (const chunk of completionToChunks(completion as Record<string, unknown>, includeUsage)) await writer.write(event(chunk));
     await writer.write(event("[DONE]"));
   };
   void pump()

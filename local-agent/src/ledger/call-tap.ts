@@ -8,7 +8,7 @@
 import { StringDecoder } from "node:string_decoder";
 import type { CallContext, TokenDialect } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
-import { completionToChunk } from "../../../src/relay/completion-chunk";
+import { asksStreamUsage, completionToChunks } from "../../../src/relay/completion-chunk";
 import { errorOf, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
 import { clientAsked, stripTokenFields, TokenCollector, tokenRequest, upstreamStreams, type ClientAsked } from "./token-fields";
 import { isRecord } from "../../../src/protocol/record";
@@ -52,7 +52,7 @@ export class CallTap {
   private readonly collector: TokenCollector | null;
   /** Set when the gateway asks the upstream for tokens and so must take them out again. */
   private readonly rewrite: { dialect: TokenDialect; asked: ClientAsked } | null;
-  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string } | null = null;
+  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string; cr: boolean } | null = null;
 
   constructor(
     readonly env: RelayEnvelope & { request: Obj },
@@ -107,14 +107,21 @@ export class CallTap {
     this.collector?.read(answer);
     if (this.rewrite === null) return text;
     stripTokenFields(answer, this.rewrite.asked);
-    if (this.streamsItself) return `data: ${JSON.stringify(completionToChunk(answer))}\n\ndata: [DONE]\n\n`;
+    if (this.streamsItself) return `${completionToChunks(answer, asksStreamUsage(this.env.request)).map((c) => `data: ${JSON.stringify(c)}\n\n`).join("")}data: [DONE]\n\n`;
     return JSON.stringify(answer);
   }
 
-  /** One piece of an SSE answer: what to send the client (the piece itself unless the tap rewrites). */
+  /**
+   * One piece of an SSE answer: what to send the client (the piece itself unless the tap
+   * rewrites). Lines may end in CRLF or CR (SSE allows all three): read as LF, and a CR that
+   * ends a piece waits for the next, which may begin with its LF.
+   */
   chunk(piece: Buffer): Buffer | string {
-    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
-    s.pending += s.decoder.write(piece);
+    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "", cr: false });
+    let text = (s.cr ? "\r" : "") + s.decoder.write(piece);
+    s.cr = text.endsWith("\r");
+    if (s.cr) text = text.slice(0, -1);
+    s.pending += text.replace(/\r\n?/g, "\n");
     let out = "";
     for (let end = s.pending.indexOf("\n\n"); end >= 0; end = s.pending.indexOf("\n\n")) {
       const block = s.pending.slice(0, end);
@@ -128,25 +135,28 @@ export class CallTap {
   endStream(): string {
     const s = this.stream;
     if (s === null) return "";
-    s.pending += s.decoder.end();
+    s.pending += ((s.cr ? "\r" : "") + s.decoder.end()).replace(/\r\n?/g, "\n");
+    s.cr = false;
     const rest = s.pending === "" ? "" : this.event(s.pending, s.assembly);
     s.pending = "";
     this.parts = s.assembly.result();
     return this.rewrite === null ? "" : rest;
   }
 
-  /** Reads one event; returns it as the client gets it. */
+  /** Reads one event; returns it as the client gets it. Its data lines are one value, joined by LF (SSE). */
   private event(block: string, assembly: StreamAssembly): string {
     const lines = block.split("\n");
     const data = lines.filter((l) => l.startsWith("data:"));
-    if (data.length !== 1) return block;
-    const answer = parseObject((data[0] as string).slice(5).trim());
+    if (data.length === 0) return block;
+    const answer = parseObject(data.map((l) => l.slice(l.startsWith("data: ") ? 6 : 5)).join("\n").trim());
     if (answer === null) return block;
     assembly.read(answer);
     this.collector?.read(answer);
     if (this.rewrite === null) return block;
     stripTokenFields(answer, this.rewrite.asked);
-    return lines.map((l) => (l.startsWith("data:") ? `data: ${JSON.stringify(answer)}` : l)).join("\n");
+    // One data line for the value, where its first line was.
+    const first = lines.findIndex((l) => l.startsWith("data:"));
+    return lines.flatMap((l, i) => (i === first ? [`data: ${JSON.stringify(answer)}`] : l.startsWith("data:") ? [] : [l])).join("\n");
   }
 
   /** The call is over; `clientGone`: the client hung up before its answer was complete. */
