@@ -5,14 +5,14 @@
  * afterwards; the name made again from nothing; a big engine deleted over several requests; and
  * a delete in the middle of claims, ends, registrations and outbox flushes.
  */
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { getTableColumns, getTableName, is } from "drizzle-orm";
 import { SQLiteTable } from "drizzle-orm/sqlite-core";
 import { describe, expect, it, vi } from "vitest";
 import * as schema from "../src/db/schema";
 import type { EngineObject } from "../src/engine/engine-object";
-import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
 import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
@@ -226,6 +226,43 @@ describe("deleting an engine", () => {
     const again = await createEngine(undefined, { name: first.name });
     expect((await raw(`/e/${again.name}/get_engine_status`, { token: stray })).status).toBe(401);
     expect((await raw(`/e/${again.name}/get_engine_status`, { token: again.tokens.operator })).status).toBe(200);
+  });
+
+  it("keeps its alarm when a keep_history delete fails while the alarm fires: results and leases still move on", async () => {
+    const e = await createEngine("rv2");
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const c1 = await client.claimEpisode({ client_uuid: "c1", episode_type: "train", discard_episode_timeout: 60 });
+    expect(c1.success).toBe(true);
+    await client.endEpisode(endBody("c1", c1.episode_uuid, 1));
+    expect((await engineStats(e)).outbox).toBe(1);
+    expect((await engineStats(e)).alarm_at).not.toBeNull();
+
+    // D1 is slow, then unreachable, for the delete's drain (locally D1 does not fail: the drain stands in).
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    await runInDurableObject(e.stub, (instance: EngineObject) => {
+      const outbox = (instance as unknown as { outbox: { drain: unknown } }).outbox;
+      outbox.drain = async () => {
+        await gate;
+        return { written: 0, error: "D1 is unreachable" };
+      };
+    });
+    const deleting = e.stub.destroy({ force: true, keepHistory: true });
+    // The alarm is due while the drain waits on D1.
+    e.clock.t += 5_000;
+    await new Promise((r) => setTimeout(r, 10));
+    expect(await runDurableObjectAlarm(e.stub)).toBe(true);
+    release();
+    const r = await deleting;
+    expect(r).toMatchObject({ ok: false, status: 503 });
+
+    // The engine is back, with a result still in its outbox and a live claim: something must wake it.
+    await client.claimEpisode({ client_uuid: "c2", episode_type: "train", discard_episode_timeout: 60 });
+    const stats = await engineStats(e);
+    expect(stats.outbox).toBe(1);
+    expect(stats.claimed).toBe(1);
+    expect(stats.alarm_at).not.toBeNull();
   });
 
   it("deletes a big engine in bounded requests; one cut short is finished by repeating it", async () => {

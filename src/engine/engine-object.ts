@@ -198,6 +198,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
       written = r.written;
       if (r.error !== null) {
         this.closed = wasClosed;
+        // An alarm that fired during the drain found the engine closed and set none again.
+        if (!wasClosed) this.rearm(this.now());
         return fail(503, "history_not_written", `The engine's last results could not be written to D1 (${r.error}); nothing was deleted. Try again, or delete without keep_history.`);
       }
     }
@@ -546,8 +548,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
   // ---------------------------------------------------------------- alarm
 
   override async alarm(): Promise<void> {
-    if (this.closed) return;
+    // It fired: nothing is set any more, also for an engine closed meanwhile (a delete may still fail and reopen it).
     this.schedule.cleared();
+    if (this.closed) return;
     const now = this.now();
     // Leases that LLM calls extended are written before any is judged expired.
     this.relay.settle();
@@ -562,7 +565,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
     if (this.closed) return;
     await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, this.ledger.get().retention_days, now);
     if (this.closed) return;
-    // The earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the ledger's sweep.
+    this.rearm(now);
+  }
+
+  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the ledger's sweep. */
+  private rearm(now: number): void {
     const commands = this.channel.commands;
     this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
   }
