@@ -6,48 +6,27 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { unpackFloats, unpackInts } from "../../../src/protocol/packed";
-import type { CallContext, CallRecord, CaptureMode } from "../../../src/protocol/ledger";
+import type { CallRecord, CaptureMode } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
-import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
-import { CallRecorder, RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
-import { silentLogger } from "../../src/log";
+import { RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
 import { agentJetKey, envelope, post } from "../gateway/envelope";
 import { startZmqModel, type ZmqModel } from "../gateway/zmq-model";
-import { waitUntil } from "../support/wait";
+import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
 import { END, logprobOf, promptIds, startTokenModel, type Served, type TokenModel } from "./token-model";
 
 const SECRET = "ledger-test-secret";
-type Rig = { url: string; gateway: Gateway; records: CallRecord[] };
 let vllm: TokenModel;
 let sglang: TokenModel;
 let zmq: ZmqModel;
-let onVllm: Rig;
-let onSglang: Rig;
-
-async function rig(dialect: "vllm" | "sglang"): Promise<Rig> {
-  const records: CallRecord[] = [];
-  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r) => records.push(r), logger: silentLogger });
-  const gateway = new Gateway({
-    host: "127.0.0.1",
-    port: 0,
-    secret: fixedSecret(SECRET),
-    models: ["policy"],
-    zmqReceiveTimeoutMs: 2000,
-    logger: silentLogger,
-    upstream: null,
-    sessionPath: false,
-    ledger: { recorder, tokenDialect: dialect },
-  });
-  return { url: await gateway.listen(), gateway, records };
-}
+let onVllm: RecordingGateway;
+let onSglang: RecordingGateway;
 
 beforeAll(async () => {
   vllm = await startTokenModel("vllm");
   sglang = await startTokenModel("sglang");
   zmq = await startZmqModel(`ipc:///tmp/rx-ledger-${randomUUID()}.sock`);
-  onVllm = await rig("vllm");
-  onSglang = await rig("sglang");
+  onVllm = await recordingGateway(SECRET, "vllm");
+  onSglang = await recordingGateway(SECRET, "sglang");
 });
 
 afterAll(async () => {
@@ -58,14 +37,9 @@ afterAll(async () => {
   await sglang?.close();
 });
 
-const context = (capture: CaptureMode): CallContext => ({ call_id: randomUUID(), capture, client_uuid: "client-1", task_id: "task-1", weight_version: 3, run: 0, admitted_at: Date.now() });
-
 function call(model: TokenModel, episode: string, request: Record<string, unknown>, capture: CaptureMode | null = "tokens", over: Partial<RelayEnvelope> = {}): RelayEnvelope {
-  return envelope({ episode_uuid: episode, trainer_base_url: model.url, request, ...(capture === null ? {} : { call: context(capture) }), ...over });
+  return envelope({ episode_uuid: episode, trainer_base_url: model.url, request, ...(capture === null ? {} : { call: callContext(capture) }), ...over });
 }
-
-/** The record of `call_id`, once the gateway has made it (it records after answering). */
-const recordOf = (r: Rig, env: RelayEnvelope): Promise<CallRecord> => waitUntil(() => r.records.find((x) => x.call_id === env.call?.call_id), `the record of ${env.call?.call_id}`);
 
 const TOOLS = [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
 const system = { role: "system", content: "be brief" };
@@ -83,7 +57,7 @@ function keysIn(v: unknown, into = new Set<string>()): Set<string> {
 const TOKEN_KEYS = ["prompt_token_ids", "token_ids", "meta_info"];
 
 /** A three-turn conversation with a tool call: the requests, the answers each got, the records. */
-async function threeTurns(r: Rig, model: TokenModel, stream: boolean, thirdModel = "tiny") {
+async function threeTurns(r: RecordingGateway, model: TokenModel, stream: boolean, thirdModel = "tiny") {
   const episode = `ep-${randomUUID()}`;
   const m1 = [system, { role: "user", content: "tool:weather" }];
   const e1 = call(model, episode, { model: "tiny", messages: m1, tools: TOOLS, stream, temperature: 0.7 });
@@ -303,7 +277,7 @@ describe("ledger: what is not recorded, and faults", () => {
   });
 
   it("records what an AgentJet runner's answer carries", async () => {
-    const env = envelope({ episode_uuid: "ep-1", trainer_api_key: agentJetKey("ep-1", zmq.addr), request: { model: "tiny", messages: [{ role: "user", content: "hey" }] }, call: context("tokens") });
+    const env = envelope({ episode_uuid: "ep-1", trainer_api_key: agentJetKey("ep-1", zmq.addr), request: { model: "tiny", messages: [{ role: "user", content: "hey" }] }, call: callContext("tokens") });
     const a = await post(onVllm.url, env, SECRET);
     expect(a.status).toBe(200);
     const rec = await recordOf(onVllm, env);

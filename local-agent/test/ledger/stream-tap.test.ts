@@ -7,30 +7,18 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { CallContext, CallRecord, CaptureMode } from "../../../src/protocol/ledger";
+import type { CaptureMode } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
-import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
-import { CallRecorder } from "../../src/ledger/recorder";
-import { silentLogger } from "../../src/log";
 import { envelope, post } from "../gateway/envelope";
 import { bodyText, serveHttp } from "../support/http-server";
-import { waitUntil } from "../support/wait";
+import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
 import { startTokenModel, type TokenModel } from "./token-model";
 
 const SECRET = "stream-tap-secret";
-type Rig = { url: string; gateway: Gateway; records: CallRecord[] };
 let crlf: { url: string; close(): Promise<void> };
 let sglang: TokenModel;
-let onVllm: Rig;
-let onSglang: Rig;
-
-async function rig(dialect: "vllm" | "sglang"): Promise<Rig> {
-  const records: CallRecord[] = [];
-  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r) => records.push(r), logger: silentLogger });
-  const gateway = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["policy"], zmqReceiveTimeoutMs: 2000, logger: silentLogger, upstream: null, sessionPath: false, ledger: { recorder, tokenDialect: dialect } });
-  return { url: await gateway.listen(), gateway, records };
-}
+let onVllm: RecordingGateway;
+let onSglang: RecordingGateway;
 
 /** A vLLM-shaped streaming server whose SSE lines end in CRLF (as some servers and proxies send), or, for model "multiline", whose events put their JSON over several data lines. */
 async function startCrlfModel() {
@@ -51,8 +39,8 @@ async function startCrlfModel() {
 beforeAll(async () => {
   crlf = await startCrlfModel();
   sglang = await startTokenModel("sglang");
-  onVllm = await rig("vllm");
-  onSglang = await rig("sglang");
+  onVllm = await recordingGateway(SECRET, "vllm");
+  onSglang = await recordingGateway(SECRET, "sglang");
 });
 afterAll(async () => {
   await onVllm?.gateway.close();
@@ -61,9 +49,7 @@ afterAll(async () => {
   await sglang?.close();
 });
 
-const context = (capture: CaptureMode): CallContext => ({ call_id: randomUUID(), capture, client_uuid: "c", task_id: "t", weight_version: 1, run: 0, admitted_at: Date.now() });
-const call = (base: string, request: Record<string, unknown>, capture: CaptureMode): RelayEnvelope => envelope({ episode_uuid: `ep-${randomUUID()}`, trainer_base_url: base, request, call: context(capture) });
-const recordOf = (r: Rig, env: RelayEnvelope) => waitUntil(() => r.records.find((x) => x.call_id === env.call?.call_id), "record");
+const call = (base: string, request: Record<string, unknown>, capture: CaptureMode): RelayEnvelope => envelope({ episode_uuid: `ep-${randomUUID()}`, trainer_base_url: base, request, call: callContext(capture) });
 const dataEvents = (text: string) => text.split(/\r?\n/).filter((l) => l.startsWith("data: {")).map((l) => JSON.parse(l.slice(6)) as Record<string, any>);
 
 describe("the call tap on streamed answers", () => {
