@@ -23,7 +23,7 @@ import { routingPath } from "./path-token";
 import { afterEngineOp, beforeEngineRead } from "../relay/claim-gates";
 
 /** `/e/<engine>/<operation path>`, once a `/t/<token>` part has been taken out (path-token.ts). */
-const ENGINE_PATH = /^\/e\/([^/]+)(\/.+)$/;
+export const ENGINE_PATH = /^\/e\/([^/]+)(\/.+)$/;
 
 const routes = new Map<string, RouteSpec>(ENGINE_API.map((s) => [`${s.method.toUpperCase()} ${s.path}`, s]));
 

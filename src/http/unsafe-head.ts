@@ -7,6 +7,7 @@
  */
 import { ATROPOS_API } from "../atropos/routes";
 import { ENGINE_API } from "./engine-api";
+import { ENGINE_PATH } from "./engine-routes";
 import { errorResponse } from "./errors";
 import { routingPath } from "./path-token";
 
@@ -15,13 +16,10 @@ const UNSAFE_OPS = new Set([
   ...ATROPOS_API.filter((s) => s.method === "GET" && s.changesState).map((s) => `/atropos${s.path}`),
 ]);
 
-/** `/e/<engine>/<operation path>`, once a `/t/<token>` part has been taken out. */
-const ENGINE_OP = /^\/e\/[^/]+(\/.+)$/;
-
 /** The 405 for a HEAD of a GET that changes state, or null to serve the request. */
 export function unsafeHead(request: Request): Response | null {
   if (request.method !== "HEAD") return null;
-  const op = ENGINE_OP.exec(routingPath(request))?.[1];
+  const op = ENGINE_PATH.exec(routingPath(request))?.[2];
   if (op === undefined || !UNSAFE_OPS.has(op)) return null;
   const res = errorResponse(405, "method_not_allowed", `GET ${op} changes the engine's state, so it is not answered to HEAD; send GET.`);
   res.headers.set("allow", "GET");
