@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
+import { KEPT_PULLS } from "../src/engine/buffer-pulls";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
@@ -433,13 +434,19 @@ describe("rows and sessions once their group is decided", () => {
     expect(fled).toMatchObject({ status: 422, json: { detail: "steps.0: session d1 belongs to group doomed, not elsewhere" } });
   });
 
-  it("forgets a decided group's sessions SESSION_MEMORY_MS after its steps went, by the alarm", async () => {
-    const e = await buffered(1);
-    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
-    for (let i = 0; i < 5; i++) {
-      if (i > 0) await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
+  /** Delivers `row`'s group, then KEPT_PULLS more pulls, so its pull is no longer kept and its steps go. */
+  async function deliverThenPushOut(e: TestEngine, row: Row): Promise<void> {
+    await e.as("client").postSteps({ steps: [row] });
+    await e.as("trainer").getRolloutData();
+    for (let i = 1; i <= KEPT_PULLS; i++) {
+      await e.as("client").postSteps({ steps: [step(`x${i}`, `x${i}`, 0, 1, true)] });
       await e.as("trainer").getRolloutData();
     }
+  }
+
+  it("forgets a decided group's sessions SESSION_MEMORY_MS after its steps went, by the alarm", async () => {
+    const e = await buffered(1);
+    await deliverThenPushOut(e, step("s1", "g1", 0, 1, true));
     const sessionsOf = (group: string) =>
       runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_sessions WHERE group_id = ?", group).one().n);
     await advance(e, SESSION_MEMORY_MS - 1);
@@ -449,6 +456,19 @@ describe("rows and sessions once their group is decided", () => {
     // Its pull is still kept: the later groups' sessions stay.
     expect(await sessionsOf("x4")).toBe(1);
     expect(await e.as("client").postSteps({ steps: [step("s1", "g9", 0, 1, true)] })).toMatchObject({ accepted: 1, groups_ready: ["g9"] });
+  });
+
+  it("keeps both lives of a reused session id in D1: the new group's steps are written beside the old ones", async () => {
+    const e = await buffered(1);
+    await deliverThenPushOut(e, step("s1", "g1", 0, 0.25, true));
+    await advance(e, SESSION_MEMORY_MS);
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g9", 0, 0.75, true)] })).toMatchObject({ accepted: 1, groups_ready: ["g9"] });
+    await advance(e, 5_000);
+    const rows = await env.DB.prepare("SELECT group_id, reward FROM buffer_steps WHERE engine = ? AND session_id = 's1' ORDER BY group_id").bind(e.name).all();
+    expect(rows.results).toEqual([
+      { group_id: "g1", reward: 0.25 },
+      { group_id: "g9", reward: 0.75 },
+    ]);
   });
 });
 

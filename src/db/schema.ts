@@ -128,7 +128,11 @@ export const rewardHistory = sqliteTable(
   (t) => [primaryKey({ columns: [t.engine, t.seq] })],
 );
 
-/** Every step row a rollout worker posted (or an AgentJet trajectory joined by task_id). */
+/**
+ * Every step row a rollout worker posted (or an AgentJet trajectory joined by task_id). Keyed by
+ * the engine's uid for the row, not by session and step: a session id is free again once the
+ * engine forgot its group, and its new life's rows belong beside the old ones.
+ */
 export const bufferSteps = sqliteTable(
   "buffer_steps",
   {
@@ -148,7 +152,7 @@ export const bufferSteps = sqliteTable(
     extra: text("extra").notNull(),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.engine, t.sessionId, t.stepIndex] }), index("buffer_steps_group_idx").on(t.engine, t.groupId)],
+  (t) => [primaryKey({ columns: [t.engine, t.uid] }), index("buffer_steps_group_idx").on(t.engine, t.groupId)],
 );
 
 /** What became of each group: delivered (with its pull cursor), dropped, or delivered flagged stale. */
