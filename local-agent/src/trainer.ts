@@ -15,7 +15,7 @@ import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
-import { groupAlive, signalGroup } from "./runs/process-group";
+import { groupAlive, signalGroup, stopGroup } from "./runs/process-group";
 import type { TrainerLog } from "./trainer-log";
 
 
@@ -196,23 +196,19 @@ export class TrainerSupervisor {
   private async terminate(c: Running, reason: string): Promise<StopOutcome> {
     const graceS = this.opts.graceMs / 1000;
     this.opts.logger.info(`stopping trainer pid ${c.pid} (${reason}): SIGTERM to its process group, SIGKILL after ${graceS} s`);
-    signalGroup(c.pid, "SIGTERM");
-    const start = this.opts.clock.now();
-    let nextProgress = start + PROGRESS_EVERY_MS;
-    let killed = false;
-    // Wait for the whole group, not just the leader: its helpers may hold GPUs too.
-    while (groupAlive(c.pid) || (c.child !== null && !(await settled(c.exited)))) {
-      const now = this.opts.clock.now();
-      if (!killed && now - start >= this.opts.graceMs) {
-        this.opts.logger.warn(`trainer pid ${c.pid} still running ${graceS} s after SIGTERM: sending SIGKILL to its process group`);
-        signalGroup(c.pid, "SIGKILL");
-        killed = true;
-      } else if (now >= nextProgress) {
-        this.opts.logger.info(`waiting for trainer pid ${c.pid} to exit: ${Math.round((now - start) / 1000)} s of ${graceS} s grace`);
+    let nextProgress = PROGRESS_EVERY_MS;
+    const { killed } = await stopGroup(c.pid, {
+      graceMs: this.opts.graceMs,
+      clock: this.opts.clock,
+      pollMs: POLL_MS,
+      ...(c.child !== null ? { leaderReaped: () => settled(c.exited) } : {}),
+      onWait: (waited) => {
+        if (waited < nextProgress) return;
+        this.opts.logger.info(`waiting for trainer pid ${c.pid} to exit: ${Math.round(waited / 1000)} s of ${graceS} s grace`);
         nextProgress += PROGRESS_EVERY_MS;
-      }
-      await this.opts.clock.sleep(POLL_MS);
-    }
+      },
+      onKill: () => this.opts.logger.warn(`trainer pid ${c.pid} still running ${graceS} s after SIGTERM: sending SIGKILL to its process group`),
+    });
     const e = c.child !== null ? await c.exited : { code: null, signal: null };
     const how = e.code !== null ? `exited with code ${e.code}` : e.signal !== null ? `ended by ${e.signal}` : "exited";
     const detail = killed ? `trainer pid ${c.pid} ignored SIGTERM for ${graceS} s and was killed with SIGKILL` : `trainer pid ${c.pid} stopped: ${how} after SIGTERM`;

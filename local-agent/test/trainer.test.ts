@@ -7,6 +7,7 @@ import { TrainerLog } from "../src/trainer-log";
 import { groupAlive } from "../src/runs/process-group";
 import { TrainerSupervisor, type TrainerExit, type TrainerOptions } from "../src/trainer";
 import { MemoryLogger } from "./support/logger";
+import { ManualClock } from "./support/manual-clock";
 import { tempDir } from "./support/temp";
 import { processAlive, processGroupOf, processState, waitUntil } from "./support/wait";
 
@@ -102,6 +103,28 @@ describe("TrainerSupervisor", () => {
     expect(stopped.signal).toBe("SIGKILL");
     expect(processAlive(pid)).toBe(false);
     expect(logger.has(/still running 0.3 s after SIGTERM: sending SIGKILL/)).toBe(true);
+  });
+
+  it("says how long it has waited every 5 s of a long grace period, then kills at its end", async () => {
+    const clock = new ManualClock();
+    const s = supervisor({ command: script("trainer-ignores-sigterm.sh"), graceMs: 12_000, clock });
+    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    const pid = s.status().pid as number;
+    await waitUntil(() => logText().includes("ignoring SIGTERM"), "the trap to be set");
+    let stopped: Awaited<ReturnType<TrainerSupervisor["stop"]>> | null = null;
+    void s.stop("engine stopped").then((r) => (stopped = r));
+    for (let waited = 0; stopped === null && waited < 20_000; waited += 100) {
+      await clock.advance(100);
+      // The SIGKILLed group needs real time to go.
+      if (waited >= 12_000) await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(stopped).toMatchObject({ signal: "SIGKILL" });
+    const lines = logger.lines.filter((l) => l.includes(`waiting for trainer pid ${pid}`) || l.includes("after SIGTERM: sending SIGKILL"));
+    expect(lines).toEqual([
+      `info waiting for trainer pid ${pid} to exit: 5 s of 12 s grace`,
+      `info waiting for trainer pid ${pid} to exit: 10 s of 12 s grace`,
+      `warn trainer pid ${pid} still running 12 s after SIGTERM: sending SIGKILL to its process group`,
+    ]);
   });
 
   it("reports a trainer that exits on its own, with its exit code and last lines", async () => {

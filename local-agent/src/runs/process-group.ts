@@ -4,6 +4,7 @@
  * agent being killed; the agent then finds it again by its pid.
  */
 import { closeSync, fstatSync, openSync, readFileSync, readSync, readdirSync } from "node:fs";
+import type { Clock } from "../clock";
 
 /** Whether any process of the group led by `pgid` is alive. */
 export function groupAlive(pgid: number): boolean {
@@ -52,6 +53,41 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
   } catch {
     return false;
   }
+}
+
+export type GroupStopOptions = {
+  graceMs: number;
+  clock: Clock;
+  pollMs: number;
+  /**
+   * Whether the group's leader has been reaped, for a leader that is our child: its exit event
+   * comes after the group is gone, and what it reports (code, signal) is read from it.
+   */
+  leaderReaped?: () => boolean | Promise<boolean>;
+  /** Called at each poll while the grace period runs, with the time waited so far. */
+  onWait?: (waitedMs: number) => void;
+  /** Called once, just before SIGKILL. */
+  onKill?: () => void;
+};
+
+/**
+ * SIGTERM to the whole group, SIGKILL once `graceMs` has passed; resolves when every process of
+ * the group is gone (helpers too: they may hold GPUs or ports), telling whether SIGKILL was sent.
+ */
+export async function stopGroup(pgid: number, o: GroupStopOptions): Promise<{ killed: boolean }> {
+  signalGroup(pgid, "SIGTERM");
+  const start = o.clock.now();
+  let killed = false;
+  while (groupAlive(pgid) || (o.leaderReaped !== undefined && !(await o.leaderReaped()))) {
+    const waited = o.clock.now() - start;
+    if (!killed && waited >= o.graceMs) {
+      o.onKill?.();
+      signalGroup(pgid, "SIGKILL");
+      killed = true;
+    } else if (!killed) o.onWait?.(waited);
+    await o.clock.sleep(o.pollMs);
+  }
+  return { killed };
 }
 
 /** The last `maxLines` lines of a log file (at most `maxBytes`), or "" if it cannot be read. */

@@ -11,7 +11,7 @@ import { closeSync, openSync, writeSync } from "node:fs";
 import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
 import type { Clock } from "../clock";
 import { describeError } from "../log";
-import { groupAlive, signalGroup, tailFile } from "./process-group";
+import { groupAlive, stopGroup, tailFile } from "./process-group";
 
 const STOP_POLL_MS = 100;
 
@@ -112,17 +112,7 @@ export class RunProcess {
     // Its leader ended on its own and left helpers in its group (a data loader, an inference
     // child): they are stopped, but how the process ended stays what is reported.
     const endedAlone = this.exit !== null;
-    signalGroup(pid, "SIGTERM");
-    const start = this.clock.now();
-    let killed = false;
-    // The whole group, not just the leader: its helpers may hold GPUs or ports.
-    while (groupAlive(pid) || (this.child !== null && this.exit === null)) {
-      if (!killed && this.clock.now() - start >= graceMs) {
-        signalGroup(pid, "SIGKILL");
-        killed = true;
-      }
-      await this.clock.sleep(STOP_POLL_MS);
-    }
+    const { killed } = await stopGroup(pid, { graceMs, clock: this.clock, pollMs: STOP_POLL_MS, leaderReaped: () => this.child === null || this.exit !== null });
     if (endedAlone) {
       if (this.state === "starting" || this.state === "ready") this.state = "exited";
       this.detail ||= `${this.howItEnded()}; what it left in its group ${killed ? `ignored SIGTERM for ${graceMs / 1000} s and was killed with SIGKILL` : "was stopped with SIGTERM"}`;
