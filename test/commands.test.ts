@@ -1,5 +1,6 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ACKED_KEEP_MS, type CommandQueue } from "../src/engine/command-queue";
 import type { EngineObject } from "../src/engine/engine-object";
 import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
 import { MAX_REFUSALS } from "../src/protocol/agent";
@@ -69,6 +70,34 @@ describe("agent command channel", () => {
     for (let i = 0; i < 5; i++) expect(await e.as("trainer").pollCommands({ wait: 0.02, session: "agent-1" })).toEqual({ commands: [] });
     const waiting = await runInDurableObject(e.stub, (i: EngineObject) => (i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size);
     expect(waiting).toBe(0);
+  });
+
+  it("deletes at most 500 acked commands per alarm run, and runs again at once for the rest", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    // 501 commands acked through the engine's own queue, then one more over HTTP, which arms the alarm.
+    const direct = await runInDurableObject(e.stub, (i: EngineObject) => {
+      const q = (i as unknown as { channel: { commands: CommandQueue } }).channel.commands;
+      return Array.from({ length: 501 }, (_, k) => {
+        const seq = q.enqueue({ kind: "scan_environments" }, e.clock.t + k);
+        q.ack(seq, true, "done", e.clock.t + k);
+        return seq;
+      });
+    });
+    await e.as("operator").stopEngine();
+    const [last] = (await trainer.pollCommands({ limit: 10 })).commands;
+    expect(await trainer.ackCommand({ seq: last!.seq, ok: true })).toEqual({ success: true, first_ack: true });
+    const stored = () => runInDurableObject(e.stub, (_i: EngineObject, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM commands").one().n);
+    expect(await stored()).toBe(502);
+    // The oldest 500 go in the first run, by ack time; the alarm is due again at once.
+    await advance(e, ACKED_KEEP_MS + 1_000);
+    expect(await stored()).toBe(2);
+    expect((await engineStats(e)).alarm_at).toBeLessThanOrEqual(e.clock.t);
+    await advance(e, 0);
+    expect(await stored()).toBe(0);
+    // Acks sent again for any of them, from either run, are repeats.
+    for (const seq of [direct[0]!, direct[500]!, last!.seq]) expect(await trainer.ackCommand({ seq, ok: true })).toEqual({ success: true, first_ack: false });
+    expect(await engineStats(e)).toMatchObject({ pending_commands: 0, alarm_at: null });
   });
 
   it("deletes acked commands a while after their ack; an ack of a deleted one is answered as a repeat", async () => {
