@@ -251,6 +251,15 @@ describe("groups that survive failures that are not the policy's", () => {
     await expect(e.as("operator").configureBuffer({ partial_groups: "keep" as "drop" })).rejects.toMatchObject({ status: 422 });
     expect((await e.as("viewer").health()).buffer.config.partial_groups).toBe("drop");
   });
+
+  it("refuses a misspelt setting 422, naming it, instead of answering 200 and changing nothing", async () => {
+    const e = await buffered(2);
+    const before = (await e.as("viewer").health()).buffer.config;
+    const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ max_staleness: 0, staleness_polcy: "drop" }) });
+    expect(res).toMatchObject({ status: 422, json: { error: "invalid_request" } });
+    expect(JSON.stringify(res.json)).toContain("staleness_polcy");
+    expect((await e.as("viewer").health()).buffer.config).toEqual(before);
+  });
 });
 
 describe("staleness as consumption lag, and pacing instead of discarding", () => {

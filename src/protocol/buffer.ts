@@ -171,7 +171,8 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
   max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
 };
 
-export const UpdateBufferConfigRequest = BufferConfig.partial();
+// Strict: a misspelt setting would otherwise be dropped and the operator told it was applied.
+export const UpdateBufferConfigRequest = BufferConfig.partial().strict();
 
 export const StartRolloutRequest = z
   .object({
