@@ -287,6 +287,33 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect(recorded.results).toEqual([{ group_id: "t", consumer_weight_version: 6, lag_versions: 4, queued_seconds: 12 }]);
   });
 
+  it("judges a group by the versions it hands out: an abandoned session's old step, cleared at delivery, does not make it stale", async () => {
+    for (const policy of ["flag", "drop"] as const) {
+      const e = await buffered(2);
+      const trainer = e.as("trainer");
+      await e.as("operator").configureBuffer({ max_staleness: 1, staleness_policy: policy });
+      await e.as("client").postSteps({ steps: [step("abandoned", "g", 0, 0, false, { weight_version: 0 })] });
+      await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true, { weight_version: 5 }), step("s2", "g", 0, 1, true, { weight_version: 5 })] });
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+      const pulled = await trainer.getRolloutData();
+      expect(pulled.data.data.map((i) => i.extra_info["weight_version"])).toEqual([5, 5]);
+      expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["g"], stale_groups: [], groups: [{ group_id: "g", oldest_weight_version: 5, lag_versions: 0 }] });
+    }
+  });
+
+  it("does not count groups dropped as stale toward max_groups: the pull hands out the fresh ones behind them", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    await e.as("operator").configureBuffer({ staleness_policy: "drop", max_staleness: 1 });
+    await e.as("client").postSteps({ steps: [step("o1", "old1", 0, 1, true, { weight_version: 0 }), step("o2", "old2", 0, 1, true, { weight_version: 1 })] });
+    await e.as("client").postSteps({ steps: [step("f1", "fresh1", 0, 1, true, { weight_version: 5 }), step("f2", "fresh2", 0, 1, true, { weight_version: 4 })] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    const pulled = await trainer.getRolloutData({ max_groups: 1 });
+    expect({ success: pulled.success, groups: pulled.data.meta_info.finished_groups }).toEqual({ success: true, groups: ["fresh1"] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, dropped_groups: 2, delivered_groups: 1 });
+    expect((await trainer.getRolloutData({ max_groups: 1 })).data.meta_info.finished_groups).toEqual(["fresh2"]);
+  });
+
   it("shows the last pull's groups in /health, the most lagging first", async () => {
     const e = await buffered(1);
     const trainer = e.as("trainer");

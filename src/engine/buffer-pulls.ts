@@ -20,6 +20,29 @@ export const KEPT_PULLS = 4;
 export const MAX_GROUPS_PER_PULL = 1000;
 
 /**
+ * Ready groups one pull looks at, delivered or dropped as stale: a backlog of stale groups is
+ * dropped over several pulls rather than in one request.
+ */
+const MAX_EXAMINED_PER_PULL = 5 * MAX_GROUPS_PER_PULL;
+
+/**
+ * The oldest weight version among what a group hands out to train on: its usable sessions'
+ * steps. A session that never completed is cleared at delivery and a failed one is not trained
+ * on, so a step of an abandoned session begun long ago says nothing of how off-policy the group
+ * is. A group with no usable session falls back to all its rows.
+ */
+function deliveredOldest(s: BufferState, g: GroupRow): number | null {
+  const v = s.sql
+    .exec<{ v: number | null }>(
+      `SELECT MIN(st.weight_version) AS v FROM buf_steps st JOIN buf_sessions x ON x.session_id = st.session_id
+       WHERE st.group_id = ? AND x.completed = 1 AND x.failed = 0`,
+      g.group_id,
+    )
+    .one().v;
+  return v ?? g.min_weight_version;
+}
+
+/**
  * The consumption measure after a pull of `sessions` at version `version`: a pull at a new
  * version closes the count of the last one, spread over the versions it moved on by.
  */
@@ -34,25 +57,35 @@ function measured(c: Counters, version: number | null, sessions: number): Pick<C
 export function pull(s: BufferState, maxGroups: number | null, weightVersion: number | null): GetRolloutDataResponse {
   const now = s.host.now();
   const cfg = s.config();
-  const candidates = s.sql
-    .exec<GroupRow>(
-      `SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE state = 'ready' ORDER BY ready_seq LIMIT ?`,
-      Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL),
-    )
-    .toArray();
+  const limit = Math.min(maxGroups ?? MAX_GROUPS_PER_PULL, MAX_GROUPS_PER_PULL);
   const deliver: string[] = [];
   const staleGroups: string[] = [];
   const reports: GroupReport[] = [];
-  for (const g of candidates) {
-    const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
-    if (stale) s.bump((c) => ({ ...c, stale: c.stale + 1 }));
-    if (stale && cfg.staleness_policy === "drop") {
-      drop(s, [g.group_id], "stale_group", now);
-      continue;
+  // Groups dropped as stale do not count toward max_groups: the trainer asked for that many to train on.
+  let after = -1;
+  for (let examined = 0; deliver.length < limit && examined < MAX_EXAMINED_PER_PULL; ) {
+    const page = s.sql
+      .exec<GroupRow & { ready_seq: number }>(
+        `SELECT ${GROUP_COLUMNS}, ready_seq FROM buf_groups WHERE state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?`,
+        after,
+        Math.min(limit - deliver.length, MAX_EXAMINED_PER_PULL - examined),
+      )
+      .toArray();
+    if (page.length === 0) break;
+    examined += page.length;
+    after = page[page.length - 1]!.ready_seq;
+    for (const candidate of page) {
+      const g = { ...candidate, min_weight_version: deliveredOldest(s, candidate) };
+      const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
+      if (stale) s.bump((c) => ({ ...c, stale: c.stale + 1 }));
+      if (stale && cfg.staleness_policy === "drop") {
+        drop(s, [g.group_id], "stale_group", now);
+        continue;
+      }
+      if (stale) staleGroups.push(g.group_id);
+      deliver.push(g.group_id);
+      reports.push(groupReport(g, weightVersion, now));
     }
-    if (stale) staleGroups.push(g.group_id);
-    deliver.push(g.group_id);
-    reports.push(groupReport(g, weightVersion, now));
   }
   if (deliver.length === 0) {
     // A first pull at a new version closes the last one's count; polls at the same version write nothing.
