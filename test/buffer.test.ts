@@ -210,6 +210,31 @@ describe("groups that survive failures that are not the policy's", () => {
     expect((await e.as("trainer").getRolloutData()).data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, failed_sessions: 1 }]);
   });
 
+  it("keeps a partial group ready when a later row fails a session it was not counting on, or one of several usable ones", async () => {
+    const e = await buffered(4);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10, partial_groups: "deliver" });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0, true)] });
+    await advance(e, 10_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, pending_groups: 0 });
+    // A straggler whose sandbox died, then a judge's timeout on s2: one usable session is left.
+    await w.postSteps({ steps: [step("s3", "g", 0, 0, true, { failed_infra: true })] });
+    await w.postSteps({ steps: [step("s2", "g", 1, 0, true, { failed_infra: true })] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, pending_groups: 0, failed_sessions: 2 });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", partial: true, usable_sessions: 1, failed_sessions: 2 }]);
+  });
+
+  it("sends a partial group back to waiting when its last usable session fails", async () => {
+    const e = await buffered(4);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10, partial_groups: "deliver" });
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true)] });
+    await advance(e, 10_000);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 1, 0, true, { failed_infra: true })] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 0, pending_groups: 1 });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+  });
+
   it("delivers a group short of group_size at its TTL with a usable mask under partial_groups deliver, and counts it", async () => {
     const e = await buffered(4);
     await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });

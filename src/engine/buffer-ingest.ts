@@ -162,13 +162,16 @@ function markFailed(s: BufferState, sessionId: string, groupId: string, groupSiz
   const newly = s.sql.exec<{ completed: number }>("UPDATE buf_sessions SET failed = 1 WHERE session_id = ? AND failed = 0 RETURNING completed", sessionId).toArray()[0];
   if (newly === undefined) return;
   const g = s.sql
-    .exec<{ completed_sessions: number; state: string }>(
-      "UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ? RETURNING completed_sessions, state",
+    .exec<{ completed_sessions: number; state: string; partial: number }>(
+      "UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ? RETURNING completed_sessions, state, partial",
       newly.completed,
       groupId,
     )
     .one();
-  if (g.state === "ready" && g.completed_sessions < groupSize) {
+  // A ready group waits again only when it lost a usable session it needed: a complete group
+  // one of its group_size, a partial one (made ready at its TTL) its last.
+  const lostNeeded = newly.completed === 1 && (g.partial === 1 ? g.completed_sessions === 0 : g.completed_sessions < groupSize);
+  if (g.state === "ready" && lostNeeded) {
     s.sql.exec("UPDATE buf_groups SET state = 'pending', ready_seq = NULL, ready_at = NULL WHERE group_id = ?", groupId);
   }
   s.bump((c) => ({ ...c, failed: c.failed + 1 }));
