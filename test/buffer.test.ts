@@ -383,6 +383,22 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect((await client.claimEpisode({ client_uuid: "ev", episode_type: "eval", discard_episode_timeout: 600 })).success).toBe(true);
   });
 
+  it("takes a worker's whole-group batch too big for the bound once nothing else is outstanding, instead of refusing it for ever", async () => {
+    const e = await buffered(8);
+    const trainer = e.as("trainer");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 4 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const group = (id: string) => ({ steps: Array.from({ length: 8 }, (_, i) => step(`${id}-s${i}`, id, 0, 1, true)) });
+    const post = (id: string) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify(group(id)) });
+    // Eight sessions begun together break max_staleness 0 at 4 per version on their own: taken into an empty buffer.
+    expect(await post("g1")).toMatchObject({ status: 200, json: { accepted: 8, groups_ready: ["g1"] } });
+    // The next waits while g1 is outstanding, and is taken once the trainer consumed it.
+    expect(await post("g2")).toMatchObject({ status: 503, json: { error: "paced" } });
+    expect((await trainer.getRolloutData()).data.meta_info.finished_groups).toEqual(["g1"]);
+    expect(await post("g2")).toMatchObject({ status: 200, json: { accepted: 8 } });
+    expect((await e.as("viewer").health()).buffer.paced_refusals).toBe(1);
+  });
+
   it("keeps every AgentJet rollout pace let begin: its end joins a new group even when pace would refuse a worker's batch opening one", async () => {
     const e = await createEngine("pace-ends");
     const trainer = e.as("trainer");

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { EMPTY_ACCUMULATOR, accumulate, backoffMs, claimsLive, notReadyCause, rewardValues, scalarReward, summarize, NO_EPISODES_CAUSE, PACED_CAUSE } from "../src/engine/rules";
-import { paceAdmits, worstLag } from "../src/engine/pacing";
+import { paceAdmits, paceAdmitsAlone, worstLag } from "../src/engine/pacing";
 import { mayRun } from "../src/auth/roles";
 import { signClaimKey, verifyClaimKey } from "../src/auth/claim-key";
 import { b64url } from "../src/auth/tokens";
@@ -79,6 +79,20 @@ describe("pacing", () => {
     expect(paceAdmits({ ...state, oldestVersion: 7, maxStaleness: null })).toBe(true);
     expect(paceAdmits({ ...state, oldestVersion: 7, perVersion: null })).toBe(true);
     expect(paceAdmits({ ...state, oldestVersion: 7, consumerVersion: null })).toBe(true);
+  });
+
+  it("lets a batch too big for the bound even alone in once nothing else is outstanding, and only then", () => {
+    const empty = { ...state, oldestVersion: null, outstanding: 0, consumedAtVersion: 0 };
+    // Twelve begun together: the last would be consumed floor(11 / 4) = 2 versions on, within max_staleness 2.
+    expect(paceAdmits(empty, 12)).toBe(true);
+    expect(paceAdmitsAlone(empty, 12)).toBe(false);
+    // Thirteen break the bound on their own: no consumption or version change could ever admit them.
+    expect(paceAdmits(empty, 13)).toBe(false);
+    expect(paceAdmitsAlone(empty, 13)).toBe(true);
+    expect(paceAdmitsAlone({ ...empty, consumedAtVersion: 4 }, 13)).toBe(true);
+    expect(paceAdmitsAlone({ ...empty, outstanding: 1, oldestVersion: 10 }, 13)).toBe(false);
+    // A batch the bound takes once the buffer drains waits for that.
+    expect(paceAdmitsAlone({ ...empty, consumedAtVersion: 4 }, 10)).toBe(false);
   });
 });
 

@@ -4,14 +4,15 @@
  */
 import type { StepRow } from "../protocol/buffer";
 import type { BufferState } from "./buffer-state";
-import { paceAdmits, type PaceState } from "./pacing";
+import { paceAdmits, paceAdmitsAlone, type PaceState } from "./pacing";
 import { fail, type Reply } from "./reply";
 
 /**
  * Under pace, a batch that opens new groups while the work under way could be consumed too
  * late is refused whole (503 paced, changing nothing; the worker sends it again). Sessions of
  * groups already begun are always taken: holding them back would stop those groups from
- * completing and so hold the oldest work back for good.
+ * completing and so hold the oldest work back for good. A batch too big for the bound on its own
+ * is taken once nothing else is outstanding (paceAdmitsAlone).
  */
 export function paceRefusal(s: BufferState, rows: StepRow[]): Reply<never> | null {
   const cfg = s.config();
@@ -23,7 +24,7 @@ export function paceRefusal(s: BufferState, rows: StepRow[]): Reply<never> | nul
   }
   if (opening.size === 0) return null;
   const state = paceState(s, null, true);
-  if (paceAdmits(state, opening.size)) return null;
+  if (paceAdmits(state, opening.size) || paceAdmitsAlone(state, opening.size)) return null;
   notePaced(s);
   return fail(
     503,

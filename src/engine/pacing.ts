@@ -46,6 +46,16 @@ export function paceAdmits(s: PaceState, adding = 1): boolean {
   return lag === null || lag <= s.maxStaleness;
 }
 
+/**
+ * Whether `adding` rollouts begun together are let in although the bound refuses them. A batch
+ * that breaks the bound even alone, into an empty buffer at a fresh version, would be refused
+ * for ever, the trainer waiting on it and the worker sending it again; it is taken once nothing
+ * else is under way or waiting, so the lag it adds is only its own.
+ */
+export function paceAdmitsAlone(s: PaceState, adding: number): boolean {
+  return s.outstanding === 0 && !paceAdmits({ ...s, outstanding: 0, consumedAtVersion: 0, oldestVersion: null }, adding);
+}
+
 /** The oldest of two versions, either of which may be unknown. */
 export function olderVersion(a: number | null, b: number | null): number | null {
   if (a === null) return b;
