@@ -3,46 +3,9 @@ import { runInDurableObject } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
-import { advance, createEngine, jsonOrNull, ORIGIN, reconnect, workerFetch, type TestEngine } from "./support/harness";
-
-type Res = { status: number; json: any; text: string; headers: Headers };
-
-/** A request to the engine's Atropos API, the token in the URL (as an Atropos client with rollout_server_url set sends it) unless `bearer`. */
-async function atropos(e: TestEngine, role: "trainer" | "client" | "viewer" | "operator", method: string, path: string, body?: unknown, opts: { bearer?: boolean; headers?: Record<string, string>; rawBody?: BodyInit } = {}): Promise<Res> {
-  const base = opts.bearer ? `${ORIGIN}/e/${e.name}/atropos` : `${ORIGIN}/e/${e.name}/t/${e.tokens[role]}/atropos`;
-  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
-  if (opts.bearer) headers["authorization"] = `Bearer ${e.tokens[role]}`;
-  let payload: BodyInit | undefined = opts.rawBody;
-  if (payload === undefined && body !== undefined) {
-    payload = JSON.stringify(body);
-    headers["content-type"] ??= "application/json";
-  }
-  const res = await workerFetch(`${base}${path}`, { method, headers, body: payload ?? null });
-  const text = await res.text();
-  return { status: res.status, json: jsonOrNull(text), text, headers: res.headers };
-}
-
-const REGISTRATION = { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "/ckpt", save_checkpoint_interval: 10, starting_step: 0, num_steps: 100 };
-const ENV = { max_token_length: 1024, desired_name: "gsm8k", weight: 1.0, group_size: 2, min_batch_allocation: null as number | null };
-
-/** A scored group of `n` sequences, tagged by its first token. */
-const group = (tag: number, n: number, envId: number | null = 0, extra: Record<string, unknown> = {}) => ({
-  tokens: Array.from({ length: n }, (_, i) => [tag, i]),
-  masks: Array.from({ length: n }, () => [-100, 1]),
-  scores: Array.from({ length: n }, (_, i) => (i % 2 === 0 ? 1 : 0)),
-  env_id: envId,
-  ...extra,
-});
-const tags = (batch: { tokens: number[][] }[]) => batch.map((g) => g.tokens[0]![0]);
-
-/** A trainer registered, its first /batch taken (Atropos's "started"), and envs registered. */
-async function running(e: TestEngine, envs = [ENV], registration = REGISTRATION): Promise<number[]> {
-  expect((await atropos(e, "trainer", "POST", "/register", registration)).status).toBe(200);
-  expect((await atropos(e, "trainer", "GET", "/batch")).json).toEqual({ batch: null });
-  const ids: number[] = [];
-  for (const env of envs) ids.push((await atropos(e, "client", "POST", "/register-env", env)).json.env_id);
-  return ids;
-}
+import { MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";
+import { atropos, ENV, group, REGISTRATION, running, tags } from "./support/atropos";
+import { advance, createEngine, ORIGIN, reconnect, workerFetch } from "./support/harness";
 
 describe("Atropos's API at /e/<engine>/atropos", () => {
   it("serves a trainer and an environment through the token in the URL, as Atropos's server does", async () => {
@@ -227,6 +190,52 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
     expect((await atropos(e, "client", "GET", "/status-env?env_id=7")).status).toBe(500);
     expect((await atropos(e, "client", "GET", "/status-env?env_id=x")).json.detail[0]).toMatchObject({ type: "int_parsing", loc: ["body", "env_id"] });
     expect((await atropos(e, "client", "GET", "/status-env")).status).toBe(422);
+  });
+});
+
+describe("Atropos's API: an env's group_size", () => {
+  // Atropos's /register-env takes any int, and a group of another size is then matched against it
+  // by find_groups_summing_to_target, whose table is (buffered + 1) x (group_size + 1) booleans: a
+  // group_size no batch could hold makes every scored group of that env a 500 (and a large one a
+  // table of gigabytes). The exchange bounds group_size and batch_size where the request comes in.
+  it("beyond what a batch holds is a 422 naming the limit, as is such a batch_size, never a 500 later", async () => {
+    const e = await createEngine("atr");
+    await running(e, []);
+    const r = await atropos(e, "client", "POST", "/register-env", { ...ENV, group_size: 2 ** 40 });
+    expect([r.status, r.json]).toEqual([422, { detail: [{ type: "less_than_equal", loc: ["body", "group_size"], msg: `Input should be less than or equal to ${MAX_ATROPOS_BATCH_SIZE}`, input: 2 ** 40 }] }]);
+    const t = await atropos(e, "trainer", "POST", "/register", { ...REGISTRATION, batch_size: "1099511627776" });
+    expect([t.status, t.json.detail[0].loc, t.json.detail[0].msg]).toEqual([422, ["body", "batch_size"], `Input should be less than or equal to ${MAX_ATROPOS_BATCH_SIZE}`]);
+    expect((await atropos(e, "viewer", "GET", "/status")).status).toBe(200);
+  });
+
+  it("at the limit buffers a smaller group without a 500, and trainers' real sizes are taken", async () => {
+    const e = await createEngine("atr");
+    const [a, b] = await running(e, [{ ...ENV, group_size: MAX_ATROPOS_BATCH_SIZE }, { ...ENV, group_size: 256 }], { ...REGISTRATION, batch_size: 4096 });
+    const r = await atropos(e, "client", "POST", "/scored_data", group(1, 2, a!));
+    expect([r.status, r.text.slice(0, 200)]).toEqual([200, JSON.stringify({ status: "buffered", buffer_size: 2 })]);
+    expect(b).toBe(1);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4096, max_token_len: 2048 });
+    expect((await atropos(e, "viewer", "GET", "/status")).status).toBe(200);
+  });
+});
+
+describe("Atropos's API: an empty /scored_data_list", () => {
+  // Atropos's scored_data_list([]) loops over nothing: it answers, and app.state.queue is not created.
+  it("changes nothing, so the trainer's /register that follows still registers its run", async () => {
+    const e = await createEngine("atr");
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [])).json).toEqual({ status: "received", groups_processed: 0 });
+    expect((await atropos(e, "trainer", "POST", "/register", REGISTRATION)).status).toBe(200);
+    // Atropos's /register saw no app.state.queue, so it set the batch size and token length.
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 4, max_token_len: 2048 });
+  });
+
+  it("after /reset_data, does not keep the trainer's new /register from taking effect", async () => {
+    const e = await createEngine("atr");
+    await running(e);
+    expect((await atropos(e, "trainer", "GET", "/reset_data")).status).toBe(200);
+    expect((await atropos(e, "client", "POST", "/scored_data_list", [])).status).toBe(200);
+    expect((await atropos(e, "trainer", "POST", "/register", { ...REGISTRATION, batch_size: 8 })).status).toBe(200);
+    expect((await atropos(e, "viewer", "GET", "/info")).json).toEqual({ batch_size: 8, max_token_len: 2048 });
   });
 });
 

@@ -14,7 +14,8 @@ import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
 import { fail, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
-import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations, packLength } from "./atropos-packing";
+import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations } from "./atropos-packing";
+import { stallsOf } from "./atropos-stalls";
 import { AtroposStore, envKey, type AtroposEnv, type AtroposState } from "./atropos-store";
 
 /** Atropos's MIN_ENV_WEIGHT: an env's share of inference never drops below it. */
@@ -248,6 +249,9 @@ export class AtroposHub {
   }
 
   private scored(s: AtroposState, groups: AtroposGroup[], list: boolean): Reply<AtroposAnswer> {
+    // Atropos creates its queue in the loop over the groups: an empty list leaves no queue behind
+    // (so a trainer's /register after it still takes effect), stores nothing, and so is no reason for a 503.
+    if (groups.length === 0) return ok(json(Answers.AtroposScoredListReceived, { status: "received", groups_processed: 0 }));
     const max = this.config().max_groups;
     if (s.stored + groups.length > max) {
       return fail(503, "queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`);
@@ -407,37 +411,15 @@ export class AtroposHub {
     };
   }
 
-  /**
-   * What keeps groups from ever being taken, from the counts (no pass over the queue): groups
-   * set aside as larger than the batch, sizes that never pack with the largest queued group,
-   * buffered groups larger than their env's group size, and envs whose minimum share holds
-   * every batch back.
-   */
+  /** What keeps groups from ever being taken (atropos-stalls.ts), from the counts: no pass over the queue. */
   stalls(s: AtroposState = this.store.state()): AtroposStall[] {
-    const out: AtroposStall[] = [];
-    for (const h of this.store.held()) {
-      out.push({ kind: "larger_than_batch", groups: h.n, detail: `${h.n} group(s) of ${h.size} sequences are larger than the batch (${s.batch_size}): set aside, never in a batch` });
-    }
-    const classes = this.store.classes();
-    const max = classes.reduce((m, c) => Math.max(m, c.size), 0);
-    const never = new Map<number, number>();
-    for (const c of classes) if (packLength(c.size, max) === null) never.set(c.size, (never.get(c.size) ?? 0) + c.n);
-    for (const [size, n] of never) {
-      out.push({ kind: "never_packed", groups: n, detail: `${n} queued group(s) of ${size} sequences do not pack into the largest queued group (${max}): they wait until it is gone` });
-    }
-    for (const b of this.store.stuckInBuffer()) {
-      out.push({ kind: "stuck_in_buffer", groups: b.n, detail: `${b.n} buffered group(s) of env ${b.env} are larger than its group size: no combination of groups makes one` });
-    }
-    const envs = s.registered ? this.store.envs() : [];
-    for (const e of envs) {
-      if (!e.connected || e.min_batch_allocation === null || Math.trunc(s.batch_size * e.min_batch_allocation) <= 0) continue;
-      const mine = classes.filter((c) => c.env === String(e.env_id));
-      if (mine.some((c) => { const k = packLength(c.size, max); return k !== null && c.n >= k; })) continue;
-      const waiting = classes.reduce((a, c) => a + c.n, 0);
-      if (waiting === 0) continue;
-      out.push({ kind: "minimum_unmet", groups: waiting, detail: `env ${e.env_id} (${e.real_name}) has a min_batch_allocation but no full pack queued: no batch is cut until it sends groups` });
-    }
-    return out;
+    return stallsOf({
+      batchSize: s.batch_size,
+      held: this.store.held(),
+      queued: this.store.classes(),
+      buffered: this.store.bufferedClasses(),
+      envs: s.registered ? this.store.envs() : [],
+    });
   }
 }
 

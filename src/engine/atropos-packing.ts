@@ -248,7 +248,7 @@ function* inQueueOrder(streams: QueueStream[], done: (s: QueueStream) => boolean
  * combination, preferring earlier groups; [] if none does.
  */
 export function findGroupsSummingToTarget(sizes: readonly number[], target: number): number[] {
-  if (sizes.length === 0) return [];
+  if (sizes.length === 0 || target < 0 || !reachable(sizes, target)) return [];
   let sum = 0;
   const fifo: number[] = [];
   for (let i = 0; i < sizes.length; i++) {
@@ -259,25 +259,58 @@ export function findGroupsSummingToTarget(sizes: readonly number[], target: numb
       if (sum === target) return fifo;
     }
   }
-  if (target < 0) return [];
+  const first = firstReach(sizes, target);
   const n = sizes.length;
-  // dp[i][j]: can j be made from the first i groups.
-  const dp: boolean[][] = [];
-  for (let i = 0; i <= n; i++) dp.push(new Array<boolean>(target + 1).fill(false));
-  dp[0]![0] = true;
-  for (let i = 1; i <= n; i++) {
-    const s = sizes[i - 1]!;
-    for (let j = 0; j <= target; j++) dp[i]![j] = dp[i - 1]![j]! || (j >= s && j - s <= target && dp[i - 1]![j - s] === true);
-  }
-  if (!dp[n]![target]) return [];
+  if (first[target]! > n) return [];
+  // Atropos's backtrack over dp[i - 1][j - s], which is first[j - s] <= i - 1.
   const out: number[] = [];
   let j = target;
   for (let i = n; i > 0; i--) {
     const s = sizes[i - 1]!;
-    if (j >= s && dp[i - 1]![j - s] === true) {
+    if (j >= s && first[j - s]! <= i - 1) {
       out.push(i - 1);
       j -= s;
     }
   }
   return out.sort((a, b) => a - b);
+}
+
+/** The greatest common divisor; gcd(0, s) is s, so a reduce over sizes starts at 0. */
+export const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b));
+
+/**
+ * False when no combination of `sizes` can make `target`, as cheaply as that is proved: the
+ * groups that fit hold fewer sequences than it, all of them, or their sizes are all multiples of
+ * some g that does not divide it (a buffer of groups of 3 for a group size of 16, which grows
+ * with every group sent and would cost a table each time). This also keeps a target no buffer
+ * could reach (an env's group_size of 2**40, stored before it was bounded) from sizing the table.
+ */
+function reachable(sizes: readonly number[], target: number): boolean {
+  let sum = 0;
+  let g = 0;
+  for (const s of sizes) {
+    if (s > target) continue;
+    sum += s;
+    g = gcd(g, s);
+  }
+  return sum >= target && (target === 0 || (g !== 0 && target % g === 0));
+}
+
+/**
+ * Atropos's table dp[i][j] (can j be made from the first i groups) in one row: first[j] is the
+ * least i for which dp[i][j] holds (n + 1 when none does), since a sum made from the first i
+ * groups is made from more. O(target) memory, of the narrowest integers that count to n + 1,
+ * where Atropos's table is (n + 1) x (target + 1) booleans.
+ */
+function firstReach(sizes: readonly number[], target: number): Uint8Array | Uint16Array | Uint32Array {
+  const n = sizes.length;
+  const first = n < 0xff ? new Uint8Array(target + 1) : n < 0xffff ? new Uint16Array(target + 1) : new Uint32Array(target + 1);
+  first.fill(n + 1);
+  first[0] = 0;
+  for (let i = 1; i <= n; i++) {
+    const s = sizes[i - 1]!;
+    // Downwards, so that first[j - s] is still the row before this group's.
+    for (let j = target; j >= s; j--) if (first[j]! > i && first[j - s]! < i) first[j] = i;
+  }
+  return first;
 }

@@ -223,12 +223,10 @@ export class AtroposStore implements QueueIndex {
     return this.sql.exec<{ size: number; n: number }>("SELECT size, COUNT(*) AS n FROM atropos_groups WHERE place = 'held' GROUP BY size ORDER BY size").toArray();
   }
 
-  /** Buffered groups larger than their env's group size: no others can make one of that size with them. */
-  stuckInBuffer(): { env: string; n: number }[] {
+  /** Buffered groups per (env, size): one pass over the buffer, which /status's stalls read (atropos-stalls.ts). */
+  bufferedClasses(): { env: string; size: number; n: number }[] {
     return this.sql
-      .exec<{ env: string; n: number }>(
-        "SELECT g.env AS env, COUNT(*) AS n FROM atropos_groups g JOIN atropos_envs e ON g.env = CAST(e.env_id AS TEXT) WHERE g.place = 'buffer' AND g.size > e.group_size GROUP BY g.env",
-      )
+      .exec<{ env: string; size: number; n: number }>("SELECT env, size, COUNT(*) AS n FROM atropos_groups WHERE place = 'buffer' GROUP BY env, size ORDER BY env, size")
       .toArray();
   }
 

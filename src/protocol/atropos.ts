@@ -146,10 +146,30 @@ function messagesField(v: unknown): Parsed<Record<string, unknown>[][]> {
 
 const anyValue = (v: unknown): Parsed<unknown> => ({ ok: true, value: v });
 
+/**
+ * The most sequences a batch, and so an env's group, may hold: 65,536, far above what Atropos's
+ * trainers and environments use (batches of a few thousand sequences, groups of a few hundred).
+ * A batch takes at most one group per sequence, and cutting it binds their ids as one JSON
+ * string (17 bytes an id at most: 1.1 MB here), which the engine's SQLite holds up to 2 MB. A
+ * group_size above every batch could never be in one, and matching buffered groups to it takes
+ * memory and time in proportion to it (findGroupsSummingToTarget). pydantic takes any int.
+ */
+export const MAX_ATROPOS_BATCH_SIZE = 65_536;
+
+/** An int of at most `max`, refused as pydantic refuses conint(le=max). */
+function pyIntAtMost(max: number): (v: unknown) => Parsed<number> {
+  return (v) => {
+    const r = pyInt(v);
+    return r.ok && r.value > max ? refuse("less_than_equal", `Input should be less than or equal to ${max}`, v) : r;
+  };
+}
+const BATCH_INT: Described = { ...INT, maximum: MAX_ATROPOS_BATCH_SIZE };
+const batchInt = pyIntAtMost(MAX_ATROPOS_BATCH_SIZE);
+
 export const AtroposRegistration = z.object({
   wandb_group: field(pyStr, false, STRING),
   wandb_project: field(pyStr, false, STRING),
-  batch_size: field(pyInt, false, INT),
+  batch_size: field(batchInt, false, BATCH_INT),
   max_token_len: field(pyInt, false, INT),
   checkpoint_dir: field(pyStr, false, STRING),
   save_checkpoint_interval: field(pyInt, false, INT),
@@ -162,7 +182,7 @@ export const AtroposRegisterEnv = z.object({
   max_token_length: field(pyInt, false, INT),
   desired_name: field(pyStr, false, STRING),
   weight: field(pyFloat, false, NUMBER),
-  group_size: field(pyInt, false, INT),
+  group_size: field(batchInt, false, BATCH_INT),
   min_batch_allocation: field(pyFloat, true, NUMBER),
 });
 export type AtroposRegisterEnv = z.output<typeof AtroposRegisterEnv>;
@@ -202,7 +222,7 @@ export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000 };
 
 /** Why batches may not be cut although groups wait: the extra field of /status (and the engine's views). */
 export const AtroposStall = z.object({
-  kind: z.enum(["larger_than_batch", "never_packed", "stuck_in_buffer", "minimum_unmet"]),
+  kind: z.enum(["larger_than_batch", "never_packed", "stuck_in_buffer", "minimum_unmet", "batch_size_unreachable", "no_env_id"]),
   groups: z.number().int(),
   detail: z.string(),
 });

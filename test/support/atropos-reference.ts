@@ -118,3 +118,33 @@ export function refGrabWithMinimumAllocations(queue: RefItem[], batchSize: numbe
   const set = new Set(indices);
   return [batch, queue.filter((_, i) => !set.has(i))];
 }
+
+/** find_groups_summing_to_target, its (n + 1) x (target + 1) table as it is: the indices of groups whose sizes make `target`. */
+export function refFindGroupsSummingToTarget(sizes: number[], target: number): number[] {
+  if (sizes.length === 0) return [];
+  let sum = 0;
+  const fifo: number[] = [];
+  for (const [i, s] of sizes.entries()) {
+    if (sum + s <= target) {
+      fifo.push(i);
+      sum += s;
+      if (sum === target) return fifo;
+    }
+  }
+  const n = sizes.length;
+  const dp = Array.from({ length: n + 1 }, () => new Array<boolean>(target + 1).fill(false));
+  dp[0]![0] = true;
+  for (let i = 1; i <= n; i++) {
+    for (let j = 0; j <= target; j++) dp[i]![j] = dp[i - 1]![j]! || (j >= sizes[i - 1]! && dp[i - 1]![j - sizes[i - 1]!]!);
+  }
+  if (!dp[n]![target]) return [];
+  const out: number[] = [];
+  let j = target;
+  for (let i = n; i > 0; i--) {
+    if (j >= sizes[i - 1]! && dp[i - 1]![j - sizes[i - 1]!]) {
+      out.push(i - 1);
+      j -= sizes[i - 1]!;
+    }
+  }
+  return out.sort((a, b) => a - b);
+}
