@@ -3,28 +3,41 @@
  *
  * Creates `.dev.vars` (random ADMIN_TOKEN and CLAIM_KEY_SECRET) if needed, serves the Worker
  * with Miniflare on 127.0.0.1:8787 (PORT overrides) with D1 and Durable Object state kept in
- * `.local/state`, makes sure an engine named `default` exists, and prints its base URL and
- * tokens, also written to `.local/credentials.json`. Ctrl-C stops it.
+ * `.local/state` (one `npm start` at a time: `.local/state.lock`), makes sure an engine named
+ * `default` exists, and prints its base URL and tokens, also written to
+ * `.local/credentials.json`. Ctrl-C stops it.
  */
 import { join } from "node:path";
 import { AdminClient, EngineClient, ExchangeError } from "../src/client";
 import { ROLES, type Role } from "../src/protocol/admin";
 import { engineBaseUrl, makeCredentials, readCredentials, writeCredentials, type LocalCredentials } from "./local/credentials";
-import { ensureDevVars } from "./local/dev-vars";
-import { REPO_ROOT, startLocalExchange } from "./local/exchange";
+import { ensureDevVars, type LocalSecrets } from "./local/dev-vars";
+import { REPO_ROOT, startLocalExchange, type LocalExchange } from "./local/exchange";
+import { lockStateDir } from "./local/state-lock";
 
 const ENGINE = "default";
-const DEV_VARS = join(REPO_ROOT, ".dev.vars");
+const CONFIG = join(REPO_ROOT, "wrangler.toml");
 const STATE_DIR = join(REPO_ROOT, ".local", "state");
 const CREDENTIALS = join(REPO_ROOT, ".local", "credentials.json");
 
 const say = (line: string) => console.log(`[start] ${line}`);
 
+/** A port to suggest instead of `port`. */
+const otherPort = (port: number) => (port < 65535 ? port + 1 : port - 1);
+
+/** PORT, or 8787 when unset. Set but empty is refused too: port 0 would serve on a port nobody knows. */
 function portFromEnv(): number {
-  const raw = process.env["PORT"] ?? "8787";
-  const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`PORT must be a port number, got '${raw}'`);
+  const raw = process.env["PORT"];
+  if (raw === undefined) return 8787;
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : NaN;
+  if (!(port >= 1 && port <= 65535)) throw new Error(`PORT must be a port number from 1 to 65535, got '${raw}': e.g. PORT=8788 npm start`);
   return port;
+}
+
+/** npm start is configured by PORT alone: an argument (say --port, as wrangler dev takes) is refused, not ignored. */
+function refuseArguments(): void {
+  const args = process.argv.slice(2);
+  if (args.length > 0) throw new Error(`npm start takes no arguments (got '${args.join(" ")}'); the port is set with PORT, e.g. PORT=8788 npm start`);
 }
 
 /** A token is still good unless the engine answers 401 (unknown or revoked); every role may read the status. */
@@ -89,12 +102,14 @@ function printCredentials(c: LocalCredentials): void {
 }
 
 /**
- * Ctrl-C (or SIGTERM) ends the process at once: exit hooks (Miniflare's and ours) kill workerd
- * and remove the build directory. Miniflare's own stop kills workerd the same way; D1 and
- * Durable Object state is SQLite under .local/state and survives it.
+ * Ctrl-C (or SIGTERM, or SIGHUP from a closed terminal) ends the process at once: exit hooks
+ * (Miniflare's and ours) kill workerd, remove the build directory and the state lock. Without a
+ * handler of ours a signal would end the process with no 'exit' event, leaving the lock behind.
+ * Miniflare's own stop kills workerd the same way; D1 and Durable Object state is SQLite under
+ * .local/state and survives it.
  */
 function stopOnSignals(): void {
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
     process.on(signal, () => {
       say(`${signal}: stopped`);
       process.exit(0);
@@ -102,22 +117,37 @@ function stopOnSignals(): void {
   }
 }
 
+const addressInUse = (err: unknown): err is Error => err instanceof Error && (err as { code?: unknown }).code === "ERR_ADDRESS_IN_USE";
+
+/** The exchange on `port`; a taken port is reported with the way npm start takes another (Miniflare's message names a --port it has not). */
+async function serve(port: number, secrets: LocalSecrets): Promise<LocalExchange> {
+  try {
+    return await startLocalExchange({
+      port,
+      persistDir: STATE_DIR,
+      adminToken: secrets.ADMIN_TOKEN,
+      claimKeySecret: secrets.CLAIM_KEY_SECRET,
+      rateLimits: true,
+      log: say,
+    });
+  } catch (err) {
+    if (!addressInUse(err)) throw err;
+    throw new Error(`port ${port} on 127.0.0.1 is taken (Address already in use): set PORT to another, e.g. PORT=${otherPort(port)} npm start`);
+  }
+}
+
 async function main(): Promise<void> {
   stopOnSignals();
   say(`Node ${process.versions.node} (${process.execPath})`);
-  const { secrets, created } = await ensureDevVars(DEV_VARS);
-  say(created.length ? `wrote new ${created.join(" and ")} to ${DEV_VARS}` : `using the secrets in ${DEV_VARS}`);
-
+  refuseArguments();
   const port = portFromEnv();
+  const lock = lockStateDir(STATE_DIR);
+  if (lock.tookOverFrom !== null) say(`took over ${lock.path}: its npm start (pid ${lock.tookOverFrom}) is gone`);
+  const { path: devVars, secrets, created } = await ensureDevVars(CONFIG);
+  say(created.length ? `wrote new ${created.join(" and ")} to ${devVars}` : `using the secrets in ${devVars}`);
+
   say(`starting the exchange on 127.0.0.1:${port} (state in ${STATE_DIR})`);
-  const exchange = await startLocalExchange({
-    port,
-    persistDir: STATE_DIR,
-    adminToken: secrets.ADMIN_TOKEN,
-    claimKeySecret: secrets.CLAIM_KEY_SECRET,
-    rateLimits: true,
-    log: say,
-  });
+  const exchange = await serve(port, secrets);
 
   try {
     const admin = new AdminClient({ origin: exchange.url, adminToken: secrets.ADMIN_TOKEN });

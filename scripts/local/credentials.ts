@@ -2,7 +2,7 @@
  * `.local/credentials.json`: where `npm start` leaves the local engine's URLs and tokens for
  * people and scripts. D1 keeps only token hashes, so this file is the one copy of the secrets.
  */
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 import { z } from "zod";
 import { ROLES, Role } from "../../src/protocol/admin";
@@ -39,7 +39,19 @@ export async function readCredentials(path: string): Promise<LocalCredentials | 
   }
 }
 
+/**
+ * Written to a new owner-only file renamed over the old one: writeFile's mode applies only to a
+ * file it creates, so rewriting a file made wider by hand would put the tokens in it readable;
+ * and a reader (a script polling for the file) never sees it half written.
+ */
 export async function writeCredentials(path: string, creds: LocalCredentials): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
-  await writeFile(path, JSON.stringify(creds, null, 2) + "\n", { mode: 0o600 });
+  const tmp = `${path}.${process.pid}.tmp`;
+  await rm(tmp, { force: true });
+  try {
+    await writeFile(tmp, JSON.stringify(creds, null, 2) + "\n", { mode: 0o600, flag: "wx" });
+    await rename(tmp, path);
+  } finally {
+    await rm(tmp, { force: true });
+  }
 }

@@ -19,7 +19,6 @@ type Exports = NonNullable<WorkerConfig["exports"]>;
 type ConfigBinding = {
   type: string;
   value?: unknown;
-  database_id?: string;
   preview_database_id?: string;
   migrations_dir?: string;
   migrations_table?: string;
@@ -43,6 +42,29 @@ export type WorkerSetup = {
   rateLimits: Env;
 };
 
+/**
+ * The id the local D1 database of a binding is kept under (Miniflare names its SQLite file after
+ * it): `preview_database_id` if set, as `wrangler dev` does, else a fixed one, never
+ * `database_id`. That one is for deploying: docs/deploy.md has it replaced with the real id,
+ * and keying local state by it would leave `.local/state` with an empty D1 beside Durable
+ * Objects that still hold the old engines. The fixed id is wrangler.toml's placeholder
+ * database_id, under which every `.local/state` made before was kept. One fixed id serves one
+ * binding only: two would share a database.
+ */
+export const LOCAL_D1_ID = "00000000-0000-0000-0000-000000000000";
+
+function localD1Ids(configPath: string, bindings: Record<string, ConfigBinding>): Map<string, string> {
+  const ids = new Map<string, string>();
+  for (const [binding, b] of Object.entries(bindings)) {
+    if (b.type === "d1") ids.set(binding, b.preview_database_id ?? LOCAL_D1_ID);
+  }
+  const fixed = [...ids].filter(([, id]) => id === LOCAL_D1_ID).map(([binding]) => binding);
+  if (fixed.length > 1) {
+    throw new Error(`${configPath}: D1 bindings ${fixed.join(", ")} would share one local database: give all but one a preview_database_id (it names the local one)`);
+  }
+  return ids;
+}
+
 export function readWorkerSetup(configPath: string): WorkerSetup {
   const config = unstable_readConfig({ config: configPath });
   const name: string = config.name;
@@ -50,6 +72,7 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
   if (!name || !main) throw new Error(`${configPath} must name the Worker (name) and its entry point (main)`);
   const sqlite: Map<string, boolean> = unstable_getDurableObjectClassNameToUseSQLiteMap(config.migrations);
   const bindings = unstable_convertConfigBindingsToStartWorkerBindings(config) as Record<string, ConfigBinding>;
+  const d1Ids = localD1Ids(configPath, bindings);
 
   const env: Env = {};
   const exports: Exports = {};
@@ -61,7 +84,7 @@ export function readWorkerSetup(configPath: string): WorkerSetup {
     } else if (b.type === "json") {
       env[binding] = { type: "json", value: b.value as never };
     } else if (b.type === "d1") {
-      env[binding] = { type: "d1", id: b.preview_database_id ?? b.database_id ?? binding };
+      env[binding] = { type: "d1", id: d1Ids.get(binding)! };
       d1Migrations.push({ binding, dir: resolve(dirname(configPath), b.migrations_dir ?? "migrations"), table: b.migrations_table });
     } else if (b.type === "r2_bucket") {
       env[binding] = { type: "r2", name: b.bucket_name ?? binding };
