@@ -43,10 +43,10 @@ export async function runAgentJetClient(id: number, engine: EngineClient, rng: R
       stats.episodes++;
     } catch (e) {
       // A refusal (a claim that ended under us as the step moved on) or a network error: say
-      // what it was unless it is the expected refusal, and go on. A client that stops would
-      // leave its episode claimed until the lease ran out.
+      // what it was unless it is the expected refusal, or the demo stopping under us, and go
+      // on. A client that stops would leave its episode claimed until the lease ran out.
       stats.errors++;
-      if (!(e instanceof ExchangeError && e.code === "claim_lost")) process.stderr.write(`[demo] client ${id}: ${e instanceof Error ? e.message : String(e)}\n`);
+      if (!stopped() && !(e instanceof ExchangeError && e.code === "claim_lost")) process.stderr.write(`[demo] client ${id}: ${e instanceof Error ? e.message : String(e)}\n`);
       await sleep(100);
     }
   }

@@ -18,6 +18,9 @@ const TARGET_TAG = "policy";
 
 export class AgentJetTrainer {
   private runners: EpisodeRunner[] = [];
+  private stopped = false;
+  /** The runners of the step being set up, once each is bound (or failed to be). */
+  private binding: Promise<PromiseSettledResult<EpisodeRunner>[]> = Promise.resolve([]);
 
   constructor(
     private readonly facade: string,
@@ -30,6 +33,16 @@ export class AgentJetTrainer {
 
   close(): void {
     for (const r of this.runners) r.close();
+  }
+
+  /**
+   * Closes the runners for good: no step binds new ones after this, and it resolves once none
+   * is still binding, so no socket file appears in socketDir after it (which is then removed).
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const r of await this.binding) if (r.status === "fulfilled") r.value.close();
+    this.close();
   }
 
   async run(steps: number, onStep: (r: StepResult) => void): Promise<StepResult[]> {
@@ -57,9 +70,10 @@ export class AgentJetTrainer {
    * to its result socket. Nothing the client wrote in the result's metadata is trusted.
    */
   private async rollout(step: number): Promise<{ samples: Sample[]; relayedCalls: number }> {
-    this.runners = await Promise.all(
-      Array.from({ length: this.episodesPerStep }, (_, i) => EpisodeRunner.bind(`s${step}-e${i}`, this.socketDir, this.policyUrl)),
-    );
+    if (this.stopped) throw new Error(`step ${step}: the trainer was stopped`);
+    const binds = Array.from({ length: this.episodesPerStep }, (_, i) => EpisodeRunner.bind(`s${step}-e${i}`, this.socketDir, this.policyUrl));
+    this.binding = Promise.allSettled(binds);
+    this.runners = await Promise.all(binds);
     try {
       await Promise.all(
         this.runners.map((r) =>

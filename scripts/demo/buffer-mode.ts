@@ -84,9 +84,10 @@ export async function runBufferWorker(
     try {
       await postGroup(engine, policyUrl, `w${id}-g${n++}`, pick(rng, TASKS), groupSize, version);
     } catch (e) {
-      // The group is still owed: hand it back for this worker or another to make.
+      // The group is still owed: hand it back for this worker or another to make. Said unless
+      // the demo is stopping: then the error is the exchange or the policy going away.
       requests.giveBack(version);
-      process.stderr.write(`[demo] rollout worker ${id}: ${e instanceof Error ? e.message : String(e)}; retrying\n`);
+      if (!stopped()) process.stderr.write(`[demo] rollout worker ${id}: ${e instanceof Error ? e.message : String(e)}; retrying\n`);
       await sleep(500);
     }
   }
