@@ -10,7 +10,6 @@ import { randomUUID } from "node:crypto";
 import { Request } from "zeromq";
 import { z } from "zod";
 import { isZmqAddress } from "../runner-link";
-import { describeError } from "../log";
 
 export const AGENTJET_KEY_PREFIX = "sk-ajet-";
 
@@ -56,9 +55,10 @@ export function runnerMessage(key: AgentJetKey, request: Record<string, unknown>
 
 export type RunnerAnswer =
   | { kind: "reply"; text: string; attempts: number }
-  | { kind: "deadline"; attempts: number; lastError: string | null }
+  /** `lastError`: the last socket error other than a receive timeout, undefined for none. */
+  | { kind: "deadline"; attempts: number; lastError: unknown }
   /** ZeroMQ refused the address itself (no port, a path too long): trying again cannot help. */
-  | { kind: "bad_address"; why: string }
+  | { kind: "bad_address"; error: unknown }
   | { kind: "aborted" };
 
 /**
@@ -70,7 +70,7 @@ export type RunnerAnswer =
  */
 export async function askRunner(addr: string, message: string, opts: { deadlineAt: number; receiveTimeoutMs: number; signal: AbortSignal }): Promise<RunnerAnswer> {
   let attempts = 0;
-  let lastError: string | null = null;
+  let lastError: unknown = undefined;
   for (;;) {
     const left = opts.deadlineAt - Date.now();
     if (left <= 0) return { kind: "deadline", attempts, lastError };
@@ -84,7 +84,7 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
       sock.connect(addr);
     } catch (e) {
       sock.close();
-      return { kind: "bad_address", why: `cannot connect to ${addr}: ${describeError(e)}` };
+      return { kind: "bad_address", error: e };
     }
     // Closing the socket rejects the pending receive: the client went away, stop waiting.
     const onAbort = (): void => sock.close();
@@ -96,7 +96,7 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
     } catch (e) {
       if (opts.signal.aborted) return { kind: "aborted" };
       // EAGAIN is the timeout; anything else (a socket error) is retried the same way.
-      if ((e as { code?: unknown }).code !== "EAGAIN") lastError = describeError(e);
+      if ((e as { code?: unknown }).code !== "EAGAIN") lastError = e;
     } finally {
       opts.signal.removeEventListener("abort", onAbort);
       if (!sock.closed) sock.close();

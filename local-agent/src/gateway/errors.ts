@@ -40,3 +40,46 @@ export function isOpenAIErrorText(text: string): boolean {
     return false;
   }
 }
+
+/**
+ * What kind of failure `e` was, for an answer to a caller: its code (ECONNREFUSED,
+ * UND_ERR_SOCKET, EINVAL), else its name, never its message. A socket error's message names the
+ * peer ("connect ECONNREFUSED 10.0.0.5:8000"), and the trainer's base URLs and ZeroMQ addresses
+ * are never shown to clients (docs/security.md); the agent's log gets the whole message.
+ */
+export function failureKind(e: unknown): string {
+  let err: unknown = e;
+  // Bounded: a cause chain may loop.
+  for (let depth = 0; depth < 4 && typeof err === "object" && err !== null; depth++) {
+    const code = (err as { code?: unknown }).code;
+    if (typeof code === "string" && code !== "") return code;
+    err = (err as { cause?: unknown }).cause;
+  }
+  return e instanceof Error ? e.name : "unknown error";
+}
+
+/** The spellings of an address that text may carry: itself, and a URL's origin, host:port and host. */
+export function addressForms(address: string): string[] {
+  if (!URL.canParse(address)) return [address];
+  const u = new URL(address);
+  // An IPv6 host shows up unbracketed in errors.
+  return [address, u.origin, u.host, u.hostname, u.hostname.replace(/^\[(.*)\]$/, "$1")];
+}
+
+/**
+ * Whether hiding `s` can only hide an address: a bare word ("model", a docker service's name,
+ * "null", the origin of tcp://) would mangle the text around it and tells a client little;
+ * a quote or backslash could cut through an upstream's JSON error, which goes on as JSON.
+ */
+const isAddressLike = (s: string): boolean => /[.:/]/.test(s) && !/["\\]/.test(s);
+
+/**
+ * `text` from the trainer's side (an upstream's error body, a runner's answer) with each of
+ * `addresses` replaced, longest first so that a host inside a URL does not leave the URL's
+ * rest: an upstream that names itself in an error must not tell clients where it is.
+ */
+export function hideAddresses(text: string, addresses: readonly string[]): string {
+  let out = text;
+  for (const a of [...new Set(addresses)].filter(isAddressLike).sort((x, y) => y.length - x.length)) out = out.replaceAll(a, "[hidden]");
+  return out;
+}

@@ -6,9 +6,9 @@
 import type { ServerResponse } from "node:http";
 import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
-import { describeError } from "../log";
+import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { addressForms, failureKind, hideAddresses, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 import { isRecord } from "../../../src/protocol/record";
 
 export type UpstreamOptions = {
@@ -41,7 +41,7 @@ export type CallSignals = { signal: AbortSignal; deadline: { readonly aborted: b
  * serialize `env.request`. `tap`: the ledger's watch on a call it records (which may rewrite the
  * request and the answer, see ledger/call-tap.ts); null for a call it does not.
  */
-export async function forwardHttp(env: RelayEnvelope, requestText: string | null, o: UpstreamOptions, s: CallSignals, res: ServerResponse, tap: CallTap | null = null): Promise<void> {
+export async function forwardHttp(env: RelayEnvelope, requestText: string | null, o: UpstreamOptions & { logger: Logger }, s: CallSignals, res: ServerResponse, tap: CallTap | null = null): Promise<void> {
   const url = upstreamUrl(env, o);
   const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
   if (url === null) {
@@ -52,6 +52,14 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
   if (env.trainer_api_key !== "") headers["authorization"] = `Bearer ${env.trainer_api_key}`;
   if (env.request !== null) headers["content-type"] = "application/json";
   const timedOut = (): void => fail(504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
+  // The client hears what went wrong, the operator's log also where: clients never see the
+  // trainer's base URLs (docs/security.md), and a socket error's message names the peer.
+  const broke = (what: string, e: unknown, code: string): void => {
+    o.logger.warn(`gateway: episode ${env.episode_uuid}: the inference upstream ${withoutCredentials(url)} ${what}: ${describeError(e)}`);
+    fail(502, `the inference upstream ${what}: ${failureKind(e)} (episode ${env.episode_uuid})`, code);
+  };
+  // Only on the error paths: parsing URLs on every call would cost the calls that succeed.
+  const addresses = (): string[] => [url, o.upstream ?? "", env.trainer_base_url].flatMap(addressForms);
 
   let up: Dispatcher.ResponseData;
   try {
@@ -60,7 +68,7 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     up = await request(url, { method: env.request === null ? "GET" : "POST", headers, body: env.request === null ? null : tap !== null ? tap.upstreamBody() : (requestText ?? JSON.stringify(env.request)), signal: s.signal });
   } catch (e) {
     if (s.deadline.aborted) timedOut();
-    else if (!s.signal.aborted) fail(502, `the inference upstream ${new URL(url).origin} could not be reached: ${describeError(e)}`, "upstream_unreachable");
+    else if (!s.signal.aborted) broke("could not be reached", e, "upstream_unreachable");
     return;
   }
 
@@ -91,7 +99,7 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
       batch.flush();
       tap?.endStream();
       if (s.deadline.aborted) timedOut();
-      else if (!s.signal.aborted) fail(502, `the inference upstream broke off mid-stream: ${describeError(e)}`, "upstream_stream_broken");
+      else if (!s.signal.aborted) broke("broke off mid-stream", e, "upstream_stream_broken");
       else res.destroy();
     }
     return;
@@ -102,26 +110,34 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     text = await up.body.text();
   } catch (e) {
     if (s.deadline.aborted) timedOut();
-    else if (!s.signal.aborted) fail(502, `the inference upstream broke off its answer: ${describeError(e)}`, "upstream_broken");
+    else if (!s.signal.aborted) broke("broke off its answer", e, "upstream_broken");
     return;
   }
   if (!ok) {
-    // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes through as it is.
+    // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes
+    // through as it is, but for the upstream's own address, should it name itself.
     const status = up.statusCode >= 400 ? up.statusCode : 502;
-    if (isOpenAIErrorText(text)) {
-      tap?.upstreamFailed(status, text);
-      sendJson(res, status, text);
-    } else fail(status, `the inference upstream answered ${up.statusCode}: ${text.slice(0, 300)}`, "upstream_error");
+    const shown = hideAddresses(text, addresses());
+    if (isOpenAIErrorText(shown)) {
+      tap?.upstreamFailed(status, shown);
+      sendJson(res, status, shown);
+    } else fail(status, `the inference upstream answered ${up.statusCode}: ${shown.slice(0, 300)}`, "upstream_error");
     return;
   }
   const answer = tap === null ? (isJsonObject(text) ? text : null) : tap.whole(text);
   if (answer === null) {
-    fail(502, `the inference upstream answered something that is not a JSON object: ${text.slice(0, 200)}`, "upstream_garbage");
+    fail(502, `the inference upstream answered something that is not a JSON object: ${hideAddresses(text, addresses()).slice(0, 200)}`, "upstream_garbage");
     return;
   }
   tap?.answering(200);
   if (tap?.streamsItself) res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" }).end(answer);
   else sendJson(res, 200, answer);
+}
+
+/** The URL for the operator's log, without a user:password it may carry. */
+function withoutCredentials(url: string): string {
+  const u = new URL(url);
+  return u.origin + u.pathname;
 }
 
 /**

@@ -8,12 +8,13 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
+import { ZodError } from "zod";
 import { checkEnvelope, type HmacHex } from "../../../src/auth/gateway-signature";
 import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
-import { sendError, sendFailure, sendJson } from "./errors";
+import { addressForms, failureKind, hideAddresses, sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
 import type { SecretSource } from "./secret";
 import type { TokenDialect } from "../../../src/protocol/ledger";
@@ -75,7 +76,8 @@ export class Gateway {
 
   private internal(res: ServerResponse, e: unknown): void {
     this.o.logger.error(`gateway: ${describeError(e)}`);
-    if (!res.writableEnded) sendError(res, 500, `the agent's gateway failed: ${describeError(e)}`, "gateway_error");
+    // Its message may name anything the gateway was talking to; the log above has it.
+    if (!res.writableEnded) sendError(res, 500, `the agent's gateway failed: ${failureKind(e)} (the agent's log has the details)`, "gateway_error");
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -101,7 +103,8 @@ export class Gateway {
       env = isRelayEnvelope(parsed) ? parsed : RelayEnvelope.parse(parsed);
       requestText = envelopeRequestText(body, parsed as Record<string, unknown>);
     } catch (e) {
-      return sendError(res, 400, `a signed envelope that does not parse: ${describeError(e)}`, "bad_envelope");
+      this.o.logger.warn(`gateway: a signed envelope that does not parse: ${describeError(e)}`);
+      return sendError(res, 400, `a signed envelope that does not parse: ${envelopeFault(e)}`, "bad_envelope");
     }
 
     const stop = new AbortController();
@@ -148,7 +151,7 @@ export class Gateway {
   }
 
   private async agentJet(env: RelayEnvelope, receivedAt: number, s: CallSignals, res: ServerResponse, tap: CallTap | null): Promise<void> {
-    const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
+    const fail: Fail = (status, message, code) => sendFailure(res, tap, status, message, code);
     if (env.endpoint === "/v1/models") {
       return sendJson(res, 200, JSON.stringify({ object: "list", data: this.o.models.map((id) => ({ id, object: "model", created: 0, owned_by: "agentjet" })) }));
     }
@@ -161,27 +164,54 @@ export class Gateway {
       // Sending it on would file the call under another episode's context tracker.
       return fail(502, `the trainer's key names episode ${key.key.episode_uuid}, but the call is for ${env.episode_uuid}`, "bad_trainer_key");
     }
-    const answer = await askRunner(key.key.episode_address, runnerMessage(key.key, env.request), {
+    const addr = key.key.episode_address;
+    const answer = await askRunner(addr, runnerMessage(key.key, env.request), {
       deadlineAt: answerBy(env.deadline_seconds, receivedAt),
       receiveTimeoutMs: this.o.zmqReceiveTimeoutMs,
       signal: s.signal,
     });
-    if (answer.kind === "bad_address") return fail(502, `${answer.why}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
+    if (answer.kind === "bad_address") {
+      this.o.logger.warn(`gateway: episode ${env.episode_uuid}: cannot connect to the runner at ${addr}: ${describeError(answer.error)}`);
+      return fail(502, `cannot connect to the runner of episode ${env.episode_uuid}: ${failureKind(answer.error)}; the trainer registered a key this gateway cannot route`, "bad_trainer_key");
+    }
     if (answer.kind === "aborted") {
-      if (s.deadline.aborted) fail(504, `the episode's runner did not answer within ${env.deadline_seconds} s`, "upstream_timeout");
+      if (s.deadline.aborted) this.runnerTimedOut(env, addr, null, fail);
       return;
     }
-    if (answer.kind === "deadline") {
-      const detail = `${answer.attempts} attempt${answer.attempts === 1 ? "" : "s"}${answer.lastError ? `; last error: ${answer.lastError}` : ""}`;
-      return fail(504, `the episode's runner at ${key.key.episode_address} did not answer within ${env.deadline_seconds} s (${detail})`, "upstream_timeout");
-    }
+    if (answer.kind === "deadline") return this.runnerTimedOut(env, addr, answer, fail);
     if (!isCompletionText(answer.text)) {
-      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${answer.text.slice(0, 200)}`, "upstream_garbage");
+      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${hideAddresses(answer.text, addressForms(addr)).slice(0, 200)}`, "upstream_garbage");
     }
     tap?.whole(answer.text);
     tap?.answering(200);
     sendJson(res, 200, answer.text);
   }
+
+  /**
+   * The client hears which episode's runner was silent and for how long; only the operator's
+   * log names its address, as clients never see the trainer's ZeroMQ addresses (docs/security.md).
+   * `tries`: null when the deadline cut the wait short.
+   */
+  private runnerTimedOut(env: RelayEnvelope, addr: string, tries: RunnerTries | null, fail: Fail): void {
+    this.o.logger.warn(`gateway: episode ${env.episode_uuid}: the runner at ${addr} did not answer within ${env.deadline_seconds} s${triesNote(tries, describeError)}`);
+    fail(504, `the runner of episode ${env.episode_uuid} did not answer within ${env.deadline_seconds} s${triesNote(tries, failureKind)}`, "upstream_timeout");
+  }
+}
+
+type Fail = (status: number, message: string, code: string) => void;
+type RunnerTries = { attempts: number; lastError: unknown };
+
+/** " (3 attempts; last error: …)" with the error as `describe` puts it; "" for null. */
+function triesNote(tries: RunnerTries | null, describe: (e: unknown) => string): string {
+  if (tries === null) return "";
+  const last = tries.lastError === undefined ? "" : `; last error: ${describe(tries.lastError)}`;
+  return ` (${tries.attempts} attempt${tries.attempts === 1 ? "" : "s"}${last})`;
+}
+
+/** Which of a signed envelope's fields are wrong, not their values: they hold the trainer's key and base URL. */
+function envelopeFault(e: unknown): string {
+  if (!(e instanceof ZodError)) return failureKind(e);
+  return [...new Set(e.issues.map((i) => i.path.map(String).join(".") || "the envelope"))].join(", ");
 }
 
 /**

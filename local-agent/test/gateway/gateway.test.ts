@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../../src/gateway/server";
 import { fixedSecret } from "../../src/gateway/secret";
-import { silentLogger } from "../../src/log";
+import type { Logger } from "../../src/log";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import { agentJetKey, envelope, post } from "./envelope";
@@ -22,11 +22,14 @@ let gw: Gateway;
 let gwSession: Gateway;
 let url: string;
 let sessionUrl: string;
+/** What the gateways told the operator. */
+const logged: string[] = [];
+const logger: Logger = { info: (m) => logged.push(m), warn: (m) => logged.push(m), error: (m) => logged.push(m) };
 
 beforeAll(async () => {
   http = await startModelServer();
   zmq = await startZmqModel(`ipc:///tmp/rx-gw-${randomUUID()}.sock`, { slowMs: 700 });
-  const common = { host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["policy-a", "policy-b"], zmqReceiveTimeoutMs: 300, logger: silentLogger };
+  const common = { host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["policy-a", "policy-b"], zmqReceiveTimeoutMs: 300, logger };
   gw = new Gateway({ ...common, upstream: null, sessionPath: false });
   gwSession = new Gateway({ ...common, upstream: `${http.url}/v1`, sessionPath: true });
   url = await gw.listen();
@@ -114,9 +117,22 @@ describe("gateway: AgentJet over ZeroMQ", () => {
     const took = Date.now() - t0;
     clearInterval(tick);
     expect(r.status).toBe(502);
-    expect(JSON.parse(r.text).error).toMatchObject({ code: "bad_trainer_key", message: expect.stringContaining("cannot connect to tcp://127.0.0.1") });
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "bad_trainer_key", message: expect.stringContaining("cannot connect to the runner of episode ep-1: EINVAL") });
+    expect(r.text).not.toContain("tcp://127.0.0.1");
+    expect(logged).toContainEqual(expect.stringContaining("cannot connect to the runner at tcp://127.0.0.1: Invalid argument"));
     expect(took).toBeLessThan(1000);
     expect(longestStall).toBeLessThan(500);
+  });
+
+  it("names the episode, not the runner's ZeroMQ address, when the runner is silent; the operator's log has the address", async () => {
+    // Clients never see the trainer's ZeroMQ addresses (docs/security.md), and the Worker
+    // passes a gateway's OpenAI error on to the client as it is.
+    const address = "tcp://127.0.0.1:1";
+    const r = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", address), deadline_seconds: 1 }), SECRET);
+    expect(r.status).toBe(504);
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "upstream_timeout", message: expect.stringMatching(/^the runner of episode ep-1 did not answer within 1 s/) });
+    expect(r.text).not.toContain("127.0.0.1");
+    expect(logged).toContainEqual(expect.stringContaining(`episode ep-1: the runner at ${address} did not answer within 1 s`));
   });
 
   it("lists the configured models, and refuses /v1/completions", async () => {
@@ -206,6 +222,36 @@ describe("gateway: plain HTTP upstream", () => {
     const nowhere = await post(url, plain(chat("tiny"), { trainer_base_url: "http://127.0.0.1:1/v1" }), SECRET);
     expect(nowhere.status).toBe(502);
     expect(JSON.parse(nowhere.text).error.code).toBe("upstream_unreachable");
+  });
+
+  it("names the episode, not the upstream's base URL, when the upstream cannot be reached; the operator's log has the URL", async () => {
+    // Clients never see the trainer's base URLs (docs/security.md), and the Worker passes a
+    // gateway's OpenAI error on to the client as it is.
+    const r = await post(url, plain(chat("tiny"), { trainer_base_url: "http://127.0.0.1:1/trainer-path/v1" }), SECRET);
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "upstream_unreachable", message: "the inference upstream could not be reached: ECONNREFUSED (episode ep-1)" });
+    expect(r.text).not.toContain("127.0.0.1");
+    expect(logged).toContainEqual(expect.stringContaining("episode ep-1: the inference upstream http://127.0.0.1:1/trainer-path/v1/chat/completions could not be reached: connect ECONNREFUSED 127.0.0.1:1"));
+  });
+
+  it("hides the upstream's address where the upstream's own error names it", async () => {
+    const upstream = createServer((req, res) => {
+      req.resume();
+      if (req.url?.startsWith("/json/")) res.writeHead(503, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: `http://${req.headers.host}/v1 is overloaded`, type: "server_error" } }));
+      else res.writeHead(500).end(`proxy ${req.headers.host} failed`);
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    try {
+      const host = `127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+      const own = await post(url, plain(chat("tiny"), { trainer_base_url: `http://${host}/json/v1` }), SECRET);
+      expect(own.status).toBe(503);
+      expect(JSON.parse(own.text).error).toEqual({ message: "[hidden]/v1 is overloaded", type: "server_error" });
+      const text = await post(url, plain(chat("tiny"), { trainer_base_url: `http://${host}/v1` }), SECRET);
+      expect(JSON.parse(text.text).error).toMatchObject({ code: "upstream_error", message: "the inference upstream answered 500: proxy [hidden] failed" });
+    } finally {
+      upstream.closeAllConnections();
+      await new Promise((r) => upstream.close(r));
+    }
   });
 });
 
