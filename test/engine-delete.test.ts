@@ -2,8 +2,9 @@
  * DELETE /admin/engines/<name> through the real Worker, D1 and Durable Objects: what goes (the
  * object's state, its tokens, every D1 row of the engine) and what stays with keep_history; the
  * refusal while the agent is connected; routes, open long-polls and per-claim keys answering 404
- * afterwards; the name made again from nothing; a big engine deleted over several requests; and
- * a delete in the middle of claims, ends, registrations and outbox flushes.
+ * afterwards; the name made again from nothing; a big engine deleted over several requests; its
+ * call bodies in R2, every one of its incarnation's; and a delete in the middle of claims, ends,
+ * registrations and outbox flushes.
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -12,11 +13,12 @@ import { SQLiteTable } from "drizzle-orm/sqlite-core";
 import { describe, expect, it, vi } from "vitest";
 import * as schema from "../src/db/schema";
 import type { EngineObject } from "../src/engine/engine-object";
-import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, raw, rollingWith, type TestEngine } from "./support/harness";
+import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
 import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
+import { LedgerClient } from "../src/client";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
 /** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
@@ -36,8 +38,21 @@ async function d1Rows(engine: string, runIds: string[]): Promise<Record<string, 
   return out;
 }
 
-/** The engine's call bodies in R2 (ledger/<engine>/...). */
-const ledgerObjects = async (engine: string): Promise<number> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/` })).objects.length;
+/** The call bodies in R2 of engines named `engine` (ledger/<engine>/<incarnation>/<day>/...). */
+const ledgerKeys = async (engine: string): Promise<string[]> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/` })).objects.map((o) => o.key);
+const ledgerObjects = async (engine: string): Promise<number> => (await ledgerKeys(engine)).length;
+
+/** One call of a new claim of `e`'s recorded, as its gateway sends it (admitted at `admittedAt` unless told). */
+async function recordOne(e: TestEngine, client: string, admittedAt?: number): Promise<void> {
+  const claimed = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 600 });
+  const key = await claimKeyFields(claimed.openai_api_key);
+  expect((await e.stub.relayBegin(key)).ok).toBe(true);
+  const call = callRecord({ episode: key.episode_uuid, fence: key.fence, client }, { ...(admittedAt === undefined ? {} : { admitted_at: admittedAt }), body: { messages: [{ role: "user", content: "hi" }] } });
+  expect((await postCalls(e, batchOf([call]))).status).toBe(200);
+}
+
+const DAY = 86_400_000;
+const HOUR = 3_600_000;
 
 const nothing = (rows: Record<string, number>) => Object.fromEntries(Object.keys(rows).map((t) => [t, 0]));
 
@@ -263,6 +278,50 @@ describe("deleting an engine", () => {
     expect(stats.outbox).toBe(1);
     expect(stats.claimed).toBe(1);
     expect(stats.alarm_at).not.toBeNull();
+  });
+
+  it("deletes every call body of its incarnation, those whose rows retention removed first included", async () => {
+    const e = await createEngine("bodies");
+    // Retention sweeps an hour after the first call with capture on; the engine's clock about a day
+    // (its retention) ahead of the Worker's real one, which names the bodies' days.
+    e.clock.t = Date.now() + DAY - 2 * HOUR;
+    await rollingWith(e, 1);
+    await new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch: workerFetch }).configure({ retention_days: 1 });
+    await withGateway(e);
+    const admittedAt = Date.now() - 10_000;
+    await recordOne(e, "c1", admittedAt);
+    const keys = await ledgerKeys(e.name);
+    expect(keys).toHaveLength(1);
+    // A cutoff after the call and on its object's day, whenever the test runs: retention removes the
+    // row, and leaves the object until its whole day is past the cutoff.
+    const objectDay = Date.parse(keys[0]?.split("/")[3] ?? "");
+    e.clock.t = Math.max(admittedAt, objectDay) + 1 + DAY;
+    await advance(e, 0);
+    expect(await count("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?", e.name)).toBe(0);
+    expect(await ledgerKeys(e.name)).toEqual(keys);
+
+    // No sweep will come for the object once the engine is gone: the delete takes it.
+    expect((await admin.deleteEngine(e.name)).done).toBe(true);
+    expect(await ledgerKeys(e.name)).toEqual([]);
+  });
+
+  it("leaves the call bodies of a history kept under an archive name where its rows point, deleting an engine made again under the name", async () => {
+    const first = await createEngine("bodies");
+    await rollingWith(first, 1);
+    await withGateway(first);
+    await recordOne(first, "c1");
+    const archive = (await admin.deleteEngine(first.name, { keep_history: true, force: true })).history_kept_as;
+    const kept = await ledgerKeys(first.name);
+    expect(kept).toHaveLength(1);
+
+    const again = await createEngine(undefined, { name: first.name });
+    await rollingWith(again, 1);
+    await withGateway(again);
+    await recordOne(again, "c1");
+    expect(await ledgerObjects(again.name)).toBe(2);
+    expect((await admin.deleteEngine(again.name, { force: true })).done).toBe(true);
+    expect(await ledgerKeys(again.name)).toEqual(kept);
+    expect(await count("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ? AND body_key = ?", archive, kept[0])).toBe(1);
   });
 
   it("deletes a big engine in bounded requests; one cut short is finished by repeating it", async () => {

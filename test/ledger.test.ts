@@ -158,6 +158,32 @@ describe("trajectory ledger", () => {
     expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11], loss_mask: [1, 1], drift_at_call: 1 });
   });
 
+  it("ends the training sequence at a truncated first call, unlike a first call recorded without token ids, which is in the next call's prompt", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const c = await claimOne(e, "c1");
+    // The first call's record was over the cap (recorder.ts fitBody): no messages, no tokens, its answer kept.
+    const truncated = call(c, { truncated: true, body: { tools: null, answer: toolCall } });
+    // The gateway stores the next call whole: its prompt holds the first call's completion [10, 11], the model's own tokens.
+    const whole = (): CallRecord["body"]["tokens"] => ({ prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4, 10, 11, 20]), completion_ids: packInts([21]), completion_logprobs: packFloats([-1.5]) });
+    const next = call(c, { body: { messages: [sys, user, toolCall, toolResult], answer: answer2, tokens: whole() } });
+    expect((await post(e, batchOf([truncated, next]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => [x.status, x.truncated])).toEqual([
+      [200, true],
+      [200, false],
+    ]);
+    expect(t.training).toEqual({ tokens: [], response_length: 0, loss_mask: [], rollout_log_probs: [], segments: [], drift_at_call: 0 });
+
+    // Capture turned on after the first call: that call is part of the next one's prompt.
+    const d = await claimOne(e, "c2");
+    const untokenized = call(d, { body: { messages: [sys, user], answer: toolCall } });
+    const after = call(d, { body: { messages: [sys, user, toolCall, toolResult], answer: answer2, tokens: whole() } });
+    expect((await post(e, batchOf([untokenized, after]))).status).toBe(200);
+    const u = await ledgerOf(e, "trainer").trajectory(d.episode, d.fence);
+    expect(u.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 21], loss_mask: [1], drift_at_call: null });
+  });
+
   it("marks a call whose prefix call the ledger does not have, shows what it added, and ends the training sequence there", async () => {
     const e = await createEngine();
     await rollingWith(e, 2);
@@ -202,6 +228,54 @@ describe("trajectory ledger", () => {
     expect(t.calls.map((x) => x.call_id)).toEqual([a1.call_id, b1.call_id, a2.call_id, a3.call_id]);
     expect(t.calls[2]?.messages).toEqual([sys, user, toolCall, toolResult]);
     expect(t.calls.map((x) => x.tools)).toEqual([tools, search, tools, null]);
+  });
+
+  it("rebuilds a call from the call its prefix names even when that was admitted after it, and takes a prefix cycle for missing", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const c = await claimOne(e, "c1");
+    // Concurrent calls of one claim with the same history: B, admitted after A, failed first, and the
+    // gateway stored A against it (the claim's last call to finish); C continues A.
+    const b = call(c, { status: 400, finish_reason: null, usage: null, body: { tools, messages: [sys, user], answer: null } });
+    const a = call(c, {
+      admitted_at: b.admitted_at - 500,
+      body: {
+        tools_from_prefix: true,
+        prefix: { call_id: b.call_id, count: 2 },
+        messages: [],
+        answer: toolCall,
+        tokens: { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4]), completion_ids: packInts([10, 11]), completion_logprobs: packFloats([-0.5, -0.25]) },
+      },
+    });
+    const next = call(c, {
+      body: {
+        tools_from_prefix: true,
+        prefix: { call_id: a.call_id, count: 3 },
+        messages: [toolResult],
+        answer: answer2,
+        tokens: { prompt_prefix: { call_id: a.call_id, count: 6 }, prompt_ids: packInts([20]), completion_ids: packInts([21]), completion_logprobs: packFloats([-1.5]) },
+      },
+    });
+    expect((await post(e, batchOf([b, a, next]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => x.call_id)).toEqual([a.call_id, b.call_id, next.call_id]);
+    expect(t.calls.map((x) => x.prefix_missing)).toEqual([false, false, false]);
+    expect(t.calls[0]?.messages).toEqual([sys, user]);
+    expect(t.calls[2]?.messages).toEqual([sys, user, toolCall, toolResult]);
+    expect(t.calls.map((x) => x.tools)).toEqual([tools, tools, tools]);
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 21], loss_mask: [1, 1, 0, 1], drift_at_call: null });
+
+    // Stored data that names calls in a circle rebuilds neither, and says so.
+    const d = await claimOne(e, "c2");
+    const p = call(d, { body: { messages: [user3], answer: answer3 } });
+    const q = call(d, { body: { prefix: { call_id: p.call_id, count: 1 }, messages: [user3], answer: answer3 } });
+    p.body.prefix = { call_id: q.call_id, count: 1 };
+    expect((await post(e, batchOf([p, q]))).status).toBe(200);
+    const u = await ledgerOf(e, "viewer").trajectory(d.episode, d.fence);
+    expect(u.calls.map((x) => [x.prefix_missing, x.messages])).toEqual([
+      [true, [user3]],
+      [true, [user3]],
+    ]);
   });
 
   it("keeps aborted and reaped claims as trajectories, with their calls and no reward", async () => {

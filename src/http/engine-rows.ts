@@ -7,11 +7,17 @@
  * it is done.
  * Every chunk stands alone, so a call cut off anywhere leaves a state the next call finishes:
  * the engine's own row goes last, and until then the name stays taken and the engine answers 404.
+ * The ledger's call bodies in R2 go first, a page of keys per list and per delete, in the same budget.
  */
+import { deleteUnder, spend, type Budget } from "../ledger/retention";
+import { namePrefix } from "../ledger/keys";
 
 /** Rows one statement deletes or re-files: short enough not to hold D1's writer for long. */
 const CHUNK_ROWS = 1000;
-/** Statements one call runs: well inside D1's 50 queries per invocation on the Free plan (1000 on Paid). */
+/**
+ * Statements and R2 calls one call makes: well inside the 50 subrequests and D1 queries per
+ * invocation on the Free plan (1000 on Paid), with room for the route's own.
+ */
 const MAX_STATEMENTS = 40;
 
 /** Training runs that had not ended. */
@@ -85,27 +91,64 @@ export const archiveName = (engine: string, deletingSince: number): string => `$
 export type RowsDeleted = { done: boolean; rows: Record<string, number> };
 
 /**
+ * The incarnations (their R2 prefixes) whose bodies the engine's histories kept under an archive
+ * name still point to. Archives are few, and each has calls of one incarnation, so one row each
+ * says which: found by stepping through the engine index from archive name to archive name,
+ * never by scanning calls, of which an archive may have millions. Null when the budget ran out.
+ */
+async function archivedIncarnations(db: D1Database, engine: string, budget: Budget): Promise<Set<string> | null> {
+  const root = namePrefix(engine);
+  const kept = new Set<string>();
+  // Every archive name, and nothing else, begins with "<engine>@" ("@" is in no engine's name): they sort before "<engine>A".
+  let after = `${engine}@`;
+  for (;;) {
+    if (!spend(budget)) return null;
+    const row = await db
+      .prepare("SELECT engine, body_key FROM llm_calls WHERE engine > ?1 AND engine < ?2 ORDER BY engine LIMIT 1")
+      .bind(after, `${engine}A`)
+      .first<{ engine: string; body_key: string }>();
+    if (row === null) return kept;
+    const end = row.body_key.indexOf("/", root.length);
+    if (row.body_key.startsWith(root) && end > 0) kept.add(row.body_key.slice(0, end + 1));
+    after = row.engine;
+  }
+}
+
+/**
+ * Deletes every R2 body of the engine, by its incarnation's prefix rather than by the rows that
+ * name them: retention deletes rows before their day's object, and a batch whose rows were never
+ * stored leaves an object no row names; once the engine's row is gone nothing would find them.
+ * An archive's bodies stay. Whether it got through within the budget.
+ */
+async function deleteBodies(db: D1Database, bucket: R2Bucket, engine: string, budget: Budget): Promise<boolean> {
+  const kept = await archivedIncarnations(db, engine, budget);
+  if (kept === null) return false;
+  const root = namePrefix(engine);
+  let cursor: string | undefined;
+  do {
+    if (!spend(budget)) return false;
+    const listed = await bucket.list({ prefix: root, delimiter: "/", ...(cursor === undefined ? {} : { cursor }) });
+    for (const incarnation of listed.delimitedPrefixes) {
+      if (kept.has(incarnation)) continue;
+      if (!(await deleteUnder(bucket, incarnation, budget)).done) return false;
+    }
+    cursor = listed.truncated ? listed.cursor : undefined;
+  } while (cursor !== undefined);
+  return true;
+}
+
+/**
  * Deletes the engine's rows, chunk by chunk, for at most MAX_STATEMENTS statements; `archive`
  * keeps its history under that name instead. `done` once the engine's own row is gone.
  */
 export async function deleteEngineRows(db: D1Database, engine: string, archive: Archive | null, bodies: R2Bucket | null = null): Promise<RowsDeleted> {
   const steps = [...STATE, ...(archive === null ? DELETE_HISTORY : KEEP_HISTORY), ENGINE_ROW];
   const rows: Record<string, number> = {};
-  let statements = 0;
-  if (archive === null && bodies !== null) {
-    // The ledger's call bodies go with their rows: the objects first, then the rows that name them.
-    for (;;) {
-      if ((statements += 3) > MAX_STATEMENTS) return { done: false, rows };
-      const keys = (await db.prepare("SELECT DISTINCT body_key AS k FROM llm_calls WHERE engine = ? LIMIT 100").bind(engine).all<{ k: string }>()).results.map((r) => r.k);
-      if (keys.length === 0) break;
-      await bodies.delete(keys);
-      const changed = (await db.prepare("DELETE FROM llm_calls WHERE engine = ? AND body_key IN (SELECT value FROM json_each(?))").bind(engine, JSON.stringify(keys)).run()).meta.changes;
-      rows["llm_calls"] = (rows["llm_calls"] ?? 0) + changed;
-    }
-  }
+  const budget: Budget = { left: MAX_STATEMENTS };
+  if (archive === null && bodies !== null && !(await deleteBodies(db, bodies, engine, budget))) return { done: false, rows };
   for (const step of steps) {
     for (;;) {
-      if (statements++ >= MAX_STATEMENTS) return { done: false, rows };
+      if (!spend(budget)) return { done: false, rows };
       const changed = (await db.prepare(step.sql).bind(engine, ...step.args(archive)).run()).meta.changes;
       if (changed > 0) rows[step.table] = (rows[step.table] ?? 0) + changed;
       if (changed < CHUNK_ROWS) break;

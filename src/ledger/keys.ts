@@ -5,5 +5,10 @@
  * whole days by prefix.
  */
 export function bodyPrefix(engine: string, incarnation: string): string {
-  return `ledger/${encodeURIComponent(engine)}/${incarnation === "" ? "-" : encodeURIComponent(incarnation)}/`;
+  return `${namePrefix(engine)}${incarnation === "" ? "-" : encodeURIComponent(incarnation)}/`;
+}
+
+/** The bodies of every incarnation of engines named `engine`: what deleting one lists to find its own. */
+export function namePrefix(engine: string): string {
+  return `ledger/${encodeURIComponent(engine)}/`;
 }

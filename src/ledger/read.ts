@@ -5,7 +5,7 @@
  */
 import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
-import { continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
+import { completionPrompts, continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
 /** The most calls one trajectory answers with; a claim with more is cut there (docs/ledger.md). */
@@ -199,9 +199,11 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
 /**
  * A call as its successors continue it. `messages` and `prompt` are null when they are not known
  * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
- * be rebuilt from them no more than this call could.
+ * be rebuilt from them no more than this call could. `added` is the prompt ids it stored.
  */
-type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null };
+type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null };
+
+const UNKNOWN: Rebuilt = { messages: null, answer: null, tools: null, prompt: null, completion: null, added: null };
 
 /** `rest` after the first `prefix.count` items of `base` of the call `prefix` names; null when those are not known. */
 function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => T[] | null): T[] | null {
@@ -211,29 +213,91 @@ function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Reb
   return b === null ? null : rebuild({ base: b, count: prefix.count }, rest);
 }
 
+/** One call whole, from its stored delta and the calls its prefixes name, rebuilt already (or not known). */
+function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt {
+  if (body === null) return UNKNOWN;
+  const t = body.tokens ?? null;
+  const added = t === null ? null : unpackInts(t.prompt_ids);
+  return {
+    messages: continued(body.prefix, body.messages, byId, (c) => c.messages && continuation(c.messages, c.answer)),
+    answer: body.answer ?? null,
+    // The tools of the call the prefix names. A truncated record keeps tools_from_prefix but drops
+    // its prefix (recorder.ts fitBody): its tools are not known.
+    tools: !body.tools_from_prefix ? body.tools : body.prefix === null ? null : (byId.get(body.prefix.call_id)?.tools ?? null),
+    prompt: t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]),
+    completion: t === null ? null : unpackInts(t.completion_ids),
+    added,
+  };
+}
+
+/** The calls a stored delta continues: its messages' prefix call and its prompt ids'. */
+const prefixCalls = (body: CallBody | null): string[] =>
+  [body?.prefix?.call_id, body?.tokens?.prompt_prefix?.call_id].filter((id): id is string => id !== undefined);
+
+/**
+ * Every call of the claim whole, each once. A delta names a call of its claim by id, not the one
+ * admitted before it: concurrent calls are stored against whichever finished last, so a prefix
+ * may be a call admitted later. Depth first, each call after those it names, without recursion
+ * (a chain can be as long as the claim); a prefix the claim does not hold, or one that leads back
+ * to the call (a cycle, which no recorder makes but stored data may hold), is not known.
+ */
+function rebuildAll(bodies: ReadonlyMap<string, CallBody | null>): Map<string, Rebuilt> {
+  const byId = new Map<string, Rebuilt>();
+  // The calls on the path being rebuilt: one that names any of them closes a cycle.
+  const open = new Set<string>();
+  for (const root of bodies.keys()) {
+    const stack = [root];
+    while (stack.length > 0) {
+      const id = stack[stack.length - 1] as string;
+      if (byId.has(id)) {
+        stack.pop();
+        continue;
+      }
+      const body = bodies.get(id) ?? null;
+      if (!open.has(id)) {
+        open.add(id);
+        const pending = prefixCalls(body).filter((p) => bodies.has(p) && !byId.has(p) && !open.has(p));
+        if (pending.length > 0) {
+          stack.push(...pending);
+          continue;
+        }
+      }
+      byId.set(id, rebuildOne(body, byId));
+      open.delete(id);
+      stack.pop();
+    }
+  }
+  return byId;
+}
+
+/**
+ * What a successful call is to the training sequence: its tokens, or why it has none. "unknown"
+ * when they were recorded and are lost (a truncated record, a body gone, a prefix call the ledger
+ * does not have), unlike a call recorded without token ids (capture was `messages` then).
+ */
+function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt, logprobs: number[]): TokenTurn {
+  if (whole.prompt !== null && whole.completion !== null) return { index, prompt: whole.prompt, completion: whole.completion, logprobs, weightVersion: r.weight_version };
+  return { index, prompt: null, unknown: body === null || r.truncated === 1 || (body.tokens ?? null) !== null };
+}
+
 /** Whole calls from the stored deltas, in order, each checked against the successful call before it. */
 function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
-  const byId = new Map<string, Rebuilt>();
+  const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null])));
+  const completionPrompt = completionPrompts(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null] as const));
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
   let previous: TrajectoryCall | null = null;
   rows.forEach((r, index) => {
     const body = bodies.get(r.call_id) ?? null;
-    const messages = body === null ? null : continued(body.prefix, body.messages, byId, (c) => c.messages && continuation(c.messages, c.answer));
-    const answer = body?.answer ?? null;
+    const whole = byId.get(r.call_id) ?? UNKNOWN;
+    const { messages, prompt, completion } = whole;
     const t = body?.tokens ?? null;
-    const delta = t === null ? null : unpackInts(t.prompt_ids);
-    const prompt = delta === null ? null : continued(t?.prompt_prefix ?? null, delta, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]);
-    const completion = t === null ? null : unpackInts(t.completion_ids);
     const logprobs = t === null ? [] : unpackFloats(t.completion_logprobs);
-    // The tools of the call the prefix names. A truncated record keeps tools_from_prefix but drops
-    // its prefix (recorder.ts fitBody): its tools are not known.
-    const tools = body === null ? null : !body.tools_from_prefix ? body.tools : body.prefix === null ? null : (byId.get(body.prefix.call_id)?.tools ?? null);
-    byId.set(r.call_id, { messages, answer, tools, prompt, completion });
     // Shown as what the call added, and said so, rather than as if it were the whole conversation.
-    const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null));
+    const asked = completionPrompt(r.call_id);
+    const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null) || asked.missing);
     const shownMessages = messages ?? body?.messages ?? [];
-    const shownPrompt = prompt ?? delta;
+    const shownPrompt = prompt ?? whole.added;
     const messagesSplice = previous === null ? "first" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
     let tokenView: TrajectoryCall["tokens"] = null;
     if (shownPrompt !== null && completion !== null) {
@@ -244,7 +308,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     // Only an answer the client got whole is a turn: a failed call (a stream broken after its
     // status line too) is what the client retried, and its partial completion was never said.
     const succeeded = r.status === 200 && r.error === null;
-    if (succeeded) turns.push(prompt !== null && completion !== null ? { index, prompt, completion, logprobs, weightVersion: r.weight_version } : { index, prompt: null });
+    if (succeeded) turns.push(turnOf(index, r, body, whole, logprobs));
     const call: TrajectoryCall = {
       call_id: r.call_id,
       endpoint: r.endpoint,
@@ -262,11 +326,11 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       truncated: r.truncated === 1,
       after_claim_end: endedAt !== null && r.done_at > endedAt,
       prefix_missing: prefixMissing,
-      params: body?.params ?? {},
-      tools,
+      params: asked.params,
+      tools: whole.tools,
       messages: shownMessages,
       messages_splice: messagesSplice,
-      answer: answer as Record<string, unknown> | null,
+      answer: whole.answer as Record<string, unknown> | null,
       tokens: tokenView,
     };
     calls.push(call);
@@ -383,7 +447,7 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
 /**
  * The training sequences of claims, for the rollout buffer's items (rollout-tokens.ts): the
  * claims' calls and bodies read at once, one sequence built at a time; a claim without token
- * ids has none.
+ * ids, or whose first turn's were lost, has none.
  */
 export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, TrainingSequence>> {
   const out = new Map<string, TrainingSequence>();
@@ -395,7 +459,8 @@ export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine
     const list = calls.get(claimKey(c.episode, c.fence));
     if (list === undefined) continue;
     const training = trajectoryOf(c.episode, c.fence, null, list, bodies).training;
-    if (training !== null) out.set(claimKey(c.episode, c.fence), training);
+    // One that stops at its first call has nothing to train on: the item stays as it was.
+    if (training !== null && training.tokens.length > 0) out.set(claimKey(c.episode, c.fence), training);
   }
   return out;
 }

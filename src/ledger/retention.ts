@@ -11,14 +11,45 @@ import { utcDay } from "./ingest";
 const CHUNK_ROWS = 1000;
 /** Statements and R2 calls one sweep makes at most; the next sweep carries on. */
 const MAX_STEPS = 20;
+/** Keys one R2 list answers and one R2 delete takes, at most. */
+const R2_PAGE = 1000;
+
+/** What one invocation may still spend on D1 statements and R2 calls; each takes one. */
+export type Budget = { left: number };
+
+/** Takes one step of `budget`; false when none is left. */
+export function spend(budget: Budget): boolean {
+  if (budget.left <= 0) return false;
+  budget.left--;
+  return true;
+}
+
+/**
+ * Deletes every object under `prefix`, a list and a delete of a page at a time, while `budget`
+ * lasts: an engine's bodies can be far more than one invocation may touch. `done` when none are left.
+ */
+export async function deleteUnder(bucket: R2Bucket, prefix: string, budget: Budget): Promise<{ objects: number; done: boolean }> {
+  let objects = 0;
+  for (;;) {
+    // A list is only worth its step with one left to delete what it finds.
+    if (budget.left < 2) return { objects, done: false };
+    spend(budget);
+    const listed = await bucket.list({ prefix, limit: R2_PAGE });
+    if (listed.objects.length === 0) return { objects, done: true };
+    spend(budget);
+    await bucket.delete(listed.objects.map((o) => o.key));
+    objects += listed.objects.length;
+    if (!listed.truncated) return { objects, done: true };
+  }
+}
 
 export type Swept = { calls: number; objects: number; done: boolean };
 
 export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: string, incarnation: string, cutoff: number): Promise<Swept> {
-  let steps = 0;
+  const budget: Budget = { left: MAX_STEPS };
   let calls = 0;
   for (;;) {
-    if (steps++ >= MAX_STEPS) return { calls, objects: 0, done: false };
+    if (!spend(budget)) return { calls, objects: 0, done: false };
     const changed = (
       await db
         .prepare("DELETE FROM llm_calls WHERE rowid IN (SELECT rowid FROM llm_calls WHERE engine = ? AND admitted_at < ? LIMIT ?)")
@@ -32,21 +63,15 @@ export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: stri
   const prefix = bodyPrefix(engine, incarnation);
   const lastKept = utcDay(cutoff);
   let objects = 0;
+  if (!spend(budget)) return { calls, objects, done: false };
   const days = await bucket.list({ prefix, delimiter: "/" });
-  steps++;
   for (const dayPrefix of days.delimitedPrefixes) {
-    const day = dayPrefix.slice(prefix.length, -1);
-    if (day >= lastKept) continue;
-    for (;;) {
-      if (steps >= MAX_STEPS) return { calls, objects, done: false };
-      const listed = await bucket.list({ prefix: dayPrefix, limit: 1000 });
-      steps++;
-      if (listed.objects.length === 0) break;
-      await bucket.delete(listed.objects.map((o) => o.key));
-      steps++;
-      objects += listed.objects.length;
-      if (!listed.truncated) break;
-    }
+    if (dayPrefix.slice(prefix.length, -1) >= lastKept) continue;
+    const r = await deleteUnder(bucket, dayPrefix, budget);
+    objects += r.objects;
+    if (!r.done) return { calls, objects, done: false };
   }
-  return { calls, objects, done: !days.truncated };
+  // Days are listed in order: past a kept one, the days the list left off are kept too.
+  const last = days.delimitedPrefixes.at(-1);
+  return { calls, objects, done: !days.truncated || (last !== undefined && last.slice(prefix.length, -1) >= lastKept) };
 }

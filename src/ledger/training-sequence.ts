@@ -10,15 +10,21 @@ import { extendsTokens } from "./splice";
 
 /**
  * A successful call of the claim, by its index among the claim's calls; `prompt` null when its
- * tokens are not known (a truncated record, one without token ids, one whose prefix call is missing).
+ * tokens are not known. Those are `unknown` when they were lost (a truncated record, a body gone,
+ * a prefix call the ledger does not have), not when the call was recorded without token ids.
  */
-export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null };
+export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null; unknown: boolean };
 
 export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence | null {
-  // Calls before the first with tokens (capture turned on mid-claim) are in its prompt, not spliced.
-  const start = turns.findIndex((t) => t.prompt !== null);
+  // None with token ids: nothing to train on, not a sequence that stops.
+  if (!turns.some((t) => t.prompt !== null)) return null;
+  // Calls recorded without token ids before the first with them (capture turned on mid-claim) are
+  // in its prompt, not spliced. One whose tokens were lost is not: its completion, the model's
+  // own tokens, would be taken for prompt.
+  const start = turns.findIndex((t) => t.prompt !== null || t.unknown);
   const first = turns[start];
-  if (first === undefined || first.prompt === null) return null;
+  if (first === undefined) return null;
+  if (first.prompt === null) return { tokens: [], response_length: 0, loss_mask: [], rollout_log_probs: [], segments: [], drift_at_call: first.index };
   const tokens = [...first.prompt];
   const promptLength = tokens.length;
   const lossMask: number[] = [];

@@ -3,7 +3,9 @@
  * capture `tokens`) the token ids. The gateway makes a tap only for a call the Worker asked to
  * record, so a call with capture off runs the gateway's plain path. For an HTTP upstream with
  * capture `tokens` the tap also rewrites: the request gains the dialect's token fields, the
- * answer loses them again (token-fields.ts).
+ * answer loses them again (token-fields.ts). A streamed call is asked for its usage (OpenAI
+ * clients do not ask by default, and the ledger counts tokens by it): the last chunk, which
+ * carries only the usage, is taken out again when the client did not ask.
  */
 import { StringDecoder } from "node:string_decoder";
 import type { CallContext, TokenDialect } from "../../../src/protocol/ledger";
@@ -33,6 +35,29 @@ export type FinishedCall = {
   tokens: CallTokenData | null;
 };
 
+/** `request` asking for usage in its stream, with whatever else its stream_options ask. */
+function withStreamUsage(request: Obj): Obj {
+  const options = isRecord(request["stream_options"]) ? request["stream_options"] : {};
+  return { ...request, stream_options: { ...options, include_usage: true } };
+}
+
+/** The same for the request's own JSON text without stream_options: one field more, rather than the request serialized again. */
+const withStreamUsageText = (text: string): string => `${text.slice(0, text.lastIndexOf("}"))},"stream_options":{"include_usage":true}}`;
+
+/** The chunk a stream asked for usage ends with: no choices, only the usage (OpenAI's shape, vLLM's and SGLang's). */
+const isUsageChunk = (chunk: Obj): boolean => Array.isArray(chunk["choices"]) && chunk["choices"].length === 0 && isRecord(chunk["usage"]);
+
+/**
+ * Where the first event in `text` ends (`at`) and the next begins (`next`, past the blank line),
+ * or null when no event is complete yet. A CR that ends `text` may be the first half of a CRLF
+ * still on its way, so it does not end a line yet.
+ */
+function eventEnd(text: string): { at: number; next: number } | null {
+  const m = BLANK_LINE.exec(text.endsWith("\r") ? text.slice(0, -1) : text);
+  return m === null ? null : { at: m.index, next: m.index + m[0].length };
+}
+const BLANK_LINE = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/;
+
 const NO_ANSWER: AnswerParts = { message: null, finishReason: null, usage: null, error: null };
 
 function parseObject(text: string): Obj | null {
@@ -52,7 +77,9 @@ export class CallTap {
   private readonly collector: TokenCollector | null;
   /** Set when the gateway asks the upstream for tokens and so must take them out again. */
   private readonly rewrite: { dialect: TokenDialect; asked: ClientAsked } | null;
-  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string; cr: boolean } | null = null;
+  /** Set when the gateway asks the upstream to stream usage that the client did not ask for. */
+  private readonly addsUsage: boolean;
+  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string } | null = null;
 
   constructor(
     readonly env: RelayEnvelope & { request: Obj },
@@ -66,12 +93,19 @@ export class CallTap {
     const tokens = call.capture === "tokens";
     this.collector = tokens ? new TokenCollector() : null;
     this.rewrite = tokens && dialect !== null ? { dialect, asked: clientAsked(dialect, env.endpoint, env.request) } : null;
+    this.addsUsage = env.request["stream"] === true && !asksStreamUsage(env.request) && !this.streamsItself;
   }
 
   /** The request's JSON for the upstream. */
   upstreamBody(): string {
-    if (this.rewrite === null) return this.requestText ?? JSON.stringify(this.env.request);
-    return JSON.stringify(tokenRequest(this.rewrite.dialect, this.env.endpoint, this.env.request));
+    const request = this.env.request;
+    if (this.rewrite !== null) {
+      const asked = tokenRequest(this.rewrite.dialect, this.env.endpoint, request);
+      return JSON.stringify(this.addsUsage ? withStreamUsage(asked) : asked);
+    }
+    if (!this.addsUsage) return this.requestText ?? JSON.stringify(request);
+    if (this.requestText !== null && request["stream_options"] === undefined) return withStreamUsageText(this.requestText);
+    return JSON.stringify(withStreamUsage(request));
   }
 
   /** The client asked for a stream that the upstream is asked for whole (SGLang with tokens): the gateway streams it. */
@@ -113,38 +147,40 @@ export class CallTap {
 
   /**
    * One piece of an SSE answer: what to send the client (the piece itself unless the tap
-   * rewrites). Lines may end in CRLF or CR (SSE allows all three): read as LF, and a CR that
-   * ends a piece waits for the next, which may begin with its LF.
+   * rewrites). Lines may end in CRLF, LF or CR (SSE allows all three). An event the tap does not
+   * rewrite goes on as it came, line ends and all; one it rewrites goes on with LF.
    */
   chunk(piece: Buffer): Buffer | string {
-    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "", cr: false });
-    let text = (s.cr ? "\r" : "") + s.decoder.write(piece);
-    s.cr = text.endsWith("\r");
-    if (s.cr) text = text.slice(0, -1);
-    s.pending += text.replace(/\r\n?/g, "\n");
+    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
+    s.pending += s.decoder.write(piece);
     let out = "";
-    for (let end = s.pending.indexOf("\n\n"); end >= 0; end = s.pending.indexOf("\n\n")) {
-      const block = s.pending.slice(0, end);
-      s.pending = s.pending.slice(end + 2);
-      out += this.event(block, s.assembly) + "\n\n";
+    for (let end = eventEnd(s.pending); end !== null; end = eventEnd(s.pending)) {
+      const raw = s.pending.slice(0, end.next);
+      const shown = this.event(s.pending.slice(0, end.at), s.assembly);
+      s.pending = s.pending.slice(end.next);
+      if (shown !== null) out += this.rewrite === null ? raw : `${shown}\n\n`;
     }
-    return this.rewrite === null ? piece : out;
+    return this.rewrite === null && !this.addsUsage ? piece : out;
   }
 
   /** The stream ended: what is left to send (a last event without its blank line). */
   endStream(): string {
     const s = this.stream;
     if (s === null) return "";
-    s.pending += ((s.cr ? "\r" : "") + s.decoder.end()).replace(/\r\n?/g, "\n");
-    s.cr = false;
-    const rest = s.pending === "" ? "" : this.event(s.pending, s.assembly);
+    const rest = s.pending + s.decoder.end();
     s.pending = "";
+    const shown = rest === "" ? null : this.event(rest, s.assembly);
     this.parts = s.assembly.result();
-    return this.rewrite === null ? "" : rest;
+    if (this.rewrite === null && !this.addsUsage) return "";
+    return shown === null ? "" : this.rewrite === null ? rest : shown;
   }
 
-  /** Reads one event; returns it as the client gets it. Its data lines are one value, joined by LF (SSE). */
-  private event(block: string, assembly: StreamAssembly): string {
+  /**
+   * Reads one event; returns it as the client gets it (rewritten only with `rewrite`), or null
+   * when the client does not get it. Its data lines are one value, joined by LF (SSE).
+   */
+  private event(rawBlock: string, assembly: StreamAssembly): string | null {
+    const block = rawBlock.replace(/\r\n?/g, "\n");
     const lines = block.split("\n");
     const data = lines.filter((l) => l.startsWith("data:"));
     if (data.length === 0) return block;
@@ -152,6 +188,7 @@ export class CallTap {
     if (answer === null) return block;
     assembly.read(answer);
     this.collector?.read(answer);
+    if (this.addsUsage && isUsageChunk(answer)) return null;
     if (this.rewrite === null) return block;
     stripTokenFields(answer, this.rewrite.asked);
     // One data line for the value, where its first line was.

@@ -1,13 +1,19 @@
 /**
- * Each live claim's last finished call, which the claim's next call is stored as a delta of
- * (docs/ledger.md, "Storage, within Cloudflare's limits"). Held in memory, least recently used
- * first out, within a bound in bytes (the JSON the entries came from, an estimate of what they
- * hold): a claim pushed out only means its next call is stored whole.
+ * The last few finished calls of each live claim, which the claim's next call is stored as a
+ * delta of (docs/ledger.md, "Storage, within Cloudflare's limits"). A claim may hold several
+ * conversations (a planner and an executor taking turns), so it keeps one head per conversation:
+ * a call replaces the head it continues. Held in memory, least recently used claim first out,
+ * within a bound in bytes (the JSON the entries came from, an estimate of what they hold) and a
+ * few heads a claim: a head pushed out only means its conversation's next call is stored whole.
  */
+import { extendsMessages, messageKey } from "../../../src/ledger/splice";
+
 export type LastCall = {
   call_id: string;
-  messages: unknown[];
-  answer: Record<string, unknown> | null;
+  /** What a chat call continuing this one begins with: its messages then its answer. */
+  conversation: unknown[];
+  /** What a /v1/completions call continuing this one begins with: its prompt then its text; null for a chat call. */
+  text: string | null;
   /** The tools' JSON, to tell whether the next call offers the same ones. */
   toolsJson: string | null;
   prompt: number[] | null;
@@ -15,49 +21,110 @@ export type LastCall = {
   bytes: number;
 };
 
+/** Heads a claim keeps: its agents' conversations, and a failed call beside the one its retry continues. */
+export const MAX_HEADS_PER_CLAIM = 4;
+
+type Claim = { heads: LastCall[]; bytes: number };
+
 export class ClaimHistory {
-  private readonly entries = new Map<string, LastCall>();
+  private readonly claims = new Map<string, Claim>();
   private total = 0;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(
+    private readonly maxBytes: number,
+    private readonly maxHeads = MAX_HEADS_PER_CLAIM,
+  ) {}
 
   static key(episode: string, fence: number): string {
     return `${fence}\u0000${episode}`;
   }
 
-  get(key: string): LastCall | undefined {
-    const e = this.entries.get(key);
-    if (e !== undefined) {
-      this.entries.delete(key);
-      this.entries.set(key, e);
-    }
-    return e;
+  /** The claim's heads, oldest first; the claim becomes the most recently used. */
+  heads(key: string): readonly LastCall[] {
+    const c = this.claims.get(key);
+    if (c === undefined) return [];
+    this.claims.delete(key);
+    this.claims.set(key, c);
+    return c.heads;
   }
 
-  set(key: string, entry: LastCall): void {
-    this.delete(key);
-    if (entry.bytes > this.maxBytes) return;
-    this.entries.set(key, entry);
-    this.total += entry.bytes;
-    for (const [k, e] of this.entries) {
-      if (this.total <= this.maxBytes) break;
-      this.entries.delete(k);
-      this.total -= e.bytes;
+  /** Keeps `entry` as a head of the claim, in place of the head `replaces` names (the call it continues). */
+  add(key: string, entry: LastCall, replaces: string | null): void {
+    let c = this.claims.get(key);
+    if (c === undefined) this.claims.set(key, (c = { heads: [], bytes: 0 }));
+    const at = replaces === null ? -1 : c.heads.findIndex((h) => h.call_id === replaces);
+    if (at >= 0) this.drop(c, at);
+    if (entry.bytes <= this.maxBytes) {
+      c.heads.push(entry);
+      c.bytes += entry.bytes;
+      this.total += entry.bytes;
     }
+    while (c.heads.length > this.maxHeads) this.drop(c, 0);
+    this.evict(key);
   }
 
   delete(key: string): void {
-    const old = this.entries.get(key);
-    if (old === undefined) return;
-    this.entries.delete(key);
-    this.total -= old.bytes;
+    const c = this.claims.get(key);
+    if (c === undefined) return;
+    this.claims.delete(key);
+    this.total -= c.bytes;
+  }
+
+  private drop(c: Claim, at: number): void {
+    const [gone] = c.heads.splice(at, 1);
+    c.bytes -= gone?.bytes ?? 0;
+    this.total -= gone?.bytes ?? 0;
+  }
+
+  /** Other claims first, least recently used first; then `current`'s own oldest heads. */
+  private evict(current: string): void {
+    for (const [k, c] of this.claims) {
+      if (this.total <= this.maxBytes) break;
+      if (k !== current) this.delete(k);
+    }
+    const c = this.claims.get(current);
+    if (c === undefined) return;
+    while (this.total > this.maxBytes && c.heads.length > 1) this.drop(c, 0);
+    if (c.heads.length === 0) this.claims.delete(current);
   }
 
   get bytes(): number {
     return this.total;
   }
 
+  /** Claims held. */
   get size(): number {
-    return this.entries.size;
+    return this.claims.size;
   }
+}
+
+/**
+ * The longest head that the call continues, or null: by its prompt's text on /v1/completions
+ * (`prompt` not null), else by its messages.
+ */
+export function continuedHead(heads: readonly LastCall[], messages: readonly unknown[], prompt: string | null): LastCall | null {
+  return prompt === null ? continuedMessages(heads, messages) : continuedText(heads, prompt);
+}
+
+/**
+ * A head is checked only when it is no longer than the messages, and from its last message
+ * first: a head of another conversation is mostly told apart at once, whatever its length.
+ */
+function continuedMessages(heads: readonly LastCall[], messages: readonly unknown[]): LastCall | null {
+  let best: LastCall | null = null;
+  for (const h of heads) {
+    const n = h.conversation.length;
+    if (n === 0 || n > messages.length || n <= (best?.conversation.length ?? 0)) continue;
+    if (messageKey(messages[n - 1]) === messageKey(h.conversation[n - 1]) && extendsMessages(messages, h.conversation)) best = h;
+  }
+  return best;
+}
+
+function continuedText(heads: readonly LastCall[], prompt: string): LastCall | null {
+  let best: LastCall | null = null;
+  for (const h of heads) {
+    if (h.text === null || h.text === "" || h.text.length <= (best?.text?.length ?? 0)) continue;
+    if (prompt.startsWith(h.text)) best = h;
+  }
+  return best;
 }

@@ -1,16 +1,16 @@
 /**
- * Turns a finished call into its CallRecord: the body stored as the delta of the claim's previous
- * call (messages after the shared prefix, prompt ids after the previous prompt and completion),
- * cut to the record cap, checked against the protocol, and handed to the shipper. Never throws:
- * a call is answered before it is recorded, and a record that cannot be made is logged and
- * dropped.
+ * Turns a finished call into its CallRecord: the body stored as the delta of the earlier call of
+ * its claim that it continues (messages after the shared prefix, prompt ids after that call's
+ * prompt and completion), cut to the record cap, checked against the protocol, and handed to the
+ * shipper. Never throws: a call is answered before it is recorded, and a record that cannot be
+ * made is logged and dropped.
  */
 import { packFloats, packInts } from "../../../src/protocol/packed";
-import { continuation, messageDelta, tokenDelta } from "../../../src/ledger/splice";
+import { continuation, messageDelta, promptContinuation, promptDelta, tokenDelta } from "../../../src/ledger/splice";
 import { CallRecord, type CallBody } from "../../../src/protocol/ledger";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
-import { ClaimHistory, type LastCall } from "./claim-history";
+import { ClaimHistory, continuedHead, type LastCall } from "./claim-history";
 
 /** A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut). */
 export const RECORD_BODY_CAP_BYTES = 1_500_000;
@@ -41,20 +41,24 @@ export class CallRecorder {
 
   private build(c: FinishedCall): void {
     const key = ClaimHistory.key(c.env.episode_uuid, c.env.fence);
-    const prev = this.history.get(key);
+    const heads = this.history.heads(key);
     const { messages: rawMessages, tools: rawTools, ...params } = c.request;
     const messages = Array.isArray(rawMessages) ? rawMessages : [];
     const tools = Array.isArray(rawTools) ? rawTools : null;
     const toolsJson = tools === null ? null : JSON.stringify(tools);
 
-    const md = messageDelta(messages, prev === undefined ? null : continuation(prev.messages, prev.answer));
-    const prefix = md.prefixCount === null || prev === undefined ? null : { call_id: prev.call_id, count: md.prefixCount };
+    // On /v1/completions the whole history is the prompt's text: it is stored as a delta instead.
+    const prompt = c.env.endpoint === "/v1/completions" && typeof params["prompt"] === "string" ? params["prompt"] : null;
+    const base = continuedHead(heads, messages, prompt);
+    const md = messageDelta(messages, base === null ? null : base.conversation);
+    const prefix = md.prefixCount === null || base === null ? null : { call_id: base.call_id, count: md.prefixCount };
     // The tools are the prefix call's: a reader finds them there.
-    const toolsFromPrefix = prefix !== null && toolsJson !== null && toolsJson === prev?.toolsJson;
+    const toolsFromPrefix = prefix !== null && toolsJson !== null && toolsJson === base?.toolsJson;
     let tokens: CallBody["tokens"] = null;
     if (c.tokens !== null) {
-      const base = prev?.prompt == null ? null : [...prev.prompt, ...prev.completion];
-      const td = tokenDelta(c.tokens.prompt, base);
+      // No head continued by messages or text: the claim's latest call, whose ids it may still continue (a prompt of ids).
+      const prev = base ?? heads.at(-1);
+      const td = tokenDelta(c.tokens.prompt, prev?.prompt == null ? null : [...prev.prompt, ...prev.completion]);
       tokens = {
         prompt_prefix: td.prefixCount === null || prev === undefined ? null : { call_id: prev.call_id, count: td.prefixCount },
         prompt_ids: packInts(td.rest),
@@ -63,7 +67,7 @@ export class CallRecorder {
       };
     }
     const whole: CallBody = {
-      params,
+      params: prompt === null ? params : { ...params, prompt: promptDelta(prompt, base) },
       tools: toolsFromPrefix ? null : tools,
       tools_from_prefix: toolsFromPrefix,
       prefix,
@@ -90,23 +94,22 @@ export class CallRecorder {
       truncated: fitted.truncated,
       body: fitted.body,
     });
-    if (!parsed.success) {
-      this.history.delete(key);
-      throw new Error(parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
-    }
-    // A truncated call keeps neither messages nor tokens: the next call cannot be stored as its delta.
-    if (fitted.truncated) this.history.delete(key);
-    else {
+    if (!parsed.success) throw new Error(parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    // Only a call recorded whole can be continued from; a truncated one keeps neither messages nor
+    // tokens, and its successor still continues the head it continued. A failed call stays beside
+    // that head: the client's retry continues the head, not the failed answer.
+    if (!fitted.truncated) {
       const entry: LastCall = {
         call_id: c.call.call_id,
-        messages,
-        answer: c.answer.message,
+        conversation: prompt === null ? continuation(messages, c.answer.message) : [],
+        text: prompt === null ? null : promptContinuation(prompt, c.answer.message),
         toolsJson,
         prompt: c.tokens?.prompt ?? null,
         completion: c.tokens?.completion ?? [],
         bytes: c.requestBytes + (c.answer.message === null ? 0 : jsonBytes(c.answer.message)) + 8 * ((c.tokens?.prompt.length ?? 0) + (c.tokens?.completion.length ?? 0)),
       };
-      this.history.set(key, entry);
+      const succeeded = c.status === 200 && c.error === null;
+      this.history.add(key, entry, succeeded ? (base?.call_id ?? null) : null);
     }
     this.o.sink(parsed.data, fitted.bytes + RECORD_FIELDS_BYTES);
   }

@@ -1,9 +1,11 @@
 /**
  * The gateway recording relayed calls for the trajectory ledger, over real sockets: signed
  * envelopes carrying a CallContext, the real Gateway and CallRecorder, and fake vLLM and SGLang
- * servers answering token ids and logprobs in those servers' exact shapes.
+ * servers answering token ids and logprobs in those servers' exact shapes. A claim's records grow
+ * with its conversations' length: two agents taking turns, or a prompt growing on /v1/completions.
  */
 import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { unpackFloats, unpackInts } from "../../../src/protocol/packed";
 import type { CallRecord, CaptureMode } from "../../../src/protocol/ledger";
@@ -11,6 +13,7 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
 import { agentJetKey, envelope, post } from "../gateway/envelope";
 import { startZmqModel, type ZmqModel } from "../gateway/zmq-model";
+import { bodyText, serveHttp, type TestServer } from "../support/http-server";
 import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
 import { END, logprobOf, promptIds, startTokenModel, type Served, type TokenModel } from "./token-model";
 
@@ -18,6 +21,7 @@ const SECRET = "ledger-test-secret";
 let vllm: TokenModel;
 let sglang: TokenModel;
 let zmq: ZmqModel;
+let fixed: TestServer;
 let onVllm: RecordingGateway;
 let onSglang: RecordingGateway;
 
@@ -25,6 +29,7 @@ beforeAll(async () => {
   vllm = await startTokenModel("vllm");
   sglang = await startTokenModel("sglang");
   zmq = await startZmqModel(`ipc:///tmp/rx-ledger-${randomUUID()}.sock`);
+  fixed = await serveHttp(answerFixed);
   onVllm = await recordingGateway(SECRET, "vllm");
   onSglang = await recordingGateway(SECRET, "sglang");
 });
@@ -33,9 +38,19 @@ afterAll(async () => {
   await onVllm?.gateway.close();
   await onSglang?.gateway.close();
   zmq?.close();
+  await fixed?.close();
   await vllm?.close();
   await sglang?.close();
 });
+
+/** Answers every call, chat or completions, with the same short text: a conversation grows only by what its client adds. */
+async function answerFixed(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  await bodyText(req);
+  const chat = (req.url ?? "").endsWith("/chat/completions");
+  const choice = chat ? { index: 0, message: { role: "assistant", content: FIXED }, finish_reason: "stop" } : { index: 0, text: FIXED, finish_reason: "stop" };
+  res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: chat ? "chat.completion" : "text_completion", created: 1, model: "tiny", choices: [choice], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+}
+const FIXED = " Action: look.";
 
 function call(model: TokenModel, episode: string, request: Record<string, unknown>, capture: CaptureMode | null = "tokens", over: Partial<RelayEnvelope> = {}): RelayEnvelope {
   return envelope({ episode_uuid: episode, trainer_base_url: model.url, request, ...(capture === null ? {} : { call: callContext(capture) }), ...over });
@@ -226,7 +241,8 @@ describe("ledger: what is not recorded, and faults", () => {
   it("with capture messages, asks for no tokens and records none", async () => {
     const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", messages: [{ role: "user", content: "m" }], stream: true }, "messages");
     const a = await post(onVllm.url, env, SECRET);
-    expect(vllm.requests.at(-1)).toEqual(env.request);
+    // Only the stream's usage, which the ledger counts tokens by (the client does not get it).
+    expect(vllm.requests.at(-1)).toEqual({ ...env.request, stream_options: { include_usage: true } });
     const rec = await recordOf(onVllm, env);
     expect(rec.body.tokens).toBeNull();
     expect(rec.body.answer).toEqual({ role: "assistant", content: "echo: m" });
@@ -284,5 +300,56 @@ describe("ledger: what is not recorded, and faults", () => {
     expect(rec).toMatchObject({ status: 200, finish_reason: "stop", usage: { prompt_tokens: 1, completion_tokens: 2 }, body: { answer: { role: "assistant", content: "echo: hey" }, tokens: null } });
     // The runner's answer went through untouched.
     expect(JSON.parse(a.text)).toMatchObject({ id: "chatcmpl-test", choices: [{ message: { content: "echo: hey" } }] });
+  });
+});
+
+describe("ledger: storage linear in a claim's length", () => {
+  const TURNS = 15;
+  const observation = (i: number) => `\nObservation ${i}: ${"x".repeat(1000)}\n`;
+
+  /** One call to the fixed upstream: the size of its record's body. */
+  async function turn(episode: string, request: Record<string, unknown>, over: Partial<RelayEnvelope> = {}): Promise<{ rec: CallRecord; bytes: number }> {
+    const env = envelope({ episode_uuid: episode, trainer_base_url: `${fixed.origin}/v1`, request, call: callContext("messages"), ...over });
+    expect((await post(onVllm.url, env, SECRET)).status).toBe(200);
+    const rec = await recordOf(onVllm, env);
+    return { rec, bytes: JSON.stringify(rec.body).length };
+  }
+
+  it("stores two conversations of one claim taking turns (a planner and an executor) each as deltas of its own", async () => {
+    const episode = `ep-${randomUUID()}`;
+    const planner: Record<string, unknown>[] = [{ role: "system", content: "You plan." }];
+    const executor: Record<string, unknown>[] = [{ role: "system", content: "You execute." }];
+    let bytes = 0;
+    const records: CallRecord[] = [];
+    for (let i = 0; i < TURNS; i++) {
+      for (const [name, conv] of [["planner", planner], ["executor", executor]] as const) {
+        conv.push({ role: "user", content: `${name} step ${i}: ${observation(i)}` });
+        const t = await turn(episode, { model: "tiny", messages: [...conv] });
+        bytes += t.bytes;
+        records.push(t.rec);
+        conv.push({ role: "assistant", content: FIXED });
+      }
+    }
+    expect(bytes).toBeLessThan(2 * (JSON.stringify(planner).length + JSON.stringify(executor).length));
+    // Each call after an agent's first continues that agent's previous call, two calls back.
+    records.slice(2).forEach((r, i) => expect(r.body.prefix?.call_id).toBe(records[i]!.call_id));
+  });
+
+  it("stores a growing /v1/completions conversation (prompt: the previous prompt and completion, then what is new) as deltas", async () => {
+    const episode = `ep-${randomUUID()}`;
+    let prompt = "You are an agent.";
+    let bytes = 0;
+    const records: CallRecord[] = [];
+    for (let i = 0; i < TURNS; i++) {
+      prompt += observation(i);
+      const t = await turn(episode, { model: "tiny", prompt }, { endpoint: "/v1/completions" });
+      bytes += t.bytes;
+      records.push(t.rec);
+      prompt += FIXED;
+    }
+    // What the claim said in all is `prompt`: its records hold about that, not its square.
+    expect(bytes).toBeLessThan(2 * prompt.length);
+    expect(records[0]!.body.params["prompt"]).toBe(`You are an agent.${observation(0)}`);
+    records.slice(1).forEach((r, i) => expect(r.body.params["prompt"]).toEqual({ prefix: { call_id: records[i]!.call_id, count: expect.any(Number) }, rest: observation(i + 1) }));
   });
 });

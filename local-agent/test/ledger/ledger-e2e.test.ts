@@ -5,13 +5,16 @@
  * three turns with a tool call (streamed and whole); the trajectory read back from the exchange
  * has the exact tokens, loss mask and logprobs the server produced. A server that re-tokenizes
  * the history drifts, and the trajectory says at which call; a stream that broke and was retried
- * stays out of the training sequence.
+ * stays out of the training sequence; concurrent calls of one claim, stored as deltas of whichever
+ * finished last, read back whole. A /v1/completions conversation, stored as deltas of its prompt,
+ * reads back with each call's whole prompt.
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
 import { AdminClient, EngineClient, LedgerClient } from "../../../src/client";
 import { runAgent, testConfig } from "../support/agent-harness";
+import { bodyText, serveHttp } from "../support/http-server";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
 import { logprobOf, startTokenModel, type TokenModel } from "./token-model";
@@ -40,16 +43,16 @@ afterEach(async () => {
 
 type Role = "operator" | "trainer" | "client" | "viewer";
 
-/** A fresh engine capturing tokens, its agent's gateway in front of the vLLM-shaped server, one claim. */
-async function setup() {
+/** A fresh engine capturing tokens, its agent's gateway in front of the vLLM-shaped server (unless told otherwise), one claim. */
+async function setup(opts: { upstream?: string; capture?: "messages" | "tokens" } = {}) {
   const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine(`ledger-${randomUUID().slice(0, 8)}`);
   const base = `${ex.url}/e/${created.engine}`;
   const tokens = created.tokens as Record<Role, string>;
   const role = (r: Role) => new EngineClient({ baseUrl: base, token: tokens[r] });
   const ledger = (r: Role) => new LedgerClient({ baseUrl: base, token: tokens[r] });
-  await ledger("operator").configure({ capture: "tokens" });
+  await ledger("operator").configure({ capture: opts.capture ?? "tokens" });
   const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
-  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: `${vllm.url}/v1`, tokenDialect: "vllm" }));
+  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: opts.upstream ?? `${vllm.url}/v1`, tokenDialect: "vllm" }));
   cleanups.push(() => agent.stop());
   await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
   await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 7 });
@@ -200,5 +203,87 @@ describe("trajectory ledger, end to end", () => {
     const [s1, , s3] = vllm.served.slice(-3) as [(typeof vllm.served)[0], (typeof vllm.served)[0], (typeof vllm.served)[0]];
     expect(s3.prompt.slice(0, s1.prompt.length + s1.completion.length)).toEqual([...s1.prompt, ...s1.completion]);
     expect(t.training).toMatchObject({ tokens: [...s3.prompt, ...s3.completion], drift_at_call: null });
+  });
+  it("gives back each /v1/completions call's whole prompt, stored as what it added to the call before", async () => {
+    const { claim, ledger } = await setup();
+    const prompts: string[] = [];
+    let prompt = "You are an agent.";
+    for (const observation of ["\nObservation: a door.", "\nObservation: a key.", "\nObservation: a room."]) {
+      prompt += observation;
+      prompts.push(prompt);
+      const res = await fetch(`${claim.openai_base_url}/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "policy", prompt, max_tokens: 16 }),
+      });
+      const text = await res.text();
+      expect(res.status, text).toBe(200);
+      prompt += (JSON.parse(text) as { choices: { text: string }[] }).choices[0]!.text;
+    }
+    const t = await waitUntil(async () => {
+      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
+      return got !== null && got.calls.length === 3 ? got : null;
+    }, "the three calls recorded");
+    expect(t.calls.map((c) => c.params["prompt"])).toEqual(prompts);
+    expect(t.calls.map((c) => c.params["max_tokens"])).toEqual([16, 16, 16]);
+    expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
+  });
+
+  it("rebuilds a call stored as a delta of a concurrent call of its claim that was admitted after it", async () => {
+    // Model "slow" is held until released, "bad" refused at once (400), any other answered at once.
+    let release: () => void = () => undefined;
+    let held = false;
+    const upstream = await serveHttp(async (req, res) => {
+      const r = JSON.parse(await bodyText(req)) as { model: string; messages: { content: string }[] };
+      if (r.model === "bad") {
+        res.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify({ object: "error", message: "bad sampling parameter", type: "BadRequestError", param: null, code: 400 }));
+        return;
+      }
+      if (r.model === "slow") {
+        held = true;
+        await new Promise<void>((resolve) => (release = resolve));
+      }
+      const choices = [{ index: 0, message: { role: "assistant", content: `echo: ${r.messages.at(-1)?.content ?? ""}` }, finish_reason: "stop" }];
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "chatcmpl-x", object: "chat.completion", created: 1, model: r.model, choices, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }));
+    });
+    cleanups.push(() => upstream.close());
+    const { claim, ledger } = await setup({ upstream: `${upstream.origin}/v1`, capture: "messages" });
+    cleanups.push(() => release());
+    const v = ledger("viewer");
+    const calls = async (n: number) => {
+      const got = await v.trajectory("ep-1").catch(() => null);
+      return got !== null && got.calls.length === n ? got : null;
+    };
+
+    const messages: Record<string, unknown>[] = [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "hello" },
+    ];
+    // A, admitted first, is held; B, the same history admitted second, fails first, and its record
+    // is stored first: the gateway stores A as a delta of B (B's continuation is its messages).
+    const a = chat(claim, { model: "slow", messages });
+    await waitUntil(() => held, "the slow call to reach the upstream");
+    const refused = await fetch(`${claim.openai_base_url}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "bad", messages }),
+    });
+    expect(refused.status).toBe(400);
+    await waitUntil(() => calls(1), "B's record stored");
+    release();
+    const answerA = await a;
+    // C continues A's answer.
+    const messagesC = [...messages, answerA.message, { role: "user", content: "again" }];
+    await chat(claim, { model: "policy", messages: messagesC });
+
+    const t = await waitUntil(() => calls(3), "the three calls recorded");
+    expect(t.calls.map((c) => [c.model, c.status])).toEqual([
+      ["slow", 200],
+      ["bad", 400],
+      ["policy", 200],
+    ]);
+    expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
+    expect(t.calls[0]?.messages).toEqual(messages);
+    expect(t.calls[2]?.messages).toEqual(messagesC);
   });
 });

@@ -2,13 +2,16 @@
  * The gateway's tap on streamed answers, against real upstreams: SSE framed with CRLF or with an
  * event's data over several lines (both valid SSE) is read and rewritten as with LF, and an
  * answer the gateway streams itself (SGLang's whole answer, with capture tokens) carries what
- * the upstream's own stream would have: the client's logprobs, usage only when asked.
+ * the upstream's own stream would have: the client's logprobs, usage only when asked. A stream's
+ * usage is asked for to be recorded, and the client that did not ask gets the stream it would
+ * have got without it, byte for byte.
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CaptureMode } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
+import { CallTap } from "../../src/ledger/call-tap";
 import { envelope, post } from "../gateway/envelope";
 import { bodyText, serveHttp } from "../support/http-server";
 import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
@@ -17,6 +20,7 @@ import { startTokenModel, type TokenModel } from "./token-model";
 const SECRET = "stream-tap-secret";
 let crlf: { url: string; close(): Promise<void> };
 let sglang: TokenModel;
+let vllm: TokenModel;
 let onVllm: RecordingGateway;
 let onSglang: RecordingGateway;
 
@@ -31,6 +35,7 @@ async function startCrlfModel() {
     res.write(ev({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }], ...(ids ? { prompt_token_ids: [1, 2, 3] } : {}) }));
     res.write(ev({ ...base, choices: [{ index: 0, delta: { content: "hi" }, logprobs: r["logprobs"] === true ? { content: [{ token: "hi", logprob: -0.5, bytes: [], top_logprobs: [] }] } : null, finish_reason: null, ...(ids ? { token_ids: [7] } : {}) }] }));
     res.write(ev({ ...base, choices: [{ index: 0, delta: {}, logprobs: r["logprobs"] === true ? { content: [{ token: "", logprob: -0.25, bytes: [], top_logprobs: [] }] } : null, finish_reason: "stop", ...(ids ? { token_ids: [9] } : {}) }] }));
+    if ((r["stream_options"] as { include_usage?: boolean } | undefined)?.include_usage === true) res.write(ev({ ...base, choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } }));
     res.end(r["model"] === "multiline" ? "data: [DONE]\n\n" : "data: [DONE]\r\n\r\n");
   });
   return { url: `${server.origin}/v1`, close: server.close };
@@ -39,6 +44,7 @@ async function startCrlfModel() {
 beforeAll(async () => {
   crlf = await startCrlfModel();
   sglang = await startTokenModel("sglang");
+  vllm = await startTokenModel("vllm");
   onVllm = await recordingGateway(SECRET, "vllm");
   onSglang = await recordingGateway(SECRET, "sglang");
 });
@@ -47,6 +53,7 @@ afterAll(async () => {
   await onSglang?.gateway.close();
   await crlf?.close();
   await sglang?.close();
+  await vllm?.close();
 });
 
 const call = (base: string, request: Record<string, unknown>, capture: CaptureMode): RelayEnvelope => envelope({ episode_uuid: `ep-${randomUUID()}`, trainer_base_url: base, request, call: callContext(capture) });
@@ -64,11 +71,60 @@ describe("the call tap on streamed answers", () => {
   });
 
   it("records a CRLF-framed answer with capture messages too, passing its bytes through as they came", async () => {
-    const env = call(crlf.url, { model: "tiny", messages: [{ role: "user", content: "hi" }], stream: true }, "messages");
+    const request = { model: "tiny", messages: [{ role: "user", content: "hi" }], stream: true };
+    const env = call(crlf.url, request, "messages");
     const passed = await post(onVllm.url, env, SECRET);
     expect(passed.text).toContain("\r\n\r\n");
+    // The usage chunk the gateway asked for is taken out; the rest is what the upstream sends anyone.
+    const direct = await fetch(`${crlf.url}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request) });
+    expect(passed.text).toBe(await direct.text());
     const rec = await recordOf(onVllm, env);
     expect(rec.body.answer).toEqual({ role: "assistant", content: "hi" });
+    expect(rec.usage).toEqual({ prompt_tokens: 3, completion_tokens: 2 });
+  });
+
+  it("records the usage of a streamed call whose client did not ask for it, and sends the client the stream it would have got", async () => {
+    const request = { model: "tiny", messages: [{ role: "user", content: "hello" }], stream: true };
+    const env = call(vllm.url, request, "messages");
+    const answer = await post(onVllm.url, env, SECRET);
+    expect(answer.status).toBe(200);
+    const served = vllm.served.at(-1)!;
+    const record = await recordOf(onVllm, env);
+    expect(record.status).toBe(200);
+    expect(record.usage).toEqual({ prompt_tokens: served.prompt.length, completion_tokens: served.completion.length });
+    expect(served.request).toEqual({ ...request, stream_options: { include_usage: true } });
+    // Byte for byte the stream of a call the gateway does not record: no usage, which the client did not ask for.
+    const plain = await post(onVllm.url, call(vllm.url, request, "off"), SECRET);
+    expect(answer.text).toBe(plain.text);
+    expect(answer.text).not.toContain('"usage"');
+  });
+
+  it("passes a stream on byte for byte however it is cut into pieces, without the usage chunk only it asked for", () => {
+    const env = call("http://127.0.0.1:1/v1", { model: "tiny", messages: [{ role: "user", content: "hi" }], stream: true }, "messages");
+    const events = ['data: {"id":"c","choices":[{"index":0,"delta":{"content":"h\u00e9llo"}}]}', ": keep-alive", 'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}', "data: [DONE]"];
+    for (const eol of ["\n", "\r\n", "\r"]) {
+      const bytes = Buffer.from(events.map((e) => e + eol + eol).join(""));
+      const want = events.filter((e) => !e.includes("usage")).map((e) => e + eol + eol).join("");
+      for (let cut = 1; cut < bytes.length; cut++) {
+        const tap = new CallTap({ ...env, request: env.request! }, env.call!, null, "vllm", Date.now, Date.now());
+        tap.answering(200);
+        const out = [tap.chunk(bytes.subarray(0, cut)), tap.chunk(bytes.subarray(cut)), tap.endStream()].map(String).join("");
+        expect(out, `${JSON.stringify(eol)} cut at ${cut}`).toBe(want);
+        expect(tap.finish(false).answer).toMatchObject({ message: { content: "héllo" }, usage: { prompt_tokens: 3, completion_tokens: 2 } });
+      }
+    }
+  });
+
+  it("asks for usage beside the token fields, and gives it only to a client that asked", async () => {
+    const request = { model: "tiny", messages: [{ role: "user", content: "hello" }], stream: true };
+    const tokens = await post(onVllm.url, call(vllm.url, request, "tokens"), SECRET);
+    expect(vllm.requests.at(-1)).toMatchObject({ return_token_ids: true, stream_options: { include_usage: true } });
+    expect(tokens.text).not.toContain('"usage"');
+    const env = call(vllm.url, { ...request, stream_options: { include_usage: true } }, "tokens");
+    const asked = await post(onVllm.url, env, SECRET);
+    const events = dataEvents(asked.text);
+    expect(events.at(-1)).toMatchObject({ choices: [], usage: { completion_tokens: vllm.served.at(-1)!.completion.length } });
+    expect((await recordOf(onVllm, env)).usage).toMatchObject({ completion_tokens: vllm.served.at(-1)!.completion.length });
   });
 
   it("reads an event whose data spans several lines as one value, and sends it on as one line", async () => {
