@@ -63,3 +63,29 @@ describe("relay admission", () => {
     expect(await e.stub.relayBegin(key)).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-1:10087" } });
   });
 });
+
+describe("relay admission of the Worker's batches", () => {
+  it("answers a batch sent again under its id, and counts its calls once", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const key = await claim(e, "c1");
+    const batch = (seq: number, settled: number, calls = 3) => [{ key, calls, idle_ms: 0, detail: false, carries: false, batch: { gate: "g1", seq, settled } }];
+    const first = await e.stub.relaySync(batch(1, 1));
+    expect(first).toMatchObject({ ok: true, body: { claims: [{ ok: true }] } });
+    // Its answer was lost: the same batch again is answered as the first time, not counted.
+    expect(await e.stub.relaySync(batch(1, 1))).toMatchObject({ ok: true, body: { claims: [{ ok: true }] } });
+    // A later batch, sent before the first was answered, counts; a copy of the first arriving late too does not.
+    expect((await e.stub.relaySync(batch(2, 1))).ok).toBe(true);
+    expect((await e.stub.relaySync(batch(1, 1))).ok).toBe(true);
+    // Settled: the gate sends nothing below 3 again, so a copy of 2 arriving late is not counted either.
+    expect((await e.stub.relaySync(batch(3, 3))).ok).toBe(true);
+    expect((await e.stub.relaySync(batch(2, 2))).ok).toBe(true);
+    // Another gate's sequence numbers are its own; a batch without an id (an older Worker) counts each time.
+    expect((await e.stub.relaySync([{ ...batch(1, 1)[0]!, batch: { gate: "g2", seq: 1, settled: 1 } }])).ok).toBe(true);
+    expect((await e.stub.relaySync([{ key, calls: 1, idle_ms: 0, detail: false, carries: false }])).ok).toBe(true);
+    expect((await e.stub.relaySync([{ key, calls: 1, idle_ms: 0, detail: false, carries: false }])).ok).toBe(true);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 3 * 4 + 2 })]);
+    expect((await e.as("viewer").overview()).relay.calls).toBe(14);
+  });
+});

@@ -28,8 +28,14 @@ function gateOn(e: TestEngine) {
   let hold: Promise<void> | null = null;
   /** The next answer never comes (a request cut off). */
   let loseNext = false;
+  /** The next requests fail before they reach the engine (the engine unreachable). */
+  let failing = 0;
   const gate = new ClaimGate(async (items) => {
     sent.push(items);
+    if (failing > 0) {
+      failing--;
+      throw new Error("Network connection lost.");
+    }
     if (loseNext) {
       loseNext = false;
       return new Promise<never>(() => {});
@@ -62,6 +68,10 @@ function gateOn(e: TestEngine) {
     /** The engine's next answer never comes. */
     loseNextAnswer(): void {
       loseNext = true;
+    },
+    /** The next `n` requests fail before they reach the engine. */
+    failNext(n: number): void {
+      failing = n;
     },
     /** admitCached, as the relay asks first: the answer from the cache, or null when admitting means waiting. */
     cached: (key: ClaimKeyFields) => gate.admitCached(key, track),
@@ -123,7 +133,8 @@ describe("the relay's claim gate", () => {
     // The counted calls go within FLUSH_MS, in one request.
     await g.tick(FLUSH_MS);
     expect(g.sent).toHaveLength(2);
-    expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false, carries: false }]);
+    // Its id: the second batch with calls (the first carried the first call), none before it unanswered.
+    expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false, carries: false, batch: { gate: expect.any(String), seq: 2, settled: 2 } }]);
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 100 })]);
     expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2 });
   });
@@ -231,7 +242,7 @@ describe("the relay's claim gate", () => {
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
   });
 
-  it("gives up a flush that never ended after FLUSH_STUCK_MS: a later call arms another", async () => {
+  it("gives up a flush that never ended after FLUSH_STUCK_MS: a later call arms another, which sends the lost batch again", async () => {
     const e = await rollingEngine();
     const g = gateOn(e);
     const key = await claim(e, "c1", 3600);
@@ -246,8 +257,32 @@ describe("the relay's claim gate", () => {
     expect((await g.admitNow(key)).ok).toBe(true);
     expect(g.cached(key)?.ok).toBe(true);
     await g.tick(FLUSH_MS, { settle: false });
-    await until(() => g.sent.length === 4);
-    expect(g.sent[3]).toEqual([expect.objectContaining({ key, calls: 1 })]);
+    await until(() => g.sent.length === 5);
+    // The lost batch goes again under its id (the engine counts whichever copy reaches it), the new call in a batch of its own.
+    const lost = g.sent[1]?.[0]?.batch;
+    expect(lost).toMatchObject({ seq: 2 });
+    expect(g.sent[3]).toEqual([expect.objectContaining({ key, calls: 1, batch: { ...lost, settled: 2 } })]);
+    expect(g.sent[4]).toEqual([expect.objectContaining({ key, calls: 1, batch: expect.objectContaining({ seq: 4 }) })]);
+  });
+
+  it("sends a batch that got no answer again, backing off while the engine stays unreachable, and counts it once", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 3600);
+    await g.admit(key);
+    for (let i = 0; i < 3; i++) expect(g.cached(key)?.ok).toBe(true);
+    g.failNext(5);
+    const times: number[] = [];
+    const start = e.clock.t;
+    for (let t = 0; t < 10_000; t += 50) {
+      const before = g.sent.length;
+      await g.tick(50);
+      if (g.sent.length > before) times.push(e.clock.t - start);
+    }
+    // The flush, then five resends: each later by twice as long, up to RESEND_MAX_MS; the last is answered.
+    expect(times).toEqual([500, 750, 1250, 2250, 4250, 6250]);
+    expect(g.sent.slice(1).every((b) => b[0]?.batch?.seq === 2 && b[0]?.calls === 3)).toBe(true);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
   });
 
   it("keeps refreshing the claims in use after a refresh's request was cut off", async () => {
@@ -408,7 +443,7 @@ describe("the relay's claim gate without a promise (admitCached)", () => {
     expect(g.sent).toHaveLength(1);
     // Its calls are counted and sent as admit's are.
     await g.tick(FLUSH_MS);
-    expect(g.sent[1]).toEqual([{ key, calls: 9, idle_ms: FLUSH_MS, detail: false, carries: false }]);
+    expect(g.sent[1]).toEqual([{ key, calls: 9, idle_ms: FLUSH_MS, detail: false, carries: false, batch: { gate: expect.any(String), seq: 2, settled: 2 } }]);
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 10 })]);
     // Stale: admit asks again.
     await g.tick(FRESH_MS);

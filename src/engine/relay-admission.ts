@@ -17,6 +17,7 @@ import type { CaptureMode } from "../protocol/ledger";
 import type { LedgerSettings } from "./ledger-settings";
 import type { LedgerRetention } from "./ledger-retention";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
+import { RelayBatches, type RelayBatchId } from "./relay-batches";
 import { fail, ok, type Failure, type Reply } from "./reply";
 
 /** What every relayed call of the engine goes with: its gateway, and the ledger's capture, weight version and run. */
@@ -34,9 +35,13 @@ export type Admission = EngineTerms & ClaimTerms;
 /**
  * One claim in the Worker's batch: calls admitted from its cache, the last `idle_ms` ago, and
  * whether it needs the claim's terms. `carries`: the last of `calls` is the call being asked
- * about, which is no call if the answer is a hold.
+ * about, which is no call if the answer is a hold. `batch`, on the first item of a batch that
+ * carries calls: its id, the same when the batch is sent again (relay-batches.ts). On the item
+ * rather than beside the list, so that the RPC keeps its one argument: whatever stands between
+ * the gate and the engine (the route's move, a test's stand-in) passes the items on as they are,
+ * and a Worker and an engine of different versions still understand each other mid-deploy.
  */
-export type RelaySyncItem = { key: ClaimKeyFields; calls: number; idle_ms: number; detail: boolean; carries: boolean };
+export type RelaySyncItem = { key: ClaimKeyFields; calls: number; idle_ms: number; detail: boolean; carries: boolean; batch?: RelayBatchId };
 /** A live claim: how long its lease runs from now, and its terms when they were asked for (they never change for one claim). */
 export type ClaimStanding = { lease_ms: number; terms: ClaimTerms | null };
 /**
@@ -84,6 +89,8 @@ export type AdmissionHost = {
 export class RelayAdmission {
   /** LLM calls admitted but not yet written, and the timer that writes them. */
   private readonly activity = new RelayActivity();
+  /** The Worker's batches applied lately: one sent again is answered, its calls not counted twice. */
+  private readonly batches = new RelayBatches();
   private activityTimer: ReturnType<typeof setTimeout> | null = null;
   /** Calls admitted, and the requests that were answered (a refusal leaves no trace), since this object started. */
   private calls = 0;
@@ -149,7 +156,8 @@ export class RelayAdmission {
   /**
    * The Worker's batch (src/relay/claim-gate.ts): the calls it admitted from its cache since its last
    * batch, written now, and where each claim it asks about stands. One request for many calls
-   * of many claims: the engine's work is per claim, not per call.
+   * of many claims: the engine's work is per claim, not per call. A batch sent again (its
+   * answer was lost) is answered as the first time, and its calls are not counted again.
    */
   sync(items: RelaySyncItem[]): Reply<RelaySyncAnswer> {
     const refusal = this.engineRefusal();
@@ -159,13 +167,16 @@ export class RelayAdmission {
     const now = this.host.now();
     // One statement for the batch's claims, not a query each: a refresh asks about every claim in use.
     const rows = this.claimRows(items);
+    // Noted as applied before its calls go into the tally: a write that fails keeps them there.
+    const id = items[0]?.batch;
+    const repeat = id !== undefined && this.batches.repeat(id);
     let counted = false;
     const live = items.map((it): Reply<{ ep: ClaimRow; expiresAt: number }> => {
       const ep = this.liveClaim(it.key, rows.get(it.key.episode_uuid) ?? null);
       if (!ep.ok) return ep;
       // Calls the Worker counted were served before any hold: they count whatever holds now.
       if (!engine.ok && hold === null) return engine;
-      const calls = hold !== null && it.carries ? it.calls - 1 : it.calls;
+      const calls = repeat ? 0 : hold !== null && it.carries ? it.calls - 1 : it.calls;
       let expiresAt = ep.body.expires_at ?? now;
       if (calls > 0) {
         // The Worker says how long ago, not when: its clock is not this object's.

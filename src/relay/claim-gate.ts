@@ -13,6 +13,13 @@
  * as the engine last said it, runs LEASE_MARGIN_MS longer: a client that keeps talking keeps its
  * lease, since its activity arrives before the reaper could judge it.
  *
+ * A batch that carries calls has an id (this gate's, and a sequence number). Without an answer
+ * to it (its request failed; a read will not wait for it) it is sent again under that id, with
+ * the calls it had, never more: the engine counts a batch once however many copies reach it
+ * (relay-batches.ts). A call that asked the engine and got no answer is refused, and is no call.
+ * Answers can come back out of order: what one says of the whole engine (a sync, a refusal, the
+ * gateway) is used only when no answer to a later request came first, and of a claim likewise.
+ *
  * Only keys whose signature the Worker has verified come here: nothing forged reaches the engine.
  */
 import type { ClaimKeyFields } from "../auth/claim-key";
@@ -31,12 +38,17 @@ export const FLUSH_MS = 500;
 export const LEASE_MARGIN_MS = 2_000;
 /** A flush on its way this long is taken for lost (its request cut off), and the next call arms another. */
 export const FLUSH_STUCK_MS = 10_000;
+/** A batch of calls with no answer is sent again after this long, twice as long each time the engine stays unreachable, up to RESEND_MAX_MS. */
+export const RESEND_MS = 250;
+export const RESEND_MAX_MS = 2_000;
+/** A batch unanswered this long after it was first sent is given up: its calls are not counted, as an isolate's that went away. */
+export const RESEND_FOR_MS = 60_000;
 /** Claims without a call for this long are forgotten at the next batch. */
 export const IDLE_MS = 60_000;
 /** Claims kept per engine and isolate: past it, the oldest are forgotten (their next call asks the engine). */
 export const MAX_CLAIMS = 20_000;
 
-/** The engine as the gate reaches it: one batch per call. */
+/** The engine as the gate reaches it: one batch per call (the same batch may come again, under its id). */
 export type GateEngine = (items: RelaySyncItem[]) => Promise<Reply<RelaySyncAnswer>>;
 /** Time, injected in tests; `wait` lets a batch of counted calls go later without a request waiting for it. */
 export type GateClock = { now(): number; wait(ms: number): Promise<void> };
@@ -62,14 +74,57 @@ type Entry = {
   lastUsedAt: number;
   /** Bumped by `forget`: an answer to a batch sent before it is not used. */
   epoch: number;
+  /** The request whose answer `standing` is (Request.no): an answer to an earlier request that comes later is not used. */
+  answerNo: number;
   /** The refresh on its way that asks about this claim, and when it was sent. */
   inFlight: { sentAt: number; done: Promise<unknown> } | null;
-  /** Whether the last of `calls` is a call being asked about (it is no call if the answer is a hold). */
-  carrying: boolean;
 };
+
+/** What a batch's answer said: which claims' answers were taken, and of the engine, as the engine counted its calls. */
+type Answer = { taken: boolean[]; hold: SyncHold | null; engine: EngineTerms | null };
+/** The same for the claim a call asks about. */
+type MustAnswer = { taken: boolean; hold: SyncHold | null; engine: EngineTerms | null };
+/** What awaits a batch's answer: the first of its requests to be answered settles it for all. */
+type Waiters = { promise: Promise<Reply<Answer>>; resolve(r: Reply<Answer>): void; reject(err: unknown): void };
+
+/**
+ * The claims of one batch and the calls it carries, as they were taken from the entries: sent
+ * again, the same, until an answer comes. Calls counted later go in a later batch.
+ */
+type Batch = {
+  /** Its sequence number in the gate; 0 for a batch without calls, which is never sent again. */
+  seq: number;
+  entries: Entry[];
+  /** Per entry: the calls taken, and when the last of them came. */
+  counts: number[];
+  lastCallAt: number[];
+  calls: number;
+  /** The entry whose last call is the call being asked about (-1: none): no call if the answer is a hold or none comes. */
+  carried: number;
+  firstSentAt: number;
+  lastSentAt: number;
+  /** Its requests on their way, and what awaits the answer of the first to come back (null while none is on its way). */
+  copies: number;
+  waiters: Waiters | null;
+  answered: boolean;
+};
+
+/** One request of a batch: what its answer is checked against (the gate's order of requests, and `forget`). */
+type Request = { no: number; sentAt: number; epoch: number; epochs: number[] };
+
+function waiters(): Waiters {
+  let resolve: (r: Reply<Answer>) => void = () => {};
+  let reject: (err: unknown) => void = () => {};
+  const promise = new Promise<Reply<Answer>>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
 
 const claimId = (k: ClaimKeyFields): string => `${k.episode_uuid}\n${k.fence}\n${k.incarnation}`;
 
+const UNREACHABLE = fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again.");
 const UNSETTLED = fail(503, "admission_unsettled", "The engine's answers for this claim kept being overtaken by changes to it; try again.");
 
 /** One engine's claims in one isolate. */
@@ -99,6 +154,16 @@ export class ClaimGate {
   private flushOwed = false;
   /** Calls counted in entries and not yet sent: a read's flush with none to send costs no walk of the entries. */
   private pending = 0;
+  /** This gate's part of its batches' ids, and the last batch's sequence number. */
+  private readonly id = crypto.randomUUID();
+  private seq = 0;
+  /** The batches with calls that have no answer yet, by sequence number (so in the order they were made). */
+  private readonly unanswered = new Map<number, Batch>();
+  /** Requests made (Request.no), and the one whose answer the gate's word on the whole engine is. */
+  private requests = 0;
+  private engineAnswerNo = 0;
+  /** How long the next resend waits (0: the last request was answered). */
+  private resendMs = 0;
 
   constructor(
     private readonly engine: GateEngine,
@@ -132,18 +197,18 @@ export class ClaimGate {
         e.calls++;
         this.pending++;
         e.lastCallAt = now;
-        e.carrying = true;
       }
-      let applied: boolean;
+      let r: Reply<MustAnswer>;
       try {
-        const r = await this.batch(refreshDue, e);
-        if (!r.ok) return r;
-        applied = r.body;
+        r = await this.batch(refreshDue, e, carried);
       } catch (err) {
+        // No answer: the call is refused, so it was no call (the batch took it out); the batch's other calls go again.
         console.error("relay: asking the engine about a claim failed", err);
-        return fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again.");
+        this.flushAgain(background);
+        return UNREACHABLE;
       }
-      if (applied) return this.answered(e, carried, background);
+      if (!r.ok) return r;
+      if (r.body.taken) return this.answered(e, carried, r.body, background);
       // Overtaken by a forget: the call was sent (and counted if carried and the claim was live); ask again without it.
       return this.recheck(e, carried, background);
     }
@@ -191,20 +256,33 @@ export class ClaimGate {
   /** After an answer `forget` overtook: asks about the claim alone until an answer holds (`carried`: the call went with the first question). */
   private async recheck(e: Entry, carried: boolean, background: Background): Promise<Reply<Admission | SyncHold>> {
     for (let attempt = 0; attempt < 2; attempt++) {
-      const r = await this.batch(false, e).catch(() => fail(503, "engine_unreachable", "The engine could not be reached to admit this call; try again."));
+      let r: Reply<MustAnswer>;
+      try {
+        r = await this.batch(false, e);
+      } catch {
+        this.flushAgain(background);
+        return UNREACHABLE;
+      }
       if (!r.ok) return r;
-      if (r.body) return this.answered(e, carried, background);
+      if (r.body.taken) return this.answered(e, carried, r.body, background);
     }
     return UNSETTLED;
   }
 
-  /** A call's answer once the engine's answer about its claim came: a refusal, a hold, or an admission (counted here unless it went with the question). */
-  private answered(e: Entry, carried: boolean, background: Background): Reply<Admission | SyncHold> {
+  /**
+   * A call's answer once the engine's answer about its claim came: a refusal, a hold, or an
+   * admission (counted here unless it went with the question). What `answer` said of the
+   * engine decides, though a later answer may have come first: the engine counted a carried
+   * call, or held it, by it.
+   */
+  private answered(e: Entry, carried: boolean, answer: MustAnswer, background: Background): Reply<Admission | SyncHold> {
     const standing = e.standing as Reply<ClaimStanding>;
     if (!standing.ok) return standing;
-    const held = this.heldNow(e, e.fetchedAt);
-    if (held !== null) return held;
-    return carried ? this.admission(e) : this.fromCache(e, this.clock.now(), background);
+    if (answer.hold !== null) return ok(answer.hold);
+    if (carried) return this.admission(e, answer.engine);
+    const now = this.clock.now();
+    // Not asked with this call: admitted as from the cache, on the gate's latest word on the engine.
+    return this.heldNow(e, now) ?? (this.engineTerms === null ? UNSETTLED : this.fromCache(e, now, background));
   }
 
   /** Stops using what the engine said of one episode's claims (ended, aborted, claimed again), or of the engine and all its claims. */
@@ -237,14 +315,34 @@ export class ClaimGate {
   }
 
   /**
-   * Sends the counted calls now (before a read in this isolate; the timer does it otherwise).
-   * Past half the way to the next refresh, this is that refresh: one request carries the
-   * counts and asks about every claim in use, never two going apart.
+   * Before a read in this isolate: sends the counted calls now, and again the batches of calls
+   * still on their way (under their ids: the engine counts whichever copy comes first), and
+   * returns once the engine has them all, or could not be reached.
    */
   async flush(): Promise<void> {
-    if (this.pending === 0) return;
-    const refresh = this.refreshDue(this.clock.now(), REFRESH_AFTER_MS / 2);
-    await this.batch(refresh).catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err));
+    if (this.pending === 0 && this.unanswered.size === 0) return;
+    await this.send(true);
+  }
+
+  /**
+   * The counted calls go in one batch; past half the way to the next refresh, it is that
+   * refresh: one request carries the counts and asks about every claim in use, never two going
+   * apart. The batches that got no answer go again beside it (`onTheWay`: those still waiting
+   * for theirs too), and those unanswered RESEND_FOR_MS are given up.
+   */
+  private async send(onTheWay: boolean): Promise<void> {
+    const now = this.clock.now();
+    const work: Promise<unknown>[] = [];
+    for (const b of this.unanswered.values()) {
+      if (now - b.firstSentAt >= RESEND_FOR_MS) {
+        console.error(`relay: gave up sending ${b.calls} counted calls to the engine`);
+        this.unanswered.delete(b.seq);
+      } else if (onTheWay || b.copies === 0 || now - b.lastSentAt >= FLUSH_STUCK_MS) {
+        work.push(this.post(b));
+      }
+    }
+    if (this.pending > 0) work.push(this.batch(this.refreshDue(now, REFRESH_AFTER_MS / 2)));
+    await Promise.all(work.map((w) => w.catch((err: unknown) => console.error("relay: sending counted calls to the engine failed", err))));
   }
 
   /** Whether a batch now may be a refresh: none on its way (or one lost), and `after` since the last. */
@@ -252,9 +350,9 @@ export class ClaimGate {
     return (this.refreshing === null || now - this.refreshedAt >= FLUSH_STUCK_MS) && now - this.refreshedAt >= after;
   }
 
-  private admission(e: Entry): Reply<Admission> {
+  private admission(e: Entry, engine = this.engineTerms): Reply<Admission> {
     // Both are set by the answer that made `e` usable.
-    return ok({ ...(this.engineTerms as EngineTerms), ...(e.terms as ClaimTerms) });
+    return ok({ ...(engine as EngineTerms), ...(e.terms as ClaimTerms) });
   }
 
   /** A call admitted on the engine's last answer: counted here, sent within FLUSH_MS (with the refresh then due). */
@@ -287,7 +385,7 @@ export class ClaimGate {
         this.remove(oldest.value);
       }
     }
-    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, lastUsedAt: 0, epoch: 0, inFlight: null, carrying: false };
+    const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, lastUsedAt: 0, epoch: 0, answerNo: 0, inFlight: null };
     this.entries.set(id, e);
     const same = this.byEpisode.get(key.episode_uuid);
     if (same === undefined) this.byEpisode.set(key.episode_uuid, new Set([e]));
@@ -311,16 +409,17 @@ export class ClaimGate {
    * with the next, which the first of them arms in its own request once that one is done. A
    * request's background work ends with it (on Cloudflare, 30 s after its answer), so no one
    * request carries the flushes for long, and a flush that never ended (its request cut off)
-   * is given up after FLUSH_STUCK_MS.
+   * is given up after FLUSH_STUCK_MS. A batch that got no answer is sent again by a flush
+   * armed at once, after RESEND_MS and longer while the engine stays unreachable (`resend`).
    */
-  private scheduleFlush(background: Background, now: number): void {
+  private scheduleFlush(background: Background, now: number, resend = false): void {
     if (this.flushing !== null && now - this.flushArmedAt < FLUSH_STUCK_MS) {
       if (this.flushSent && !this.flushOwed) {
         this.flushOwed = true;
         background(
           this.flushing.then(() => {
             this.flushOwed = false;
-            if (this.pending > 0) this.scheduleFlush(background, this.clock.now());
+            this.flushAgain(background);
           }),
         );
       }
@@ -330,25 +429,46 @@ export class ClaimGate {
     this.flushOwed = false;
     this.flushArmedAt = now;
     const flushing: Promise<void> = this.clock
-      .wait(FLUSH_MS)
+      .wait(resend ? this.backOff() : FLUSH_MS)
       .then(() => {
         if (this.flushing === flushing) this.flushSent = true;
-        return this.flush();
+        return this.send(false);
       })
       .finally(() => {
         if (this.flushing !== flushing) return;
         this.flushing = null;
         this.flushSent = false;
+        // Calls counted meanwhile wait for the flush their own request arms; a batch this one could not send goes again from here.
+        if (this.owesResend()) this.scheduleFlush(background, this.clock.now(), true);
       });
     this.flushing = flushing;
     background(flushing);
   }
 
+  /** After a flush, or a call whose question got no answer: batches without an answer go again soon, calls counted since within FLUSH_MS. */
+  private flushAgain(background: Background): void {
+    if (this.owesResend()) this.scheduleFlush(background, this.clock.now(), true);
+    else if (this.pending > 0) this.scheduleFlush(background, this.clock.now());
+  }
+
+  /** Whether a batch of calls has no answer and no request on its way. */
+  private owesResend(): boolean {
+    for (const b of this.unanswered.values()) if (b.copies === 0) return true;
+    return false;
+  }
+
+  /** The wait before the next resend: RESEND_MS, doubled while the engine stays unreachable, at most RESEND_MAX_MS. */
+  private backOff(): number {
+    this.resendMs = Math.min(RESEND_MAX_MS, Math.max(RESEND_MS, this.resendMs * 2));
+    return this.resendMs;
+  }
+
   /**
-   * One request to the engine: the claims with counted calls, `must`, and for a refresh every
-   * claim in use. Answers whether `must`'s answer was taken. Forgets claims long unused.
+   * One batch to the engine: the claims with counted calls, `must`, and for a refresh every
+   * claim in use (`carried`: the last call of `must` is the call asking). Answers what the
+   * engine said, and whether `must`'s answer was taken. Forgets claims long unused.
    */
-  private async batch(refresh: boolean, must?: Entry): Promise<Reply<boolean>> {
+  private async batch(refresh: boolean, must?: Entry, carried = false): Promise<Reply<MustAnswer>> {
     const now = this.clock.now();
     const chosen: Entry[] = [];
     for (const [id, e] of this.entries) {
@@ -356,8 +476,8 @@ export class ClaimGate {
       else if (now - e.lastUsedAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.remove(id);
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);
-    if (chosen.length === 0) return ok(false);
-    const sending = this.send(chosen);
+    if (chosen.length === 0) return ok({ taken: false, hold: null, engine: null });
+    const sending = this.post(this.take(chosen, carried ? must : undefined, now));
     const refreshing = refresh ? {} : null;
     if (refresh) {
       this.refreshing = refreshing;
@@ -367,7 +487,8 @@ export class ClaimGate {
     }
     try {
       const r = await sending;
-      return r.ok ? ok(must === undefined ? true : (r.body[chosen.indexOf(must)] ?? false)) : r;
+      if (!r.ok) return r;
+      return ok({ taken: must === undefined || (r.body.taken[chosen.indexOf(must)] ?? false), hold: r.body.hold, engine: r.body.engine });
     } finally {
       if (refresh) {
         if (this.refreshing === refreshing) this.refreshing = null;
@@ -376,57 +497,126 @@ export class ClaimGate {
     }
   }
 
-  /**
-   * One request to the engine for these claims: their counted calls go, their answers come back.
-   * Answers whether each claim's answer was taken (not when `forget` came in between).
-   */
-  private async send(batch: Entry[]): Promise<Reply<boolean[]>> {
-    const sentAt = this.clock.now();
-    const gateEpoch = this.epoch;
-    const epochs = batch.map((e) => e.epoch);
-    const counts = batch.map((e) => e.calls);
-    const carrying = batch.map((e) => e.carrying);
-    const items: RelaySyncItem[] = batch.map((e) => ({ key: e.key, calls: e.calls, idle_ms: e.calls > 0 ? sentAt - e.lastCallAt : 0, detail: e.terms === null, carries: e.carrying }));
-    for (const e of batch) e.carrying = false;
-    for (const e of batch) e.calls = 0;
-    const sent = counts.reduce((a, n) => a + n, 0);
-    this.pending -= sent;
-    let reply: Reply<RelaySyncAnswer>;
-    try {
-      reply = await this.engine(items);
-    } catch (err) {
-      this.pending += sent;
-      batch.forEach((e, i) => {
-        e.calls += counts[i] ?? 0;
-        e.carrying ||= carrying[i] ?? false;
-      });
-      throw err;
+  /** A batch of these claims: their counted calls move from the entries into it, to be sent (again if need be) as they are now. */
+  private take(chosen: Entry[], carried: Entry | undefined, now: number): Batch {
+    const counts = chosen.map((e) => e.calls);
+    const lastCallAt = chosen.map((e) => e.lastCallAt);
+    let calls = 0;
+    for (const e of chosen) {
+      calls += e.calls;
+      e.calls = 0;
     }
+    this.pending -= calls;
+    const seq = calls > 0 ? ++this.seq : 0;
+    const b: Batch = { seq, entries: chosen, counts, lastCallAt, calls, carried: carried === undefined ? -1 : chosen.indexOf(carried), firstSentAt: now, lastSentAt: now, copies: 0, waiters: null, answered: false };
+    if (seq > 0) this.unanswered.set(seq, b);
+    return b;
+  }
+
+  /**
+   * One request of batch `b`: its calls go, its claims' answers come back. A batch already on
+   * its way is sent again by a read's flush; the first answer settles it for every caller, and
+   * when every request of it failed they all hear of it, and it waits for a resend. (The first
+   * answer may be to the copy the engine took for a repeat: should a weight sync begin or end
+   * between the two copies, the call a question carried is held though counted, or admitted
+   * though not; that takes a read, a question on its way and a status change at once.)
+   */
+  private post(b: Batch): Promise<Reply<Answer>> {
+    const waiting = (b.waiters ??= waiters());
+    const sentAt = this.clock.now();
+    const request: Request = { no: ++this.requests, sentAt, epoch: this.epoch, epochs: b.entries.map((e) => e.epoch) };
+    b.copies++;
+    b.lastSentAt = sentAt;
+    let reply: Promise<Reply<RelaySyncAnswer>>;
+    try {
+      reply = this.engine(this.items(b, sentAt));
+    } catch (err) {
+      reply = Promise.reject(err);
+    }
+    reply.then(
+      (r) => {
+        b.copies--;
+        if (b.answered) return;
+        b.answered = true;
+        this.unanswered.delete(b.seq);
+        this.resendMs = 0;
+        waiting.resolve(this.answer(b, r, request));
+      },
+      (err: unknown) => {
+        b.copies--;
+        if (b.answered || b.copies > 0) return;
+        b.waiters = null;
+        this.lost(b);
+        waiting.reject(err);
+      },
+    );
+    return waiting.promise;
+  }
+
+  /** The items of a request of `b` sent at `sentAt`: its counts as taken, how long ago their last call was as of now. */
+  private items(b: Batch, sentAt: number): RelaySyncItem[] {
+    const items = b.entries.map((e, i): RelaySyncItem => {
+      const calls = b.counts[i] ?? 0;
+      return { key: e.key, calls, idle_ms: calls > 0 ? sentAt - (b.lastCallAt[i] ?? sentAt) : 0, detail: e.terms === null, carries: i === b.carried };
+    });
+    const first = items[0];
+    if (b.seq > 0 && first !== undefined) {
+      // Every batch below the oldest unanswered one is settled: the engine forgets their ids.
+      const settled = this.unanswered.keys().next().value ?? b.seq;
+      first.batch = { gate: this.id, seq: b.seq, settled };
+    }
+    return items;
+  }
+
+  /**
+   * Every request of `b` failed: the call it asked about, if any, is refused (its caller answers
+   * 503), so it is no call and goes no more; the batch's other calls wait for a resend.
+   */
+  private lost(b: Batch): void {
+    if (b.carried >= 0) {
+      b.counts[b.carried] = (b.counts[b.carried] ?? 1) - 1;
+      b.calls--;
+      b.carried = -1;
+    }
+    if (b.calls === 0) this.unanswered.delete(b.seq);
+  }
+
+  /**
+   * The engine's answer to a request of `b`, taken where it is the latest: of the whole engine
+   * when no answer to a later request was taken first, of a claim likewise, and neither across
+   * a `forget`. Answers whether each claim has an answer at least this new (none across a `forget`).
+   */
+  private answer(b: Batch, reply: Reply<RelaySyncAnswer>, request: Request): Reply<Answer> {
+    const engineWide = request.epoch === this.epoch && request.no > this.engineAnswerNo;
+    if (engineWide) this.engineAnswerNo = request.no;
     if (!reply.ok) {
       // The engine serves no call now, and wrote none of these: kept as the answer for all, FRESH_MS.
-      if (gateEpoch === this.epoch) {
+      if (engineWide) {
         this.refusal = reply;
-        this.refusalUntil = sentAt + FRESH_MS;
+        this.refusalUntil = request.sentAt + FRESH_MS;
+        for (const e of this.entries.values()) e.freshUntil = 0;
       }
-      for (const e of this.entries.values()) e.freshUntil = 0;
       return reply;
     }
-    if (gateEpoch === this.epoch) {
+    if (engineWide) {
       this.refusal = null;
       this.held = reply.body.hold;
-      this.heldUntil = sentAt + FRESH_MS;
+      this.heldUntil = request.sentAt + FRESH_MS;
       if (reply.body.engine !== null) this.engineTerms = reply.body.engine;
     }
-    const applied = batch.map((e, i) => {
+    const taken = b.entries.map((e, i) => {
       const standing = reply.body.claims[i] ?? fail(500, "relay_sync", "The engine answered fewer claims than it was asked about.");
       if (standing.ok && standing.body.terms !== null) e.terms = standing.body.terms;
-      if (e.epoch !== epochs[i] || gateEpoch !== this.epoch) return false;
+      if (e.epoch !== request.epochs[i] || request.epoch !== this.epoch) return false;
+      // A later request's answer came first: it stands, as good for a call that waited on this one.
+      if (request.no < e.answerNo) return true;
+      e.answerNo = request.no;
       e.standing = standing;
-      e.fetchedAt = sentAt;
-      e.freshUntil = sentAt + FRESH_MS;
-      e.leaseUntil = standing.ok ? sentAt + standing.body.lease_ms : 0;
+      e.fetchedAt = request.sentAt;
+      e.freshUntil = request.sentAt + FRESH_MS;
+      e.leaseUntil = standing.ok ? request.sentAt + standing.body.lease_ms : 0;
       return true;
     });
-    return ok(applied);
+    return ok({ taken, hold: reply.body.hold, engine: reply.body.engine });
   }
 }

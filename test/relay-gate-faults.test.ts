@@ -1,0 +1,130 @@
+/**
+ * The per-isolate claim gate (src/relay/claim-gate.ts) when its requests to the engine fail or
+ * answer late, as a network does: a refused call is never counted, a failed batch is sent again
+ * under its id and counted once, an older answer never overrules a newer one, and a read waits
+ * for the calls already on their way. The engine is real; only its RPC is made to misbehave
+ * (test/support/faulty-gate.ts).
+ */
+import { describe, expect, it } from "vitest";
+import { FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS } from "../src/relay/claim-gate";
+import { claim, faultyGateOn, rollingEngine, running, until } from "./support/faulty-gate";
+
+describe("the claim gate when the engine fails or answers late: a refused call is not counted", () => {
+  it("counts only the calls admitted: a call refused 503 engine_unreachable is no relayed call", async () => {
+    const e = await rollingEngine();
+    const g = faultyGateOn(e);
+    const key = await claim(e, "c1", 3600);
+    // The engine cannot be reached for the claim's first call: the client gets a 503, nothing is relayed.
+    g.fault("throw-before");
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 503, error: "engine_unreachable" });
+    // The client tries again and is admitted: one call relayed in all.
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(FLUSH_MS);
+    expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 1 })]);
+    expect((await e.as("viewer").overview()).relay.calls).toBe(1);
+  });
+});
+
+describe("the claim gate when the engine fails or answers late: a failed flush is sent again", () => {
+  it("sends calls whose flush failed once, without waiting for another call", async () => {
+    const e = await rollingEngine();
+    const g = faultyGateOn(e);
+    const key = await claim(e, "c1", 3600);
+    expect((await g.admit(key)).ok).toBe(true);
+    // Two calls from the cache; their flush meets a transient RPC failure.
+    expect(g.cached(key)?.ok).toBe(true);
+    expect(g.cached(key)?.ok).toBe(true);
+    g.fault("throw-before");
+    await g.tick(FLUSH_MS);
+    expect(g.sent).toHaveLength(2);
+    // The client is busy with its model's answer for a while: no other call comes.
+    for (let t = 0; t < FLUSH_STUCK_MS; t += FLUSH_MS) await g.tick(FLUSH_MS);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 3 })]);
+  });
+
+  it("keeps the lease of a client whose last call was admitted from the cache when that call's flush failed", async () => {
+    const e = await rollingEngine();
+    const g = faultyGateOn(e);
+    // A 3 s lease: every call keeps it for 3 s from when it was made.
+    const key = await claim(e, "c1", 3);
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(400);
+    // Its last call, from the cache (the lease runs 2.6 s more, past the margin); its flush fails once.
+    expect(g.cached(key)?.ok).toBe(true);
+    g.fault("throw-before");
+    await g.tick(FLUSH_MS);
+    // 2.7 s after that call: inside the 3 s lease it earned, the claim must still be live.
+    for (let i = 0; i < 11; i++) await g.tick(200);
+    expect((await running(e)).map((x) => x.episode_uuid)).toEqual([key.episode_uuid]);
+  });
+});
+
+describe("the claim gate when the engine fails or answers late: a batch is counted once", () => {
+  it("does not count again the calls of a batch the engine applied before its answer was lost", async () => {
+    const e = await rollingEngine();
+    const g = faultyGateOn(e);
+    const key = await claim(e, "c1", 3600);
+    expect((await g.admit(key)).ok).toBe(true);
+    for (let i = 0; i < 5; i++) expect(g.cached(key)?.ok).toBe(true);
+    // The flush reaches the engine, which writes the five calls; the connection is lost on the way back.
+    g.fault("throw-after");
+    await g.tick(FLUSH_MS);
+    expect(g.processed).toBe(2);
+    // The client goes on: one more call (it asks the engine, the cache having gone stale).
+    await g.tick(1_000);
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(FLUSH_MS);
+    // 1 + 5 + 1 calls were relayed.
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 7 })]);
+    expect((await e.as("viewer").overview()).relay.calls).toBe(7);
+  });
+});
+
+describe("the claim gate when the engine fails or answers late: an older answer does not overrule a newer one", () => {
+  it("keeps holding calls during a weight sync when an answer from before the sync arrives late", async () => {
+    const e = await rollingEngine(2);
+    await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 120 });
+    const g = faultyGateOn(e);
+    const k1 = await claim(e, "c1", 3600);
+    const k2 = await claim(e, "c2", 3600);
+    expect((await g.admit(k1)).ok).toBe(true);
+    await g.tick(FRESH_MS);
+    // k1's stale call asks the engine (rolling): the engine answers at once, the answer is slow to come back.
+    g.fault("late-answer");
+    const first = g.admitNow(k1);
+    await until(() => g.processed === 2 && g.held === 1);
+    // The trainer begins a weight sync that keeps the claims.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await g.tick(3_000, { settle: false });
+    // k2's first call, 3 s into the sync: the engine says hold.
+    const second = await g.admitNow(k2);
+    expect(second).toMatchObject({ ok: true, body: { hold: "weight_syncing" } });
+    expect(g.cached(k2), "before the late answer").toBeNull();
+    // The old answer (from before the sync) arrives now.
+    g.release();
+    await first;
+    // Still syncing, 3 s in: no call of k2 may go to the model.
+    expect(g.cached(k2), "after the late answer, 3 s into the sync").toBeNull();
+    expect(await g.admitNow(k2)).toMatchObject({ ok: true, body: { hold: "weight_syncing" } });
+  });
+});
+
+describe("the claim gate when the engine fails or answers late: a read in the isolate sees every call it admitted", () => {
+  it("waits for the batch already carrying the counted calls before the read goes", async () => {
+    const e = await rollingEngine();
+    const g = faultyGateOn(e);
+    const key = await claim(e, "c1", 3600);
+    expect((await g.admit(key)).ok).toBe(true);
+    for (let i = 0; i < 3; i++) expect(g.cached(key)?.ok).toBe(true);
+    // The flush timer sends the three calls; its request is slow to reach the engine (a route read, a slow link).
+    g.fault("late-send");
+    await g.tick(FLUSH_MS, { settle: false });
+    await until(() => g.held === 1);
+    // A read handled in this isolate: its flush, then the read.
+    await g.gate.flush();
+    const seen = await running(e);
+    g.release();
+    await g.settle();
+    expect(seen).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
+  });
+});

@@ -1,0 +1,108 @@
+/**
+ * A ClaimGate on a real engine whose clock is the engine's,
+ * with the engine RPC made to fail or lag as a network would (the engine itself is real).
+ */
+import { expect } from "vitest";
+import type { ClaimKeyFields } from "../../src/auth/claim-key";
+import { ClaimGate, type GateClock } from "../../src/relay/claim-gate";
+import type { RelaySyncItem } from "../../src/engine/relay-admission";
+import { advance, claimKeyFields, createEngine, rollingWith, withGateway, type TestEngine } from "./harness";
+
+/** What happens to the next engine request. */
+export type Fault =
+  /** The RPC fails before it reaches the engine (nothing applied). */
+  | "throw-before"
+  /** The engine applies the batch, then the connection is lost (the Worker sees an exception). */
+  | "throw-after"
+  /** The engine applies the batch at once; its answer reaches the Worker only when released. */
+  | "late-answer"
+  /** The request reaches the engine only when released (a slow route lookup, a slow link). */
+  | "late-send";
+
+export function faultyGateOn(e: TestEngine) {
+  const waits: { at: number; resolve: () => void }[] = [];
+  const clock: GateClock = { now: () => e.clock.t, wait: (ms) => new Promise((resolve) => waits.push({ at: e.clock.t + ms, resolve })) };
+  const background: { work: Promise<unknown>; done: boolean }[] = [];
+  const track = (work: Promise<unknown>): void => {
+    const b = { work, done: false };
+    background.push(b);
+    void work.finally(() => (b.done = true));
+  };
+  const sent: RelaySyncItem[][] = [];
+  /** Batches the engine has processed. */
+  let processed = 0;
+  const faults: Fault[] = [];
+  const releases: (() => void)[] = [];
+  const gate = new ClaimGate(async (items) => {
+    sent.push(items);
+    const fault = faults.shift();
+    if (fault === "throw-before") throw new Error("Network connection lost.");
+    if (fault === "late-send") await new Promise<void>((r) => releases.push(r));
+    const reply = await e.stub.relaySync(items);
+    processed++;
+    if (fault === "throw-after") throw new Error("Network connection lost.");
+    if (fault === "late-answer") await new Promise<void>((r) => releases.push(r));
+    return reply;
+  }, clock);
+  async function settle(): Promise<void> {
+    for (let turns = 0; turns < 100; turns++) {
+      const undone = background.filter((b) => !b.done);
+      if (undone.length <= waits.length) return;
+      await Promise.race([Promise.all(undone.map((b) => b.work)), new Promise((r) => setTimeout(r, 5))]);
+    }
+  }
+  return {
+    gate,
+    sent,
+    get processed() {
+      return processed;
+    },
+    /** The next engine requests meet these faults, in order. */
+    fault(...f: Fault[]): void {
+      faults.push(...f);
+    },
+    /** Releases the oldest held request or answer. */
+    release(): void {
+      releases.shift()?.();
+    },
+    get held() {
+      return releases.length;
+    },
+    cached: (key: ClaimKeyFields) => gate.admitCached(key, track),
+    admitNow: (key: ClaimKeyFields) => gate.admit(key, track),
+    async admit(key: ClaimKeyFields) {
+      const r = await gate.admit(key, track);
+      await settle();
+      return r;
+    },
+    async tick(ms: number, o: { settle: boolean } = { settle: true }) {
+      await advance(e, ms);
+      for (const w of waits.splice(0)) {
+        if (w.at <= e.clock.t) w.resolve();
+        else waits.push(w);
+      }
+      if (o.settle) await settle();
+    },
+    settle,
+  };
+}
+
+export async function until(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !done(); i++) await new Promise((r) => setTimeout(r, 5));
+  expect(done()).toBe(true);
+}
+
+export async function claim(e: TestEngine, client: string, timeoutSeconds = 60): Promise<ClaimKeyFields> {
+  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
+  expect(c.success).toBe(true);
+  return claimKeyFields(c.openai_api_key);
+}
+
+export async function rollingEngine(n = 1): Promise<TestEngine> {
+  const e = await createEngine();
+  await rollingWith(e, n);
+  await withGateway(e);
+  return e;
+}
+
+export const running = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes;
