@@ -6,7 +6,9 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
-import type { CallRecord } from "../src/protocol/ledger";
+import { recordCalls } from "../src/ledger/ingest";
+import { MAX_CALLS_PER_BATCH, type CallRecord } from "../src/protocol/ledger";
+import { D1_MAX_ROW_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { packFloats, packInts } from "../src/protocol/packed";
 import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
 import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
@@ -539,5 +541,40 @@ describe("trajectory ledger", () => {
     if (c.key === undefined) throw new Error("claimed");
     const admitted = await e.stub.relayBegin(c.key);
     expect(admitted.ok ? admitted.body : admitted).toMatchObject({ capture: "tokens", client_uuid: c.client, weight_version: 5 });
+  });
+});
+
+describe("ledger: what D1 holds", () => {
+  /**
+   * D1 holds at most 2 MB in one value, a bound parameter too ("string or blob too big"); the
+   * local D1 holds more. This passes statements to the real D1 and refuses, as D1 does, a value
+   * over the limit.
+   */
+  function d1HoldingAtMost(db: D1Database, max: number): D1Database {
+    const prepare = (sql: string): D1PreparedStatement => {
+      const statement = db.prepare(sql);
+      return new Proxy(statement, {
+        get: (target, prop) =>
+          prop === "bind"
+            ? (...values: unknown[]) => {
+                for (const v of values) if (typeof v === "string" && utf8Bytes(v) > max) throw new Error("D1_ERROR: string or blob too big: SQLITE_TOOBIG");
+                return target.bind(...values);
+              }
+            : Reflect.get(target, prop),
+      });
+    };
+    return new Proxy(db, { get: (target, prop) => (prop === "prepare" ? prepare : Reflect.get(target, prop)) });
+  }
+
+  it("records a batch of 500 calls whose text fields make 6 MB of rows, in statements D1 holds, and a resend of it once", async () => {
+    const engine = { name: `big-${Math.random().toString(36).slice(2, 8)}`, incarnation: "inc-1" };
+    // Control characters escape to six bytes of JSON each: 12 KB of row per call.
+    const calls = Array.from({ length: MAX_CALLS_PER_BATCH }, (_, i) => call({ episode: "ep-big", fence: 1, client: "c" }, { status: 502, error: "\u0001".repeat(2000), finish_reason: null, usage: null, call_id: `big-${i}`, body: {} }));
+    const batch = batchOf(calls, "batch-big-0001");
+    const db = d1HoldingAtMost(env.DB, D1_MAX_ROW_BYTES);
+    expect(await recordCalls(db, env.LEDGER, engine, batch, Date.UTC(2098, 11, 31))).toEqual({ recorded: 500, duplicates: 0 });
+    expect(await recordCalls(db, env.LEDGER, engine, batch, Date.UTC(2098, 11, 31))).toEqual({ recorded: 0, duplicates: 500 });
+    const stored = await env.DB.prepare("SELECT COUNT(*) AS n, MIN(LENGTH(error)) AS shortest FROM llm_calls WHERE engine = ?").bind(engine.name).first<{ n: number; shortest: number }>();
+    expect(stored).toEqual({ n: 500, shortest: 2000 });
   });
 });

@@ -5,13 +5,14 @@
  * twice: the rows are keyed by call id, and a row is only written after its body is stored.
  */
 import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
+import { D1_MAX_ROW_BYTES, utf8Bytes } from "../protocol/limits";
 import { bodyPrefix } from "./keys";
 import { hex } from "../auth/tokens";
 
 const enc = new TextEncoder();
 
 /** The D1 row of a call, in llm_calls' column names (the insert reads them with json_extract). */
-type IndexRow = {
+export type IndexRow = {
   call_id: string;
   episode_uuid: string;
   fence: number;
@@ -61,9 +62,12 @@ const COLUMNS: (keyof IndexRow)[] = [
   "body_length",
 ];
 
+/** Bytes of JSON bound to one statement: half of what D1 holds in one value. */
+const CHUNK_BYTES = D1_MAX_ROW_BYTES / 2;
+
 /**
- * Every row of the batch as one bound JSON parameter (D1 takes 100 parameters a statement, and a
- * batch has up to 500 calls of 24 columns), as the engine's outbox does.
+ * The batch's rows as bound JSON parameters (D1 takes 100 parameters a statement, and a batch
+ * has up to 500 calls of 24 columns), as the engine's outbox does: one per chunk (rowChunks).
  */
 const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   INSERT INTO llm_calls (engine, body_key, ${COLUMNS.join(", ")})
@@ -130,7 +134,34 @@ export async function recordCalls(
   }
   const key = `${bodyPrefix(engine.name, engine.incarnation)}${utcDay(now)}/${batch.batch_id}-${await digestOf(object)}.jsonl`;
   await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
-  const result = await db.prepare(INSERT_SQL).bind(engine.name, key, JSON.stringify(rows)).run();
-  const recorded = result.meta.changes;
+  const statements = rowChunks(rows).map((json) => db.prepare(INSERT_SQL).bind(engine.name, key, json));
+  // One batch is one transaction: the rows of a batch are recorded together or not at all.
+  const results = await db.batch(statements);
+  const recorded = results.reduce((n, r) => n + r.meta.changes, 0);
   return { recorded, duplicates: rows.length - recorded };
+}
+
+/**
+ * The rows as JSON arrays of at most CHUNK_BYTES each. D1 holds at most 2 MB in one value, a
+ * bound parameter too; 500 rows are ~300 KB as calls usually go, but their text fields (an
+ * error of 2,000 characters that escape to 6 bytes each) can make them 6 MB, and a batch refused
+ * for its size would be sent again for ever, holding back every batch behind it.
+ */
+export function rowChunks(rows: readonly IndexRow[]): string[] {
+  const out: string[] = [];
+  let parts: string[] = [];
+  let bytes = 2;
+  for (const r of rows) {
+    const json = JSON.stringify(r);
+    const n = utf8Bytes(json) + 1;
+    if (parts.length > 0 && bytes + n > CHUNK_BYTES) {
+      out.push(`[${parts.join(",")}]`);
+      parts = [];
+      bytes = 2;
+    }
+    parts.push(json);
+    bytes += n;
+  }
+  if (parts.length > 0) out.push(`[${parts.join(",")}]`);
+  return out;
 }
