@@ -7,12 +7,12 @@
  */
 import { describe, expect, it } from "vitest";
 import { FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS } from "../src/relay/claim-gate";
-import { claim, faultyGateOn, rollingEngine, running, until } from "./support/faulty-gate";
+import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
 
 describe("the claim gate when the engine fails or answers late: a refused call is not counted", () => {
   it("counts only the calls admitted: a call refused 503 engine_unreachable is no relayed call", async () => {
     const e = await rollingEngine();
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     const key = await claim(e, "c1", 3600);
     // The engine cannot be reached for the claim's first call: the client gets a 503, nothing is relayed.
     g.fault("throw-before");
@@ -28,7 +28,7 @@ describe("the claim gate when the engine fails or answers late: a refused call i
 describe("the claim gate when the engine fails or answers late: a failed flush is sent again", () => {
   it("sends calls whose flush failed once, without waiting for another call", async () => {
     const e = await rollingEngine();
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     const key = await claim(e, "c1", 3600);
     expect((await g.admit(key)).ok).toBe(true);
     // Two calls from the cache; their flush meets a transient RPC failure.
@@ -44,7 +44,7 @@ describe("the claim gate when the engine fails or answers late: a failed flush i
 
   it("keeps the lease of a client whose last call was admitted from the cache when that call's flush failed", async () => {
     const e = await rollingEngine();
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     // A 3 s lease: every call keeps it for 3 s from when it was made.
     const key = await claim(e, "c1", 3);
     expect((await g.admit(key)).ok).toBe(true);
@@ -62,7 +62,7 @@ describe("the claim gate when the engine fails or answers late: a failed flush i
 describe("the claim gate when the engine fails or answers late: a batch is counted once", () => {
   it("does not count again the calls of a batch the engine applied before its answer was lost", async () => {
     const e = await rollingEngine();
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     const key = await claim(e, "c1", 3600);
     expect((await g.admit(key)).ok).toBe(true);
     for (let i = 0; i < 5; i++) expect(g.cached(key)?.ok).toBe(true);
@@ -84,7 +84,7 @@ describe("the claim gate when the engine fails or answers late: an older answer 
   it("keeps holding calls during a weight sync when an answer from before the sync arrives late", async () => {
     const e = await rollingEngine(2);
     await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 120 });
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     const k1 = await claim(e, "c1", 3600);
     const k2 = await claim(e, "c2", 3600);
     expect((await g.admit(k1)).ok).toBe(true);
@@ -112,7 +112,7 @@ describe("the claim gate when the engine fails or answers late: an older answer 
 describe("the claim gate when the engine fails or answers late: a read in the isolate sees every call it admitted", () => {
   it("waits for the batch already carrying the counted calls before the read goes", async () => {
     const e = await rollingEngine();
-    const g = faultyGateOn(e);
+    const g = gateOn(e);
     const key = await claim(e, "c1", 3600);
     expect((await g.admit(key)).ok).toBe(true);
     for (let i = 0; i < 3; i++) expect(g.cached(key)?.ok).toBe(true);

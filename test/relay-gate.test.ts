@@ -2,123 +2,16 @@
  * The Worker's claim gate (src/relay/claim-gate.ts) against a real engine: calls admitted from
  * the isolate's cache, sent to the engine in batches, and the bound within which an ended claim
  * or an engine that left ROLLING stops being served. The gate's clock is the engine's, moved by
- * the test: FRESH_MS, FLUSH_MS and the lease margin are checked exactly, not slept on.
+ * the test (test/support/faulty-gate.ts): FRESH_MS, FLUSH_MS and the lease margin are checked
+ * exactly, not slept on.
  */
 import { describe, expect, it } from "vitest";
 import type { ClaimKeyFields } from "../src/auth/claim-key";
 import { env } from "cloudflare:workers";
-import { ACTIVE_MS, ClaimGate, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS, type GateClock } from "../src/relay/claim-gate";
+import { ACTIVE_MS, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS } from "../src/relay/claim-gate";
 import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
-import type { RelaySyncItem } from "../src/engine/relay-admission";
-import { advance, claimKeyFields, createEngine, endBody, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
-
-/** A gate on a real engine whose clock is the engine's; it counts the requests the gate makes. */
-function gateOn(e: TestEngine) {
-  const waits: { at: number; resolve: () => void }[] = [];
-  const clock: GateClock = { now: () => e.clock.t, wait: (ms) => new Promise((resolve) => waits.push({ at: e.clock.t + ms, resolve })) };
-  const background: { work: Promise<unknown>; done: boolean }[] = [];
-  /** The gate's background work, noted as done when it is. */
-  const track = (work: Promise<unknown>): void => {
-    const b = { work, done: false };
-    background.push(b);
-    void work.finally(() => (b.done = true));
-  };
-  const sent: RelaySyncItem[][] = [];
-  /** While set, the engine's answers wait for it: a slow engine, as under load. */
-  let hold: Promise<void> | null = null;
-  /** The next answer never comes (a request cut off). */
-  let loseNext = false;
-  /** The next requests fail before they reach the engine (the engine unreachable). */
-  let failing = 0;
-  const gate = new ClaimGate(async (items) => {
-    sent.push(items);
-    if (failing > 0) {
-      failing--;
-      throw new Error("Network connection lost.");
-    }
-    if (loseNext) {
-      loseNext = false;
-      return new Promise<never>(() => {});
-    }
-    const reply = await e.stub.relaySync(items);
-    if (hold !== null) await hold;
-    return reply;
-  }, clock);
-  /** Until every background batch is done but those waiting on a time still ahead (a flush waits once). */
-  async function settle(): Promise<void> {
-    for (let turns = 0; turns < 100; turns++) {
-      const undone = background.filter((b) => !b.done);
-      if (undone.length <= waits.length) return;
-      await Promise.race([Promise.all(undone.map((b) => b.work)), new Promise((r) => setTimeout(r, 5))]);
-    }
-    throw new Error("the gate's background work did not settle");
-  }
-  return {
-    gate,
-    sent,
-    /** Holds the engine's answers until the returned function is called. */
-    holdAnswers(): () => void {
-      let release = (): void => {};
-      hold = new Promise<void>((r) => (release = r));
-      return () => {
-        hold = null;
-        release();
-      };
-    },
-    /** The engine's next answer never comes. */
-    loseNextAnswer(): void {
-      loseNext = true;
-    },
-    /** The next `n` requests fail before they reach the engine. */
-    failNext(n: number): void {
-      failing = n;
-    },
-    /** admitCached, as the relay asks first: the answer from the cache, or null when admitting means waiting. */
-    cached: (key: ClaimKeyFields) => gate.admitCached(key, track),
-    /** Admits without waiting for the gate's background work (for calls that overlap). */
-    admitNow: (key: ClaimKeyFields) => gate.admit(key, (work) => void background.push({ work, done: false })),
-    async admit(key: ClaimKeyFields) {
-      const r = await gate.admit(key, track);
-      await settle();
-      return r;
-    },
-    /** Moves the clock (and the engine's alarm), then lets the gate's due timers and background batches run. */
-    async tick(ms: number, o: { settle: boolean } = { settle: true }) {
-      await advance(e, ms);
-      for (const w of waits.splice(0)) {
-        if (w.at <= e.clock.t) w.resolve();
-        else waits.push(w);
-      }
-      if (o.settle) await settle();
-    },
-    settle,
-    /** Stops waiting for the background work not done now: a request cut off is never waited on again. */
-    abandon(): void {
-      for (const b of background) b.done = true;
-    },
-  };
-}
-
-/** Until `done` holds, giving the gate's background work turns to run (at most half a second). */
-async function until(done: () => boolean): Promise<void> {
-  for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 5));
-  expect(done()).toBe(true);
-}
-
-async function claim(e: TestEngine, client: string, timeoutSeconds = 60): Promise<ClaimKeyFields> {
-  const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: timeoutSeconds });
-  expect(c.success).toBe(true);
-  return claimKeyFields(c.openai_api_key);
-}
-
-async function rollingEngine(n = 1): Promise<TestEngine> {
-  const e = await createEngine();
-  await rollingWith(e, n);
-  await withGateway(e);
-  return e;
-}
-
-const running = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes;
+import { createEngine, endBody, raw, rollingWith } from "./support/harness";
+import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
 
 describe("the relay's claim gate", () => {
   it("admits a claim's calls from its cache: one engine request for the first, one batch for the rest", async () => {
@@ -249,7 +142,7 @@ describe("the relay's claim gate", () => {
     await g.admit(key);
     expect(g.cached(key)?.ok).toBe(true);
     // The flush's request is cut off: its answer never comes.
-    g.loseNextAnswer();
+    g.fault("cut-off");
     await g.tick(FLUSH_MS, { settle: false });
     await until(() => g.sent.length === 2);
     await g.tick(FLUSH_STUCK_MS, { settle: false });
@@ -271,7 +164,8 @@ describe("the relay's claim gate", () => {
     const key = await claim(e, "c1", 3600);
     await g.admit(key);
     for (let i = 0; i < 3; i++) expect(g.cached(key)?.ok).toBe(true);
-    g.failNext(5);
+    // The engine is unreachable for five requests: the flush and its first four resends.
+    g.fault("throw-before", "throw-before", "throw-before", "throw-before", "throw-before");
     const times: number[] = [];
     const start = e.clock.t;
     for (let t = 0; t < 10_000; t += 50) {
@@ -303,7 +197,7 @@ describe("the relay's claim gate", () => {
     expect(await steady()).toBeLessThanOrEqual(20_000 / REFRESH_AFTER_MS + 2);
     // A call from the cache arms a flush, which is the refresh of all twenty; its request is cut off.
     expect(g.cached(keys[0]!)?.ok).toBe(true);
-    g.loseNextAnswer();
+    g.fault("cut-off");
     const sentBefore = g.sent.length;
     await g.tick(FLUSH_MS, { settle: false });
     await until(() => g.sent.length === sentBefore + 1);
