@@ -172,6 +172,29 @@ describe("trainer views", () => {
     expect(await trainer.isEpisodeClaimed({ episode_uuid: "ghost" })).toMatchObject({ success: false });
   });
 
+  it("is_episode_claimed answers claimed while an ended episode's result is on its way to its runner, as the seed does until the runner's ack", async () => {
+    const e = await createEngine("deliv");
+    const ids = await rollingWith(e, 2, { zmq: true });
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    for (const id of ids) {
+      expect(await client.claimEpisode({ client_uuid: `c-${id}`, discard_episode_timeout: 60 })).toMatchObject({ success: true, episode_uuid: id });
+      expect(await client.endEpisode(endBody(`c-${id}`, id, 1))).toEqual({ success: true });
+    }
+    // The deliver commands are queued, not yet handed out or acked: the runners have no result.
+    expect(await engineStats(e)).toMatchObject({ pending_commands: 2, registered: 0, claimed: 0 });
+    // The trainer's runner asks, as at the end of a batch, taking back what nobody claimed: twice, and nothing is taken back.
+    for (let i = 0; i < 2; i++) {
+      for (const id of ids) expect(await trainer.isEpisodeClaimed({ episode_uuid: id, unregister_if_not_claimed: true })).toMatchObject({ success: true });
+    }
+    const { commands } = await trainer.pollCommands();
+    expect(commands.map((c) => c.body)).toEqual(ids.map((id) => expect.objectContaining({ kind: "deliver", episode_uuid: id })));
+    // One runner got its result, the agent gave up on the other: the seed has moved both records to its finished ones.
+    await trainer.ackCommand({ seq: commands[0]!.seq, ok: true, detail: "runner acked" });
+    await trainer.ackCommand({ seq: commands[1]!.seq, ok: false, detail: "runner did not ack within 30 s" });
+    for (const id of ids) expect(await trainer.isEpisodeClaimed({ episode_uuid: id, unregister_if_not_claimed: true })).toMatchObject({ success: false });
+  });
+
   it("shows the trainer's secrets to the trainer only", async () => {
     const e = await createEngine();
     await rollingWith(e, 1, { zmq: true });

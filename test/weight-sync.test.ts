@@ -5,6 +5,8 @@
  * "hold" until the sync ends, then admitted on the new weights' version.
  */
 import { describe, expect, it } from "vitest";
+import { runInDurableObject } from "cloudflare:test";
+import { SYNCED_END_MEMORY_MS } from "../src/engine/episode-queue";
 import { notReadyCause } from "../src/engine/rules";
 import { advance, claimKeyFields, createEngine, endBody, engineStats, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
 
@@ -121,6 +123,68 @@ describe("weight syncs with keep_claims_across_sync", () => {
       [2, 3],
       [3, 1],
     ]);
+  });
+
+  it("answers an end sent again after the sync began as the repeat it is, counted once, for a while and until the engine stops", async () => {
+    const e = await createEngine("resend");
+    await e.as("operator").configureSync({ keep_claims_across_sync: true });
+    const [id, late] = await rollingWith(e, 2);
+    const client = e.as("client");
+    const trainer = e.as("trainer");
+    const c = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60, throttle_policy: { current_task_id: "task-1" } });
+    expect(c.episode_uuid).toBe(id);
+    // The first end is stored; its answer is lost on the way back to the client.
+    expect(await client.endEpisode(endBody("c", id!, 1))).toEqual({ success: true });
+    expect((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids).toEqual({ "task-1": ["c"] });
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // The sync ended the batch: the pool no longer lists the end.
+    expect((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids).toEqual({});
+    // The client sends it again, as AgentJet's client does on a lost answer (it raises on anything but 2xx); with our fence too.
+    const answer = async (extra: Record<string, unknown> = {}) => {
+      const r = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(endBody("c", id!, 1, "task-1", extra)) });
+      return { status: r.status, body: r.json };
+    };
+    const repeat = { status: 200, body: { success: true } };
+    expect(await answer()).toEqual(repeat);
+    expect(await answer({ fence: c.fence })).toEqual(repeat);
+    expect(await engineStats(e)).toMatchObject({ registered: 1, claimed: 0 });
+    // Counted once, toward the step it ended in.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history.map((h) => [h.global_step, h.count])).toEqual([[0, 1]]);
+    expect((await e.as("viewer").getPoolInfo()).completed_tasks_client_uuids).toEqual({});
+    // Still known through the next sync; a sync SYNCED_END_MEMORY_MS later forgets it (and the engine stopping, everything).
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await answer()).toEqual(repeat);
+    await status(e, "ENGINE.ROLLING");
+    const d = await client.claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 });
+    expect(d.episode_uuid).toBe(late);
+    expect(await client.endEpisode(endBody("d", late!, 0))).toEqual({ success: true });
+    await advance(e, SYNCED_END_MEMORY_MS + 1);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await answer()).toEqual({ status: 404, body: expect.objectContaining({ error: "unknown_episode" }) });
+    const remembered = () => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ episode_uuid: string }>("SELECT episode_uuid FROM ends_before_sync").toArray());
+    expect(await remembered()).toEqual([{ episode_uuid: late }]);
+    await status(e, "ENGINE.OFFLINE");
+    expect(await remembered()).toEqual([]);
+  });
+
+  it("counts an ended episode whose result is on its way to its runner as claimed through syncs, until the agent acks it", async () => {
+    const e = await createEngine("deliv");
+    await e.as("operator").configureSync({ keep_claims_across_sync: true });
+    const [id] = await rollingWith(e, 1, { zmq: true });
+    const trainer = e.as("trainer");
+    expect(await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 })).toMatchObject({ episode_uuid: id });
+    expect(await e.as("client").endEpisode(endBody("c", id!, 1))).toEqual({ success: true });
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // Even a sync long after, which forgets older ends, keeps one whose result has not reached its runner.
+    await advance(e, SYNCED_END_MEMORY_MS + 1);
+    await status(e, "ENGINE.ROLLING");
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: true });
+    const { commands } = await trainer.pollCommands();
+    expect(commands.map((c) => c.body)).toEqual([expect.objectContaining({ kind: "deliver", episode_uuid: id })]);
+    await trainer.ackCommand({ seq: commands[0]!.seq, ok: true, detail: "runner acked" });
+    expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: false });
   });
 
   it("refuses to turn the option over during a sync, and bad values, changing nothing", async () => {

@@ -8,7 +8,7 @@ import type { AbortEpisodeRequest, EndEpisodeRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import { storedStringTooLarge } from "../protocol/limits";
 import type { EpisodeRow } from "./episode-views";
-import { release } from "./episode-queue";
+import { latestEnd, release } from "./episode-queue";
 import { isFailedInfra, joinBuffer, recordFailure, recordTrajectory, recordUnfinished } from "./episode-records";
 import { CLAIM_ROW_COLUMNS, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
 import { fail, ok, type Reply } from "./reply";
@@ -102,13 +102,10 @@ export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ succes
 
 /** The runner got the result (or could not be reached). */
 export function delivered(e: EpisodeState, body: Extract<CommandBody, { kind: "deliver" }>, succeeded: boolean, detail: string): void {
-  e.store.sql.exec(
-    "UPDATE finished SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?",
-    succeeded ? "delivered" : "undeliverable",
-    detail,
-    body.episode_uuid,
-    body.fence,
-  );
+  const delivery = succeeded ? "delivered" : "undeliverable";
+  e.store.sql.exec("UPDATE finished SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?", delivery, detail, body.episode_uuid, body.fence);
+  // A sync that keeps claims may have ended the batch since: until this the episode counted as claimed.
+  e.store.sql.exec("UPDATE ends_before_sync SET delivery = ? WHERE episode_uuid = ? AND fence = ?", delivery, body.episode_uuid, body.fence);
 }
 
 /**
@@ -154,19 +151,28 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
 }
 
 /**
- * Whether `req` repeats the end of a claim that ended. Without a fence, only the episode's latest
- * claim can be repeated: the same client may have ended an earlier claim of it (an eval episode
- * serves again after its end), and a late end of a later claim, reaped since, must not be taken
- * for a repeat of that one and answered as stored.
+ * Whether `req` repeats the end of a claim that ended, in this batch or before a sync that kept
+ * the claims (its client may send it again during the sync, which ended the batch). Without a
+ * fence, only the episode's latest claim can be repeated: the same client may have ended an
+ * earlier claim of it (an eval episode serves again after its end), and a late end of a later
+ * claim, reaped since, must not be taken for a repeat of that one and answered as stored.
  */
 function endedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow | null): boolean {
   if (req.fence !== undefined) {
-    return e.store.sql.exec("SELECT 1 FROM finished WHERE episode_uuid = ? AND fence = ? AND client_uuid = ?", req.episode_uuid, req.fence, req.client_uuid).toArray().length > 0;
+    return (
+      e.store.sql
+        .exec(
+          `SELECT 1 FROM finished WHERE episode_uuid = ?1 AND fence = ?2 AND client_uuid = ?3
+           UNION ALL SELECT 1 FROM ends_before_sync WHERE episode_uuid = ?1 AND fence = ?2 AND client_uuid = ?3`,
+          req.episode_uuid,
+          req.fence,
+          req.client_uuid,
+        )
+        .toArray().length > 0
+    );
   }
-  const last = e.store.sql
-    .exec<{ fence: number; client_uuid: string }>("SELECT fence, client_uuid FROM finished WHERE episode_uuid = ? ORDER BY fence DESC LIMIT 1", req.episode_uuid)
-    .toArray()[0];
-  if (last === undefined || last.client_uuid !== req.client_uuid) return false;
+  const last = latestEnd(e, req.episode_uuid);
+  if (last === null || last.client_uuid !== req.client_uuid) return false;
   // The episode's row holds the fence of its latest claim: the ended one's, or a later one's.
   return ep === null || last.fence >= ep.fence;
 }

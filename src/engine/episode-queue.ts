@@ -1,7 +1,9 @@
 /**
  * The FIFO queue of registered episodes and the fences they carry: registering, requeueing after
  * a claim (through the runner's reset when it has one), and deleting, which moves the fences a
- * deleted row held into the floor so that a restarted object never issues them again.
+ * deleted row held into the floor so that a restarted object never issues them again. Clearing
+ * the batch's ends at a sync that keeps claims remembers them apart (ends_before_sync), for
+ * what must still know them: a repeated end, and a result still on its way to its runner.
  */
 import type { BoolResponse, RegisterEpisodeRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
@@ -33,10 +35,37 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
   return { success: true, failure_reason: "" };
 }
 
+/**
+ * How long a sync that keeps claims remembers the ends it clears from the batch, for a client
+ * that sends an end again (its answer lost) during or after the sync. Forgotten only at a later
+ * such sync (the only time rows are added), so the table holds the ends of the syncs of this
+ * long and the last one's, besides results still on their way to their runners.
+ */
+export const SYNCED_END_MEMORY_MS = 600_000;
+
+/** The episode's latest end: in the batch, or remembered across a sync that keeps claims. */
+export type LatestEnd = { fence: number; client_uuid: string; delivery: "none" | "pending" | "delivered" | "undeliverable" };
+
+export function latestEnd(e: EpisodeState, episodeUuid: string): LatestEnd | null {
+  return (
+    e.store.sql
+      .exec<LatestEnd>(
+        `SELECT fence, client_uuid, delivery FROM finished WHERE episode_uuid = ?1
+         UNION ALL SELECT fence, client_uuid, delivery FROM ends_before_sync WHERE episode_uuid = ?1
+         ORDER BY fence DESC LIMIT 1`,
+        episodeUuid,
+      )
+      .toArray()[0] ?? null
+  );
+}
+
 export function claimedCheck(e: EpisodeState, episodeUuid: string, unregister: boolean): BoolResponse {
   if (!e.live()) return { success: false, failure_reason: "" };
   const ep = e.episode(episodeUuid);
-  if (ep === null) return { success: false, failure_reason: "" };
+  // The seed keeps an ended train episode claimed until its runner acked the result: a trainer
+  // told "not claimed" meanwhile gives up on a result on its way. Only a train end with a
+  // runner is ever pending; there is no row left to unregister.
+  if (ep === null) return { success: latestEnd(e, episodeUuid)?.delivery === "pending", failure_reason: "" };
   // An episode waiting for its runner's reset still belongs to the claim being undone.
   if (ep.state !== "registered") return { success: true, failure_reason: "" };
   if (unregister) dropEpisode(e, episodeUuid);
@@ -52,14 +81,36 @@ export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "re
   else dropEpisode(e, body.episode_uuid);
 }
 
-/** Deletes every episode and finished row, as a rolling phase ends; the fences they held go into the floor. */
+/** Deletes every episode and every end, remembered ones too, as a rolling phase ends; the fences they held go into the floor. */
 export function clearAll(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM episodes");
-  clearFinished(e);
+  e.store.sql.exec("DELETE FROM ends_before_sync");
+  deleteBatch(e);
 }
 
-/** Deletes the finished and failed claims of the batch, keeping the live ones; their fences go into the floor. */
+/**
+ * Ends the batch at a sync that keeps claims: its finished and failed claims leave the pool
+ * view, the live ones stay. Claims live on through the sync, so their ends must still be known:
+ * what a repeated end is compared with and where a delivery stands are kept in ends_before_sync.
+ */
 export function clearFinished(e: EpisodeState): void {
+  const now = e.host.now();
+  forgetSyncedEnds(e, now);
+  e.store.sql.exec(
+    `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at)
+     SELECT episode_uuid, fence, client_uuid, delivery, ? FROM finished`,
+    now,
+  );
+  deleteBatch(e);
+}
+
+/** Ends remembered longer than SYNCED_END_MEMORY_MS go, but not while their result is on its way to the runner. */
+function forgetSyncedEnds(e: EpisodeState, now: number): void {
+  e.store.sql.exec("DELETE FROM ends_before_sync WHERE cleared_at < ? AND delivery != 'pending'", now - SYNCED_END_MEMORY_MS);
+}
+
+/** Deletes the batch's finished and failed claims; their fences go into the floor. */
+function deleteBatch(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM finished");
   e.store.sql.exec("DELETE FROM failed_rollouts");
   retireFences(e);

@@ -281,6 +281,20 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // the oldest ones, and when the next is due, by this index rather than by reading every
   // command's row (a deliver command's body spans many pages).
   "CREATE INDEX IF NOT EXISTS commands_acked ON commands (acked_at) WHERE acked_at IS NOT NULL;",
+  // 11: the ends a weight sync that keeps claims takes out of the batch (episode-queue.ts
+  // clearFinished) are remembered apart from finished, which the pool view reads: so that an
+  // end sent again during or after the sync is still answered as the repeat it is, and a result
+  // still on its way to its runner still counts as claimed. Kept a while (cleared_at), and while
+  // their delivery is pending; a full clear takes them all.
+  `CREATE TABLE IF NOT EXISTS ends_before_sync (
+     episode_uuid TEXT NOT NULL,
+     fence INTEGER NOT NULL,
+     client_uuid TEXT NOT NULL,
+     delivery TEXT NOT NULL,
+     cleared_at INTEGER NOT NULL,
+     PRIMARY KEY (episode_uuid, fence)
+   ) WITHOUT ROWID;
+   CREATE INDEX IF NOT EXISTS ends_before_sync_cleared ON ends_before_sync (cleared_at);`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -80,7 +80,8 @@ export class StatusAndRewards {
     const syncingSince = syncing ? (wasSyncing ? prev.syncingSince : this.host.now()) : null;
     const resumed = wasSyncing && !syncing && claimsLive(req.engine_status, prev.sync);
     // A sync that keeps the claims still ends the batch, as AgentJet's clear does: the ended and
-    // failed claims go (else the pool would list every step's), the live ones stay.
+    // failed claims go (else the pool would list every step's), the live ones stay. The ends are
+    // remembered apart a while, since claims live on: a repeated end is still known as one.
     if (syncing && !wasSyncing) this.clearEpisodes("finished");
     // A new run has already written the step the old one was at.
     const freshRun = began !== null && this.beginRun(began).newRun;
