@@ -3,10 +3,13 @@
  * (queued for the agent), the agent's reports, stop, crash, completion, results, and every
  * refusal: starting while a run is active (also as a race), unknown runs, bad reports.
  */
+import { env } from "cloudflare:workers";
+import { drizzle } from "drizzle-orm/d1";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { ProcessReport } from "../src/protocol/runs";
 import { runsClock } from "../src/runs/clock";
+import { changeRun } from "../src/runs/run-store";
 import { createEngine, raw, type TestEngine } from "./support/harness";
 import { fixRunsClock, refusal, runsAs, sampleCatalog } from "./support/runs";
 
@@ -175,6 +178,18 @@ describe("the agent's reports", () => {
     expect((await runsAs(e, "viewer").listRuns()).active_run_id).toBeNull();
   });
 
+  it("never writes a change decided from a status that another request changed meanwhile, nor its event", async () => {
+    const id = await startedRun();
+    await runsAs(e, "trainer").reportRun(id, { status: "starting" });
+    await runsAs(e, "operator").stopRun(id, { force: true, reason: "host lost" });
+    // What a "running" report read before the forced stop was written would then write:
+    const stale = await changeRun(drizzle(env.DB), id, "starting", { status: "running", startedAt: clock.t, updatedAt: clock.t }, { at: clock.t, kind: "running", detail: "starting -> running" });
+    expect(stale).toBe(false);
+    const res = await runsAs(e, "viewer").runResults(id);
+    expect([res.status, res.started_at, res.events.map((ev) => ev.kind)]).toEqual(["stopped", null, ["created", "starting", "stop_forced"]]);
+    await startedRun();
+  });
+
   it("refuses reports of unknown runs, malformed ids and bad shapes, and from roles other than the trainer", async () => {
     const id = await startedRun();
     const agent = runsAs(e, "trainer");
@@ -249,6 +264,23 @@ describe("stopping a run", () => {
     expect((await runsAs(e, "viewer").runResults(id)).events.map((ev) => ev.kind)).toEqual(["created", "running", "stop_forced"]);
   });
 
+  it("leaves a run that completed while its stop was on the way completed, and the engine free", async () => {
+    const id = await startedRun();
+    await runsAs(e, "trainer").reportRun(id, { status: "running" });
+    // In either order the run ends completed: stop then report (stopping -> completed), or report then stop (already completed).
+    await Promise.all([runsAs(e, "operator").stopRun(id, { reason: "enough" }), runsAs(e, "trainer").reportRun(id, { status: "completed", detail: "env exited with code 0" })]);
+    const s = await runsAs(e, "viewer").runStatus(id);
+    expect({ status: s.status, ended: s.ended_at !== null }).toEqual({ status: "completed", ended: true });
+    expect((await runsAs(e, "viewer").listRuns()).active_run_id).toBeNull();
+    // The events are the changes made: the stop's only if it came first.
+    const kinds = (await runsAs(e, "viewer").runResults(id)).events.map((ev) => ev.kind);
+    expect([
+      ["created", "running", "stop_requested", "completed"],
+      ["created", "running", "completed"],
+    ]).toContainEqual(kinds);
+    await startedRun();
+  });
+
   it("refuses unknown runs and other roles", async () => {
     const id = await startedRun();
     expect((await refusal(() => runsAs(e, "operator").stopRun("run_nope1234"))).status).toBe(404);
@@ -276,5 +308,28 @@ describe("listing runs", () => {
     expect((await refusal(() => runsAs(e, "viewer").listRuns({ before: "run_unknown1" }))).status).toBe(404);
     expect((await raw(`/e/${e.name}/runs?limit=0`, { token: e.tokens.viewer })).status).toBe(422);
     expect((await raw(`/e/${e.name}/runs/run_unknown1`, { token: e.tokens.viewer })).status).toBe(404);
+  });
+
+  it("keeps runs created in the same millisecond in creation order, pages past none of them, and picks the last as the latest", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const id = await startedRun();
+      ids.push(id);
+      await runsAs(e, "operator").stopRun(id); // pending -> stopped at once, so the next may start
+    }
+    const newestFirst = [...ids].reverse();
+    expect((await runsAs(e, "viewer").listRuns()).runs.map((r) => r.run_id)).toEqual(newestFirst);
+    const seen: string[] = [];
+    let before: string | undefined;
+    for (let page = 0; page < 5; page++) {
+      const p = await runsAs(e, "viewer").listRuns({ limit: 1, ...(before === undefined ? {} : { before }) });
+      if (p.runs.length === 0) break;
+      seen.push(...p.runs.map((r) => r.run_id));
+      before = p.runs.at(-1)!.run_id;
+    }
+    expect(seen).toEqual(newestFirst);
+    // With no run named and none active, an agent's tools act on the latest run.
+    const status = await raw(`/e/${e.name}/mcp`, { token: e.tokens.viewer, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "rl_check_status", arguments: {} } }) });
+    expect((status.json?.["result"] as { structuredContent: { run_id: string } }).structuredContent.run_id).toBe(ids[2]);
   });
 });

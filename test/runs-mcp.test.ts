@@ -16,6 +16,29 @@ const rpc = (token: string | undefined, body: unknown, headers: Record<string, s
 
 const call = (token: string, name: string, args: unknown, id = 1) => rpc(token, { jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
 
+function refsOf(v: unknown, out: string[] = []): string[] {
+  if (Array.isArray(v)) v.forEach((x) => refsOf(x, out));
+  else if (typeof v === "object" && v !== null) {
+    for (const [k, x] of Object.entries(v)) {
+      if (k === "$ref" && typeof x === "string") out.push(x);
+      else refsOf(x, out);
+    }
+  }
+  return out;
+}
+
+/** What a local JSON Pointer ref (`#/a/b`) names inside `doc`; undefined when nothing. */
+function resolveRef(doc: unknown, ref: string): unknown {
+  if (!ref.startsWith("#")) return undefined;
+  let at: unknown = doc;
+  for (const part of ref.slice(1).split("/").filter((p) => p !== "")) {
+    const key = part.replace(/~1/g, "/").replace(/~0/g, "~");
+    if (typeof at !== "object" || at === null || !(key in at)) return undefined;
+    at = (at as Record<string, unknown>)[key];
+  }
+  return at;
+}
+
 describe("MCP endpoint", () => {
   it("initializes with the client's protocol version when supported, else its own", async () => {
     const init = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
@@ -35,6 +58,14 @@ describe("MCP endpoint", () => {
     const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { type: string; properties: Record<string, unknown>; required?: string[] } }[] };
     const edit = listed.tools.find((t) => t.name === "rl_edit_config")!;
     expect(edit.inputSchema).toMatchObject({ type: "object", required: ["field", "value"] });
+  });
+
+  it("gives every tool a self-contained input schema: each $ref resolves inside it", async () => {
+    const listed = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: unknown }[] };
+    const dangling = listed.tools.flatMap((t) => refsOf(t.inputSchema).filter((r) => resolveRef(t.inputSchema, r) === undefined).map((r) => `${t.name}: ${r}`));
+    expect(dangling).toEqual([]);
+    // rl_edit_config's value is a JSON value, a recursive schema: it has refs to check.
+    expect(refsOf(listed.tools.find((t) => t.name === "rl_edit_config")!.inputSchema)).not.toEqual([]);
   });
 
   it("answers tool refusals as tool errors with the same hints as REST, and a role's limits too", async () => {
@@ -120,6 +151,13 @@ describe("MCP endpoint", () => {
     expect([version.status, version.json?.["error"]]).toEqual([400, "unsupported_protocol_version"]);
     const huge = await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(4 * 1024 * 1024) } });
     expect([huge.status, huge.json?.["error"]]).toEqual([413, "payload_too_large"]);
+  });
+
+  it("answers params given by position with Invalid params to the request's id, and ignores them in a notification", async () => {
+    const positional = await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 7, method: "tools/call", params: ["rl_list_runs", {}] });
+    expect([positional.status, positional.json]).toEqual([200, { jsonrpc: "2.0", id: 7, error: { code: -32602, message: expect.stringMatching(/by name/) } }]);
+    const notified = await rpc(e.tokens.operator, { jsonrpc: "2.0", method: "notifications/initialized", params: [] });
+    expect([notified.status, notified.text]).toEqual([202, ""]);
   });
 
   it("refuses tool arguments nested deeper than 128 levels, and changes nothing", async () => {

@@ -1,7 +1,8 @@
 /**
- * zod -> JSON Schema for the OpenAPI document. OpenAPI 3.1 schemas are JSON Schema 2020-12,
- * so zod's own converter is used as is; only the `$schema` key is dropped, because inside an
- * OpenAPI document the dialect is set once for the whole document (`jsonSchemaDialect`).
+ * zod -> JSON Schema for the OpenAPI document (and, standalone, for MCP tools). OpenAPI 3.1
+ * schemas are JSON Schema 2020-12, so zod's own converter is used as is; only the `$schema` key
+ * is dropped, because inside an OpenAPI document the dialect is set once for the whole document
+ * (`jsonSchemaDialect`).
  */
 import { z } from "zod";
 
@@ -12,9 +13,19 @@ export type JsonSchema = { [key: string]: unknown };
  * omitted), a response as the exchange sends it (defaults filled in, so those fields are required).
  */
 export function toJsonSchema(schema: z.ZodType, io: "input" | "output"): JsonSchema {
-  const { $schema: _dialect, $defs, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io }) as JsonSchema;
+  const { $defs, ...rest } = standaloneJsonSchema(schema, io);
   if ($defs === undefined) return rest;
   return hoistDefs(rest, $defs as Record<string, JsonSchema>);
+}
+
+/**
+ * The same schema for use outside the OpenAPI document (an MCP tool's inputSchema): there `#`
+ * is the schema itself, so its `$defs` and their `#/$defs/<name>` refs stay where they are.
+ * Without `$schema` all the same: 2020-12 is the default dialect of both OpenAPI 3.1 and MCP.
+ */
+export function standaloneJsonSchema(schema: z.ZodType, io: "input" | "output"): JsonSchema {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, { target: "draft-2020-12", io }) as JsonSchema;
+  return rest;
 }
 
 /**

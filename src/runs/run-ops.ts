@@ -3,17 +3,19 @@
  * list) and for the GPU host's agent (its active runs, its reports). D1 holds every run, so
  * nothing is lost when the agent or the Worker restarts.
  */
-import type {
-  AgentActiveRunsResponse,
-  ListRunsQuery,
-  RunReport,
-  RunReportResponse,
-  RunResultsResponse,
-  RunStatusResponse,
-  StartRunRequest,
-  StartRunResponse,
-  StopRunRequest,
-  StopRunResponse,
+import {
+  ACTIVE_RUN_STATUSES,
+  type AgentActiveRunsResponse,
+  type ListRunsQuery,
+  type RunReport,
+  type RunReportResponse,
+  type RunResultsResponse,
+  type RunStatus,
+  type RunStatusResponse,
+  type StartRunRequest,
+  type StartRunResponse,
+  type StopRunRequest,
+  type StopRunResponse,
 } from "../protocol/runs";
 import { loadDraft, unknownEnvironment } from "./config-ops";
 import type { RunsCtx } from "./context";
@@ -87,11 +89,12 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
     config_yaml: yaml,
   });
   if (!q.ok) {
-    // The run never reached the agent: it must not hold the engine.
-    await store.runBatch(ctx.db, store.statusStatements(ctx.db, id, { status: "failed", detail: `could not queue the start: ${q.detail}`, endedAt: now, updatedAt: now }, { at: now, kind: "failed", detail: q.detail }));
+    // The run never reached the agent: it must not hold the engine. Only a stop can have
+    // changed it meanwhile (the agent never heard of it), and a stop of a pending run ends it.
+    await store.changeRun(ctx.db, id, "pending", { status: "failed", detail: `could not queue the start: ${q.detail}`, endedAt: now, updatedAt: now }, { at: now, kind: "failed", detail: q.detail });
     return q;
   }
-  await store.runBatch(ctx.db, store.statusStatements(ctx.db, id, { commandSeq: q.seq }, null));
+  await store.setCommandSeq(ctx.db, id, q.seq);
   const run = await store.getRun(ctx.db, ctx.engine, id);
   if (run === null) throw new Error(`run ${id} vanished after it was created`);
   return done({
@@ -114,30 +117,57 @@ async function pickRun(ctx: RunsCtx, runId: string | undefined) {
   return run ?? refuse(404, "no_runs", "This engine has no runs yet: start one with POST /runs/start or rl_start_training.");
 }
 
+/**
+ * How many times a status change may be decided: each time another request changed the run's
+ * status first, it is decided again from the run as it is now. Every status change moves a run
+ * forward (pending, starting, running, stopping, then an end that never changes), so a decision
+ * loses at most one race per active status.
+ */
+const MAX_DECISIONS = ACTIVE_RUN_STATUSES.length + 1;
+
+/** `decide` answers null when the run's status was no longer the one it decided from. */
+async function decideOnRun<T>(ctx: RunsCtx, first: store.RunRow, decide: (run: store.RunRow, attempt: number) => Promise<T | null>): Promise<T> {
+  let run = first;
+  for (let attempt = 0; attempt < MAX_DECISIONS; attempt++) {
+    const answer = await decide(run, attempt);
+    if (answer !== null) return answer;
+    const current = await store.getRun(ctx.db, ctx.engine, run.id);
+    if (current === null) throw new Error(`run ${run.id} vanished while its status changed`);
+    run = current;
+  }
+  throw new Error(`run ${first.id} changed status more than ${MAX_DECISIONS - 1} times during one request`);
+}
+
+function stopChange(run: store.RunRow, next: RunStatus, req: StopRunRequest, now: number): { set: store.RunChange; event: store.RunEvent } {
+  const why = req.reason ? `: ${req.reason}` : "";
+  const ended = isTerminal(next) ? { endedAt: now, detail: `stopped${req.force ? " (forced)" : ""}${why}` } : {};
+  return {
+    set: { status: next, stopRequestedAt: run.stopRequestedAt ?? now, updatedAt: now, ...ended },
+    event: { at: now, kind: req.force ? "stop_forced" : "stop_requested", detail: `${run.status} -> ${next}${why}` },
+  };
+}
+
 export async function stopRun(ctx: RunsCtx, runId: string, req: StopRunRequest): Promise<RunsReply<StopRunResponse>> {
-  const run = await findRun(ctx, runId);
-  if ("ok" in run) return run;
-  const out = applyStop(run.status, req.force);
-  if (out.queueStop) {
-    // Queued first: if D1 then fails, the agent still stops the run and reports it stopped.
-    const q = await ctx.enqueue("stop_run", { kind: "stop_run", run_id: run.id, reason: req.reason || "stop requested" });
-    if (!q.ok) return q;
-  }
-  if (out.changed) {
-    const now = ctx.now();
-    const why = req.reason ? `: ${req.reason}` : "";
-    await store.runBatch(
-      ctx.db,
-      store.statusStatements(
-        ctx.db,
-        run.id,
-        { status: out.next, stopRequestedAt: run.stopRequestedAt ?? now, updatedAt: now, ...(isTerminal(out.next) ? { endedAt: now, detail: `stopped${req.force ? " (forced)" : ""}${why}` } : {}) },
-        { at: now, kind: req.force ? "stop_forced" : "stop_requested", detail: `${run.status} -> ${out.next}${why}` },
-      ),
-    );
-  }
-  const after = (await store.getRun(ctx.db, ctx.engine, run.id)) ?? run;
-  return done({ ...store.runView(after, ctx.now()), message: out.message });
+  const found = await findRun(ctx, runId);
+  if ("ok" in found) return found;
+  let queued = false;
+  return decideOnRun(ctx, found, async (run) => {
+    const out = applyStop(run.status, req.force);
+    if (out.queueStop && !queued) {
+      // Queued first: if D1 then fails, the agent still stops the run and reports it stopped.
+      // If the run turns out to have ended meanwhile, the agent finds nothing of it left to stop
+      // and reports it stopped, which changes nothing of an ended run.
+      const q = await ctx.enqueue("stop_run", { kind: "stop_run", run_id: run.id, reason: req.reason || "stop requested" });
+      if (!q.ok) return q;
+      queued = true;
+    }
+    if (out.changed) {
+      const { set, event } = stopChange(run, out.next, req, ctx.now());
+      if (!(await store.changeRun(ctx.db, run.id, run.status, set, event))) return null;
+    }
+    const after = (await store.getRun(ctx.db, ctx.engine, run.id)) ?? run;
+    return done({ ...store.runView(after, ctx.now()), message: out.message });
+  });
 }
 
 export async function runStatus(ctx: RunsCtx, runId: string | undefined): Promise<RunsReply<RunStatusResponse>> {
@@ -185,9 +215,18 @@ export async function agentReport(ctx: RunsCtx, runId: string, report: RunReport
     const over = storedJsonTooLarge(`metrics.${i}.values`, m.values);
     if (over !== null) return tooLarge(over);
   }
+  // The processes and metrics stand whatever the run's status: they go with the first try.
+  const facts = [...store.processStatements(ctx.db, run.id, report.processes), ...store.metricStatements(ctx.db, run.id, report.metrics)];
+  return decideOnRun(ctx, run, async (r, attempt) => {
+    const { out, set, event } = reportChange(r, report, ctx.now());
+    if (!(await store.changeRun(ctx.db, r.id, r.status, set, event, attempt === 0 ? facts : []))) return null;
+    return done({ run_id: r.id, status: out.next, must_stop: out.mustStop });
+  });
+}
+
+function reportChange(run: store.RunRow, report: RunReport, now: number) {
   const out = applyReport(run.status, report.status);
-  const now = ctx.now();
-  const set: Parameters<typeof store.statusStatements>[2] = { updatedAt: now };
+  const set: store.RunChange = { updatedAt: now };
   if (report.agent_id) set.agentId = report.agent_id;
   if (!isTerminal(run.status) && report.detail) set.detail = report.detail;
   if (out.changed) {
@@ -196,10 +235,5 @@ export async function agentReport(ctx: RunsCtx, runId: string, report: RunReport
     if (isTerminal(out.next)) set.endedAt = now;
   }
   const event = out.changed ? { at: now, kind: out.next, detail: `${run.status} -> ${out.next}${report.detail ? `: ${report.detail}` : ""}` } : null;
-  await store.runBatch(ctx.db, [
-    ...store.statusStatements(ctx.db, run.id, set, event),
-    ...store.processStatements(ctx.db, run.id, report.processes),
-    ...store.metricStatements(ctx.db, run.id, report.metrics),
-  ]);
-  return done({ run_id: run.id, status: out.next, must_stop: out.mustStop });
+  return { out, set, event };
 }

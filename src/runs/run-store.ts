@@ -2,10 +2,10 @@
  * D1 access for runs: the run rows, their processes, their history (events) and the metrics
  * their processes wrote. Times are stored in milliseconds and shown in Unix seconds.
  */
-import { and, desc, eq, inArray, lt } from "drizzle-orm";
+import { and, desc, eq, inArray, sql } from "drizzle-orm";
 import { z } from "zod";
 import { runEvents, runMetrics, runProcesses, runs } from "../db/schema";
-import { ACTIVE_RUN_STATUSES, JsonValue, type MetricsPoint, type ProcessReport, type RunView } from "../protocol/runs";
+import { ACTIVE_RUN_STATUSES, JsonValue, type MetricsPoint, type ProcessReport, type RunStatus, type RunView } from "../protocol/runs";
 import { parseJson, type Db } from "./config-store";
 
 type Statement = Parameters<Db["batch"]>[0][number];
@@ -74,15 +74,27 @@ export async function getRun(db: Db, engine: string, id: string): Promise<RunRow
   return rows[0] ?? null;
 }
 
+/**
+ * Runs created in the same millisecond (the clock is coarse, and run ids are random) come in
+ * the order they were inserted: SQLite gives a new row a rowid above every row in the table
+ * (the runs table has no INTEGER PRIMARY KEY of its own, so this is that implicit key, which
+ * VACUUM and dumps renumber but keep in order), and every index entry ends with it, so
+ * runs_engine_created_idx already holds the runs in this order.
+ */
+const rowid = sql<number>`${runs}.rowid`;
+const newestFirst = [desc(runs.createdAt), desc(rowid)] as const;
+/** Runs after `runId` in that order. */
+const olderThan = (runId: string) => sql`(${runs.createdAt}, ${rowid}) < (SELECT c.created_at, c.rowid FROM ${runs} AS c WHERE c.id = ${runId})`;
+
 export async function latestRun(db: Db, engine: string): Promise<RunRow | null> {
-  const rows = await db.select().from(runs).where(eq(runs.engine, engine)).orderBy(desc(runs.createdAt), desc(runs.id)).limit(1);
+  const rows = await db.select().from(runs).where(eq(runs.engine, engine)).orderBy(...newestFirst).limit(1);
   return rows[0] ?? null;
 }
 
-/** Newest first; `before` pages by the creation time of a run. */
+/** Newest first; `before` pages after a run, on the whole sort key: runs sharing its creation time are not skipped. */
 export async function listRuns(db: Db, engine: string, limit: number, before: RunRow | null): Promise<RunRow[]> {
-  const where = before === null ? eq(runs.engine, engine) : and(eq(runs.engine, engine), lt(runs.createdAt, before.createdAt));
-  return db.select().from(runs).where(where).orderBy(desc(runs.createdAt), desc(runs.id)).limit(limit);
+  const where = before === null ? eq(runs.engine, engine) : and(eq(runs.engine, engine), olderThan(before.id));
+  return db.select().from(runs).where(where).orderBy(...newestFirst).limit(limit);
 }
 
 export async function activeRuns(db: Db, engine: string): Promise<RunRow[]> {
@@ -115,11 +127,42 @@ export async function metricsHistory(db: Db, runId: string, limit = 500): Promis
   return rows.reverse().map(toPoint);
 }
 
-/** Changes a run's status (and anything else in `set`) and records why, in one transaction. */
-export function statusStatements(db: Db, runId: string, set: Partial<typeof runs.$inferInsert>, event: { at: number; kind: string; detail: string } | null): Statement[] {
-  const out: Statement[] = [db.update(runs).set(set).where(eq(runs.id, runId))];
-  if (event !== null) out.push(db.insert(runEvents).values(eventRow(runId, event.at, event.kind, event.detail)));
-  return out;
+export type RunChange = Partial<typeof runs.$inferInsert>;
+export type RunEvent = { at: number; kind: string; detail: string };
+
+/**
+ * Changes a run (its status, and anything else in `set`) only if its status is still
+ * `expected`, the one the change was decided from, and records why, in one transaction with
+ * `more` (statements that stand whatever the status). False when another request changed the
+ * status first: the caller decides again from the run as it is now. Without the check a stop
+ * crossing the agent's "completed" would make a finished run "stopping" again, for good.
+ */
+export async function changeRun(db: Db, runId: string, expected: RunStatus, set: RunChange, event: RunEvent | null, more: Statement[] = []): Promise<boolean> {
+  const still = and(eq(runs.id, runId), eq(runs.status, expected));
+  const update = db.update(runs).set(set).where(still);
+  if (event === null) {
+    const [updated] = await db.batch([update, ...more]);
+    return updated.meta.changes > 0;
+  }
+  // The event is inserted first, under the update's own condition: nothing runs between the
+  // statements of a batch, so the event is recorded exactly when the update applies.
+  const [, updated] = await db.batch([eventIf(db, still, runId, event), update, ...more]);
+  return updated.meta.changes > 0;
+}
+
+/** The event's row, inserted only if `condition` holds of the run (its id: NULL, so SQLite numbers it). */
+function eventIf(db: Db, condition: ReturnType<typeof and>, runId: string, e: RunEvent) {
+  const value = <T>(v: T, name: string) => sql<T>`${v}`.as(name);
+  const row = db
+    .select({ id: sql<number>`NULL`.as("id"), runId: value(runId, "run_id"), at: value(e.at, "at"), kind: value(e.kind, "kind"), detail: value(e.detail, "detail") })
+    .from(runs)
+    .where(condition);
+  return db.insert(runEvents).select(row);
+}
+
+/** The command that starts the run, whatever its status by now (a stop may already have ended it). */
+export async function setCommandSeq(db: Db, runId: string, seq: number): Promise<void> {
+  await db.update(runs).set({ commandSeq: seq }).where(eq(runs.id, runId));
 }
 
 export function processStatements(db: Db, runId: string, processes: readonly ProcessReport[]): Statement[] {
@@ -149,10 +192,6 @@ export function metricStatements(db: Db, runId: string, points: readonly Metrics
   return points.map((m) =>
     db.insert(runMetrics).values({ runId, idx: m.index, step: m.step, at: m.at, metricValues: JSON.stringify(m.values) }).onConflictDoNothing(),
   );
-}
-
-export async function runBatch(db: Db, statements: Statement[]): Promise<void> {
-  if (statements.length > 0) await db.batch(statements as [Statement, ...Statement[]]);
 }
 
 /** True when `err` is the one-active-run-per-engine index refusing a second active run. */

@@ -15,7 +15,7 @@ import { mayRun } from "../../auth/roles";
 import type { Env } from "../../env";
 import { describeIssues } from "../../http/errors";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
-import { toJsonSchema } from "../../openapi/json-schema";
+import { standaloneJsonSchema } from "../../openapi/json-schema";
 import { authorize, credentials, envOf, type Credentials } from "../context";
 import type { Refused } from "../reply";
 import { ERR, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, classify, result, rpcError, type JsonRpcRequest, type Outgoing } from "./jsonrpc";
@@ -34,7 +34,7 @@ const CallParams = z.object({ name: z.string(), arguments: z.record(z.string(), 
 const InitializeParams = z.object({ protocolVersion: z.string() }).loose();
 
 function toolListing(t: Tool) {
-  return { name: t.name, title: t.title, description: t.description, inputSchema: toJsonSchema(t.input, "input") };
+  return { name: t.name, title: t.title, description: t.description, inputSchema: standaloneJsonSchema(t.input, "input") };
 }
 
 /** A refusal or success as an MCP tool result: JSON text for the model, the same object as structured content. */
@@ -110,7 +110,7 @@ export async function mcpHandler(c: Context): Promise<Response> {
   for (const m of messages) {
     const msg = classify(m);
     if (msg.kind === "request") answers.push(await answerRequest(envOf(c), who, auth.body.role, msg.msg));
-    else if (msg.kind === "invalid") answers.push(rpcError(msg.id, ERR.invalidRequest, `Invalid request: ${msg.why}.`));
+    else if (msg.kind === "invalid") answers.push(rpcError(msg.id, msg.code, msg.message));
   }
   // Only notifications (e.g. notifications/initialized) or responses: nothing to answer.
   if (answers.length === 0) return c.body(null, 202);

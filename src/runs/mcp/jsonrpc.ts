@@ -10,15 +10,26 @@ export const LATEST_PROTOCOL_VERSION = PROTOCOL_VERSIONS[0];
 
 const Id = z.union([z.string(), z.number()]);
 
-export const JsonRpcRequest = z.object({ jsonrpc: z.literal("2.0"), id: Id, method: z.string(), params: z.record(z.string(), z.unknown()).optional() });
-export const JsonRpcNotification = z.object({ jsonrpc: z.literal("2.0"), method: z.string(), params: z.record(z.string(), z.unknown()).optional() });
+const Named = z.record(z.string(), z.unknown());
+/** JSON-RPC 2.0 allows params by name (an object) or by position (an array). */
+const Structured = z.union([Named, z.array(z.unknown())]);
+
+/** A request this server can answer: MCP methods take their params by name. */
+export const JsonRpcRequest = z.object({ jsonrpc: z.literal("2.0"), id: Id, method: z.string(), params: Named.optional() });
+/** A valid JSON-RPC request whatever its params: one that JsonRpcRequest refuses has them by position. */
+const AnyRequest = JsonRpcRequest.extend({ params: Structured.optional() });
+export const JsonRpcNotification = z.object({ jsonrpc: z.literal("2.0"), method: z.string(), params: Structured.optional() });
 /** A client's answer to a server request; this server sends none, so these are only acknowledged. */
 export const JsonRpcResponse = z.object({ jsonrpc: z.literal("2.0"), id: Id.nullable(), result: z.unknown().optional(), error: z.unknown().optional() });
 
 export type JsonRpcRequest = z.infer<typeof JsonRpcRequest>;
-export type Incoming = { kind: "request"; msg: JsonRpcRequest } | { kind: "notification" } | { kind: "response" } | { kind: "invalid"; id: string | number | null; why: string };
-
 export const ERR = { parse: -32700, invalidRequest: -32600, methodNotFound: -32601, invalidParams: -32602, internal: -32603 } as const;
+
+export type Incoming =
+  | { kind: "request"; msg: JsonRpcRequest }
+  | { kind: "notification" }
+  | { kind: "response" }
+  | { kind: "invalid"; id: string | number | null; code: typeof ERR.invalidRequest | typeof ERR.invalidParams; message: string };
 
 export type Outgoing =
   | { jsonrpc: "2.0"; id: string | number; result: unknown }
@@ -34,8 +45,13 @@ export const rpcError = (id: string | number | null, code: number, message: stri
 export function classify(raw: unknown): Incoming {
   const req = JsonRpcRequest.safeParse(raw);
   if (req.success) return { kind: "request", msg: req.data };
+  // A valid Request all the same, so it is answered as one, to its id (JSON-RPC 2.0, 5.1).
+  const positional = AnyRequest.safeParse(raw);
+  if (positional.success) {
+    return { kind: "invalid", id: positional.data.id, code: ERR.invalidParams, message: `Invalid params: ${positional.data.method} takes its params by name (an object), not by position (an array).` };
+  }
   if (JsonRpcNotification.safeParse(raw).success && !(typeof raw === "object" && raw !== null && "id" in raw)) return { kind: "notification" };
   if (JsonRpcResponse.safeParse(raw).success && typeof raw === "object" && raw !== null && ("result" in raw || "error" in raw)) return { kind: "response" };
   const id = typeof raw === "object" && raw !== null && "id" in raw && (typeof raw.id === "string" || typeof raw.id === "number") ? raw.id : null;
-  return { kind: "invalid", id, why: "not a JSON-RPC 2.0 request, notification or response" };
+  return { kind: "invalid", id, code: ERR.invalidRequest, message: "Invalid request: not a JSON-RPC 2.0 request, notification or response." };
 }
