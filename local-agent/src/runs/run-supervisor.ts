@@ -12,6 +12,8 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
+import { MAX_BODY_BYTES } from "../../../src/http/body";
+import { storedJsonTooLarge, utf8Bytes } from "../../../src/protocol/limits";
 import type { AgentActiveRunsResponse, MetricsPoint, RunReport, RunReportResponse } from "../../../src/protocol/runs";
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
@@ -31,9 +33,19 @@ export type ReportInput = z.input<typeof RunReport>;
 /** The most metrics points the exchange takes in one report (RunReport's metrics). */
 export const MAX_REPORT_METRICS = 500;
 
-/** How the supervisor talks to the exchange; each retries until it gets an answer or the agent stops, null without one. */
+/**
+ * The most bytes of JSON one report may take. The exchange refuses a body over MAX_BODY_BYTES,
+ * status and all; half of it leaves a wide margin and still holds the largest point the
+ * exchange stores (MAX_STORED_BYTES of values) with the run's processes.
+ */
+export const MAX_REPORT_BYTES = MAX_BODY_BYTES / 2;
+
+/** The exchange refused a report, with this HTTP status; the reporter has logged why. */
+export type ReportRefused = { refused: number };
+
+/** How the supervisor talks to the exchange; each retries until it gets an answer (or a refusal) or the agent stops, null without one. */
 export type RunReporter = {
-  report(runId: string, report: ReportInput): Promise<RunReportResponse | null>;
+  report(runId: string, report: ReportInput): Promise<RunReportResponse | ReportRefused | null>;
   activeRuns(): Promise<AgentActiveRunsResponse | null>;
 };
 
@@ -249,7 +261,7 @@ export class RunSupervisor {
         this.finish(run);
         return;
       }
-      run.unsent.push(...run.metrics.read());
+      this.collect(run);
       if (run.unsent.length > 0) {
         const answer = await this.send(run, "running", "");
         if (answer?.must_stop) return void this.stop(run.id, "the exchange considers this run over");
@@ -291,34 +303,46 @@ export class RunSupervisor {
   }
 
   /**
-   * Reports the run with the metrics not sent yet, in reports of at most MAX_REPORT_METRICS
-   * points: the exchange refuses more, and a refused final report would leave the run active
-   * there for ever. The status goes with the last of them, so a run ends there with all its
-   * metrics.
+   * Reports the run with the metrics not sent yet, in reports the exchange takes (at most
+   * MAX_REPORT_METRICS points and MAX_REPORT_BYTES): a refused final report would leave the run
+   * active there for ever. The status goes with the last of them, so a run ends there with all
+   * its metrics; should that one still be refused for what it holds, the status goes alone.
    */
   private async send(run: Run, status: ReportInput["status"], detail: string, withLogTails = false): Promise<RunReportResponse | null> {
     // A run's first metrics may come with its end: read them before the last report.
-    if (status !== "running") run.unsent.push(...run.metrics.read());
+    if (status !== "running") this.collect(run);
     if (status === "starting" || status === "running") run.said = status;
+    const report = (last: boolean, metrics: MetricsPoint[]): ReportInput => ({
+      status: last ? status : run.said,
+      detail: last ? detail : "",
+      processes: run.procs.map((p) => p.report(last && withLogTails)),
+      metrics,
+      agent_id: this.d.agentId,
+    });
     for (;;) {
-      const points = run.unsent.slice(0, MAX_REPORT_METRICS);
+      const end = report(true, []);
+      const points = run.unsent.slice(0, fitting(run.unsent, jsonBytes(end)));
       const last = points.length === run.unsent.length;
-      const answer = await this.d.reporter.report(run.id, {
-        status: last ? status : run.said,
-        detail: last ? detail : "",
-        processes: run.procs.map((p) => p.report(last && withLogTails)),
-        metrics: points,
-        agent_id: this.d.agentId,
-      });
+      let answer = await this.d.reporter.report(run.id, last ? { ...end, metrics: points } : report(false, points));
       run.unsent.splice(0, points.length);
+      if (last && points.length > 0 && refusedForContent(answer)) answer = await this.d.reporter.report(run.id, end);
       // Refused (the reporter said why), or the agent is stopping: the points are not sent again,
       // or a point the exchange will not take would hold back every later report, the end's too.
-      if (answer === null) {
+      if (answer === null || "refused" in answer) {
         if (last) return null;
         continue;
       }
       // A live run the exchange wants stopped: the rest goes with the stop's own report.
       if (last || (answer.must_stop && run.said === status)) return answer;
+    }
+  }
+
+  /** Takes the run's new metrics lines; one the exchange cannot store would have every report it goes in refused. */
+  private collect(run: Run): void {
+    for (const point of run.metrics.read()) {
+      const over = storedJsonTooLarge(`line ${point.index + 1} of ${run.metrics.path}`, point.values);
+      if (over === null) run.unsent.push(point);
+      else this.d.logger.warn(`run ${run.id}: dropped a metrics line the exchange cannot store: ${over}`);
     }
   }
 
@@ -341,3 +365,25 @@ export class RunSupervisor {
     if (this.run === run) this.run = null;
   }
 }
+
+/** Bytes of `value` as the client sends it: its JSON in UTF-8. */
+const jsonBytes = (value: unknown): number => utf8Bytes(JSON.stringify(value));
+
+/**
+ * How many of `points`, from the first, go in a report that takes `reportBytes` without them:
+ * at most MAX_REPORT_METRICS and MAX_REPORT_BYTES, but at least one, which alone is storable
+ * (collect) and so fits the exchange's request limit.
+ */
+function fitting(points: MetricsPoint[], reportBytes: number): number {
+  let bytes = reportBytes;
+  let n = 0;
+  for (; n < Math.min(points.length, MAX_REPORT_METRICS); n++) {
+    bytes += jsonBytes(points[n]) + 1; // and its comma
+    if (n > 0 && bytes > MAX_REPORT_BYTES) break;
+  }
+  return n;
+}
+
+/** A refusal of what a report holds: too large (413) or not valid (422), which its points may be. */
+const refusedForContent = (answer: RunReportResponse | ReportRefused | null): boolean =>
+  answer !== null && "refused" in answer && (answer.refused === 413 || answer.refused === 422);

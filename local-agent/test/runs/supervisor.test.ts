@@ -1,21 +1,24 @@
 /**
  * The run supervisor with real processes (the fixture script opens ports, serves HTTP, exits,
  * crashes, ignores SIGTERM). Deadlines and grace periods run on a manual clock where a test is
- * about them; elsewhere the real clock with short polls.
+ * about them; elsewhere the real clock with short polls. Reports go to a recorder that answers
+ * as the exchange's route does, or, where the exchange's request limit is the point, to the
+ * real Worker on Miniflare.
  */
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunsClient } from "../../../src/client";
 import { realClock, type Clock } from "../../src/clock";
 import { Reachability } from "../../src/reachability";
 import { ExchangeReporter } from "../../src/runs/exchange-reporter";
 import { MetricsReader } from "../../src/runs/metrics-reader";
-import { RunSupervisor } from "../../src/runs/run-supervisor";
+import { RunSupervisor, type RunReporter } from "../../src/runs/run-supervisor";
 import { readJournal } from "../../src/runs/run-journal";
 import { groupAlive } from "../../src/runs/process-group";
+import { startTestExchange, type TestExchange } from "../support/exchange";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
@@ -210,6 +213,42 @@ describe("a running run", () => {
     expect(reporter.status.get("run_many01")).toBe("completed");
   });
 
+  it("drops a metrics line too large for the exchange to store, with a warning, and reports the others", async () => {
+    const writer = "import json, os\nwith open(os.environ['ROLLOUT_RUN_METRICS'], 'a') as f:\n    for i, s in enumerate([1, 2_000_000, 1]): f.write(json.dumps({'step': i, 'samples': 'x' * s}) + '\\n')\n";
+    const { sup, reporter, logger } = setup([{ name: "trainer", command: ["python3", "-c", writer] }]);
+    await sup.start(startCommand("run_huge01"));
+    await sup.settled();
+    expect(reporter.status.get("run_huge01")).toBe("completed");
+    expect(reporter.reports.flatMap((r) => r.metrics ?? []).map((p) => p.index)).toEqual([0, 2]);
+    expect(logger.has(/^warn run run_huge01: dropped a metrics line the exchange cannot store: line 2 of .*metrics\.jsonl is 2,000,\d{3} bytes as stored/)).toBe(true);
+  });
+
+  it("reports a run's end without its metrics when the exchange refuses them with it", async () => {
+    const clock = new ManualClock();
+    // Writes its lines when told to: after the monitor's first look, so they go with the stop.
+    const writer = "import json, os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.01)\nwith open(os.environ['ROLLOUT_RUN_METRICS'], 'a') as f:\n    for i in range(3): f.write(json.dumps({'step': i}) + '\\n')\ntime.sleep(60)\n";
+    const { reporter, config, logger, stop } = setup([{ name: "trainer", command: ["python3", "-c", writer, "{run_dir}/go"] }], { clock });
+    // An exchange that refuses every point: a report it will not take, however the agent sized it.
+    const refusing: RunReporter = {
+      report: async (runId, r) => ((r.metrics?.length ?? 0) > 0 ? { refused: 413 } : reporter.report(runId, r)),
+      activeRuns: () => reporter.activeRuns(),
+    };
+    const sup = new RunSupervisor({ config, reporter: refusing, clock, logger, agentId: "host-1", stop: stop.signal });
+    await sup.start(startCommand("run_refd01"));
+    await waitUntil(() => reporter.status.get("run_refd01") === "running" && clock.pending.length > 0, "the monitor to wait for its next look");
+    const metrics = join(config.runsDir, "run_refd01", "metrics.jsonl");
+    writeFileSync(join(config.runsDir, "run_refd01", "go"), "");
+    await waitUntil(() => existsSync(metrics) && readFileSync(metrics, "utf8").split("\n").length > 3, "the trainer to write its metrics");
+    const stopping = sup.stop("run_refd01", "operator asked");
+    let over = false;
+    void stopping.then(() => (over = true));
+    await untilOnClock(clock, () => over, "the stop to finish", 200);
+    const out = await stopping;
+    expect(reporter.status.get("run_refd01")).toBe("stopped");
+    expect(reporter.last("run_refd01")).toMatchObject({ status: "stopped", detail: out.detail, metrics: [] });
+    expect(sup.current).toBeNull();
+  });
+
   it("stops on request in reverse order; a process that ignores SIGTERM is killed after the grace period", async () => {
     const clock = new ManualClock();
     const { sup, reporter, pids } = setup([proc("api", ""), proc("trainer", "--ignore-term")], { clock, grace: 10 });
@@ -242,6 +281,49 @@ describe("a running run", () => {
     expect(reporter.statuses("run_early1").at(-1)).toBe("stopped");
     expect(procsOf(reporter, "run_early1")[1]).toMatchObject({ state: "pending", pid: null });
     for (const pid of pids()) expect(groupAlive(pid)).toBe(false);
+  });
+});
+
+describe("a run whose metrics lines are large, on the real exchange", () => {
+  let ex: TestExchange;
+  beforeAll(async () => {
+    ex = await startTestExchange();
+  });
+  afterAll(async () => {
+    await ex?.stop();
+  });
+
+  it("still ends completed there when its last lines together exceed a request body", async () => {
+    const engine = await ex.newEngine();
+    const trainer = new RunsClient({ baseUrl: engine.baseUrl, token: engine.tokens.trainer });
+    const operator = new RunsClient({ baseUrl: engine.baseUrl, token: engine.tokens.operator });
+    await trainer.reportCatalog({ environments: [{ name: "gsm8k", class_name: "GSM8kEnv", file_path: "/opt/envs/gsm8k_server.py", fields: [] }] });
+    await operator.selectEnvironment({ name: "gsm8k" });
+    const runId = (await operator.startRun()).run_id;
+
+    // Three lines of 1.5 MB each (e.g. per-sample rewards logged by a trainer), then exit 0.
+    const writer = "import json, os, time\ntime.sleep(0.3)\nwith open(os.environ['ROLLOUT_RUN_METRICS'], 'a') as f:\n    for i in range(3): f.write(json.dumps({'step': i, 'train/samples': 'x' * 1_500_000}) + '\\n')\n";
+    const state = tempDir();
+    const config = runsConfig({ processes: [{ name: "trainer", command: ["python3", "-c", writer] }] }, state.path);
+    const logger = new MemoryLogger();
+    const stop = new AbortController();
+    cleanups.push(() => {
+      stop.abort();
+      state.remove();
+    });
+    // The supervisor's polls run on a manual clock, so the final report is the one that carries the lines.
+    const clock = new ManualClock();
+    const reporter = new ExchangeReporter(trainer, { reach: new Reachability(logger, realClock, engine.baseUrl), logger, stop: stop.signal, maxBackoffMs: 200 });
+    const sup = new RunSupervisor({ config, reporter, clock, logger, agentId: "host-1", stop: stop.signal });
+    await sup.start(startCommand(runId));
+    await waitUntil(async () => (await operator.runStatus(runId)).status === "running", "the run to be running on the exchange", 30_000);
+    const pid = await waitUntil(() => readJournal(config.runsDir, runId)?.processes[0]?.pid, "the trainer's pid");
+    await waitUntil(() => !groupAlive(pid), "the trainer to exit", 30_000);
+    // The monitor's next poll sees the exit and reports the end with the lines not sent yet.
+    await untilOnClock(clock, () => sup.current === null, "the agent to finish the run", 1000);
+    const s = await operator.runStatus(runId);
+    expect({ status: s.status, refused: logger.lines.filter((l) => /could not report/.test(l)).map((l) => l.slice(0, 160)) }).toEqual({ status: "completed", refused: [] });
+    expect((await operator.runResults(runId)).metrics_history.map((p) => p.index)).toEqual([0, 1, 2]);
   });
 });
 

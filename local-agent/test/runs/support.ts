@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { applyReport } from "../../../src/runs/lifecycle";
 import { RunReport, type AgentActiveRunsResponse, type RunReportResponse, type RunStatus } from "../../../src/protocol/runs";
 import { parseRunsConfig, type RunsConfig } from "../../src/runs/runs-config";
-import type { ReportInput, RunReporter } from "../../src/runs/run-supervisor";
+import type { ReportInput, ReportRefused, RunReporter } from "../../src/runs/run-supervisor";
 
 export const PROC = fileURLToPath(new URL("./fixtures/procs/proc.py", import.meta.url));
 export const ENVS = fileURLToPath(new URL("./fixtures/envs", import.meta.url));
@@ -20,12 +20,12 @@ export class RecordingReporter implements RunReporter {
   readonly refused: string[] = [];
   active: AgentActiveRunsResponse = { runs: [] };
 
-  /** Null for a refused report, as ExchangeReporter answers one. */
-  async report(runId: string, report: ReportInput): Promise<RunReportResponse | null> {
+  /** A report the route's schema refuses is answered 422, as ExchangeReporter answers one. */
+  async report(runId: string, report: ReportInput): Promise<RunReportResponse | ReportRefused> {
     const valid = RunReport.safeParse(report);
     if (!valid.success) {
       this.refused.push(`${report.status}: ${valid.error.issues.map((i) => `${i.path.join(".")} ${i.message}`).join("; ")}`);
-      return null;
+      return { refused: 422 };
     }
     this.reports.push({ runId, ...report });
     const out = applyReport(this.status.get(runId) ?? "pending", report.status);
