@@ -5,7 +5,7 @@
  */
 import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
-import { completionPrompts, continuation, extendsMessages, extendsTokens, rebuild } from "./splice";
+import { continuation, extendsMessages, extendsTokens, isPromptDelta, promptContinuation, rebuild, type PromptDelta } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
 /** The most calls one trajectory answers with; a claim with more is cut there (docs/ledger.md). */
@@ -199,11 +199,12 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
 /**
  * A call as its successors continue it. `messages` and `prompt` are null when they are not known
  * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
- * be rebuilt from them no more than this call could. `added` is the prompt ids it stored.
+ * be rebuilt from them no more than this call could. `added` is the prompt ids it stored. `text`
+ * is a /v1/completions call's prompt string, null for another call or one not known whole.
  */
-type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null };
+type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null; text: string | null };
 
-const UNKNOWN: Rebuilt = { messages: null, answer: null, tools: null, prompt: null, completion: null, added: null };
+const UNKNOWN: Rebuilt = { messages: null, answer: null, tools: null, prompt: null, completion: null, added: null, text: null };
 
 /** `rest` after the first `prefix.count` items of `base` of the call `prefix` names; null when those are not known. */
 function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => T[] | null): T[] | null {
@@ -213,11 +214,20 @@ function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Reb
   return b === null ? null : rebuild({ base: b, count: prefix.count }, rest);
 }
 
+/** A /v1/completions prompt stored as what it adds to the prompt and text of the call it names; null when that is not known. */
+function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): string | null {
+  const base = byId.get(delta.prefix.call_id);
+  if (base === undefined || base.text === null) return null;
+  const text = promptContinuation(base.text, base.answer as Record<string, unknown> | null);
+  return text.length < delta.prefix.count ? null : text.slice(0, delta.prefix.count) + delta.rest;
+}
+
 /** One call whole, from its stored delta and the calls its prefixes name, rebuilt already (or not known). */
 function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt {
   if (body === null) return UNKNOWN;
   const t = body.tokens ?? null;
   const added = t === null ? null : unpackInts(t.prompt_ids);
+  const stored = body.params["prompt"];
   return {
     messages: continued(body.prefix, body.messages, byId, (c) => c.messages && continuation(c.messages, c.answer)),
     answer: body.answer ?? null,
@@ -227,12 +237,15 @@ function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt 
     prompt: t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]),
     completion: t === null ? null : unpackInts(t.completion_ids),
     added,
+    text: isPromptDelta(stored) ? continuedText(stored, byId) : typeof stored === "string" ? stored : null,
   };
 }
 
-/** The calls a stored delta continues: its messages' prefix call and its prompt ids'. */
-const prefixCalls = (body: CallBody | null): string[] =>
-  [body?.prefix?.call_id, body?.tokens?.prompt_prefix?.call_id].filter((id): id is string => id !== undefined);
+/** The calls a stored delta continues: its messages' prefix call, its prompt ids', and its prompt text's. */
+const prefixCalls = (body: CallBody | null): string[] => {
+  const prompt = body?.params["prompt"];
+  return [body?.prefix?.call_id, body?.tokens?.prompt_prefix?.call_id, isPromptDelta(prompt) ? prompt.prefix.call_id : undefined].filter((id): id is string => id !== undefined);
+};
 
 /**
  * Every call of the claim whole, each once. A delta names a call of its claim by id, not the one
@@ -283,7 +296,6 @@ function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt
 /** Whole calls from the stored deltas, in order, each checked against the successful call before it. */
 function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
   const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null])));
-  const completionPrompt = completionPrompts(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null] as const));
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
   let previous: TrajectoryCall | null = null;
@@ -294,8 +306,11 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     const t = body?.tokens ?? null;
     const logprobs = t === null ? [] : unpackFloats(t.completion_logprobs);
     // Shown as what the call added, and said so, rather than as if it were the whole conversation.
-    const asked = completionPrompt(r.call_id);
-    const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null) || asked.missing);
+    // A /v1/completions prompt stored as a delta is shown whole, or as what it added when that is not known.
+    const storedPrompt = body?.params["prompt"];
+    const promptMissing = isPromptDelta(storedPrompt) && whole.text === null;
+    const params = !isPromptDelta(storedPrompt) ? (body?.params ?? {}) : { ...body?.params, prompt: whole.text ?? storedPrompt.rest };
+    const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null) || promptMissing);
     const shownMessages = messages ?? body?.messages ?? [];
     const shownPrompt = prompt ?? whole.added;
     const messagesSplice = previous === null ? "first" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
@@ -326,7 +341,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       truncated: r.truncated === 1,
       after_claim_end: endedAt !== null && r.done_at > endedAt,
       prefix_missing: prefixMissing,
-      params: asked.params,
+      params,
       tools: whole.tools,
       messages: shownMessages,
       messages_splice: messagesSplice,

@@ -10,7 +10,7 @@
  * (`refusal: null`, reasoning) or with its keys in another order still extends. A /v1/completions
  * call extends when its prompt begins with the previous prompt followed by the previous text.
  */
-import type { CallBody, PrefixRef } from "../protocol/ledger";
+import type { PrefixRef } from "../protocol/ledger";
 import { isRecord } from "../protocol/record";
 
 type Json = unknown;
@@ -78,7 +78,7 @@ export function rebuild<T>(prefix: { base: readonly T[]; count: number } | null,
  */
 export type PromptDelta = { prefix: PrefixRef; rest: string };
 
-function isPromptDelta(v: unknown): v is PromptDelta {
+export function isPromptDelta(v: unknown): v is PromptDelta {
   if (!isRecord(v) || typeof v["rest"] !== "string" || !isRecord(v["prefix"])) return false;
   return typeof v["prefix"]["call_id"] === "string" && Number.isSafeInteger(v["prefix"]["count"]);
 }
@@ -94,55 +94,4 @@ export function promptDelta(prompt: string, base: { call_id: string; text: strin
 export function promptContinuation(prompt: string, answer: Record<string, unknown> | null): string {
   const text = answer?.["content"];
   return typeof text === "string" ? prompt + text : prompt;
-}
-
-/**
- * The /v1/completions prompts of a claim's calls (`calls`: each call's id and stored body) rebuilt
- * whole. A delta names a call of its claim by id, whichever was admitted first, so each prompt is
- * resolved along the calls it names, without recursion (a chain can be as long as the claim).
- * Gives a call's params with its prompt whole, and `missing` when a call it continues is not
- * known whole (a body gone, a prefix the claim does not hold): its params then hold only what it
- * added.
- */
-export function completionPrompts(calls: Iterable<readonly [string, CallBody | null]>): (callId: string) => { params: Record<string, unknown>; missing: boolean } {
-  const bodies = new Map(calls);
-  // Each resolved call's whole prompt; null when it is not known.
-  const whole = new Map<string, string | null>();
-  const resolve = (id: string): string | null => {
-    const chain: { id: string; delta: PromptDelta }[] = [];
-    const onChain = new Set<string>();
-    let at = id;
-    let base: string | null = null;
-    for (;;) {
-      const known = whole.get(at);
-      if (known !== undefined) {
-        base = known;
-        break;
-      }
-      const stored = bodies.get(at)?.params["prompt"];
-      if (!isPromptDelta(stored)) {
-        base = typeof stored === "string" ? stored : null;
-        whole.set(at, base);
-        break;
-      }
-      // One that leads back to a call on the chain (no recorder makes a cycle, but stored data may hold one) is not known.
-      if (onChain.has(at)) break;
-      chain.push({ id: at, delta: stored });
-      onChain.add(at);
-      at = stored.prefix.call_id;
-    }
-    for (const { id: callId, delta } of chain.reverse()) {
-      const text = base === null ? null : promptContinuation(base, bodies.get(delta.prefix.call_id)?.answer ?? null);
-      base = text === null || text.length < delta.prefix.count ? null : text.slice(0, delta.prefix.count) + delta.rest;
-      whole.set(callId, base);
-    }
-    return base;
-  };
-  return (callId) => {
-    const params = bodies.get(callId)?.params ?? {};
-    const stored = params["prompt"];
-    if (!isPromptDelta(stored)) return { params, missing: false };
-    const prompt = resolve(callId);
-    return prompt === null ? { params: { ...params, prompt: stored.rest }, missing: true } : { params: { ...params, prompt }, missing: false };
-  };
 }
