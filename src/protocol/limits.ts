@@ -52,11 +52,14 @@ export function utf8Bytes(s: string): number {
   return n;
 }
 
+/** Bytes of `value`'s JSON in UTF-8, as a body or a stored record holds it. */
+export const jsonBytes = (value: unknown): number => utf8Bytes(JSON.stringify(value) ?? "");
+
 /**
  * Bytes of `s` as a JSON string, quoted and escaped, as a record that embeds it holds it (the
  * engine's outbox and command rows are JSON). At most 6 per UTF-16 unit (`\u0001`) plus the quotes.
  */
-export const jsonStringBytes = (s: string): number => utf8Bytes(JSON.stringify(s));
+export const jsonStringBytes = (s: string): number => jsonBytes(s);
 
 /** The most bytes one UTF-16 unit of a string takes as a JSON string. */
 export const MAX_JSON_BYTES_PER_UNIT = 6;

@@ -13,7 +13,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
 import { MAX_BODY_BYTES } from "../../../src/http/body";
-import { storedJsonTooLarge, utf8Bytes } from "../../../src/protocol/limits";
+import { jsonBytes, storedJsonTooLarge } from "../../../src/protocol/limits";
 import type { AgentActiveRunsResponse, MetricsPoint, RunReport, RunReportResponse } from "../../../src/protocol/runs";
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
@@ -365,9 +365,6 @@ export class RunSupervisor {
     if (this.run === run) this.run = null;
   }
 }
-
-/** Bytes of `value` as the client sends it: its JSON in UTF-8. */
-const jsonBytes = (value: unknown): number => utf8Bytes(JSON.stringify(value));
 
 /**
  * How many of `points`, from the first, go in a report that takes `reportBytes` without them:
