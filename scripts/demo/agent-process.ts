@@ -6,10 +6,14 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { realClock } from "../../local-agent/src/clock";
+import { stopGroup } from "../../local-agent/src/runs/process-group";
 import { REPO_ROOT } from "../local/exchange";
 
 /** How long the agent gets to stop cleanly after SIGTERM before it is killed. */
 const GRACE_MS = 3_000;
+/** How often a stop looks whether the agent's group is gone. */
+const STOP_POLL_MS = 50;
 
 export class AgentProcess {
   /** The trainer facade's URL, once the agent says it listens; rejects if the agent exits first. */
@@ -35,22 +39,13 @@ export class AgentProcess {
     this.facade = this.facadeUrl();
   }
 
-  /** SIGTERM, then SIGKILL if it has not exited after GRACE_MS; resolves once it has exited. */
+  /** SIGTERM to its group, then SIGKILL if it has not exited after GRACE_MS; resolves once the group is gone. */
   async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    this.signal("SIGTERM");
-    const late = setTimeout(() => this.signal("SIGKILL"), GRACE_MS);
-    await this.exited;
-    clearTimeout(late);
-  }
-
-  private signal(signal: NodeJS.Signals): void {
-    if (this.child.pid === undefined) return;
-    try {
-      process.kill(-this.child.pid, signal);
-    } catch {
-      // the group is gone already
-    }
+    const pid = this.child.pid;
+    if (pid === undefined || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    let reaped = false;
+    void this.exited.then(() => (reaped = true));
+    await stopGroup(pid, { graceMs: GRACE_MS, clock: realClock, pollMs: STOP_POLL_MS, leaderReaped: () => reaped });
   }
 
   private facadeUrl(): Promise<string> {
