@@ -4,8 +4,9 @@
  * steps, one aborted and one still running. The page shows the engine's capture setting, lists
  * the trajectories as the API does (a page at a time), opens an episode from that list, from the
  * running episodes and through the reward chart's step, and renders its timeline and messages
- * (as text, never as markup), marking a rewritten history and drifted tokens. A client token,
- * which may not read trajectories, gets a notice in the panel and the rest of the page.
+ * (as text, never as markup), marking a rewritten history, drifted tokens and the call whose lost
+ * tokens stop the training sequence. A client token, which may not read trajectories, gets a
+ * notice in the panel and the rest of the page.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
@@ -261,6 +262,31 @@ describe("trajectories on the dashboard", () => {
     } finally {
       await other.close();
     }
+  });
+
+  it("marks where the training sequence stops at a call whose tokens were lost", async () => {
+    // Made after the tests that count the list's rows: a third turn over the record cap, so its tokens are not known.
+    const cut = await claim(engine, "ep-cut", "client-c", "calc");
+    const [first, second, third] = threeTurns(cut, callClock(Date.now() - 60_000));
+    if (first === undefined || second === undefined || third === undefined) throw new Error("threeTurns made fewer than three calls");
+    await record(ex, engine, [first, second, { ...third, truncated: true, body: { ...third.body, messages: [], answer: null, tokens: null } }]);
+    await end(engine, cut, "calc", 0.5);
+    const ledger = ledgerOf(ex, engine, "viewer");
+    await settled(ledger, 6 + FILLERS);
+    const t = await ledger.trajectory("ep-cut");
+    expect(t.training?.drift_at_call).toBe(2);
+    expect(t.training?.segments).toHaveLength(2);
+
+    await page.goto(`${ex.url}/dashboard?engine=${engine.name}&episode=ep-cut&refresh=0.3`);
+    await page.waitForSelector('#episode-view[data-episode="ep-cut"][data-calls="3"]');
+    expect(await attr(page, "#episode-training", "data-drift-at-call")).toBe("2");
+    const mark = page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="drift"]');
+    expect(await mark.textContent()).toBe("training stops");
+    expect(await mark.getAttribute("title")).toContain("tokens are not known");
+    expect(await page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="truncated"]').count()).toBe(1);
+    // Only the call where the sequence stops is marked, and none as drifted.
+    expect(await page.locator('#episode-timeline [data-mark="drift"]').count()).toBe(1);
+    expect(await page.locator("#episode-timeline", { hasText: "tokens drifted" }).count()).toBe(0);
   });
 
   it("logged no error in the browser", () => {
