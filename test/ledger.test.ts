@@ -214,6 +214,86 @@ describe("trajectory ledger", () => {
     expect(u.training).toBeNull();
   });
 
+  it("rebuilds /v1/completions prompts of token ids stored as deltas exactly, in the trajectory and the export", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const c = await claimOne(e, "c1");
+    const tokens = (prompt: number[], completion: number[], prefix: { call_id: string; count: number } | null = null) => ({
+      prompt_prefix: prefix,
+      prompt_ids: packInts(prompt),
+      completion_ids: packInts(completion),
+      completion_logprobs: packFloats(completion.map(() => -0.5)),
+    });
+    const completion = (over: Parameters<typeof call>[1]) => call(c, { endpoint: "/v1/completions", ...over });
+    // As relayed: the first prompt; the second continues its prompt and completion ids; the third
+    // re-tokenized the second's answer (99 for [21]) and continues only the second's prompt.
+    const sent = [
+      { model: "policy", prompt: [1, 2, 3, 4], max_tokens: 8 },
+      { model: "policy", prompt: [1, 2, 3, 4, 10, 11, 20], max_tokens: 8 },
+      { model: "policy", prompt: [1, 2, 3, 4, 10, 11, 20, 99, 30], max_tokens: 8 },
+    ];
+    const first = completion({ body: { params: sent[0]!, tokens: tokens([1, 2, 3, 4], [10, 11]) } });
+    const second = completion({
+      body: { params: { ...sent[1]!, prompt: { prefix: { call_id: first.call_id, count: 6 }, rest: [20] } }, tokens: tokens([20], [21], { call_id: first.call_id, count: 6 }) },
+    });
+    const third = completion({
+      body: { params: { ...sent[2]!, prompt: { prefix: { call_id: second.call_id, count: 7 }, rest: [99, 30] } }, tokens: tokens([1, 2, 3, 4, 10, 11, 20, 99, 30], [31]) },
+    });
+    expect((await post(e, batchOf([first, second, third]))).status).toBe(200);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode, c.fence);
+    expect(JSON.stringify(t.calls.map((x) => x.params))).toBe(JSON.stringify(sent));
+    expect(t.calls.map((x) => x.prefix_missing)).toEqual([false, false, false]);
+    await endAndFlush(e, c, 1);
+    const exported = [];
+    for await (const x of ledgerOf(e, "viewer").export()) exported.push(x);
+    expect(exported).toHaveLength(1);
+    expect(JSON.stringify(exported[0]!.calls.map((x) => x.params))).toBe(JSON.stringify(sent));
+
+    // The second call's batch never reached the exchange: the third shows what it added, and says so.
+    const d = await claimOne(e, "c2");
+    const [d1, d2, d3] = [first, second, third].map((x) => ({ ...x, call_id: `${x.call_id}-d`, episode_uuid: d.episode, fence: d.fence, client_uuid: d.client }));
+    d3!.body = { ...d3!.body, params: { ...sent[2]!, prompt: { prefix: { call_id: d2!.call_id, count: 7 }, rest: [99, 30] } } };
+    expect((await post(e, batchOf([d1!, d3!]))).status).toBe(200);
+    const u = await ledgerOf(e, "viewer").trajectory(d.episode, d.fence);
+    expect(u.calls.map((x) => [x.prefix_missing, x.params["prompt"]])).toEqual([
+      [false, [1, 2, 3, 4]],
+      [true, [99, 30]],
+    ]);
+  });
+
+  it("reads prompt deltas of no valid shape, or that do not fit the call they name, without failing", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const completion = (prompt: unknown) => call(c, { endpoint: "/v1/completions", body: { params: { prompt }, answer: { role: "assistant", content: "ok" } } });
+    const ids = completion([1, 2]);
+    const text = completion("ab");
+    const ref = (base: CallRecord, count: number) => ({ call_id: base.call_id, count });
+    // A delta longer than its base, ids after text and text after ids, with no completion ids known (capture messages).
+    const unfit = [completion({ prefix: ref(ids, 3), rest: [5] }), completion({ prefix: ref(text, 1), rest: [5] }), completion({ prefix: ref(ids, 1), rest: "x" })];
+    // Not deltas at all: shown as stored.
+    const shapes = [{ prefix: ref(ids, -1), rest: [5] }, { prefix: ref(ids, 1), rest: [1, "a"] }, { prefix: ref(ids, 1.5), rest: [5] }, { prefix: null, rest: [5] }, { rest: [5] }];
+    const odd = shapes.map(completion);
+    expect((await post(e, batchOf([ids, text, ...unfit, ...odd]))).status).toBe(200);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => [x.prefix_missing, x.params["prompt"]])).toEqual([
+      [false, [1, 2]],
+      [false, "ab"],
+      [true, [5]],
+      [true, [5]],
+      [true, "x"],
+      ...shapes.map((p) => [false, p]),
+    ]);
+    // Within what is known they fit: the ids' prompt (no completion ids), the text's prompt and part of its answer.
+    const fits = [completion({ prefix: ref(ids, 2), rest: [5] }), completion({ prefix: ref(text, 3), rest: "c" })];
+    expect((await post(e, batchOf(fits))).status).toBe(200);
+    const u = await ledgerOf(e, "viewer").trajectory(c.episode, c.fence);
+    expect(u.calls.slice(-2).map((x) => [x.prefix_missing, x.params["prompt"]])).toEqual([
+      [false, [1, 2, 5]],
+      [false, "aboc"],
+    ]);
+  });
+
   it("takes a call's tools from the call its prefix names, not from the call admitted before it", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

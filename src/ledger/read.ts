@@ -5,7 +5,7 @@
  */
 import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
-import { continuation, extendsMessages, extendsTokens, isPromptDelta, promptContinuation, rebuild, type PromptDelta } from "./splice";
+import { continuation, extendsMessages, extendsTokens, isPromptDelta, promptContinuation, rebuild, rebuildPrompt, sequencePrompt, type PromptDelta, type SequencePrompt } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
 /** The most calls one trajectory answers with; a claim with more is cut there (docs/ledger.md). */
@@ -200,9 +200,10 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
  * A call as its successors continue it. `messages` and `prompt` are null when they are not known
  * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
  * be rebuilt from them no more than this call could. `added` is the prompt ids it stored. `text`
- * is a /v1/completions call's prompt string, null for another call or one not known whole.
+ * is a /v1/completions call's prompt as sent (a string, or token ids), null for another call, a
+ * batch of prompts, or one not known whole.
  */
-type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null; text: string | null };
+type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null; text: SequencePrompt | null };
 
 const UNKNOWN: Rebuilt = { messages: null, answer: null, tools: null, prompt: null, completion: null, added: null, text: null };
 
@@ -214,12 +215,14 @@ function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Reb
   return b === null ? null : rebuild({ base: b, count: prefix.count }, rest);
 }
 
-/** A /v1/completions prompt stored as what it adds to the prompt and text of the call it names; null when that is not known. */
-function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): string | null {
+/**
+ * A /v1/completions prompt stored as what it adds to the prompt and answer (text, or completion
+ * ids) of the call it names; null when those are not known.
+ */
+function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): SequencePrompt | null {
   const base = byId.get(delta.prefix.call_id);
   if (base === undefined || base.text === null) return null;
-  const text = promptContinuation(base.text, base.answer as Record<string, unknown> | null);
-  return text.length < delta.prefix.count ? null : text.slice(0, delta.prefix.count) + delta.rest;
+  return rebuildPrompt(delta, promptContinuation(base.text, base.answer as Record<string, unknown> | null, base.completion).text);
 }
 
 /** One call whole, from its stored delta and the calls its prefixes name, rebuilt already (or not known). */
@@ -237,7 +240,7 @@ function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt 
     prompt: t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]),
     completion: t === null ? null : unpackInts(t.completion_ids),
     added,
-    text: isPromptDelta(stored) ? continuedText(stored, byId) : typeof stored === "string" ? stored : null,
+    text: isPromptDelta(stored) ? continuedText(stored, byId) : sequencePrompt(stored),
   };
 }
 

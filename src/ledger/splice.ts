@@ -8,7 +8,8 @@
  * ids). Messages are compared by what makes a conversation (role, content, name, tool calls and
  * the tool call they answer): a client that sends the answer back without a server's extra fields
  * (`refusal: null`, reasoning) or with its keys in another order still extends. A /v1/completions
- * call extends when its prompt begins with the previous prompt followed by the previous text.
+ * prompt (text, or token ids) is stored after the previous prompt followed by its answer (its
+ * text, or its completion ids), or after the previous prompt alone.
  */
 import type { PrefixRef } from "../protocol/ledger";
 import { isRecord } from "../protocol/record";
@@ -72,26 +73,74 @@ export function rebuild<T>(prefix: { base: readonly T[]; count: number } | null,
 }
 
 /**
- * A /v1/completions prompt stored as what it adds to an earlier call's prompt and text (an agent
- * on that endpoint sends its whole history as one string). An object, which no valid request's
+ * A /v1/completions prompt as one sequence: one string (an agent on that endpoint sends its whole
+ * history as text), or token ids (vLLM's and slime's trainers send the history as ids). The other
+ * forms OpenAI allows, a list of strings or of id lists, are several independent prompts answered
+ * as several choices; they are stored whole (docs/ledger.md).
+ */
+export type SequencePrompt = string | number[];
+
+/** Token ids as a prompt holds them: non-negative integers (a tokenizer's vocabulary indices). */
+export function isTokenIds(v: unknown): v is number[] {
+  return Array.isArray(v) && v.every((x) => Number.isSafeInteger(x) && (x as number) >= 0);
+}
+
+/** A prompt that can be stored as a delta: one string, or one list of ids (not empty: `[]` is no prompt). */
+export function sequencePrompt(v: unknown): SequencePrompt | null {
+  return typeof v === "string" || (isTokenIds(v) && v.length > 0) ? v : null;
+}
+
+/**
+ * A /v1/completions prompt stored as what it adds to an earlier call's prompt and answer: `rest`
+ * of the prompt's own kind (text after text, ids after ids). An object, which no valid request's
  * prompt is (OpenAI's is a string or an array), so a reader tells it from a prompt stored whole.
  */
-export type PromptDelta = { prefix: PrefixRef; rest: string };
+export type PromptDelta = { prefix: PrefixRef; rest: SequencePrompt };
 
 export function isPromptDelta(v: unknown): v is PromptDelta {
-  if (!isRecord(v) || typeof v["rest"] !== "string" || !isRecord(v["prefix"])) return false;
-  return typeof v["prefix"]["call_id"] === "string" && Number.isSafeInteger(v["prefix"]["count"]);
+  if (!isRecord(v) || (typeof v["rest"] !== "string" && !isTokenIds(v["rest"])) || !isRecord(v["prefix"])) return false;
+  const count = v["prefix"]["count"];
+  return typeof v["prefix"]["call_id"] === "string" && Number.isSafeInteger(count) && (count as number) >= 0;
 }
 
-/** `prompt` as stored: after `base.text` (an earlier call's prompt then its text) when it begins with it. */
-export function promptDelta(prompt: string, base: { call_id: string; text: string | null } | null): string | PromptDelta {
-  const text = base?.text ?? "";
-  if (base === null || text === "" || !prompt.startsWith(text)) return prompt;
-  return { prefix: { call_id: base.call_id, count: text.length }, rest: prompt.slice(text.length) };
+/**
+ * What a call's successor on /v1/completions begins with: its prompt, then the text it answered
+ * (after a prompt of ids, its completion's ids, when they were recorded). `promptLength` is where
+ * the prompt ends in it: a successor that re-tokenized or edited the answer still continues the
+ * prompt.
+ */
+export type PromptHead = { text: SequencePrompt; promptLength: number };
+
+export function promptContinuation(prompt: SequencePrompt, answer: Record<string, unknown> | null, completionIds: readonly number[] | null): PromptHead {
+  if (typeof prompt === "string") {
+    const text = answer?.["content"];
+    return { text: typeof text === "string" ? prompt + text : prompt, promptLength: prompt.length };
+  }
+  return { text: completionIds === null ? prompt : [...prompt, ...completionIds], promptLength: prompt.length };
 }
 
-/** What a call's successor on /v1/completions begins with: its prompt, then the text it answered. */
-export function promptContinuation(prompt: string, answer: Record<string, unknown> | null): string {
-  const text = answer?.["content"];
-  return typeof text === "string" ? prompt + text : prompt;
+function beginsWithPrompt(prompt: SequencePrompt, base: SequencePrompt): boolean {
+  if (typeof prompt === "string") return typeof base === "string" && prompt.startsWith(base);
+  return typeof base !== "string" && extendsTokens(prompt, base);
+}
+
+/** How much of `head` `prompt` begins with: all of it, else its prompt, else none (0). */
+export function promptOverlap(prompt: SequencePrompt, head: PromptHead): number {
+  if (head.text.length > 0 && beginsWithPrompt(prompt, head.text)) return head.text.length;
+  if (head.promptLength > 0 && head.promptLength < head.text.length && beginsWithPrompt(prompt, head.text.slice(0, head.promptLength))) return head.promptLength;
+  return 0;
+}
+
+/** `prompt` as stored: after what it shares with `base` (an earlier call's continuation), whole when nothing. */
+export function promptDelta(prompt: SequencePrompt, base: ({ call_id: string } & PromptHead) | null): SequencePrompt | PromptDelta {
+  const count = base === null ? 0 : promptOverlap(prompt, base);
+  if (base === null || count === 0) return prompt;
+  return { prefix: { call_id: base.call_id, count }, rest: prompt.slice(count) };
+}
+
+/** A prompt stored as `delta` of `base` (the named call's continuation), whole; null when `base` is shorter than the prefix. */
+export function rebuildPrompt(delta: PromptDelta, base: SequencePrompt): SequencePrompt | null {
+  if (base.length < delta.prefix.count) return null;
+  if (typeof base === "string") return typeof delta.rest === "string" ? base.slice(0, delta.prefix.count) + delta.rest : null;
+  return typeof delta.rest === "string" ? null : rebuild({ base, count: delta.prefix.count }, delta.rest);
 }

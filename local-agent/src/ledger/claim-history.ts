@@ -6,14 +6,14 @@
  * within a bound in bytes (the JSON the entries came from, an estimate of what they hold) and a
  * few heads a claim: a head pushed out only means its conversation's next call is stored whole.
  */
-import { extendsMessages, messageKey } from "../../../src/ledger/splice";
+import { extendsMessages, messageKey, promptOverlap, type PromptHead, type SequencePrompt } from "../../../src/ledger/splice";
 
 export type LastCall = {
   call_id: string;
   /** What a chat call continuing this one begins with: its messages then its answer. */
   conversation: unknown[];
-  /** What a /v1/completions call continuing this one begins with: its prompt then its text; null for a chat call. */
-  text: string | null;
+  /** What a /v1/completions call continuing this one begins with (its prompt, then its answer); null for a chat call. */
+  completionPrompt: PromptHead | null;
   /** The tools' JSON, to tell whether the next call offers the same ones. */
   toolsJson: string | null;
   prompt: number[] | null;
@@ -99,11 +99,11 @@ export class ClaimHistory {
 }
 
 /**
- * The longest head that the call continues, or null: by its prompt's text on /v1/completions
- * (`prompt` not null), else by its messages.
+ * The head that the call continues furthest, or null: by its prompt on /v1/completions (`prompt`
+ * not null: text, or token ids), else by its messages.
  */
-export function continuedHead(heads: readonly LastCall[], messages: readonly unknown[], prompt: string | null): LastCall | null {
-  return prompt === null ? continuedMessages(heads, messages) : continuedText(heads, prompt);
+export function continuedHead(heads: readonly LastCall[], messages: readonly unknown[], prompt: SequencePrompt | null): LastCall | null {
+  return prompt === null ? continuedMessages(heads, messages) : continuedPrompt(heads, prompt);
 }
 
 /**
@@ -120,11 +120,13 @@ function continuedMessages(heads: readonly LastCall[], messages: readonly unknow
   return best;
 }
 
-function continuedText(heads: readonly LastCall[], prompt: string): LastCall | null {
+function continuedPrompt(heads: readonly LastCall[], prompt: SequencePrompt): LastCall | null {
   let best: LastCall | null = null;
+  let shared = 0;
   for (const h of heads) {
-    if (h.text === null || h.text === "" || h.text.length <= (best?.text?.length ?? 0)) continue;
-    if (prompt.startsWith(h.text)) best = h;
+    if (h.completionPrompt === null || h.completionPrompt.text.length <= shared) continue;
+    const n = promptOverlap(prompt, h.completionPrompt);
+    if (n > shared) [best, shared] = [h, n];
   }
   return best;
 }

@@ -6,7 +6,7 @@
  * made is logged and dropped.
  */
 import { packFloats, packInts } from "../../../src/protocol/packed";
-import { continuation, messageDelta, promptContinuation, promptDelta, tokenDelta } from "../../../src/ledger/splice";
+import { continuation, messageDelta, promptContinuation, promptDelta, sequencePrompt, tokenDelta } from "../../../src/ledger/splice";
 import { CallRecord, type CallBody } from "../../../src/protocol/ledger";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
@@ -47,8 +47,9 @@ export class CallRecorder {
     const tools = Array.isArray(rawTools) ? rawTools : null;
     const toolsJson = tools === null ? null : JSON.stringify(tools);
 
-    // On /v1/completions the whole history is the prompt's text: it is stored as a delta instead.
-    const prompt = c.env.endpoint === "/v1/completions" && typeof params["prompt"] === "string" ? params["prompt"] : null;
+    // On /v1/completions the whole history is the prompt (text or token ids): it is stored as a
+    // delta instead. A batch of prompts (a list of strings or of id lists) is stored whole.
+    const prompt = c.env.endpoint === "/v1/completions" ? sequencePrompt(params["prompt"]) : null;
     const base = continuedHead(heads, messages, prompt);
     const md = messageDelta(messages, base === null ? null : base.conversation);
     const prefix = md.prefixCount === null || base === null ? null : { call_id: base.call_id, count: md.prefixCount };
@@ -67,7 +68,7 @@ export class CallRecorder {
       };
     }
     const whole: CallBody = {
-      params: prompt === null ? params : { ...params, prompt: promptDelta(prompt, base) },
+      params: prompt === null ? params : { ...params, prompt: promptDelta(prompt, base?.completionPrompt == null ? null : { call_id: base.call_id, ...base.completionPrompt }) },
       tools: toolsFromPrefix ? null : tools,
       tools_from_prefix: toolsFromPrefix,
       prefix,
@@ -102,7 +103,7 @@ export class CallRecorder {
       const entry: LastCall = {
         call_id: c.call.call_id,
         conversation: prompt === null ? continuation(messages, c.answer.message) : [],
-        text: prompt === null ? null : promptContinuation(prompt, c.answer.message),
+        completionPrompt: prompt === null ? null : promptContinuation(prompt, c.answer.message, c.tokens?.completion ?? null),
         toolsJson,
         prompt: c.tokens?.prompt ?? null,
         completion: c.tokens?.completion ?? [],

@@ -18,10 +18,9 @@
 import type { TokenDialect } from "../../../src/protocol/ledger";
 import type { RelayEndpoint } from "../../../src/protocol/relay";
 import { isRecord } from "../../../src/protocol/record";
+import { isTokenIds } from "../../../src/ledger/splice";
 
 type Obj = Record<string, unknown>;
-
-const isIntArray = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) => Number.isInteger(x) && x >= 0);
 
 /** What the client itself asked for, so that its answer keeps those fields. */
 export type ClientAsked = { logprobs: boolean; tokenIds: boolean; metaInfo: boolean };
@@ -58,7 +57,7 @@ export class TokenCollector {
   read(answer: Obj): void {
     const choice = firstChoice(answer);
     const prompt = choice?.["prompt_token_ids"] ?? answer["prompt_token_ids"];
-    if (this.prompt === null && isIntArray(prompt)) this.prompt = prompt;
+    if (this.prompt === null && isTokenIds(prompt)) this.prompt = prompt;
     if (choice === null) return;
     const meta = isRecord(choice["meta_info"]) ? choice["meta_info"] : isRecord(answer["meta_info"]) ? answer["meta_info"] : null;
     const sglang = meta !== null && Array.isArray(meta["output_token_logprobs"]) ? meta["output_token_logprobs"] : null;
@@ -71,7 +70,7 @@ export class TokenCollector {
       return;
     }
     // A loop, not push(...ids): a long completion would overflow the argument stack.
-    if (isIntArray(choice["token_ids"])) for (const id of choice["token_ids"]) this.completion.push(id);
+    if (isTokenIds(choice["token_ids"])) for (const id of choice["token_ids"]) this.completion.push(id);
     const lp = choice["logprobs"];
     if (!isRecord(lp)) return;
     if (Array.isArray(lp["content"])) {

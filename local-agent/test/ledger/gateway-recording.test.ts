@@ -2,7 +2,8 @@
  * The gateway recording relayed calls for the trajectory ledger, over real sockets: signed
  * envelopes carrying a CallContext, the real Gateway and CallRecorder, and fake vLLM and SGLang
  * servers answering token ids and logprobs in those servers' exact shapes. A claim's records grow
- * with its conversations' length: two agents taking turns, or a prompt growing on /v1/completions.
+ * with its conversations' length: two agents taking turns, or a prompt (text, or token ids)
+ * growing on /v1/completions; a batch of prompts is stored whole.
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -351,5 +352,69 @@ describe("ledger: storage linear in a claim's length", () => {
     expect(bytes).toBeLessThan(2 * prompt.length);
     expect(records[0]!.body.params["prompt"]).toBe(`You are an agent.${observation(0)}`);
     records.slice(1).forEach((r, i) => expect(r.body.params["prompt"]).toEqual({ prefix: { call_id: records[i]!.call_id, count: expect.any(Number) }, rest: observation(i + 1) }));
+  });
+
+  /** An observation's token ids: a thousand of them, distinct per turn. */
+  const observationIds = (i: number): number[] => Array.from({ length: 1000 }, (_, k) => 1000 + ((i * 7 + k) % 9000));
+
+  it("stores a growing token-id conversation (prompt: the previous prompt and completion ids, then new ids) as deltas, as slime sends it", async () => {
+    const episode = `ep-${randomUUID()}`;
+    let prompt: number[] = [1, 2, 3];
+    let bytes = 0;
+    const records: CallRecord[] = [];
+    const counts: number[] = [];
+    for (let i = 0; i < TURNS; i++) {
+      prompt = [...prompt, ...observationIds(i)];
+      // The client asks for the ids itself, as a token-in token-out trainer does, and continues with them.
+      const env = call(vllm, episode, { model: "tiny", prompt, max_tokens: 16, return_token_ids: true }, "tokens", { endpoint: "/v1/completions" });
+      const a = await post(onVllm.url, env, SECRET);
+      expect(a.status).toBe(200);
+      const completion = (JSON.parse(a.text) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids;
+      const rec = await recordOf(onVllm, env);
+      bytes += JSON.stringify(rec.body).length;
+      records.push(rec);
+      counts.push(prompt.length + completion.length);
+      prompt = [...prompt, ...completion];
+    }
+    // Params hold the ids as JSON, tokens.prompt_ids the same ids packed: about twice what the claim
+    // said in all, where storing each prompt whole would take about TURNS / 2 times it.
+    expect(bytes).toBeLessThan(3 * JSON.stringify(prompt).length);
+    expect(records[0]!.body.params["prompt"]).toEqual([1, 2, 3, ...observationIds(0)]);
+    records.slice(1).forEach((r, i) => {
+      expect(r.body.params["prompt"]).toEqual({ prefix: { call_id: records[i]!.call_id, count: counts[i] }, rest: observationIds(i + 1) });
+      expect(r.body.tokens!.prompt_prefix).toEqual({ call_id: records[i]!.call_id, count: counts[i] });
+      expect(unpackInts(r.body.tokens!.prompt_ids)).toEqual(observationIds(i + 1));
+    });
+  });
+
+  it("stores a token-id conversation as deltas of the previous prompt when the completion's ids are not known (capture messages)", async () => {
+    const episode = `ep-${randomUUID()}`;
+    // The client's own tokenization of the fixed answer: the ledger never saw its ids.
+    const answerIds = [70, 71, 72];
+    let prompt: number[] = [1, 2, 3];
+    let bytes = 0;
+    const records: CallRecord[] = [];
+    for (let i = 0; i < TURNS; i++) {
+      prompt = [...prompt, ...observationIds(i)];
+      const t = await turn(episode, { model: "tiny", prompt }, { endpoint: "/v1/completions" });
+      bytes += t.bytes;
+      records.push(t.rec);
+      prompt = [...prompt, ...answerIds];
+    }
+    expect(bytes).toBeLessThan(2 * JSON.stringify(prompt).length);
+    records.slice(1).forEach((r, i) =>
+      expect(r.body.params["prompt"]).toEqual({ prefix: { call_id: records[i]!.call_id, count: (i + 1) * 1000 + 3 + i * answerIds.length }, rest: [...answerIds, ...observationIds(i + 1)] }),
+    );
+  });
+
+  it("stores a batch of prompts, and prompts of no valid shape, whole, without failing the call or its record", async () => {
+    const episode = `ep-${randomUUID()}`;
+    // Several independent prompts answered as several choices: no one of them is the claim's conversation.
+    const prompts: unknown[] = [["once", "upon"], [[1, 2, 3], [1, 2, 3, 4]], [[1, 2, 3, 4, 5]], [1, "a"], [1, -2], [1.5], [], "", { ids: [1] }, null, [1, 2, 3, 4, 5, 6]];
+    const records: CallRecord[] = [];
+    for (const prompt of prompts) records.push((await turn(episode, { model: "tiny", prompt }, { endpoint: "/v1/completions" })).rec);
+    expect(records.slice(0, -1).map((r) => r.body.params["prompt"])).toEqual(prompts.slice(0, -1));
+    // Ids that begin with a batch's one prompt are not stored against it: a batch is no conversation.
+    expect(records.at(-1)!.body.params["prompt"]).toEqual([1, 2, 3, 4, 5, 6]);
   });
 });

@@ -6,8 +6,8 @@
  * has the exact tokens, loss mask and logprobs the server produced. A server that re-tokenizes
  * the history drifts, and the trajectory says at which call; a stream that broke and was retried
  * stays out of the training sequence; concurrent calls of one claim, stored as deltas of whichever
- * finished last, read back whole. A /v1/completions conversation, stored as deltas of its prompt,
- * reads back with each call's whole prompt.
+ * finished last, read back whole. A /v1/completions conversation, stored as deltas of its prompt
+ * (text, or token ids), reads back with each call's whole prompt, in the export too.
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -227,6 +227,40 @@ describe("trajectory ledger, end to end", () => {
     expect(t.calls.map((c) => c.params["prompt"])).toEqual(prompts);
     expect(t.calls.map((c) => c.params["max_tokens"])).toEqual([16, 16, 16]);
     expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
+  });
+
+  it("gives back each /v1/completions call's whole prompt of token ids, byte for byte, in the trajectory and the export", async () => {
+    const { claim, role, ledger } = await setup();
+    const sent: string[] = [];
+    let prompt: number[] = [7, 8, 9];
+    for (const observation of [[11, 12], [13], [14, 15, 16]]) {
+      prompt = [...prompt, ...observation];
+      const body = JSON.stringify({ model: "policy", prompt, max_tokens: 16, return_token_ids: true });
+      sent.push(body);
+      const res = await fetch(`${claim.openai_base_url}/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+        body,
+      });
+      const text = await res.text();
+      expect(res.status, text).toBe(200);
+      prompt = [...prompt, ...(JSON.parse(text) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids];
+    }
+    const t = await waitUntil(async () => {
+      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
+      return got !== null && got.calls.length === 3 ? got : null;
+    }, "the three calls recorded");
+    expect(t.calls.map((c) => JSON.stringify(c.params))).toEqual(sent);
+    expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
+    expect(t.training).toMatchObject({ tokens: prompt, drift_at_call: null });
+
+    expect((await role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } })).success).toBe(true);
+    const exported = await waitUntil(async () => {
+      const all = [];
+      for await (const x of ledger("viewer").export()) all.push(x);
+      return all.length === 1 ? all : null;
+    }, "the ended claim exported");
+    expect(exported[0]!.calls.map((c) => JSON.stringify(c.params))).toEqual(sent);
   });
 
   it("rebuilds a call stored as a delta of a concurrent call of its claim that was admitted after it", async () => {

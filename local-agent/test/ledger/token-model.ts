@@ -5,7 +5,8 @@
  * assistant's ROLE (the generation prompt); a completion is the answer's body then END, so a
  * conversation sent back whole tokenizes to the previous prompt and completion followed by the
  * new messages, as a real template does. Model "drift" renders earlier assistant turns with an
- * extra token (re-tokenization drift); "crash" breaks a stream off after its first token.
+ * extra token (re-tokenization drift); "crash" breaks a stream off after its first token. A
+ * /v1/completions prompt of token ids is taken as its own ids, and answered "echo: #<how many>".
  *
  * Answers: a last message whose content starts with "tool:" is answered with a call of the tool
  * `lookup` with {"q": the rest}; any other with "echo: " and its content.
@@ -64,9 +65,12 @@ export async function startTokenModel(dialect: "vllm" | "sglang"): Promise<Token
     requests.push(r);
     const completions = (req.url ?? "").endsWith("/completions") && !(req.url ?? "").endsWith("/chat/completions");
     const model = String(r["model"]);
-    const messages: Msg[] = completions ? [{ role: "user", content: String(r["prompt"]) }] : (r["messages"] as Msg[]);
+    // A prompt of token ids is the prompt's ids as given (vLLM's too), answered with how many there were.
+    const given = r["prompt"];
+    const idsPrompt = completions && Array.isArray(given) && given.every((x) => typeof x === "number") ? (given as number[]) : null;
+    const messages: Msg[] = completions ? [{ role: "user", content: idsPrompt === null ? String(given) : `#${idsPrompt.length}` }] : (r["messages"] as Msg[]);
     const answer = answerFor(messages);
-    const prompt = promptIds(messages, model === "drift");
+    const prompt = idsPrompt ?? promptIds(messages, model === "drift");
     const bodyIds = answer.call ? codes(answer.call.name + answer.call.arguments) : codes(answer.text ?? "");
     const completion = [...bodyIds, END];
     served.push({ prompt, completion, request: r });
