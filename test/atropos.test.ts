@@ -3,8 +3,8 @@ import { runInDurableObject } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
-import { MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";
-import { atropos, ENV, group, REGISTRATION, running, tags } from "./support/atropos";
+import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";
+import { atropos, ENV, group, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
 import { advance, createEngine, ORIGIN, reconnect, workerFetch } from "./support/harness";
 
 describe("Atropos's API at /e/<engine>/atropos", () => {
@@ -363,6 +363,9 @@ describe("Atropos's API: beyond run-api", () => {
       queued_groups: 0,
       stored_groups: 1,
       max_groups: 200_000,
+      // The group set aside, and the latest example's row (group 3's).
+      stored_bytes: await payloadBytes(e),
+      max_stored_bytes: DEFAULT_ATROPOS_CONFIG.max_stored_bytes,
       environments: 2,
       stalls: status.stalls,
     });
@@ -372,7 +375,7 @@ describe("Atropos's API: beyond run-api", () => {
     const e = await createEngine("atr");
     await running(e);
     expect((await atropos(e, "client", "POST", "/config", { max_groups: 2 })).status).toBe(403);
-    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 2 })).json).toEqual({ max_groups: 2 });
+    expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 2 })).json).toEqual({ ...DEFAULT_ATROPOS_CONFIG, max_groups: 2 });
     expect((await atropos(e, "trainer", "POST", "/config", { max_groups: 0 })).status).toBe(422);
     await atropos(e, "client", "POST", "/scored_data", group(1, 2));
     const full = await atropos(e, "client", "POST", "/scored_data_list", [group(2, 2), group(3, 2)]);
@@ -384,7 +387,7 @@ describe("Atropos's API: beyond run-api", () => {
     expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1, 2]);
     // Taken batches free their room.
     expect((await atropos(e, "client", "POST", "/scored_data_list", [group(3, 2), group(4, 2)])).status).toBe(200);
-    expect((await atropos(e, "viewer", "GET", "/config")).json).toEqual({ max_groups: 2 });
+    expect((await atropos(e, "viewer", "GET", "/config")).json).toEqual({ ...DEFAULT_ATROPOS_CONFIG, max_groups: 2 });
   });
 
   it("writes every scored group to D1 as a trajectory, without its token ids", async () => {

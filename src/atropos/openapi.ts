@@ -46,7 +46,9 @@ function responses(spec: AtroposRouteSpec): JsonSchema {
   for (const s of statuses) out[String(s)] = errorRef(s);
   if (spec.route === "scored_data") {
     out["503"] = {
-      description: "The engine holds as many groups as its `max_groups` allows (error `queue_full`); nothing was stored. Retry once the trainer has taken batches.",
+      description:
+        "The engine holds as many groups as its `max_groups` allows, or the request's groups would bring the bytes of JSON it holds past its `max_stored_bytes` (error `queue_full`; `detail` names the bound); nothing was stored. Retry once the trainer has taken batches. " +
+        "Groups whose JSON alone is more than `max_stored_bytes` are a 413 instead: no batch taken would make room for them.",
       headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } },
       content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
       // A 5xx that is an answer, not a failure (docs/dashboard.md).

@@ -52,7 +52,7 @@ const none = (route: AtroposPlainRoute) => (): AtroposCall => ({ route });
 function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean): AtroposCall | Response {
   const out = groups.map(toGroup);
   for (const [i, g] of out.entries()) {
-    const why = groupTooLarge(g.payload);
+    const why = groupTooLarge(g.bytes);
     if (why !== null) return errorResponse(413, "payload_too_large", list ? `group ${i}: ${why}` : why);
   }
   return { route: "scored_data", groups: out, list };
@@ -146,12 +146,20 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
     changesState: true,
     call: none("reset_data"),
   },
-  // The exchange's own: the queue's bound.
-  { method: "GET", path: "/config", summary: "The exchange's settings for this API: the most groups the engine holds (`max_groups`).", route: "config", answer: { json: AtroposConfig }, call: none("config") },
+  // The exchange's own: the queue's bounds.
+  {
+    method: "GET",
+    path: "/config",
+    summary:
+      "The exchange's settings for this API: the most groups the engine holds (`max_groups`) and the most bytes of their JSON (`max_stored_bytes`, default 4 GiB, at most 6 GiB of the 10 GB a Durable Object stores, the rest left for the engine's other tables).",
+    route: "config",
+    answer: { json: AtroposConfig },
+    call: none("config"),
+  },
   {
     method: "POST",
     path: "/config",
-    summary: "Changes the exchange's settings for this API.",
+    summary: "Changes the exchange's settings for this API: `max_groups` (1 to 10,000,000) and `max_stored_bytes` (4 MiB to 6 GiB); a value out of range is a 422 that changes nothing.",
     route: "configure",
     body: { schema: UpdateAtroposConfigRequest, model: "object" },
     answer: { json: AtroposConfig },

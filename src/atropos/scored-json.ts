@@ -52,15 +52,14 @@ export function trajectorySummary(d: AtroposScoredData): string {
   return json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages_omitted: true }, log_metrics: {} });
 }
 
-/** Why a group cannot be stored (its JSON is over what a row holds), or null. */
-export function groupTooLarge(payload: string): string | null {
-  if (payload.length * 3 <= MAX_STORED_BYTES) return null;
-  const bytes = utf8Bytes(payload);
+/** Why a group cannot be stored (its JSON, `bytes` of UTF-8, is over what a row holds), or null. */
+export function groupTooLarge(bytes: number): string | null {
   return bytes <= MAX_STORED_BYTES ? null : `a scored group is ${bytes} bytes as JSON; this exchange stores at most ${MAX_STORED_BYTES} per group`;
 }
 
-/** What the engine gets for one group. */
+/** What the engine gets for one group. Its bytes are counted here, in the Worker, for the engine's bound on the bytes it holds (max_stored_bytes). */
 export function toGroup(d: AtroposScoredData): AtroposGroup {
   const reward = d.scores.length === 0 ? null : d.scores.reduce((a, x) => a + x, 0) / d.scores.length;
-  return { env_id: d.env_id ?? null, size: d.tokens.length, payload: scoredJson(d), reward, summary: trajectorySummary(d) };
+  const payload = scoredJson(d);
+  return { env_id: d.env_id ?? null, size: d.tokens.length, payload, bytes: utf8Bytes(payload), reward, summary: trajectorySummary(d) };
 }

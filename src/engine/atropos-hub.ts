@@ -4,14 +4,16 @@
  * out, and the step. Each operation answers what Atropos's server answers, quirks included
  * (its 500s become 500s, its "wait for trainer to start" stays a 200), with the state in the
  * engine's SQLite (atropos-store.ts) so that nothing is lost on a restart. Beyond Atropos: the
- * queue is bounded (503), a group larger than the batch is set aside instead of blocking every
- * batch, what keeps batches from being cut is reported (stalls), and each group goes to D1 as
- * a trajectory through the outbox. The Worker has validated and serialized every group.
+ * queue is bounded in groups and in bytes (503), a group larger than the batch is set aside
+ * instead of blocking every batch, what keeps batches from being cut is reported (stalls), and
+ * each group goes to D1 as a trajectory through the outbox. The Worker has validated and
+ * serialized every group.
  */
 import type { z } from "zod";
 import { AtroposConfig, DEFAULT_ATROPOS_CONFIG, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
+import { formatBytes } from "../protocol/limits";
 import { fail, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
 import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations } from "./atropos-packing";
@@ -21,8 +23,8 @@ import { AtroposStore, envKey, type AtroposEnv, type AtroposState } from "./atro
 /** Atropos's MIN_ENV_WEIGHT: an env's share of inference never drops below it. */
 const MIN_ENV_WEIGHT = 0.01;
 
-/** A scored group as the Worker hands it over: its env_id, its number of sequences, its JSON, and its trajectory record. */
-export type AtroposGroup = { env_id: number | null; size: number; payload: string; reward: number | null; summary: string };
+/** A scored group as the Worker hands it over: its env_id, its number of sequences, its JSON and that JSON's bytes of UTF-8, and its trajectory record. */
+export type AtroposGroup = { env_id: number | null; size: number; payload: string; bytes: number; reward: number | null; summary: string };
 
 /** The calls that take no input. */
 export type AtroposPlainRoute = "root" | "info" | "wandb_info" | "batch" | "status" | "latest_example" | "reset_data" | "config";
@@ -150,7 +152,7 @@ export class AtroposHub {
         started: false,
         stored: 0,
       };
-      this.store.clear(s.latest);
+      next = { ...next, stored_bytes: s.stored_bytes - this.store.clear(s.latest) };
     }
     this.store.saveState({ ...next, requesters: next.requesters + 1 });
     // uuid.uuid4().int: a 128-bit integer, written as a JSON number with every digit, as Python's json writes it.
@@ -195,7 +197,7 @@ export class AtroposHub {
   private batch(s: AtroposState): AtroposAnswer {
     if (s.started === null) return json(Answers.AtroposBatch, { status: "error", message: "Trainer not registered. Call /register first.", batch: [] });
     let next: AtroposState = { ...s, started: true };
-    this.store.dropAbandoned(this.sending, s.latest);
+    next = { ...next, stored_bytes: next.stored_bytes - this.store.dropAbandoned(this.sending, s.latest) };
     let taken = this.store.takeBatch();
     if (taken === null && !s.queue) {
       // Atropos marks itself started, then fails on the queue /reset_data deleted.
@@ -219,10 +221,12 @@ export class AtroposHub {
     return this.store.takenPayloads(taken, from, 1 << 20);
   }
 
-  /** A taken batch's answer is sent, or its reader went: its rows go. */
+  /** A taken batch's answer is sent, or its reader went: its rows go, and their bytes with them. */
   finishTaken(taken: number): void {
     this.sending.delete(taken);
-    this.store.dropTaken(taken, this.store.state().latest);
+    const s = this.store.state();
+    const freed = this.store.dropTaken(taken, s.latest);
+    if (freed > 0) this.store.saveState({ ...s, stored_bytes: s.stored_bytes - freed });
   }
 
   /** Cuts every batch the queue holds, as Atropos does when its list of cut batches is empty; returns how many. */
@@ -252,9 +256,24 @@ export class AtroposHub {
     // Atropos creates its queue in the loop over the groups: an empty list leaves no queue behind
     // (so a trainer's /register after it still takes effect), stores nothing, and so is no reason for a 503.
     if (groups.length === 0) return ok(json(Answers.AtroposScoredListReceived, { status: "received", groups_processed: 0 }));
-    const max = this.config().max_groups;
+    const config = this.config();
+    const max = config.max_groups;
     if (s.stored + groups.length > max) {
       return fail(503, "queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`);
+    }
+    const bytes = groups.reduce((a, g) => a + g.bytes, 0);
+    const maxBytes = config.max_stored_bytes;
+    // More than the bound alone: no number of batches taken makes room, so a retry would never end.
+    if (bytes > maxBytes) {
+      const what = groups.length === 1 ? "This scored group is" : `These ${groups.length} scored groups are`;
+      return fail(413, "payload_too_large", `${what} ${formatBytes(bytes)} as JSON; this engine holds at most ${formatBytes(maxBytes)} of Atropos groups (max_stored_bytes): send fewer groups per request.`);
+    }
+    if (s.stored_bytes + bytes > maxBytes) {
+      return fail(
+        503,
+        "queue_full",
+        `This engine holds ${formatBytes(s.stored_bytes)} of Atropos groups and takes at most ${formatBytes(maxBytes)} (max_stored_bytes); ${groups.length === 1 ? "this group is" : "these groups are"} ${formatBytes(bytes)}: retry once the trainer has taken batches.`,
+      );
     }
     const envs = s.registered ? this.store.envs() : [];
     // Python's envs[env_id]: a negative id counts from the end, and one below -len(envs) raises (before anything is stored, here).
@@ -266,10 +285,9 @@ export class AtroposHub {
     for (const g of groups) {
       const env = g.env_id !== null && g.env_id < envs.length ? pyIndex(envs, g.env_id) : undefined;
       const key = envKey(g.env_id);
-      next = { ...next, stored: next.stored + 1 };
-      let id: number;
+      let added: { id: number; bytes: number };
       if (env !== undefined && g.size !== env.group_size) {
-        id = this.store.add(key, g.size, "buffer", g.payload);
+        added = this.store.add(key, g.size, "buffer", g.payload);
         const buffer = this.store.buffered(key);
         const picked = findGroupsSummingToTarget(
           buffer.map((r) => r.size),
@@ -282,10 +300,11 @@ export class AtroposHub {
         buffered++;
         lastBufferSize = buffer.reduce((a, r, i) => (pickedSet.has(i) ? a : a + r.size), 0);
       } else {
-        id = this.store.add(key, g.size, "queue", g.payload);
-        next = this.withLatest(next, id);
+        added = this.store.add(key, g.size, "queue", g.payload);
+        next = this.withLatest(next, added.id);
       }
-      this.record(g, id, env, now, next.step);
+      next = { ...next, stored: next.stored + 1, stored_bytes: next.stored_bytes + added.bytes };
+      this.record(g, added.id, env, now, next.step);
     }
     this.store.saveState(next);
     if (!list) return ok(json(Answers.AtroposScoredReceived, lastBufferSize !== null ? { status: "buffered", buffer_size: lastBufferSize } : { status: "received" }));
@@ -298,8 +317,7 @@ export class AtroposHub {
   }
 
   private withLatest(s: AtroposState, id: number): AtroposState {
-    this.store.setLatest(s.latest);
-    return { ...s, latest: id };
+    return { ...s, latest: id, stored_bytes: s.stored_bytes - this.store.setLatest(s.latest) };
   }
 
   /** The group's trajectory row for D1, written through the outbox in this transaction. */
@@ -380,8 +398,7 @@ export class AtroposHub {
   private reset(s: AtroposState): void {
     // Atropos deletes its queue first; with none there, its KeyError ends the reset there and then.
     if (!s.queue) return;
-    this.store.clear(s.latest);
-    this.store.dropAbandoned(this.sending, s.latest);
+    const freed = this.store.clear(s.latest) + this.store.dropAbandoned(this.sending, s.latest);
     this.store.saveState({
       ...s,
       queue: false,
@@ -393,19 +410,23 @@ export class AtroposHub {
       started: false,
       requesters: 0,
       stored: 0,
+      stored_bytes: s.stored_bytes - freed,
     });
   }
 
   /** The engine's views of this API: counts from the tables' counters, no pass over the queue. */
   overview(): AtroposOverview {
     const s = this.store.state();
+    const config = this.config();
     return {
       registered: s.registered,
       current_step: s.step,
       batch_size: s.batch_size,
       queued_groups: this.queued(),
       stored_groups: s.stored,
-      max_groups: this.config().max_groups,
+      max_groups: config.max_groups,
+      stored_bytes: s.stored_bytes,
+      max_stored_bytes: config.max_stored_bytes,
       environments: s.registered ? this.store.envs().length : 0,
       stalls: this.stalls(s),
     };

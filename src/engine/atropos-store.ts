@@ -8,6 +8,10 @@
  * others to make one of the right size), held (larger than the batch: set aside rather than
  * blocking every batch), cut into a batch (batch, pos), or kept only as the latest example.
  * Ids follow the order groups joined the queue, so the queue's order is the id's.
+ *
+ * The state counts the payloads' bytes (stored_bytes) as well as the groups: the methods that
+ * delete rows return the bytes they freed, for the hub to take off the state it saves.
+ * Bytes are SQLite's octet_length of the payload, its UTF-8, which a recount reads the same way.
  */
 import type { QueueIndex } from "./atropos-packing";
 
@@ -33,6 +37,11 @@ export type AtroposState = {
   next_batch: number;
   /** Rows holding a group Atropos still has (queued, buffered, held or cut): what max_groups bounds. */
   stored: number;
+  /**
+   * Bytes of every row's payload (what max_stored_bytes bounds): more rows than `stored`, since
+   * the latest example's row and those of taken batches still being sent take room in the store too.
+   */
+  stored_bytes: number;
   /** The row of /latest_example, or null before any group was queued. */
   latest: number | null;
 };
@@ -52,6 +61,7 @@ export const INITIAL_ATROPOS_STATE: AtroposState = {
   requesters: 0,
   next_batch: 1,
   stored: 0,
+  stored_bytes: 0,
   latest: null,
 };
 
@@ -80,7 +90,20 @@ export class AtroposStore implements QueueIndex {
   ) {}
 
   state(): AtroposState {
-    return { ...INITIAL_ATROPOS_STATE, ...(this.kv.get<Partial<AtroposState>>("atropos") ?? {}) };
+    const saved = this.kv.get<Partial<AtroposState>>("atropos");
+    const s = { ...INITIAL_ATROPOS_STATE, ...(saved ?? {}) };
+    if (saved !== null && saved.stored_bytes === undefined) {
+      // Saved before the bytes were counted: counted from the table once (octet_length reads
+      // the lengths from the records' headers, not the payloads), and kept from then on.
+      s.stored_bytes = this.payloadBytes();
+      this.saveState(s);
+    }
+    return s;
+  }
+
+  /** Bytes of every row's payload, counted from the table. */
+  payloadBytes(): number {
+    return this.sql.exec<{ b: number }>("SELECT COALESCE(SUM(octet_length(payload)), 0) AS b FROM atropos_groups").one().b;
   }
 
   saveState(s: AtroposState): void {
@@ -118,11 +141,13 @@ export class AtroposStore implements QueueIndex {
 
   // ------------------------------------------------------------ groups
 
-  /** Stores a group; returns its id. */
-  add(env: string, size: number, place: "queue" | "buffer", payload: string): number {
-    const id = this.sql.exec<{ id: number }>("INSERT INTO atropos_groups (env, size, place, payload) VALUES (?, ?, ?, ?) RETURNING id", env, size, place, payload).one().id;
+  /** Stores a group; returns its id and its payload's bytes as the table counts them. */
+  add(env: string, size: number, place: "queue" | "buffer", payload: string): { id: number; bytes: number } {
+    const row = this.sql
+      .exec<{ id: number; bytes: number }>("INSERT INTO atropos_groups (env, size, place, payload) VALUES (?, ?, ?, ?) RETURNING id, octet_length(payload) AS bytes", env, size, place, payload)
+      .one();
     if (place === "queue") this.count(env, size, 1);
-    return id;
+    return row;
   }
 
   /** The env's buffered groups, oldest first. */
@@ -147,9 +172,10 @@ export class AtroposStore implements QueueIndex {
     return this.sql.exec<{ payload: string }>("SELECT payload FROM atropos_groups WHERE id = ?", id).toArray()[0]?.payload ?? null;
   }
 
-  /** The row `id` is the latest example now; the previous one goes if nothing else holds it. */
-  setLatest(previous: number | null): void {
-    if (previous !== null) this.sql.exec("DELETE FROM atropos_groups WHERE id = ? AND place = 'latest'", previous);
+  /** The row `id` is the latest example now; the previous one goes if nothing else holds it. Returns the bytes freed. */
+  setLatest(previous: number | null): number {
+    if (previous === null) return 0;
+    return this.freed(this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id = ? AND place = 'latest' RETURNING octet_length(payload) AS bytes", previous));
   }
 
   /** Puts queued groups larger than `batchSize` aside; returns how many. */
@@ -197,25 +223,33 @@ export class AtroposStore implements QueueIndex {
     return out;
   }
 
-  /** A taken batch's rows go, but the latest example's, which is kept as that alone. */
-  dropTaken(taken: number, latest: number | null): void {
-    this.sql.exec("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ?", taken, latest);
+  /** A taken batch's rows go, but the latest example's, which is kept as that alone. Returns the bytes freed. */
+  dropTaken(taken: number, latest: number | null): number {
+    const bytes = this.freed(
+      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ? RETURNING octet_length(payload) AS bytes", taken, latest),
+    );
     if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND place = 'batch' AND batch = ?", latest, taken);
+    return bytes;
   }
 
-  /** Taken batches whose answer is not being sent (its reader went, or the object restarted): their rows go. */
-  dropAbandoned(sending: ReadonlySet<number>, latest: number | null): void {
+  /** Taken batches whose answer is not being sent (its reader went, or the object restarted): their rows go. Returns the bytes freed. */
+  dropAbandoned(sending: ReadonlySet<number>, latest: number | null): number {
+    let bytes = 0;
     for (const { b } of this.sql.exec<{ b: number }>("SELECT DISTINCT batch AS b FROM atropos_groups WHERE place = 'batch' AND batch < 0").toArray()) {
-      if (!sending.has(b)) this.dropTaken(b, latest);
+      if (!sending.has(b)) bytes += this.dropTaken(b, latest);
     }
+    return bytes;
   }
 
-  /** /reset_data: every group goes but the latest example's and those of batches being sent (already handed out). */
-  clear(latest: number | null): void {
-    this.sql.exec("DELETE FROM atropos_groups WHERE id IS NOT ? AND NOT (place = 'batch' AND batch < 0)", latest);
+  /** /reset_data: every group goes but the latest example's and those of batches being sent (already handed out). Returns the bytes freed. */
+  clear(latest: number | null): number {
+    const bytes = this.freed(
+      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id IS NOT ? AND NOT (place = 'batch' AND batch < 0) RETURNING octet_length(payload) AS bytes", latest),
+    );
     if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND NOT (place = 'batch' AND batch < 0)", latest);
     this.sql.exec("DELETE FROM atropos_counts");
     this.sql.exec("DELETE FROM atropos_envs");
+    return bytes;
   }
 
   /** Groups set aside, per size. */
@@ -242,6 +276,13 @@ export class AtroposStore implements QueueIndex {
         ? this.sql.exec<{ id: number }>("SELECT id FROM atropos_groups WHERE place = 'queue' AND size = ? AND id > ? ORDER BY id LIMIT ?", size, after, limit)
         : this.sql.exec<{ id: number }>("SELECT id FROM atropos_groups WHERE place = 'queue' AND env = ? AND size = ? AND id > ? ORDER BY id LIMIT ?", env, size, after, limit);
     return rows.toArray().map((r) => r.id);
+  }
+
+  /** The bytes of the rows a DELETE ... RETURNING octet_length(payload) AS bytes removed. */
+  private freed(rows: Iterable<{ bytes: number }>): number {
+    let bytes = 0;
+    for (const r of rows) bytes += r.bytes;
+    return bytes;
   }
 
   private count(env: string, size: number, delta: number): void {

@@ -211,14 +211,43 @@ export type AtroposScoredData = z.output<typeof AtroposScoredData>;
 
 export const AtroposScoredDataList = z.array(AtroposScoredData);
 
+const GIB = 1024 * 1024 * 1024;
+
+/**
+ * The least max_stored_bytes: 4 MiB. The latest example's row stays after its batch is taken
+ * (as Atropos keeps it), so an engine with nothing else stored still holds up to one group at the
+ * row bound (1,900,000 bytes); beside it, one more such group must fit, or that group would be
+ * refused with a 503 for ever, however often its environment retried.
+ */
+export const MIN_ATROPOS_STORED_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The most max_stored_bytes may be: 6 GiB (6,442,450,944 bytes) of the 10 GB a Durable Object's
+ * SQLite holds. The bound counts the groups' JSON only; the rest is for what the engine stores
+ * beside it: each group's row header and index entries and its partly filled pages (some tens of
+ * bytes a group, and at most a page), each group's trajectory record in the outbox until D1
+ * takes it (its messages: up to a group's size again while D1 is unreachable), and the engine's
+ * other tables (episodes, the rollout buffer, commands). At the 10 GB the object's writes fail,
+ * for every API of the engine, not just this one.
+ */
+export const MAX_ATROPOS_STORED_BYTES = 6 * GIB;
+
 /** The exchange's own settings for an engine's Atropos API (not part of Atropos's). */
 export const AtroposConfig = z.object({
   /** Groups the engine holds at most (queued, buffered and cut); a scored group beyond it is refused 503. */
   max_groups: z.number().int().min(1).max(10_000_000),
+  /**
+   * Bytes of groups' JSON (UTF-8) the engine holds at most: every row of its Atropos table, the
+   * groups max_groups counts, the latest example's and those of batches being sent. A scored
+   * group that would pass it is refused 503, as one beyond max_groups is: one group may be 1.9 MB,
+   * so max_groups alone would let the store fill the object long before it refused anything.
+   */
+  max_stored_bytes: z.number().int().min(MIN_ATROPOS_STORED_BYTES).max(MAX_ATROPOS_STORED_BYTES),
 });
 export type AtroposConfig = z.infer<typeof AtroposConfig>;
 export const UpdateAtroposConfigRequest = AtroposConfig.partial().strict();
-export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000 };
+/** 4 GiB by default: two thirds of the ceiling, room for the rest of the engine left over (MAX_ATROPOS_STORED_BYTES says what it holds). */
+export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000, max_stored_bytes: 4 * GIB };
 
 /** Why batches may not be cut although groups wait: the extra field of /status (and the engine's views). */
 export const AtroposStall = z.object({
@@ -238,6 +267,9 @@ export const AtroposOverview = z.object({
   /** Every group held: queued, buffered, set aside or cut. */
   stored_groups: z.number().int(),
   max_groups: z.number().int(),
+  /** Bytes of the groups' JSON in the engine's store: those held, the latest example's and those of batches being sent. */
+  stored_bytes: z.number().int(),
+  max_stored_bytes: z.number().int(),
   environments: z.number().int(),
   stalls: z.array(AtroposStall),
 });

@@ -2,6 +2,7 @@
  * Helpers for the Atropos API tests: requests to an engine's /atropos routes as Atropos's clients
  * send them, a trainer's registration and an env's, scored groups, and a run a trainer has started.
  */
+import { runInDurableObject } from "cloudflare:test";
 import { expect } from "vitest";
 import { jsonOrNull, ORIGIN, workerFetch, type TestEngine } from "./harness";
 
@@ -48,4 +49,9 @@ export async function running(e: TestEngine, envs = [ENV], registration = REGIST
   const ids: number[] = [];
   for (const env of envs) ids.push((await atropos(e, "client", "POST", "/register-env", env)).json.env_id);
   return ids;
+}
+
+/** Bytes of every payload in the engine's Atropos table, counted by SQLite: what the state's stored_bytes must equal. */
+export async function payloadBytes(e: TestEngine): Promise<number> {
+  return runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ b: number }>("SELECT COALESCE(SUM(octet_length(payload)), 0) AS b FROM atropos_groups").one().b);
 }

@@ -23,6 +23,17 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return h("section", { class: "card" }, h("h2", {}, title), ...body);
   }
 
+  /** 4294967296 -> "4 GiB": the Atropos store's bytes beside its bound (max_stored_bytes, a number of GiB by default). */
+  function bytes(n: number): string {
+    const units = ["bytes", "KiB", "MiB", "GiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) {
+      n /= 1024;
+      i++;
+    }
+    return `${Number(n.toPrecision(3))} ${units[i]}`;
+  }
+
   /** Refusals shown in the agent's card; the overview holds more. */
   const REFUSALS_SHOWN = 3;
 
@@ -67,16 +78,29 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
   }
 
   /**
-   * Atropos's trajectory API, once a trainer registered or groups came: the step, what is
-   * queued, and in red what keeps batches from being cut (its stalls), which Atropos's run-api
-   * never says.
+   * Whether Atropos's trajectory API has been used: a trainer registered or groups came. One
+   * test for its card and for the page's "No activity yet", so the page never shows the card
+   * and calls the engine quiet beside it.
+   */
+  function atroposInUse(a: EngineOverview["atropos"]): boolean {
+    return a.registered || a.stored_groups > 0;
+  }
+
+  /**
+   * Atropos's trajectory API, once in use: the step, what is queued, and in red what keeps
+   * batches from being cut (its stalls), which Atropos's run-api never says.
    */
   function atroposCard(a: EngineOverview["atropos"]): DomElement | null {
-    if (!a.registered && a.stored_groups === 0) return null;
+    if (!atroposInUse(a)) return null;
+    const held = `${a.stored_groups} of ${a.max_groups} held (${bytes(a.stored_bytes)} of ${bytes(a.max_stored_bytes)})`;
     return card(
       "Atropos",
       h("p", { id: "atropos-queued", class: "big", "data-value": a.queued_groups }, String(a.queued_groups)),
-      h("p", { class: "sub" }, `groups queued · step ${a.current_step} · batch ${a.batch_size} · ${a.environments} env${a.environments === 1 ? "" : "s"} · ${a.stored_groups} of ${a.max_groups} held`),
+      h(
+        "p",
+        { id: "atropos-held", class: "sub", "data-stored-bytes": a.stored_bytes, "data-max-stored-bytes": a.max_stored_bytes },
+        `groups queued · step ${a.current_step} · batch ${a.batch_size} · ${a.environments} env${a.environments === 1 ? "" : "s"} · ${held}`,
+      ),
       ...(a.stalls.length === 0
         ? []
         : [h("ul", { id: "atropos-stalls", class: "sub refusals", "data-count": a.stalls.length }, ...a.stalls.map((x) => h("li", { "data-kind": x.kind, "data-groups": x.groups }, x.detail)))]),
@@ -130,6 +154,6 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     );
   }
 
-  return { render, tone };
+  return { render, tone, atroposInUse };
 }
 export type StatusView = ReturnType<typeof statusViewModule>;
