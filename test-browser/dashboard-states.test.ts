@@ -15,6 +15,18 @@ let ex: TestExchange;
 let fresh: TestEngine;
 let other: TestEngine;
 let slime: TestEngine;
+let atroposOnly: TestEngine;
+
+/** A call to an engine's Atropos API, as Atropos's trainer and environments make them. */
+async function atropos(e: TestEngine, role: "trainer" | "client", path: string, body: unknown): Promise<unknown> {
+  const res = await fetch(`${ex.url}/e/${e.name}/atropos${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${e.tokens[role]}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  expect(res.status, path).toBe(200);
+  return res.json();
+}
 
 beforeAll(async () => {
   ex = await startExchange();
@@ -24,6 +36,11 @@ beforeAll(async () => {
   // A slime-style trainer pulls groups and never reports an engine status.
   slime = await createEngine(ex, "slime");
   await postRows(slime, [...sessionRows("g-0", 0, true), ...sessionRows("g-1", 0, false)]);
+  // Nor does Atropos's trainer: its engine is fed through Atropos's API alone.
+  atroposOnly = await createEngine(ex, "atropos-only");
+  await atropos(atroposOnly, "trainer", "/register", { wandb_group: "g", wandb_project: "p", batch_size: 4, max_token_len: 2048, checkpoint_dir: "/ckpt", save_checkpoint_interval: 10, starting_step: 0, num_steps: 100 });
+  const env = (await atropos(atroposOnly, "client", "/register-env", { max_token_length: 1024, desired_name: "gsm8k", weight: 1.0, group_size: 2, min_batch_allocation: null })) as { env_id: number };
+  await atropos(atroposOnly, "client", "/scored_data", { tokens: [[1, 0], [1, 1]], masks: [[-100, 1], [-100, 1]], scores: [1, 0], env_id: env.env_id });
 });
 
 afterAll(async () => {
@@ -122,6 +139,20 @@ describe("dashboard without usable data", () => {
     }
   });
 
+  it("does not call an offline engine quiet while Atropos's API holds its groups", async () => {
+    const { page, browser, errors } = await openDashboard(`engine=atropos-only&token=${atroposOnly.tokens.viewer}`);
+    try {
+      await page.waitForSelector("#atropos-queued");
+      expect(await attr(page, "#engine-status", "data-status")).toBe("ENGINE.OFFLINE");
+      expect(Number(await attr(page, "#atropos-queued", "data-value"))).toBe(1);
+      expect(await attr(page, "#engine-view", "data-quiet")).toBe("false");
+      expect(await page.isHidden("#quiet-hint")).toBe(true);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+
   it("confines a panel's failed read to that panel, and recovers on a later refresh", async () => {
     const { page, browser, errors } = await openDashboard(`engine=fresh&token=${fresh.tokens.viewer}`);
     try {
@@ -160,7 +191,7 @@ describe("dashboard without usable data", () => {
     try {
       await page.waitForSelector("#engines [data-engine=other]");
       const tabs = await page.$$eval("#engines [data-engine]", (els) => els.map((e) => e.getAttribute("data-engine")));
-      expect(tabs).toEqual(["fresh", "other", "slime"]);
+      expect(tabs).toEqual(["atropos-only", "fresh", "other", "slime"]);
       await page.click("#engines [data-engine=other]");
       await page.waitForFunction(() => document.getElementById("engine-status")?.getAttribute("data-status") === "ENGINE.BOOTING");
       expect(page.url()).toContain("engine=other");

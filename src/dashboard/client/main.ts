@@ -201,11 +201,13 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
     d.panel.draw("runs", "training runs", runs, (v) => d.runsView.render(v, RECENT_RUNS, now));
     await trajectoriesDrawn;
     byId("engine-view").hidden = false;
-    // A slime-style trainer never reports an engine status: a used buffer or a run is activity too.
+    // A slime-style trainer never reports an engine status, nor does an Atropos trainer: a used
+    // buffer, a run or Atropos's API in use is activity too.
     const quiet =
       o.engine_status === "ENGINE.OFFLINE" &&
       o.global_step === null &&
       o.episodes.registered + o.episodes.claimed === 0 &&
+      !d.statusView.atroposInUse(o.atropos) &&
       !(health.ok && d.bufferView.inUse(health.value.buffer)) &&
       !(runs.ok && runs.value.list.runs.length > 0);
     byId("engine-view").setAttribute("data-quiet", String(quiet));
