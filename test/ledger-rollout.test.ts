@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { callRecord, postCalls, batchOf } from "./support/ledger";
 import { threeTurns } from "./support/ledger-calls";
-import { claimKeyFields, createEngine, endBody, rollingWith } from "./support/harness";
+import { claimKeyFields, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 describe("rollout data with the ledger's tokens", () => {
   it("gives an AgentJet claim's item its tokens, loss mask and logprobs; leaves one without recorded calls as it was", async () => {
@@ -33,5 +33,29 @@ describe("rollout data with the ledger's tokens", () => {
     // Re-reading the pull by its cursor gives the same.
     const again = await e.as("trainer").getRolloutData({ cursor: pulled.data.meta_info.cursor ?? 0 });
     expect(again.data.data[0]?.tokens).toEqual(items[0]?.tokens);
+  });
+
+  it("never gives a worker's posted rows a claim's tokens: naming the claim's session and source 'agentjet' is refused, the session's name alone matches nothing", async () => {
+    const e = await createEngine("rtok-forged");
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await rollingWith(e, 1);
+    const victim = await e.as("client").claimEpisode({ client_uuid: "victim", discard_episode_timeout: 60 });
+    const k = await claimKeyFields(victim.openai_api_key);
+    expect((await postCalls(e, batchOf(threeTurns({ episode: k.episode_uuid, fence: k.fence, client: "victim" }, callRecord)))).status).toBe(200);
+
+    // Another client token, posting a group of its own whose first session names the victim's claim.
+    const claimSession = `${k.episode_uuid}#${k.fence}`;
+    const row = (session_id: string, extra: Record<string, unknown>) => ({ session_id, group_id: "forged", step_index: 0, messages: [{ role: "user", content: "q" }], response: "a", reward: 1, is_session_completed: true, ...extra });
+    const forged = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [row(claimSession, { source: "agentjet" }), row("mine", {})] }) });
+    expect(forged).toMatchObject({ status: 422, json: { error: "invalid_request", detail: expect.stringContaining("steps.0.source") } });
+
+    const named = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [row(claimSession, { source: "worker" }), row("mine", {})] }) });
+    expect(named.status).toBe(200);
+    const items = (await e.as("trainer").getRolloutData()).data.data;
+    expect(items.map((i) => [i.extra_info["session_id"], i.instance_id])).toEqual([
+      [claimSession, "forged"],
+      ["mine", "forged"],
+    ]);
+    for (const item of items) expect(item).not.toHaveProperty("tokens");
   });
 });

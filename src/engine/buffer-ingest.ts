@@ -2,7 +2,7 @@
  * Step rows coming in: the checks a batch passes before anything is written, and storing it,
  * which is where sessions complete or fail and groups become ready.
  */
-import type { PostStepsResponse, StepRow } from "../protocol/buffer";
+import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { clearSessions } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
@@ -10,17 +10,28 @@ import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
 import { fail, ok, type Reply } from "./reply";
 
 /**
- * Checks a batch before anything is written: sizes, and that no session changes group.
- * Returns the rows with their JSON texts, made once for the engine's row, its outbox record
- * and D1, or the failure when any row may not be stored. Pace is not asked here: a worker's
- * batch is (paceRefusal, before it is stored), an AgentJet rollout's end is not (its claim
- * was, and what it finished is kept).
+ * Where a row comes from: a worker's POST /steps, or the engine itself, joining an AgentJet
+ * claim that ended to its task's group (episode-records.ts).
  */
-export function check(s: BufferState, rows: StepRow[]): Reply<CheckedStep[]> {
+export type RowSource = "worker" | "claim";
+
+/**
+ * Checks a batch before anything is written: sizes, that no session changes group, and that a
+ * worker's row does not pass for a claim's. Returns the rows with their JSON texts, made once
+ * for the engine's row, its outbox record and D1, or the failure when any row may not be
+ * stored. Pace is not asked here: a worker's batch is (paceRefusal, before it is stored), an
+ * AgentJet rollout's end is not (its claim was, and what it finished is kept).
+ */
+export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker"): Reply<CheckedStep[]> {
   const { max_message_bytes } = s.config();
   const groupOf = new Map<string, string>();
   const checked: CheckedStep[] = [];
   for (const [i, r] of rows.entries()) {
+    // A trainer's pull gives a claim's row that claim's recorded tokens (ledger/rollout-tokens.ts):
+    // a worker's row passing for one would have another claim's tokens trained on under its reward.
+    if (from === "worker" && r["source"] === CLAIM_ROW_SOURCE) {
+      return fail(422, "invalid_request", `steps.${i}.source: "${CLAIM_ROW_SOURCE}" marks the rows the exchange makes from AgentJet claims; a posted row may not carry it`);
+    }
     const step = checkedStep(r);
     const refused = sizeRefusal(`steps.${i}`, step, max_message_bytes);
     if (refused !== null) return fail(413, "payload_too_large", refused);

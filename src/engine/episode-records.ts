@@ -4,7 +4,7 @@
  * AgentJet train claim while the buffer is in use, a session in its task's buffer group.
  */
 import type { EndEpisodeRequest } from "../protocol/swarm";
-import type { StepRow } from "../protocol/buffer";
+import { CLAIM_ROW_SOURCE, type StepRow } from "../protocol/buffer";
 import type { ClaimRow, EpisodeState } from "./episode-state";
 import { scalarReward } from "./rules";
 
@@ -86,12 +86,12 @@ export function joinBuffer(e: EpisodeState, ep: ClaimRow, taskId: string, output
     weight_version: ep.claim_weight_version ?? e.store.meta.weightVersion ?? 0,
     failed_infra: failed,
     end_weight_version: e.store.meta.weightVersion,
-    source: "agentjet",
+    source: CLAIM_ROW_SOURCE,
     client_uuid: ep.client_uuid,
     is_success: output.is_success,
     metadata: output.metadata,
   };
-  const checked = e.buffer.check([row]);
+  const checked = e.buffer.check([row], "claim");
   if (checked.ok) e.buffer.ingest(checked.body);
   // The trajectory itself is recorded either way; only its place in a group is lost.
   else console.error(`engine: episode ${ep.episode_uuid} could not join task ${taskId}'s group in the rollout buffer: ${checked.detail}`);

@@ -11,7 +11,7 @@
  */
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
-import { check, ingest } from "./buffer-ingest";
+import { check, ingest, type RowSource } from "./buffer-ingest";
 import { notePaced, paceRefusal, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
 import { BufferState, type BufferHost } from "./buffer-state";
@@ -73,8 +73,8 @@ export class RolloutBuffer {
     this.configure({ group_size: groupSize });
   }
 
-  check(rows: StepRow[]): Reply<CheckedStep[]> {
-    return check(this.state, rows);
+  check(rows: StepRow[], from: RowSource = "worker"): Reply<CheckedStep[]> {
+    return check(this.state, rows, from);
   }
 
   /** The 503 pace answers a worker's batch of steps that would open new groups now, or null. */

@@ -5,8 +5,12 @@
  * answers the pull; the Worker adds these from D1 and R2 (one query, one R2 read per object),
  * and only when the pull holds such items. A claim whose calls are not recorded yet (the gateway
  * sends its records within a second or so) or carried no token ids is left as it is.
+ *
+ * The mark can be trusted because only the engine sets it: the buffer refuses a posted row that
+ * carries it (engine/buffer-ingest.ts), and a session named like a claim without it matches
+ * nothing, so no client can have another claim's tokens put in its own group.
  */
-import type { GetRolloutDataResponse } from "../protocol/buffer";
+import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse } from "../protocol/buffer";
 import { claimKey, trainingSequences } from "./read";
 
 const CLAIM_SESSION = /^(.+)#(0|[1-9][0-9]{0,14})$/;
@@ -15,7 +19,7 @@ export async function withTrainingTokens(db: D1Database, bucket: R2Bucket, engin
   const claims: { episode: string; fence: number }[] = [];
   for (const item of pulled.data.data) {
     const session = item.extra_info["session_id"];
-    const m = item.extra_info["source"] === "agentjet" && typeof session === "string" ? CLAIM_SESSION.exec(session) : null;
+    const m = item.extra_info["source"] === CLAIM_ROW_SOURCE && typeof session === "string" ? CLAIM_SESSION.exec(session) : null;
     if (m) claims.push({ episode: m[1] as string, fence: Number(m[2]) });
   }
   if (claims.length === 0) return pulled;
@@ -23,7 +27,7 @@ export async function withTrainingTokens(db: D1Database, bucket: R2Bucket, engin
   if (sequences.size === 0) return pulled;
   const data = pulled.data.data.map((item) => {
     const m = CLAIM_SESSION.exec(String(item.extra_info["session_id"] ?? ""));
-    const t = m && item.extra_info["source"] === "agentjet" ? sequences.get(claimKey(m[1] as string, Number(m[2]))) : undefined;
+    const t = m && item.extra_info["source"] === CLAIM_ROW_SOURCE ? sequences.get(claimKey(m[1] as string, Number(m[2]))) : undefined;
     return t === undefined ? item : { ...item, tokens: t.tokens, response_length: t.response_length, loss_mask: t.loss_mask, rollout_log_probs: t.rollout_log_probs };
   });
   return { ...pulled, data: { ...pulled.data, data } };

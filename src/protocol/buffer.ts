@@ -40,6 +40,13 @@ export const StepRow = z
   .catchall(z.unknown());
 export type StepRow = z.infer<typeof StepRow>;
 
+/**
+ * extra_info.source of the rows the engine makes from AgentJet claims (session_id
+ * "<episode>#<fence>"). Only the engine sets it: a posted row carrying it is refused, so a
+ * pull's item with it is a claim's own and may be given that claim's tokens.
+ */
+export const CLAIM_ROW_SOURCE = "agentjet";
+
 export const PostStepsRequest = z.object({ steps: z.array(StepRow).min(1, "must hold at least one row").max(1000, "at most 1000 rows per batch") });
 export type PostStepsRequest = z.infer<typeof PostStepsRequest>;
 
