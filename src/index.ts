@@ -3,12 +3,11 @@
  * requests to that engine's Durable Object.
  */
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import type { Env } from "./env";
 import { adminRoutes } from "./http/admin-routes";
 import { engineRouteGate, serveEngineApi } from "./http/engine-routes";
 import { errorResponse, internalError } from "./http/errors";
-import { MAX_BODY_BYTES, tooLarge } from "./http/body";
+import { limitBody } from "./http/body";
 import { serveRelay } from "./relay/relay-routes";
 import { dashboardRoutes } from "./dashboard/routes";
 import { openApiRoutes } from "./openapi/routes";
@@ -24,7 +23,7 @@ export { EngineObject } from "./engine/engine-object";
 // Routing sees token-in-path URLs without their token (path-token.ts), so each route is registered once.
 const app = new Hono<{ Bindings: Env }>({ getPath: routingPath });
 
-app.use("*", bodyLimit({ maxSize: MAX_BODY_BYTES, onError: () => tooLarge() }));
+app.use("*", limitBody);
 
 app.get("/health", (c) => c.json({ ok: true }));
 app.route("/admin", adminRoutes);

@@ -1,10 +1,11 @@
 /**
  * Bad input: each gets a 4xx with a message that says what was wrong, and changes nothing.
- * Every case compares the engine's whole visible state before and after.
+ * Every case compares the engine's whole visible state before and after. And a failure of the
+ * exchange itself: a 500 that says nothing of it but an id for the log.
  */
-import { exports } from "cloudflare:workers";
-import { describe, expect, it } from "vitest";
-import { ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { env, exports } from "cloudflare:workers";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { admin, ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
   const viewer = e.as("trainer");
@@ -137,6 +138,30 @@ describe("access", () => {
     expect(await small.json()).toMatchObject({ success: true, client_uuid: "c", episode_uuid: "ep-0" });
   });
 
+  it("checks a body against the size limit as it arrives when its Content-Length is no number, or understates it", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const before = await snapshot(e);
+    const engines = (await admin.listEngines()).engines.length;
+    const send = (path: string, token: string, declared: string, body: string) =>
+      exports.default.fetch(new Request(`${ORIGIN}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "content-length": declared }, body }));
+    const pad = "x".repeat(4 * 1024 * 1024);
+    for (const declared of ["abc", "12abc", "-1", "5"]) {
+      // The engine API, served before the router, and a route the router serves (the admin API).
+      const claim = await send(`/e/${e.name}/claim_episode`, e.tokens.client, declared, JSON.stringify({ client_uuid: "c", pad, discard_episode_timeout: 5 }));
+      const create = await send("/admin/engines", ADMIN_TOKEN, declared, JSON.stringify({ name: `big-${e.name}`, pad }));
+      for (const res of [claim, create]) {
+        expect(res.status, `content-length ${declared}`).toBe(413);
+        expect(await res.json()).toMatchObject({ error: "payload_too_large" });
+      }
+    }
+    expect(await snapshot(e)).toEqual(before);
+    expect((await admin.listEngines()).engines.length).toBe(engines);
+    // A small body is read whatever its header says.
+    const small = await send(`/e/${e.name}/claim_episode`, e.tokens.client, "abc", JSON.stringify({ client_uuid: "c", discard_episode_timeout: 5 }));
+    expect(await small.json()).toMatchObject({ success: true, client_uuid: "c", episode_uuid: "ep-0" });
+  });
+
   it("answers HEAD on an engine GET route as its GET without a body, and checks other paths under an engine before its 404", async () => {
     const e = await createEngine();
     const head = await workerFetch(`${ORIGIN}/e/${e.name}/get_engine_status`, { method: "HEAD", headers: { authorization: `Bearer ${e.tokens.viewer}` } });
@@ -148,6 +173,17 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 404, json: { error: "not_found" } });
     // A known path with the other method is not that route either.
     expect(await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client })).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+
+  it("refuses a revoked token or another engine's token with 401 on a path under the engine that is no route, as on a route", async () => {
+    const e = await createEngine();
+    const other = await createEngine();
+    await admin.revokeToken(e.name, e.tokenIds.viewer);
+    expect(await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    expect(await raw(`/e/${e.name}/no_such_route`, { token: e.tokens.viewer })).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    expect(await raw(`/e/${e.name}/t/${other.tokens.operator}/no_such_route`)).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    // A token the engine knows still learns that the path is no route.
+    expect(await raw(`/e/${e.name}/t/${e.tokens.operator}/no_such_route`)).toMatchObject({ status: 404, json: { error: "not_found" } });
   });
 
   it("refuses HEAD on a GET that changes state (405, Allow: GET), before any engine sees it", async () => {
@@ -215,5 +251,34 @@ describe("access", () => {
   it("answers unknown routes with a JSON 404", async () => {
     const res = await raw("/nope");
     expect(res).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+});
+
+describe("a failure of the exchange itself", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it("answers a 500 with an error id and nothing of the failure, and logs the failure under that id", async () => {
+    const e = await createEngine();
+    // Spied on, not replaced: the log still gets every line, and the test reads them too.
+    const logged = vi.spyOn(console, "error").mock.calls;
+    // A real D1 failure: the table of engines is gone while these requests run.
+    await env.DB.exec("ALTER TABLE engines RENAME TO engines_away");
+    try {
+      // Through the router (the admin API) and through the engine API served before it (an engine whose route is not cached yet).
+      const listed = await raw("/admin/engines", { token: ADMIN_TOKEN });
+      const status = await raw(`/e/${e.name}-uncached/get_engine_status`, { token: e.tokens.viewer });
+      for (const res of [listed, status]) {
+        expect(res).toMatchObject({ status: 500, json: { error: "internal_error", detail: expect.stringMatching(/error id [0-9a-f-]{36}/) } });
+        expect(res.text).not.toMatch(/engines|SQL|D1_ERROR|no such table/i);
+        const id = /error id ([0-9a-f-]{36})/.exec(String(res.json?.["detail"]))?.[1];
+        const line = logged.find((args) => String(args[0]).includes(`${id}`));
+        expect(line, `a log line with ${id}`).toBeDefined();
+        // The log has what the answer leaves out: the failed query on D1's table.
+        expect(String(line?.[1])).toMatch(/from "engines"/);
+      }
+    } finally {
+      await env.DB.exec("ALTER TABLE engines_away RENAME TO engines");
+    }
+    expect((await raw("/admin/engines", { token: ADMIN_TOKEN })).status).toBe(200);
   });
 });

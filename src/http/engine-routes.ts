@@ -74,12 +74,22 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
 /**
  * Any other path under an engine (not the engine API, the runs API or the relay) is checked as
  * the engine's routes are before it is a 404: a malformed engine name is a 404, a missing
- * token a 401.
+ * token a 401, and so is a token the engine does not know (revoked, or another engine's), so
+ * that no path under an engine answers such a token differently from a route. That takes one
+ * RPC to the engine, which holds the token hashes; a path that is no route is rare.
  */
 export function engineRouteGate<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
   app.use(`${prefix}/*`, async (c, next) => {
-    const who = await engineCaller(c.env, c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+    const engine = c.req.param("engine") ?? "";
+    const who = await engineCaller(c.env, engine, c.req.header("authorization"), c.req.url);
     if (!who.ok) return replyResponse(who);
+    // Every role may read the engine's status: this authenticates the token, whatever its role.
+    let auth = await who.body.stub.authorizeOp(who.body.caller, "get_engine_status");
+    if (isUnknownEngine(auth)) {
+      const moved = await movedEngineStub(c.env, engine, who.body.stub);
+      if (moved !== null) auth = await moved.authorizeOp(who.body.caller, "get_engine_status");
+    }
+    if (!auth.ok) return replyResponse(auth);
     await next();
   });
 }

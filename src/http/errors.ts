@@ -18,10 +18,15 @@ export function replyResponse<T>(reply: Reply<T>, okStatus: ContentfulStatusCode
   return reply.ok ? jsonResponse(reply.body, okStatus) : errorResponse(reply.status, reply.error, reply.detail);
 }
 
-/** What an exception escaping a handler becomes; logged, since it is a bug. */
+/**
+ * What an exception escaping a handler becomes. Its message stays in the log: it may name D1's
+ * tables and SQL, a Durable Object's or R2's internals, which are nobody's business but the
+ * operator's. The caller gets an id to quote, and the operator finds the error by it.
+ */
 export function internalError(err: unknown): Response {
-  console.error("unhandled error", err);
-  return errorResponse(500, "internal_error", err instanceof Error ? err.message : String(err));
+  const id = crypto.randomUUID();
+  console.error(`internal error ${id}:`, err);
+  return errorResponse(500, "internal_error", `The exchange failed to answer this request (error id ${id}); its operator can look that id up in the Worker's log.`);
 }
 
 /** "episode_uuid: must not be empty; workflow_output.reward: expected number" */
