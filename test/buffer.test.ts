@@ -6,7 +6,8 @@ import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
 import { KEPT_PULLS } from "../src/engine/buffer-pulls";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
-import { advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
+import type { EngineObject } from "../src/engine/engine-object";
+import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -381,6 +382,23 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect((await e.as("viewer").health()).buffer.paced_refusals).toBe(2);
     // Eval claims are not training data: never paced.
     expect((await client.claimEpisode({ client_uuid: "ev", episode_type: "eval", discard_episode_timeout: 600 })).success).toBe(true);
+  });
+
+  it("counts the claims of one turn still signing their keys as under way: pace lets no more begin together than one at a time", async () => {
+    const e = await createEngine("pace-claims-together");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    await rollingWith(e, 8);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    // Six claims in one shared turn: each is checked while the ones before it are signing, not written yet.
+    const won = await runInDurableObject(e.stub, async (instance: EngineObject) => {
+      const claims = await Promise.all(
+        ["a", "b", "c", "d", "e", "f"].map((c) => instance.claimEpisode({ admin: true }, { client_uuid: c, episode_type: "train", discard_episode_timeout: 600 }, ORIGIN)),
+      );
+      return claims.map((r) => r.ok && r.body.success);
+    });
+    // As one at a time: four under way can all be consumed within one version of the oldest's.
+    expect(won).toEqual([true, true, true, true, false, false]);
+    expect(await engineStats(e)).toMatchObject({ claimed: 4, registered: 4 });
   });
 
   it("takes a worker's whole-group batch too big for the bound once nothing else is outstanding, instead of refusing it for ever", async () => {

@@ -1,8 +1,30 @@
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ExchangeError } from "../src/client";
+import type { EngineObject } from "../src/engine/engine-object";
 import { NO_EPISODES_CAUSE, notReadyCause } from "../src/engine/rules";
 import { ENGINE_STATUSES } from "../src/protocol/status";
-import { ORIGIN, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+import { ORIGIN, claimKeyFields, createEngine, endBody, engineStats, reconnect, rollingWith } from "./support/harness";
+
+type Sign = SubtleCrypto["sign"];
+
+/**
+ * Runs `fn` with crypto.subtle.sign replaced by `replacement` (given the real one). Replacing it
+ * is the only way a test can make the platform's WebCrypto fail or observe when it is called:
+ * workerd has no switch for either.
+ */
+async function withSign<T>(replacement: (real: Sign) => Sign, fn: () => Promise<T>): Promise<T> {
+  const subtle = crypto.subtle as unknown as { sign: Sign };
+  const real = subtle.sign;
+  subtle.sign = replacement(real.bind(crypto.subtle) as Sign);
+  try {
+    return await fn();
+  } finally {
+    subtle.sign = real;
+  }
+}
+
+const admin = { admin: true } as const;
 
 describe("register and claim", () => {
   it("hands out episodes first in, first out, with a per-claim key and the origin's /v1", async () => {
@@ -67,6 +89,65 @@ describe("register and claim", () => {
     expect(new Set(winners.map((w) => w.episode_uuid))).toEqual(new Set(ids));
     for (const r of results.filter((r) => !r.success)) expect(r.fail_cause).toBe(NO_EPISODES_CAUSE);
     expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 20 });
+  });
+
+  it("a claim whose per-claim key cannot be signed leaves nothing behind: the episode stays at the queue's head, claimed by no one", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const outcome = await runInDurableObject(e.stub, (instance: EngineObject) =>
+      withSign(
+        () => () => Promise.reject(new Error("injected: signing failed")),
+        () => instance.claimEpisode(admin, { client_uuid: "C", episode_type: "train", discard_episode_timeout: 600 }, ORIGIN).then(
+          (r) => ({ threw: false, r: JSON.stringify(r) }),
+          (err: unknown) => ({ threw: true, r: String(err) }),
+        ),
+      ),
+    );
+    // The client got no key (the call failed)...
+    expect(outcome).toMatchObject({ threw: true, r: expect.stringContaining("injected") });
+    // ...so there is no claim: the engine wrote nothing, and needs no restart to say so.
+    await reconnect(e);
+    expect(await engineStats(e)).toMatchObject({ registered: 1, claimed: 0, alarm_at: null });
+    expect(await e.as("client").claimEpisode({ client_uuid: "D", discard_episode_timeout: 60 })).toMatchObject({ success: true, episode_uuid: id, fence: 1 });
+  });
+
+  it("claims arriving together each sign once, for successive heads of the queue", async () => {
+    const e = await createEngine();
+    const ids = await rollingWith(e, 3);
+    const signed = await runInDurableObject(e.stub, async (instance: EngineObject) => {
+      let calls = 0;
+      const claims = await withSign(
+        (real) => (...args) => {
+          calls++;
+          return real(...args);
+        },
+        () => Promise.all(["a", "b", "c"].map((c) => instance.claimEpisode(admin, { client_uuid: c, episode_type: "train", discard_episode_timeout: 60 }, ORIGIN))),
+      );
+      return { calls, claims: claims.map((r) => (r.ok ? [r.body.client_uuid, r.body.episode_uuid] : null)) };
+    });
+    expect(signed).toEqual({ calls: 3, claims: [["a", ids[0]], ["b", ids[1]], ["c", ids[2]]] });
+  });
+
+  it("a claim whose episode is taken back while its key is signed claims the next one, with a key of its own", async () => {
+    const e = await createEngine();
+    const ids = await rollingWith(e, 2);
+    const r = await runInDurableObject(e.stub, (instance: EngineObject) => {
+      let first = true;
+      return withSign(
+        (real) => (...args) => {
+          // The trainer unregisters the head while the claim that picked it signs its key.
+          if (first) void instance.isEpisodeClaimed(admin, ids[0]!, true);
+          first = false;
+          return real(...args);
+        },
+        () => instance.claimEpisode(admin, { client_uuid: "C", episode_type: "train", discard_episode_timeout: 60 }, ORIGIN),
+      );
+    });
+    expect(r).toMatchObject({ ok: true, body: { success: true, episode_uuid: ids[1], fence: 1 } });
+    expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 1 });
+    // The key is signed for the episode it got, not for the one it picked first.
+    const key = r.ok ? r.body.openai_api_key : "";
+    expect(await claimKeyFields(key)).toMatchObject({ episode_uuid: ids[1], fence: 1 });
   });
 
   it("records throttle_policy.current_task_id as the episode's task", async () => {

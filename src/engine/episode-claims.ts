@@ -9,47 +9,103 @@ import { paceAdmits } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
 import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE } from "./rules";
 
+/**
+ * How many queue heads a claim tries when another call changed the one it signed for meanwhile,
+ * before it answers as a claim that found none (the client asks again in 2 s).
+ */
+const CLAIM_ATTEMPTS = 4;
+
 export async function claim(e: EpisodeState, req: ClaimEpisodeRequest, origin: string, keySecret: string): Promise<Reply<ClaimEpisodeResponse>> {
-  const meta = e.store.meta;
   const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
     ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
+  const meta = e.store.meta;
   if (meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(meta.status));
   // Checked before anything is claimed, so a misconfigured deployment leaks no claims.
   if (!keySecret) return fail(500, "misconfigured", "CLAIM_KEY_SECRET is not configured: per-claim keys cannot be signed.");
-  if (req.episode_type === "train" && paced(e, req)) return refuse(PACED_CAUSE);
+  const train = req.episode_type === "train";
+  if (train && paced(e, req)) return refuse(PACED_CAUSE);
+  // The key is signed before anything is written, so a claim whose key cannot be signed leaves
+  // nothing behind: its client is answered an error and the episode stays at the queue's head.
+  for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+    const head = queueHead(e);
+    if (head === null) break;
+    const fence = head.fence + 1;
+    // Calls run while this one awaits the signature (the other claims of its shared turn, at
+    // least): they pick heads behind this one instead of all signing for the same one.
+    e.claimsSigning.set(head.queue_seq, train);
+    let key: string;
+    try {
+      key = await signClaimKey(keySecret, { engine: meta.name ?? "", incarnation: meta.incarnation, episode_uuid: head.episode_uuid, fence });
+    } finally {
+      e.claimsSigning.delete(head.queue_seq);
+    }
+    // What the other calls may have changed meanwhile: the engine's status, even the engine.
+    const after = e.store.meta;
+    if (after.status !== "ENGINE.ROLLING") return refuse(notReadyCause(after.status));
+    if (after.incarnation !== meta.incarnation) break;
+    if (take(e, req, head.episode_uuid, head.fence)) {
+      if (fence > e.fenceHigh) e.fenceHigh = fence;
+      return ok({
+        success: true,
+        client_uuid: req.client_uuid,
+        episode_uuid: head.episode_uuid,
+        openai_base_url: `${origin}/v1`,
+        openai_api_key: key,
+        fail_cause: "",
+        fence,
+      });
+    }
+    // The episode was taken back, or claimed, meanwhile: the key names a claim that never was.
+  }
+  return refuse(NO_EPISODES_CAUSE);
+}
+
+/**
+ * The queue's first episode behind those that claims signing their key have picked: one probe
+ * of the queue's index. Those claims pick in queue order, so every registered episode before
+ * the last of them is one of them, unless its claim failed (then it waits only until the claims
+ * in flight are done, at the latest at the end of their turn).
+ */
+function queueHead(e: EpisodeState): { episode_uuid: string; fence: number; queue_seq: number } | null {
+  let after = 0; // queue positions start at 1 (EpisodeState)
+  for (const seq of e.claimsSigning.keys()) if (seq > after) after = seq;
+  return (
+    e.store.sql
+      .exec<{ episode_uuid: string; fence: number; queue_seq: number }>(
+        "SELECT episode_uuid, fence, queue_seq FROM episodes WHERE state = 'registered' AND queue_seq > ? ORDER BY queue_seq LIMIT 1",
+        after,
+      )
+      .toArray()[0] ?? null
+  );
+}
+
+/**
+ * Claims `uuid` with fence `fence + 1` if it is still registered at the fence its key was signed
+ * for; one statement, atomic by itself. Whether it was is all that comes back.
+ */
+function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: number): boolean {
   const now = e.host.now();
   const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
-  // The FIFO head, claimed in one statement: atomic by itself, so it needs no explicit
-  // transaction (transactionSync costs about as much as the statement here).
-  const claimed =
+  const taken =
     e.store.sql
-      .exec<{ episode_uuid: string; fence: number }>(
+      .exec(
         `UPDATE episodes SET state = 'claimed', queue_seq = NULL, episode_type = ?, client_uuid = ?, fence = fence + 1,
            last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?, claim_weight_version = ?
-         WHERE episode_uuid = (SELECT episode_uuid FROM episodes WHERE state = 'registered' ORDER BY queue_seq LIMIT 1)
-         RETURNING episode_uuid, fence`,
+         WHERE episode_uuid = ? AND state = 'registered' AND fence = ?
+         RETURNING 1`,
         req.episode_type,
         req.client_uuid,
         now,
         req.discard_episode_timeout,
         expiresAt,
         req.throttle_policy?.current_task_id ?? "",
-        meta.weightVersion,
+        e.store.meta.weightVersion,
+        uuid,
+        fence,
       )
-      .toArray()[0] ?? null;
-  if (claimed === null) return refuse(NO_EPISODES_CAUSE);
-  if (claimed.fence > e.fenceHigh) e.fenceHigh = claimed.fence;
-  e.host.armBy(expiresAt);
-  const key = await signClaimKey(keySecret, { engine: meta.name ?? "", incarnation: meta.incarnation, ...claimed });
-  return ok({
-    success: true,
-    client_uuid: req.client_uuid,
-    episode_uuid: claimed.episode_uuid,
-    openai_base_url: `${origin}/v1`,
-    openai_api_key: key,
-    fail_cause: "",
-    fence: claimed.fence,
-  });
+      .toArray().length > 0;
+  if (taken) e.host.armBy(expiresAt);
+  return taken;
 }
 
 /**
@@ -65,7 +121,10 @@ function paced(e: EpisodeState, req: ClaimEpisodeRequest): boolean {
     .one();
   const t = req.throttle_policy;
   const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
-  if (paceAdmits(e.buffer.paceState(claims, false, batch))) return false;
+  // The train claims signing their key are under way too: they are not written yet.
+  let signing = 0;
+  for (const isTrain of e.claimsSigning.values()) if (isTrain) signing++;
+  if (paceAdmits(e.buffer.paceState(claims, false, batch), 1 + signing)) return false;
   e.buffer.notePaced();
   return true;
 }

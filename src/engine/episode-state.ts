@@ -31,6 +31,11 @@ export class EpisodeState {
   nextQueueSeq: number;
   /** The highest fence this engine has issued: where a newly registered episode's fences start. */
   fenceHigh: number;
+  /**
+   * The claims awaiting their key's signature: the queue position of the episode each picked
+   * (not written yet), and whether it is a train claim (episode-claims.ts).
+   */
+  readonly claimsSigning = new Map<number, boolean>();
 
   constructor(
     readonly store: EngineStore,
