@@ -78,6 +78,8 @@ describe("engine schema migrations", () => {
       { group_id: "old", failed_sessions: 0, partial: 0, first_row_at: 100, ready_at: null },
     ]);
     expect(schema.columnsV8).toEqual(expect.arrayContaining(["claim_weight_version", "report", "failed"]));
+    // Migration 12: an episode remembers a registration that arrived during its runner's reset.
+    expect(schema.columnsV8).toEqual(expect.arrayContaining(["registered_again"]));
     expect(schema.columns).toContain("failed");
     expect(schema.failedRollouts).toBe(0);
     expect(schema.rows).toEqual([

@@ -8,6 +8,32 @@ import { advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, ro
 const registerAgain = (e: TestEngine, id: string) =>
   e.as("trainer").registerEpisode({ episode_uuid: id, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-2", zmq_listen_result_addr: "" });
 
+/** The finished rows of `id`, by fence. */
+const finishedRows = (e: TestEngine, id: string) =>
+  runInDurableObject(e.stub, (_i: EngineObject, state) =>
+    state.storage.sql
+      .exec<{ fence: number; reward: number | null; task_id: string }>("SELECT fence, reward, task_id FROM finished WHERE episode_uuid = ? ORDER BY fence", id)
+      .toArray()
+      .map((r) => ({ ...r })),
+  );
+
+/** A registration of `id` by a runner other than the one rollingWith's { zmq: true } registered it from. */
+const NEW_RUNNER = { openai_base_url: "http://trainer.internal:9000/v1", openai_api_key: "sk-ajet-new", zmq_listen_result_addr: "tcp://10.0.0.2:30000" };
+
+/** `id`, claimed by "c" and aborted: it waits for its runner's reset. */
+async function resetting(e: TestEngine, id: string): Promise<void> {
+  await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+  expect(await e.as("client").abortEpisode({ client_uuid: "c", episode_uuid: id })).toEqual({ success: true });
+  expect(await engineStats(e)).toMatchObject({ resetting: 1, registered: 0 });
+}
+
+/** The reset the agent is asked for, after checking that it goes to the runner the episode was claimed from. */
+async function resetCommand(e: TestEngine, id: string): Promise<number> {
+  const { commands } = await e.as("trainer").pollCommands();
+  expect(commands).toEqual([expect.objectContaining({ body: { kind: "reset", episode_uuid: id, fence: 1, zmq_listen_result_addr: "tcp://10.0.0.1:20000" } })]);
+  return commands[0]!.seq;
+}
+
 describe("leases", () => {
   it("reaps an idle claim when its discard timeout passes, not before", async () => {
     const e = await createEngine();
@@ -123,6 +149,48 @@ describe("leases", () => {
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.5 })]);
   });
 
+  it("a fenced repeat of a claim's end, sent after the same client claimed the uuid again, leaves the new claim live, and its own end is stored", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    // Claim #1, ended with reward 1 on task t1 (its answer lost on the way, say).
+    const first = await client.claimEpisode({ client_uuid: "C", discard_episode_timeout: 60 });
+    const end1 = { workflow_output: { reward: 1, metadata: { task_id: "t1" } }, task_id: "t1" };
+    expect(await client.endClaim(first, end1)).toEqual({ success: true });
+    expect(await registerAgain(e, id!)).toMatchObject({ success: true });
+    const second = await client.claimEpisode({ client_uuid: "C", discard_episode_timeout: 60 });
+    expect(second).toMatchObject({ success: true, episode_uuid: id, fence: first.fence! + 1 });
+    // C sends end #1 again, with its fence: the repeat it is, which does not touch claim #2.
+    expect(await client.endClaim(first, end1)).toEqual({ success: true });
+    expect(await client.canContinueEpisode({ client_uuid: "C", episode_uuid: id! })).toEqual({ can_continue: true });
+    expect(await client.endClaim(second, { workflow_output: { reward: 0, metadata: { task_id: "t2" } }, task_id: "t2" })).toEqual({ success: true });
+    expect(await finishedRows(e, id!)).toEqual([
+      { fence: first.fence, reward: 1, task_id: "t1" },
+      { fence: second.fence, reward: 0, task_id: "t2" },
+    ]);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, count: 2, mean_reward: 0.5 })]);
+  });
+
+  it("a fenced repeat of an eval claim's end, sent after the same client claimed the episode again, leaves the new claim live", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1);
+    const client = e.as("client");
+    const first = await client.claimEpisode({ client_uuid: "C", episode_type: "eval", discard_episode_timeout: 60 });
+    const end1 = endBody("C", id!, 1, "t1", { fence: first.fence });
+    expect(await client.endEpisode(end1)).toEqual({ success: true });
+    // An eval episode serves again after its end (as the seed does): the same client claims it again.
+    const second = await client.claimEpisode({ client_uuid: "C", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(second).toMatchObject({ success: true, episode_uuid: id, fence: first.fence! + 1 });
+    expect(await client.endEpisode(end1)).toEqual({ success: true });
+    expect(await client.canContinueEpisode({ client_uuid: "C", episode_uuid: id! })).toEqual({ can_continue: true });
+    expect(await client.endEpisode(endBody("C", id!, 0, "t2", { fence: second.fence }))).toEqual({ success: true });
+    expect(await finishedRows(e, id!)).toEqual([
+      { fence: first.fence, reward: 1, task_id: "t1" },
+      { fence: second.fence, reward: 0, task_id: "t2" },
+    ]);
+  });
+
   it("a uuid registered again in a later rolling phase, or after it was unregistered, never reuses a fence", async () => {
     const e = await createEngine();
     const [id] = await rollingWith(e, 1);
@@ -177,6 +245,39 @@ describe("leases", () => {
     await trainer.ackCommand({ seq: commands[0]!.seq, ok: true, detail: "runner acked" });
     expect(await engineStats(e)).toMatchObject({ resetting: 0, registered: 1 });
     expect(await client.claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 })).toMatchObject({ success: true, fence: 2 });
+  });
+
+  it("a registration that arrives while the episode waits for its runner's reset is what the episode serves with once the reset is acked", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1, { zmq: true });
+    await resetting(e, id!);
+    expect(await e.as("trainer").registerEpisode({ episode_uuid: id!, ...NEW_RUNNER })).toEqual({ success: true, failure_reason: "" });
+    // The runner to reset is still the one the aborted claim ran against.
+    const seq = await resetCommand(e, id!);
+    expect(await engineStats(e)).toMatchObject({ resetting: 1, registered: 0 });
+    await e.as("trainer").ackCommand({ seq, ok: true, detail: "runner acked" });
+    const row = (await e.as("trainer").getEpisodeBuffer()).buffer.find((x) => x.episode_uuid === id);
+    expect(row).toMatchObject({ episode_status: "registered", ...NEW_RUNNER });
+    // Its next claim's result goes to the new runner.
+    const c = await e.as("client").claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 });
+    expect(c).toMatchObject({ success: true, episode_uuid: id, fence: 2 });
+    expect(await e.as("client").endEpisode(endBody("d", id!, 1, "task-1", { fence: c.fence }))).toEqual({ success: true });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((x) => x.body)).toContainEqual(expect.objectContaining({ kind: "deliver", episode_uuid: id, fence: 2, zmq_listen_result_addr: NEW_RUNNER.zmq_listen_result_addr }));
+  });
+
+  it("keeps an episode registered again during its reset, with the new registration, although the old runner cannot be reset", async () => {
+    const e = await createEngine();
+    const [id] = await rollingWith(e, 1, { zmq: true });
+    await resetting(e, id!);
+    expect(await e.as("trainer").registerEpisode({ episode_uuid: id!, ...NEW_RUNNER })).toEqual({ success: true, failure_reason: "" });
+    const seq = await resetCommand(e, id!);
+    await e.as("trainer").ackCommand({ seq, ok: false, detail: "no ack from runner in 30 s" });
+    // The registration was acknowledged: the episode is there to claim, from the new runner.
+    expect(await engineStats(e)).toMatchObject({ resetting: 0, registered: 1 });
+    const row = (await e.as("trainer").getEpisodeBuffer()).buffer.find((x) => x.episode_uuid === id);
+    expect(row).toMatchObject({ episode_status: "registered", ...NEW_RUNNER });
+    expect(await e.as("client").claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 })).toMatchObject({ success: true, episode_uuid: id, fence: 2 });
   });
 
   it("drops an episode whose runner cannot be reset", async () => {

@@ -62,6 +62,22 @@ export type EngineClientOptions = {
 /** Request bodies as the wire accepts them: fields with defaults may be omitted. */
 type In<S extends z.ZodType> = z.input<S>;
 
+/** What endClaim and abortClaim need of a claim's answer. */
+export type ClaimedEpisode = Pick<ClaimEpisodeResponse, "success" | "client_uuid" | "episode_uuid" | "fence">;
+
+/** An end's or abort's body without what names its claim, which comes from the claim's answer. */
+type ClaimEnd<S extends z.ZodType> = Omit<In<S>, "client_uuid" | "episode_uuid" | "fence">;
+
+/**
+ * The claim's own names and fence, for its end or abort. An answer without a fence names no
+ * claim (it failed, or an exchange too old to fence answered it): sending such an end anyway
+ * would be the fenceless end docs/agentjet.md warns about, so it is refused here.
+ */
+function claimRef(claim: ClaimedEpisode): { client_uuid: string; episode_uuid: string; fence: number } {
+  if (!claim.success || claim.fence === undefined) throw new Error(`not a claim with a fence: ${JSON.stringify(claim)}`);
+  return { client_uuid: claim.client_uuid, episode_uuid: claim.episode_uuid, fence: claim.fence };
+}
+
 export class EngineClient {
   private readonly base: string;
   private readonly fetchFn: FetchLike;
@@ -88,9 +104,19 @@ export class EngineClient {
     this.post("/register_episode", BoolResponse, req);
   claimEpisode = (req: In<typeof ClaimEpisodeRequest>) =>
     this.post("/claim_episode", ClaimEpisodeResponse, req);
+  /**
+   * Pass the claim's `fence` (claimEpisode's answer carries it), or use endClaim: without one, an
+   * end sent again after the same client claimed the episode again is taken as the new claim's
+   * end (docs/agentjet.md, "Claims").
+   */
   endEpisode = (req: In<typeof EndEpisodeRequest>) => this.post("/end_episode", Success, req);
+  /** As endEpisode: pass the claim's `fence`, or use abortClaim. */
   abortEpisode = (req: In<typeof AbortEpisodeRequest>) =>
     this.post("/abort_episode", Success, req);
+  /** Ends the claim that `claim` answered, with its fence, so that sending it again is always safe. */
+  endClaim = (claim: ClaimedEpisode, req: ClaimEnd<typeof EndEpisodeRequest>) => this.endEpisode({ ...req, ...claimRef(claim) });
+  /** Gives back the claim that `claim` answered, with its fence. */
+  abortClaim = (claim: ClaimedEpisode, req: ClaimEnd<typeof AbortEpisodeRequest> = {}) => this.abortEpisode({ ...req, ...claimRef(claim) });
   canContinueEpisode = (req: { client_uuid: string; episode_uuid: string }) => this.post("/can_continue_episode", CanContinue, req);
   isEpisodeClaimed = (req: { episode_uuid: string; unregister_if_not_claimed?: boolean }) => this.post("/is_episode_claimed", BoolResponse, req);
   getEpisodeBuffer = () => this.post("/get_episode_buffer", EpisodeBufferResponse);

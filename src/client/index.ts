@@ -1,4 +1,4 @@
-export { EngineClient, type EngineClientOptions } from "./exchange-client";
+export { EngineClient, type ClaimedEpisode, type EngineClientOptions } from "./exchange-client";
 export { AdminClient } from "./admin-client";
 export { ExchangeError, type FetchLike } from "./http";
 export { RunsClient, RunsRefusal, type RunsClientOptions } from "./runs-client";

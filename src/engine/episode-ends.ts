@@ -156,6 +156,10 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
  * fence, only the episode's latest claim can be repeated: the same client may have ended an
  * earlier claim of it (an eval episode serves again after its end), and a late end of a later
  * claim, reaped since, must not be taken for a repeat of that one and answered as stored.
+ * What no rule here can tell: a fenceless repeat that arrives while the same client holds a
+ * later claim of the episode never gets here, it is taken as that claim's end (ownedClaim). Ends
+ * cannot be told apart by their bodies (a deterministic eval ends claims identically), so a
+ * client that may repeat an end must send its fence (docs/agentjet.md, "Claims").
  */
 function endedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow | null): boolean {
   if (req.fence !== undefined) {

@@ -14,16 +14,21 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
     return { success: false, failure_reason: "Engine is not in rolling state. Cannot register episode." };
   }
   // One statement. A retried registration (the trainer retries after 2 s) keeps its place in
-  // the queue and takes the new URL and key; a claimed or resetting episode is left alone. A
-  // new row's fences start above every fence this engine has issued, so a uuid registered
-  // again (after it ended, was unregistered, or was cleared with its rolling phase) never
-  // has a claim that shares a fence, and so a per-claim key, with a claim of its old life.
+  // the queue and takes the new URL and key. So does one that arrives while the episode waits
+  // for its runner's reset: it is acknowledged, so it must be what the episode serves with
+  // afterwards, and it keeps the episode even if the old runner cannot be reset
+  // (registered_again, read by wasReset). The reset itself already holds the old runner's
+  // address in its command. A claimed episode is left alone: its claim's result goes to the
+  // runner it was claimed from. A new row's fences start above every fence this engine has
+  // issued, so a uuid registered again (after it ended, was unregistered, or was cleared with
+  // its rolling phase) never has a claim that shares a fence, and so a per-claim key, with a
+  // claim of its old life.
   e.store.sql.exec(
     `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
      VALUES (?, 'registered', ?, ?, ?, ?, ?, ?)
      ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
-       zmq_addr = excluded.zmq_addr
-     WHERE episodes.state = 'registered'`,
+       zmq_addr = excluded.zmq_addr, registered_again = episodes.state = 'resetting'
+     WHERE episodes.state IN ('registered', 'resetting')`,
     req.episode_uuid,
     e.nextQueueSeq++,
     req.openai_base_url,
@@ -76,8 +81,9 @@ export function claimedCheck(e: EpisodeState, episodeUuid: string, unregister: b
 export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "reset" }>, succeeded: boolean): void {
   const ep = e.episode(body.episode_uuid);
   if (ep === null || ep.state !== "resetting" || ep.fence !== body.fence) return;
-  // A runner that cannot be reset cannot serve the episode again.
-  if (succeeded) requeue(e, body.episode_uuid);
+  // A runner that cannot be reset cannot serve the episode again; a registration acknowledged
+  // since names the runner that serves it now, so it stands whatever became of the old one.
+  if (succeeded || ep.registered_again === 1) requeue(e, body.episode_uuid);
   else dropEpisode(e, body.episode_uuid);
 }
 
@@ -142,7 +148,7 @@ export function release(e: EpisodeState, ep: ClaimRow, how: "requeue" | "delete"
 function requeue(e: EpisodeState, episodeUuid: string): void {
   e.store.sql.exec(
     `UPDATE episodes SET state = 'registered', queue_seq = ?, client_uuid = '', discard_timeout = -1, expires_at = NULL,
-       llm_call_count = 0, last_activity = ? WHERE episode_uuid = ?`,
+       llm_call_count = 0, last_activity = ?, registered_again = 0 WHERE episode_uuid = ?`,
     e.nextQueueSeq++,
     e.host.now(),
     episodeUuid,

@@ -23,6 +23,8 @@ export type EpisodeRow = {
   task_id: string;
   /** The trainer's weight version when the claim was made; null before it said one. */
   claim_weight_version: number | null;
+  /** 1 when the trainer registered the episode again while it waited for its runner's reset (episode-queue.ts register). */
+  registered_again: number;
 };
 
 /**

@@ -295,6 +295,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
      PRIMARY KEY (episode_uuid, fence)
    ) WITHOUT ROWID;
    CREATE INDEX IF NOT EXISTS ends_before_sync_cleared ON ends_before_sync (cleared_at);`,
+  // 12: a registration that arrives while its episode waits for its runner's reset takes effect
+  // (episode-queue.ts register): its URL, key and address are written at once, and this marks
+  // the row so that a failed reset of the old runner no longer deletes the episode.
+  "ALTER TABLE episodes ADD COLUMN registered_again INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
