@@ -4,6 +4,7 @@
  * body is read against it, whatever its Content-Length says).
  */
 import type { MiddlewareHandler } from "hono";
+import { utf8Bytes } from "../protocol/limits";
 import { errorResponse } from "./errors";
 
 /**
@@ -27,19 +28,36 @@ function declaredLength(request: Request): number | null {
 
 /**
  * The body's bytes, or null if it is larger than `max`. A declared length over `max` is refused
- * unread; any other body is read against `max` all the same: a header is only what the sender
- * says, and a request handed to the Worker inside workerd (a service binding, a test) is not
- * held to it, as one off the wire is.
+ * unread. A body without a declared length (chunked, or a length that is no number) is read
+ * against `max` and cancelled as soon as it passes it. One with a declared length is read whole
+ * and then checked: a request handed to the Worker inside workerd (a service binding, a test)
+ * may understate its length, one off the wire may not.
  */
 export async function readBodyBytes(request: Request, max: number = MAX_BODY_BYTES): Promise<Uint8Array | null> {
   const declared = declaredLength(request);
   if (declared !== null && declared > max) return null;
   if (request.body === null) return new Uint8Array(0);
+  if (declared !== null) {
+    const bytes = new Uint8Array(await request.arrayBuffer());
+    return bytes.byteLength > max ? null : bytes;
+  }
   return readStream(request.body, max);
 }
 
-/** The body as text, or null if it is larger than `max` bytes. */
+/**
+ * The body as text, or null if it is larger than `max` bytes. With a declared length the body
+ * is read whole, natively: off the wire it is as long as it says (HTTP's framing), and reading
+ * it in chunks from JS cost claims, ends and relayed calls 0.1-0.2 ms each (`bench:ab --ops`).
+ * Only a request made inside workerd can understate its length; it is still refused once read.
+ */
 export async function readBodyText(request: Request, max: number = MAX_BODY_BYTES): Promise<string | null> {
+  const declared = declaredLength(request);
+  if (declared !== null && declared > max) return null;
+  if (declared !== null) {
+    const text = await request.text();
+    // A UTF-16 unit is at most 3 bytes of UTF-8: most bodies need no count.
+    return text.length * 3 <= max || utf8Bytes(text) <= max ? text : null;
+  }
   const bytes = await readBodyBytes(request, max);
   return bytes === null ? null : new TextDecoder().decode(bytes);
 }
@@ -52,9 +70,9 @@ export async function readBodyText(request: Request, max: number = MAX_BODY_BYTE
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;
   if (request.body === null) return next();
-  const bytes = await readBodyBytes(request);
-  if (bytes === null) return tooLarge();
-  c.req.raw = new Request(request, { body: bytes });
+  // Measured on a copy, so the route reads the request itself: a GET's body (Atropos's
+  // /status-env takes one) cannot be put back into a new Request.
+  if ((await readBodyBytes(request.clone())) === null) return tooLarge();
   await next();
 };
 
