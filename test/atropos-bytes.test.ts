@@ -103,6 +103,17 @@ describe("Atropos's API: the bytes an engine holds", () => {
       expect(r.status, JSON.stringify(bad)).toBe(422);
     }
     expect((await atropos(e, "trainer", "POST", "/config", { max_stored_bytes: 8 * MIB, max_bytes: 1 })).status).toBe(422);
+    // Each 422 names the field and what was wrong with it, as pydantic's would.
+    const detail = async (body: unknown) => ((await atropos(e, "trainer", "POST", "/config", body)).json as { detail: unknown[] }).detail;
+    expect(await detail({ max_stored_bytes: MIN_ATROPOS_STORED_BYTES - 1 })).toEqual([
+      { type: "greater_than_equal", loc: ["body", "max_stored_bytes"], msg: `Input should be greater than or equal to ${MIN_ATROPOS_STORED_BYTES}`, input: MIN_ATROPOS_STORED_BYTES - 1, ctx: { ge: MIN_ATROPOS_STORED_BYTES } },
+    ]);
+    expect(await detail({ max_groups: 10_000_001 })).toEqual([
+      { type: "less_than_equal", loc: ["body", "max_groups"], msg: "Input should be less than or equal to 10000000", input: 10_000_001, ctx: { le: 10_000_000 } },
+    ]);
+    expect(await detail({ max_groups: 0 })).toMatchObject([{ type: "greater_than_equal", loc: ["body", "max_groups"] }]);
+    expect(await detail({ max_groups: 2.5 })).toMatchObject([{ type: "int_type", loc: ["body", "max_groups"], input: 2.5 }]);
+    expect(await detail({ max_bytes: 1 })).toEqual([{ type: "extra_forbidden", loc: ["body", "max_bytes"], msg: "Extra inputs are not permitted", input: 1 }]);
     expect((await atropos(e, "viewer", "GET", "/config")).json).toEqual(DEFAULT_ATROPOS_CONFIG);
     expect((await atropos(e, "trainer", "POST", "/config", { max_stored_bytes: MIN_ATROPOS_STORED_BYTES })).status).toBe(200);
     expect((await atropos(e, "trainer", "POST", "/config", { max_stored_bytes: MAX_ATROPOS_STORED_BYTES })).json).toEqual({ max_groups: 200_000, max_stored_bytes: MAX_ATROPOS_STORED_BYTES });

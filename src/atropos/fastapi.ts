@@ -45,12 +45,40 @@ export function pydanticErrors(error: z.ZodError, body: unknown, model: "object"
       out.push({ type: params.type, loc: ["body", ...path], msg: params.msg, input: input ?? null });
     } else if (issue.code === "invalid_type" && issue.expected === "array") {
       out.push({ type: "list_type", loc: ["body", ...path], msg: "Input should be a valid list", input: at(body, path) ?? null });
+    } else if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) out.push({ type: "extra_forbidden", loc: ["body", ...path, key], msg: "Extra inputs are not permitted", input: at(body, [...path, key]) ?? null });
+    } else if (path.length > 0 && ownSchemaIssue(issue, body, path, out)) {
+      // The exchange's own schemas (/config) carry no pydantic params: named as pydantic would.
     } else {
       const where = path.slice(0, model === "list" ? 1 : 0);
       out.push({ type: "model_attributes_type", loc: ["body", ...where], msg: "Input should be a valid dictionary or object to extract fields from", input: at(body, where) ?? null });
     }
   }
   return out;
+}
+
+/**
+ * pydantic's error for an issue of the exchange's own schemas (its /config), pushed to `out`;
+ * false for an issue it has no wording for. A range names its bound, as pydantic's `ge`/`le` do.
+ */
+function ownSchemaIssue(issue: z.core.$ZodIssue, body: unknown, path: (string | number)[], out: Detail[]): boolean {
+  const loc = ["body", ...path];
+  const input = at(body, path) ?? null;
+  if (issue.code === "too_small" && issue.origin === "number") {
+    const type = issue.inclusive === false ? "greater_than" : "greater_than_equal";
+    out.push({ type, loc, msg: `Input should be greater than${type === "greater_than" ? "" : " or equal to"} ${issue.minimum}`, input, ctx: { [type === "greater_than" ? "gt" : "ge"]: issue.minimum } });
+    return true;
+  }
+  if (issue.code === "too_big" && issue.origin === "number") {
+    const type = issue.inclusive === false ? "less_than" : "less_than_equal";
+    out.push({ type, loc, msg: `Input should be less than${type === "less_than" ? "" : " or equal to"} ${issue.maximum}`, input, ctx: { [type === "less_than" ? "lt" : "le"]: issue.maximum } });
+    return true;
+  }
+  if (issue.code === "invalid_type" && (issue.expected === "int" || issue.expected === "number")) {
+    out.push({ type: "int_type", loc, msg: "Input should be a valid integer", input });
+    return true;
+  }
+  return false;
 }
 
 /** FastAPI's 422 for a body that is not JSON: where the decoder stopped, and why. */
