@@ -5,7 +5,8 @@
  *
  * The trainer's pid is kept in <stateDir>/trainer.json while it runs. A trainer outlives an
  * agent that is SIGKILLed (it is in its own group and writes to a file, not to a pipe), and
- * the restarted agent adopts it from that file instead of losing track of a GPU job.
+ * the restarted agent adopts it from that file instead of losing track of a GPU job, once it
+ * has made sure the pid is still that trainer's (process-group.ts's isOurGroup).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
@@ -15,7 +16,7 @@ import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
-import { groupAlive, signalGroup, stopGroup } from "./runs/process-group";
+import { groupAlive, isOurGroup, processStartedAt, signalGroup, stopGroup } from "./runs/process-group";
 import type { TrainerLog } from "./trainer-log";
 
 
@@ -54,7 +55,11 @@ type Running = {
   stopping: Promise<StopOutcome> | null;
 };
 
-type PidFile = { pid: number; started_at: number; seq: number };
+/**
+ * `started_at` is the agent's clock at the spawn; `proc_started_at` the process's start as /proc
+ * tells it (absent without /proc, and in notes of agents that did not keep it).
+ */
+type PidFile = { pid: number; started_at: number; seq: number; proc_started_at?: number };
 
 const POLL_MS = 100;
 const PROGRESS_EVERY_MS = 5000;
@@ -93,10 +98,13 @@ export class TrainerSupervisor {
       rmSync(this.pidFile, { force: true });
       return;
     }
-    if (!groupAlive(saved.pid)) {
+    // A note without proc_started_at is an older agent's: its started_at was taken just after the spawn.
+    const noted = typeof saved.proc_started_at === "number" ? saved.proc_started_at : typeof saved.started_at === "number" ? saved.started_at : null;
+    if (!isOurGroup(saved.pid, noted)) {
       rmSync(this.pidFile, { force: true });
       this.lastState = "exited";
-      const detail = `the trainer (pid ${saved.pid}) exited while the agent was not running; its exit status is unknown`;
+      const reused = groupAlive(saved.pid) ? `; pid ${saved.pid} now belongs to another process, which is left alone` : "";
+      const detail = `the trainer (pid ${saved.pid}) exited while the agent was not running; its exit status is unknown${reused}`;
       this.opts.logger.warn(detail);
       this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail });
       return;
@@ -172,7 +180,8 @@ export class TrainerSupervisor {
     const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
     const running: Running = { pid, startedAt, seq, child, exited, stopping: null };
     this.current = running;
-    writeAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq } satisfies PidFile));
+    const procStartedAt = processStartedAt(pid);
+    writeAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
     void exited.then((e) => this.onExit(running, e.code, e.signal));
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);

@@ -1,5 +1,6 @@
 /** Trainer supervision against real child processes (sh scripts in fixtures/). */
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { realClock } from "../src/clock";
@@ -255,6 +256,46 @@ describe("TrainerSupervisor", () => {
     supervisor().adopt();
     expect(exits[0]?.detail).toBe(`the trainer (pid ${pid}) exited while the agent was not running; its exit status is unknown`);
     expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
+  });
+
+  it("adopts by the start /proc gave the trainer, whatever the agent's clock said", async () => {
+    // An agent whose clock is a day off: its note's started_at is no use to recognise the trainer.
+    const first = supervisor({ clock: new ManualClock(Date.now() - 86_400_000) });
+    await first.start("a: 1", 3);
+    const pid = first.status().pid as number;
+    first.close();
+    // That agent is gone: its trainer is the next one's to stop, not the cleanup's (on a clock nobody moves).
+    supervisors.splice(supervisors.indexOf(first), 1);
+    expect(JSON.parse(readFileSync(join(dir.path, "state", "trainer.json"), "utf8"))).toMatchObject({ pid, proc_started_at: expect.any(Number) });
+    const second = supervisor();
+    second.adopt();
+    expect(second.status()).toMatchObject({ state: "running", pid });
+    await second.stop("test over");
+    expect(processAlive(pid)).toBe(false);
+  });
+
+  it("does not adopt, nor later signal, a process that holds the noted pid but started after the noted trainer", async () => {
+    // An unrelated daemon (its own session and group, as any daemon that called setsid()) that got the old trainer's pid.
+    const daemon = spawn("sleep", ["120"], { detached: true, stdio: "ignore" });
+    daemon.unref();
+    const pid = daemon.pid as number;
+    try {
+      await waitUntil(() => processAlive(pid), "the daemon to run");
+      // The previous agent's note, in the format of agents that recorded only their own clock: a trainer with this pid, a day before the daemon existed.
+      mkdirSync(join(dir.path, "state"), { recursive: true });
+      writeFileSync(join(dir.path, "state", "trainer.json"), JSON.stringify({ pid, started_at: Date.now() - 86_400_000, seq: 3 }));
+      const s = supervisor();
+      s.adopt();
+      const adopted = s.status().pid;
+      // The engine stops its trainer (an operator's stop_engine): the agent signals what it adopted.
+      await s.stop("stop_engine");
+      expect({ adopted, daemonAlive: processAlive(pid) }).toEqual({ adopted: null, daemonAlive: true });
+      expect(exits[0]?.detail).toBe(
+        `the trainer (pid ${pid}) exited while the agent was not running; its exit status is unknown; pid ${pid} now belongs to another process, which is left alone`,
+      );
+    } finally {
+      process.kill(-pid, "SIGKILL");
+    }
   });
 });
 

@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
+import { RunId, TestId } from "./runs";
 
 export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
 export const StopCommand = z.object({ kind: z.literal("stop"), reason: z.string() });
@@ -39,18 +40,22 @@ export const ClearSessionsCommand = z.object({
 
 /** Training runs (src/runs): scan the host's environment directories and report the catalog. */
 export const ScanEnvironmentsCommand = z.object({ kind: z.literal("scan_environments") });
-/** Start a run's processes in order; `config_yaml` is the rendered run config (locked fields plus edits). */
+/**
+ * Start a run's processes in order; `config_yaml` is the rendered run config (locked fields plus
+ * edits). The agent names files on the GPU host after `run_id` (and an inference test's
+ * `test_id`), so they are ids of the exchange's own shape, never a path.
+ */
 export const StartRunCommand = z.object({
   kind: z.literal("start_run"),
-  run_id: z.string(),
+  run_id: RunId,
   environment: z.object({ name: z.string(), class_name: z.string(), file_path: z.string() }),
   config_yaml: z.string(),
 });
-export const StopRunCommand = z.object({ kind: z.literal("stop_run"), run_id: z.string(), reason: z.string() });
+export const StopRunCommand = z.object({ kind: z.literal("stop_run"), run_id: RunId, reason: z.string() });
 /** Run an environment's `process` mode against each model and report accuracy from its JSONL output. */
 export const TestInferenceCommand = z.object({
   kind: z.literal("test_inference"),
-  test_id: z.string(),
+  test_id: TestId,
   environment: z.object({ name: z.string(), class_name: z.string(), file_path: z.string() }),
   num_steps: z.number().int(),
   group_size: z.number().int(),

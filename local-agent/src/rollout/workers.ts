@@ -18,7 +18,7 @@ import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
 import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
-import { groupAlive } from "../runs/process-group";
+import { groupAlive, isOurGroup } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
 import { isDirectory, writeAtomic } from "../trainer";
 
@@ -39,7 +39,8 @@ export type RolloutWorkersOptions = {
 };
 
 type Current = { proc: RunProcess; seq: number; jobSession: string; groupSize: number };
-type PidFile = { pid: number; seq: number; job_session: string; group_size: number; started_at: number };
+/** `proc_started_at`: the workers' start as /proc told it (RunProcess.procStartedAt); absent without /proc and in older notes, whose started_at was taken just after the spawn. */
+type PidFile = { pid: number; seq: number; job_session: string; group_size: number; started_at: number; proc_started_at?: number };
 
 export class RolloutWorkers {
   private current: Current | null = null;
@@ -77,12 +78,14 @@ export class RolloutWorkers {
     } catch {
       return;
     }
-    if (typeof saved.pid !== "number" || saved.pid <= 1 || !groupAlive(saved.pid)) {
+    const noted = typeof saved.proc_started_at === "number" ? saved.proc_started_at : typeof saved.started_at === "number" ? saved.started_at : null;
+    // A pid that names another process now (a reboot since) is not the workers: left alone.
+    if (typeof saved.pid !== "number" || saved.pid <= 1 || !isOurGroup(saved.pid, noted)) {
       rmSync(this.pidFile, { force: true });
       return;
     }
     this.o.logger.info(`adopting rollout workers pid ${saved.pid} (job session ${saved.job_session}), left running by a previous agent`);
-    const proc = RunProcess.adopt("rollout-workers", 0, saved.pid, this.logPath, this.o.clock);
+    const proc = RunProcess.adopt("rollout-workers", 0, saved.pid, noted, this.logPath, this.o.clock);
     this.current = { proc, seq: saved.seq, jobSession: saved.job_session, groupSize: saved.group_size };
   }
 
@@ -128,7 +131,8 @@ export class RolloutWorkers {
     const pid = proc.pid as number;
     this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
     this.endedAlone = null;
-    writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now() } satisfies PidFile));
+    const noted = proc.procStartedAt === null ? {} : { proc_started_at: proc.procStartedAt };
+    writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile));
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
   }

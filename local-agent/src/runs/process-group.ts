@@ -45,6 +45,74 @@ function onlyZombies(pgid: number): boolean {
   return members > 0;
 }
 
+/**
+ * /proc's clock ticks per second (USER_HZ). Node cannot ask sysconf(_SC_CLK_TCK); the kernel
+ * fixes USER_HZ at 100 for userspace on every architecture Node runs on.
+ */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/**
+ * How far a process's start as /proc tells it may be from the start a note recorded and still be
+ * the same process: the boot time is whole seconds, a clock step since moves it, and an older
+ * note holds the wall-clock time taken just after the spawn. A reused pid starts later by far:
+ * after a reboot, or after the pid numbers came round again.
+ */
+export const START_TOLERANCE_MS = 5000;
+
+/** The boot time in ms since the epoch (/proc/stat's btime), or null without /proc. */
+function bootTime(): number | null {
+  try {
+    const m = /^btime (\d+)$/m.exec(readFileSync("/proc/stat", "utf8"));
+    return m === null ? null : Number(m[1]) * 1000;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * When process `pid` started, in ms since the epoch: /proc/<pid>/stat's starttime (field 22,
+ * clock ticks since boot) after /proc/stat's btime. "gone" when no such process exists; null
+ * where /proc cannot tell (not Linux, or no /proc mounted).
+ */
+export function processStartedAt(pid: number): number | "gone" | null {
+  const boot = bootTime();
+  if (boot === null) return null;
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "ENOENT" ? "gone" : null;
+  }
+  // Fields after the last ")" start at field 3 (state): field 22 is the 20th of them.
+  const ticks = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
+  return Number.isFinite(ticks) ? boot + (ticks * 1000) / CLOCK_TICKS_PER_SECOND : null;
+}
+
+/** What a note recorded of a process: a start from processStartedAt, or a wall-clock time taken just after the spawn. */
+export type NotedStart = number | null;
+
+/**
+ * Whether the process group led by `pgid` is still the one a note recorded as started at
+ * `startedAt`: a pid in an old note may name an unrelated process now (after a reboot, or once
+ * the pid numbers came round), which the agent must neither adopt nor signal.
+ *
+ * Where /proc cannot tell (not Linux), and for a note that recorded no start (written by an agent
+ * that kept none), the group is taken as ours whenever it is alive: the pid alone, as before.
+ */
+export function isOurGroup(pgid: number, startedAt: NotedStart): boolean {
+  if (!groupAlive(pgid)) return false;
+  if (startedAt === null) return true;
+  const started = processStartedAt(pgid);
+  if (started === null) return true;
+  if (started !== "gone") return Math.abs(started - startedAt) <= START_TOLERANCE_MS;
+  // The leader is gone and left members in its group. Its pid number stays taken while the group
+  // has members, so the group is the noted one unless the host rebooted since the note (within
+  // one boot only the group ending, the pid coming round and a new leader dying leaving members
+  // would fool this).
+  const boot = bootTime();
+  return boot === null || startedAt >= boot - START_TOLERANCE_MS;
+}
+
 /** Signals every process in the group; false if none was left. */
 export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
   try {

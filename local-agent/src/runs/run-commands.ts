@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { RunsClient } from "../../../src/client";
 import type { CommandBody } from "../../../src/protocol/commands";
+import type { ModelResult } from "../../../src/protocol/runs";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
 import type { Reachability } from "../reachability";
@@ -57,9 +58,16 @@ export function loadRunsConfig(env: Readonly<Record<string, string | undefined>>
   return parsed.ok ? parsed : { ok: false, errors: parsed.errors.map((e) => `${full}: ${e}`) };
 }
 
+type Finished = { detail: string; models: ModelResult[] };
+
 export class RunCommands {
   readonly supervisor: RunSupervisor | null;
   private readonly reporter: ExchangeReporter;
+  /**
+   * Inference tests whose models were all tested but whose results have not reached the exchange:
+   * the command is handed out again, and then only the report is sent again, not minutes of tests.
+   */
+  private readonly unreported = new Map<string, Finished>();
 
   constructor(private readonly d: RunCommandsDeps) {
     this.reporter = new ExchangeReporter(d.client, d);
@@ -90,12 +98,13 @@ export class RunCommands {
     await this.scan();
   }
 
-  async execute(body: RunCommand): Promise<Outcome> {
+  /** Null when the agent's shutdown came first: not acked, so the command is carried out again. */
+  async execute(body: RunCommand): Promise<Outcome | null> {
     const c = this.d.config;
     if (!c.ok) {
       const detail = c.errors.join("; ");
       if (body.kind === "start_run") await this.reporter.report(body.run_id, { status: "failed", detail, agent_id: this.d.agentId });
-      if (body.kind === "test_inference") await this.d.client.reportInferenceTest(body.test_id, { status: "failed", detail }).catch(() => undefined);
+      if (body.kind === "test_inference") await this.reporter.inferenceTest(body.test_id, { status: "failed", detail });
       return { ok: false, detail };
     }
     const sup = this.supervisor as RunSupervisor;
@@ -111,30 +120,50 @@ export class RunCommands {
     }
   }
 
-  private async scan(): Promise<Outcome> {
+  private async scan(): Promise<Outcome | null> {
     if (!this.d.config.ok) return { ok: false, detail: this.d.config.errors.join("; ") };
+    let report: Awaited<ReturnType<typeof scanEnvironments>>;
     try {
-      const report = await scanEnvironments(this.d.config.config, this.d.agentId, this.d.clock, this.d.stop);
-      await this.d.client.reportCatalog(report);
-      const detail = `found ${report.environments.length} environments (${report.environments.map((e) => e.name).join(", ") || "none"}); ${report.problems.length} files could not be read`;
-      this.d.logger.info(`environment scan: ${detail}`);
-      return { ok: true, detail };
+      report = await scanEnvironments(this.d.config.config, this.d.agentId, this.d.clock, this.d.stop);
     } catch (e) {
-      const detail = e instanceof ScanError ? e.message : `could not report the catalog: ${describeError(e)}`;
+      const detail = e instanceof ScanError ? e.message : `the scan failed: ${describeError(e)}`;
       this.d.logger.error(`environment scan: ${detail}`);
       return { ok: false, detail };
     }
+    const found = `found ${report.environments.length} environments (${report.environments.map((e) => e.name).join(", ") || "none"}); ${report.problems.length} files could not be read`;
+    const sent = await this.reporter.catalog(report);
+    if (sent === null && this.d.stop.aborted) return null;
+    if (sent === null || "refused" in sent) {
+      const why = sent === null ? "the exchange could not be reached (the reporter gave up)" : `the exchange refused it (HTTP ${sent.refused})`;
+      const detail = `${found}, but the catalog did not reach the exchange: ${why}; scan again (POST /runs/environments/scan) once it answers`;
+      this.d.logger.error(`environment scan: ${detail}`);
+      return { ok: false, detail };
+    }
+    this.d.logger.info(`environment scan: ${found}`);
+    return { ok: true, detail: found };
   }
 
-  private async testInference(cmd: Extract<RunCommand, { kind: "test_inference" }>, config: RunsConfig): Promise<Outcome> {
-    const results = [];
-    for (const [i, model] of cmd.models.entries()) {
-      await this.d.client.reportInferenceTest(cmd.test_id, { status: "running", detail: `testing ${model.model} (${i + 1} of ${cmd.models.length})`, models: results }).catch(() => undefined);
-      results.push(await testModel(cmd, model, config, this.d.clock, this.d.stop));
+  private async testInference(cmd: Extract<RunCommand, { kind: "test_inference" }>, config: RunsConfig): Promise<Outcome | null> {
+    let finished = this.unreported.get(cmd.test_id);
+    if (finished === undefined) {
+      const results: ModelResult[] = [];
+      for (const [i, model] of cmd.models.entries()) {
+        // Progress only: a lost one is made good by the next, or by the results.
+        await this.d.client.reportInferenceTest(cmd.test_id, { status: "running", detail: `testing ${model.model} (${i + 1} of ${cmd.models.length})`, models: results }).catch(() => undefined);
+        results.push(await testModel(cmd, model, config, this.d.clock, this.d.stop));
+      }
+      const working = results.filter((r) => r.steps_tested > 0).length;
+      finished = { detail: `${working} of ${results.length} models produced scored steps`, models: results };
+      this.unreported.set(cmd.test_id, finished);
+    } else this.d.logger.info(`inference test ${cmd.test_id}: its models were tested already; sending the results again`);
+    const sent = await this.reporter.inferenceTest(cmd.test_id, { status: "done", detail: finished.detail, models: finished.models });
+    if (sent === null) {
+      if (this.d.stop.aborted) return null;
+      // Left unacked: the exchange hands the command out again, and the results go then.
+      throw new Error(`the results of inference test ${cmd.test_id} did not reach the exchange; they are sent again when the command is handed out again`);
     }
-    const working = results.filter((r) => r.steps_tested > 0).length;
-    const detail = `${working} of ${results.length} models produced scored steps`;
-    await this.d.client.reportInferenceTest(cmd.test_id, { status: "done", detail, models: results });
-    return { ok: true, detail };
+    this.unreported.delete(cmd.test_id);
+    if ("refused" in sent) return { ok: false, detail: `${finished.detail}; the exchange refused the results (HTTP ${sent.refused})` };
+    return { ok: true, detail: finished.detail };
   }
 }

@@ -11,7 +11,15 @@ import { z } from "zod";
 const Journal = z.object({
   run_id: z.string(),
   closed: z.boolean(),
-  processes: z.array(z.object({ name: z.string(), pid: z.number().int().positive(), order: z.number().int() })),
+  processes: z.array(
+    z.object({
+      name: z.string(),
+      pid: z.number().int().positive(),
+      order: z.number().int(),
+      /** Its start as /proc told it at the spawn (process-group.ts's processStartedAt): the pid is ours only while it matches. Absent without /proc and in older notes. */
+      proc_started_at: z.number().optional(),
+    }),
+  ),
 });
 export type RunJournal = z.infer<typeof Journal>;
 

@@ -11,7 +11,7 @@ import { closeSync, openSync, writeSync } from "node:fs";
 import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
 import type { Clock } from "../clock";
 import { describeError } from "../log";
-import { groupAlive, stopGroup, tailFile } from "./process-group";
+import { groupAlive, isOurGroup, processStartedAt, stopGroup, tailFile, type NotedStart } from "./process-group";
 
 const STOP_POLL_MS = 100;
 
@@ -22,10 +22,14 @@ export class RunProcess {
   pid: number | null = null;
   exit: Exit | null = null;
   startedAt: number | null = null;
+  /** The process's start as /proc tells it (processStartedAt), for the run's note; null without /proc. */
+  procStartedAt: number | null = null;
   readyAt: number | null = null;
   endedAt: number | null = null;
   detail = "";
   private child: ChildProcess | null = null;
+  /** Adopted, and its pid no longer names it: what runs under that pid is not ours to stop. */
+  private gone = false;
 
   constructor(
     readonly name: string,
@@ -37,11 +41,22 @@ export class RunProcess {
     private readonly reported: (text: string) => string = (t) => t,
   ) {}
 
-  /** A process left running by a previous agent, known by its pid. */
-  static adopt(name: string, order: number, pid: number, logPath: string, clock: Clock, reported?: (text: string) => string): RunProcess {
+  /**
+   * A process left running by a previous agent, known by its pid and the start noted for it. A pid
+   * that names another process now (isOurGroup) makes one that ended: never signalled, since the
+   * group is someone else's.
+   */
+  static adopt(name: string, order: number, pid: number, startedAt: NotedStart, logPath: string, clock: Clock, reported?: (text: string) => string): RunProcess {
     const p = new RunProcess(name, order, [], logPath, clock, reported);
     p.pid = pid;
+    p.procStartedAt = startedAt;
     p.state = "ready";
+    if (!isOurGroup(pid, startedAt)) {
+      p.gone = true;
+      p.exit = { code: null, signal: null };
+      p.endedAt = clock.now();
+      if (groupAlive(pid)) p.detail = `ended while no agent ran; pid ${pid} now belongs to another process, which was left alone`;
+    }
     return p;
   }
 
@@ -70,6 +85,8 @@ export class RunProcess {
       this.pid = child.pid as number;
       this.state = "starting";
       this.startedAt = this.clock.now();
+      const started = processStartedAt(this.pid);
+      this.procStartedAt = typeof started === "number" ? started : null;
       child.once("exit", (code, signal) => {
         this.exit = { code, signal };
         this.endedAt ??= this.clock.now();
@@ -104,7 +121,7 @@ export class RunProcess {
 
   /** SIGTERM to the group, SIGKILL after `graceMs`; resolves once the whole group is gone. */
   async stop(graceMs: number): Promise<void> {
-    if (this.pid === null || (!groupAlive(this.pid) && this.ended())) {
+    if (this.pid === null || this.gone || (!groupAlive(this.pid) && this.ended())) {
       if (this.state === "starting" || this.state === "ready") this.state = "exited";
       return;
     }

@@ -26,7 +26,7 @@ import { checkReady, describeReady } from "./readiness";
 import { RunProcess } from "./run-process";
 import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
 import type { RunsConfig } from "./runs-config";
-import { groupAlive, signalGroup } from "./process-group";
+import { isOurGroup, signalGroup, type NotedStart } from "./process-group";
 
 export type ReportInput = z.input<typeof RunReport>;
 
@@ -128,7 +128,7 @@ export class RunSupervisor {
     if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
     mkdirSync(dir, { recursive: true });
     writeFileSync(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
-    const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now()), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+    const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now(), this.d.logger), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);
     if (first?.must_stop) {
@@ -172,10 +172,17 @@ export class RunSupervisor {
       known.add(r.run_id);
       if (r.status === "pending") continue; // its start command is still to come
       const journal = readJournal(this.d.config.runsDir, r.run_id);
-      const pids = journal?.processes ?? r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }]));
+      // The exchange's started_at is the agent's clock just after the spawn: a start to check the pid against, where the note has none.
+      const reportedStart = (pid: number): NotedStart => {
+        const at = r.processes.find((p) => p.pid === pid)?.started_at;
+        return at === null || at === undefined ? null : at * 1000;
+      };
+      const pids =
+        journal?.processes.map((p) => ({ ...p, startedAt: p.proc_started_at ?? reportedStart(p.pid) })) ??
+        r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order, startedAt: reportedStart(p.pid) }]));
       const dir = runDir(this.d.config.runsDir, r.run_id);
-      const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock, this.reported)).sort((a, b) => a.order - b.order);
-      const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now()), unsent: [], said: r.status === "starting" ? "starting" : "running", phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
+      const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, p.startedAt, join(dir, `${p.name}.log`), this.d.clock, this.reported)).sort((a, b) => a.order - b.order);
+      const run: Run = { id: r.run_id, dir, procs, metrics: new MetricsReader(join(dir, "metrics.jsonl"), () => this.d.clock.now(), this.d.logger), unsent: [], said: r.status === "starting" ? "starting" : "running", phase: "running", halt: new AbortController(), task: Promise.resolve(), stopping: null };
       const dead = procs.find((p) => p.ended());
       if (r.status === "running" && procs.length > 0 && dead === undefined && this.run === null) {
         this.run = run;
@@ -201,7 +208,7 @@ export class RunSupervisor {
     // Processes of runs the exchange no longer counts as active must not keep GPUs busy.
     for (const j of openJournals(this.d.config.runsDir)) {
       if (known.has(j.run_id) || j.run_id === this.run?.id) continue;
-      for (const p of j.processes) if (groupAlive(p.pid)) signalGroup(p.pid, "SIGKILL");
+      for (const p of j.processes) if (isOurGroup(p.pid, p.proc_started_at ?? null)) signalGroup(p.pid, "SIGKILL");
       writeJournal(this.d.config.runsDir, { ...j, closed: true });
     }
   }
@@ -292,9 +299,9 @@ export class RunSupervisor {
   /** A stop_run for a run not running here: stop whatever its note says is left, and say so. */
   private async stopLeftovers(runId: string, reason: string): Promise<Outcome> {
     const journal = readJournal(this.d.config.runsDir, runId);
-    const alive = (journal?.processes ?? []).filter((p) => groupAlive(p.pid));
+    const alive = (journal?.processes ?? []).filter((p) => isOurGroup(p.pid, p.proc_started_at ?? null));
     const dir = runDir(this.d.config.runsDir, runId);
-    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, join(dir, `${p.name}.log`), this.d.clock, this.reported));
+    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, p.proc_started_at ?? null, join(dir, `${p.name}.log`), this.d.clock, this.reported));
     for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
     if (journal !== null) writeJournal(this.d.config.runsDir, { ...journal, closed: true });
     const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;
@@ -311,7 +318,10 @@ export class RunSupervisor {
   private async send(run: Run, status: ReportInput["status"], detail: string, withLogTails = false): Promise<RunReportResponse | null> {
     // A run's first metrics may come with its end: read them before the last report.
     if (status !== "running") this.collect(run);
-    if (status === "starting" || status === "running") run.said = status;
+    const live = status === "starting" || status === "running";
+    if (live) run.said = status;
+    // The end goes with the file's last lines, which the reader hands over a few MB at a time.
+    const more = (): boolean => !live && run.metrics.behind;
     const report = (last: boolean, metrics: MetricsPoint[]): ReportInput => ({
       status: last ? status : run.said,
       detail: last ? detail : "",
@@ -320,9 +330,10 @@ export class RunSupervisor {
       agent_id: this.d.agentId,
     });
     for (;;) {
+      while (run.unsent.length <= MAX_REPORT_METRICS && more()) this.collect(run);
       const end = report(true, []);
       const points = run.unsent.slice(0, fitting(run.unsent, jsonBytes(end)));
-      const last = points.length === run.unsent.length;
+      const last = points.length === run.unsent.length && !more();
       let answer = await this.d.reporter.report(run.id, last ? { ...end, metrics: points } : report(false, points));
       run.unsent.splice(0, points.length);
       if (last && points.length > 0 && refusedForContent(answer)) answer = await this.d.reporter.report(run.id, end);
@@ -350,7 +361,7 @@ export class RunSupervisor {
     writeJournal(this.d.config.runsDir, {
       run_id: run.id,
       closed: false,
-      processes: run.procs.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order }])),
+      processes: run.procs.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order, ...(p.procStartedAt === null ? {} : { proc_started_at: p.procStartedAt }) }])),
     });
   }
 

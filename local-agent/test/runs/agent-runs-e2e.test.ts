@@ -3,7 +3,8 @@
  * Worker on Miniflare, with real processes and real Python. The agent scans the fixture
  * environments and reports them; an operator selects, edits and starts a run; the agent starts
  * its processes in order and reports them; the agent is restarted and reattaches; the run is
- * stopped; an inference test runs the environment's process mode against a local model.
+ * stopped; an inference test runs the environment's process mode against a local model. Behind
+ * a proxy that answers 503 once, the catalog and an inference test's results still get there.
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -18,6 +19,7 @@ import { loadRunsConfig } from "../../src/runs/run-commands";
 import { parseRunsConfig } from "../../src/runs/runs-config";
 import { testConfig } from "../support/agent-harness";
 import { startTestExchange, type TestEngine, type TestExchange } from "../support/exchange";
+import { FaultyProxy } from "../support/proxy";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
 import { ENVS, PROC, freePort } from "./support";
@@ -171,6 +173,81 @@ describe("an agent without a runs config", () => {
     } finally {
       await a.stop();
       here.remove();
+    }
+  });
+});
+
+describe("when the Worker answers a report 503 once", () => {
+  /** An agent with a runs config, on a fresh engine, reaching the Worker through a proxy the test can make fail. */
+  async function behindProxy(): Promise<{ proxy: FaultyProxy; agent: RunningAgent; runs: (role: keyof TestEngine["tokens"]) => RunsClient; done: () => Promise<void> }> {
+    const fresh = await ex.newEngine();
+    const here = tempDir();
+    const proxy = new FaultyProxy(ex.url);
+    await proxy.listen();
+    const config = testConfig(proxy.url, fresh, here.path);
+    const runsConfig = parseRunsConfig(
+      { environmentDirs: [ENVS], workDir: ENVS, pollSeconds: 0.1, importTimeoutSeconds: 2, processes: [{ name: "p", command: `python3 ${PROC}` }] },
+      here.path,
+      config.stateDir,
+    );
+    const agent = await startAgent(config, lineLogger((l) => lines.push(l), realClock), realClock, { runsConfig: parsed(runsConfig) });
+    return {
+      proxy,
+      agent,
+      runs: (role) => new RunsClient({ baseUrl: fresh.baseUrl, token: fresh.tokens[role] }),
+      done: async () => {
+        await agent.stop();
+        await proxy.close();
+        here.remove();
+      },
+    };
+  }
+
+  it("the catalog of the scan at the agent's start still reaches the exchange", { timeout: 120_000 }, async () => {
+    let catalogTries = 0;
+    const t = await behindProxy();
+    try {
+      t.proxy.fault = (path) => (path.endsWith("/runs/agent/catalog") && ++catalogTries === 1 ? "503" : "pass");
+      const got = await waitUntil(async () => {
+        const c = await t.runs("viewer").listEnvironments();
+        return c.catalog_status.state === "ready" ? c : null;
+      }, "the catalog to reach the exchange", 60_000);
+      expect({ tries: catalogTries, environments: got.count }).toEqual({ tries: 2, environments: 4 });
+    } finally {
+      await t.done();
+    }
+  });
+
+  it("an inference test's results still reach the exchange, without testing the models again", { timeout: 180_000 }, async () => {
+    const t = await behindProxy();
+    try {
+      const reports: string[] = [];
+      let doneRefused = 0;
+      t.proxy.hold = (path, phase, body) => {
+        if (phase === "request" && path.includes("/runs/agent/inference_tests/")) reports.push(String((JSON.parse(body.toString()) as { status: string }).status));
+      };
+      await waitUntil(async () => (await t.runs("viewer").listEnvironments()).catalog_status.state === "ready", "the catalog", 60_000);
+      await t.runs("operator").selectEnvironment({ name: "gsm8k" });
+      // The proxy decides before it reads the body: after the one "running" report of the one model, the next report is the results.
+      t.proxy.fault = (path) => {
+        if (!path.includes("/runs/agent/inference_tests/")) return "pass";
+        if (reports.includes("running") && doneRefused === 0) {
+          doneRefused++;
+          reports.push("done (refused 503)");
+          return "503";
+        }
+        return "pass";
+      };
+      const test = await t.runs("operator").startInferenceTest({ models: [{ model: "tiny", base_url: modelUrl }], num_steps: 2, group_size: 2, timeout_seconds: 30 });
+      const final = await waitUntil(async () => {
+        const r = await t.runs("viewer").inferenceTest(test.test_id);
+        return r.status === "done" ? r : null;
+      }, "the inference test's results", 60_000);
+      expect(final.models[0]).toMatchObject({ model: "tiny", steps_tested: 2, accuracy: 1 });
+      // One "running" report: the model was tested once.
+      expect(reports).toEqual(["running", "done (refused 503)", "done"]);
+    } finally {
+      await t.done();
     }
   });
 });

@@ -5,24 +5,26 @@
  * as the exchange's route does, or, where the exchange's request limit is the point, to the
  * real Worker on Miniflare.
  */
-import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { appendFileSync, existsSync, readFileSync, renameSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunsClient } from "../../../src/client";
+import { StartRunCommand, StopRunCommand, TestInferenceCommand } from "../../../src/protocol/commands";
 import { realClock, type Clock } from "../../src/clock";
 import { Reachability } from "../../src/reachability";
 import { ExchangeReporter } from "../../src/runs/exchange-reporter";
 import { MetricsReader } from "../../src/runs/metrics-reader";
 import { RunSupervisor, type RunReporter } from "../../src/runs/run-supervisor";
-import { readJournal } from "../../src/runs/run-journal";
+import { readJournal, runDir, writeJournal } from "../../src/runs/run-journal";
 import { groupAlive } from "../../src/runs/process-group";
 import { startTestExchange, type TestExchange } from "../support/exchange";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
-import { waitUntil } from "../support/wait";
+import { processAlive, waitUntil } from "../support/wait";
 import { RecordingReporter, freePort, proc, runsConfig, startCommand } from "./support";
 
 const cleanups: Array<() => void | Promise<void>> = [];
@@ -194,6 +196,30 @@ describe("a running run", () => {
     ]);
   });
 
+  it("reports the metrics its process writes after truncating its metrics file", async () => {
+    const clock = new ManualClock();
+    // The run's one process: writes two lines, then (told by a flag file) starts its metrics afresh
+    // with mode "w" and writes one line, as a trainer that restarts from a checkpoint does.
+    const script = [
+      'printf \'{"step":1,"loss":0.9}\\n{"step":2,"loss":0.8}\\n\' >> "$ROLLOUT_RUN_METRICS"',
+      'while [ ! -e "$ROLLOUT_RUN_METRICS.go" ]; do sleep 0.02; done',
+      'printf \'{"step":3,"loss":0.5}\\n\' > "$ROLLOUT_RUN_METRICS"',
+      'touch "$ROLLOUT_RUN_METRICS.done"',
+      "exec sleep 60",
+    ].join("\n");
+    const { sup, reporter, config } = setup([{ name: "trainer", command: `sh -c '${script.replace(/'/g, `'\\''`)}'` }], { clock });
+    const steps = (): Array<number | null> => reporter.reports.filter((r) => r.runId === "run_trunc1").flatMap((r) => (r.metrics ?? []).map((m) => m.step ?? null));
+    await sup.start(startCommand("run_trunc1"));
+    await untilOnClock(clock, () => steps().length >= 2, "the first two points to be reported", config.pollSeconds * 1000);
+    const metrics = join(runDir(config.runsDir, "run_trunc1"), "metrics.jsonl");
+    writeFileSync(`${metrics}.go`, "");
+    await untilOnClock(clock, () => existsSync(`${metrics}.done`), "the process to rewrite its metrics file", config.pollSeconds * 1000);
+    await untilOnClock(clock, () => steps().length >= 3, "the point written after the truncation", config.pollSeconds * 1000);
+    expect(steps()).toEqual([1, 2, 3]);
+    // Indexes go on counting: the exchange keeps the first point it gets for an index.
+    expect(reporter.reports.filter((r) => r.runId === "run_trunc1").flatMap((r) => (r.metrics ?? []).map((m) => m.index))).toEqual([0, 1, 2]);
+  });
+
   it("sends more metrics than one report takes in several, its end with the last", async () => {
     const clock = new ManualClock();
     // Writes 600 lines at once, when told to: after the monitor's first look.
@@ -340,6 +366,78 @@ describe("the metrics file", () => {
     appendFileSync(path, line.subarray(cut));
     expect(reader.read()).toEqual([{ index: 0, step: 1, at: 0, values: { sample: "café ✓" } }]);
   });
+
+  const line = (o: object): string => JSON.stringify(o) + "\n";
+  const metricsFile = (): string => {
+    const state = tempDir();
+    cleanups.push(() => state.remove());
+    return join(state.path, "metrics.jsonl");
+  };
+
+  it("reads the lines written after the file was truncated and rewritten shorter", () => {
+    const path = metricsFile();
+    writeFileSync(path, line({ step: 1, loss: 0.9 }) + line({ step: 2, loss: 0.8 }) + line({ step: 3, loss: 0.7 }));
+    const reader = new MetricsReader(path, () => 0);
+    expect(reader.read().map((p) => p.step)).toEqual([1, 2, 3]);
+    // The trainer restarts and opens its metrics file afresh ("w"): a shorter file.
+    writeFileSync(path, line({ step: 4, loss: 0.6 }));
+    expect(reader.read().map((p) => ({ index: p.index, step: p.step, values: p.values }))).toEqual([{ index: 3, step: 4, values: { loss: 0.6 } }]);
+  });
+
+  it("reads whole lines, not the middle of one, after the file was truncated and then grew past the old size", () => {
+    const path = metricsFile();
+    writeFileSync(path, line({ step: 1, loss: 0.9 }));
+    const reader = new MetricsReader(path, () => 0);
+    expect(reader.read().map((p) => p.step)).toEqual([1]);
+    truncateSync(path, 0);
+    appendFileSync(path, line({ step: 10, loss: 0.5 }) + line({ step: 11, loss: 0.4 }) + line({ step: 12, loss: 0.3 }));
+    expect(reader.read().map((p) => p.step)).toEqual([10, 11, 12]);
+  });
+
+  it("reads a file that was replaced by another (a rotation) from its start, dropping what was left of a line", () => {
+    const path = metricsFile();
+    writeFileSync(path, line({ step: 1 }) + '{"step": 2, "lo');
+    const reader = new MetricsReader(path, () => 0);
+    expect(reader.read().map((p) => p.step)).toEqual([1]);
+    writeFileSync(`${path}.new`, line({ step: 3 }) + line({ step: 4 }) + line({ step: 5 }));
+    renameSync(`${path}.new`, path);
+    expect(reader.read().map((p) => p.step)).toEqual([3, 4, 5]);
+  });
+
+  it("reads at most its chunk of the file per call and catches up over the next ones", () => {
+    const path = metricsFile();
+    const lines = Array.from({ length: 100 }, (_, i) => line({ step: i, loss: 1 / (i + 1) }));
+    writeFileSync(path, lines.join(""));
+    const reader = new MetricsReader(path, () => 0, undefined, { maxReadBytes: 256, maxLineBytes: 128 });
+    const steps: Array<number | null> = [];
+    let calls = 0;
+    do {
+      steps.push(...reader.read().map((p) => p.step));
+      calls++;
+    } while (reader.behind);
+    expect(steps).toEqual(lines.map((_, i) => i));
+    expect(calls).toBe(Math.ceil(Buffer.byteLength(lines.join("")) / 256));
+  });
+
+  it("drops a line longer than its cap, with a warning, instead of holding it, and reads on after it", () => {
+    const path = metricsFile();
+    const logger = new MemoryLogger();
+    const reader = new MetricsReader(path, () => 0, logger, { maxReadBytes: 64, maxLineBytes: 100 });
+    writeFileSync(path, line({ step: 1 }) + `{"step": 2, "blob": "${"x".repeat(300)}`);
+    const read = (): Array<[number, number | null]> => {
+      const out: Array<[number, number | null]> = [];
+      do out.push(...reader.read().map((p): [number, number | null] => [p.index, p.step]));
+      while (reader.behind);
+      return out;
+    };
+    expect(read()).toEqual([[0, 1]]);
+    // Still no newline: nothing of the long line is held.
+    appendFileSync(path, "y".repeat(500));
+    expect(read()).toEqual([]);
+    appendFileSync(path, '"}\n' + line({ step: 3 }));
+    expect(read()).toEqual([[2, 3]]);
+    expect(logger.lines.filter((l) => /dropped line 2, longer than 100 bytes/.test(l))).toHaveLength(1);
+  });
 });
 
 describe("after an agent restart", () => {
@@ -475,5 +573,56 @@ describe("after an agent restart", () => {
     expect(answered.current).toEqual({ run_id: "run_unkn01", phase: "running" });
     await answered.stop("run_unkn01", "the test is over");
     expect(groupAlive(trainer!)).toBe(false);
+  });
+
+  it("neither adopts nor signals a process that holds a noted pid but started after the noted process", async () => {
+    // An unrelated daemon (its own session and group) that got the pid of a run's process after a reboot.
+    const daemon = spawn("sleep", ["120"], { detached: true, stdio: "ignore" });
+    daemon.unref();
+    const pid = daemon.pid as number;
+    cleanups.push(() => {
+      try {
+        process.kill(-pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    });
+    await waitUntil(() => processAlive(pid), "the daemon to run");
+    const dayBefore = Date.now() - 86_400_000;
+    const { sup, reporter, config } = setup([proc("trainer", "")]);
+    const note = (runId: string): void => writeJournal(config.runsDir, { run_id: runId, closed: false, processes: [{ name: "trainer", pid, order: 0, proc_started_at: dayBefore }] });
+    note("run_reuse1"); // active and running on the exchange: adopted if its processes run
+    note("run_reuse2"); // no longer active on the exchange: what is left of it is killed
+    const reported = { name: "trainer", order: 0, state: "ready" as const, pid, command: "", log_path: "", log_tail: "", exit_code: null, signal: null, started_at: dayBefore / 1000, ready_at: null, ended_at: null, detail: "" };
+    reporter.active = {
+      runs: [
+        { ...view, run_id: "run_reuse1", status: "running" },
+        // No note of its own: the pids the exchange has, with the start it was told.
+        { ...view, run_id: "run_reuse3", status: "running", processes: [reported] },
+      ],
+    };
+    await sup.reattach();
+    expect(sup.current).toBeNull();
+    for (const runId of ["run_reuse1", "run_reuse3"]) {
+      expect(reporter.last(runId)).toMatchObject({ status: "failed", detail: `trainer (pid ${pid}) ended while the agent was not running; the others were stopped` });
+      expect(reporter.last(runId)?.processes?.[0]?.detail).toBe(`ended while no agent ran; pid ${pid} now belongs to another process, which was left alone`);
+    }
+    expect(readJournal(config.runsDir, "run_reuse2")?.closed).toBe(true);
+    // A stop_run of a run not running here stops what its note says is left of it: nothing.
+    note("run_reuse4");
+    expect(await sup.stop("run_reuse4", "operator")).toEqual({ ok: true, detail: "run run_reuse4 was not running on this host" });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(processAlive(pid)).toBe(true);
+  });
+
+  it("takes start_run, stop_run and test_inference commands only with ids of the exchange's shape, never a path", () => {
+    expect(StartRunCommand.safeParse(startCommand("run_k3x9ab")).success).toBe(true);
+    for (const bad of ["../../../etc", "run_../x", "/tmp/run_abcd", "run_ABCD", ""]) {
+      expect(StartRunCommand.safeParse(startCommand(bad)).success).toBe(false);
+      expect(StopRunCommand.safeParse({ kind: "stop_run", run_id: bad, reason: "" }).success).toBe(false);
+    }
+    const test = { kind: "test_inference", environment: { name: "g", class_name: "G", file_path: "/g.py" }, num_steps: 1, group_size: 1, models: [], timeout_seconds: 1 };
+    expect(TestInferenceCommand.safeParse({ ...test, test_id: "itest_k3x9ab" }).success).toBe(true);
+    expect(TestInferenceCommand.safeParse({ ...test, test_id: "../itest_k3x9ab" }).success).toBe(false);
   });
 });
