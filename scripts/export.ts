@@ -35,9 +35,19 @@ function fail(why: string): never {
   process.exit(1);
 }
 
+const USAGE = `npm run export -- --out trajectories.jsonl [--engine E] [--url URL] [--token T]
+                  [--run N] [--global-step N] [--task-id T] [--outcome ended|aborted|reaped]
+                  [--min-reward X] [--max-reward X] [--since MS] [--until MS]
+                  [--credentials FILE]
+
+An engine's trajectories to a JSON-lines file (docs/ledger.md). Against the local exchange the
+engine and the viewer's token default to npm start's .local/credentials.json.
+`;
+
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
     options: {
+      help: { type: "boolean", short: "h" },
       out: { type: "string" },
       engine: { type: "string" },
       url: { type: "string" },
@@ -46,8 +56,12 @@ async function main(): Promise<void> {
       ...Object.fromEntries(FILTERS.map((f) => [f, { type: "string" as const }])),
     },
   });
+  if (a.help === true) {
+    process.stdout.write(USAGE);
+    return;
+  }
   const opts = a as Record<string, string | undefined>;
-  if (opts["out"] === undefined) fail("--out FILE is required");
+  if (opts["out"] === undefined) fail(`--out FILE is required\n\n${USAGE}`);
   const found = await readCredentials(opts["credentials"] ?? join(REPO_ROOT, ".local", "credentials.json"));
   const trim = (u: string): string => u.replace(/\/+$/, "");
   // The local exchange's token goes to the local exchange only.

@@ -88,6 +88,8 @@ describe("access", () => {
     expect(viewer).toMatchObject({ status: 403, json: { error: "forbidden", detail: "A viewer token may not call claim_episode." } });
     const trainer = await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.trainer, body: claim });
     expect(trainer.status).toBe(403);
+    const operator = await raw(`/e/${e.name}/register_episode`, { token: e.tokens.operator, body: JSON.stringify({ episode_uuid: "x" }) });
+    expect(operator).toMatchObject({ status: 403, json: { detail: "An operator token may not call register_episode." } });
     const client = await raw(`/e/${e.name}/register_episode`, { token: e.tokens.client, body: JSON.stringify({ episode_uuid: "x" }) });
     expect(client.status).toBe(403);
     const op = await raw(`/e/${e.name}/agent/commands`, { token: e.tokens.operator });

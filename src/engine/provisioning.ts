@@ -47,7 +47,7 @@ export class Provisioning {
     if (caller.admin) return "admin";
     const role = this.tokens.get(caller.tokenHash);
     if (role === undefined) return fail(401, "invalid_token", `The token is not valid for engine '${this.store.meta.name}' (unknown or revoked).`);
-    if (!mayRun(role, op)) return fail(403, "forbidden", `A ${role} token may not call ${op}.`);
+    if (!mayRun(role, op)) return fail(403, "forbidden", `${/^[aeiou]/.test(role) ? "An" : "A"} ${role} token may not call ${op}.`);
     return role;
   }
 }

@@ -46,7 +46,7 @@ export type RunCommandsDeps = {
 /** Reads the runs config named by ROLLOUT_RUNS_CONFIG; no variable means runs are not set up here. */
 export function loadRunsConfig(env: Readonly<Record<string, string | undefined>>, cwd: string, stateDir: string): RunCommandsDeps["config"] {
   const path = env[RUNS_CONFIG_ENV];
-  if (path === undefined || path === "") return { ok: false, errors: [`no runs config on this host (set ${RUNS_CONFIG_ENV} to a JSON file; see local-agent/src/runs/runs-config.ts)`] };
+  if (path === undefined || path === "") return { ok: false, errors: [`no runs config on this host (set ${RUNS_CONFIG_ENV} to a JSON file; its shape is in docs/runs.md)`] };
   const full = resolve(cwd, path);
   let raw: unknown;
   try {
