@@ -12,6 +12,8 @@ export interface Env {
   CLAIM_KEY_SECRET: string;
   /** Seconds an agent has to ack a command before it is handed out again (default 60). */
   COMMAND_LEASE_SECONDS?: string;
+  /** Bytes of an engine's SQLite above which requests that add data are refused 503 storage_full (default 9 GiB; docs/operations.md). */
+  STORAGE_HIGH_WATER_BYTES?: string;
   /** Seconds a relayed LLM call may take end to end (default 600). */
   RELAY_DEADLINE_SECONDS?: string;
   /** Milliseconds between SSE keep-alive comments while a streamed answer is pending (default 10000). */

@@ -313,6 +313,25 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect(recorded.results).toEqual([{ group_id: "t", consumer_weight_version: 6, lag_versions: 4, queued_seconds: 12 }]);
   });
 
+  it("stamps a claim made before any weight version was reported with version 0, not the version reported by its end", async () => {
+    const e = await buffered(1);
+    const trainer = e.as("trainer");
+    const client = e.as("client");
+    await e.as("operator").configureSync({ keep_claims_across_sync: true });
+    await e.as("operator").configureBuffer({ max_staleness: 2 });
+    // AgentJet's trainer reports no weight_version while it rolls the first batch.
+    await rollingWith(e, 1);
+    const c = await client.claimEpisode({ client_uuid: "slow", discard_episode_timeout: 600 });
+    for (let v = 1; v <= 5; v++) {
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: v });
+    }
+    await client.endEpisode(endBody("slow", c.episode_uuid, 1, "t"));
+    const pulled = await trainer.getRolloutData();
+    expect(pulled.data.data[0]!.extra_info).toMatchObject({ weight_version: 0, end_weight_version: 5 });
+    expect(pulled.data.meta_info).toMatchObject({ stale_groups: ["t"], groups: [{ oldest_weight_version: 0, lag_versions: 5 }] });
+  });
+
   it("judges a group by the versions it hands out: an abandoned session's old step, cleared at delivery, does not make it stale", async () => {
     for (const policy of ["flag", "drop"] as const) {
       const e = await buffered(2);
@@ -470,6 +489,54 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 0, delivered_groups: 2 });
     // Nothing is waiting now: new groups are taken again.
     expect((await w.postSteps({ steps: [step("s9", "g9", 0, 1)] })).accepted).toBe(1);
+  });
+
+  it("counts a rollout that ended as outstanding until the trainer consumed it, with the buffer or without (AgentJet over ZeroMQ)", async () => {
+    for (const buffer of [true, false]) {
+      const e = await createEngine(buffer ? "pace-ended-buf" : "pace-ended-zmq");
+      if (buffer) await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "j" });
+      await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 2 });
+      await rollingWith(e, 4);
+      const trainer = e.as("trainer");
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+      const client = e.as("client");
+      const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600, throttle_policy: { current_task_id: `task-${id}` } });
+      const a = await claim("a");
+      const b = await claim("b");
+      expect(b.success).toBe(true);
+      // The trainer takes two per version: a third begun at version 0 would be consumed at version 1.
+      expect((await claim("c")).success).toBe(false);
+      // a ended, but the trainer still waits for b to complete its batch of two.
+      await client.endEpisode(endBody("a", a.episode_uuid, 1, "task-a"));
+      expect((await claim("c")).success, buffer ? "buffer" : "zmq").toBe(false);
+      // Once the trainer took its batch and moved on, what began before counts as consumed.
+      await client.endEpisode(endBody("b", b.episode_uuid, 1, "task-b"));
+      if (buffer) expect((await trainer.getRolloutData()).data.meta_info.total_samples).toBe(2);
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 1 });
+      expect((await claim("c")).success).toBe(true);
+    }
+  });
+
+  it("stops weighing a pending group that got no row for the TTL (or the default TTL when it is off): a worker that died does not hold new groups back for ever", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2, ttl_seconds: 0 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const post = (rows: Row[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: rows }) });
+    // g0's first session begins and its worker dies; g1 completes at version 0 and is consumed.
+    expect((await post([step("dead", "g0", 0, 1, false, { weight_version: 0 })])).status).toBe(200);
+    expect((await post([step("a1", "g1", 0, 1, true), step("a2", "g1", 0, 1, true)])).status).toBe(200);
+    expect((await trainer.getRolloutData()).data.meta_info.finished_groups).toEqual(["g1"]);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 1 });
+    const next = [step("b1", "g2", 0, 1, true, { weight_version: 1 }), step("b2", "g2", 0, 1, true, { weight_version: 1 })];
+    // While g0 may still be under way, its old version holds new groups back.
+    expect(await post(next)).toMatchObject({ status: 503, json: { error: "paced" } });
+    await advance(e, 1800 * 1000 - 1);
+    expect(await post(next)).toMatchObject({ status: 503, json: { error: "paced" } });
+    // Silent for the default TTL: no longer weighed, though kept (the TTL is off).
+    await advance(e, 1);
+    expect(await post(next)).toMatchObject({ status: 200, json: { accepted: 2, groups_ready: ["g2"] } });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, dropped_groups: 0 });
   });
 
   it("measures the rollouts the trainer takes per weight version from its pulls", async () => {
@@ -648,6 +715,49 @@ describe("AgentJet trajectories join groups by task_id", () => {
     ]);
     expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "t", usable_sessions: 2, failed_sessions: 3 }]);
   });
+  it("starts a task's next group once its last was decided: a task back in a later batch is delivered again, under its task id, also after a restart", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    const client = e.as("client");
+    const batch = async (prefix: string, version: number, clients: string[]) => {
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: version, global_step: version });
+      await rollingWith(e, 2, { prefix, step: version });
+      for (const id of clients) {
+        const c = await client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600, throttle_policy: { current_task_id: "t1" } });
+        expect(await client.endEpisode(endBody(id, c.episode_uuid, 1, "t1"))).toEqual({ success: true });
+      }
+      return trainer.getRolloutData();
+    };
+    expect((await batch("b1", 0, ["a", "b"])).data.meta_info.finished_groups).toEqual(["t1"]);
+    // The next epoch's rollouts of t1 are a group of their own, not late rows of the delivered one.
+    const second = await batch("b2", 1, ["c", "d"]);
+    expect(second.data.meta_info).toMatchObject({ finished_groups: ["t1#2"], total_samples: 2, groups: [{ group_id: "t1#2", oldest_weight_version: 1 }] });
+    expect(second.data.data.map((i) => [i.instance_id, i.extra_info["task_id"], i.extra_info["client_uuid"]])).toEqual([
+      ["t1#2", "t1", "c"],
+      ["t1#2", "t1", "d"],
+    ]);
+    // The task's generation is the engine's state: a restart carries on from it.
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+    expect((await batch("b3", 2, ["e", "f"])).data.meta_info.finished_groups).toEqual(["t1#3"]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ late_rows_ignored: 0, delivered_groups: 3 });
+  });
+
+  it("names a task's later group apart from a group that already holds the name", async () => {
+    const e = await buffered(1);
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    // A worker's group holds the name t#2 already.
+    await client.postSteps({ steps: [step("w", "t#2", 0, 1)] });
+    const end = async (id: string) => {
+      const c = await client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600 });
+      await client.endEpisode(endBody(id, c.episode_uuid, 1, "t"));
+      return e.as("trainer").getRolloutData();
+    };
+    expect((await end("a")).data.meta_info.finished_groups).toEqual(["t"]);
+    expect((await end("b")).data.meta_info.finished_groups).toEqual(["t#3"]);
+  });
 });
 
 describe("AgentJet's views report failed rollouts per task, apart from rewards", () => {
@@ -706,6 +816,18 @@ describe("records in D1", () => {
       { group_id: "ok", outcome: "delivered", reason: "complete", stale: 0, sessions: 1, steps: 1, pull_cursor: 1 },
       { group_id: "lost", outcome: "dropped", reason: "incomplete_group_ttl", stale: 0, sessions: 1, steps: 1, pull_cursor: null },
     ]);
+  });
+
+  it("records a delivered group's oldest version as that of what it handed out, as its lag is: not an abandoned session's", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    await e.as("client").postSteps({ steps: [step("abandoned", "g", 0, 0, false, { weight_version: 0 })] });
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true, { weight_version: 5 }), step("s2", "g", 0, 1, true, { weight_version: 5 })] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    expect((await trainer.getRolloutData()).data.meta_info.groups).toMatchObject([{ group_id: "g", oldest_weight_version: 5, lag_versions: 0 }]);
+    await advance(e, 5_000);
+    const row = await env.DB.prepare("SELECT min_weight_version, consumer_weight_version, lag_versions FROM buffer_groups WHERE engine = ?").bind(e.name).first();
+    expect(row).toEqual({ min_weight_version: 5, consumer_weight_version: 5, lag_versions: 0 });
   });
 
   it("gives each step row its group's run, also a row that arrives after a new run began", async () => {

@@ -271,6 +271,10 @@ describe("runs of the history", () => {
         sql.exec(`ALTER TABLE ${t} DROP COLUMN ${c}`);
       }
       sql.exec("DROP TABLE failed_rollouts");
+      // And without what later migrations added (12, 13, 14).
+      sql.exec("ALTER TABLE episodes DROP COLUMN registered_again");
+      sql.exec("DROP TABLE buf_task_groups");
+      sql.exec("ALTER TABLE finished DROP COLUMN claim_weight_version");
       const meta = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v) as Record<string, unknown>;
       delete meta["run"];
       sql.exec("UPDATE kv SET v = ? WHERE k = 'meta'", JSON.stringify(meta));

@@ -235,7 +235,7 @@ async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   const reply: Reply<AtroposSent> = await who.body.stub.atropos(who.body.caller, call);
   if (reply.ok) return answer(c, reply.body);
   const res = replyResponse(reply);
-  if (reply.status === 503) res.headers.set("retry-after", "5");
+  if (reply.status === 503 && !res.headers.has("retry-after")) res.headers.set("retry-after", "5");
   return res;
 }
 

@@ -10,7 +10,7 @@
  * serialized every group.
  */
 import type { z } from "zod";
-import { AtroposConfig, DEFAULT_ATROPOS_CONFIG, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import { AtroposConfig, DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_ENVS, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
 import { formatBytes } from "../protocol/limits";
@@ -107,8 +107,10 @@ export class AtroposHub {
         return ok(json(Answers.AtroposInfo, s.registered ? { batch_size: s.batch_size, max_token_len: s.max_token_len ?? -1 } : { batch_size: -1, max_token_len: -1 }));
       case "wandb_info":
         return ok(json(Answers.AtroposWandbInfo, { group: s.group, project: s.project }));
-      case "register_env":
-        return ok(json(Answers.AtroposEnvRegistered, this.registerEnv(s, call.body)));
+      case "register_env": {
+        const r = this.registerEnv(s, call.body);
+        return r.ok ? ok(json(Answers.AtroposEnvRegistered, r.body)) : r;
+      }
       case "disconnect_env":
         return ok(json(Answers.AtroposEnvDisconnected, this.disconnectEnv(s, call.body.env_id)));
       case "batch":
@@ -159,9 +161,13 @@ export class AtroposHub {
     return { raw: `{"uuid":${uuid4Int()}}` };
   }
 
-  private registerEnv(s: AtroposState, r: AtroposRegisterEnv): z.output<typeof Answers.AtroposEnvRegistered> {
-    if (s.started !== true) return { status: "wait for trainer to start" };
+  private registerEnv(s: AtroposState, r: AtroposRegisterEnv): Reply<z.output<typeof Answers.AtroposEnvRegistered>> {
+    if (s.started !== true) return ok({ status: "wait for trainer to start" });
     const envs = this.store.envs();
+    // Atropos appends envs without end; they go only with the trainer's next /register.
+    if (envs.length >= MAX_ATROPOS_ENVS) {
+      return fail(422, "too_many_environments", `This engine has ${envs.length} Atropos environments registered, the most it takes (${MAX_ATROPOS_ENVS}); they are cleared when the trainer registers again.`);
+    }
     const realName = `${r.desired_name}_${envs.filter((e) => e.desired_name === r.desired_name).length}`;
     const id = envs.length;
     this.store.addEnv({
@@ -175,7 +181,7 @@ export class AtroposHub {
       connected: true,
       last_update: this.host.now() / 1000,
     });
-    return {
+    return ok({
       status: "success",
       env_id: id,
       wandb_name: realName,
@@ -183,7 +189,7 @@ export class AtroposHub {
       starting_step: s.step,
       checkpoint_interval: s.save_checkpoint_interval,
       num_steps: s.num_steps,
-    };
+    });
   }
 
   private disconnectEnv(s: AtroposState, envId: number): z.output<typeof Answers.AtroposEnvDisconnected> {
@@ -258,6 +264,10 @@ export class AtroposHub {
     if (groups.length === 0) return ok(json(Answers.AtroposScoredListReceived, { status: "received", groups_processed: 0 }));
     const config = this.config();
     const max = config.max_groups;
+    // More than the bound alone, like the bytes below: no batch taken makes room for them.
+    if (groups.length > max) {
+      return fail(413, "payload_too_large", `These ${groups.length} scored groups are more than this engine holds (${max}, max_groups): send fewer groups per request.`);
+    }
     if (s.stored + groups.length > max) {
       return fail(503, "queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`);
     }

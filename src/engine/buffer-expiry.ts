@@ -5,6 +5,7 @@
  */
 import { drop } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
+import { forgetTaskGroup } from "./task-groups";
 
 /** The TTL alarm drops at most this many groups per run, then re-arms at once. */
 const DROP_BATCH = 500;
@@ -40,8 +41,9 @@ export function dropExpired(s: BufferState, now: number): number {
 }
 
 /**
- * Forgets the groups whose memory ran out (SESSION_MEMORY_MS): their sessions and their own
- * rows, whose steps went before. Only decided groups have a deadline. Returns how many went.
+ * Forgets the groups whose memory ran out (SESSION_MEMORY_MS): their sessions, their own rows,
+ * whose steps went before, and the AgentJet task whose group it was (it starts afresh at its own
+ * id). Only decided groups have a deadline. Returns how many went.
  */
 export function forgetDecided(s: BufferState, now: number): number {
   const due = s.sql
@@ -54,6 +56,7 @@ export function forgetDecided(s: BufferState, now: number): number {
   for (const g of due) {
     s.sql.exec("DELETE FROM buf_sessions WHERE group_id = ?", g.group_id);
     s.sql.exec("DELETE FROM buf_groups WHERE group_id = ? AND state IN ('delivered', 'dropped')", g.group_id);
+    forgetTaskGroup(s.sql, g.group_id);
   }
   return due.length;
 }

@@ -4,6 +4,7 @@
  */
 import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
+import { addHeld, bytesRefusal, heldBytes, rowBytes } from "./buffer-bytes";
 import { clearSessions } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
@@ -44,20 +45,25 @@ export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker
     groupOf.set(r.session_id, r.group_id);
     checked.push(step);
   }
-  return ok(checked);
+  // Also for a claim's row: refused, its end logs it and keeps its trajectory (episode-records.ts joinBuffer).
+  return bytesRefusal(s, checked) ?? ok(checked);
 }
 
 /** Stores a checked batch. Idempotent by (session_id, step_index). */
 export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
+  // Counted before any row lands: an engine that never kept the count counts its table once, without these rows.
+  heldBytes(s);
   const now = s.host.now();
   const run = s.host.run();
   const { group_size } = s.config();
   let accepted = 0;
   let duplicates = 0;
   let late = 0;
+  let added = 0;
   const lateSessions: SessionOf[] = [];
   const ready: string[] = [];
-  for (const { row: r, messages, extra } of rows) {
+  for (const step of rows) {
+    const { row: r, messages, extra } = step;
     const group = s.group(r.group_id);
     if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
       if (storedBefore(s, r.session_id, r.step_index)) {
@@ -95,6 +101,7 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
       continue;
     }
     accepted++;
+    added += rowBytes(step);
     // A row carries its group's run, which a row arriving after a new run began did not begin.
     const groupRun = s.sql
       .exec<{ run: number }>(
@@ -154,6 +161,7 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
       },
     });
   }
+  addHeld(s, added);
   clearSessions(s, lateSessions, "late_rows_from_dropped_groups");
   s.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
   return { success: true, accepted, duplicates, late, groups_ready: ready };

@@ -4,6 +4,7 @@
  */
 import type { GroupReport } from "../protocol/buffer";
 import { clearSessionsCommands, type ClearSessionsReason, type SessionOf } from "./buffer-clear-sessions";
+import { deleteSteps } from "./buffer-bytes";
 import type { BufferState } from "./buffer-state";
 
 /**
@@ -23,7 +24,7 @@ export function drop(s: BufferState, groups: string[], reason: "incomplete_group
     for (const x of s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id)) sessions.push({ session: x.session_id, group: id });
     const steps = s.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_steps WHERE group_id = ?", id).one().n;
     recordOutcome(s, id, "dropped", reason, reason === "stale_group", steps, null, now);
-    s.sql.exec("DELETE FROM buf_steps WHERE group_id = ?", id);
+    deleteSteps(s, "group_id = ?", id);
     s.sql.exec(
       "UPDATE buf_groups SET state = 'dropped', ready_seq = NULL, stale = ?, sessions_expire_at = ? WHERE group_id = ?",
       reason === "stale_group" ? 1 : 0,
@@ -72,7 +73,9 @@ export function recordOutcome(
       sessions: agg.sessions,
       steps,
       avgReward: agg.avg,
-      minWeightVersion: agg.minwv,
+      // A delivered group's oldest is that of what it handed out (its report's, as its lag is):
+      // an abandoned session's rows were cleared, never trained on. A dropped one's is all it held.
+      minWeightVersion: consumed !== null ? consumed.report.oldest_weight_version : agg.minwv,
       pullCursor: cursor,
       decidedAt: now,
       failedSessions: agg.failed,

@@ -6,6 +6,7 @@ import type { GetRolloutDataResponse, GroupReport, LastPull } from "../protocol/
 import { LAST_PULL_GROUPS } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { groupReport, isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
+import { deleteSteps } from "./buffer-bytes";
 import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
 import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
 import { fail, ok, type Reply } from "./reply";
@@ -175,7 +176,7 @@ function clearIncompleteSessions(s: BufferState, groups: string[]): void {
     const open = s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
     for (const o of open) {
       sessions.push({ session: o.session_id, group: id });
-      s.sql.exec("DELETE FROM buf_steps WHERE session_id = ?", o.session_id);
+      deleteSteps(s, "session_id = ?", o.session_id);
     }
   }
   clearSessions(s, sessions, "incomplete_sessions_of_delivered_group");
@@ -186,7 +187,7 @@ function forgetOldPulls(s: BufferState, latest: number, now: number): void {
   const old = s.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
   for (const p of old) {
     const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
-    s.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${groups})`, p.cursor);
+    deleteSteps(s, `group_id IN (${groups})`, p.cursor);
     s.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
     s.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
   }

@@ -36,6 +36,10 @@ export type Counters = {
   partialDelivered: number;
   partialDropped: number;
   paced: number;
+  /** Batches refused for max_stored_bytes. */
+  fullRefusals: number;
+  /** Bytes of the rows held (buffer-bytes.ts); null for an engine that has not counted them yet. */
+  storedBytes: number | null;
   /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
   pullVersion: number | null;
   pulledAtVersion: number;
@@ -53,6 +57,8 @@ const NO_COUNTERS: Counters = {
   partialDelivered: 0,
   partialDropped: 0,
   paced: 0,
+  fullRefusals: 0,
+  storedBytes: null,
   pullVersion: null,
   pulledAtVersion: 0,
   perVersion: null,

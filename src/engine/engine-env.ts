@@ -10,4 +10,6 @@ export interface EngineEnv {
   CLAIM_KEY_SECRET: string;
   /** Seconds an agent has to ack a command before it is handed out again (default 60). */
   COMMAND_LEASE_SECONDS?: string;
+  /** Bytes of the object's SQLite above which requests that add data are refused (default 9 GiB: storage-guard.ts). */
+  STORAGE_HIGH_WATER_BYTES?: string;
 }

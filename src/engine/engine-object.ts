@@ -73,6 +73,7 @@ import { RolloutBuffer } from "./rollout-buffer";
 import { AtroposHub, atroposOp, type AtroposCall, type AtroposSent } from "./atropos-hub";
 import { atroposBatchStream } from "./atropos-batch-stream";
 import { SharedTurn } from "./shared-turn";
+import { highWaterFrom, StorageGuard } from "./storage-guard";
 import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
@@ -80,9 +81,16 @@ function commandLeaseMs(env: EngineEnv): number {
   return (Number.isFinite(s) && s > 0 ? s : 60) * 1000;
 }
 
+/** The Atropos calls that add data: a scored group, an environment. A trainer's /register replaces its state, and may clear the queue. */
+function addsAtroposData(call: AtroposCall): boolean {
+  return call.route === "register_env" || (call.route === "scored_data" && call.groups.length > 0);
+}
+
 export class EngineObject extends DurableObject<EngineEnv> {
   /** The engine's clock in ms. Tests replace it to move time without sleeping. */
   now: () => number = () => Date.now();
+  /** Bytes of the store above which writes that add data are refused (storage-guard.ts). Tests set a small one, as they set the clock. */
+  storageHighWater: number;
 
   private readonly store: EngineStore;
   private readonly outbox: Outbox;
@@ -97,6 +105,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly ledger: LedgerSettings;
   private readonly retention: LedgerRetention;
   private readonly provisioning: Provisioning;
+  private readonly storage: StorageGuard;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
   private readonly sharedTurn = new SharedTurn();
   /** Set by destroy(): the engine is deleted, and everything answers 404 until this instance is gone. */
@@ -105,6 +114,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
   constructor(ctx: DurableObjectState, env: EngineEnv) {
     super(ctx, env);
     const sql = ctx.storage.sql;
+    this.storageHighWater = highWaterFrom(env.STORAGE_HIGH_WATER_BYTES);
+    this.storage = new StorageGuard(sql, () => this.storageHighWater);
     // One transaction: a migration that fails half-way (one rebuilds tables) leaves nothing behind.
     ctx.storage.transactionSync(() => migrateEngine(sql));
     const now = () => this.now();
@@ -240,11 +251,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async registerEpisode(caller: Caller, req: RegisterEpisodeRequest): Promise<Reply<BoolResponse>> {
     // One statement: atomic without an explicit transaction.
-    return this.guardedInSharedTurn(caller, "register_episode", () => ok(this.episodes.register(req)));
+    return this.guardedInSharedTurn(caller, "register_episode", () => this.storage.refusal("registering an episode") ?? ok(this.episodes.register(req)));
   }
 
   async batchRegisterEpisodes(caller: Caller, episodes: RegisterEpisodeRequest[]): Promise<Reply<BatchBoolResponse>> {
-    return this.guarded(caller, "register_episode", () => ok({ results: this.tx(() => episodes.map((e) => this.episodes.register(e))) }));
+    return this.guarded(caller, "register_episode", () => this.storage.refusal("registering episodes") ?? ok({ results: this.tx(() => episodes.map((e) => this.episodes.register(e))) }));
   }
 
   async isEpisodeClaimed(caller: Caller, episodeUuid: string, unregister: boolean): Promise<Reply<BoolResponse>> {
@@ -276,6 +287,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async endEpisode(caller: Caller, req: EndEpisodeRequest): Promise<Reply<{ success: boolean }>> {
     return this.guardedInSharedTurn(caller, "end_episode", () => {
+      // An end adds its trajectory (outbox), its result for the agent (commands) and its buffer row.
+      const full = this.storage.refusal("ending an episode");
+      if (full !== null) return full;
       const payload = this.episodes.endPayload(req);
       if (!payload.ok) return payload;
       const done = this.inTurn(() => this.episodes.end(req, payload.body));
@@ -284,7 +298,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
   }
 
   async abortEpisode(caller: Caller, req: AbortEpisodeRequest): Promise<Reply<{ success: boolean }>> {
-    return this.guarded(caller, "abort_episode", () => this.afterCommands(this.tx(() => this.episodes.abort(req))));
+    return this.guarded(caller, "abort_episode", () => {
+      // An abort without outputs frees its claim and records little: only one that carries them is refused.
+      const full = req.workflow_output !== undefined ? this.storage.refusal("aborting an episode with its outputs") : null;
+      return full ?? this.afterCommands(this.tx(() => this.episodes.abort(req)));
+    });
   }
 
   async canContinueEpisode(caller: Caller, clientUuid: string, episodeUuid: string): Promise<Reply<{ can_continue: boolean }>> {
@@ -369,6 +387,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         agent: this.channel.status(),
         relay: this.relay.counts(),
         atropos: this.atroposHub.overview(),
+        storage: this.storage.view(),
       });
     });
   }
@@ -414,6 +433,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async postSteps(caller: Caller, steps: StepRow[]): Promise<Reply<PostStepsResponse>> {
     return this.guarded<PostStepsResponse>(caller, "post_steps", () => {
+      const full = this.storage.refusal("this batch of steps");
+      if (full !== null) return full;
       const checked = this.buffer.check(steps);
       if (!checked.ok) return checked;
       const paced = this.buffer.paceRefusal(steps);
@@ -441,7 +462,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   }
 
   async configureBuffer(caller: Caller, patch: Partial<BufferConfig>): Promise<Reply<BufferConfig>> {
-    return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(ok(this.tx(() => this.buffer.configure(patch)))));
+    return this.guarded(caller, "configure_buffer", () => this.afterBufferChange(this.tx(() => this.buffer.configure(patch))));
   }
 
   // ---------------------------------------------------------------- weight syncs
@@ -459,6 +480,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
   /** One call of Atropos's API (src/atropos), checked for its operation and run in one transaction. */
   async atropos(caller: Caller, call: AtroposCall): Promise<Reply<AtroposSent>> {
     return this.guarded(caller, atroposOp(call.route), () => {
+      const full = addsAtroposData(call) ? this.storage.refusal(call.route === "register_env" ? "registering an environment" : "storing scored data") : null;
+      if (full !== null) return full;
       const r = this.tx(() => this.atroposHub.handle(call));
       if (!r.ok || !("taken" in r.body)) return r as Reply<AtroposSent>;
       return ok({ stream: atroposBatchStream(this.atroposHub, r.body.taken, (fn) => this.tx(fn)) });

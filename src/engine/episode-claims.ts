@@ -5,7 +5,7 @@
 import type { ClaimEpisodeRequest, ClaimEpisodeResponse } from "../protocol/swarm";
 import { signClaimKey } from "../auth/claim-key";
 import type { EpisodeState } from "./episode-state";
-import { paceAdmits } from "./pacing";
+import { olderVersion, paceAdmits } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
 import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE } from "./rules";
 
@@ -99,7 +99,9 @@ function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: nu
         req.discard_episode_timeout,
         expiresAt,
         req.throttle_policy?.current_task_id ?? "",
-        e.store.meta.weightVersion,
+        // Before the trainer reported a version, it serves its first weights: version 0, not the
+        // version it reports by the claim's end (which would make a slow rollout look fresh).
+        e.store.meta.weightVersion ?? 0,
         uuid,
         fence,
       )
@@ -109,16 +111,19 @@ function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: nu
 }
 
 /**
- * Whether pace holds this train claim back: the claims under way (an O(claimed) read, made
- * only under pace) and the buffer's groups not yet consumed could be consumed too late.
+ * Whether pace holds this train claim back: the rollouts not yet consumed (an O(claimed) read,
+ * and O(ended in the batch) without the buffer, made only under pace) could be consumed too late.
  */
 function paced(e: EpisodeState, req: ClaimEpisodeRequest): boolean {
   if (e.buffer.config().staleness_policy !== "pace") return false;
-  const claims = e.store.sql
+  const live = e.store.sql
     .exec<{ count: number; oldest: number | null }>(
       "SELECT COUNT(*) AS count, MIN(claim_weight_version) AS oldest FROM episodes WHERE state = 'claimed' AND episode_type = 'train'",
     )
     .one();
+  const claims = { count: live.count + endedUnconsumed(e), oldest: live.oldest };
+  // Those ended were begun at the current version, which no live claim is newer than.
+  if (claims.count > live.count) claims.oldest = olderVersion(live.oldest, e.store.meta.weightVersion);
   const t = req.throttle_policy;
   const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
   // The train claims signing their key are under way too: they are not written yet.
@@ -127,6 +132,24 @@ function paced(e: EpisodeState, req: ClaimEpisodeRequest): boolean {
   if (paceAdmits(e.buffer.paceState(claims, false, batch), 1 + signing)) return false;
   e.buffer.notePaced();
   return true;
+}
+
+/**
+ * Rollouts that ended but that the trainer has not consumed, when the buffer does not show what
+ * it consumed (AgentJet's results go to its runner over ZeroMQ): the usable ends of claims begun
+ * at the trainer's current version. A trainer takes its batch before its version moves, so those
+ * begun before are counted consumed; until it moves, an ended rollout still waits to be trained
+ * on and counts toward the bound as much as one under way. With the buffer in use, ended claims
+ * are its sessions until pulled, counted there (paceState). Failed ends are never trained on,
+ * and aborted or reaped claims went back to the queue: neither is counted, or a trainer waiting
+ * for its batch could wait for ever.
+ */
+function endedUnconsumed(e: EpisodeState): number {
+  const version = e.store.meta.weightVersion;
+  if (version === null || e.buffer.active()) return 0;
+  return e.store.sql
+    .exec<{ n: number }>("SELECT COUNT(*) AS n FROM finished WHERE episode_type = 'train' AND failed = 0 AND claim_weight_version = ?", version)
+    .one().n;
 }
 
 export function canContinue(e: EpisodeState, clientUuid: string, episodeUuid: string): { can_continue: boolean } {

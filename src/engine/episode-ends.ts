@@ -53,8 +53,8 @@ export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): R
   // A rollout that failed for a reason not the policy's says nothing of it: its reward is not counted.
   const counted = ep.episode_type === "train" && rewardValues(reward).length > 0 && !failedInfra;
   e.store.sql.exec(
-    `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run, failed)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO finished (episode_uuid, fence, client_uuid, task_id, episode_type, ended_at, delivery, global_step, reward, acc_epoch, reward_values, run, failed, claim_weight_version)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ep.episode_uuid,
     ep.fence,
     ep.client_uuid,
@@ -68,6 +68,7 @@ export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): R
     Array.isArray(reward) ? JSON.stringify(reward) : null,
     meta.run,
     failedInfra ? 1 : 0,
+    ep.claim_weight_version,
   );
   if (failedInfra) recordFailure(e, ep, taskId, "failed_infra");
   recordTrajectory(e, ep, taskId, { outcome: "ended", reward: scalarReward(req.workflow_output.reward), isSuccess: req.workflow_output.is_success, workflowOutput: payload, endedAt: now });

@@ -7,6 +7,7 @@ import type { EndEpisodeRequest } from "../protocol/swarm";
 import { CLAIM_ROW_SOURCE, type StepRow } from "../protocol/buffer";
 import type { ClaimRow, EpisodeState } from "./episode-state";
 import { scalarReward } from "./rules";
+import { taskGroup } from "./task-groups";
 
 /** Why a claim failed for reasons that are not the policy's (failed_rollouts.reason). */
 type FailureReason = "failed_infra" | "aborted" | "reaped";
@@ -69,24 +70,29 @@ export function recordTrajectory(
 }
 
 /**
- * An AgentJet trajectory joins the buffer's group for its task, as one single-step session:
- * completed when it ended, failed when it ended failed_infra or was lost. Its weight version is
- * the one it was claimed at (its oldest segment), and the one it ended at rides along.
+ * An AgentJet trajectory joins the buffer's current group for its task (task-groups.ts: a new
+ * one once the last was decided), as one single-step session: completed when it ended, failed
+ * when it ended failed_infra or was lost. Its weight version is the one it was claimed at (its
+ * oldest segment), and the one it ended at rides along.
  */
 export function joinBuffer(e: EpisodeState, ep: ClaimRow, taskId: string, output: EndEpisodeRequest["workflow_output"], failed: boolean, completed = true): void {
   const row: StepRow = {
     session_id: `${ep.episode_uuid}#${ep.fence}`,
-    group_id: taskId,
+    group_id: taskGroup(e.store.sql, taskId),
     step_index: 0,
     messages: [],
     response: "",
     reward: scalarReward(output.reward) ?? 0,
     truncated: false,
     is_session_completed: completed,
-    weight_version: ep.claim_weight_version ?? e.store.meta.weightVersion ?? 0,
+    // A claim made before any version was reported ran on the first weights; a claim from before
+    // claims kept their version (migration 8) is counted as such too, never as fresh.
+    weight_version: ep.claim_weight_version ?? 0,
     failed_infra: failed,
     end_weight_version: e.store.meta.weightVersion,
     source: CLAIM_ROW_SOURCE,
+    // The group's id is the task's from its second generation on (`<task_id>#2`): the task's own rides along.
+    task_id: taskId,
     client_uuid: ep.client_uuid,
     is_success: output.is_success,
     metadata: output.metadata,

@@ -22,7 +22,7 @@ export type PaceState = {
   maxStaleness: number | null;
   /** The version the oldest rollout under way or waiting began at; null when there is none. */
   oldestVersion: number | null;
-  /** Rollouts under way or waiting to be consumed. */
+  /** Rollouts under way or waiting to be consumed: what the trainer has not consumed yet, as far as the engine can tell (buffer-pace.ts, episode-claims.ts). */
   outstanding: number;
   /** Rollouts the consumer has taken at its current version. */
   consumedAtVersion: number;

@@ -10,6 +10,7 @@
  * buffer-outcomes.ts (groups delivered or dropped), over buffer-state.ts (config, counters).
  */
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
+import { deleteSteps, heldBytes } from "./buffer-bytes";
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
 import { check, ingest, type RowSource } from "./buffer-ingest";
 import { notePaced, paceRefusal, paceState } from "./buffer-pace";
@@ -17,7 +18,7 @@ import { lastPull, pull, reread } from "./buffer-pulls";
 import { BufferState, type BufferHost } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
 import type { PaceState } from "./pacing";
-import type { Reply } from "./reply";
+import { fail, ok, type Reply } from "./reply";
 
 
 export class RolloutBuffer {
@@ -45,9 +46,13 @@ export class RolloutBuffer {
   }
 
   /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
-  configure(patch: Partial<BufferConfig>): BufferConfig {
+  configure(patch: Partial<BufferConfig>): Reply<BufferConfig> {
     const s = this.state;
     const next = { ...s.config(), ...patch };
+    // A row the buffer takes must fit in it, or it would be refused 413 however empty the buffer.
+    if (next.max_stored_bytes < next.max_message_bytes) {
+      return fail(422, "invalid_request", `max_stored_bytes (${next.max_stored_bytes}) must be at least max_message_bytes (${next.max_message_bytes}): a row the buffer takes must fit in it`);
+    }
     s.host.setKv("buffer_config", next);
     s.configMemo = next;
     if (patch.group_size !== undefined) {
@@ -56,7 +61,7 @@ export class RolloutBuffer {
         .toArray();
       for (const g of enough) s.markReady(g.group_id);
     }
-    return next;
+    return ok(next);
   }
 
   startRollout(groupSize: number, restart: boolean): void {
@@ -64,12 +69,13 @@ export class RolloutBuffer {
     if (restart) {
       // As the seed does, a restart also forgets which groups were dropped, and so their sessions.
       const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')";
-      s.sql.exec(`DELETE FROM buf_steps WHERE group_id IN (${gone})`);
+      deleteSteps(s, `group_id IN (${gone})`);
       s.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${gone})`);
       s.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
     }
     s.host.setKv("buffer_active", true);
     s.activeMemo = true;
+    // group_size alone cannot make the config inconsistent.
     this.configure({ group_size: groupSize });
   }
 
@@ -136,6 +142,8 @@ export class RolloutBuffer {
       partial_groups_dropped: c.partialDropped,
       measured_rollouts_per_version: c.perVersion,
       paced_refusals: c.paced,
+      stored_bytes: heldBytes(s),
+      full_refusals: c.fullRefusals,
     };
   }
 }

@@ -299,6 +299,22 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // (episode-queue.ts register): its URL, key and address are written at once, and this marks
   // the row so that a failed reset of the old runner no longer deletes the episode.
   "ALTER TABLE episodes ADD COLUMN registered_again INTEGER NOT NULL DEFAULT 0;",
+  // 13: an AgentJet task comes back (the next batch, the next epoch, a registration again) after
+  // its group was decided: its rollouts start the task's next group (task-groups.ts) instead of
+  // being ignored as late rows of the old one. Each task remembers the group it joins now and
+  // its generation; a row goes with that group's memory (SESSION_MEMORY_MS). Tasks with no row
+  // start at their own id, as before.
+  `CREATE TABLE IF NOT EXISTS buf_task_groups (
+     task_id TEXT PRIMARY KEY,
+     group_id TEXT NOT NULL,
+     generation INTEGER NOT NULL
+   ) WITHOUT ROWID;
+   CREATE INDEX IF NOT EXISTS buf_task_groups_group ON buf_task_groups (group_id);`,
+  // 14: a finished claim keeps the weight version it was claimed at, so that pace counts the
+  // rollouts begun at the trainer's current version that ended and have not been consumed, when
+  // no buffer shows what the trainer consumed (episode-claims.ts paced). Ends written before
+  // this have none and are not counted: the engine did not count them either.
+  "ALTER TABLE finished ADD COLUMN claim_weight_version INTEGER;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -15,7 +15,10 @@ export function errorResponse(status: ContentfulStatusCode, error: string, detai
 }
 
 export function replyResponse<T>(reply: Reply<T>, okStatus: ContentfulStatusCode = 200): Response {
-  return reply.ok ? jsonResponse(reply.body, okStatus) : errorResponse(reply.status, reply.error, reply.detail);
+  if (reply.ok) return jsonResponse(reply.body, okStatus);
+  const res = errorResponse(reply.status, reply.error, reply.detail);
+  if (reply.retry_after !== undefined) res.headers.set("retry-after", String(reply.retry_after));
+  return res;
 }
 
 /**

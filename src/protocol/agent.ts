@@ -7,6 +7,7 @@ import { z } from "zod";
 import { textOfAtMost } from "./limits";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
 import { AtroposOverview } from "./atropos";
+import { StorageOverview } from "./storage";
 
 export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
 export const TrainerState = z.enum(TRAINER_STATES);
@@ -125,6 +126,8 @@ export const EngineOverview = z.object({
   relay: z.object({ calls: z.number(), engine_requests: z.number() }),
   /** Atropos's trajectory API on this engine, what keeps its batches from being cut included. */
   atropos: AtroposOverview,
+  /** How full the engine's store is, and the bound above which writes that add data are refused. */
+  storage: StorageOverview,
 });
 export type EngineOverview = z.infer<typeof EngineOverview>;
 

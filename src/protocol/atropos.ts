@@ -63,6 +63,22 @@ function pyStr(v: unknown): Parsed<string> {
   return typeof v === "string" ? { ok: true, value: v } : refuse("string_type", "Input should be a valid string", v);
 }
 
+/**
+ * The most characters a name or path Atropos stores may have: 1,024. pydantic takes any str; here
+ * the trainer's wandb group and project and checkpoint dir are rewritten with its state on every
+ * scored request, and an env's name is held per env and answered by /register-env.
+ */
+export const MAX_ATROPOS_NAME_CHARS = 1024;
+
+/** A str of at most `max` characters (code points, as Python counts them), refused as pydantic refuses constr(max_length=max). */
+function pyStrAtMost(max: number): (v: unknown) => Parsed<string> {
+  return (v) => {
+    const r = pyStr(v);
+    if (!r.ok || r.value.length <= max || [...r.value].length <= max) return r;
+    return refuse("string_too_long", `String should have at most ${max} characters`, v);
+  };
+}
+
 function pyDict(v: unknown): Parsed<Record<string, unknown>> {
   return isRecord(v) ? { ok: true, value: v } : refuse("dict_type", "Input should be a valid dictionary", v);
 }
@@ -164,14 +180,22 @@ function pyIntAtMost(max: number): (v: unknown) => Parsed<number> {
   };
 }
 const BATCH_INT: Described = { ...INT, maximum: MAX_ATROPOS_BATCH_SIZE };
+const NAME: Described = { ...STRING, maxLength: MAX_ATROPOS_NAME_CHARS };
+const name = pyStrAtMost(MAX_ATROPOS_NAME_CHARS);
+
+/**
+ * The most environments an engine registers between two trainer registrations: 10,000. Each is
+ * a row read whenever batches are cut and groups are scored; Atropos runs have a few.
+ */
+export const MAX_ATROPOS_ENVS = 10_000;
 const batchInt = pyIntAtMost(MAX_ATROPOS_BATCH_SIZE);
 
 export const AtroposRegistration = z.object({
-  wandb_group: field(pyStr, false, STRING),
-  wandb_project: field(pyStr, false, STRING),
+  wandb_group: field(name, false, NAME),
+  wandb_project: field(name, false, NAME),
   batch_size: field(batchInt, false, BATCH_INT),
   max_token_len: field(pyInt, false, INT),
-  checkpoint_dir: field(pyStr, false, STRING),
+  checkpoint_dir: field(name, false, NAME),
   save_checkpoint_interval: field(pyInt, false, INT),
   starting_step: field(pyInt, false, INT),
   num_steps: field(pyInt, false, INT),
@@ -180,7 +204,7 @@ export type AtroposRegistration = z.output<typeof AtroposRegistration>;
 
 export const AtroposRegisterEnv = z.object({
   max_token_length: field(pyInt, false, INT),
-  desired_name: field(pyStr, false, STRING),
+  desired_name: field(name, false, NAME),
   weight: field(pyFloat, false, NUMBER),
   group_size: field(batchInt, false, BATCH_INT),
   min_batch_allocation: field(pyFloat, true, NUMBER),

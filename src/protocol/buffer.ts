@@ -10,6 +10,28 @@ import { Reward } from "./swarm";
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024;
 
+const MIB = 1024 * 1024;
+const GIB = 1024 * MIB;
+
+/**
+ * The least max_stored_bytes: 1 MiB, which holds two rows of the default max_message_bytes.
+ * A config whose max_stored_bytes is below its max_message_bytes is refused (a row the buffer
+ * takes must fit in it).
+ */
+export const MIN_BUFFER_STORED_BYTES = MIB;
+
+/**
+ * The most max_stored_bytes may be: 6 GiB of the 10 GB a Durable Object's SQLite holds, as for
+ * Atropos's groups (MAX_ATROPOS_STORED_BYTES): the rest is for each row's record in the outbox
+ * until D1 takes it (as large again), its index entries and pages, and the engine's other tables.
+ * Beyond the bounds of each store, the engine refuses every write that adds data above its
+ * storage high-water bound (docs/operations.md).
+ */
+export const MAX_BUFFER_STORED_BYTES = 6 * GIB;
+
+/** 2 GiB by default: about 4,000 rows of the largest default size, and far more of usual ones. */
+export const DEFAULT_BUFFER_STORED_BYTES = 2 * GIB;
+
 export const ChatMessage = z
   .object({
     role: z.string().min(1).max(64),
@@ -165,6 +187,14 @@ export const BufferConfig = z.object({
    * records as they hold it (escaped inside their JSON).
    */
   max_message_bytes: storableByteLimit(1024),
+  /**
+   * Bytes of UTF-8 of the rows the buffer holds at most (each row's messages, response and extra
+   * fields as JSON): those of pending and ready groups, and of the last pulls, kept to be read
+   * again. A batch that would pass it is refused 503 `buffer_full` with Retry-After and stores
+   * nothing; one larger than it alone is a 413. Nothing else bounds what a buffer whose trainer
+   * stopped pulling holds: ready groups stay until pulled, and staleness_policy flag drops none.
+   */
+  max_stored_bytes: z.number().int().min(MIN_BUFFER_STORED_BYTES).max(MAX_BUFFER_STORED_BYTES),
 });
 export type BufferConfig = z.infer<typeof BufferConfig>;
 
@@ -176,6 +206,7 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
   rollouts_per_version: null,
   partial_groups: "drop",
   max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+  max_stored_bytes: DEFAULT_BUFFER_STORED_BYTES,
 };
 
 // Strict: a misspelt setting would otherwise be dropped and the operator told it was applied.
@@ -211,6 +242,10 @@ export const BufferStats = z.object({
   measured_rollouts_per_version: z.number().nullable(),
   /** Claims and new groups' sessions held back by pace (not discarded: the client asks again). */
   paced_refusals: z.number(),
+  /** Bytes of the rows held, which config.max_stored_bytes bounds. */
+  stored_bytes: z.number(),
+  /** Batches refused because they would pass max_stored_bytes (503 buffer_full). */
+  full_refusals: z.number(),
 });
 export type BufferStats = z.infer<typeof BufferStats>;
 

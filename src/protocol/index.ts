@@ -11,3 +11,4 @@ export * from "./history";
 export * from "./ledger";
 export * from "./sync";
 export * from "./atropos";
+export * from "./storage";

@@ -25,6 +25,8 @@ export const D1_MAX_QUERIES_PER_INVOCATION = 1_000;
 export const DO_MAX_ROW_BYTES = 2_000_000;
 export const DO_MAX_BOUND_PARAMETERS = 100;
 export const DO_MAX_STATEMENT_BYTES = 100_000;
+/** "10 GB" of SQLite per Durable Object, read as 10,000,000,000 bytes: the smaller reading. At it, every write of the object fails. */
+export const DO_MAX_DATABASE_BYTES = 10_000_000_000;
 
 /**
  * The most one client-sized value may take as stored: 1,900,000 bytes. The 100,000 under both

@@ -1,0 +1,146 @@
+/**
+ * The rollout buffer's bound on the bytes of rows it holds (max_stored_bytes): without it, a
+ * trainer that stops pulling lets workers fill the engine's store, since ready groups stay until
+ * pulled and staleness_policy flag drops none. Bounds here are the smallest the config takes (1 MiB).
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { ExchangeError } from "../src/client";
+import { DEFAULT_BUFFER_CONFIG, MAX_BUFFER_STORED_BYTES, MIN_BUFFER_STORED_BYTES } from "../src/protocol/buffer";
+import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
+
+const MIB = 1024 * 1024;
+/** A row whose messages, response and extra fields are `content` + 32 bytes of UTF-8 (`[{"role":"user","content":"…"}]` and `{}`). */
+const row = (session: string, content: number, done = false, group = `g-${session}`) => ({
+  session_id: session,
+  group_id: group,
+  step_index: 0,
+  messages: [{ role: "user", content: "x".repeat(content) }],
+  response: "",
+  reward: 1,
+  is_session_completed: done,
+});
+const ROW_OVERHEAD = 32;
+const post = (e: TestEngine, rows: unknown[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: rows }) });
+const configure = (e: TestEngine, body: unknown) => raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify(body) });
+const held = async (e: TestEngine) => (await e.as("viewer").health()).buffer;
+/** The bytes of every row of the buffer's table, counted by SQLite: what stored_bytes must equal. */
+const tableBytes = (e: TestEngine) =>
+  runInDurableObject(e.stub, (_i, state) =>
+    state.storage.sql
+      .exec<{ b: number; n: number }>("SELECT COALESCE(SUM(octet_length(messages) + octet_length(response) + octet_length(extra)), 0) AS b, COUNT(*) AS n FROM buf_steps")
+      .one(),
+  );
+
+async function bounded(groupSize: number): Promise<TestEngine> {
+  const e = await createEngine("bufb");
+  await e.as("trainer").startRollout({ num_repeat_per_sample: groupSize, job_session: "job-1" });
+  expect((await configure(e, { max_stored_bytes: MIN_BUFFER_STORED_BYTES })).status).toBe(200);
+  return e;
+}
+
+describe("the rollout buffer's max_stored_bytes", () => {
+  it("refuses a batch that would pass it with a 503 that stores nothing; rows dropped or pulled free their bytes", async () => {
+    const e = await bounded(2);
+    for (const s of ["a", "b", "c"]) expect((await post(e, [row(s, 300_000)])).status).toBe(200);
+    const three = await tableBytes(e);
+    expect(three).toEqual({ b: 3 * (300_000 + ROW_OVERHEAD), n: 3 });
+    expect(await held(e)).toMatchObject({ stored_bytes: three.b, full_refusals: 0, config: { max_stored_bytes: MIB } });
+
+    const full = await post(e, [row("d", 200_000), row("e", 10)]);
+    expect(full.status).toBe(503);
+    expect(full.json).toMatchObject({ error: "buffer_full" });
+    expect(String(full.json?.["detail"])).toContain("max_stored_bytes");
+    expect(String(full.json?.["detail"])).toContain("1,048,576 bytes");
+    const viaClient: unknown = await e.as("client").postSteps({ steps: [row("d", 200_000)] }).catch((err: unknown) => err);
+    expect(viaClient).toBeInstanceOf(ExchangeError);
+    expect((viaClient as ExchangeError).retryAfterSeconds).toBe(5);
+    expect(await tableBytes(e)).toEqual(three);
+    expect(await held(e)).toMatchObject({ stored_bytes: three.b, full_refusals: 2, pending_groups: 3 });
+    // A batch sent again whose rows are stored already adds nothing: still answered, as duplicates.
+    expect((await post(e, [row("a", 300_000)])).json).toMatchObject({ accepted: 0, duplicates: 1 });
+    // A small row still fits.
+    expect((await post(e, [row("e", 10)])).status).toBe(200);
+
+    // The TTL drops the incomplete groups, and their bytes go with their rows.
+    await advance(e, DEFAULT_BUFFER_CONFIG.ttl_seconds * 1000 + 1000);
+    expect(await tableBytes(e)).toEqual({ b: 0, n: 0 });
+    expect((await held(e)).stored_bytes).toBe(0);
+    // Two sessions complete a group; pulled, its rows stay with the last pulls, then go.
+    expect((await post(e, [row("f", 300_000, true, "G"), row("g", 300_000, true, "G")])).json).toMatchObject({ groups_ready: ["G"] });
+    expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["G"]);
+    expect((await held(e)).stored_bytes).toBe(2 * (300_000 + ROW_OVERHEAD));
+    for (let i = 0; i < 4; i++) {
+      expect((await post(e, [row(`h${i}`, 10, true, `H${i}`), row(`i${i}`, 10, true, `H${i}`)])).status).toBe(200);
+      await e.as("trainer").getRolloutData();
+    }
+    const after = await tableBytes(e);
+    expect(after.n).toBe(8);
+    expect((await held(e)).stored_bytes).toBe(after.b);
+  }, 60_000);
+
+  it("refuses with a 413 rows that alone are more than max_stored_bytes, which no pull would make room for", async () => {
+    const e = await bounded(4);
+    const r = await post(e, [row("a", 400_000), row("b", 400_000), row("c", 400_000)]);
+    expect(r.status).toBe(413);
+    expect(r.json).toMatchObject({ error: "payload_too_large" });
+    expect(String(r.json?.["detail"])).toContain("max_stored_bytes");
+    expect(await tableBytes(e)).toEqual({ b: 0, n: 0 });
+  });
+
+  it("takes max_stored_bytes between 1 MiB and 6 GiB, at least max_message_bytes, and refuses anything else with a 4xx that changes nothing", async () => {
+    const e = await createEngine("bufb");
+    expect(DEFAULT_BUFFER_CONFIG.max_stored_bytes).toBe(2 * 1024 * MIB);
+    expect(MAX_BUFFER_STORED_BYTES).toBe(6 * 1024 * MIB);
+    const before = (await held(e)).config;
+    expect(before.max_stored_bytes).toBe(2 * 1024 * MIB);
+    for (const bad of [MIN_BUFFER_STORED_BYTES - 1, MAX_BUFFER_STORED_BYTES + 1, 0, -5, 2 * MIB + 0.5, "2097152", null, true]) {
+      expect((await configure(e, { max_stored_bytes: bad })).status, JSON.stringify(bad)).toBe(422);
+    }
+    // Below the row size limit: a row the buffer takes could never fit in it.
+    const below = await configure(e, { max_stored_bytes: MIB, max_message_bytes: MIB + 1 });
+    expect(below.status).toBe(422);
+    expect(String(below.json?.["detail"])).toContain("max_message_bytes");
+    expect((await configure(e, { max_message_bytes: 1_500_000 })).status).toBe(200);
+    expect((await configure(e, { max_stored_bytes: MIB })).status).toBe(422);
+    expect((await held(e)).config).toEqual({ ...before, max_message_bytes: 1_500_000 });
+    expect((await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.client, body: JSON.stringify({ max_stored_bytes: 2 * MIB }) })).status).toBe(403);
+    expect((await configure(e, { max_stored_bytes: MAX_BUFFER_STORED_BYTES })).json).toMatchObject({ max_stored_bytes: MAX_BUFFER_STORED_BYTES });
+  });
+
+  it("still records an AgentJet end whose row the full buffer refuses: only its place in the group is lost", async () => {
+    const e = await bounded(2);
+    await rollingWith(e, 1);
+    // Rows that leave less room than a claim's row takes.
+    for (const s of ["a", "a2"]) expect((await post(e, [row(s, 400_000)])).status).toBe(200);
+    const room = MIB - (await held(e)).stored_bytes;
+    expect((await post(e, [row("b", room - ROW_OVERHEAD - 10)])).status).toBe(200);
+    expect((await held(e)).stored_bytes).toBe(MIB - 10);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 600 });
+    expect((await client.endEpisode(endBody("c1", c.episode_uuid, 1, "task-7"))).success).toBe(true);
+    expect(await held(e)).toMatchObject({ stored_bytes: MIB - 10, full_refusals: 1, pending_groups: 3 });
+    await advance(e, 1000);
+    const recorded = await env.DB.prepare("SELECT episode_uuid, task_id, reward, outcome FROM trajectories WHERE engine = ?").bind(e.name).all();
+    expect(recorded.results).toEqual([{ episode_uuid: c.episode_uuid, task_id: "task-7", reward: 1, outcome: "ended" }]);
+  });
+
+  it("counts the rows' bytes from the table once for an engine whose counters were saved before they were counted", async () => {
+    const e = await bounded(2);
+    for (const s of ["a", "b"]) await post(e, [row(s, 300_000)]);
+    const expected = (await tableBytes(e)).b;
+    await runInDurableObject(e.stub, (_i, state) => {
+      const sql = state.storage.sql;
+      const saved = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as Record<string, unknown>;
+      delete saved["storedBytes"];
+      sql.exec("UPDATE kv SET v = ? WHERE k = 'buffer_counters'", JSON.stringify(saved));
+    });
+    expect((await held(e)).stored_bytes).toBe(expected);
+    const full = await post(e, [row("c", 500_000)]);
+    expect([full.status, full.json?.["error"]]).toEqual([503, "buffer_full"]);
+    expect((await post(e, [row("c", 300_000)])).status).toBe(200);
+    expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+  });
+});
