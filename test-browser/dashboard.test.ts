@@ -118,7 +118,10 @@ describe("dashboard after a scripted run", () => {
       partial_groups_delivered: buffer.partial_groups_delivered,
       partial_groups_dropped: buffer.partial_groups_dropped,
       paced_refusals: buffer.paced_refusals,
+      stored_bytes: buffer.stored_bytes,
+      full_refusals: buffer.full_refusals,
     });
+    expect(buffer.stored_bytes).toBeGreaterThan(0);
     expect(shown.config).toEqual(buffer.config);
     // The last pull's groups, as /health reports their staleness.
     expect(buffer.last_pull?.group_count).toBe(2);

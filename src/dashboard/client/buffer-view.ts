@@ -20,8 +20,6 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
     return b.pending_groups + b.ready_groups + b.delivered_groups + b.dropped_groups + b.pending_steps + b.late_rows_ignored + b.duplicate_rows > 0;
   }
 
-  const kib = (bytes: number): string => (bytes >= 1024 * 1024 ? `${fmt.num(bytes / (1024 * 1024))} MiB` : `${Math.round(bytes / 1024)} KiB`);
-
   /** One setting as a phrase, its raw value in data-value (JSON, so null survives). */
   const setting = (key: string, value: unknown, text: string): DomElement => h("span", { "data-config": key, "data-value": JSON.stringify(value) }, text);
 
@@ -33,7 +31,8 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("staleness_policy", c.staleness_policy, STALENESS_TEXT[c.staleness_policy]),
       setting("rollouts_per_version", c.rollouts_per_version, c.rollouts_per_version === null ? "trainer's batch measured" : `trainer takes ${c.rollouts_per_version} per version`),
       setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
-      setting("max_message_bytes", c.max_message_bytes, `rows up to ${kib(c.max_message_bytes)}`),
+      setting("max_message_bytes", c.max_message_bytes, `rows up to ${fmt.bytes(c.max_message_bytes)}`),
+      setting("max_stored_bytes", c.max_stored_bytes, `at most ${fmt.bytes(c.max_stored_bytes)} of rows held`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
   }
@@ -115,6 +114,8 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
         figure("partial_groups_delivered", "partial groups delivered", b.partial_groups_delivered, "Groups delivered at their TTL short of group_size usable sessions, with a usable mask"),
         figure("partial_groups_dropped", "partial groups dropped", b.partial_groups_dropped, "Groups dropped at their TTL short of group_size usable sessions"),
         figure("paced_refusals", "held back by pace", b.paced_refusals, "Claims and new groups held back so that what is under way is not consumed too stale"),
+        h("div", { "data-stat": "stored_bytes", "data-value": b.stored_bytes, title: "Bytes of the step rows the buffer holds, which max_stored_bytes bounds" }, h("dt", {}, "rows held"), h("dd", {}, fmt.bytes(b.stored_bytes))),
+        figure("full_refusals", "refused as full", b.full_refusals, "Batches of rows refused because the buffer held max_stored_bytes of rows (503 buffer_full)"),
       ),
       ...pulled,
       settings(b.config),

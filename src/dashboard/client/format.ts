@@ -37,6 +37,17 @@ export function formatModule() {
     return duration(x / 1000);
   }
 
+  /** A size in bytes: 900 bytes, 512 KiB, 1.5 MiB, 4 GiB (3 significant digits). */
+  function bytes(n: number): string {
+    const units = ["bytes", "KiB", "MiB", "GiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) {
+      n /= 1024;
+      i++;
+    }
+    return `${Number(n.toPrecision(3))} ${units[i]}`;
+  }
+
   /** A moment (ms since the epoch) as the reader's clock and date say it. */
   const at = (msSinceEpoch: number): string => new Date(msSinceEpoch).toLocaleString();
 
@@ -49,6 +60,6 @@ export function formatModule() {
   /** ENGINE.ROLLING -> ROLLING; ENGINE.WEIGHT_SYNCING -> WEIGHT SYNCING. */
   const status = (s: string): string => s.replace(/^ENGINE\./, "").replace(/_/g, " ");
 
-  return { num, count, duration, ms, at, ago, shortId, status };
+  return { num, count, duration, ms, bytes, at, ago, shortId, status };
 }
 export type Format = ReturnType<typeof formatModule>;

@@ -23,17 +23,6 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     return h("section", { class: "card" }, h("h2", {}, title), ...body);
   }
 
-  /** 4294967296 -> "4 GiB": the Atropos store's bytes beside its bound (max_stored_bytes, a number of GiB by default). */
-  function bytes(n: number): string {
-    const units = ["bytes", "KiB", "MiB", "GiB"];
-    let i = 0;
-    while (n >= 1024 && i < units.length - 1) {
-      n /= 1024;
-      i++;
-    }
-    return `${Number(n.toPrecision(3))} ${units[i]}`;
-  }
-
   /** Refusals shown in the agent's card; the overview holds more. */
   const REFUSALS_SHOWN = 3;
 
@@ -92,7 +81,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
    */
   function atroposCard(a: EngineOverview["atropos"]): DomElement | null {
     if (!atroposInUse(a)) return null;
-    const held = `${a.stored_groups} of ${a.max_groups} held (${bytes(a.stored_bytes)} of ${bytes(a.max_stored_bytes)})`;
+    const held = `${a.stored_groups} of ${a.max_groups} held (${fmt.bytes(a.stored_bytes)} of ${fmt.bytes(a.max_stored_bytes)})`;
     return card(
       "Atropos",
       h("p", { id: "atropos-queued", class: "big", "data-value": a.queued_groups }, String(a.queued_groups)),
@@ -104,6 +93,19 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
       ...(a.stalls.length === 0
         ? []
         : [h("ul", { id: "atropos-stalls", class: "sub refusals", "data-count": a.stalls.length }, ...a.stalls.map((x) => h("li", { "data-kind": x.kind, "data-groups": x.groups }, x.detail)))]),
+    );
+  }
+
+  /**
+   * How full the engine's store is; in red once writes that add data are refused (storage_full),
+   * which otherwise shows only as 503s to the trainer and its clients.
+   */
+  function storageLine(st: EngineOverview["storage"]): DomElement {
+    const over = st.used_bytes > st.high_water_bytes;
+    return h(
+      "p",
+      { id: "engine-storage", class: over ? "sub full" : "sub", "data-used-bytes": st.used_bytes, "data-high-water-bytes": st.high_water_bytes, title: `Writes that add data are refused above ${fmt.bytes(st.high_water_bytes)}; a Durable Object holds ${fmt.bytes(st.max_bytes)}` },
+      over ? `store full: ${fmt.bytes(st.used_bytes)} held, above ${fmt.bytes(st.high_water_bytes)}: new data is refused` : `store ${fmt.bytes(st.used_bytes)} of ${fmt.bytes(st.high_water_bytes)}`,
     );
   }
 
@@ -122,6 +124,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
           h("p", { id: "engine-status", class: `badge ${tone(ov.engine_status)}`, "data-status": ov.engine_status }, fmt.status(ov.engine_status)),
           h("p", { id: "engine-detail", class: "sub" }, ov.engine_status_detail ?? ""),
           ledger === null ? null : captureLine(ledger),
+          storageLine(ov.storage),
         ),
         card(
           "Global step",
