@@ -64,25 +64,53 @@ export class Acker {
 
   private async loop(seq: number, outcome: Outcome): Promise<void> {
     const backoff = new Backoff(this.d.backoff);
+    let refusedFor: string | null = null;
     while (!this.d.stop.aborted) {
       try {
         const r = await this.d.link.client.ackCommand({ seq, ok: outcome.ok, detail: outcome.detail });
         this.d.reach.succeeded();
         this.d.journal.acked(seq);
         if (!r.first_ack) this.d.logger.info(`command ${seq} had already been acked; the engine ignored the repeat`);
+        else if (refusedFor !== null) this.d.logger.info(`the exchange took the ack of command ${seq} it had refused`);
         return;
       } catch (e) {
         if (this.d.stop.aborted) return;
-        if (!isTransient(e)) {
-          // 4xx: the engine will never take this ack (an unknown seq, a revoked token). Keeping it would retry forever.
+        if (isTransient(e)) {
+          this.d.reach.failed(`acking command ${seq}`, e);
+        } else {
           const why = e instanceof ExchangeError ? e.message : describeError(e);
-          this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}); dropping it`);
-          this.d.journal.acked(seq);
-          return;
+          if (neverTaken(e)) {
+            this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}) and can never take it; dropping it`);
+            this.d.journal.acked(seq);
+            return;
+          }
+          // Logged once per reason: the ack is retried (and kept in the journal) until it is taken.
+          if (refusedFor !== why) this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}); keeping it and retrying, check the engine name and the trainer token`);
+          refusedFor = why;
         }
-        this.d.reach.failed(`acking command ${seq}`, e);
         await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }
   }
+}
+
+/**
+ * Whether the engine said an ack can never be taken, so that keeping it would only retry for
+ * ever. Dropping one forgets the command's outcome (it is marked acked in the journal), so a
+ * command handed out again later runs again: a delivered result would reach a runner that no
+ * longer listens and be counted undeliverable. Hence only:
+ *
+ * - 404 `unknown_command`: the engine has no command with that seq and never will (seqs only
+ *   grow; one acked and deleted since is answered `first_ack: false`, not 404);
+ * - 400, 413, 422: the ack itself is malformed or too large; the same ack is refused again.
+ *
+ * Everything else stays pending and is retried with backoff, as the command loop keeps polling:
+ * 401 and 403 (a token revoked or being replaced; a restart with the new one re-sends the ack
+ * from the journal), 404 for the engine itself (a wrong or not yet re-made engine name), 409 (a
+ * conflict with the engine's state, which passes), and any 4xx this rule does not know.
+ */
+function neverTaken(e: unknown): boolean {
+  if (!(e instanceof ExchangeError)) return false;
+  if (e.status === 404) return e.code === "unknown_command";
+  return e.status === 400 || e.status === 413 || e.status === 422;
 }

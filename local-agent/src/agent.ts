@@ -71,7 +71,9 @@ export async function startAgent(
   const link = new EngineLink(config.server, config.engine, config.token, config.requestTimeoutSeconds * 1000);
   const reach = new Reachability(logger, clock, link.baseUrl);
   link.onAnswered = () => reach.succeeded();
-  const journal = new OutcomeJournal(config.stateDir);
+  // As URL spells it (host lowercased, default port dropped): another spelling would lose the journal.
+  const journal = new OutcomeJournal(config.stateDir, new URL(link.baseUrl).href);
+  if (journal.ignoredUnkeyed > 0) logger.warn(`ignored ${journal.ignoredUnkeyed} unacked outcome${journal.ignoredUnkeyed === 1 ? "" : "s"} in ${config.stateDir}/outcomes.jsonl written without an engine's name (by an older agent): they may be another engine's, so their commands will run again if handed out`);
   const acker = new Acker({ link, journal, reach, logger, backoff, stop });
   const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
 

@@ -12,15 +12,18 @@ let dir: ReturnType<typeof tempDir>;
 beforeEach(() => (dir = tempDir()));
 afterEach(() => dir.remove());
 
+const ENGINE_A = "http://exchange.test/e/a";
+const ENGINE_B = "http://exchange.test/e/b";
+
 describe("OutcomeJournal", () => {
   it("keeps finished-but-unacked outcomes across a restart, and forgets acked ones", () => {
-    const j = new OutcomeJournal(dir.path);
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
     j.record(1, { ok: true, detail: "delivered" });
     j.record(2, { ok: false, detail: "runner gone" });
     j.record(3, { ok: true, detail: "reset" });
     j.acked(1);
     // The process dies here (no close, no flush): a new journal reads what reached the file.
-    const after = new OutcomeJournal(dir.path);
+    const after = new OutcomeJournal(dir.path, ENGINE_A);
     expect(after.unacked()).toEqual([
       [2, { ok: false, detail: "runner gone" }],
       [3, { ok: true, detail: "reset" }],
@@ -31,10 +34,36 @@ describe("OutcomeJournal", () => {
   });
 
   it("survives a torn last line from a crash mid-write", () => {
-    const j = new OutcomeJournal(dir.path);
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
     j.record(5, { ok: true, detail: "x" });
     appendFileSync(join(dir.path, "outcomes.jsonl"), '{"seq":6,"ok":tr');
-    expect(new OutcomeJournal(dir.path).unacked()).toEqual([[5, { ok: true, detail: "x" }]]);
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([[5, { ok: true, detail: "x" }]]);
+  });
+
+  it("answers only for its own engine, keeps another engine's outcomes for when the host serves it again", () => {
+    const a = new OutcomeJournal(dir.path, ENGINE_A);
+    a.record(1, { ok: true, detail: "A's result delivered" });
+    a.record(2, { ok: true, detail: "A's reset" });
+    a.acked(2);
+    // The host moves to engine B, same state directory: B numbers its commands from 1 too.
+    const b = new OutcomeJournal(dir.path, ENGINE_B);
+    expect(b.get(1)).toBeUndefined();
+    expect(b.unacked()).toEqual([]);
+    b.record(1, { ok: false, detail: "B's runner gone" });
+    b.acked(1);
+    // And back to A: its unacked outcome is still owed, B's acked one is not A's.
+    const again = new OutcomeJournal(dir.path, ENGINE_A);
+    expect(again.unacked()).toEqual([[1, { ok: true, detail: "A's result delivered" }]]);
+    expect(again.get(2)).toBeUndefined();
+  });
+
+  it("ignores, and drops, outcomes an older agent wrote without an engine's name", () => {
+    appendFileSync(join(dir.path, "outcomes.jsonl"), '{"seq":1,"ok":true,"detail":"whose?"}\n{"seq":2,"ok":true,"detail":"acked"}\n{"acked":2}\n');
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
+    expect(j.ignoredUnkeyed).toBe(1);
+    expect(j.get(1)).toBeUndefined();
+    expect(j.unacked()).toEqual([]);
+    expect(readFileSync(join(dir.path, "outcomes.jsonl"), "utf8")).toBe("");
   });
 });
 

@@ -4,7 +4,9 @@
  */
 import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
+import { AdminClient } from "../../src/client";
 import { runAgent, testConfig } from "./support/agent-harness";
+import { ADMIN_TOKEN, type TestEngine } from "./support/exchange";
 import { journaledOutcomes } from "./support/journal";
 import { ManualClock } from "./support/manual-clock";
 import { FaultyProxy } from "./support/proxy";
@@ -225,5 +227,81 @@ describe("the agent and an unreliable Worker", () => {
     await a.stop();
     const seen = (await t.engine.viewer.overview()).agent.last_seen as number;
     expect(seen).toBeGreaterThan(Date.now() / 1000 - 5);
+  });
+});
+
+describe("acks the exchange refuses, and the journal across engines", () => {
+  const fast = { requestTimeoutSeconds: 2, pollWaitSeconds: 1, retryMaxSeconds: 0.3, deliveryTimeoutSeconds: 0.5, deliveryAttempts: 2 };
+
+  it("keeps an ack refused 401 while the token is replaced, and the agent restarted with the new token acks it instead of delivering again", async () => {
+    const admin = new AdminClient({ origin: t.ex.url, adminToken: ADMIN_TOKEN });
+    const oldId = (await admin.listTokens(t.engine.name)).tokens.find((x) => x.role === "trainer")!.id;
+    const replacement = await admin.issueToken(t.engine.name, "trainer", "replacement");
+
+    const first = await runAgent(testConfig(proxy.url, t.engine, t.dir, fast));
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const runner = new PyRunner({ ipcDir: t.dir, episodes: ["ep-1"], register: false });
+    t.defer(() => runner.kill());
+    await runner.waitFor("listening", "ep-1");
+    await t.engine.trainer.registerEpisode({ episode_uuid: "ep-1", zmq_listen_result_addr: runner.addr("ep-1") });
+
+    // The operator revokes the agent's token (to replace it) just as the agent acks the delivery.
+    let revoked = false;
+    proxy.hold = async (path, phase) => {
+      if (path.endsWith("/agent/ack") && phase === "request" && !revoked) {
+        revoked = true;
+        await admin.revokeToken(t.engine.name, oldId);
+      }
+    };
+    await claimAndEnd(["ep-1"]);
+    await runner.waitFor("acked", "ep-1");
+    await waitUntil(() => first.lines.some((l) => /refused the ack of command \d+/.test(l)), "the ack to be refused");
+    await first.stop();
+    expect(journaledOutcomes(join(t.dir, "state"))).toBe(1);
+
+    // Restarted with the new token, same state directory.
+    const second = await runAgent(testConfig(proxy.url, { ...t.engine, tokens: { ...t.engine.tokens, trainer: replacement.token } }, t.dir, fast));
+    t.defer(() => second.stop());
+    expect(second.lines.some((l) => l.includes("re-sending 1 ack of commands finished before the restart"))).toBe(true);
+    await waitUntil(async () => (await t.engine.viewer.overview()).pending_commands === 0, "the command to be acked", 20_000);
+    expect(runner.of("result", "ep-1")).toHaveLength(1);
+    // The runner has its result: the engine must not call it undeliverable.
+    expect(await deliveries()).toMatchObject({ delivered: 1, undeliverable: 0 });
+  });
+
+  async function deliverOne(engine: TestEngine, episode: string, addr: string): Promise<void> {
+    await engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    await engine.trainer.registerEpisode({ episode_uuid: episode, zmq_listen_result_addr: addr });
+    const c = await engine.client.claimEpisode({ client_uuid: `c-${episode}`, episode_type: "train", discard_episode_timeout: 600 });
+    expect(c.episode_uuid).toBe(episode);
+    expect(await engine.client.endEpisode({ client_uuid: `c-${episode}`, episode_uuid: episode, workflow_output: { reward: 1, metadata: { task_id: episode } }, task_id: episode })).toEqual({ success: true });
+  }
+
+  it("does not answer another engine's command with the same seq from an outcome journaled for the first", async () => {
+    const state = join(t.dir, "state");
+    const engineA = t.engine;
+    // Engine A: a result delivered, its ack lost (the Worker unreachable for acks), then the agent is stopped.
+    const peerA = await repPeer();
+    t.defer(() => peerA.close());
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "refuse" : "pass");
+    const first = await runAgent(testConfig(proxy.url, engineA, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3 }));
+    await deliverOne(engineA, "ep-a", peerA.addr);
+    await waitUntil(() => peerA.received.length === 1 && journaledOutcomes(state) === 1, "engine A's result delivered and journaled");
+    await first.stop();
+    proxy.fault = () => "pass";
+
+    // The host now serves engine B, same state directory. B's first result (seq 1 too) is waiting for the agent.
+    const engineB = await t.ex.newEngine();
+    const peerB = await repPeer();
+    t.defer(() => peerB.close());
+    await deliverOne(engineB, "ep-b", peerB.addr);
+    const second = await runAgent(testConfig(proxy.url, engineB, t.dir, { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3 }));
+    t.defer(() => second.stop());
+    // B's command is carried out, not answered from A's outcome: its runner gets the result, then B has the ack.
+    await waitUntil(() => peerB.received.length === 1, "engine B's result to reach its runner");
+    await waitUntil(async () => (await engineB.viewer.overview()).pending_commands === 0, "engine B's command to be acked");
+    expect((await engineB.viewer.overview()).deliveries).toMatchObject({ delivered: 1, undeliverable: 0 });
+    // A's outcome is still owed to A, should the host serve it again.
+    expect(journaledOutcomes(state)).toBe(1);
   });
 });

@@ -83,3 +83,49 @@ export function hideAddresses(text: string, addresses: readonly string[]): strin
   for (const a of [...new Set(addresses)].filter(isAddressLike).sort((x, y) => y.length - x.length)) out = out.replaceAll(a, "[hidden]");
   return out;
 }
+
+/**
+ * The credentials the gateway sends on the trainer's behalf, in the spellings an answer may
+ * echo them in: the trainer's key (which is also the whole of the Authorization value but for
+ * "Bearer "), and a user:password in the upstream's URL with its Basic form. Clients hold only
+ * their per-claim key; an upstream that repeats what it was sent ("Incorrect API key provided:
+ * sk-...") must not hand them the trainer's.
+ */
+export function credentialForms(trainerKey: string, urls: readonly string[] = []): string[] {
+  const forms = [trainerKey];
+  for (const url of urls) {
+    if (!URL.canParse(url)) continue;
+    const u = new URL(url);
+    if (u.username === "" && u.password === "") continue;
+    const pair = `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`;
+    forms.push(pair, u.password, decodeURIComponent(u.password), Buffer.from(pair).toString("base64"));
+  }
+  return forms.filter((f) => f !== "");
+}
+
+/**
+ * `text` (an answer from the trainer's side) with each secret replaced by "[hidden]", whatever
+ * the secret holds. JSON stays valid JSON: a key with a quote or backslash appears escaped in
+ * it, so JSON text is rewritten string by string; only text that carries a secret is touched.
+ */
+export function hideSecrets(text: string, secrets: readonly string[]): string {
+  const all = [...new Set(secrets.filter((s) => s !== ""))].sort((x, y) => y.length - x.length);
+  const escaped = all.map((s) => JSON.stringify(s).slice(1, -1));
+  if (!all.some((s, i) => text.includes(s) || text.includes(escaped[i]!))) return text;
+  const scrub = (s: string): string => all.reduce((out, secret) => out.replaceAll(secret, "[hidden]"), s);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return all.reduce((out, secret, i) => out.replaceAll(secret, "[hidden]").replaceAll(escaped[i]!, "[hidden]"), text);
+  }
+  const walk = (v: unknown): unknown => {
+    if (typeof v === "string") return scrub(v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (typeof v === "object" && v !== null) return Object.fromEntries(Object.entries(v).map(([k, x]) => [scrub(k), walk(x)]));
+    return v;
+  };
+  const out = JSON.stringify(walk(json));
+  // A secret made of JSON's own syntax ("{", a digit) survives outside strings; then nothing of the text goes on.
+  return all.some((s) => out.includes(s)) ? JSON.stringify({ error: { message: "[hidden: the answer repeated the trainer's credentials]", type: "upstream_error", param: null, code: null } }) : out;
+}

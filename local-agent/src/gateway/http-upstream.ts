@@ -8,7 +8,7 @@ import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { addressForms, failureKind, hideAddresses, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 import { isRecord } from "../../../src/protocol/record";
 
 export type UpstreamOptions = {
@@ -60,6 +60,8 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
   };
   // Only on the error paths: parsing URLs on every call would cost the calls that succeed.
   const addresses = (): string[] => [url, o.upstream ?? "", env.trainer_base_url].flatMap(addressForms);
+  // What an upstream's own words may not carry to the client: where it is, and what it was sent to get in.
+  const shown = (text: string): string => hideSecrets(hideAddresses(text, addresses()), credentialForms(env.trainer_api_key, [url, o.upstream ?? "", env.trainer_base_url]));
 
   let up: Dispatcher.ResponseData;
   try {
@@ -115,18 +117,30 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
   }
   if (!ok) {
     // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes
-    // through as it is, but for the upstream's own address, should it name itself.
+    // through as it is, but for the upstream's own address and the trainer's key, should it name them.
     const status = up.statusCode >= 400 ? up.statusCode : 502;
-    const shown = hideAddresses(text, addresses());
-    if (isOpenAIErrorText(shown)) {
-      tap?.upstreamFailed(status, shown);
-      sendJson(res, status, shown);
-    } else fail(status, `the inference upstream answered ${up.statusCode}: ${shown.slice(0, 300)}`, "upstream_error");
+    const told = shown(text);
+    if (isOpenAIErrorText(told)) {
+      tap?.upstreamFailed(status, told);
+      sendJson(res, status, told);
+    } else fail(status, `the inference upstream answered ${up.statusCode}: ${told.slice(0, 300)}`, "upstream_error");
     return;
   }
-  const answer = tap === null ? (isJsonObject(text) ? text : null) : tap.whole(text);
+  const parsed = parseJson(text);
+  const failure = errorInOk(parsed);
+  if (failure !== null) {
+    // Servers that report a failure with a 200 (vLLM's {"object": "error"}, a proxy's {"error": ...}):
+    // passed on as a 200, the client would take the error for a completion.
+    const told = shown(failure.text);
+    if (isOpenAIErrorText(told)) {
+      tap?.upstreamFailed(failure.status, told);
+      sendJson(res, failure.status, told);
+    } else fail(failure.status, `the inference upstream answered 200 with an error: ${told.slice(0, 300)}`, "upstream_error");
+    return;
+  }
+  const answer = tap === null ? (isRecord(parsed) ? text : null) : tap.whole(text);
   if (answer === null) {
-    fail(502, `the inference upstream answered something that is not a JSON object: ${hideAddresses(text, addresses()).slice(0, 200)}`, "upstream_garbage");
+    fail(502, `the inference upstream answered something that is not a JSON object: ${shown(text).slice(0, 200)}`, "upstream_garbage");
     return;
   }
   tap?.answering(200);
@@ -180,11 +194,31 @@ function drainedOrClosed(res: ServerResponse): Promise<void> {
   });
 }
 
-function isJsonObject(text: string): boolean {
+const NOT_JSON = Symbol("not JSON");
+
+function parseJson(text: string): unknown {
   try {
-    const v: unknown = JSON.parse(text);
-    return isRecord(v);
+    return JSON.parse(text) as unknown;
   } catch {
-    return false;
+    return NOT_JSON;
   }
+}
+
+/**
+ * A 200 answer that is an error, with the status it stands for and the text to pass on: an
+ * OpenAI error object as it is, vLLM's flat {"object": "error", message, type, code} as one.
+ * The status is the one the error names (vLLM's `code`) when that is an HTTP error status, else
+ * 502: the upstream failed the call. Null for anything else.
+ */
+function errorInOk(v: unknown): { status: number; text: string } | null {
+  if (!isRecord(v)) return null;
+  const nested = v["error"];
+  const flat = v["object"] === "error";
+  if (!flat && (nested === undefined || nested === null)) return null;
+  const fields = flat ? v : isRecord(nested) ? nested : { message: typeof nested === "string" ? nested : JSON.stringify(nested) };
+  const code = fields["code"];
+  const status = typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599 ? code : 502;
+  const message = typeof fields["message"] === "string" ? fields["message"] : JSON.stringify(fields);
+  const error = { message, type: typeof fields["type"] === "string" ? fields["type"] : "upstream_error", param: fields["param"] ?? null, code: fields["code"] ?? null };
+  return { status, text: JSON.stringify({ error }) };
 }

@@ -10,11 +10,11 @@ import type { AddressInfo } from "node:net";
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { ZodError } from "zod";
 import { checkEnvelope, type HmacHex } from "../../../src/auth/gateway-signature";
-import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, SIGNATURE_MAX_SKEW_SECONDS, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
-import { addressForms, failureKind, hideAddresses, sendError, sendFailure, sendJson } from "./errors";
+import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
 import type { SecretSource } from "./secret";
 import type { TokenDialect } from "../../../src/protocol/ledger";
@@ -31,10 +31,23 @@ export type GatewayOptions = UpstreamOptions & {
   logger: Logger;
   /** Records the calls the Worker asks to (the trajectory ledger); absent: none are. */
   ledger?: { recorder: CallRecorder; tokenDialect: TokenDialect };
+  /** How long a request's headers and body may take to arrive; BODY_DEADLINE_MS unless a test shortens it. */
+  bodyDeadlineMs?: number;
 };
 
 /** Envelopes carry a chat history; far larger ones are not from the Worker. */
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+/**
+ * The Worker sends an envelope whole as soon as it has it; a connection that trickles its body
+ * would otherwise hold its buffered bytes (up to MAX_BODY_BYTES) for ever. A minute lets even
+ * the largest envelope through a slow tunnel.
+ */
+const BODY_DEADLINE_MS = 60_000;
+
+/** The Worker's signature headers: whole seconds, and the hex of an HMAC-SHA-256. */
+const TIMESTAMP_SHAPE = /^\d{1,12}$/;
+const SIGNATURE_SHAPE = /^[0-9a-f]{64}$/;
 
 /**
  * The gateway answers a little before the envelope's deadline so that its own 504 (which says
@@ -50,9 +63,15 @@ export class Gateway {
   private readonly hmac = nodeHmac();
 
   constructor(private readonly o: GatewayOptions) {
-    this.server = createServer((req, res) => void this.handle(req, res).catch((e: unknown) => this.internal(res, e)));
-    // Calls wait on a model for minutes; node's default request timeout (5 min) must not cut them.
-    this.server.requestTimeout = 0;
+    const bodyDeadlineMs = o.bodyDeadlineMs ?? BODY_DEADLINE_MS;
+    // Node's requestTimeout covers receiving the request only (headers and body), not the
+    // minutes a call then waits on its model: it is the body's deadline, at no cost per call.
+    // Node checks it every connectionsCheckingInterval, on its own clock (none can be injected).
+    this.server = createServer({ connectionsCheckingInterval: Math.min(30_000, Math.max(50, bodyDeadlineMs / 4)) }, (req, res) =>
+      void this.handle(req, res).catch((e: unknown) => this.internal(res, e)),
+    );
+    this.server.requestTimeout = bodyDeadlineMs;
+    this.server.headersTimeout = Math.min(this.server.headersTimeout, bodyDeadlineMs);
     this.server.keepAliveTimeout = 65_000;
   }
 
@@ -82,16 +101,34 @@ export class Gateway {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const receivedAt = Date.now();
+    // From the start: a client that hangs up while its body is read or the secret is fetched
+    // must not have its call sent upstream afterwards, and the close happens only once.
+    const stop = new AbortController();
+    // Every response closes; aborting after an answer was sent would only build a DOMException.
+    res.on("close", () => {
+      if (!res.writableFinished) stop.abort();
+    });
     const path = (req.url ?? "").split("?")[0];
     if (req.method === "GET" && path === "/rx/health") return sendJson(res, 200, '{"ok":true}');
     if (path !== GATEWAY_RELAY_PATH) return sendError(res, 404, `no route ${req.method} ${path}: the gateway serves only POST ${GATEWAY_RELAY_PATH}`, "not_found");
     if (req.method !== "POST") return sendError(res, 405, `use POST ${GATEWAY_RELAY_PATH}`, "method_not_allowed");
 
-    const body = await readBody(req);
+    const timestamp = header(req, TIMESTAMP_HEADER);
+    const signature = header(req, SIGNATURE_HEADER);
+    const unsigned = headerFault(timestamp, signature, Date.now() / 1000);
+    if (unsigned !== null) {
+      // Refused from its headers: its body, up to MAX_BODY_BYTES from anyone who can reach a
+      // public tunnel, is neither waited for nor buffered, and the connection goes with it.
+      this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${unsigned}`);
+      res.setHeader("connection", "close");
+      res.once("finish", () => req.socket.destroySoon());
+      return sendError(res, 401, unsigned, "invalid_signature");
+    }
+    const body = await readBody(req, stop);
+    if (stop.signal.aborted) return;
     if (body === null) return sendError(res, 413, `envelope larger than ${MAX_BODY_BYTES} bytes`, "too_large");
-    const why = await this.o.secret.check((secret) =>
-      checkEnvelope(secret, header(req, TIMESTAMP_HEADER), header(req, SIGNATURE_HEADER), body, Date.now() / 1000, this.hmac),
-    );
+    const why = await this.o.secret.check((secret) => checkEnvelope(secret, timestamp, signature, body, Date.now() / 1000, this.hmac));
+    if (stop.signal.aborted) return;
     if (why !== null) {
       this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${why}`);
       return sendError(res, why.startsWith("the gateway") ? 503 : 401, why, "invalid_signature");
@@ -107,17 +144,12 @@ export class Gateway {
       return sendError(res, 400, `a signed envelope that does not parse: ${envelopeFault(e)}`, "bad_envelope");
     }
 
-    const stop = new AbortController();
+    // The Worker hangs up when its client does (or at its own deadline): `stop` then ends the wait upstream.
     const deadline = { aborted: false };
     const timer = setTimeout(() => {
       deadline.aborted = true;
       stop.abort();
     }, Math.max(0, answerBy(env.deadline_seconds, receivedAt) - Date.now()));
-    // The Worker hangs up when its client does (or at its own deadline): stop waiting upstream.
-    // Every response closes; aborting after an answer was sent would only build a DOMException.
-    res.on("close", () => {
-      if (!res.writableFinished) stop.abort();
-    });
     const s: CallSignals = { signal: stop.signal, deadline, deadlineSeconds: env.deadline_seconds };
     const ajet = isAgentJetKey(env.trainer_api_key);
     const tap = this.tapFor(env, requestText, ajet, receivedAt);
@@ -180,7 +212,9 @@ export class Gateway {
     }
     if (answer.kind === "deadline") return this.runnerTimedOut(env, addr, answer, fail);
     if (!isCompletionText(answer.text)) {
-      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${hideAddresses(answer.text, addressForms(addr)).slice(0, 200)}`, "upstream_garbage");
+      // A runner may repeat its episode's key (the trainer's, which clients never hold) in an error.
+      const shown = hideSecrets(hideAddresses(answer.text, addressForms(addr)), credentialForms(env.trainer_api_key));
+      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${shown.slice(0, 200)}`, "upstream_garbage");
     }
     tap?.whole(answer.text);
     tap?.answering(200);
@@ -226,13 +260,28 @@ function nodeHmac(): HmacHex {
   };
 }
 
+/**
+ * Why the signature headers alone show the request is not the exchange's (null: they may be).
+ * The same judgement checkEnvelope makes again with the body, made before the body is read.
+ */
+function headerFault(timestamp: string | undefined, signature: string | undefined, nowSeconds: number): string | null {
+  if (timestamp === undefined || signature === undefined) return "unsigned request: the gateway only accepts envelopes signed by the exchange";
+  if (!TIMESTAMP_SHAPE.test(timestamp) || Math.abs(nowSeconds - Number(timestamp)) > SIGNATURE_MAX_SKEW_SECONDS) return "stale or malformed signature timestamp";
+  if (!SIGNATURE_SHAPE.test(signature)) return "malformed signature";
+  return null;
+}
+
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The body as text, or null past MAX_BODY_BYTES. Events, not `for await`: the async iterator cost more per call. */
-function readBody(req: IncomingMessage): Promise<string | null> {
+/**
+ * The body as text, or null past MAX_BODY_BYTES. Events, not `for await`: the async iterator
+ * cost more per call. A client that hangs up mid-body is no failure of the gateway: `gone` is
+ * aborted and the caller, which checks it, has nobody to answer.
+ */
+function readBody(req: IncomingMessage, gone: AbortController): Promise<string | null> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -246,6 +295,11 @@ function readBody(req: IncomingMessage): Promise<string | null> {
     };
     req.on("data", onData);
     req.once("end", () => resolve(size > MAX_BODY_BYTES ? null : chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")));
-    req.once("error", reject);
+    req.once("error", (e) => {
+      if (!req.complete) {
+        gone.abort();
+        resolve(null);
+      } else reject(e);
+    });
   });
 }

@@ -3,17 +3,19 @@
  * ZeroMQ REP model (AgentJet's runner side) and a Node OpenAI-compatible HTTP model.
  */
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import { connect, type AddressInfo } from "node:net";
+import { Reply } from "zeromq";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
+import { FetchedSecret, fixedSecret } from "../../src/gateway/secret";
 import type { Logger } from "../../src/log";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import { agentJetKey, envelope, post } from "./envelope";
 import { startModelServer, type ModelServer } from "./model-server";
 import { startZmqModel, type ZmqModel } from "./zmq-model";
+import { waitUntil } from "../support/wait";
 
 const SECRET = "gateway-test-secret";
 let http: ModelServer;
@@ -265,5 +267,147 @@ describe("gateway: an episode's base URL it cannot use", () => {
       expect(JSON.parse(r.text).error).toMatchObject({ code: "no_upstream", type: "api_error" });
     }
     expect(http.seen.length).toBe(before);
+  });
+});
+
+/** Servers and gateways a test made for itself, closed after it. */
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function ownGateway(over: Partial<ConstructorParameters<typeof Gateway>[0]> = {}): Promise<string> {
+  const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false, ...over });
+  const at = await g.listen();
+  cleanups.push(() => g.close());
+  return at;
+}
+
+/** An HTTP upstream answering `status` with what `body` makes of the key it was sent. */
+async function upstreamAnswering(status: number, type: string, body: (key: string) => string): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    res.writeHead(status, { "content-type": type }).end(body((req.headers.authorization ?? "").replace(/^Bearer /, "")));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  cleanups.push(() => new Promise((r) => server.close(() => r(undefined))));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+describe("gateway: the trainer's key in an upstream's or runner's answer", () => {
+  const KEY = "sk-trainer-9f8e7d6c5b4a-private";
+
+  it.each([
+    ["an OpenAI error object", "application/json", (k: string) => JSON.stringify({ error: { message: `Incorrect API key provided: ${k}.`, type: "invalid_request_error", param: null, code: "invalid_api_key" } })],
+    ["a plain-text error", "text/plain", (k: string) => `Unauthorized: key ${k} (Authorization: Bearer ${k}) is not allowed`],
+  ])("is hidden from the client when an HTTP upstream's 401 repeats it (%s)", async (_what, type, body) => {
+    const upstream = await upstreamAnswering(401, type, body);
+    const r = await post(await ownGateway(), envelope({ trainer_api_key: KEY, trainer_base_url: `${upstream}/v1` }), SECRET);
+    expect(r.status).toBe(401);
+    expect(r.text).not.toContain(KEY);
+    expect(JSON.parse(r.text).error.message).toContain("[hidden]");
+  });
+
+  it("is hidden from the client when an AgentJet runner's answer repeats it", async () => {
+    const addr = `ipc:///tmp/rx-gw-leak-${randomUUID()}.sock`;
+    const key = agentJetKey("ep-1", addr);
+    const runner = new Reply({ linger: 0 });
+    await runner.bind(addr);
+    cleanups.push(() => runner.close());
+    void (async () => {
+      for await (const _msg of runner) await runner.send(`refused: the key ${key} has no swarm`);
+    })().catch(() => undefined);
+    const r = await post(await ownGateway(), envelope({ trainer_api_key: key }), SECRET);
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "upstream_garbage", message: expect.stringContaining("refused: the key [hidden] has no swarm") });
+    expect(r.text).not.toContain(key);
+  });
+});
+
+describe("gateway: an HTTP upstream's 200 that is an error", () => {
+  it.each([
+    ["vLLM's flat error", { object: "error", message: "model x does not exist (key KEY)", type: "NotFoundError", param: null, code: 404 }, 404, { message: "model x does not exist (key [hidden])", type: "NotFoundError", code: 404 }],
+    ["an OpenAI error object", { error: { message: "overloaded (key KEY)", type: "server_error", code: "busy" } }, 502, { message: "overloaded (key [hidden])", type: "server_error", code: "busy" }],
+  ])("goes to the client as an error, not a 200 (%s)", async (_what, answer, status, error) => {
+    const upstream = await upstreamAnswering(200, "application/json", (k) => JSON.stringify(answer).replaceAll("KEY", k));
+    const r = await post(await ownGateway(), envelope({ trainer_api_key: "sk-trainer-200", trainer_base_url: `${upstream}/v1` }), SECRET);
+    expect(r.status).toBe(status);
+    expect(JSON.parse(r.text).error).toMatchObject(error);
+  });
+});
+
+describe("gateway: a client that hangs up while the gateway fetches its secret", () => {
+  it("is not called upstream for once the secret arrives", async () => {
+    let upstreamCalls = 0;
+    const model = createServer((req: IncomingMessage, res: ServerResponse) => {
+      upstreamCalls++;
+      req.resume();
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const tick = setInterval(() => res.write(`data: {"choices":[{"delta":{"content":"x"}}]}\n\n`), 100);
+      res.on("close", () => clearInterval(tick));
+    });
+    await new Promise<void>((r) => model.listen(0, "127.0.0.1", r));
+    cleanups.push(() => {
+      model.closeAllConnections();
+      return new Promise((r) => model.close(() => r(undefined)));
+    });
+    let release!: (s: string) => void;
+    let asked = false;
+    const secret = new FetchedSecret(() => {
+      asked = true;
+      return new Promise<string>((r) => (release = r));
+    }, logger);
+    const gw = await ownGateway({ secret });
+
+    const env = envelope({ trainer_base_url: `http://127.0.0.1:${(model.address() as AddressInfo).port}/v1`, deadline_seconds: 30, request: { model: "m", stream: true, messages: [{ role: "user", content: "hi" }] } });
+    const body = JSON.stringify(env);
+    const ts = Math.floor(Date.now() / 1000);
+    const req = httpRequest(gw + GATEWAY_RELAY_PATH, { method: "POST", headers: { "content-type": "application/json", [TIMESTAMP_HEADER]: String(ts), [SIGNATURE_HEADER]: await signEnvelope(SECRET, ts, body) } });
+    req.on("error", () => undefined);
+    req.end(body);
+    await waitUntil(() => asked, "the gateway to ask for its secret");
+    const closed = new Promise((r) => req.once("close", r));
+    req.destroy();
+    await closed;
+    // Long enough for the gateway to see the hang-up (its socket's FIN) before the secret comes.
+    await new Promise((r) => setTimeout(r, 50));
+    release(SECRET);
+    // The old gateway reached the upstream within a few milliseconds of the secret.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(upstreamCalls).toBe(0);
+  });
+});
+
+describe("gateway: requests that are not the exchange's, or never finish", () => {
+  /** A raw connection to the gateway, with what it answered and whether it closed. */
+  async function rawConnection(gw: string) {
+    const u = new URL(gw);
+    const sock = connect(Number(u.port), u.hostname);
+    cleanups.push(() => sock.destroy());
+    const seen = { answer: "", closed: false };
+    sock.on("data", (b) => (seen.answer += b.toString("latin1")));
+    sock.on("close", () => (seen.closed = true));
+    sock.on("error", () => undefined);
+    await new Promise<void>((r) => sock.once("connect", () => r()));
+    return { sock, seen };
+  }
+
+  it("refuses an unsigned request 401 from its headers, without waiting for its body, and closes the connection", async () => {
+    const { sock, seen } = await rawConnection(await ownGateway());
+    // No x-rx-timestamp, no x-rx-signature: nothing the exchange signed, announcing 32 MiB it sends only part of.
+    sock.write(`POST ${GATEWAY_RELAY_PATH} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${32 * 1024 * 1024}\r\n\r\n`);
+    sock.write(Buffer.alloc(1024 * 1024, 0x20));
+    await waitUntil(() => seen.closed, "the gateway to answer and close the connection", 5000);
+    expect(seen.answer).toMatch(/^HTTP\/1\.1 401/);
+    expect(seen.answer).toContain("invalid_signature");
+  });
+
+  it("gives a signed-looking request's body a deadline: a stalled body gets 408 and its connection closed", async () => {
+    const { sock, seen } = await rawConnection(await ownGateway({ bodyDeadlineMs: 300 }));
+    const ts = Math.floor(Date.now() / 1000);
+    sock.write(`POST ${GATEWAY_RELAY_PATH} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n${TIMESTAMP_HEADER}: ${ts}\r\n${SIGNATURE_HEADER}: ${"ab".repeat(32)}\r\ncontent-length: 100000\r\n\r\n{"endpoint":`);
+    // Node's server checks the deadline on its own clock (no clock can be injected into it): real time, shortened.
+    await waitUntil(() => seen.closed, "the stalled request to be cut off", 5000);
+    expect(seen.answer).toMatch(/^HTTP\/1\.1 408/);
   });
 });

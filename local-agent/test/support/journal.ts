@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-/** Outcomes an agent's journal (<stateDir>/outcomes.jsonl) holds, read without touching the file. */
+/** Unacked outcomes an agent's journal (<stateDir>/outcomes.jsonl) holds, of any engine, read without touching the file. */
 export function journaledOutcomes(stateDir: string): number {
   let text = "";
   try {
@@ -9,5 +9,17 @@ export function journaledOutcomes(stateDir: string): number {
   } catch {
     return 0;
   }
-  return text.split("\n").filter((l) => l.startsWith('{"seq":')).length;
+  const pending = new Set<string>();
+  for (const line of text.split("\n")) {
+    let e: { seq?: unknown; acked?: unknown; engine?: unknown };
+    try {
+      e = JSON.parse(line) as typeof e;
+    } catch {
+      continue; // blank, or torn mid-write
+    }
+    const engine = typeof e.engine === "string" ? e.engine : "";
+    if (typeof e.acked === "number") pending.delete(`${engine}\n${e.acked}`);
+    else if (typeof e.seq === "number") pending.add(`${engine}\n${e.seq}`);
+  }
+  return pending.size;
 }
