@@ -104,6 +104,32 @@ describe("/openapi.json", () => {
     }
   });
 
+  it("marks every 503 a route answers by design with its codes (x-refusal-codes), with Retry-After where it is sent", () => {
+    type Refusing = { "x-refusal-codes"?: string[]; headers?: Record<string, unknown> };
+    const refusal = (path: string, method = "post"): Refusing | undefined =>
+      (doc.paths[path]?.[method]?.responses["503"] as Refusing | undefined) ?? undefined;
+    const expected: Record<string, string[]> = {
+      "/register_episode": ["storage_full"],
+      "/batch/register_episode": ["storage_full"],
+      "/end_episode": ["storage_full"],
+      "/abort_episode": ["storage_full"],
+      "/steps": ["paced", "buffer_full", "storage_full"],
+      "/atropos/scored_data": ["queue_full", "storage_full"],
+      "/atropos/scored_data_list": ["queue_full", "storage_full"],
+      "/atropos/register-env": ["storage_full"],
+    };
+    for (const prefix of ["/e/{engine}", "/e/{engine}/t/{token}"]) {
+      for (const [path, codes] of Object.entries(expected)) {
+        const r = refusal(prefix + path);
+        expect(r?.["x-refusal-codes"], prefix + path).toEqual(codes);
+        expect(r?.headers?.["Retry-After"], prefix + path).toBeDefined();
+      }
+    }
+    // Claims, pulls and acks go on while the store is full: no refusal by design there.
+    for (const path of ["/claim_episode", "/get_rollout_data", "/agent/ack"]) expect(refusal(`/e/{engine}${path}`), path).toBeUndefined();
+    expect(refusal("/e/{engine}/atropos/batch", "get")).toBeUndefined();
+  });
+
   it("describes refusals with their hints: a runs refusal matches the documented error body", async () => {
     const { tokens } = await ex.admin.createEngine("refusing");
     const res = await fetch(`${ex.url}/e/refusing/runs/run_0000`, { headers: { authorization: `Bearer ${tokens.viewer}` } });

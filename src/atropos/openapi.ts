@@ -2,16 +2,17 @@
  * OpenAPI path items for Atropos's trajectory API, generated from ATROPOS_API (the table its
  * routes are registered from) in both path forms. Its answers are Atropos's, not the exchange's:
  * FastAPI's 422 body, plain-text answers where Atropos sends text, and its 500 where its handler
- * raises. The exchange's own refusals (the token, the engine, the size, a full queue) keep the
- * exchange's error body.
+ * raises. The exchange's own refusals (the token, the engine, the size, a full queue or store, too
+ * many environments) keep the exchange's error body.
  */
 import { atroposOp } from "../engine/atropos-hub";
 import { enginePrefix, engineAuth, rolesFor } from "../openapi/engine-paths";
-import { errorRef, type ErrorStatus } from "../openapi/error-responses";
+import { errorRef, refusalResponse, STORAGE_FULL, type ErrorStatus } from "../openapi/error-responses";
 import { toJsonSchema, type JsonSchema } from "../openapi/json-schema";
 import { ATROPOS_SERVER_ERROR_TEXT } from "../protocol/atropos-answers";
+import { MAX_ATROPOS_ENVS } from "../protocol/atropos";
 import { FastApiValidationError, INVALID_GZIP_TEXT } from "./fastapi";
-import { ATROPOS_API, type AtroposAnswerSpec, type AtroposRouteSpec } from "./routes";
+import { ATROPOS_API, ATROPOS_RETRY_AFTER_SECONDS, type AtroposAnswerSpec, type AtroposRouteSpec } from "./routes";
 
 export const ATROPOS_TAG = "atropos";
 export const ATROPOS_TAG_DESCRIPTION =
@@ -38,23 +39,35 @@ function responses(spec: AtroposRouteSpec): JsonSchema {
   if (spec.body !== undefined) {
     statuses.push(413);
     out["400"] = plainText("The body says it is gzip (`Content-Encoding: gzip`) and does not inflate, as Atropos's middleware answers it.", INVALID_GZIP_TEXT);
-    out["422"] = {
-      description: "The body is not JSON or does not match the model: FastAPI's body, one entry per pydantic error.",
-      content: { "application/json": { schema: toJsonSchema(FastApiValidationError, "output") } },
-    };
+    const fastApi = toJsonSchema(FastApiValidationError, "output");
+    out["422"] =
+      spec.route === "register_env"
+        ? {
+            description:
+              "The body is not JSON or does not match the model: FastAPI's body, one entry per pydantic error. " +
+              `Or the engine has as many environments registered as it takes (${MAX_ATROPOS_ENVS}, until the trainer registers again): the exchange's body, error \`too_many_environments\`; nothing was registered.`,
+            content: { "application/json": { schema: { anyOf: [fastApi, { $ref: "#/components/schemas/ErrorResponse" }] } } },
+          }
+        : {
+            description: "The body is not JSON or does not match the model: FastAPI's body, one entry per pydantic error.",
+            content: { "application/json": { schema: fastApi } },
+          };
   }
   for (const s of statuses) out[String(s)] = errorRef(s);
+  // A 5xx that is an answer, not a failure (docs/dashboard.md).
   if (spec.route === "scored_data") {
-    out["503"] = {
-      description:
-        "The engine holds as many groups as its `max_groups` allows, or the request's groups would bring the bytes of JSON it holds past its `max_stored_bytes` (error `queue_full`; `detail` names the bound); nothing was stored. Retry once the trainer has taken batches. " +
-        "Groups whose JSON alone is more than `max_stored_bytes` are a 413 instead: no batch taken would make room for them.",
-      headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } },
-      content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
-      // A 5xx that is an answer, not a failure (docs/dashboard.md).
-      "x-refusal-code": "queue_full",
-    };
+    out["503"] = refusalResponse([
+      {
+        code: "queue_full",
+        when:
+          "The engine holds as many groups as its `max_groups` allows, or the request's groups would bring the bytes of JSON it holds past its `max_stored_bytes` (`detail` names the bound); nothing was stored. Retry once the trainer has taken batches. " +
+          "Groups whose JSON alone is more than `max_stored_bytes`, or more groups than `max_groups`, are a 413 instead: no batch taken would make room for them.",
+        retryAfter: ATROPOS_RETRY_AFTER_SECONDS,
+      },
+      STORAGE_FULL,
+    ]);
   }
+  if (spec.route === "register_env") out["503"] = refusalResponse([STORAGE_FULL]);
   if (spec.raises) out["500"] = plainText("Where Atropos's handler raises (an unknown env_id, a batch after /reset_data), Atropos's own 500, kept for its clients' retries.", ATROPOS_SERVER_ERROR_TEXT);
   return out;
 }

@@ -43,6 +43,8 @@ import {
 } from "../protocol/agent";
 
 import { formatBytes, MAX_STORED_BYTES } from "../protocol/limits";
+import { STORAGE_FULL, type Refusal } from "../openapi/error-responses";
+import { BUFFER_FULL_RETRY_SECONDS } from "../engine/buffer-bytes";
 import { GatewaySecretResponse } from "../protocol/relay";
 import { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
@@ -76,8 +78,8 @@ export type RouteSpec = {
   after?: (env: Env, engine: string, reply: Reply<unknown>) => Promise<Reply<unknown>>;
   /** A GET that changes the engine's state (the agent's poll leases what it returns): `x-changes-state` in the document. */
   changesState?: true;
-  /** A 503 the route answers by design (its error code, and when), not a failure: documented with `x-refusal-code`. */
-  unavailable?: { code: string; when: string };
+  /** The 503s the route answers by design (their error codes, and when), not failures: documented with `x-refusal-codes`. */
+  unavailable?: Refusal[];
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -120,6 +122,9 @@ function getQuery<S extends z.ZodType>(
   return { method: "get", path, op, summary, input: { from: "query", schema }, response, call: (stub, caller, input) => call(stub, caller, input as z.output<S>) };
 }
 
+/** An abort is refused for the store only when it carries outputs: one without frees its claim and records little. */
+const STORAGE_FULL_ABORT: Refusal = { ...STORAGE_FULL, when: `Only an abort that carries a \`workflow_output\`. ${STORAGE_FULL.when}` };
+
 export const ENGINE_API: RouteSpec[] = [
   // Engine status and configuration
   get("/get_engine_status", "get_engine_status", "The engine's status, its detail and the global step.", EngineStatusResponse, (s, who) =>
@@ -135,18 +140,27 @@ export const ENGINE_API: RouteSpec[] = [
   ),
 
   // Episodes
-  post("/register_episode", "register_episode", "The trainer offers an episode (ENGINE.ROLLING only).", RegisterEpisodeRequest, BoolResponse, (s, who, b) =>
-    s.registerEpisode(who, b),
-  ),
+  {
+    ...post("/register_episode", "register_episode", "The trainer offers an episode (ENGINE.ROLLING only).", RegisterEpisodeRequest, BoolResponse, (s, who, b) =>
+      s.registerEpisode(who, b),
+    ),
+    unavailable: [STORAGE_FULL],
+  },
   post("/claim_episode", "claim_episode", "Claim the oldest registered episode; answers success false with a fail_cause when none can be had.", ClaimEpisodeRequest, ClaimEpisodeResponse, (s, who, b, url) =>
     s.claimEpisode(who, b, new URL(url).origin),
   ),
-  post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
-    s.endEpisode(who, b),
-  ),
-  post("/abort_episode", "abort_episode", "Give a claimed episode back (requeued in ROLLING, deleted in ROLLING_POST).", AbortEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
-    s.abortEpisode(who, b),
-  ),
+  {
+    ...post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
+      s.endEpisode(who, b),
+    ),
+    unavailable: [STORAGE_FULL],
+  },
+  {
+    ...post("/abort_episode", "abort_episode", "Give a claimed episode back (requeued in ROLLING, deleted in ROLLING_POST).", AbortEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
+      s.abortEpisode(who, b),
+    ),
+    unavailable: [STORAGE_FULL_ABORT],
+  },
   post("/can_continue_episode", "can_continue_episode", "Whether this client still holds the claim.", CanContinueEpisodeRequest, CanContinueEpisodeResponse, (s, who, b) =>
     s.canContinueEpisode(who, b.client_uuid, b.episode_uuid),
   ),
@@ -206,10 +220,18 @@ export const ENGINE_API: RouteSpec[] = [
     ...post("/steps", "post_steps", "Rollout workers post step rows in batches; idempotent by (session_id, step_index).", PostStepsRequest, PostStepsResponse, (s, who, b) =>
       s.postSteps(who, b.steps),
     ),
-    unavailable: {
-      code: "paced",
-      when: "Under `staleness_policy: pace`, the batch would open new groups while the work under way could already be consumed too late (error `paced`, docs/buffer.md); nothing was stored. Send it again shortly.",
-    },
+    unavailable: [
+      {
+        code: "paced",
+        when: "Under `staleness_policy: pace`, the batch would open new groups while the work under way could already be consumed too late (docs/buffer.md, \"Pacing instead of discarding\"); nothing was stored. Send it again shortly.",
+      },
+      {
+        code: "buffer_full",
+        when: "The rows the batch adds would bring the bytes of rows the buffer holds past its `max_stored_bytes` (docs/buffer.md, \"Bounded\"; rows larger than the bound alone are a 413); nothing was stored. Send it again once the trainer has pulled.",
+        retryAfter: BUFFER_FULL_RETRY_SECONDS,
+      },
+      STORAGE_FULL,
+    ],
   },
   {
     ...post(
@@ -226,7 +248,7 @@ export const ENGINE_API: RouteSpec[] = [
   post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
     s.startRollout(who, b),
   ),
-  post("/buffer/config", "configure_buffer", `Change the buffer's group size, TTL, staleness limit and policy, or row size limit. A row size limit above what the stores hold (${formatBytes(MAX_STORED_BYTES)}) is refused 413, naming that limit.`, UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
+  post("/buffer/config", "configure_buffer", `Change the buffer's group size, TTL, staleness limit and policy, partial-group policy, row size limit or bound on the bytes of rows it holds (max_stored_bytes). A row size limit above what the stores hold (${formatBytes(MAX_STORED_BYTES)}) is refused 413, naming that limit.`, UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
     s.configureBuffer(who, b),
   ),
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),
@@ -266,7 +288,10 @@ export const ENGINE_API: RouteSpec[] = [
   post("/batch/is_episode_claimed", "is_episode_claimed", "Many is_episode_claimed checks in one request, answered in order.", BatchIsEpisodeClaimedRequest, BatchBoolResponse, (s, who, b) =>
     s.batchIsEpisodeClaimed(who, b.checks),
   ),
-  post("/batch/register_episode", "register_episode", "Many registrations in one request, answered in order.", BatchRegisterEpisodeRequest, BatchBoolResponse, (s, who, b) =>
-    s.batchRegisterEpisodes(who, b.episodes),
-  ),
+  {
+    ...post("/batch/register_episode", "register_episode", "Many registrations in one request, answered in order.", BatchRegisterEpisodeRequest, BatchBoolResponse, (s, who, b) =>
+      s.batchRegisterEpisodes(who, b.episodes),
+    ),
+    unavailable: [STORAGE_FULL],
+  },
 ];

@@ -7,7 +7,7 @@
 import { ENGINE_API, type RouteSpec } from "../http/engine-api";
 import { mayRun, type EngineOp } from "../auth/roles";
 import { ROLES } from "../protocol/admin";
-import { errorRef, type ErrorStatus } from "./error-responses";
+import { errorRef, refusalResponse, type ErrorStatus } from "./error-responses";
 import { queryParameters, toJsonSchema, type JsonSchema } from "./json-schema";
 
 export const ENGINE_TAG = "engine";
@@ -55,14 +55,8 @@ function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
     "200": { description: "Success.", content: { "application/json": { schema: toJsonSchema(spec.response, "output") } } },
   };
   for (const s of errorStatuses(spec)) responses[String(s)] = errorRef(s);
-  if (spec.unavailable !== undefined) {
-    responses["503"] = {
-      description: spec.unavailable.when,
-      content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorResponse" } } },
-      // A 5xx that is an answer, not a failure (docs/dashboard.md).
-      "x-refusal-code": spec.unavailable.code,
-    };
-  }
+  // A 5xx that is an answer, not a failure (docs/dashboard.md).
+  if (spec.unavailable !== undefined) responses["503"] = refusalResponse(spec.unavailable);
   const auth = engineAuth(tokenInPath);
   return {
     operationId: tokenInPath ? `${operationIdOf(spec)}__token_in_url` : operationIdOf(spec),

@@ -13,8 +13,8 @@ export type Answer = {
   $ref?: string;
   description?: string;
   content?: Record<string, Media>;
-  /** A 5xx that refuses by design (the error code it answers with), not a failure of the exchange. */
-  "x-refusal-code"?: string;
+  /** A 5xx that refuses by design (the error codes it answers with), not a failure of the exchange. */
+  "x-refusal-codes"?: string[];
 };
 export type Operation = {
   operationId: string;
@@ -75,7 +75,7 @@ export const JSON_LINES = "application/x-ndjson";
 
 /** What a documented status promises: a JSON body of a schema, JSON lines each of a schema, plain text (Atropos's), or no body at all. */
 export type Promised = ({ kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType } | { kind: "text"; schema: z.ZodType } | { kind: "empty" }) & {
-  refusalCode?: string;
+  refusalCodes?: string[];
 };
 
 /** A validator of `schema`, its refs resolved against the document's components. */
@@ -108,8 +108,8 @@ export function promiseOf(doc: Doc, op: Operation, status: number): Promised | u
         : text !== undefined
           ? { kind: "text", schema: validatorOf(doc, text) }
           : { kind: "empty" };
-  const refusal = answer["x-refusal-code"];
-  const promise: Promised = refusal === undefined ? body : { ...body, refusalCode: refusal };
+  const refusals = answer["x-refusal-codes"];
+  const promise: Promised = refusals === undefined ? body : { ...body, refusalCodes: refusals };
   cache.set(key, promise);
   return promise;
 }

@@ -1,11 +1,13 @@
 /**
  * The oracle's 5xx rule, on real answers of the Worker: Atropos's own 500, a full Atropos
- * queue's 503 and the buffer's paced 503 are documented answers, and the first is not a refusal (Atropos's handler may have
+ * queue's 503, the buffer's paced 503 and a full store's storage_full are documented answers, and the first is not a refusal (Atropos's handler may have
  * changed things before it raised); any other 5xx, or those two where the document does not
  * list them, breaks the rule. The fuzz run itself seldom reaches them: each takes two requests
  * in one order.
  */
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import type { EngineObject } from "../../src/engine/engine-object";
 import { createEngine, ORIGIN, workerFetch } from "../support/harness";
 import { ATROPOS_REGISTRATION, atroposGroup } from "./seeds";
 import { targets, type Target } from "./arbitraries";
@@ -38,11 +40,11 @@ describe("the fuzz oracle's 5xx rule", () => {
     expect(JSON.parse(full.text)).toMatchObject({ error: "queue_full" });
     expect(judge(doc, target("post /e/{engine}/t/{token}/atropos/scored_data"), "POST", full)).toBe(true);
     expect(() => judge(doc, target("post /e/{engine}/t/{token}/atropos/register"), "POST", full)).toThrow(/a 503/);
-    // The document's mark is what makes it an answer: without x-refusal-code the same 503 breaks the rule.
+    // The document's mark is what makes it an answer: without x-refusal-codes the same 503 breaks the rule.
     const unmarked = structuredClone(doc);
     const scored = unmarked.paths["/e/{engine}/t/{token}/atropos/scored_data"]?.["post"];
-    expect(scored?.responses["503"]?.["x-refusal-code"]).toBe("queue_full");
-    delete scored?.responses["503"]?.["x-refusal-code"];
+    expect(scored?.responses["503"]?.["x-refusal-codes"]).toEqual(["queue_full", "storage_full"]);
+    delete scored?.responses["503"]?.["x-refusal-codes"];
     const unmarkedTarget = targets(unmarked).find((t) => t.key === "post /e/{engine}/t/{token}/atropos/scored_data") as Target;
     expect(() => judge(unmarked, unmarkedTarget, "POST", full)).toThrow(/a 503/);
     // A documented 503 of another kind (a store that failed) is still a bug here.
@@ -52,7 +54,7 @@ describe("the fuzz oracle's 5xx rule", () => {
   it("takes the rollout buffer's 503 paced on /steps as the refusal its document marks", async () => {
     const doc = (await (await workerFetch(`${ORIGIN}/openapi.json`)).json()) as Doc;
     const steps = targets(doc).find((t) => t.key === "post /e/{engine}/steps") as Target;
-    expect(doc.paths["/e/{engine}/steps"]?.["post"]?.responses["503"]?.["x-refusal-code"]).toBe("paced");
+    expect(doc.paths["/e/{engine}/steps"]?.["post"]?.responses["503"]?.["x-refusal-codes"]).toEqual(["paced", "buffer_full", "storage_full"]);
     // Pace with a trainer that moved on: a batch opening a new group is held back.
     const e = await createEngine("oracle-paced");
     await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
@@ -65,5 +67,26 @@ describe("the fuzz oracle's 5xx rule", () => {
     expect(paced.status).toBe(503);
     expect(JSON.parse(paced.text)).toMatchObject({ error: "paced" });
     expect(judge(doc, steps, "POST", paced)).toBe(true);
+  });
+
+  it("takes a full store's 503 storage_full as a refusal on the routes that add data, and nowhere else", async () => {
+    const doc = (await (await workerFetch(`${ORIGIN}/openapi.json`)).json()) as Doc;
+    const byKey = new Map(targets(doc).map((t) => [t.key, t]));
+    const target = (key: string): Target => byKey.get(key) as Target;
+    const e = await createEngine("oracle-store");
+    await runInDurableObject(e.stub, (instance: EngineObject) => {
+      instance.storageHighWater = 1;
+    });
+    const row = { session_id: "s1", group_id: "g1", step_index: 0, messages: [], response: "r", reward: 1, is_session_completed: true };
+    const res = await workerFetch(`${ORIGIN}/e/${e.name}/steps`, { method: "POST", headers: { authorization: `Bearer ${e.tokens.client}`, "content-type": "application/json" }, body: JSON.stringify({ steps: [row] }) });
+    const steps = { status: res.status, contentType: res.headers.get("content-type"), text: await res.text() };
+    expect(steps.status).toBe(503);
+    expect(JSON.parse(steps.text)).toMatchObject({ error: "storage_full" });
+    expect(judge(doc, target("post /e/{engine}/steps"), "POST", steps)).toBe(true);
+    const env = await atroposCall(e, "client", "POST", "/register-env", { max_token_length: 2048, desired_name: "env", weight: 1, group_size: 2, min_batch_allocation: null });
+    expect(env.status).toBe(503);
+    expect(judge(doc, target("post /e/{engine}/t/{token}/atropos/register-env"), "POST", env)).toBe(true);
+    // The same answer on a route that never refuses for the store breaks the rule.
+    expect(() => judge(doc, target("post /e/{engine}/claim_episode"), "POST", steps)).toThrow(/a 503/);
   });
 });

@@ -102,9 +102,9 @@ export function judge(doc: Doc, target: Target, method: string, answer: Answer):
   // Documented 503s too (the ledger's ledger_unavailable, a store that failed): workerd's local D1
   // and R2 do not fail, so one here is a bug that an outage would only hide. Only Atropos's own
   // 500 (plain text, where its handler raises) and a 5xx the document marks a refusal by design
-  // (x-refusal-code: a full Atropos queue's queue_full) are answers.
+  // (x-refusal-codes: a full Atropos queue's queue_full, a full store's storage_full) are answers.
   const raised = status === 500 && promised?.kind === "text";
-  const refusedByDesign = promised?.refusalCode !== undefined && errorCode(answer) === promised.refusalCode;
+  const refusedByDesign = promised?.refusalCodes?.includes(errorCode(answer)) === true;
   if (status >= 500 && !raised && !refusedByDesign) throw new Broken(`a ${status}: ${answer.text.slice(0, 500)}`);
   if (status < 200 || (status >= 300 && status < 400)) throw new Broken(`an unexpected ${status}`);
   if (method === "HEAD") {
