@@ -280,6 +280,29 @@ describe("deleting an engine", () => {
     expect(stats.alarm_at).not.toBeNull();
   });
 
+  it("refuses a keep_history delete 503 history_not_written when D1 cannot take the last results: an error id, not D1's text, and nothing deleted", async () => {
+    const e = await createEngine("rv3");
+    await rollingWith(e, 1);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", episode_type: "train", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("c1", c.episode_uuid, 1));
+    expect((await engineStats(e)).outbox).toBe(1);
+    // A real D1 failure: the trajectories' table is gone while the delete writes the last results.
+    await env.DB.exec("ALTER TABLE trajectories RENAME TO trajectories_away");
+    let refused: Awaited<ReturnType<typeof raw>>;
+    try {
+      refused = await raw(`/admin/engines/${e.name}?keep_history=true&force=true`, { method: "DELETE", token: ADMIN_TOKEN });
+    } finally {
+      await env.DB.exec("ALTER TABLE trajectories_away RENAME TO trajectories");
+    }
+    expect(refused).toMatchObject({ status: 503, json: { error: "history_not_written", detail: expect.stringMatching(/error id [0-9a-f-]{36}.*nothing was deleted/) } });
+    expect(refused.text).not.toMatch(/trajectories|SQL|D1_ERROR|no such table/i);
+    expect((await engineStats(e)).outbox).toBe(1);
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.ROLLING");
+    // With D1 back, the same delete keeps the history.
+    expect((await raw(`/admin/engines/${e.name}?keep_history=true&force=true`, { method: "DELETE", token: ADMIN_TOKEN })).status).toBe(200);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine LIKE ?", `${e.name}@%`)).toBe(1);
+  });
+
   it("deletes every call body of its incarnation, those whose rows retention removed first included", async () => {
     const e = await createEngine("bodies");
     // Retention sweeps an hour after the first call with capture on; the engine's clock about a day

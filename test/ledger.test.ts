@@ -80,6 +80,26 @@ describe("trajectory ledger", () => {
     expect(t.workflow_output).toMatchObject({ reward: 0.75 });
   });
 
+  it("answers a batch D1 cannot store 503 ledger_unavailable with an error id, not D1's text, and takes it when sent again", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const batch = batchOf(threeTurns(c));
+    // A real D1 failure: the calls' table is gone while the batch comes in.
+    await env.DB.exec("ALTER TABLE llm_calls RENAME TO llm_calls_away");
+    let refused: Awaited<ReturnType<typeof post>>;
+    try {
+      refused = await post(e, batch);
+    } finally {
+      await env.DB.exec("ALTER TABLE llm_calls_away RENAME TO llm_calls");
+    }
+    expect(refused).toMatchObject({ status: 503, json: { error: "ledger_unavailable", detail: expect.stringMatching(/error id [0-9a-f-]{36}.*send it again later/) } });
+    expect(refused.text).not.toMatch(/llm_calls|SQL|D1_ERROR|no such table/i);
+    // As the gateway does: the same batch again, stored once.
+    expect((await post(e, batch)).json).toEqual({ recorded: 3, duplicates: 0 });
+    expect((await ledgerOf(e, "viewer").trajectory(c.episode)).calls).toHaveLength(3);
+  });
+
   it("says at which turn the prompt drifted instead of splicing it", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

@@ -466,7 +466,10 @@ describe("the relay's gate in the Worker", () => {
     await e.as("trainer").heartbeat({ agent_id: "a", host: "h", pid: 1, version: "0.1.0", trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://127.0.0.1:9" });
     const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
     const path = `/e/${e.name}/v1/models`;
-    expect(await raw(path, { token: c.openai_api_key })).toMatchObject({ status: 502, json: { error: { code: "gateway_unreachable" } } });
+    const unreachable = await raw(path, { token: c.openai_api_key });
+    expect(unreachable).toMatchObject({ status: 502, json: { error: { code: "gateway_unreachable", message: expect.stringMatching(/error id [0-9a-f-]{36}/) } } });
+    // The gateway's address is the operator's business, never a client's.
+    expect(unreachable.text).not.toContain("127.0.0.1");
     await e.as("client").endEpisode(endBody("c1", c.episode_uuid, 1));
     const after = await raw(path, { token: c.openai_api_key });
     expect(after.status).toBe(401);

@@ -211,7 +211,10 @@ export class EngineObject extends DurableObject<EngineEnv> {
         this.closed = wasClosed;
         // An alarm that fired during the drain found the engine closed and set none again.
         if (!wasClosed) this.rearm(this.now());
-        return fail(503, "history_not_written", `The engine's last results could not be written to D1 (${r.error}); nothing was deleted. Try again, or delete without keep_history.`);
+        // D1's error may name its tables and SQL: it goes to the log, the answer carries its id.
+        const id = crypto.randomUUID();
+        console.error(`engine: writing the last results to D1 before a delete failed, error ${id}: ${r.error}`);
+        return fail(503, "history_not_written", `The engine's last results could not be written to D1 (error id ${id}); nothing was deleted. Try again, or delete without keep_history.`);
       }
     }
     await this.ctx.storage.deleteAlarm();

@@ -27,8 +27,7 @@ export function replyResponse<T>(reply: Reply<T>, okStatus: ContentfulStatusCode
  * operator's. The caller gets an id to quote, and the operator finds the error by it.
  */
 export function internalError(err: unknown): Response {
-  const id = crypto.randomUUID();
-  console.error(`internal error ${id}:`, err);
+  const id = loggedErrorId("internal error", err);
   return errorResponse(500, "internal_error", `The exchange failed to answer this request (error id ${id}); its operator can look that id up in the Worker's log.`);
 }
 
@@ -37,4 +36,15 @@ export function describeIssues(error: z.ZodError): string {
   return error.issues
     .map((i) => `${i.path.length > 0 ? i.path.join(".") : "body"}: ${i.message}`)
     .join("; ");
+}
+
+/**
+ * Logs `err` under a new id and returns the id, for an answer that names a failure of D1, R2 or
+ * the network without its text: that may name tables, SQL or addresses (the gateway's tunnel),
+ * which only the operator may read, in the Worker's log (`wrangler tail`), found by the id.
+ */
+export function loggedErrorId(label: string, err: unknown): string {
+  const id = crypto.randomUUID();
+  console.error(`${label} ${id}:`, err);
+  return id;
 }

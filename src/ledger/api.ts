@@ -19,7 +19,7 @@ import {
   type TrajectoryListQuery as ListQuery,
 } from "../protocol/ledger";
 import { envOf } from "../runs/context";
-import { errorResponse, jsonResponse } from "../http/errors";
+import { errorResponse, jsonResponse, loggedErrorId } from "../http/errors";
 import { recordCalls } from "./ingest";
 import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
@@ -76,8 +76,8 @@ async function postCalls(c: Context, who: Authorized, batch: CallBatch): Promise
     return jsonResponse(await recordCalls(envOf(c).DB, envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation }, batch, Date.now()), 200);
   } catch (e) {
     // D1 or R2 failed: nothing of the batch is lost, the gateway keeps it and sends it again.
-    console.error("ledger: recording a batch failed", e);
-    return errorResponse(503, "ledger_unavailable", `The ledger could not store this batch now (${e instanceof Error ? e.message : String(e)}); send it again later.`);
+    const id = loggedErrorId("ledger: recording a batch failed, error", e);
+    return errorResponse(503, "ledger_unavailable", `The ledger could not store this batch now (error id ${id}); send it again later.`);
   }
 }
 

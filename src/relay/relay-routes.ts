@@ -15,7 +15,7 @@ import type { Env } from "../env";
 import { verifyClaimKey } from "../auth/claim-key";
 import { cachedGatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
-import { describeIssues, internalError } from "../http/errors";
+import { describeIssues, internalError, loggedErrorId } from "../http/errors";
 import { MAX_BODY_BYTES, readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
@@ -38,7 +38,8 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
   if (name === "TimeoutError" || name === "AbortError") {
     return { status: 504, message: `the inference upstream did not answer within ${deadline} s`, code: "upstream_timeout" };
   }
-  return { status: 502, message: `the inference gateway could not be reached: ${e instanceof Error ? e.message : String(e)}`, code: "gateway_unreachable" };
+  // The fetch's error may name the gateway's address, which clients are never shown.
+  return { status: 502, message: `the inference gateway could not be reached (error id ${loggedErrorId("relay: the gateway could not be reached, error", e)})`, code: "gateway_unreachable" };
 }
 
 /** The isolate's deadlines of relayed calls that are not streamed. */
