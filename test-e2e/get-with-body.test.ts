@@ -73,9 +73,22 @@ describe("a GET with a body", () => {
     }
   }, 60_000);
 
-  it("over the size limit is refused 413 like any other body", async () => {
-    const big = JSON.stringify({ env_id: 0, pad: "x".repeat(4 * 1024 * 1024) });
-    const r = await send("GET", `${base}/atropos/status`, big, bearer("viewer"));
+  it("over the size limit is refused 413 like any other body, unread", async () => {
+    // Only the headers go out: a refusal that waited for the 5 MB it declares would never come.
+    // (Sending them whole races the refusal: the server may close while the client still writes.)
+    const r = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = request(`${base}/atropos/status`, { method: "GET", headers: { ...bearer("viewer"), "content-type": "application/json", "content-length": String(5 * 1024 * 1024) } }, (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => {
+          resolve({ status: res.statusCode ?? 0, text });
+          req.destroy();
+        });
+      });
+      req.on("error", reject);
+      req.flushHeaders();
+    });
     expect(r.status).toBe(413);
     expect(JSON.parse(r.text)).toMatchObject({ error: "payload_too_large" });
   }, 60_000);
