@@ -220,8 +220,10 @@ export async function startAgent(
         logger.info("agent stopping");
         await facade.close();
         await gateway.close();
-        if (opts.stopTrainer && trainer.status().pid !== null) {
-          const out = await trainer.stop("the agent is shutting down");
+        // The command loop dispatches until stopper.abort(), after the grace period: a start it
+        // hands over meanwhile must start nothing, and one already spawning is stopped with the rest.
+        const out = opts.stopTrainer ? await trainer.shutdown("the agent is shutting down") : null;
+        if (out !== null) {
           // The engine must not keep believing a trainer runs; a few seconds at most, the agent is exiting.
           const told = reports?.trainerExited({ exit_code: out.exit_code, signal: out.signal, log_tail: trainerLog.tail(), detail: `the agent was shut down: ${out.detail}` });
           await Promise.race([told, clock.sleep(5000)]);

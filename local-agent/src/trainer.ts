@@ -72,6 +72,10 @@ export class TrainerSupervisor {
   private readonly pidFile: string;
   private readonly configFile: string;
   private closed = new AbortController();
+  /** The agent's deliberate shutdown has begun (shutdown()): a trainer started now would outlive the agent. */
+  private readonly shuttingDown = new AbortController();
+  /** Starts under way (waiting for leftovers, or spawning), which a shutdown waits out before it stops the trainer. */
+  private readonly starting = new Set<Promise<unknown>>();
   /** Processes a trainer that exited on its own left in its group, until they are gone (SIGKILL after the grace period). */
   private leftovers: Promise<void> | null = null;
 
@@ -116,9 +120,26 @@ export class TrainerSupervisor {
     void exited.then((e) => this.onExit(running, e.code, e.signal));
   }
 
-  async start(yaml: string, seq: number): Promise<Outcome> {
-    // Not beside what the last trainer left holding the GPUs: at most the grace period.
-    if (this.current === null && this.leftovers !== null) await this.leftovers;
+  /**
+   * Null when the agent's shutdown came first, before the spawn: nothing was started, and the
+   * command is left unacked, so the engine hands it to the next agent, as any command a shutdown
+   * interrupts. A spawn already under way when the shutdown begins is stopped by shutdown().
+   */
+  start(yaml: string, seq: number): Promise<Outcome | null> {
+    const started = this.startNow(yaml, seq);
+    this.starting.add(started);
+    void started.finally(() => this.starting.delete(started)).catch(() => undefined);
+    return started;
+  }
+
+  private async startNow(yaml: string, seq: number): Promise<Outcome | null> {
+    // Not beside what the last trainer left holding the GPUs: at most the grace period, unless the agent goes first.
+    if (this.current === null && this.leftovers !== null) await Promise.race([this.leftovers, aborted(this.shuttingDown.signal)]);
+    // From here to the spawn nothing awaits: a shutdown begun later finds this start in `starting` and waits for its trainer.
+    if (this.shuttingDown.signal.aborted) {
+      this.opts.logger.info(`not starting the trainer (command ${seq}): the agent is shutting down; the command is left for the next agent`);
+      return null;
+    }
     const c = this.current;
     if (c !== null) {
       if (c.seq === seq && c.stopping === null) return { ok: true, detail: `trainer already running (pid ${c.pid}), started by this same command` };
@@ -197,6 +218,18 @@ export class TrainerSupervisor {
     return c.stopping;
   }
 
+  /**
+   * The agent's deliberate shutdown (SIGINT/SIGTERM): from now on no trainer starts, a start
+   * whose spawn is under way is let finish, and the trainer, if one runs, is stopped like a stop
+   * command would. Null when none was running.
+   */
+  async shutdown(reason: string): Promise<StopOutcome | null> {
+    this.shuttingDown.abort();
+    await Promise.allSettled([...this.starting]);
+    if (this.current === null) return null;
+    return this.stop(reason);
+  }
+
   /** The agent is exiting: stop watching an adopted trainer (it keeps running and is adopted again). */
   close(): void {
     this.closed.abort();
@@ -251,7 +284,7 @@ export class TrainerSupervisor {
   /** What a trainer that exited on its own left in its group, sent SIGTERM: SIGKILL after the grace period, as a stop does. */
   private async endLeftovers(pgid: number): Promise<void> {
     const start = this.opts.clock.now();
-    while (groupAlive(pgid) && this.opts.clock.now() - start < this.opts.graceMs && !this.closed.signal.aborted) await this.opts.clock.sleep(POLL_MS);
+    while (groupAlive(pgid) && this.opts.clock.now() - start < this.opts.graceMs && !this.closed.signal.aborted) await this.opts.clock.sleep(POLL_MS, this.closed.signal);
     if (!groupAlive(pgid)) return;
     // Also when the agent is going away: no later agent adopts the helpers of a trainer that is gone.
     this.opts.logger.warn(`the processes trainer pid ${pgid} left in its group still run ${this.opts.graceMs / 1000} s after SIGTERM: sending SIGKILL`);
@@ -265,6 +298,13 @@ export class TrainerSupervisor {
     while (groupAlive(pid) && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
     if (this.closed.signal.aborted) await new Promise<never>(() => {}); // the agent stopped: nothing more to report
   }
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener("abort", () => resolve(), { once: true });
+  });
 }
 
 async function settled(p: Promise<unknown>): Promise<boolean> {

@@ -7,7 +7,9 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { EngineOverview } from "../../src/protocol";
+import { groupAlive } from "../src/runs/process-group";
 import { runAgent, testConfig } from "./support/agent-harness";
+import { ManualClock } from "./support/manual-clock";
 import { PyRunner } from "./support/py-runner";
 import { exchangeSuite } from "./support/suite";
 import { waitUntil } from "./support/wait";
@@ -143,6 +145,44 @@ describe("agent + Worker + runner", () => {
     expect(s.engine_status_detail).toContain("CUDA out of memory");
     expect(s.engine_status_detail).toContain("[rollout-agent] trainer pid");
     expect(agent.trainer.status().state).toBe("exited");
+  });
+
+  it("leaves no trainer behind when the engine's start comes while the agent shuts down, and leaves that start unacked", async () => {
+    // The first trainer dies leaving a helper that ignores SIGTERM; its grace period runs on a
+    // clock nobody moves, so the engine's next start waits for it until the agent's SIGTERM.
+    const clock = new ManualClock(Date.now());
+    const command = ["sh", "-c", "(trap '' TERM; while true; do sleep 0.1; done) & sleep 0.3; exit 3"];
+    const agent = await runAgent(testConfig(t.ex.url, t.engine, t.dir, { trainerCommand: command, stopGraceSeconds: 600 }), clock);
+    const pids = new Set<number>();
+    t.defer(async () => {
+      await agent.stop({ stopTrainer: true });
+      for (const pid of pids) if (groupAlive(pid)) process.kill(-pid, "SIGKILL");
+    });
+    const starts = (): number => agent.lines.filter((l) => /: start the trainer/.test(l)).length;
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    const first = await waitUntil(() => agent.trainer.status().pid, "the first trainer to start");
+    pids.add(first);
+    await waitUntil(async () => (await t.engine.viewer.getEngineStatus()).engine_status === "ENGINE.OFFLINE", "the engine to go OFFLINE");
+    await waitUntil(async () => (await overview()).pending_commands === 0, "the first start to be acked");
+    await t.engine.operator.startEngine();
+    await waitUntil(() => starts() === 2 && agent.dispatcher.backlog === 1, "the second start to wait for the leftovers");
+    expect(groupAlive(first)).toBe(true);
+
+    await agent.stop({ stopTrainer: true });
+    // Whatever the start still waits for runs on the agent's clock: move it until the start is done.
+    await waitUntil(async () => {
+      if (agent.dispatcher.backlog === 0) return true;
+      await clock.advance(100);
+      await new Promise((r) => setTimeout(r, 10));
+      return false;
+    }, "the second start to finish");
+    const pid = agent.trainer.status().pid;
+    if (pid !== null) pids.add(pid);
+    expect(pid).toBeNull();
+    expect(readFileSync(join(t.dir, "logs", "trainer.log"), "utf8").match(/rollout-agent starts/g)).toHaveLength(1);
+    expect(groupAlive(first)).toBe(false);
+    expect((await overview()).pending_commands).toBe(1);
   });
 
   it("refuses a start whose trainer command does not exist, and the engine says why", async () => {

@@ -59,7 +59,7 @@ describe("TrainerSupervisor", () => {
   it("writes the synced YAML, starts the trainer in its own process group and stops the whole group with SIGTERM", async () => {
     const s = supervisor();
     const started = await s.start("ajet:\n  backbone: verl\n", 7);
-    expect(started.ok, started.detail).toBe(true);
+    expect(started?.ok, started?.detail).toBe(true);
     const { pid, state } = s.status();
     expect(state).toBe("running");
     expect(readFileSync(join(dir.path, "state", "train-config.yaml"), "utf8")).toBe("ajet:\n  backbone: verl\n");
@@ -94,7 +94,7 @@ describe("TrainerSupervisor", () => {
 
   it("kills a trainer that ignores SIGTERM with SIGKILL after the grace period", async () => {
     const s = supervisor({ command: script("trainer-ignores-sigterm.sh"), graceMs: 300 });
-    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
     const pid = s.status().pid as number;
     await waitUntil(() => logText().includes("ignoring SIGTERM"), "the trap to be set");
     const t0 = Date.now();
@@ -109,7 +109,7 @@ describe("TrainerSupervisor", () => {
   it("says how long it has waited every 5 s of a long grace period, then kills at its end", async () => {
     const clock = new ManualClock();
     const s = supervisor({ command: script("trainer-ignores-sigterm.sh"), graceMs: 12_000, clock });
-    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
     const pid = s.status().pid as number;
     await waitUntil(() => logText().includes("ignoring SIGTERM"), "the trap to be set");
     let stopped: Awaited<ReturnType<TrainerSupervisor["stop"]>> | null = null;
@@ -130,7 +130,7 @@ describe("TrainerSupervisor", () => {
 
   it("reports a trainer that exits on its own, with its exit code and last lines", async () => {
     const s = supervisor({ command: script("trainer-exits-3.sh") });
-    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
     const exit = await waitUntil(() => exits[0], "the unexpected exit report");
     expect(exit.exit_code).toBe(3);
     expect(exit.signal).toBeNull();
@@ -138,23 +138,60 @@ describe("TrainerSupervisor", () => {
     expect(exit.detail).toMatch(/exited with code 3 without a stop command/);
     expect(s.status().state).toBe("exited");
     // Once it has exited, a new start is allowed.
-    expect((await s.start("x: 2", 2)).ok).toBe(true);
+    expect((await s.start("x: 2", 2))?.ok).toBe(true);
     await waitUntil(() => exits[1], "the second run's exit");
   });
 
   it("kills what a trainer that exited on its own left in its group after the grace period, and starts the next only then", async () => {
     // The helper ignores SIGTERM (a wedged data loader); the leader dies with code 3.
     const s = supervisor({ command: ["sh", "-c", "(trap '' TERM; while true; do sleep 0.1; done) & sleep 0.3; exit 3"], graceMs: 500 });
-    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
     const pgid = s.status().pid as number;
     const exit = await waitUntil(() => exits[0], "the unexpected exit report");
     expect(exit.detail).toMatch(/sent SIGTERM to the processes it left in its group/);
     expect(groupAlive(pgid)).toBe(true);
     // The next start waits for them to be gone: never two trainers' processes on the GPUs.
     const next = await s.start("x: 2", 2);
-    expect(next.ok).toBe(true);
+    expect(next?.ok).toBe(true);
     expect(groupAlive(pgid)).toBe(false);
     expect(logger.has(/left in its group still run 0.5 s after SIGTERM: sending SIGKILL/)).toBe(true);
+  });
+
+  it("starts no trainer once the agent's shutdown has begun, not even one that was waiting for the last trainer's leftovers", async () => {
+    // The leftovers ignore SIGTERM and the grace period runs on a clock nobody moves: the next start waits until the shutdown.
+    const clock = new ManualClock();
+    const s = supervisor({ command: ["sh", "-c", "(trap '' TERM; while true; do sleep 0.1; done) & sleep 0.3; exit 3"], graceMs: 60_000, clock });
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
+    const pgid = s.status().pid as number;
+    await waitUntil(() => exits[0], "the unexpected exit report");
+    expect(groupAlive(pgid)).toBe(true);
+    const waiting = s.start("x: 2", 2);
+
+    // Nothing was running (the agent's old check, a pid, found none): nothing to stop, and nothing may start.
+    expect(await s.shutdown("the agent is shutting down")).toBeNull();
+    expect(await waiting).toBeNull();
+    expect(await s.start("x: 3", 3)).toBeNull();
+    expect(s.status().pid).toBeNull();
+    expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
+    expect(logText().match(/rollout-agent starts/g)).toHaveLength(1);
+    expect(logger.has(/not starting the trainer \(command 2\): the agent is shutting down/)).toBe(true);
+    // The agent's exit (close) takes the leftovers with it at once, whatever remains of their grace period.
+    s.close();
+    await waitUntil(() => !groupAlive(pgid), "the leftovers to be killed");
+  });
+
+  it("stops, with the rest of the agent's shutdown, a trainer whose spawn was under way when it began", async () => {
+    const s = supervisor();
+    const starting = s.start("a: 1", 1); // spawning: no pid known yet
+    expect(s.status().pid).toBeNull();
+    const stopped = await s.shutdown("the agent is shutting down");
+    const started = await starting;
+    expect(started?.ok).toBe(true);
+    const pid = Number(/pid (\d+)/.exec(started?.detail ?? "")?.[1]);
+    expect(stopped).toMatchObject({ ok: true, detail: expect.stringMatching(new RegExp(`^trainer pid ${pid} stopped`)) });
+    expect(groupAlive(pid)).toBe(false);
+    expect(s.status()).toEqual({ state: "idle", pid: null, started_at: null });
+    expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
   });
 
   it("finishes a stop when the group holds only a zombie nobody reaps", async () => {
@@ -174,7 +211,7 @@ describe("TrainerSupervisor", () => {
       "time.sleep(60)",
     ].join("\n");
     const s = supervisor({ command: ["python3", "-c", trainer], graceMs: 300 });
-    expect((await s.start("x: 1", 1)).ok).toBe(true);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
     const [keeper, child] = (await waitUntil(() => /keeper (\d+) child (\d+)/.exec(logText()), "the keeper's pids")).slice(1).map(Number) as [number, number];
     try {
       await waitUntil(() => processState(child) === "Z" || undefined, "the child to be a zombie");
@@ -195,21 +232,21 @@ describe("TrainerSupervisor", () => {
   });
 
   it("refuses to run without a command, in a missing directory, or with a non-executable file", async () => {
-    expect((await supervisor({ command: null }).start("x", 1)).detail).toMatch(/no trainer command configured/);
-    expect((await supervisor({ cwd: join(dir.path, "nope") }).start("x", 1)).detail).toMatch(/working directory .*nope does not exist/);
+    expect((await supervisor({ command: null }).start("x", 1))?.detail).toMatch(/no trainer command configured/);
+    expect((await supervisor({ cwd: join(dir.path, "nope") }).start("x", 1))?.detail).toMatch(/working directory .*nope does not exist/);
     const notExec = join(dir.path, "not-executable");
     writeFileSync(notExec, "#!/bin/sh\n");
-    expect((await supervisor({ command: [notExec] }).start("x", 1)).detail).toMatch(/is not executable/);
+    expect((await supervisor({ command: [notExec] }).start("x", 1))?.detail).toMatch(/is not executable/);
   });
 
   it("runs one trainer at a time: a second start is refused, a redelivered start is harmless", async () => {
     const s = supervisor();
-    expect((await s.start("a: 1", 5)).ok).toBe(true);
+    expect((await s.start("a: 1", 5))?.ok).toBe(true);
     const pid = s.status().pid;
     expect(await s.start("a: 1", 5)).toEqual({ ok: true, detail: `trainer already running (pid ${pid}), started by this same command` });
     const second = await s.start("b: 2", 6);
-    expect(second.ok).toBe(false);
-    expect(second.detail).toMatch(new RegExp(`a trainer is already running on this agent \\(pid ${pid}, started .*\\); stop it before starting another`));
+    expect(second?.ok).toBe(false);
+    expect(second?.detail).toMatch(new RegExp(`a trainer is already running on this agent \\(pid ${pid}, started .*\\); stop it before starting another`));
     expect(s.status().pid).toBe(pid);
   });
 
@@ -232,7 +269,7 @@ describe("TrainerSupervisor", () => {
     second.adopt();
     expect(second.status()).toMatchObject({ state: "running", pid });
     expect(logger.has(new RegExp(`adopting trainer pid ${pid}`))).toBe(true);
-    expect((await second.start("a: 1", 3)).ok).toBe(true); // the same start, redelivered
+    expect((await second.start("a: 1", 3))?.ok).toBe(true); // the same start, redelivered
     const stopped = await second.stop("engine stopped");
     expect(stopped.ok).toBe(true);
     expect(processAlive(pid)).toBe(false);

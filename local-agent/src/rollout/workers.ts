@@ -48,6 +48,8 @@ export class RolloutWorkers {
   private endedAlone: { pid: number | null; jobSession: string; detail: string } | null = null;
   /** The agent is shutting down: no new workers, they would outlive it. */
   private closed = false;
+  /** Spawns under way, which a shutdown waits out so that it stops what they start. */
+  private readonly launching = new Set<Promise<Outcome>>();
   readonly logPath: string;
   private readonly pidFile: string;
 
@@ -118,6 +120,13 @@ export class RolloutWorkers {
       restarted = ` (restart_training: the previous workers, pid ${c.proc.pid}, were stopped)`;
     }
     if (this.closed) return null;
+    const launched = this.launch(cmd, seq, argv, restarted);
+    this.launching.add(launched);
+    void launched.finally(() => this.launching.delete(launched)).catch(() => undefined);
+    return launched;
+  }
+
+  private async launch(cmd: StartRolloutBody, seq: number, argv: string[], restarted: string): Promise<Outcome> {
     mkdirSync(this.o.logDir, { recursive: true });
     mkdirSync(this.o.stateDir, { recursive: true });
     const proc = new RunProcess("rollout-workers", 0, argv, this.logPath, this.o.clock);
@@ -137,9 +146,11 @@ export class RolloutWorkers {
     return { ok: true, detail };
   }
 
-  /** The agent's shutdown: stops the workers, and a start still stopping the previous ones starts none. */
+  /** The agent's shutdown: stops the workers (those a start is spawning too), and a start still stopping the previous ones starts none. */
   async shutdown(reason: string): Promise<string> {
     this.closed = true;
+    // A spawn under way has no `current` yet: without this wait its workers would outlive the agent.
+    await Promise.allSettled([...this.launching]);
     return this.stop(reason);
   }
 

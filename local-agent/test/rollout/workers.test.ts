@@ -1,5 +1,5 @@
 /** The rollout workers' supervision against real child processes (fixtures/worker.sh). */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { realClock } from "../../src/clock";
@@ -131,6 +131,19 @@ describe("RolloutWorkers", () => {
     expect(w.status()).toMatchObject({ running: false, pid: null });
     expect(groupAlive(old)).toBe(false);
     expect(log(w).match(/rollout-agent starts/g)).toHaveLength(1);
+  });
+
+  it("stops, with the agent's shutdown, the workers whose spawn was under way when it began", async () => {
+    const w = workers();
+    const starting = w.start(cmd("job-1"), 1); // spawning: no pid known yet
+    expect(w.status().pid).toBeNull();
+    await w.shutdown("the agent is shutting down");
+    const started = await starting;
+    expect(started?.ok).toBe(true);
+    const pid = Number(/pid (\d+)/.exec(started?.detail ?? "")?.[1]);
+    expect(groupAlive(pid)).toBe(false);
+    expect(w.status()).toMatchObject({ running: false, pid: null });
+    expect(existsSync(join(dir.path, "state", "rollout-workers.json"))).toBe(false);
   });
 
   it("adopts workers left running by a previous agent instead of starting a second set", async () => {

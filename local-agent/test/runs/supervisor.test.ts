@@ -575,6 +575,49 @@ describe("after an agent restart", () => {
     expect(groupAlive(trainer!)).toBe(false);
   });
 
+  it("adopts a run once the exchange answers when it could not be reached at the agent's start, then reports the run's end", async () => {
+    const first = setup([proc("trainer", "")]);
+    await first.sup.start(startCommand("run_late01"));
+    await waitUntil(() => first.reporter.status.get("run_late01") === "running", "the run to be running");
+    first.stop.abort(); // the first agent dies: its processes stay
+    const [trainer] = first.pids();
+
+    // The restarted agent's exchange is down: nothing listens on its port yet.
+    const port = await freePort();
+    const logger = new MemoryLogger();
+    const stop = new AbortController();
+    cleanups.push(() => stop.abort());
+    const baseUrl = `http://127.0.0.1:${port}/e/default`;
+    const reporter = new ExchangeReporter(new RunsClient({ baseUrl, token: "trainer-token" }), { reach: new Reachability(logger, realClock, baseUrl), logger, stop: stop.signal, maxBackoffMs: 200 });
+    const sup = new RunSupervisor({ config: first.config, reporter, clock: realClock, logger, agentId: "host-1", stop: stop.signal });
+    const reattached = sup.reattach();
+    await waitUntil(() => logger.has(/could not list this engine's active runs .*retrying/), "the agent to retry the list");
+
+    // The exchange comes up.
+    const reports: Array<{ status: string; detail: string }> = [];
+    const server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        res.writeHead(200, { "content-type": "application/json" });
+        if (req.method === "GET" && req.url?.endsWith("/runs/agent/active")) return res.end(JSON.stringify({ runs: [{ ...view, run_id: "run_late01", status: "running" }] }));
+        const report = JSON.parse(body) as { status: string; detail: string };
+        reports.push(report);
+        res.end(JSON.stringify({ run_id: "run_late01", status: report.status, must_stop: false }));
+      });
+    });
+    await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    await reattached;
+    expect(sup.current).toEqual({ run_id: "run_late01", phase: "running" });
+    expect(reports[0]).toMatchObject({ status: "running", detail: "reattached after an agent restart" });
+
+    process.kill(-trainer!, "SIGKILL");
+    await sup.settled();
+    expect(reports.at(-1)).toMatchObject({ status: "failed", detail: "trainer ended (exit status unknown: it was adopted after an agent restart); the other processes were stopped" });
+    expect(readJournal(first.config.runsDir, "run_late01")?.closed).toBe(true);
+  });
+
   it("neither adopts nor signals a process that holds a noted pid but started after the noted process", async () => {
     // An unrelated daemon (its own session and group) that got the pid of a run's process after a reboot.
     const daemon = spawn("sleep", ["120"], { detached: true, stdio: "ignore" });
