@@ -181,10 +181,14 @@ describe("weight syncs with keep_claims_across_sync", () => {
     await status(e, "ENGINE.ROLLING");
     await status(e, "ENGINE.WEIGHT_SYNCING");
     expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: true });
+    // The overview still counts it as on its way, though the syncs ended its batch.
+    expect((await e.as("viewer").overview()).deliveries).toEqual({ pending: 1, delivered: 0, undeliverable: 0 });
     const { commands } = await trainer.pollCommands();
     expect(commands.map((c) => c.body)).toEqual([expect.objectContaining({ kind: "deliver", episode_uuid: id })]);
     await trainer.ackCommand({ seq: commands[0]!.seq, ok: true, detail: "runner acked" });
     expect(await trainer.isEpisodeClaimed({ episode_uuid: id!, unregister_if_not_claimed: true })).toMatchObject({ success: false });
+    // Delivered once it is: what the overview counts is the pending deliveries, not the batch's.
+    expect((await e.as("viewer").overview()).deliveries.pending).toBe(0);
   });
 
   it("refuses to turn the option over during a sync, and bad values, changing nothing", async () => {

@@ -166,7 +166,10 @@ export function deliveryCounts(sql: SqlStorage): { pending: number; delivered: n
   const by = Object.fromEntries(
     sql.exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM finished GROUP BY delivery").toArray().map((r) => [r.delivery, r.n]),
   );
-  return { pending: by["pending"] ?? 0, delivered: by["delivered"] ?? 0, undeliverable: by["undeliverable"] ?? 0 };
+  // A sync that keeps claims ends the batch, and its ends move to ends_before_sync: those whose
+  // result is still on its way to the runner are pending all the same (the agent will deliver them).
+  const carried = sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM ends_before_sync WHERE delivery = 'pending'").one().n;
+  return { pending: (by["pending"] ?? 0) + carried, delivered: by["delivered"] ?? 0, undeliverable: by["undeliverable"] ?? 0 };
 }
 
 /** The newest results the agent could not deliver, with its reason. */
