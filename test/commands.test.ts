@@ -2,7 +2,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ACKED_KEEP_MS, type CommandQueue } from "../src/engine/command-queue";
 import type { EngineObject } from "../src/engine/engine-object";
-import { advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+import { admin, advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
 import { MAX_REFUSALS } from "../src/protocol/agent";
 
 describe("agent command channel", () => {
@@ -62,12 +62,12 @@ describe("agent command channel", () => {
 
   it("returns an empty list when a long poll's wait runs out", async () => {
     const e = await createEngine();
-    expect(await e.as("trainer").pollCommands({ wait: 0.2 })).toEqual({ commands: [] });
+    expect(await e.as("trainer").pollCommands({ wait: 0.2 })).toEqual({ incarnation: expect.any(String), commands: [] });
   });
 
   it("leaves nothing behind of long polls whose wait ran out", async () => {
     const e = await createEngine();
-    for (let i = 0; i < 5; i++) expect(await e.as("trainer").pollCommands({ wait: 0.02, session: "agent-1" })).toEqual({ commands: [] });
+    for (let i = 0; i < 5; i++) expect(await e.as("trainer").pollCommands({ wait: 0.02, session: "agent-1" })).toEqual({ incarnation: expect.any(String), commands: [] });
     const waiting = await runInDurableObject(e.stub, (i: EngineObject) => (i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size);
     expect(waiting).toBe(0);
   });
@@ -129,6 +129,48 @@ describe("agent command channel", () => {
     await advance(e, 600_000);
     expect(await stored()).toEqual([]);
     expect(await engineStats(e)).toMatchObject({ pending_commands: 0, alarm_at: null });
+  });
+
+  it("refuses 404 unknown_command, changing nothing, an ack naming another incarnation: that of the engine deleted before this one was made under its name", async () => {
+    // The first engine of the name hands out its seq 1 (a delivery), and is deleted before the ack.
+    const first = await createEngine("again");
+    await rollingWith(first, 1, { zmq: true });
+    const c1 = await first.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await first.as("client").endEpisode(endBody("c", c1.episode_uuid, 1));
+    const old = await first.as("trainer").pollCommands();
+    await admin.deleteEngine(first.name, { force: true });
+
+    // Made again under the name: its first delivery has the same seq, under another incarnation.
+    const again = await createEngine(undefined, { name: first.name });
+    await rollingWith(again, 1, { zmq: true });
+    const c2 = await again.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await again.as("client").endEpisode(endBody("c", c2.episode_uuid, 1));
+    const trainer = again.as("trainer");
+    const fresh = await trainer.pollCommands();
+    expect(fresh.commands.map((c) => c.seq)).toEqual(old.commands.map((c) => c.seq));
+    const seq = fresh.commands[0]!.seq;
+    const before = await again.as("viewer").overview();
+    expect(before).toMatchObject({ pending_commands: 1, deliveries: { pending: 1, delivered: 0, undeliverable: 0 } });
+
+    // The agent's ack owed to the first engine, of either outcome, and one of a seq this engine never had.
+    for (const ack of [
+      { seq, ok: true, detail: "delivered to the first engine's runner" },
+      { seq, ok: false, detail: "the first engine's runner was gone" },
+      { seq: seq + 1, ok: true },
+    ]) {
+      await expect(trainer.ackCommand({ ...ack, incarnation: old.incarnation })).rejects.toMatchObject({ status: 404, code: "unknown_command" });
+    }
+    expect(await again.as("viewer").overview()).toEqual(before);
+    expect([typeof old.incarnation, typeof fresh.incarnation]).toEqual(["string", "string"]);
+    expect(fresh.incarnation).not.toBe(old.incarnation);
+    // Still this engine's to carry out: handed out again once its lease runs out, and acked under this incarnation.
+    await advance(again, 60_000);
+    expect((await trainer.pollCommands()).commands).toMatchObject([{ seq, attempt: 2 }]);
+    expect(await trainer.ackCommand({ seq, ok: true, incarnation: fresh.incarnation })).toEqual({ success: true, first_ack: true });
+    // Once acked, the first engine's ack is still not taken for it (not even as a harmless repeat).
+    await expect(trainer.ackCommand({ seq, ok: true, incarnation: old.incarnation })).rejects.toMatchObject({ status: 404, code: "unknown_command" });
+    expect(await trainer.ackCommand({ seq, ok: true, incarnation: fresh.incarnation })).toEqual({ success: true, first_ack: false });
+    expect((await again.as("viewer").overview()).deliveries).toMatchObject({ pending: 0, delivered: 1, undeliverable: 0 });
   });
 
   it("refuses an ack for an unknown command and a poll with a bad wait", async () => {
@@ -204,7 +246,7 @@ describe("agent sessions", () => {
     const takeover = await trainer.pollCommands({ session: "agent-new" });
     // The start it leased is not stuck behind its 60 s lease.
     expect(takeover.commands).toEqual([expect.objectContaining({ seq: first.commands[0]!.seq, attempt: 2 })]);
-    expect(await abandoned).toEqual({ commands: [] });
+    expect(await abandoned).toEqual({ incarnation: expect.any(String), commands: [] });
     expect(Date.now() - started).toBeLessThan(10_000);
     await trainer.ackCommand({ seq: takeover.commands[0]!.seq, ok: true });
     await e.as("operator").stopEngine();

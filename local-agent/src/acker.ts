@@ -7,7 +7,7 @@ import { ExchangeError } from "../../src/client";
 import { Backoff, type BackoffOptions } from "./backoff";
 import { isTransient, type EngineLink } from "./engine-link";
 import { describeError, type Logger } from "./log";
-import type { Outcome, OutcomeJournal } from "./outcome-journal";
+import { commandKey, type Incarnation, type Outcome, type OutcomeJournal } from "./outcome-journal";
 import type { Reachability } from "./reachability";
 
 export type AckerDeps = {
@@ -20,23 +20,25 @@ export type AckerDeps = {
 };
 
 export class Acker {
-  private readonly sending = new Set<number>();
+  /** By commandKey: one engine name's seqs repeat across its incarnations. */
+  private readonly sending = new Set<string>();
   private readonly inflight = new Set<Promise<void>>();
 
   constructor(private readonly d: AckerDeps) {}
 
-  /** Records a command's outcome durably, then acks it. */
-  finish(seq: number, outcome: Outcome): Promise<void> {
-    this.d.journal.record(seq, outcome);
-    return this.send(seq, outcome);
+  /** Records the outcome of a command of `incarnation` durably, then acks it. */
+  finish(seq: number, incarnation: Incarnation, outcome: Outcome): Promise<void> {
+    this.d.journal.record(seq, incarnation, outcome);
+    return this.send(seq, incarnation, outcome);
   }
 
   /** Acks an outcome until the engine has it (or the agent stops; the journal keeps it then). */
-  send(seq: number, outcome: Outcome): Promise<void> {
-    if (this.sending.has(seq)) return Promise.resolve();
-    this.sending.add(seq);
-    const p = this.loop(seq, outcome).finally(() => {
-      this.sending.delete(seq);
+  send(seq: number, incarnation: Incarnation, outcome: Outcome): Promise<void> {
+    const key = commandKey(seq, incarnation);
+    if (this.sending.has(key)) return Promise.resolve();
+    this.sending.add(key);
+    const p = this.loop(seq, incarnation, outcome).finally(() => {
+      this.sending.delete(key);
       this.inflight.delete(p);
     });
     this.inflight.add(p);
@@ -49,7 +51,8 @@ export class Acker {
    */
   resendJournal(): { count: number; settled: Promise<void> } {
     const pending = this.d.journal.unacked();
-    const sends = pending.map(([seq, outcome]) => this.send(seq, outcome));
+    // Each with its own incarnation: an outcome owed to an engine deleted since is refused 404 and dropped.
+    const sends = pending.map((o) => this.send(o.seq, o.incarnation, o.outcome));
     return { count: pending.length, settled: Promise.allSettled(sends).then(() => undefined) };
   }
 
@@ -62,14 +65,15 @@ export class Acker {
     while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
   }
 
-  private async loop(seq: number, outcome: Outcome): Promise<void> {
+  private async loop(seq: number, incarnation: Incarnation, outcome: Outcome): Promise<void> {
     const backoff = new Backoff(this.d.backoff);
     let refusedFor: string | null = null;
     while (!this.d.stop.aborted) {
       try {
-        const r = await this.d.link.client.ackCommand({ seq, ok: outcome.ok, detail: outcome.detail });
+        // Null (an outcome of no known incarnation) is left out, and the engine takes the ack unchecked.
+        const r = await this.d.link.client.ackCommand({ seq, ok: outcome.ok, detail: outcome.detail, ...(incarnation === null ? {} : { incarnation }) });
         this.d.reach.succeeded();
-        this.d.journal.acked(seq);
+        this.d.journal.acked(seq, incarnation);
         if (!r.first_ack) this.d.logger.info(`command ${seq} had already been acked; the engine ignored the repeat`);
         else if (refusedFor !== null) this.d.logger.info(`the exchange took the ack of command ${seq} it had refused`);
         return;
@@ -81,7 +85,7 @@ export class Acker {
           const why = e instanceof ExchangeError ? e.message : describeError(e);
           if (neverTaken(e)) {
             this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}) and can never take it; dropping it`);
-            this.d.journal.acked(seq);
+            this.d.journal.acked(seq, incarnation);
             return;
           }
           // Logged once per reason: the ack is retried (and kept in the journal) until it is taken.
@@ -101,7 +105,8 @@ export class Acker {
  * longer listens and be counted undeliverable. Hence only:
  *
  * - 404 `unknown_command`: the engine has no command with that seq and never will (seqs only
- *   grow; one acked and deleted since is answered `first_ack: false`, not 404);
+ *   grow; one acked and deleted since is answered `first_ack: false`, not 404), or the ack names
+ *   another incarnation of the engine, one deleted since whose name was used again;
  * - 400, 413, 422: the ack itself is malformed or too large; the same ack is refused again.
  *
  * Everything else stays pending and is retried with backoff, as the command loop keeps polling:

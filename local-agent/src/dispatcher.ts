@@ -12,7 +12,7 @@ import type { Command } from "../../src/protocol";
 import type { Acker } from "./acker";
 import type { PolledCommand } from "./engine-link";
 import { describeError, type Logger } from "./log";
-import type { Outcome, OutcomeJournal } from "./outcome-journal";
+import { commandKey, type Incarnation, type Outcome, type OutcomeJournal } from "./outcome-journal";
 import { RESET_CONTEXT_TRACKER, sendToRunner } from "./runner-link";
 import { Semaphore } from "./semaphore";
 import type { TrainerSupervisor } from "./trainer";
@@ -34,8 +34,8 @@ export type DispatcherDeps = {
 };
 
 export class Dispatcher {
-  /** Seqs accepted and not yet finished (queued or executing). */
-  private readonly active = new Set<number>();
+  /** Commands accepted and not yet finished (queued or executing), by commandKey. */
+  private readonly active = new Set<string>();
   private readonly episodeTail = new Map<string, Promise<void>>();
   private trainerTail: Promise<void> = Promise.resolve();
   /** Training-run commands in seq order, apart from the trainer's so neither waits on the other; inference tests (minutes) apart again so a stop_run never waits behind one. */
@@ -56,30 +56,33 @@ export class Dispatcher {
   }
 
   submit(polled: PolledCommand): void {
-    if (!polled.ok) return this.reject(polled.seq, polled.problem);
+    if (!polled.ok) return this.reject(polled.seq, polled.incarnation, polled.problem);
     const c = polled.command;
-    const known = this.d.journal.get(c.seq);
+    const incarnation = polled.incarnation;
+    // Only an outcome of this incarnation: the same seq of an engine of the name deleted since is another command.
+    const known = this.d.journal.get(c.seq, incarnation);
     if (known !== undefined) {
       this.d.logger.info(`command ${c.seq} (${c.body.kind}) was handed out again but had already finished; re-sending its ack`);
-      void this.d.acker.send(c.seq, known);
+      void this.d.acker.send(c.seq, incarnation, known);
       return;
     }
-    if (this.active.has(c.seq)) {
+    const key = commandKey(c.seq, incarnation);
+    if (this.active.has(key)) {
       // Its lease ran out while it queued or ran (a slow runner, a long stop): it is acked when it finishes.
       this.d.logger.info(`command ${c.seq} (${c.body.kind}) was handed out again while still in progress; not starting it twice`);
       return;
     }
-    this.active.add(c.seq);
+    this.active.add(key);
     // The outcome is journaled at once and acked in the background: a delivery slot or an
     // episode's turn is not held while the ack waits out a Worker outage (a redelivery in the
     // meantime is answered from the journal).
     const run = (): Promise<void> =>
       this.execute(c)
         .then((outcome) => {
-          if (outcome !== null) void this.d.acker.finish(c.seq, outcome);
+          if (outcome !== null) void this.d.acker.finish(c.seq, incarnation, outcome);
         })
         .catch((e: unknown) => this.d.logger.error(`command ${c.seq} (${c.body.kind}) failed unexpectedly: ${describeError(e)}; it will be handed out again`))
-        .finally(() => this.done(c.seq));
+        .finally(() => this.done(key));
     const body = c.body;
     if (body.kind === "test_inference") {
       this.inferenceTail = this.inferenceTail.then(run);
@@ -98,8 +101,8 @@ export class Dispatcher {
       this.trainerTail = this.trainerTail.then(run);
       return;
     }
-    const key = body.episode_uuid;
-    const next = (this.episodeTail.get(key) ?? Promise.resolve()).then(async () => {
+    const episode = body.episode_uuid;
+    const next = (this.episodeTail.get(episode) ?? Promise.resolve()).then(async () => {
       const release = await this.slots.acquire();
       try {
         await run();
@@ -107,9 +110,9 @@ export class Dispatcher {
         release();
       }
     });
-    this.episodeTail.set(key, next);
+    this.episodeTail.set(episode, next);
     void next.finally(() => {
-      if (this.episodeTail.get(key) === next) this.episodeTail.delete(key);
+      if (this.episodeTail.get(episode) === next) this.episodeTail.delete(episode);
     });
   }
 
@@ -128,19 +131,19 @@ export class Dispatcher {
     }
   }
 
-  private done(seq: number): void {
-    this.active.delete(seq);
+  private done(key: string): void {
+    this.active.delete(key);
     for (const wake of [...this.roomWaiters]) wake(); // each re-checks its own limit
   }
 
-  private reject(seq: number | null, problem: string): void {
+  private reject(seq: number | null, incarnation: Incarnation, problem: string): void {
     if (seq === null) {
       this.d.logger.error(`ignoring a command without a usable seq: ${problem}`);
       return;
     }
     const detail = `malformed command, not executed: ${problem} (this agent is version ${this.d.version}; a newer exchange may need a newer agent)`;
     this.d.logger.error(`command ${seq}: ${detail}`);
-    void this.d.acker.finish(seq, { ok: false, detail });
+    void this.d.acker.finish(seq, incarnation, { ok: false, detail });
   }
 
   /** Runs one command; null means it was interrupted by shutdown and must not be acked. */

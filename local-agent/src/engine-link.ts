@@ -12,13 +12,15 @@
 import { z } from "zod";
 import { EngineClient, ExchangeError, type FetchLike } from "../../src/client";
 import { requestJson } from "../../src/client/http";
-import { Command } from "../../src/protocol";
+import { Command, PollCommandsResponse } from "../../src/protocol";
+import type { Incarnation } from "./outcome-journal";
 
 export type RawAnswer = { status: number; contentType: string; body: Buffer };
 
-export type PolledCommand = { ok: true; command: Command } | { ok: false; seq: number | null; problem: string };
+/** `incarnation`: the engine's, as the poll answer that handed the command out named it. */
+export type PolledCommand = ({ ok: true; command: Command } | { ok: false; seq: number | null; problem: string }) & { incarnation: Incarnation };
 
-const LenientPoll = z.object({ commands: z.array(z.unknown()) });
+const LenientPoll = PollCommandsResponse.extend({ commands: z.array(z.unknown()) });
 
 export class EngineLink {
   readonly baseUrl: string;
@@ -59,13 +61,14 @@ export class EngineLink {
   async pollCommands(waitSeconds: number, limit: number, stop: AbortSignal): Promise<PolledCommand[]> {
     const signal = AbortSignal.any([stop, AbortSignal.timeout(waitSeconds * 1000 + this.timeoutMs)]);
     const url = `${this.baseUrl}/agent/commands?wait=${waitSeconds}&limit=${limit}&session=${this.session}`;
-    const { commands } = await requestJson(this.fetch, url, LenientPoll, { method: "GET", token: this.token, signal });
-    return commands.map((raw): PolledCommand => {
+    const answer = await requestJson(this.fetch, url, LenientPoll, { method: "GET", token: this.token, signal });
+    const incarnation = answer.incarnation ?? null;
+    return answer.commands.map((raw): PolledCommand => {
       const parsed = Command.safeParse(raw);
-      if (parsed.success) return { ok: true, command: parsed.data };
+      if (parsed.success) return { ok: true, command: parsed.data, incarnation };
       const seq = typeof raw === "object" && raw !== null && "seq" in raw && typeof raw.seq === "number" && raw.seq > 0 ? raw.seq : null;
       const problem = parsed.error.issues.map((i) => `${i.path.join(".") || "command"}: ${i.message}`).join("; ");
-      return { ok: false, seq, problem };
+      return { ok: false, seq, problem, incarnation };
     });
   }
 

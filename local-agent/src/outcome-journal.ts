@@ -23,15 +23,28 @@
  * without the journal; answering another engine's command with it would be worse, as that
  * engine would count a result delivered that its runner never got.
  *
- * Not covered: an engine deleted and made again under the same name (and server) restarts its
- * seqs too, and nothing the agent can read tells the two apart (the poll answer carries
- * commands only, and the gateway secret is derived from the name), so its journal is that of
- * the earlier engine: its pending acks would go to the new one. The operator who re-makes an
- * engine removes the file (docs/agent.md); a token swap, which also restarts the agent with a
- * new token, must keep it (acker.ts), so the token cannot stand in for the incarnation.
+ * An engine deleted and made again under the same name (and server) restarts its seqs too: it
+ * is told apart by its incarnation, which each poll answer names (protocol/commands.ts). Every
+ * outcome is journaled with the incarnation of the answer that handed its command out, answers
+ * a command handed out again only when that command comes with the same incarnation, and is
+ * acked naming it: the engine refuses an ack of another incarnation as an unknown command
+ * (404 `unknown_command`), so an outcome owed to a deleted engine is dropped (acker.ts) rather
+ * than taken as the answer to the new engine's command of that seq. The incarnation cannot be
+ * had from anything else the agent holds: the gateway secret is derived from the name, and a
+ * token swap, which restarts the agent with a new token, must keep the journal (acker.ts).
  *
- * An append-only file of JSON lines: `{"seq":1,"ok":true,"detail":"...","engine":"..."}` when
- * a command finishes and `{"acked":1,"engine":"..."}` once the engine confirmed the ack.
+ * Lines without an incarnation (written by an agent before this field, or for a poll answer of
+ * a Worker before it: `incarnation` null here) belong to this engine's name but to no known
+ * incarnation. They never answer a command of a Worker that names incarnations (its commands
+ * always carry one, "" included); their acks are still re-sent, without an incarnation, which
+ * the engine takes unchecked. That is what an agent upgraded over a journal needs (its owed
+ * acks are the running engine's, unless it was re-made before the upgrade without removing
+ * the file, as docs/agent.md then said to), and dropping them instead would run every such
+ * command again.
+ *
+ * An append-only file of JSON lines: `{"seq":1,"ok":true,"detail":"...","engine":"...","incarnation":"..."}`
+ * when a command finishes and `{"acked":1,"engine":"...","incarnation":"..."}` once the engine
+ * confirmed the ack (`incarnation` left out when null).
  * appendFileSync reaches the kernel before it returns, so a SIGKILL of the agent right after
  * loses nothing (a host crash could; then the command is simply executed again). Rewritten
  * compactly on open and whenever it has grown past a threshold.
@@ -40,19 +53,26 @@ import { appendFileSync, mkdirSync, readFileSync, renameSync, writeFileSync } fr
 import { join } from "node:path";
 
 export type Outcome = { ok: boolean; detail: string };
+/** The engine incarnation a poll answer named; null when it named none (a Worker before the field, or a line journaled before it). */
+export type Incarnation = string | null;
+/** An outcome the engine has not confirmed yet. */
+export type Owed = { seq: number; incarnation: Incarnation; outcome: Outcome };
 
 const COMPACT_AFTER_LINES = 10_000;
 /** Acked outcomes remembered; far more than one poll's worth of commands (100) can be crossing their acks. */
 const REMEMBER_ACKED = 10_000;
 
-type Line = { seq: number; ok: boolean; detail: string; engine: string };
+type Line = Owed & { engine: string };
+
+/** A command of this engine's name: its seq is one only within its incarnation. */
+export const commandKey = (seq: number, incarnation: Incarnation): string => JSON.stringify([seq, incarnation]);
 
 export class OutcomeJournal {
-  private readonly pending = new Map<number, Outcome>();
+  private readonly pending = new Map<string, Owed>();
   /** Other engines' pending outcomes, kept in the file as they were. */
   private readonly others = new Map<string, Line>();
   /** Recently acked outcomes, oldest first. */
-  private readonly ackedRecently = new Map<number, Outcome>();
+  private readonly ackedRecently = new Map<string, Outcome>();
   private readonly path: string;
   private linesSinceCompact = 0;
   /** Pending outcomes of lines that name no engine, found on open and dropped. */
@@ -69,28 +89,30 @@ export class OutcomeJournal {
     this.compact();
   }
 
-  /** The outcome of a command this agent finished: not yet acknowledged by the engine, or acknowledged lately. */
-  get(seq: number): Outcome | undefined {
-    return this.pending.get(seq) ?? this.ackedRecently.get(seq);
+  /** The outcome of a command of that incarnation this agent finished: not yet acknowledged by the engine, or acknowledged lately. */
+  get(seq: number, incarnation: Incarnation): Outcome | undefined {
+    const key = commandKey(seq, incarnation);
+    return this.pending.get(key)?.outcome ?? this.ackedRecently.get(key);
   }
 
-  unacked(): Array<[number, Outcome]> {
-    return [...this.pending.entries()];
+  unacked(): Owed[] {
+    return [...this.pending.values()];
   }
 
-  record(seq: number, outcome: Outcome): void {
-    this.pending.set(seq, outcome);
-    this.append({ seq, ok: outcome.ok, detail: outcome.detail, engine: this.engine });
+  record(seq: number, incarnation: Incarnation, outcome: Outcome): void {
+    this.pending.set(commandKey(seq, incarnation), { seq, incarnation, outcome });
+    this.append(lineOf({ seq, incarnation, outcome, engine: this.engine }));
   }
 
-  /** The engine has the ack: the outcome is no longer needed. */
-  acked(seq: number): void {
-    const outcome = this.pending.get(seq);
-    if (outcome === undefined) return;
-    this.pending.delete(seq);
-    this.ackedRecently.set(seq, outcome);
-    if (this.ackedRecently.size > REMEMBER_ACKED) this.ackedRecently.delete(this.ackedRecently.keys().next().value as number);
-    this.append({ acked: seq, engine: this.engine });
+  /** The engine has the ack (or refused it for good): the outcome is no longer needed. */
+  acked(seq: number, incarnation: Incarnation): void {
+    const key = commandKey(seq, incarnation);
+    const owed = this.pending.get(key);
+    if (owed === undefined) return;
+    this.pending.delete(key);
+    this.ackedRecently.set(key, owed.outcome);
+    if (this.ackedRecently.size > REMEMBER_ACKED) this.ackedRecently.delete(this.ackedRecently.keys().next().value as string);
+    this.append({ acked: seq, engine: this.engine, ...(incarnation === null ? {} : { incarnation }) });
   }
 
   private append(entry: object): void {
@@ -109,7 +131,7 @@ export class OutcomeJournal {
     const unkeyed = new Set<number>();
     for (const line of text.split("\n")) {
       if (line.trim() === "") continue;
-      let e: { seq?: unknown; ok?: unknown; detail?: unknown; acked?: unknown; engine?: unknown };
+      let e: { seq?: unknown; ok?: unknown; detail?: unknown; acked?: unknown; engine?: unknown; incarnation?: unknown };
       try {
         e = JSON.parse(line) as typeof e;
       } catch {
@@ -121,13 +143,16 @@ export class OutcomeJournal {
         continue;
       }
       const mine = e.engine === this.engine;
+      const incarnation = typeof e.incarnation === "string" ? e.incarnation : null;
       if (typeof e.acked === "number") {
-        if (mine) this.pending.delete(e.acked);
-        else this.others.delete(`${e.engine}\n${e.acked}`);
+        const key = commandKey(e.acked, incarnation);
+        if (mine) this.pending.delete(key);
+        else this.others.delete(`${e.engine}\n${key}`);
       } else if (typeof e.seq === "number" && typeof e.ok === "boolean") {
-        const outcome = { ok: e.ok, detail: typeof e.detail === "string" ? e.detail : "" };
-        if (mine) this.pending.set(e.seq, outcome);
-        else this.others.set(`${e.engine}\n${e.seq}`, { seq: e.seq, ...outcome, engine: e.engine });
+        const owed: Owed = { seq: e.seq, incarnation, outcome: { ok: e.ok, detail: typeof e.detail === "string" ? e.detail : "" } };
+        const key = commandKey(e.seq, incarnation);
+        if (mine) this.pending.set(key, owed);
+        else this.others.set(`${e.engine}\n${key}`, { ...owed, engine: e.engine });
       }
     }
     return unkeyed.size;
@@ -135,9 +160,13 @@ export class OutcomeJournal {
 
   private compact(): void {
     const tmp = `${this.path}.tmp`;
-    const lines: Line[] = [...this.others.values(), ...[...this.pending].map(([seq, o]) => ({ seq, ok: o.ok, detail: o.detail, engine: this.engine }))];
-    writeFileSync(tmp, lines.map((l) => JSON.stringify({ seq: l.seq, ok: l.ok, detail: l.detail, engine: l.engine }) + "\n").join(""));
+    const lines: Line[] = [...this.others.values(), ...[...this.pending.values()].map((o) => ({ ...o, engine: this.engine }))];
+    writeFileSync(tmp, lines.map((l) => JSON.stringify(lineOf(l)) + "\n").join(""));
     renameSync(tmp, this.path);
     this.linesSinceCompact = 0;
   }
+}
+
+function lineOf(l: Line): object {
+  return { seq: l.seq, ok: l.outcome.ok, detail: l.outcome.detail, engine: l.engine, ...(l.incarnation === null ? {} : { incarnation: l.incarnation }) };
 }

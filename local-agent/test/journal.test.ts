@@ -14,54 +14,82 @@ afterEach(() => dir.remove());
 
 const ENGINE_A = "http://exchange.test/e/a";
 const ENGINE_B = "http://exchange.test/e/b";
+/** Incarnations of one engine name: the first, and the engine made again after deleting it. */
+const FIRST = "AAAAAAAA";
+const AGAIN = "BBBBBBBB";
 
 describe("OutcomeJournal", () => {
   it("keeps finished-but-unacked outcomes across a restart, and forgets acked ones", () => {
     const j = new OutcomeJournal(dir.path, ENGINE_A);
-    j.record(1, { ok: true, detail: "delivered" });
-    j.record(2, { ok: false, detail: "runner gone" });
-    j.record(3, { ok: true, detail: "reset" });
-    j.acked(1);
+    j.record(1, FIRST, { ok: true, detail: "delivered" });
+    j.record(2, FIRST, { ok: false, detail: "runner gone" });
+    j.record(3, FIRST, { ok: true, detail: "reset" });
+    j.acked(1, FIRST);
     // The process dies here (no close, no flush): a new journal reads what reached the file.
     const after = new OutcomeJournal(dir.path, ENGINE_A);
     expect(after.unacked()).toEqual([
-      [2, { ok: false, detail: "runner gone" }],
-      [3, { ok: true, detail: "reset" }],
+      { seq: 2, incarnation: FIRST, outcome: { ok: false, detail: "runner gone" } },
+      { seq: 3, incarnation: FIRST, outcome: { ok: true, detail: "reset" } },
     ]);
-    expect(after.get(1)).toBeUndefined();
+    expect(after.get(1, FIRST)).toBeUndefined();
     // Opening compacts the file to what is still needed.
     expect(readFileSync(join(dir.path, "outcomes.jsonl"), "utf8").trim().split("\n")).toHaveLength(2);
   });
 
   it("survives a torn last line from a crash mid-write", () => {
     const j = new OutcomeJournal(dir.path, ENGINE_A);
-    j.record(5, { ok: true, detail: "x" });
+    j.record(5, FIRST, { ok: true, detail: "x" });
     appendFileSync(join(dir.path, "outcomes.jsonl"), '{"seq":6,"ok":tr');
-    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([[5, { ok: true, detail: "x" }]]);
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([{ seq: 5, incarnation: FIRST, outcome: { ok: true, detail: "x" } }]);
   });
 
   it("answers only for its own engine, keeps another engine's outcomes for when the host serves it again", () => {
     const a = new OutcomeJournal(dir.path, ENGINE_A);
-    a.record(1, { ok: true, detail: "A's result delivered" });
-    a.record(2, { ok: true, detail: "A's reset" });
-    a.acked(2);
+    a.record(1, FIRST, { ok: true, detail: "A's result delivered" });
+    a.record(2, FIRST, { ok: true, detail: "A's reset" });
+    a.acked(2, FIRST);
     // The host moves to engine B, same state directory: B numbers its commands from 1 too.
     const b = new OutcomeJournal(dir.path, ENGINE_B);
-    expect(b.get(1)).toBeUndefined();
+    expect(b.get(1, FIRST)).toBeUndefined();
     expect(b.unacked()).toEqual([]);
-    b.record(1, { ok: false, detail: "B's runner gone" });
-    b.acked(1);
+    b.record(1, FIRST, { ok: false, detail: "B's runner gone" });
+    b.acked(1, FIRST);
     // And back to A: its unacked outcome is still owed, B's acked one is not A's.
     const again = new OutcomeJournal(dir.path, ENGINE_A);
-    expect(again.unacked()).toEqual([[1, { ok: true, detail: "A's result delivered" }]]);
-    expect(again.get(2)).toBeUndefined();
+    expect(again.unacked()).toEqual([{ seq: 1, incarnation: FIRST, outcome: { ok: true, detail: "A's result delivered" } }]);
+    expect(again.get(2, FIRST)).toBeUndefined();
+  });
+
+  it("answers a command only with an outcome of its incarnation, and keeps the same seq of two incarnations apart", () => {
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
+    j.record(1, FIRST, { ok: true, detail: "the first engine's result delivered" });
+    // The engine is deleted and made again under its name: its seq 1 is another command.
+    const after = new OutcomeJournal(dir.path, ENGINE_A);
+    expect(after.get(1, AGAIN)).toBeUndefined();
+    expect(after.get(1, FIRST)).toEqual({ ok: true, detail: "the first engine's result delivered" });
+    after.record(1, AGAIN, { ok: false, detail: "the new engine's runner gone" });
+    // The first engine's owed ack is refused and dropped: the new one's outcome stays owed.
+    after.acked(1, FIRST);
+    expect(after.get(1, AGAIN)).toEqual({ ok: false, detail: "the new engine's runner gone" });
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([{ seq: 1, incarnation: AGAIN, outcome: { ok: false, detail: "the new engine's runner gone" } }]);
+  });
+
+  it("re-sends outcomes journaled before incarnations with none, and answers no command of a known incarnation from them", () => {
+    appendFileSync(join(dir.path, "outcomes.jsonl"), `{"seq":1,"ok":true,"detail":"before","engine":"${ENGINE_A}"}\n{"seq":2,"ok":true,"detail":"acked","engine":"${ENGINE_A}"}\n{"acked":2,"engine":"${ENGINE_A}"}\n`);
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
+    expect(j.ignoredUnkeyed).toBe(0);
+    expect(j.unacked()).toEqual([{ seq: 1, incarnation: null, outcome: { ok: true, detail: "before" } }]);
+    expect(j.get(1, FIRST)).toBeUndefined();
+    expect(j.get(1, "")).toBeUndefined();
+    j.acked(1, null);
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([]);
   });
 
   it("ignores, and drops, outcomes an older agent wrote without an engine's name", () => {
     appendFileSync(join(dir.path, "outcomes.jsonl"), '{"seq":1,"ok":true,"detail":"whose?"}\n{"seq":2,"ok":true,"detail":"acked"}\n{"acked":2}\n');
     const j = new OutcomeJournal(dir.path, ENGINE_A);
     expect(j.ignoredUnkeyed).toBe(1);
-    expect(j.get(1)).toBeUndefined();
+    expect(j.get(1, null)).toBeUndefined();
     expect(j.unacked()).toEqual([]);
     expect(readFileSync(join(dir.path, "outcomes.jsonl"), "utf8")).toBe("");
   });

@@ -304,4 +304,35 @@ describe("acks the exchange refuses, and the journal across engines", () => {
     // A's outcome is still owed to A, should the host serve it again.
     expect(journaledOutcomes(state)).toBe(1);
   });
+
+  it("runs the command of an engine made again under the same name, not answering it from the deleted engine's outcome of that seq, whose ack it drops", async () => {
+    const state = join(t.dir, "state");
+    const fastish = { requestTimeoutSeconds: 1, pollWaitSeconds: 1, retryMaxSeconds: 0.3 };
+    // The first engine of the name: a result delivered, its ack lost (the Worker unreachable for acks), then the agent is stopped.
+    const peerOld = await repPeer();
+    t.defer(() => peerOld.close());
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "refuse" : "pass");
+    const first = await runAgent(testConfig(proxy.url, t.engine, t.dir, fastish));
+    await deliverOne(t.engine, "ep-old", peerOld.addr);
+    await waitUntil(() => peerOld.received.length === 1 && journaledOutcomes(state) === 1, "the first engine's result delivered and journaled");
+    await first.stop();
+    proxy.fault = () => "pass";
+
+    // The engine is deleted and made again under its name (same URL, new tokens); its first result, seq 1 again, waits for the agent.
+    const again = await t.ex.remakeEngine(t.engine);
+    const peerNew = await repPeer();
+    t.defer(() => peerNew.close());
+    await deliverOne(again, "ep-new", peerNew.addr);
+    const second = await runAgent(testConfig(proxy.url, again, t.dir, fastish));
+    t.defer(() => second.stop());
+    // The new engine's command is carried out: its runner gets the result, then the engine has the ack.
+    await waitUntil(() => peerNew.received.length === 1, "the new engine's result to reach its runner");
+    await waitUntil(async () => (await again.viewer.overview()).pending_commands === 0, "the new engine's command to be acked");
+    expect((await again.viewer.overview()).deliveries).toMatchObject({ delivered: 1, undeliverable: 0 });
+    // The ack owed to the deleted engine was re-sent, refused as another incarnation's, and dropped: nothing is owed any more.
+    expect(second.lines.some((l) => /refused the ack of command \d+ \(404 .*earlier engine of the same name.*\) and can never take it; dropping it/.test(l))).toBe(true);
+    expect(second.lines.some((l) => l.includes("was handed out again but had already finished"))).toBe(false);
+    expect(journaledOutcomes(state)).toBe(0);
+    expect(peerOld.received).toHaveLength(1);
+  });
 });

@@ -72,7 +72,7 @@ export class AgentChannel {
     const deadline = Date.now() + q.wait * 1000;
     for (;;) {
       if (this.host.closed()) return this.host.gone();
-      if (superseded()) return ok({ commands: [] });
+      if (superseded()) return ok({ incarnation: this.incarnation(), commands: [] });
       if (this.commands.hasDue(this.host.now()) || Date.now() >= deadline) break;
       await new Promise<void>((resolve) => {
         // A poll that times out takes itself out: only wakeAll empties the set, and an idle agent's polls would pile up in it.
@@ -86,15 +86,21 @@ export class AgentChannel {
       });
     }
     if (this.host.closed()) return this.host.gone();
-    if (superseded()) return ok({ commands: [] });
+    if (superseded()) return ok({ incarnation: this.incarnation(), commands: [] });
     const now = this.host.now();
     const commands = this.host.tx(() => this.commands.lease(now, this.leaseMs, q.limit, session));
     if (commands.length > 0) this.host.armBy(now + this.leaseMs);
-    return ok({ commands });
+    return ok({ incarnation: this.incarnation(), commands });
   }
 
   /** Records the agent's answer to a command once; `apply` carries out what the answer means for the engine. */
   ack(req: AckCommandRequest, apply: (body: CommandBody, succeeded: boolean, detail: string) => void): Reply<AckCommandResponse> {
+    // Checked before the queue: this engine's command of that seq (or its having swept it) says
+    // nothing about the earlier engine of the name whose command the ack answers, and the agent
+    // drops an ack refused this way.
+    if (req.incarnation !== undefined && req.incarnation !== this.incarnation()) {
+      return fail(404, "unknown_command", `No command with seq ${req.seq} on this engine: the ack is for an earlier engine of the same name, deleted since.`);
+    }
     const cmd = this.commands.get(req.seq);
     if (cmd === null) {
       // Acked commands are deleted a while after their ack; an agent re-sending a journaled ack later is told it was taken.
@@ -150,6 +156,10 @@ export class AgentChannel {
   /** What the training-run catalog says about itself: is an agent there, can it run them, and the last scan. */
   catalogState(): { agent: AgentStatus; scan: ScanRecord | null; now: number } {
     return { agent: this.status(), scan: this.outcomes.lastScan(), now: this.host.now() / 1000 };
+  }
+
+  private incarnation(): string {
+    return this.store.meta.incarnation;
   }
 
   /** The agent's last heartbeat, read once and then kept in step with each heartbeat. */

@@ -100,11 +100,33 @@ export const PollCommandsQuery = z.object({
 });
 export type PollCommandsQuery = z.infer<typeof PollCommandsQuery>;
 
-export const PollCommandsResponse = z.object({ commands: z.array(Command) });
+/**
+ * Which engine of its name answers: an engine deleted and made again under the same name gets a
+ * new one, and counts its seqs from 1 again, so a seq names a command only together with it.
+ * "" for an engine made before incarnations existed (it keeps that one).
+ */
+export const EngineIncarnation = z.string().max(64);
+
+export const PollCommandsResponse = z.object({
+  /**
+   * The incarnation of the engine that handed these commands out; the agent journals each
+   * outcome with it and sends it back with the ack. Absent from a Worker older than the field:
+   * an agent then keeps the old seq-only behaviour.
+   */
+  incarnation: EngineIncarnation.optional(),
+  commands: z.array(Command),
+});
 export type PollCommandsResponse = z.infer<typeof PollCommandsResponse>;
 
 export const AckCommandRequest = z.object({
   seq: z.number().int().positive(),
+  /**
+   * The incarnation the poll answer that handed the command out named. An ack naming another
+   * one is refused as a command the engine does not have (404 `unknown_command`): it answers a
+   * command of an engine of the same name deleted since, whose seq this engine may use again.
+   * Absent: not checked (an agent older than the field, or an outcome journaled before it).
+   */
+  incarnation: EngineIncarnation.optional(),
   ok: z.boolean(),
   /**
    * Plain words for the operator: what happened. Kept in the command's and the episode's rows as

@@ -27,7 +27,11 @@ export type TestEngine = {
   viewer: EngineClient;
 };
 
-export type TestExchange = LocalExchange & { newEngine(): Promise<TestEngine> };
+export type TestExchange = LocalExchange & {
+  newEngine(): Promise<TestEngine>;
+  /** Deletes the engine (forced: its agent may have beaten lately) and makes it again under its name: a new incarnation, with new tokens. */
+  remakeEngine(engine: TestEngine): Promise<TestEngine>;
+};
 
 export async function startTestExchange(opts: { commandLeaseSeconds?: number; log?: (line: string) => void } = {}): Promise<TestExchange> {
   const dir = mkdtempSync(join(tmpdir(), "rollout-agent-worker-"));
@@ -46,19 +50,23 @@ export async function startTestExchange(opts: { commandLeaseSeconds?: number; lo
     throw e;
   }
   const admin = new AdminClient({ origin: ex.url, adminToken: ADMIN_TOKEN });
+  const create = async (name: string): Promise<TestEngine> => {
+    const created = await admin.createEngine(name);
+    const tokens = created.tokens as TestEngine["tokens"];
+    const baseUrl = `${ex.url}/e/${name}`;
+    const client = (role: keyof TestEngine["tokens"]) => new EngineClient({ baseUrl, token: tokens[role] });
+    return { name, baseUrl, tokens, operator: client("operator"), trainer: client("trainer"), client: client("client"), viewer: client("viewer") };
+  };
   return {
     url: ex.url,
     stop: async () => {
       await ex.stop();
       rmSync(dir, { recursive: true, force: true });
     },
-    newEngine: async () => {
-      const name = `e-${randomUUID().slice(0, 8)}`;
-      const created = await admin.createEngine(name);
-      const tokens = created.tokens as TestEngine["tokens"];
-      const baseUrl = `${ex.url}/e/${name}`;
-      const client = (role: keyof TestEngine["tokens"]) => new EngineClient({ baseUrl, token: tokens[role] });
-      return { name, baseUrl, tokens, operator: client("operator"), trainer: client("trainer"), client: client("client"), viewer: client("viewer") };
+    newEngine: () => create(`e-${randomUUID().slice(0, 8)}`),
+    remakeEngine: async (engine) => {
+      await admin.deleteEngine(engine.name, { force: true });
+      return create(engine.name);
     },
   };
 }

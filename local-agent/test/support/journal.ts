@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-/** Unacked outcomes an agent's journal (<stateDir>/outcomes.jsonl) holds, of any engine, read without touching the file. */
+/** Unacked outcomes an agent's journal (<stateDir>/outcomes.jsonl) holds, of any engine or incarnation, read without touching the file. */
 export function journaledOutcomes(stateDir: string): number {
   let text = "";
   try {
@@ -11,15 +11,17 @@ export function journaledOutcomes(stateDir: string): number {
   }
   const pending = new Set<string>();
   for (const line of text.split("\n")) {
-    let e: { seq?: unknown; acked?: unknown; engine?: unknown };
+    let e: { seq?: unknown; acked?: unknown; engine?: unknown; incarnation?: unknown };
     try {
       e = JSON.parse(line) as typeof e;
     } catch {
       continue; // blank, or torn mid-write
     }
     const engine = typeof e.engine === "string" ? e.engine : "";
-    if (typeof e.acked === "number") pending.delete(`${engine}\n${e.acked}`);
-    else if (typeof e.seq === "number") pending.add(`${engine}\n${e.seq}`);
+    // An ack of one incarnation of the engine does not settle the same seq of another.
+    const incarnation = typeof e.incarnation === "string" ? `\n${e.incarnation}` : "";
+    if (typeof e.acked === "number") pending.delete(`${engine}\n${e.acked}${incarnation}`);
+    else if (typeof e.seq === "number") pending.add(`${engine}\n${e.seq}${incarnation}`);
   }
   return pending.size;
 }
