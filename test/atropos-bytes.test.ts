@@ -7,12 +7,16 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_STORED_BYTES, MIN_ATROPOS_STORED_BYTES } from "../src/protocol/atropos";
-import { atropos, ENV, group, payloadBytes, running, tags } from "./support/atropos";
+import { atropos, ENV, group, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
 import { createEngine, type TestEngine } from "./support/harness";
 
 const MIB = 1024 * 1024;
 /** A group of two sequences whose first message makes it about 1.2 MB of JSON. */
 const big = (tag: number) => group(tag, 2, 0, { messages: [[{ role: "user", content: "x".repeat(1_200_000) }], [{ role: "user", content: "y" }]] });
+
+/** A group of `n` sequences for env 0 whose first message makes it about `chars` bytes of JSON. */
+const sized = (tag: number, n: number, chars: number) =>
+  group(tag, n, 0, { messages: Array.from({ length: n }, (_, i) => [{ role: "user", content: (i === 0 ? "x" : "y").repeat(i === 0 ? chars : 1) }]) });
 
 const rows = (e: TestEngine) => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_groups").one().n);
 const held = async (e: TestEngine) => (await e.as("viewer").overview()).atropos;
@@ -89,6 +93,53 @@ describe("Atropos's API: the bytes an engine holds", () => {
     expect((await held(e)).stored_bytes).toBe(0);
   }, 60_000);
 
+  it("stores a list that fits max_stored_bytes once every batch is taken: the latest example's row, which storing it frees, is not counted against it", async () => {
+    const e = await createEngine("atr");
+    await running(e, [ENV], { ...REGISTRATION, batch_size: 2 });
+    await atropos(e, "trainer", "POST", "/config", { max_stored_bytes: 4 * MIB });
+    expect((await atropos(e, "client", "POST", "/scored_data", big(1))).json).toEqual({ status: "received" });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1]);
+    // Nothing is queued, buffered or cut: only the latest example's row is left.
+    const left = await held(e);
+    expect([left.stored_groups, await rows(e)]).toEqual([0, 1]);
+    expect(left.stored_bytes).toBe(await payloadBytes(e));
+
+    // About 3.6 MB: under the 4 MiB bound alone, over it beside the latest example's 1.2 MB, which
+    // nothing but a newer group queued frees; the groups queue at once, and free it.
+    const list = await atropos(e, "client", "POST", "/scored_data_list", [big(2), big(3), big(4)]);
+    expect([list.status, list.json]).toEqual([200, { status: "received", groups_processed: 3 }]);
+    const after = await held(e);
+    expect([after.stored_groups, await rows(e)]).toEqual([3, 3]);
+    expect(after.stored_bytes).toBe(await payloadBytes(e));
+    expect(after.stored_bytes).toBeLessThanOrEqual(4 * MIB);
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(4);
+  }, 60_000);
+
+  it("counts the latest example's row against a request whose groups all wait in a buffer, which frees nothing, but not against one that makes up the env's group size", async () => {
+    const e = await createEngine("atr");
+    await running(e, [{ ...ENV, group_size: 4 }]);
+    await atropos(e, "trainer", "POST", "/config", { max_stored_bytes: 4 * MIB });
+    expect((await atropos(e, "client", "POST", "/scored_data", sized(1, 4, 1_200_000))).json).toEqual({ status: "received" });
+    expect(tags((await atropos(e, "trainer", "GET", "/batch")).json.batch)).toEqual([1]);
+    const latest = await held(e);
+    expect([latest.stored_groups, await rows(e)]).toEqual([0, 1]);
+
+    // Two groups of one sequence, 3.2 MB: they fit the bound alone but not beside the latest
+    // example, and make no group of 4 with the buffer, so nothing is queued and nothing freed.
+    const waiting = await atropos(e, "client", "POST", "/scored_data_list", [sized(2, 1, 1_600_000), sized(3, 1, 1_600_000)]);
+    expect([waiting.status, waiting.json.error]).toEqual([503, "queue_full"]);
+    expect(await held(e)).toEqual(latest);
+    expect(await rows(e)).toBe(1);
+    // With a group of two they make 4 sequences: queued, so the latest example's row goes.
+    const making = await atropos(e, "client", "POST", "/scored_data_list", [sized(2, 1, 1_600_000), sized(3, 1, 1_600_000), sized(4, 2, 100)]);
+    expect([making.status, making.json]).toEqual([200, { status: "received", groups_processed: 3, buffered: 3, last_buffer_size: 0 }]);
+    const after = await held(e);
+    expect([after.stored_groups, after.queued_groups, await rows(e)]).toEqual([3, 3, 3]);
+    expect(after.stored_bytes).toBe(await payloadBytes(e));
+    expect(after.stored_bytes).toBeLessThanOrEqual(4 * MIB);
+    expect((await atropos(e, "viewer", "GET", "/latest_example")).json.tokens[0][0]).toBe(4);
+  }, 60_000);
+
   it("takes max_stored_bytes from the trainer between 4 MiB and 6 GiB, and refuses anything else with a 4xx that changes nothing", async () => {
     const e = await createEngine("atr");
     await running(e);
@@ -150,8 +201,9 @@ describe("Atropos's API: the bytes an engine holds", () => {
     // Kept in the state from then on.
     const kept = await runInDurableObject(e.stub, (_i, state) => JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'atropos'").one().v) as { stored_bytes?: number });
     expect(kept.stored_bytes).toBe(expected);
-    // The recounted figure bounds: another group of 1.2 MB would pass 4 MiB.
-    const full = await atropos(e, "client", "POST", "/scored_data", big(5));
+    // The recounted figure bounds: another group of 1.2 MB buffered (which frees no latest
+    // example's row, as a queued one would) would pass 4 MiB.
+    const full = await atropos(e, "client", "POST", "/scored_data", one(5));
     expect([full.status, full.json.error]).toEqual([503, "queue_full"]);
     expect(await payloadBytes(e)).toBe(expected);
     // And it is kept up to date from there: /reset_data frees the buffered groups, the latest example stays.

@@ -1,6 +1,6 @@
 /**
  * What bounds Atropos's registrations: names and paths of at most 1,024 characters (pydantic's
- * string_too_long beyond), at most 10,000 environments between two trainer registrations, and a
+ * string_too_long beyond), at most 10,000 environments until /reset_data clears them, and a
  * scored list of more groups than max_groups alone, which no batch taken could make room for.
  */
 import { runInDurableObject } from "cloudflare:test";
@@ -35,7 +35,7 @@ describe("Atropos's API: what registrations may hold", () => {
     expect(taken.json).toMatchObject({ status: "success", env_id: 0, wandb_name: `${"e".repeat(MAX_ATROPOS_NAME_CHARS)}_0` });
   });
 
-  it("registers at most 10,000 environments until the trainer registers again, refusing more with a 422 that changes nothing", async () => {
+  it("registers at most 10,000 environments, refusing more with a 422 that changes nothing and says only /reset_data clears them, as a trainer's /register does not", async () => {
     expect(MAX_ATROPOS_ENVS).toBe(10_000);
     const e = await createEngine("atr");
     await running(e);
@@ -55,12 +55,22 @@ describe("Atropos's API: what registrations may hold", () => {
     expect(over.status).toBe(422);
     expect(over.json).toMatchObject({ error: "too_many_environments" });
     expect(over.json.detail).toContain("10000");
+    expect(over.json.detail).toContain("until the trainer's GET /reset_data clears them");
+    expect(over.json.detail).not.toContain("registers again");
     expect(await envCount(e)).toBe(MAX_ATROPOS_ENVS);
     expect((await e.as("viewer").overview()).atropos.environments).toBe(MAX_ATROPOS_ENVS);
-    // The trainer's next run starts with none, after Atropos's /reset_data.
+    // A trainer registering again while the run's queue is there changes nothing, as in Atropos,
+    // whose env ids are places in the list: the cap stays.
+    expect((await atropos(e, "trainer", "POST", "/register", REGISTRATION)).status).toBe(200);
+    await atropos(e, "trainer", "GET", "/batch");
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ error: "too_many_environments" });
+    expect(await envCount(e)).toBe(MAX_ATROPOS_ENVS);
+    // /reset_data clears them: the trainer's next run registers envs from id 0 again.
     expect((await atropos(e, "trainer", "GET", "/reset_data")).text).toBe("Reset successful");
+    expect(await envCount(e)).toBe(0);
     await running(e);
     expect(await envCount(e)).toBe(1);
+    expect((await atropos(e, "client", "POST", "/register-env", ENV)).json).toMatchObject({ status: "success", env_id: 1, wandb_name: "gsm8k_1" });
   }, 60_000);
 
   it("refuses with a 413 a list of more groups than max_groups, which no retry could store, and with a 503 one that would pass it with what is held", async () => {

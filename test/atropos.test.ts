@@ -3,6 +3,7 @@ import { runInDurableObject } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
+import { ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
 import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";
 import { atropos, ENV, group, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
 import { advance, createEngine, ORIGIN, reconnect, workerFetch } from "./support/harness";
@@ -370,6 +371,35 @@ describe("Atropos's API: beyond run-api", () => {
       stalls: status.stalls,
     });
   });
+
+  it("keeps a count row only for the (env, size) classes with something queued, so cuts and /status read no more than the queue holds", async () => {
+    const e = await createEngine("atr");
+    await running(e, [ENV], { ...REGISTRATION, batch_size: 2000 });
+    const countRows = () => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts ORDER BY env, size").toArray());
+    // 1,000 groups with env_ids no env registered, queued as they are (as Atropos queues them): 1,000 classes.
+    const list = Array.from({ length: 1000 }, (_, i) => group(i + 1, 2, 1000 + i));
+    expect((await atropos(e, "client", "POST", "/scored_data_list", list)).json).toMatchObject({ groups_processed: 1000 });
+    expect(await countRows()).toHaveLength(1000);
+    expect((await atropos(e, "trainer", "GET", "/batch")).json.batch).toHaveLength(1000);
+    expect((await e.as("viewer").overview()).atropos).toMatchObject({ stored_groups: 0, queued_groups: 0 });
+    expect(await countRows()).toEqual([]);
+    // A class keeps its row while some of its groups are queued, with their number.
+    await atropos(e, "client", "POST", "/scored_data_list", [group(1, 2, 1000), group(2, 2, 1000), group(3, 2, 1001)]);
+    expect(await countRows()).toEqual([
+      { env: "1000", size: 2, n: 2 },
+      { env: "1001", size: 2, n: 1 },
+    ]);
+    expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(3);
+    // Rows an engine left at 0 before they were deleted go with the schema's migration.
+    const migrated = await runInDurableObject(e.stub, (_i, state) => {
+      const sql = state.storage.sql;
+      sql.exec("INSERT INTO atropos_counts (env, size, n) VALUES ('7', 2, 0), ('8', 4, 0)");
+      sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(ENGINE_MIGRATIONS.length - 1));
+      migrateEngine(sql);
+      return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_counts").one().n;
+    });
+    expect(migrated).toBe(2);
+  }, 60_000);
 
   it("bounds the groups it holds with a 503 that stores nothing, and the trainer sets the bound", async () => {
     const e = await createEngine("atr");

@@ -45,7 +45,7 @@ function responses(spec: AtroposRouteSpec): JsonSchema {
         ? {
             description:
               "The body is not JSON or does not match the model: FastAPI's body, one entry per pydantic error. " +
-              `Or the engine has as many environments registered as it takes (${MAX_ATROPOS_ENVS}, until the trainer registers again): the exchange's body, error \`too_many_environments\`; nothing was registered.`,
+              `Or the engine has as many environments registered as it takes (${MAX_ATROPOS_ENVS}, until the trainer's \`/reset_data\` clears them with the run's queue): the exchange's body, error \`too_many_environments\`; nothing was registered.`,
             content: { "application/json": { schema: { anyOf: [fastApi, { $ref: "#/components/schemas/ErrorResponse" }] } } },
           }
         : {

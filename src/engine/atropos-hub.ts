@@ -164,9 +164,15 @@ export class AtroposHub {
   private registerEnv(s: AtroposState, r: AtroposRegisterEnv): Reply<z.output<typeof Answers.AtroposEnvRegistered>> {
     if (s.started !== true) return ok({ status: "wait for trainer to start" });
     const envs = this.store.envs();
-    // Atropos appends envs without end; they go only with the trainer's next /register.
+    // Atropos appends envs without end and an env's id is its place in the list, so none can be
+    // dropped or reused while the run goes on: they go with the run's queue, by /reset_data
+    // (a /register clears them only when there is no queue, which no env outlives).
     if (envs.length >= MAX_ATROPOS_ENVS) {
-      return fail(422, "too_many_environments", `This engine has ${envs.length} Atropos environments registered, the most it takes (${MAX_ATROPOS_ENVS}); they are cleared when the trainer registers again.`);
+      return fail(
+        422,
+        "too_many_environments",
+        `This engine has ${envs.length} Atropos environments registered, the most it takes (${MAX_ATROPOS_ENVS}); they stay, as Atropos keeps them, until the trainer's GET /reset_data clears them with the run's queue (a /register does not).`,
+      );
     }
     const realName = `${r.desired_name}_${envs.filter((e) => e.desired_name === r.desired_name).length}`;
     const id = envs.length;
@@ -278,14 +284,18 @@ export class AtroposHub {
       const what = groups.length === 1 ? "This scored group is" : `These ${groups.length} scored groups are`;
       return fail(413, "payload_too_large", `${what} ${formatBytes(bytes)} as JSON; this engine holds at most ${formatBytes(maxBytes)} of Atropos groups (max_stored_bytes): send fewer groups per request.`);
     }
-    if (s.stored_bytes + bytes > maxBytes) {
+    const envs = s.registered ? this.store.envs() : [];
+    // The latest example's row stays after its batch is taken and goes only when a newer group
+    // is queued: counted against a request that queues one, it would refuse the one thing that
+    // frees it, for ever once every batch is taken. So the bound is on what the store holds once
+    // the request is stored. Looked at only when the bound would refuse: it reads the buffers.
+    if (s.stored_bytes + bytes > maxBytes && s.stored_bytes - this.latestFreedBy(s, groups, envs) + bytes > maxBytes) {
       return fail(
         503,
         "queue_full",
         `This engine holds ${formatBytes(s.stored_bytes)} of Atropos groups and takes at most ${formatBytes(maxBytes)} (max_stored_bytes); ${groups.length === 1 ? "this group is" : "these groups are"} ${formatBytes(bytes)}: retry once the trainer has taken batches.`,
       );
     }
-    const envs = s.registered ? this.store.envs() : [];
     // Python's envs[env_id]: a negative id counts from the end, and one below -len(envs) raises (before anything is stored, here).
     if (groups.some((g) => g.env_id !== null && g.env_id < -envs.length)) return ok(SERVER_ERROR);
     let next: AtroposState = { ...s, queue: true };
@@ -293,7 +303,7 @@ export class AtroposHub {
     let lastBufferSize: number | null = null;
     const now = this.host.now();
     for (const g of groups) {
-      const env = g.env_id !== null && g.env_id < envs.length ? pyIndex(envs, g.env_id) : undefined;
+      const env = envOf(envs, g);
       const key = envKey(g.env_id);
       let added: { id: number; bytes: number };
       if (env !== undefined && g.size !== env.group_size) {
@@ -328,6 +338,34 @@ export class AtroposHub {
 
   private withLatest(s: AtroposState, id: number): AtroposState {
     return { ...s, latest: id, stored_bytes: s.stored_bytes - this.store.setLatest(s.latest) };
+  }
+
+  /**
+   * The bytes storing `groups` would free before it is done: the latest example's row, if it is
+   * kept as that alone and one of the groups joins the queue (every withLatest in scored): one
+   * for an env it does not buffer for, or one whose buffering makes the env's group size.
+   * Buffering is played as scored plays it, up to the first group queued; a request whose every
+   * group waits in a buffer frees nothing.
+   */
+  private latestFreedBy(s: AtroposState, groups: readonly AtroposGroup[], envs: readonly AtroposEnv[]): number {
+    if (s.latest === null) return 0;
+    const bytes = this.store.latestOnlyBytes(s.latest);
+    // Such a request is Atropos's 500 and stores nothing (scored), so it frees nothing either.
+    if (bytes === null || groups.some((g) => g.env_id !== null && g.env_id < -envs.length)) return 0;
+    const buffers = new Map<string, number[]>();
+    for (const g of groups) {
+      const env = envOf(envs, g);
+      if (env === undefined || g.size === env.group_size) return bytes;
+      const key = envKey(g.env_id);
+      let sizes = buffers.get(key);
+      if (sizes === undefined) {
+        sizes = this.store.buffered(key).map((r) => r.size);
+        buffers.set(key, sizes);
+      }
+      sizes.push(g.size);
+      if (findGroupsSummingToTarget(sizes, env.group_size).length > 0) return bytes;
+    }
+    return 0;
   }
 
   /** The group's trajectory row for D1, written through the outbox in this transaction. */
@@ -452,6 +490,11 @@ export class AtroposHub {
       envs: s.registered ? this.store.envs() : [],
     });
   }
+}
+
+/** The registered env a group is for, as Atropos's envs[env_id] finds it (a negative id counting from the end); undefined for none. */
+function envOf(envs: readonly AtroposEnv[], g: AtroposGroup): AtroposEnv | undefined {
+  return g.env_id !== null && g.env_id < envs.length ? pyIndex(envs, g.env_id) : undefined;
 }
 
 /** A random 128-bit integer in decimal, as uuid.uuid4().int (the version and variant bits set as uuid4 sets them). */

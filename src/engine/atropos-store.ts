@@ -172,6 +172,11 @@ export class AtroposStore implements QueueIndex {
     return this.sql.exec<{ payload: string }>("SELECT payload FROM atropos_groups WHERE id = ?", id).toArray()[0]?.payload ?? null;
   }
 
+  /** The bytes of row `id` if it is kept only as the latest example (the row setLatest frees), else null. */
+  latestOnlyBytes(id: number): number | null {
+    return this.sql.exec<{ bytes: number }>("SELECT octet_length(payload) AS bytes FROM atropos_groups WHERE id = ? AND place = 'latest'", id).toArray()[0]?.bytes ?? null;
+  }
+
   /** The row `id` is the latest example now; the previous one goes if nothing else holds it. Returns the bytes freed. */
   setLatest(previous: number | null): number {
     if (previous === null) return 0;
@@ -181,7 +186,7 @@ export class AtroposStore implements QueueIndex {
   /** Puts queued groups larger than `batchSize` aside; returns how many. */
   holdLargerThan(batchSize: number): number {
     // From the counts: a GROUP BY over the groups themselves walks the whole queue's index.
-    const rows = this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts WHERE size > ? AND n > 0", batchSize).toArray();
+    const rows = this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts WHERE size > ?", batchSize).toArray();
     if (rows.length === 0) return 0;
     this.sql.exec("UPDATE atropos_groups SET place = 'held' WHERE place = 'queue' AND size > ?", batchSize);
     for (const r of rows) this.count(r.env, r.size, -r.n);
@@ -267,7 +272,7 @@ export class AtroposStore implements QueueIndex {
   // ------------------------------------------------------------ the queue's index (atropos-packing.ts)
 
   classes(): { env: string; size: number; n: number }[] {
-    return this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts WHERE n > 0").toArray();
+    return this.sql.exec<{ env: string; size: number; n: number }>("SELECT env, size, n FROM atropos_counts").toArray();
   }
 
   read(size: number, env: string | undefined, after: number, limit: number): number[] {
@@ -285,7 +290,14 @@ export class AtroposStore implements QueueIndex {
     return bytes;
   }
 
+  /**
+   * A class whose count reaches 0 loses its row, so that the table holds only classes with
+   * something queued: classes() and holdLargerThan read all of it, on every cut and /status, and
+   * would otherwise grow with every (env, size) ever queued. RETURNING tells the upsert's result
+   * without another read.
+   */
   private count(env: string, size: number, delta: number): void {
-    this.sql.exec("INSERT INTO atropos_counts (env, size, n) VALUES (?, ?, ?) ON CONFLICT (env, size) DO UPDATE SET n = n + excluded.n", env, size, delta);
+    const n = this.sql.exec<{ n: number }>("INSERT INTO atropos_counts (env, size, n) VALUES (?, ?, ?) ON CONFLICT (env, size) DO UPDATE SET n = n + excluded.n RETURNING n", env, size, delta).one().n;
+    if (n === 0) this.sql.exec("DELETE FROM atropos_counts WHERE env = ? AND size = ?", env, size);
   }
 }

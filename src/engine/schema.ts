@@ -315,6 +315,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // no buffer shows what the trainer consumed (episode-claims.ts paced). Ends written before
   // this have none and are not counted: the engine did not count them either.
   "ALTER TABLE finished ADD COLUMN claim_weight_version INTEGER;",
+  // 15: an Atropos class's count row goes when its count reaches 0 (atropos-store.ts count), so
+  // that the reads of every class (each cut, /status, the overview) cost what is queued, not
+  // every (env, size) ever seen; the rows left at 0 before that go here.
+  "DELETE FROM atropos_counts WHERE n = 0;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -239,9 +239,11 @@ const GIB = 1024 * 1024 * 1024;
 
 /**
  * The least max_stored_bytes: 4 MiB. The latest example's row stays after its batch is taken
- * (as Atropos keeps it), so an engine with nothing else stored still holds up to one group at the
- * row bound (1,900,000 bytes); beside it, one more such group must fit, or that group would be
- * refused with a 503 for ever, however often its environment retried.
+ * (as Atropos keeps it) until a newer group is queued. A request that queues one is bounded
+ * without that row, which storing it frees; one whose groups all wait in an env's buffer frees
+ * nothing, so with nothing else stored a group at the row bound (1,900,000 bytes) must still fit
+ * beside another such latest example, or it would be refused with a 503 for ever, however often
+ * its environment retried.
  */
 export const MIN_ATROPOS_STORED_BYTES = 4 * 1024 * 1024;
 
