@@ -38,8 +38,9 @@ function describeFailure(e: unknown, deadline: number): { status: number; messag
   if (name === "TimeoutError" || name === "AbortError") {
     return { status: 504, message: `the inference upstream did not answer within ${deadline} s`, code: "upstream_timeout" };
   }
-  // The fetch's error may name the gateway's address, which clients are never shown.
-  return { status: 502, message: `the inference gateway could not be reached (error id ${loggedErrorId("relay: the gateway could not be reached, error", e)})`, code: "gateway_unreachable" };
+  // The error may name the gateway's address, which clients are never shown. The same words
+  // serve a call that could not be sent and a stream that broke off while it was read.
+  return { status: 502, message: `the connection to the inference gateway failed (error id ${loggedErrorId("relay: the connection to the gateway failed, error", e)})`, code: "gateway_unreachable" };
 }
 
 /** The isolate's deadlines of relayed calls that are not streamed. */
