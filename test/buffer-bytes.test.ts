@@ -143,4 +143,47 @@ describe("the rollout buffer's max_stored_bytes", () => {
     expect((await post(e, [row("c", 300_000)])).status).toBe(200);
     expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
   });
+
+  it("bounds only rows waiting to be pulled: the rows of pulls kept for re-reading never make the refusal last", async () => {
+    const e = await bounded(2);
+    // One group of 600 KB, pulled: the buffer has nothing left to hand out, and keeps its rows for a re-read.
+    expect((await post(e, [row("a1", 300_000, true, "A"), row("a2", 300_000, true, "A")])).json).toMatchObject({ groups_ready: ["A"] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["A"]);
+    // A pull with nothing ready makes no pull, so those rows stay; the next group of 600 KB is taken all the same.
+    for (let i = 0; i < 5; i++) {
+      await e.as("trainer").getRolloutData();
+      await advance(e, 2 * 24 * 3600 * 1000);
+    }
+    const next = await post(e, [row("b1", 300_000, true, "B"), row("b2", 300_000, true, "B")]);
+    expect(next.status, JSON.stringify(next.json)).toBe(200);
+    // stored_bytes still counts every row held, the kept pull's included.
+    const table = await tableBytes(e);
+    expect(table.n).toBe(4);
+    expect((await held(e)).stored_bytes).toBe(table.b);
+    // Waiting rows still fill the bound: a batch opening another group is refused, saying what frees room.
+    const full = await post(e, [row("c1", 300_000, true, "C"), row("c2", 300_000, true, "C")]);
+    expect([full.status, full.json?.["error"]]).toEqual([503, "buffer_full"]);
+    expect(String(full.json?.["detail"])).toContain("waiting to be pulled");
+    // Once pulled, B waits no more: C is taken.
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["B"]);
+    expect((await post(e, [row("c1", 300_000, true, "C"), row("c2", 300_000, true, "C")])).status).toBe(200);
+    expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+  }, 60_000);
+
+  it("takes rows of groups already open past the bound, so pending groups with the TTL off can still complete", async () => {
+    const e = await bounded(2);
+    expect((await configure(e, { ttl_seconds: 0 })).status).toBe(200);
+    expect((await post(e, [row("a1", 400_000, true, "A")])).status).toBe(200);
+    expect((await post(e, [row("b1", 400_000, true, "B")])).status).toBe(200);
+    // The rows that complete A and B are taken past the bound, and the trainer pulls them.
+    expect((await post(e, [row("a2", 400_000, true, "A")])).json).toMatchObject({ groups_ready: ["A"] });
+    // A third group would pass the bound: refused, the 503 saying rows of open groups are taken.
+    const opening = await post(e, [row("c1", 400_000, true, "C")]);
+    expect([opening.status, opening.json?.["error"]]).toEqual([503, "buffer_full"]);
+    expect(String(opening.json?.["detail"])).toContain("already open are always taken");
+    expect((await post(e, [row("b2", 400_000, true, "B")])).json).toMatchObject({ groups_ready: ["B"] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["A", "B"]);
+    expect((await post(e, [row("c1", 400_000, true, "C")])).status).toBe(200);
+    expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+  }, 60_000);
 });

@@ -517,6 +517,30 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     }
   });
 
+  it("does not count a result the agent could not deliver under pace without the buffer: the trainer registers it again, and its batch can complete", async () => {
+    const e = await createEngine("pace-undeliverable");
+    const trainer = e.as("trainer");
+    const client = e.as("client");
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 2 });
+    await rollingWith(e, 2, { zmq: true });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const a = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 600 });
+    const b = await client.claimEpisode({ client_uuid: "b", discard_episode_timeout: 600 });
+    expect(a.success && b.success).toBe(true);
+    expect((await client.endEpisode(endBody("a", a.episode_uuid, 1))).success).toBe(true);
+    expect((await client.endEpisode(endBody("b", b.episode_uuid, 1))).success).toBe(true);
+    const { commands } = await trainer.pollCommands();
+    const deliver = (uuid: string) => commands.find((c) => c.body.kind === "deliver" && c.body.episode_uuid === uuid)!;
+    await trainer.ackCommand({ seq: deliver(a.episode_uuid).seq, ok: true });
+    await trainer.ackCommand({ seq: deliver(b.episode_uuid).seq, ok: false, detail: "runner gone: no ack in 30 s" });
+    // The trainer has one of its two results; told b is not claimed, it registers b again.
+    expect((await trainer.isEpisodeClaimed({ episode_uuid: b.episode_uuid })).success).toBe(false);
+    expect((await trainer.registerEpisode({ episode_uuid: b.episode_uuid, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "k", zmq_listen_result_addr: "tcp://10.0.0.1:20001" })).success).toBe(true);
+    // Two per version at max_staleness 0, one consumed at version 0: the one it still needs may begin.
+    const again = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    expect(again, JSON.stringify(again)).toMatchObject({ success: true });
+  });
+
   it("stops weighing a pending group that got no row for the TTL (or the default TTL when it is off): a worker that died does not hold new groups back for ever", async () => {
     const e = await buffered(2);
     const trainer = e.as("trainer");

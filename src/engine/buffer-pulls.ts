@@ -6,7 +6,7 @@ import type { GetRolloutDataResponse, GroupReport, LastPull } from "../protocol/
 import { LAST_PULL_GROUPS } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { groupReport, isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
-import { deleteSteps } from "./buffer-bytes";
+import { deleteSteps, keepDelivered, keptBytes, releaseKept } from "./buffer-bytes";
 import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
 import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
 import { fail, ok, type Reply } from "./reply";
@@ -101,11 +101,14 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
       JSON.stringify({ consumer: weightVersion, groups: reports }),
     )
     .one().cursor;
+  // Counted before these groups are marked delivered, so that an engine counting it now does not count them twice.
+  keptBytes(s);
   const staleSet = new Set(staleGroups);
   for (const id of deliver) {
     s.sql.exec("UPDATE buf_groups SET state = 'delivered', pull_cursor = ?, stale = ?, ready_seq = NULL WHERE group_id = ?", cursor, staleSet.has(id) ? 1 : 0, id);
   }
   clearIncompleteSessions(s, deliver);
+  keepDelivered(s, deliver);
   const items = groupItems(s, deliver, staleSet);
   const partial = new Set(reports.filter((r) => r.partial).map((r) => r.group_id));
   for (const [i, id] of deliver.entries()) {
@@ -187,7 +190,7 @@ function forgetOldPulls(s: BufferState, latest: number, now: number): void {
   const old = s.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
   for (const p of old) {
     const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
-    deleteSteps(s, `group_id IN (${groups})`, p.cursor);
+    releaseKept(s, deleteSteps(s, `group_id IN (${groups})`, p.cursor));
     s.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
     s.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
   }

@@ -40,6 +40,12 @@ export type Counters = {
   fullRefusals: number;
   /** Bytes of the rows held (buffer-bytes.ts); null for an engine that has not counted them yet. */
   storedBytes: number | null;
+  /**
+   * Bytes of those rows that belong to delivered groups, kept for re-reading the last pulls:
+   * max_stored_bytes bounds the others only, since these go only as later pulls deliver something.
+   * Null for an engine that has not counted them yet.
+   */
+  keptBytes: number | null;
   /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
   pullVersion: number | null;
   pulledAtVersion: number;
@@ -59,6 +65,7 @@ const NO_COUNTERS: Counters = {
   paced: 0,
   fullRefusals: 0,
   storedBytes: null,
+  keptBytes: null,
   pullVersion: null,
   pulledAtVersion: 0,
   perVersion: null,

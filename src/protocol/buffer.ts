@@ -188,10 +188,11 @@ export const BufferConfig = z.object({
    */
   max_message_bytes: storableByteLimit(1024),
   /**
-   * Bytes of UTF-8 of the rows the buffer holds at most (each row's messages, response and extra
-   * fields as JSON): those of pending and ready groups, and of the last pulls, kept to be read
-   * again. A batch that would pass it is refused 503 `buffer_full` with Retry-After and stores
-   * nothing; one larger than it alone is a 413. Nothing else bounds what a buffer whose trainer
+   * Bytes of UTF-8 of rows waiting to be pulled (each row's messages, response and extra fields
+   * as JSON: those of pending and ready groups; not the last pulls', kept to be read again) past
+   * which no new group is opened. A batch that opens one and would pass it is refused 503
+   * `buffer_full` with Retry-After and stores nothing; rows of groups already open are taken. One
+   * larger than it alone is a 413. Nothing else bounds what a buffer whose trainer
    * stopped pulling holds: ready groups stay until pulled, and staleness_policy flag drops none.
    */
   max_stored_bytes: z.number().int().min(MIN_BUFFER_STORED_BYTES).max(MAX_BUFFER_STORED_BYTES),
@@ -242,9 +243,9 @@ export const BufferStats = z.object({
   measured_rollouts_per_version: z.number().nullable(),
   /** Claims and new groups' sessions held back by pace (not discarded: the client asks again). */
   paced_refusals: z.number(),
-  /** Bytes of the rows held, which config.max_stored_bytes bounds. */
+  /** Bytes of every row held, the kept pulls' included; config.max_stored_bytes bounds those waiting to be pulled. */
   stored_bytes: z.number(),
-  /** Batches refused because they would pass max_stored_bytes (503 buffer_full). */
+  /** Batches opening new groups refused because they would pass max_stored_bytes (503 buffer_full). */
   full_refusals: z.number(),
 });
 export type BufferStats = z.infer<typeof BufferStats>;

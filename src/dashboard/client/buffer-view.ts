@@ -32,7 +32,7 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("rollouts_per_version", c.rollouts_per_version, c.rollouts_per_version === null ? "trainer's batch measured" : `trainer takes ${c.rollouts_per_version} per version`),
       setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${fmt.bytes(c.max_message_bytes)}`),
-      setting("max_stored_bytes", c.max_stored_bytes, `at most ${fmt.bytes(c.max_stored_bytes)} of rows held`),
+      setting("max_stored_bytes", c.max_stored_bytes, `no new group past ${fmt.bytes(c.max_stored_bytes)} of rows waiting to be pulled`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
   }
@@ -114,8 +114,8 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
         figure("partial_groups_delivered", "partial groups delivered", b.partial_groups_delivered, "Groups delivered at their TTL short of group_size usable sessions, with a usable mask"),
         figure("partial_groups_dropped", "partial groups dropped", b.partial_groups_dropped, "Groups dropped at their TTL short of group_size usable sessions"),
         figure("paced_refusals", "held back by pace", b.paced_refusals, "Claims and new groups held back so that what is under way is not consumed too stale"),
-        h("div", { "data-stat": "stored_bytes", "data-value": b.stored_bytes, title: "Bytes of the step rows the buffer holds, which max_stored_bytes bounds" }, h("dt", {}, "rows held"), h("dd", {}, fmt.bytes(b.stored_bytes))),
-        figure("full_refusals", "refused as full", b.full_refusals, "Batches of rows refused because the buffer held max_stored_bytes of rows (503 buffer_full)"),
+        h("div", { "data-stat": "stored_bytes", "data-value": b.stored_bytes, title: "Bytes of the step rows the buffer holds, the last pulls' kept for re-reading included; max_stored_bytes bounds those still waiting to be pulled" }, h("dt", {}, "rows held"), h("dd", {}, fmt.bytes(b.stored_bytes))),
+        figure("full_refusals", "refused as full", b.full_refusals, "Batches opening a new group refused because rows waiting to be pulled filled max_stored_bytes (503 buffer_full)"),
       ),
       ...pulled,
       settings(b.config),
