@@ -74,6 +74,7 @@ import { AtroposHub, atroposOp, type AtroposCall, type AtroposSent } from "./atr
 import { atroposBatchStream } from "./atropos-batch-stream";
 import { SharedTurn } from "./shared-turn";
 import { highWaterFrom, StorageGuard } from "./storage-guard";
+import { loggedErrorId } from "../error-id";
 import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
@@ -212,8 +213,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         // An alarm that fired during the drain found the engine closed and set none again.
         if (!wasClosed) this.rearm(this.now());
         // D1's error may name its tables and SQL: it goes to the log, the answer carries its id.
-        const id = crypto.randomUUID();
-        console.error(`engine: writing the last results to D1 before a delete failed, error ${id}: ${r.error}`);
+        const id = loggedErrorId("engine: writing the last results to D1 before a delete failed, error", r.error);
         return fail(503, "history_not_written", `The engine's last results could not be written to D1 (error id ${id}); nothing was deleted. Try again, or delete without keep_history.`);
       }
     }

@@ -2,6 +2,7 @@ import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
 import type { ErrorResponse } from "../protocol/admin";
 import type { Reply } from "../engine/reply";
+import { loggedErrorId } from "../error-id";
 
 /** A JSON answer, with the headers hono's `c.json` gives it. */
 export function jsonResponse(body: unknown, status: number): Response {
@@ -36,15 +37,4 @@ export function describeIssues(error: z.ZodError): string {
   return error.issues
     .map((i) => `${i.path.length > 0 ? i.path.join(".") : "body"}: ${i.message}`)
     .join("; ");
-}
-
-/**
- * Logs `err` under a new id and returns the id, for an answer that names a failure of D1, R2 or
- * the network without its text: that may name tables, SQL or addresses (the gateway's tunnel),
- * which only the operator may read, in the Worker's log (`wrangler tail`), found by the id.
- */
-export function loggedErrorId(label: string, err: unknown): string {
-  const id = crypto.randomUUID();
-  console.error(`${label} ${id}:`, err);
-  return id;
 }

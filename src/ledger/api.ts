@@ -19,7 +19,8 @@ import {
   type TrajectoryListQuery as ListQuery,
 } from "../protocol/ledger";
 import { envOf } from "../runs/context";
-import { errorResponse, jsonResponse, loggedErrorId } from "../http/errors";
+import { errorResponse, jsonResponse } from "../http/errors";
+import { loggedErrorId } from "../error-id";
 import { recordCalls } from "./ingest";
 import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
