@@ -10,9 +10,9 @@ import { enginePrefix, engineAuth, rolesFor } from "../openapi/engine-paths";
 import { errorRef, refusalResponse, STORAGE_FULL, type ErrorStatus } from "../openapi/error-responses";
 import { toJsonSchema, type JsonSchema } from "../openapi/json-schema";
 import { ATROPOS_SERVER_ERROR_TEXT } from "../protocol/atropos-answers";
-import { MAX_ATROPOS_ENVS } from "../protocol/atropos";
+import { ATROPOS_RETRY_AFTER_SECONDS, MAX_ATROPOS_ENVS } from "../protocol/atropos";
 import { FastApiValidationError, INVALID_GZIP_TEXT } from "./fastapi";
-import { ATROPOS_API, ATROPOS_RETRY_AFTER_SECONDS, type AtroposAnswerSpec, type AtroposRouteSpec } from "./routes";
+import { ATROPOS_API, type AtroposAnswerSpec, type AtroposRouteSpec } from "./routes";
 
 export const ATROPOS_TAG = "atropos";
 export const ATROPOS_TAG_DESCRIPTION =

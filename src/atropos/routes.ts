@@ -234,13 +234,8 @@ async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   if (call instanceof Response) return call;
   const reply: Reply<AtroposSent> = await who.body.stub.atropos(who.body.caller, call);
   if (reply.ok) return answer(c, reply.body);
-  const res = replyResponse(reply);
-  if (reply.status === 503 && !res.headers.has("retry-after")) res.headers.set("retry-after", String(ATROPOS_RETRY_AFTER_SECONDS));
-  return res;
+  return replyResponse(reply);
 }
-
-/** The Retry-After of a 503 whose engine named none (a full queue's): Atropos's BaseEnv retries it. */
-export const ATROPOS_RETRY_AFTER_SECONDS = 5;
 
 /** Registers Atropos's routes under `${prefix}/atropos` (token-in-path URLs route the same: http/path-token.ts). */
 export function atroposRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {

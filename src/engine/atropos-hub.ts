@@ -10,11 +10,11 @@
  * serialized every group.
  */
 import type { z } from "zod";
-import { AtroposConfig, DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_ENVS, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
+import { AtroposConfig, ATROPOS_RETRY_AFTER_SECONDS, DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_ENVS, type AtroposOverview, type AtroposRegisterEnv, type AtroposRegistration, type AtroposStall } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
 import { formatBytes } from "../protocol/limits";
-import { fail, ok, type Reply } from "./reply";
+import { fail, full, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
 import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations } from "./atropos-packing";
 import { stallsOf } from "./atropos-stalls";
@@ -275,7 +275,7 @@ export class AtroposHub {
       return fail(413, "payload_too_large", `These ${groups.length} scored groups are more than this engine holds (${max}, max_groups): send fewer groups per request.`);
     }
     if (s.stored + groups.length > max) {
-      return fail(503, "queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`);
+      return full("queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`, ATROPOS_RETRY_AFTER_SECONDS);
     }
     const bytes = groups.reduce((a, g) => a + g.bytes, 0);
     const maxBytes = config.max_stored_bytes;
@@ -290,10 +290,10 @@ export class AtroposHub {
     // frees it, for ever once every batch is taken. So the bound is on what the store holds once
     // the request is stored. Looked at only when the bound would refuse: it reads the buffers.
     if (s.stored_bytes + bytes > maxBytes && s.stored_bytes - this.latestFreedBy(s, groups, envs) + bytes > maxBytes) {
-      return fail(
-        503,
+      return full(
         "queue_full",
         `This engine holds ${formatBytes(s.stored_bytes)} of Atropos groups and takes at most ${formatBytes(maxBytes)} (max_stored_bytes); ${groups.length === 1 ? "this group is" : "these groups are"} ${formatBytes(bytes)}: retry once the trainer has taken batches.`,
+        ATROPOS_RETRY_AFTER_SECONDS,
       );
     }
     // Python's envs[env_id]: a negative id counts from the end, and one below -len(envs) raises (before anything is stored, here).

@@ -273,6 +273,9 @@ export const AtroposConfig = z.object({
 export type AtroposConfig = z.infer<typeof AtroposConfig>;
 export const UpdateAtroposConfigRequest = AtroposConfig.partial().strict();
 /** 4 GiB by default: two thirds of the ceiling, room for the rest of the engine left over (MAX_ATROPOS_STORED_BYTES says what it holds). */
+/** The Retry-After of a full queue's 503 (queue_full), which Atropos's BaseEnv retries. */
+export const ATROPOS_RETRY_AFTER_SECONDS = 5;
+
 export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000, max_stored_bytes: 4 * GIB };
 
 /** Why batches may not be cut although groups wait: the extra field of /status (and the engine's views). */
