@@ -58,14 +58,16 @@ export async function readBodyText(request: Request, max: number = MAX_BODY_BYTE
     // A UTF-16 unit is at most 3 bytes of UTF-8: most bodies need no count.
     return text.length * 3 <= max || utf8Bytes(text) <= max ? text : null;
   }
-  const bytes = await readBodyBytes(request, max);
+  if (request.body === null) return "";
+  const bytes = await readStream(request.body, max);
   return bytes === null ? null : new TextDecoder().decode(bytes);
 }
 
 /**
  * The router's body limit: hono's bodyLimit trusts any Content-Length it can parse (a NaN
- * passes), so the routes it serves read their bodies through readBodyBytes as the engine API
- * does, and get them back as bytes already read.
+ * passes), so every body the router's routes will read is first measured by readBodyBytes, as
+ * the engine API's are. On a copy: the route then reads the request itself (so such a body is
+ * read twice; the engine API's and the relay's, served before the router, once).
  */
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;

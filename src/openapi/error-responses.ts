@@ -59,9 +59,9 @@ export const STORAGE_FULL: Refusal = {
  * The 503 of a route that refuses by design: its codes listed in `x-refusal-codes`, so that a
  * client (and the fuzzer's oracle) tells such an answer from a failure (docs/dashboard.md).
  */
-export function refusalResponse(refusals: readonly Refusal[], retryAfter?: string): JsonSchema {
+export function refusalResponse(refusals: readonly Refusal[]): JsonSchema {
   const waits = refusals.filter((r) => r.retryAfter !== undefined).map((r) => `${r.retryAfter} s for \`${r.code}\``);
-  const header = retryAfter ?? (waits.length > 0 ? `Seconds to wait before sending again: ${waits.join(", ")}.` : undefined);
+  const header = waits.length > 0 ? `Seconds to wait before sending again: ${waits.join(", ")}.` : undefined;
   return {
     description: refusals.map((r) => `\`${r.code}\`: ${r.when}`).join("\n\n"),
     ...(header !== undefined ? { headers: { "Retry-After": { description: header, schema: { type: "integer" } } } } : {}),
