@@ -115,15 +115,20 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     else if (!s.signal.aborted) broke("broke off its answer", e, "upstream_broken");
     return;
   }
-  if (!ok) {
-    // Its own OpenAI error (a 404 for a model it does not serve, a 400 for a bad request) goes
-    // through as it is, but for the upstream's own address and the trainer's key, should it name them.
-    const status = up.statusCode >= 400 ? up.statusCode : 502;
-    const told = shown(text);
+  /**
+   * The upstream's own error: an OpenAI error goes through as it is, but for the upstream's own
+   * address and the trainer's key, should it name them; anything else is worded as `answered`.
+   */
+  const passError = (status: number, errorText: string, answered: string): void => {
+    const told = shown(errorText);
     if (isOpenAIErrorText(told)) {
       tap?.upstreamFailed(status, told);
       sendJson(res, status, told);
-    } else fail(status, `the inference upstream answered ${up.statusCode}: ${told.slice(0, 300)}`, "upstream_error");
+    } else fail(status, `the inference upstream answered ${answered}: ${told.slice(0, 300)}`, "upstream_error");
+  };
+  if (!ok) {
+    // A 404 for a model it does not serve, a 400 for a bad request.
+    passError(up.statusCode >= 400 ? up.statusCode : 502, text, String(up.statusCode));
     return;
   }
   const parsed = parseJson(text);
@@ -131,14 +136,11 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
   if (failure !== null) {
     // Servers that report a failure with a 200 (vLLM's {"object": "error"}, a proxy's {"error": ...}):
     // passed on as a 200, the client would take the error for a completion.
-    const told = shown(failure.text);
-    if (isOpenAIErrorText(told)) {
-      tap?.upstreamFailed(failure.status, told);
-      sendJson(res, failure.status, told);
-    } else fail(failure.status, `the inference upstream answered 200 with an error: ${told.slice(0, 300)}`, "upstream_error");
+    passError(failure.status, failure.text, "200 with an error");
     return;
   }
-  const answer = tap === null ? (isRecord(parsed) ? text : null) : tap.whole(text);
+  // Parsed once: the tap records (and may rewrite) the value already read.
+  const answer = tap === null ? (isRecord(parsed) ? text : null) : tap.whole(text, parsed === NOT_JSON ? null : parsed);
   if (answer === null) {
     fail(502, `the inference upstream answered something that is not a JSON object: ${shown(text).slice(0, 200)}`, "upstream_garbage");
     return;

@@ -133,9 +133,10 @@ export class CallTap {
   /**
    * A whole answer: recorded, and returned as the client gets it (without the token fields it
    * did not ask for; as a stream when `streamsItself`), or null when it is not a JSON object.
+   * `parsed`: the text's value when the caller has parsed it already (it may be changed here).
    */
-  whole(text: string): string | null {
-    const answer = parseObject(text);
+  whole(text: string, parsed?: unknown): string | null {
+    const answer = parsed === undefined ? parseObject(text) : isRecord(parsed) ? parsed : null;
     if (answer === null) return null;
     this.parts = wholeAnswer(this.env.endpoint, answer);
     this.collector?.read(answer);

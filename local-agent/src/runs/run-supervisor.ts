@@ -329,9 +329,10 @@ export class RunSupervisor {
       metrics,
       agent_id: this.d.agentId,
     });
+    // The end's report (its log tails read from disk) is made once, for every chunk's size.
+    const end = report(true, []);
     for (;;) {
       while (run.unsent.length <= MAX_REPORT_METRICS && more()) this.collect(run);
-      const end = report(true, []);
       const points = run.unsent.slice(0, fitting(run.unsent, jsonBytes(end)));
       const last = points.length === run.unsent.length && !more();
       let answer = await this.d.reporter.report(run.id, last ? { ...end, metrics: points } : report(false, points));
