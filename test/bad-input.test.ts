@@ -138,6 +138,18 @@ describe("access", () => {
     expect(await snapshot(e)).toEqual(before);
     const small = await chunked(['{"client_uuid": "c", ', '"discard_episode_timeout": 5}']);
     expect(await small.json()).toMatchObject({ success: true, client_uuid: "c", episode_uuid: "ep-0" });
+    // A route the router serves gets the body its size check read.
+    const enc = new TextEncoder();
+    const parts = ['{"name": ', `"chunked-${e.name}"}`];
+    const body = new ReadableStream<Uint8Array>({
+      start(ctl) {
+        for (const p of parts) ctl.enqueue(enc.encode(p));
+        ctl.close();
+      },
+    });
+    const created = await exports.default.fetch(new Request(`${ORIGIN}/admin/engines`, { method: "POST", headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, body }));
+    expect(created.status).toBe(201);
+    expect(await created.json()).toMatchObject({ engine: `chunked-${e.name}` });
   });
 
   it("checks a body against the size limit as it arrives when its Content-Length is no number, or understates it", async () => {

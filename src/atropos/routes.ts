@@ -13,7 +13,7 @@ import type { Env } from "../env";
 import { envOf } from "../runs/context";
 import { engineCaller } from "../http/engine-caller";
 import { errorResponse, replyResponse } from "../http/errors";
-import { MAX_BODY_BYTES, readStream } from "../http/body";
+import { MAX_BODY_BYTES, readStream, routedBody } from "../http/body";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
 import { AtroposConfig, AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
@@ -168,8 +168,9 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
 ];
 
 /** The body's bytes, inflated when it says it is gzip; a Response for a body that is too large or not gzip. */
-async function bodyBytes(request: Request): Promise<Uint8Array | Response> {
-  const raw = new Uint8Array(await request.arrayBuffer());
+async function bodyBytes(c: Context): Promise<Uint8Array | Response> {
+  const request = c.req.raw;
+  const raw = routedBody(c);
   if (!(request.headers.get("content-encoding") ?? "").toLowerCase().includes("gzip") || raw.byteLength === 0) return raw;
   try {
     const inflated = await readStream(new Blob([raw]).stream().pipeThrough(new DecompressionStream("gzip")), MAX_INFLATED_BYTES);
@@ -180,8 +181,9 @@ async function bodyBytes(request: Request): Promise<Uint8Array | Response> {
 }
 
 /** The request's input as FastAPI reads it: JSON when the content type is JSON or absent, the text itself otherwise. */
-async function readInput(request: Request, spec: NonNullable<AtroposRouteSpec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
-  const bytes = await bodyBytes(request);
+async function readInput(c: Context, spec: NonNullable<AtroposRouteSpec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
+  const request = c.req.raw;
+  const bytes = await bodyBytes(c);
   if (bytes instanceof Response) return { ok: false, response: bytes };
   const fromQuery = spec.query === undefined ? null : new URL(request.url).searchParams.get(spec.query);
   if (bytes.byteLength === 0 && fromQuery !== null) return validated(spec, { [spec.query!]: fromQuery });
@@ -226,7 +228,7 @@ async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   if (!who.ok) return replyResponse(who);
   let input: unknown = undefined;
   if (spec.body !== undefined) {
-    const parsed = await readInput(c.req.raw, spec.body);
+    const parsed = await readInput(c, spec.body);
     if (!parsed.ok) return parsed.response;
     input = parsed.value;
   }

@@ -3,7 +3,7 @@
  * is refused before it is read (a declared length) or as soon as it passes the limit (every
  * body is read against it, whatever its Content-Length says).
  */
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { utf8Bytes } from "../protocol/limits";
 import { errorResponse } from "./errors";
 
@@ -63,20 +63,31 @@ export async function readBodyText(request: Request, max: number = MAX_BODY_BYTE
   return bytes === null ? null : new TextDecoder().decode(bytes);
 }
 
+/** Bodies the router's routes serve, as limitBody read them: a request's body can be read once. */
+const routedBodies = new WeakMap<Request, Uint8Array>();
+
 /**
  * The router's body limit: hono's bodyLimit trusts any Content-Length it can parse (a NaN
- * passes), so every body the router's routes will read is first measured by readBodyBytes, as
- * the engine API's are. On a copy: the route then reads the request itself (so such a body is
- * read twice; the engine API's and the relay's, served before the router, once).
+ * passes), so every body the router's routes will read is read here against the limit, as the
+ * engine API's are, and the routes take it from `routedBody`. The engine API's and the relay's
+ * bodies, served before the router, are read by their own handlers.
  */
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;
   if (request.body === null) return next();
-  // Measured on a copy, so the route reads the request itself: a GET's body (Atropos's
-  // /status-env takes one) cannot be put back into a new Request.
-  if ((await readBodyBytes(request.clone())) === null) return tooLarge();
+  const bytes = await readBodyBytes(request);
+  if (bytes === null) return tooLarge();
+  routedBodies.set(request, bytes);
   await next();
 };
+
+/** The body of a request the router serves, as limitBody read it (empty when it had none). */
+export function routedBody(c: Context): Uint8Array {
+  return routedBodies.get(c.req.raw) ?? new Uint8Array(0);
+}
+
+/** The same body as text. */
+export const routedBodyText = (c: Context): string => new TextDecoder().decode(routedBody(c));
 
 /** A stream's bytes, or null (the stream cancelled) as soon as they pass `max`. */
 export async function readStream(stream: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array | null> {

@@ -1,6 +1,7 @@
 import type { Context } from "hono";
 import type { z } from "zod";
 import { isTooLargeIssue } from "../protocol/limits";
+import { routedBodyText } from "./body";
 import { describeIssues, errorResponse } from "./errors";
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; response: Response };
@@ -68,7 +69,7 @@ export function checkInput<S extends z.ZodType>(schema: S, raw: unknown): Parsed
 }
 
 export async function readJson<S extends z.ZodType>(c: Context, schema: S, emptyAs?: unknown): Promise<Parsed<z.output<S>>> {
-  return parseJsonText(await c.req.text(), schema, emptyAs);
+  return parseJsonText(routedBodyText(c), schema, emptyAs);
 }
 
 export function readQuery<S extends z.ZodType>(c: Context, schema: S): Parsed<z.output<S>> {

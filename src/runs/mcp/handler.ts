@@ -13,6 +13,7 @@ import type { Context } from "hono";
 import { z } from "zod";
 import { mayRun } from "../../auth/roles";
 import type { Env } from "../../env";
+import { routedBodyText } from "../../http/body";
 import { describeIssues } from "../../http/errors";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
 import { standaloneJsonSchema } from "../../openapi/json-schema";
@@ -93,7 +94,7 @@ export async function mcpHandler(c: Context): Promise<Response> {
   if (version !== undefined && !(PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
     return c.json({ error: "unsupported_protocol_version", detail: `MCP-Protocol-Version ${version} is not supported; supported: ${PROTOCOL_VERSIONS.join(", ")}.` }, 400);
   }
-  const text = await c.req.text();
+  const text = routedBodyText(c);
   if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return rpcJson(c, rpcError(null, ERR.invalidRequest, `Invalid request: ${tooDeep}.`), 400);
   let raw: unknown;
   try {
