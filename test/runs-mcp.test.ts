@@ -132,6 +132,22 @@ describe("MCP endpoint", () => {
     expect((await list()).structuredContent).toMatchObject({ count: 2, catalog_status: { state: "ready" }, next_steps: [expect.stringMatching(/^rl_select_environment/), expect.any(String)] });
   });
 
+  it("reads rl_list_runs' limit as the integer it advertises: JSON numbers 1 to 100, not text or booleans read as numbers", async () => {
+    const tools = (await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { properties: Record<string, unknown> } }[] };
+    expect(tools.tools.find((t) => t.name === "rl_list_runs")!.inputSchema.properties["limit"]).toMatchObject({ type: "integer", minimum: 1, maximum: 100 });
+    const listed = async (limit: unknown) => (await call(e.tokens.viewer, "rl_list_runs", { limit })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+    // "5", true, "0x10", [7] and " 3 " were read as 5, 1, 16, 7 and 3.
+    for (const limit of [5.7, -1, 0, 101, 1e9, "5", true, "0x10", [7], " 3 "]) {
+      const r = await listed(limit);
+      expect(r.isError, JSON.stringify(limit)).toBe(true);
+      expect(r.structuredContent, JSON.stringify(limit)).toMatchObject({ error: "invalid_arguments", tool: "rl_list_runs", detail: expect.stringMatching(/limit/) });
+    }
+    expect((await listed(5)).isError).toBe(false);
+    expect((await call(e.tokens.viewer, "rl_list_runs", {})).json?.["result"]).toMatchObject({ isError: false });
+    // The REST route's query string is text, read as a number.
+    expect((await raw(`/e/${e.name}/runs?limit=5`, { token: e.tokens.viewer })).status).toBe(200);
+  });
+
   it("answers protocol mistakes with JSON-RPC errors", async () => {
     const unknownTool = await call(e.tokens.operator, "rl_make_coffee", {});
     expect(unknownTool.json).toMatchObject({ id: 1, error: { code: -32602, message: expect.stringMatching(/Unknown tool 'rl_make_coffee'/) } });

@@ -255,6 +255,9 @@ export const ListRunsQuery = z.object({
 });
 export type ListRunsQuery = z.infer<typeof ListRunsQuery>;
 
+/** The same over MCP, whose arguments are JSON: a limit is a number there, not text to read as one ("5", true, [7]). */
+export const ListRunsArgs = ListRunsQuery.extend({ limit: z.number().int().min(1).max(100).default(20) });
+
 export const ListRunsResponse = z.object({ runs: z.array(RunView), count: z.number().int(), active_run_id: z.string().nullable() });
 
 /** Starts a run of the selected environment with the current edits; `environment`, when given, must be the selected one. */

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import type { EngineOp } from "../../auth/roles";
-import { EditConfigRequest, ListRunsQuery, type CatalogResponse, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
+import { EditConfigRequest, ListRunsArgs, type CatalogResponse, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
 import * as config from "../config-ops";
 import type { RunsCtx } from "../context";
 import * as inference from "../inference-ops";
@@ -161,7 +161,7 @@ export const TOOLS: readonly Tool[] = [
     "rl_list_runs",
     "List training runs",
     "list_runs",
-    ListRunsQuery,
+    ListRunsArgs,
     "List the engine's training runs, newest first, with status and running time, and which one is active.",
     ["rl_check_status(run_id) or rl_get_results(run_id) for one run"],
     (ctx, a) => runs.listRuns(ctx, a),
