@@ -6,6 +6,7 @@
 import { ExchangeError } from "../../src/client";
 import { Backoff, type BackoffOptions } from "./backoff";
 import { isTransient, type EngineLink } from "./engine-link";
+import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import { commandKey, type Incarnation, type Outcome, type OutcomeJournal } from "./outcome-journal";
 import type { Reachability } from "./reachability";
@@ -22,7 +23,7 @@ export type AckerDeps = {
 export class Acker {
   /** By commandKey: one engine name's seqs repeat across its incarnations. */
   private readonly sending = new Set<string>();
-  private readonly inflight = new Set<Promise<void>>();
+  private readonly inflight = new InFlight();
 
   constructor(private readonly d: AckerDeps) {}
 
@@ -37,12 +38,7 @@ export class Acker {
     const key = commandKey(seq, incarnation);
     if (this.sending.has(key)) return Promise.resolve();
     this.sending.add(key);
-    const p = this.loop(seq, incarnation, outcome).finally(() => {
-      this.sending.delete(key);
-      this.inflight.delete(p);
-    });
-    this.inflight.add(p);
-    return p;
+    return this.inflight.track(this.loop(seq, incarnation, outcome).finally(() => this.sending.delete(key)));
   }
 
   /**
@@ -62,7 +58,7 @@ export class Acker {
 
   /** Resolves once every ack under way has been sent or given up. */
   async drain(): Promise<void> {
-    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    while (this.inflight.size > 0) await this.inflight.settled();
   }
 
   private async loop(seq: number, incarnation: Incarnation, outcome: Outcome): Promise<void> {

@@ -14,9 +14,10 @@ import { join } from "node:path";
 import type { TrainerState } from "../../src/protocol";
 import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
+import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
-import { groupAlive, isOurGroup, processStartedAt, signalGroup, stopGroup } from "./runs/process-group";
+import { groupAlive, isOurGroup, notedStart, processStartedAt, signalGroup, stopGroup } from "./runs/process-group";
 import type { TrainerLog } from "./trainer-log";
 
 
@@ -75,7 +76,7 @@ export class TrainerSupervisor {
   /** The agent's deliberate shutdown has begun (shutdown()): a trainer started now would outlive the agent. */
   private readonly shuttingDown = new AbortController();
   /** Starts under way (waiting for leftovers, or spawning), which a shutdown waits out before it stops the trainer. */
-  private readonly starting = new Set<Promise<unknown>>();
+  private readonly starting = new InFlight();
   /** Processes a trainer that exited on its own left in its group, until they are gone (SIGKILL after the grace period). */
   private leftovers: Promise<void> | null = null;
 
@@ -102,9 +103,7 @@ export class TrainerSupervisor {
       rmSync(this.pidFile, { force: true });
       return;
     }
-    // A note without proc_started_at is an older agent's: its started_at was taken just after the spawn.
-    const noted = typeof saved.proc_started_at === "number" ? saved.proc_started_at : typeof saved.started_at === "number" ? saved.started_at : null;
-    if (!isOurGroup(saved.pid, noted)) {
+    if (!isOurGroup(saved.pid, notedStart(saved.proc_started_at, saved.started_at))) {
       rmSync(this.pidFile, { force: true });
       this.lastState = "exited";
       const reused = groupAlive(saved.pid) ? `; pid ${saved.pid} now belongs to another process, which is left alone` : "";
@@ -126,10 +125,7 @@ export class TrainerSupervisor {
    * interrupts. A spawn already under way when the shutdown begins is stopped by shutdown().
    */
   start(yaml: string, seq: number): Promise<Outcome | null> {
-    const started = this.startNow(yaml, seq);
-    this.starting.add(started);
-    void started.finally(() => this.starting.delete(started)).catch(() => undefined);
-    return started;
+    return this.starting.track(this.startNow(yaml, seq));
   }
 
   private async startNow(yaml: string, seq: number): Promise<Outcome | null> {
@@ -225,7 +221,7 @@ export class TrainerSupervisor {
    */
   async shutdown(reason: string): Promise<StopOutcome | null> {
     this.shuttingDown.abort();
-    await Promise.allSettled([...this.starting]);
+    await this.starting.settled();
     if (this.current === null) return null;
     return this.stop(reason);
   }

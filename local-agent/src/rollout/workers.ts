@@ -16,9 +16,10 @@ import type { StartRolloutCommand } from "../../../src/protocol/commands";
 import type { RolloutWorkersStatus } from "../../../src/protocol/agent";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
+import { InFlight } from "../in-flight";
 import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
-import { groupAlive, isOurGroup } from "../runs/process-group";
+import { groupAlive, notedStart } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
 import { isDirectory, writeAtomic } from "../trainer";
 
@@ -49,7 +50,7 @@ export class RolloutWorkers {
   /** The agent is shutting down: no new workers, they would outlive it. */
   private closed = false;
   /** Spawns under way, which a shutdown waits out so that it stops what they start. */
-  private readonly launching = new Set<Promise<Outcome>>();
+  private readonly launching = new InFlight();
   readonly logPath: string;
   private readonly pidFile: string;
 
@@ -80,14 +81,13 @@ export class RolloutWorkers {
     } catch {
       return;
     }
-    const noted = typeof saved.proc_started_at === "number" ? saved.proc_started_at : typeof saved.started_at === "number" ? saved.started_at : null;
+    const proc = typeof saved.pid === "number" && saved.pid > 1 ? RunProcess.adopt("rollout-workers", 0, saved.pid, notedStart(saved.proc_started_at, saved.started_at), this.logPath, this.o.clock) : null;
     // A pid that names another process now (a reboot since) is not the workers: left alone.
-    if (typeof saved.pid !== "number" || saved.pid <= 1 || !isOurGroup(saved.pid, noted)) {
+    if (proc === null || proc.gone) {
       rmSync(this.pidFile, { force: true });
       return;
     }
     this.o.logger.info(`adopting rollout workers pid ${saved.pid} (job session ${saved.job_session}), left running by a previous agent`);
-    const proc = RunProcess.adopt("rollout-workers", 0, saved.pid, noted, this.logPath, this.o.clock);
     this.current = { proc, seq: saved.seq, jobSession: saved.job_session, groupSize: saved.group_size };
   }
 
@@ -120,10 +120,7 @@ export class RolloutWorkers {
       restarted = ` (restart_training: the previous workers, pid ${c.proc.pid}, were stopped)`;
     }
     if (this.closed) return null;
-    const launched = this.launch(cmd, seq, argv, restarted);
-    this.launching.add(launched);
-    void launched.finally(() => this.launching.delete(launched)).catch(() => undefined);
-    return launched;
+    return this.launching.track(this.launch(cmd, seq, argv, restarted));
   }
 
   private async launch(cmd: StartRolloutBody, seq: number, argv: string[], restarted: string): Promise<Outcome> {
@@ -150,7 +147,7 @@ export class RolloutWorkers {
   async shutdown(reason: string): Promise<string> {
     this.closed = true;
     // A spawn under way has no `current` yet: without this wait its workers would outlive the agent.
-    await Promise.allSettled([...this.launching]);
+    await this.launching.settled();
     return this.stop(reason);
   }
 

@@ -92,6 +92,15 @@ export function processStartedAt(pid: number): number | "gone" | null {
 export type NotedStart = number | null;
 
 /**
+ * The start to check a noted pid against: the /proc start the note recorded, else the wall-clock
+ * time just after the spawn (all that older agents' notes, and the exchange, hold), else null.
+ * Notes are read from disk as JSON, so a field is taken only if it holds a number.
+ */
+export function notedStart(procStartedAt: number | undefined, spawnedAt: number | null = null): NotedStart {
+  return typeof procStartedAt === "number" ? procStartedAt : typeof spawnedAt === "number" ? spawnedAt : null;
+}
+
+/**
  * Whether the process group led by `pgid` is still the one a note recorded as started at
  * `startedAt`: a pid in an old note may name an unrelated process now (after a reboot, or once
  * the pid numbers came round), which the agent must neither adopt nor signal.

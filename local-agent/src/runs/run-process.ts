@@ -29,7 +29,7 @@ export class RunProcess {
   detail = "";
   private child: ChildProcess | null = null;
   /** Adopted, and its pid no longer names it: what runs under that pid is not ours to stop. */
-  private gone = false;
+  gone = false;
 
   constructor(
     readonly name: string,

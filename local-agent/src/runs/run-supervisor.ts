@@ -26,7 +26,7 @@ import { checkReady, describeReady } from "./readiness";
 import { RunProcess } from "./run-process";
 import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
 import type { RunsConfig } from "./runs-config";
-import { isOurGroup, signalGroup, type NotedStart } from "./process-group";
+import { isOurGroup, notedStart, signalGroup, type NotedStart } from "./process-group";
 
 export type ReportInput = z.input<typeof RunReport>;
 
@@ -178,7 +178,7 @@ export class RunSupervisor {
         return at === null || at === undefined ? null : at * 1000;
       };
       const pids =
-        journal?.processes.map((p) => ({ ...p, startedAt: p.proc_started_at ?? reportedStart(p.pid) })) ??
+        journal?.processes.map((p) => ({ ...p, startedAt: notedStart(p.proc_started_at, reportedStart(p.pid)) })) ??
         r.processes.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order, startedAt: reportedStart(p.pid) }]));
       const dir = runDir(this.d.config.runsDir, r.run_id);
       const procs = pids.map((p) => RunProcess.adopt(p.name, p.order, p.pid, p.startedAt, join(dir, `${p.name}.log`), this.d.clock, this.reported)).sort((a, b) => a.order - b.order);
@@ -208,7 +208,7 @@ export class RunSupervisor {
     // Processes of runs the exchange no longer counts as active must not keep GPUs busy.
     for (const j of openJournals(this.d.config.runsDir)) {
       if (known.has(j.run_id) || j.run_id === this.run?.id) continue;
-      for (const p of j.processes) if (isOurGroup(p.pid, p.proc_started_at ?? null)) signalGroup(p.pid, "SIGKILL");
+      for (const p of j.processes) if (isOurGroup(p.pid, notedStart(p.proc_started_at))) signalGroup(p.pid, "SIGKILL");
       writeJournal(this.d.config.runsDir, { ...j, closed: true });
     }
   }
@@ -299,9 +299,8 @@ export class RunSupervisor {
   /** A stop_run for a run not running here: stop whatever its note says is left, and say so. */
   private async stopLeftovers(runId: string, reason: string): Promise<Outcome> {
     const journal = readJournal(this.d.config.runsDir, runId);
-    const alive = (journal?.processes ?? []).filter((p) => isOurGroup(p.pid, p.proc_started_at ?? null));
     const dir = runDir(this.d.config.runsDir, runId);
-    const procs = alive.map((p) => RunProcess.adopt(p.name, p.order, p.pid, p.proc_started_at ?? null, join(dir, `${p.name}.log`), this.d.clock, this.reported));
+    const procs = (journal?.processes ?? []).map((p) => RunProcess.adopt(p.name, p.order, p.pid, notedStart(p.proc_started_at), join(dir, `${p.name}.log`), this.d.clock, this.reported)).filter((p) => !p.gone);
     for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
     if (journal !== null) writeJournal(this.d.config.runsDir, { ...journal, closed: true });
     const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;
