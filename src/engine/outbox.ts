@@ -4,6 +4,7 @@
  * so a D1 hiccup neither loses a record nor fails the request that produced it.
  */
 import { getTableColumns, getTableName } from "drizzle-orm";
+import { jsonArrays } from "../db/json-arrays";
 import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
 import { D1_MAX_QUERIES_PER_INVOCATION } from "../protocol/limits";
 import { backoffMs } from "./rules";
@@ -154,9 +155,7 @@ export const STATEMENT_CHARS = 512 * 1024;
 const insertSql = new Map<keyof Tables, string>();
 
 /**
- * Rows go to D1 as one JSON array per statement, spread into columns by SQLite's json_each:
- * one bound value instead of one per column and row, which is most of what a D1 write costs.
- * The payloads are the outbox's own JSON, so nothing is parsed or serialized again. Each row's
+ * Rows go to D1 as one JSON array per statement (db/json-arrays.ts). The payloads are the outbox's own JSON, so nothing is parsed or serialized again. Each row's
  * object is taken out of the array once (the MATERIALIZED step): read straight from json_each,
  * `value` is rebuilt as text for every column that reads it, which made the statement cost
  * about twice as much per row.
@@ -170,18 +169,5 @@ function insertStatements(db: D1Database, kind: keyof Tables, payloads: string[]
     sql = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?)) INSERT INTO "${getTableName(TABLES[kind])}" (${names}) SELECT ${values} FROM r WHERE true ON CONFLICT DO NOTHING`;
     insertSql.set(kind, sql);
   }
-  const out: D1PreparedStatement[] = [];
-  let chunk: string[] = [];
-  let chars = 0;
-  for (const p of payloads) {
-    if (chunk.length > 0 && chars + p.length > STATEMENT_CHARS) {
-      out.push(db.prepare(sql).bind(`[${chunk.join(",")}]`));
-      chunk = [];
-      chars = 0;
-    }
-    chunk.push(p);
-    chars += p.length;
-  }
-  if (chunk.length > 0) out.push(db.prepare(sql).bind(`[${chunk.join(",")}]`));
-  return out;
+  return jsonArrays(payloads, STATEMENT_CHARS, (p) => p.length).map((rows) => db.prepare(sql).bind(rows));
 }

@@ -6,6 +6,7 @@
  */
 import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
 import { D1_MAX_ROW_BYTES, utf8Bytes } from "../protocol/limits";
+import { jsonArrays } from "../db/json-arrays";
 import { bodyPrefix } from "./keys";
 import { hex } from "../auth/tokens";
 
@@ -67,7 +68,8 @@ const CHUNK_BYTES = D1_MAX_ROW_BYTES / 2;
 
 /**
  * The batch's rows as bound JSON parameters (D1 takes 100 parameters a statement, and a batch
- * has up to 500 calls of 24 columns), as the engine's outbox does: one per chunk (rowChunks).
+ * has up to 500 calls of 24 columns), as the engine's outbox does (db/json-arrays.ts): one per
+ * chunk (rowChunks).
  */
 const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   INSERT INTO llm_calls (engine, body_key, ${COLUMNS.join(", ")})
@@ -142,26 +144,9 @@ export async function recordCalls(
 }
 
 /**
- * The rows as JSON arrays of at most CHUNK_BYTES each. D1 holds at most 2 MB in one value, a
- * bound parameter too; 500 rows are ~300 KB as calls usually go, but their text fields (an
- * error of 2,000 characters that escape to 6 bytes each) can make them 6 MB, and a batch refused
- * for its size would be sent again for ever, holding back every batch behind it.
+ * The rows as JSON arrays of at most CHUNK_BYTES each: 500 rows are ~300 KB as calls usually go,
+ * but their text fields (an error of 2,000 characters that escape to 6 bytes each) can make
+ * them 6 MB, and a batch refused for its size would be sent again for ever, holding back every
+ * batch behind it.
  */
-export function rowChunks(rows: readonly IndexRow[]): string[] {
-  const out: string[] = [];
-  let parts: string[] = [];
-  let bytes = 2;
-  for (const r of rows) {
-    const json = JSON.stringify(r);
-    const n = utf8Bytes(json) + 1;
-    if (parts.length > 0 && bytes + n > CHUNK_BYTES) {
-      out.push(`[${parts.join(",")}]`);
-      parts = [];
-      bytes = 2;
-    }
-    parts.push(json);
-    bytes += n;
-  }
-  if (parts.length > 0) out.push(`[${parts.join(",")}]`);
-  return out;
-}
+export const rowChunks = (rows: readonly IndexRow[]): string[] => jsonArrays(rows.map((r) => JSON.stringify(r)), CHUNK_BYTES, utf8Bytes);
