@@ -1,8 +1,8 @@
 import { runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { ACKED_KEEP_MS, type CommandQueue } from "../src/engine/command-queue";
 import type { EngineObject } from "../src/engine/engine-object";
-import { admin, advance, createEngine, endBody, engineStats, rollingWith } from "./support/harness";
+import { admin, advance, createEngine, endBody, engineStats, raw, rollingWith } from "./support/harness";
 import { MAX_REFUSALS } from "../src/protocol/agent";
 
 describe("agent command channel", () => {
@@ -251,5 +251,18 @@ describe("agent sessions", () => {
     await trainer.ackCommand({ seq: takeover.commands[0]!.seq, ok: true });
     await e.as("operator").stopEngine();
     expect((await trainer.pollCommands({ session: "agent-new" })).commands.map((c) => c.body.kind)).toEqual(["stop"]);
+  });
+
+  it("hands no command to a poll whose token was revoked while it waited, and leases it to the agent with the new token", async () => {
+    const e = await createEngine();
+    // The operator rotates the agent's token: a new one for the restarted agent, the old one revoked.
+    const old = await admin.issueToken(e.name, "trainer", "agent before rotation");
+    const poll = raw(`/e/${e.name}/agent/commands?wait=25`, { token: old.token });
+    await vi.waitFor(() => runInDurableObject(e.stub, (i) => expect((i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size).toBe(1)));
+    await admin.revokeToken(e.name, old.id);
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+    // It got the command, leased for 60 s, and the agent holding the new token did not.
+    expect(await poll).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body.kind)).toEqual(["start_rollout"]);
   });
 });

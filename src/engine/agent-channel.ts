@@ -60,7 +60,12 @@ export class AgentChannel {
     for (const w of waiters) w();
   }
 
-  async poll(q: PollCommandsQuery): Promise<Reply<PollCommandsResponse>> {
+  /**
+   * `refusal` checks the caller again after the wait: a token revoked while its poll waited (an
+   * agent's token rotated) must not lease commands, which the agent holding the new token would
+   * then not see until the lease ran out.
+   */
+  async poll(q: PollCommandsQuery, refusal: () => Failure | null): Promise<Reply<PollCommandsResponse>> {
     const session = q.session ?? null;
     if (session !== null && session !== this.pollSession) {
       this.pollSession = session;
@@ -87,6 +92,8 @@ export class AgentChannel {
     }
     if (this.host.closed()) return this.host.gone();
     if (superseded()) return ok({ incarnation: this.incarnation(), commands: [] });
+    const refused = refusal();
+    if (refused !== null) return refused;
     const now = this.host.now();
     const commands = this.host.tx(() => this.commands.lease(now, this.leaseMs, q.limit, session));
     if (commands.length > 0) this.host.armBy(now + this.leaseMs);

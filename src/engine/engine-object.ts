@@ -410,7 +410,12 @@ export class EngineObject extends DurableObject<EngineEnv> {
   // ---------------------------------------------------------------- agent command channel
 
   async agentPoll(caller: Caller, q: PollCommandsQuery): Promise<Reply<PollCommandsResponse>> {
-    return this.guarded(caller, "agent_poll", () => this.channel.poll(q));
+    return this.guarded(caller, "agent_poll", () =>
+      this.channel.poll(q, () => {
+        const role = this.provisioning.authorize(caller, "agent_poll");
+        return typeof role === "string" ? null : role;
+      }),
+    );
   }
 
   async agentAck(caller: Caller, req: AckCommandRequest): Promise<Reply<AckCommandResponse>> {
