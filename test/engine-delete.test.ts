@@ -19,6 +19,7 @@ import { batchOf, callRecord, postCalls } from "./support/ledger";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
 import { LedgerClient } from "../src/client";
+import { namePrefix } from "../src/ledger/keys";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
 /** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
@@ -425,4 +426,50 @@ describe("deleting an engine", () => {
     expect(left).toEqual(nothing(left));
     expect(await objectState(e.stub)).toEqual({ rows: {}, alarm: null });
   }, 30_000);
+
+  it("keeps no call of a batch recorded across a forced delete: not in D1, nor R2, nor in the ledger of the engine made again under its name", async () => {
+    const e = await createEngine("race");
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const claimed = await e.as("client").claimEpisode({ client_uuid: "c-old", discard_episode_timeout: 600 });
+    const key = await claimKeyFields(claimed.openai_api_key);
+
+    // R2 is slow to take the batch's bodies (a 1.5 MB object), as it can be: the Worker has already
+    // checked the trainer's token with the engine, and writes the batch's D1 rows once R2 answers.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let putting = 0;
+    const bucket = env.LEDGER as unknown as { put: (...a: unknown[]) => Promise<unknown> };
+    const put = bucket.put.bind(env.LEDGER);
+    bucket.put = async (...a: unknown[]) => {
+      putting++;
+      await gate;
+      return put(...a);
+    };
+    try {
+      const upload = postCalls(e, batchOf([callRecord({ episode: key.episode_uuid, fence: key.fence, client: "c-old" }, { body: { messages: [{ role: "user", content: "old engine's prompt" }] } })]));
+      await vi.waitFor(() => expect(putting).toBe(1));
+      // Meanwhile the operator deletes the engine (forced: its agent is running) and makes it again.
+      expect((await admin.deleteEngine(e.name, { force: true })).done).toBe(true);
+      const again = await createEngine(undefined, { name: e.name });
+      release();
+      expect(await upload).toMatchObject({ status: 404, json: { error: "unknown_engine" } });
+      expect((await env.LEDGER.list({ prefix: namePrefix(e.name) })).objects).toEqual([]);
+
+      // Its rows would have landed after the delete looked for them, and read as the new engine's
+      // trajectory: it runs the same task set, ep-0 claimed (fence 1 again) and ended, with no LLM call.
+      await rollingWith(again, 1);
+      const fresh = await again.as("client").claimEpisode({ client_uuid: "c-new", discard_episode_timeout: 600 });
+      expect([fresh.episode_uuid, fresh.fence]).toEqual([key.episode_uuid, key.fence]);
+      await again.as("client").endEpisode(endBody("c-new", fresh.episode_uuid, 1));
+      await advance(again, 2_000);
+      const ledger = new LedgerClient({ baseUrl: `${ORIGIN}/e/${again.name}`, token: again.tokens.operator, fetch: workerFetch });
+      const traj = await ledger.trajectory(fresh.episode_uuid);
+      expect(JSON.stringify(traj)).not.toContain("old engine's prompt");
+      expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(e.name).first("n")).toBe(0);
+    } finally {
+      bucket.put = put;
+      release();
+    }
+  });
 });

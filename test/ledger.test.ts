@@ -667,7 +667,8 @@ describe("ledger: what D1 holds", () => {
   }
 
   it("records a batch of 500 calls whose text fields make 6 MB of rows, in statements D1 holds, and a resend of it once", async () => {
-    const engine = { name: `big-${Math.random().toString(36).slice(2, 8)}`, incarnation: "inc-1" };
+    const made = await createEngine();
+    const engine = { name: made.name, incarnation: "inc-1", checkedAt: Date.now() };
     // Control characters escape to six bytes of JSON each: 12 KB of row per call.
     const calls = Array.from({ length: MAX_CALLS_PER_BATCH }, (_, i) => call({ episode: "ep-big", fence: 1, client: "c" }, { status: 502, error: "\u0001".repeat(2000), finish_reason: null, usage: null, call_id: `big-${i}`, body: {} }));
     const batch = batchOf(calls, "batch-big-0001");

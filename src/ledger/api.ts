@@ -28,7 +28,8 @@ import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
 const DEFAULT_PAGE = 50;
 
 /** The engine the caller was authorized on (its name, and the incarnation its R2 keys carry). */
-export type Authorized = { engine: string; incarnation: string };
+/** The engine as its object answered the caller's check, and when that check began. */
+export type Authorized = { engine: string; incarnation: string; checkedAt: number };
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
 
@@ -74,7 +75,9 @@ const BAD_CURSOR = "`bad_cursor`: a cursor this exchange did not hand out, or on
 
 async function postCalls(c: Context, who: Authorized, batch: CallBatch): Promise<Response> {
   try {
-    return jsonResponse(await recordCalls(envOf(c).DB, envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation }, batch, Date.now()), 200);
+    const recorded = await recordCalls(envOf(c).DB, envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation, checkedAt: who.checkedAt }, batch, Date.now());
+    if (recorded === null) return errorResponse(404, "unknown_engine", `Engine '${who.engine}' was deleted while this batch was being recorded; nothing of it is kept.`);
+    return jsonResponse(recorded, 200);
   } catch (e) {
     // D1 or R2 failed: nothing of the batch is lost, the gateway keeps it and sends it again.
     const id = loggedErrorId("ledger: recording a batch failed, error", e);

@@ -67,13 +67,22 @@ const COLUMNS: (keyof IndexRow)[] = [
 const CHUNK_BYTES = D1_MAX_ROW_BYTES / 2;
 
 /**
+ * The engine is still the one its caller was checked with: its row is there, not being deleted,
+ * and was made no later than the check (?1 its name, `checkedAt` the parameter of the check's time). The caller is checked
+ * with the engine's object before the batch is written; a delete (forced, while the agent runs)
+ * and a new engine under the name can come in between, and the rows would then be written
+ * after the delete looked for them, and read as the new engine's (fences start over in it).
+ */
+const liveSql = (checkedAt: string): string => `EXISTS (SELECT 1 FROM engines WHERE name = ?1 AND deleting_since IS NULL AND created_at <= ${checkedAt})`;
+
+/**
  * The batch's rows as bound JSON parameters (D1 takes 100 parameters a statement, and a batch
  * has up to 500 calls of 24 columns), as the engine's outbox does (db/json-arrays.ts): one per
  * chunk (rowChunks).
  */
 const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   INSERT INTO llm_calls (engine, body_key, ${COLUMNS.join(", ")})
-  SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE true
+  SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE ${liveSql("?4")}
   ON CONFLICT DO NOTHING`;
 
 /**
@@ -89,13 +98,11 @@ async function digestOf(bytes: Uint8Array): Promise<string> {
 /** The UTC day of `ms`, as R2 keys and retention name it. */
 export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
-export async function recordCalls(
-  db: D1Database,
-  bucket: R2Bucket,
-  engine: { name: string; incarnation: string },
-  batch: CallBatch,
-  now: number,
-): Promise<CallBatchResponse> {
+/** The engine a batch is recorded for, and when its caller was checked with the engine's object. */
+export type RecordingEngine = { name: string; incarnation: string; checkedAt: number };
+
+/** The batch's outcome, or null when the engine was deleted since its caller was checked (nothing is kept). */
+export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: RecordingEngine, batch: CallBatch, now: number): Promise<CallBatchResponse | null> {
   const lines: Uint8Array[] = [];
   const rows: IndexRow[] = [];
   let offset = 0;
@@ -136,10 +143,15 @@ export async function recordCalls(
   }
   const key = `${bodyPrefix(engine.name, engine.incarnation)}${utcDay(now)}/${batch.batch_id}-${await digestOf(object)}.jsonl`;
   await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
-  const statements = rowChunks(rows).map((json) => db.prepare(INSERT_SQL).bind(engine.name, key, json));
+  const statements = rowChunks(rows).map((json) => db.prepare(INSERT_SQL).bind(engine.name, key, json, engine.checkedAt));
   // One batch is one transaction: the rows of a batch are recorded together or not at all.
   const results = await db.batch(statements);
   const recorded = results.reduce((n, r) => n + r.meta.changes, 0);
+  if (recorded < rows.length && (await db.prepare(`SELECT ${liveSql("?2")} AS live`).bind(engine.name, engine.checkedAt).first<{ live: number }>())?.live !== 1) {
+    // The delete has listed the engine's objects already, or will not find this one's rows.
+    await bucket.delete(key);
+    return null;
+  }
   return { recorded, duplicates: rows.length - recorded };
 }
 

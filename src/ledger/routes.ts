@@ -17,9 +17,10 @@ import { LEDGER_API, type Authorized, type LedgerRouteSpec } from "./api";
 async function authorized(c: Context, op: EngineOp): Promise<Authorized | Response> {
   const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
   if (!who.ok) return replyResponse(who);
+  const checkedAt = Date.now();
   const auth = await who.body.stub.authorizeOp(who.body.caller, op);
   if (!auth.ok) return replyResponse(auth);
-  return { engine: auth.body.engine, incarnation: auth.body.incarnation };
+  return { engine: auth.body.engine, incarnation: auth.body.incarnation, checkedAt };
 }
 
 /** The caller first, then the path's parameters (a value that does not fit names nothing: 404), then the input. */
