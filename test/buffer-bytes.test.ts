@@ -7,6 +7,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ExchangeError } from "../src/client";
+import { ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
 import { DEFAULT_BUFFER_CONFIG, MAX_BUFFER_STORED_BYTES, MIN_BUFFER_STORED_BYTES } from "../src/protocol/buffer";
 import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
 
@@ -127,21 +128,46 @@ describe("the rollout buffer's max_stored_bytes", () => {
     expect(recorded.results).toEqual([{ episode_uuid: c.episode_uuid, task_id: "task-7", reward: 1, outcome: "ended" }]);
   });
 
-  it("counts the rows' bytes from the table once for an engine whose counters were saved before they were counted", async () => {
+  it("counts the bytes held and kept from the tables once, by a migration, for an engine made before the counters", async () => {
     const e = await bounded(2);
-    for (const s of ["a", "b"]) await post(e, [row(s, 300_000)]);
+    // A pulled group, kept for re-reads, and a pending one.
+    expect((await post(e, [row("a1", 300_000, true, "A"), row("a2", 300_000, true, "A")])).json).toMatchObject({ groups_ready: ["A"] });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["A"]);
+    expect((await post(e, [row("b", 300_000)])).status).toBe(200);
     const expected = (await tableBytes(e)).b;
-    await runInDurableObject(e.stub, (_i, state) => {
+    const migrated = await runInDurableObject(e.stub, (_i, state) => {
       const sql = state.storage.sql;
+      // The counters as such an engine saved them: one never written, the other written null, before migration 16.
       const saved = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as Record<string, unknown>;
       delete saved["storedBytes"];
+      saved["keptBytes"] = null;
       sql.exec("UPDATE kv SET v = ? WHERE k = 'buffer_counters'", JSON.stringify(saved));
+      sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(ENGINE_MIGRATIONS.length - 1));
+      const version = migrateEngine(sql);
+      return { version, counters: JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as Record<string, unknown> };
     });
+    expect(migrated.version).toBe(ENGINE_MIGRATIONS.length);
+    expect(migrated.counters).toMatchObject({ storedBytes: expected, keptBytes: 2 * (300_000 + ROW_OVERHEAD), fullRefusals: 0 });
     expect((await held(e)).stored_bytes).toBe(expected);
-    const full = await post(e, [row("c", 500_000)]);
+    // Only B waits: a new group of 500 KB fits beside it; one more of 300 KB does not.
+    expect((await post(e, [row("c", 500_000)])).status).toBe(200);
+    const full = await post(e, [row("d", 300_000)]);
     expect([full.status, full.json?.["error"]]).toEqual([503, "buffer_full"]);
-    expect((await post(e, [row("c", 300_000)])).status).toBe(200);
     expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+  });
+
+  it("keeps the counters an engine had when the migration that counts them runs", async () => {
+    const e = await bounded(2);
+    expect((await post(e, [row("a", 1000)])).status).toBe(200);
+    const counters = await runInDurableObject(e.stub, (_i, state) => {
+      const sql = state.storage.sql;
+      sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(ENGINE_MIGRATIONS.length - 1));
+      const before = sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v;
+      migrateEngine(sql);
+      return { before: JSON.parse(before) as unknown, after: JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as unknown };
+    });
+    expect(counters.after).toEqual(counters.before);
+    expect(counters.after).toMatchObject({ storedBytes: 1000 + ROW_OVERHEAD, keptBytes: 0 });
   });
 
   it("bounds only rows waiting to be pulled: the rows of pulls kept for re-reading never make the refusal last", async () => {

@@ -40,6 +40,7 @@ describe("engine schema migrations", () => {
         groupsV8: sql.exec("SELECT group_id, failed_sessions, partial, first_row_at, ready_at FROM buf_groups ORDER BY group_id").toArray(),
         columnsV8: [...names("episodes"), ...names("buf_pulls"), ...names("buf_sessions")],
         failedRollouts: sql.exec("SELECT COUNT(*) AS n FROM failed_rollouts").one().n,
+        bufferCounters: JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as unknown,
         rows: [
           sql.exec("SELECT episode_uuid, state, queue_seq, fence FROM episodes").toArray(),
           sql.exec("SELECT episode_uuid, fence, client_uuid FROM finished").toArray(),
@@ -82,6 +83,8 @@ describe("engine schema migrations", () => {
     expect(schema.columnsV8).toEqual(expect.arrayContaining(["registered_again"]));
     expect(schema.columns).toContain("failed");
     expect(schema.failedRollouts).toBe(0);
+    // Migration 16: the buffer's byte counters, from its rows ('[]', '' and '{}': 4 bytes each), all of a delivered group's.
+    expect(schema.bufferCounters).toEqual({ storedBytes: 12, keptBytes: 12 });
     expect(schema.rows).toEqual([
       [{ episode_uuid: "ep", state: "registered", queue_seq: 7, fence: 3 }],
       [{ episode_uuid: "old", fence: 1, client_uuid: "c" }],

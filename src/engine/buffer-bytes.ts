@@ -1,8 +1,8 @@
 /**
  * The bytes of rows the rollout buffer holds, and of those kept only for re-reading the last
  * pulls; max_stored_bytes bounds the difference. Counters kept with every row stored, delivered
- * and deleted, so that no check reads the table. Engines whose counters were saved before them
- * count their table once.
+ * and deleted, so that no check reads the table; engines older than the counters had them
+ * counted from their tables once, by a migration (schema.ts).
  */
 import { formatBytes, utf8Bytes } from "../protocol/limits";
 import type { BufferState } from "./buffer-state";
@@ -20,57 +20,40 @@ export function rowBytes(step: CheckedStep): number {
   return utf8Bytes(step.messages) + utf8Bytes(step.row.response) + utf8Bytes(step.extra);
 }
 
-/** The bytes held: the counter, or for an engine that never kept it, its table counted now and the counter set. */
-export function heldBytes(s: BufferState): number {
-  const kept = s.counters().storedBytes;
-  if (kept !== null) return kept;
-  const counted = s.sql.exec<{ b: number }>(`SELECT COALESCE(SUM(${STORED_ROW_BYTES}), 0) AS b FROM buf_steps`).one().b;
-  s.bump((c) => ({ ...c, storedBytes: counted }));
-  return counted;
+/** Moves both counters in one write: `held` bytes stored (negative: freed), `kept` of them kept for re-reads. */
+function addBytes(s: BufferState, held: number, kept: number): void {
+  if (held !== 0 || kept !== 0) s.bump((c) => ({ ...c, storedBytes: c.storedBytes + held, keptBytes: Math.max(0, c.keptBytes + kept) }));
 }
 
-/** Adds `n` bytes stored (negative: freed) to the counter. */
+/** Adds `n` bytes stored to the counter. */
 export function addHeld(s: BufferState, n: number): void {
-  const held = heldBytes(s);
-  if (n !== 0) s.bump((c) => ({ ...c, storedBytes: held + n }));
+  addBytes(s, n, 0);
 }
 
-/** Deletes the steps `where` selects, and their bytes from the counter; returns the bytes freed. */
-export function deleteSteps(s: BufferState, where: string, ...params: SqlStorageValue[]): number {
-  const held = heldBytes(s);
+/** Deletes the rows `where` selects; returns their bytes. */
+function deleted(s: BufferState, where: string, params: SqlStorageValue[]): number {
   let freed = 0;
   for (const r of s.sql.exec<{ b: number }>(`DELETE FROM buf_steps WHERE ${where} RETURNING ${STORED_ROW_BYTES} AS b`, ...params)) freed += r.b;
-  if (freed !== 0) s.bump((c) => ({ ...c, storedBytes: held - freed }));
   return freed;
 }
 
-/**
- * The bytes of delivered groups' rows, kept for re-reads: the counter, or for an engine that never
- * kept it, its table counted now. A pull counts it before it marks groups delivered, or it would
- * count their rows twice.
- */
-export function keptBytes(s: BufferState): number {
-  const kept = s.counters().keptBytes;
-  if (kept !== null) return kept;
-  const counted = s.sql
-    .exec<{ b: number }>(`SELECT COALESCE(SUM(${STORED_ROW_BYTES}), 0) AS b FROM buf_steps WHERE group_id IN (SELECT group_id FROM buf_groups WHERE state = 'delivered')`)
-    .one().b;
-  s.bump((c) => ({ ...c, keptBytes: counted }));
-  return counted;
+/** Deletes the steps `where` selects, none of them kept for re-reads, and their bytes from the counter. */
+export function deleteSteps(s: BufferState, where: string, ...params: SqlStorageValue[]): void {
+  addBytes(s, -deleted(s, where, params), 0);
 }
 
 /** Adds the rows of groups just delivered to the bytes kept for re-reads. */
 export function keepDelivered(s: BufferState, groups: string[]): void {
-  const kept = keptBytes(s);
-  let added = 0;
-  for (const id of groups) added += s.sql.exec<{ b: number }>(`SELECT COALESCE(SUM(${STORED_ROW_BYTES}), 0) AS b FROM buf_steps WHERE group_id = ?`, id).one().b;
-  if (added !== 0) s.bump((c) => ({ ...c, keptBytes: kept + added }));
+  const added = s.sql
+    .exec<{ b: number }>(`SELECT COALESCE(SUM(${STORED_ROW_BYTES}), 0) AS b FROM buf_steps WHERE group_id IN (SELECT value FROM json_each(?))`, JSON.stringify(groups))
+    .one().b;
+  addBytes(s, 0, added);
 }
 
-/** Takes `freed` bytes of rows no longer kept for re-reads off their count. */
-export function releaseKept(s: BufferState, freed: number): void {
-  const kept = keptBytes(s);
-  if (freed !== 0) s.bump((c) => ({ ...c, keptBytes: Math.max(0, kept - freed) }));
+/** Deletes the rows of the groups delivered by pulls up to `cursor`, no longer kept for re-reads: their bytes leave both counters. */
+export function deletePulled(s: BufferState, cursor: number): void {
+  const freed = deleted(s, "group_id IN (SELECT group_id FROM buf_groups WHERE pull_cursor <= ?)", [cursor]);
+  addBytes(s, -freed, -freed);
 }
 
 /**
@@ -84,10 +67,16 @@ export function releaseKept(s: BufferState, freed: number): void {
  */
 export function bytesRefusal(s: BufferState, rows: CheckedStep[]): Failure | null {
   const { max_stored_bytes: bound } = s.config();
+  const { storedBytes, keptBytes } = s.counters();
+  const waiting = Math.max(0, storedBytes - keptBytes);
+  const sizes = rows.map(rowBytes);
+  // Taking every row as new and opening a group gives the most the batch can add: when that
+  // fits, what it really adds does too, and the queries per row (on every POST /steps) are spared.
+  if (sizes.reduce((a, b) => a + b, 0) <= bound - waiting) return null;
   const seen = new Set<string>();
   let adding = 0;
   let opens = false;
-  for (const step of rows) {
+  for (const [i, step] of rows.entries()) {
     const { session_id, step_index, group_id } = step.row;
     const key = JSON.stringify([session_id, step_index]);
     if (seen.has(key)) continue;
@@ -95,7 +84,7 @@ export function bytesRefusal(s: BufferState, rows: CheckedStep[]): Failure | nul
     const group = s.group(group_id);
     if (group?.state === "delivered" || group?.state === "dropped") continue;
     if (s.sql.exec("SELECT 1 FROM buf_steps WHERE session_id = ? AND step_index = ?", session_id, step_index).toArray().length > 0) continue;
-    adding += rowBytes(step);
+    adding += sizes[i]!;
     if (group === null) opens = true;
   }
   if (adding === 0) return null;
@@ -103,7 +92,6 @@ export function bytesRefusal(s: BufferState, rows: CheckedStep[]): Failure | nul
     return fail(413, "payload_too_large", `These rows are ${formatBytes(adding)} (messages, response and extra fields); this buffer holds at most ${formatBytes(bound)} of rows (max_stored_bytes): send fewer rows per batch.`);
   }
   if (!opens) return null;
-  const waiting = Math.max(0, heldBytes(s) - keptBytes(s));
   if (waiting + adding <= bound) return null;
   s.bump((c) => ({ ...c, fullRefusals: c.fullRefusals + 1 }));
   return full(

@@ -4,7 +4,7 @@
  */
 import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
-import { addHeld, bytesRefusal, heldBytes, rowBytes } from "./buffer-bytes";
+import { addHeld, bytesRefusal, rowBytes } from "./buffer-bytes";
 import { clearSessions } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
@@ -51,8 +51,6 @@ export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker
 
 /** Stores a checked batch. Idempotent by (session_id, step_index). */
 export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
-  // Counted before any row lands: an engine that never kept the count counts its table once, without these rows.
-  heldBytes(s);
   const now = s.host.now();
   const run = s.host.run();
   const { group_size } = s.config();

@@ -6,7 +6,7 @@ import type { GetRolloutDataResponse, GroupReport, LastPull } from "../protocol/
 import { LAST_PULL_GROUPS } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { groupReport, isStale, metaInfo, toItem, type StoredStep } from "./buffer-items";
-import { deleteSteps, keepDelivered, keptBytes, releaseKept } from "./buffer-bytes";
+import { deletePulled, deleteSteps, keepDelivered } from "./buffer-bytes";
 import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
 import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
 import { fail, ok, type Reply } from "./reply";
@@ -101,8 +101,6 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
       JSON.stringify({ consumer: weightVersion, groups: reports }),
     )
     .one().cursor;
-  // Counted before these groups are marked delivered, so that an engine counting it now does not count them twice.
-  keptBytes(s);
   const staleSet = new Set(staleGroups);
   for (const id of deliver) {
     s.sql.exec("UPDATE buf_groups SET state = 'delivered', pull_cursor = ?, stale = ?, ready_seq = NULL WHERE group_id = ?", cursor, staleSet.has(id) ? 1 : 0, id);
@@ -174,25 +172,19 @@ function groupItems(s: BufferState, groups: string[], stale: Set<string>) {
 
 /** Sessions that never completed are not part of a delivered group: the upstream may forget them. */
 function clearIncompleteSessions(s: BufferState, groups: string[]): void {
-  const sessions: SessionOf[] = [];
-  for (const id of groups) {
-    const open = s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ? AND completed = 0", id).toArray();
-    for (const o of open) {
-      sessions.push({ session: o.session_id, group: id });
-      deleteSteps(s, "session_id = ?", o.session_id);
-    }
-  }
+  const sessions = s.sql
+    .exec<{ session_id: string; group_id: string }>("SELECT session_id, group_id FROM buf_sessions WHERE group_id IN (SELECT value FROM json_each(?)) AND completed = 0", JSON.stringify(groups))
+    .toArray()
+    .map((o): SessionOf => ({ session: o.session_id, group: o.group_id }));
+  deleteSteps(s, "session_id IN (SELECT value FROM json_each(?))", JSON.stringify(sessions.map((o) => o.session)));
   clearSessions(s, sessions, "incomplete_sessions_of_delivered_group");
 }
 
 /** Forgets the steps of pulls no longer kept; their sessions are remembered for SESSION_MEMORY_MS more. */
 function forgetOldPulls(s: BufferState, latest: number, now: number): void {
-  const old = s.sql.exec<{ cursor: number }>("SELECT cursor FROM buf_pulls WHERE cursor <= ?", latest - KEPT_PULLS).toArray();
-  for (const p of old) {
-    const groups = "SELECT group_id FROM buf_groups WHERE pull_cursor = ?";
-    releaseKept(s, deleteSteps(s, `group_id IN (${groups})`, p.cursor));
-    s.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor = ?", now + SESSION_MEMORY_MS, p.cursor);
-    s.sql.exec("DELETE FROM buf_pulls WHERE cursor = ?", p.cursor);
-  }
+  const last = latest - KEPT_PULLS;
+  deletePulled(s, last);
+  s.sql.exec("UPDATE buf_groups SET pull_cursor = NULL, sessions_expire_at = ? WHERE pull_cursor <= ?", now + SESSION_MEMORY_MS, last);
+  s.sql.exec("DELETE FROM buf_pulls WHERE cursor <= ?", last);
 }
 

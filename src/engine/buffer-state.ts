@@ -26,6 +26,11 @@ export type BufferHost = {
 export type GroupRow = ReportedGroup & { state: "pending" | "ready" | "delivered" | "dropped"; stale: number };
 export const GROUP_COLUMNS = "group_id, state, completed_sessions, failed_sessions, partial, min_weight_version, first_row_at, ready_at, last_row_at, stale";
 
+/** The group's row, or null: also for task-groups.ts, which has the engine's tables but no buffer. */
+export function groupRow(sql: SqlStorage, id: string): GroupRow | null {
+  return sql.exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = ?`, id).toArray()[0] ?? null;
+}
+
 export type Counters = {
   delivered: number;
   dropped: number;
@@ -38,14 +43,13 @@ export type Counters = {
   paced: number;
   /** Batches refused for max_stored_bytes. */
   fullRefusals: number;
-  /** Bytes of the rows held (buffer-bytes.ts); null for an engine that has not counted them yet. */
-  storedBytes: number | null;
+  /** Bytes of the rows held (buffer-bytes.ts). */
+  storedBytes: number;
   /**
    * Bytes of those rows that belong to delivered groups, kept for re-reading the last pulls:
    * max_stored_bytes bounds the others only, since these go only as later pulls deliver something.
-   * Null for an engine that has not counted them yet.
    */
-  keptBytes: number | null;
+  keptBytes: number;
   /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
   pullVersion: number | null;
   pulledAtVersion: number;
@@ -64,8 +68,8 @@ const NO_COUNTERS: Counters = {
   partialDropped: 0,
   paced: 0,
   fullRefusals: 0,
-  storedBytes: null,
-  keptBytes: null,
+  storedBytes: 0,
+  keptBytes: 0,
   pullVersion: null,
   pulledAtVersion: 0,
   perVersion: null,
@@ -95,7 +99,7 @@ export class BufferState {
   }
 
   group(id: string): GroupRow | null {
-    return this.sql.exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = ?`, id).toArray()[0] ?? null;
+    return groupRow(this.sql, id);
   }
 
   markReady(groupId: string, partial = false): void {

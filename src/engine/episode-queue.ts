@@ -48,20 +48,18 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
  */
 export const SYNCED_END_MEMORY_MS = 600_000;
 
-/** The episode's latest end: in the batch, or remembered across a sync that keeps claims. */
+/**
+ * Every end the engine knows, to select from: in the batch, or remembered across a sync that
+ * keeps claims. SQLite applies a condition on it to each table, which it probes by key.
+ */
+export const KNOWN_ENDS = `(SELECT episode_uuid, fence, client_uuid, delivery FROM finished
+  UNION ALL SELECT episode_uuid, fence, client_uuid, delivery FROM ends_before_sync)`;
+
+/** The episode's latest end. */
 export type LatestEnd = { fence: number; client_uuid: string; delivery: "none" | "pending" | "delivered" | "undeliverable" };
 
 export function latestEnd(e: EpisodeState, episodeUuid: string): LatestEnd | null {
-  return (
-    e.store.sql
-      .exec<LatestEnd>(
-        `SELECT fence, client_uuid, delivery FROM finished WHERE episode_uuid = ?1
-         UNION ALL SELECT fence, client_uuid, delivery FROM ends_before_sync WHERE episode_uuid = ?1
-         ORDER BY fence DESC LIMIT 1`,
-        episodeUuid,
-      )
-      .toArray()[0] ?? null
-  );
+  return e.store.sql.exec<LatestEnd>(`SELECT fence, client_uuid, delivery FROM ${KNOWN_ENDS} WHERE episode_uuid = ? ORDER BY fence DESC LIMIT 1`, episodeUuid).toArray()[0] ?? null;
 }
 
 export function claimedCheck(e: EpisodeState, episodeUuid: string, unregister: boolean): BoolResponse {

@@ -10,7 +10,7 @@
  * buffer-outcomes.ts (groups delivered or dropped), over buffer-state.ts (config, counters).
  */
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
-import { deleteSteps, heldBytes } from "./buffer-bytes";
+import { deleteSteps } from "./buffer-bytes";
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
 import { check, ingest, type RowSource } from "./buffer-ingest";
 import { notePaced, paceRefusal, paceState } from "./buffer-pace";
@@ -142,7 +142,7 @@ export class RolloutBuffer {
       partial_groups_dropped: c.partialDropped,
       measured_rollouts_per_version: c.perVersion,
       paced_refusals: c.paced,
-      stored_bytes: heldBytes(s),
+      stored_bytes: c.storedBytes,
       full_refusals: c.fullRefusals,
     };
   }

@@ -319,6 +319,18 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // that the reads of every class (each cut, /status, the overview) cost what is queued, not
   // every (env, size) ever seen; the rows left at 0 before that go here.
   "DELETE FROM atropos_counts WHERE n = 0;",
+  // 16: the buffer's byte counters (buffer-bytes.ts) were counted from the table by whichever
+  // reader came first, so every reader had to count or know one had; an engine that has not
+  // counted them yet counts them here, once, and the counters are always there after. Counted
+  // with the counters' own figure for a row, or they would drift from what the deletes subtract.
+  // An empty buffer needs no entry (the counters start at 0), and an engine deleted and made
+  // empty again must have none.
+  `INSERT INTO kv (k, v) SELECT 'buffer_counters', '{}' WHERE EXISTS (SELECT 1 FROM buf_steps) ON CONFLICT (k) DO NOTHING;
+   UPDATE kv SET v = json_set(v,
+       '$.storedBytes', COALESCE(json_extract(v, '$.storedBytes'), (SELECT COALESCE(SUM(length(CAST(messages AS BLOB)) + length(CAST(response AS BLOB)) + length(CAST(extra AS BLOB))), 0) FROM buf_steps)),
+       '$.keptBytes', COALESCE(json_extract(v, '$.keptBytes'),
+         (SELECT COALESCE(SUM(length(CAST(messages AS BLOB)) + length(CAST(response AS BLOB)) + length(CAST(extra AS BLOB))), 0) FROM buf_steps WHERE group_id IN (SELECT group_id FROM buf_groups WHERE state = 'delivered'))))
+     WHERE k = 'buffer_counters';`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -7,6 +7,7 @@
  * each begun once the one before was decided. The task's id stays on every item
  * (extra_info.task_id), and instance_id stays the group's, which slime-style trainers group by.
  */
+import { groupRow } from "./buffer-state";
 
 /** The group a rollout of `taskId` ending now joins; records a new generation when the last group was decided. */
 export function taskGroup(sql: SqlStorage, taskId: string): string {
@@ -26,7 +27,7 @@ export function taskGroup(sql: SqlStorage, taskId: string): string {
 
 /** Whether the group is pending, ready or unknown: a rollout may join it. */
 function open(sql: SqlStorage, groupId: string): boolean {
-  const state = sql.exec<{ state: string }>("SELECT state FROM buf_groups WHERE group_id = ?", groupId).toArray()[0]?.state;
+  const state = groupRow(sql, groupId)?.state;
   return state === undefined || state === "pending" || state === "ready";
 }
 
@@ -41,7 +42,7 @@ function heldByOther(sql: SqlStorage, groupId: string, taskId: string): boolean 
 function next(sql: SqlStorage, taskId: string, generation: number): string {
   for (let n = generation; ; n++) {
     const name = `${taskId}#${n}`;
-    if (heldByOther(sql, name, taskId) || sql.exec("SELECT 1 FROM buf_groups WHERE group_id = ?", name).toArray().length > 0) continue;
+    if (heldByOther(sql, name, taskId) || groupRow(sql, name) !== null) continue;
     sql.exec(
       `INSERT INTO buf_task_groups (task_id, group_id, generation) VALUES (?, ?, ?)
        ON CONFLICT (task_id) DO UPDATE SET group_id = excluded.group_id, generation = excluded.generation`,
