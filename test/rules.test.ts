@@ -49,7 +49,7 @@ describe("claim fail causes", () => {
 
 describe("where claims live", () => {
   it("keeps AgentJet's statuses by default, and adds the weight sync only when the engine keeps claims across it", () => {
-    const off = { keep_claims_across_sync: false, sync_hold_seconds: 120 };
+    const off = { keep_claims_across_sync: false, sync_hold_seconds: 120, max_sync_seconds: 600 };
     const on = { ...off, keep_claims_across_sync: true };
     expect(["ENGINE.ROLLING", "ENGINE.ROLLING_POST"].every((s) => claimsLive(s as "ENGINE.ROLLING", off))).toBe(true);
     expect(claimsLive("ENGINE.WEIGHT_SYNCING", off)).toBe(false);

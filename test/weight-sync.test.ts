@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { runInDurableObject } from "cloudflare:test";
+import { EngineStore } from "../src/engine/engine-store";
 import { SYNCED_END_MEMORY_MS } from "../src/engine/episode-queue";
 import { notReadyCause } from "../src/engine/rules";
 import { advance, claimKeyFields, createEngine, endBody, engineStats, raw, rollingWith, withGateway, type TestEngine } from "./support/harness";
@@ -21,7 +22,7 @@ const status = (e: TestEngine, engine_status: "ENGINE.ROLLING" | "ENGINE.WEIGHT_
 
 async function rolling(keep: boolean): Promise<TestEngine> {
   const e = await createEngine("sync");
-  if (keep) expect(await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 30 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 30 });
+  if (keep) expect(await e.as("operator").configureSync({ keep_claims_across_sync: true, sync_hold_seconds: 30 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 30, max_sync_seconds: 600 });
   await rollingWith(e, 3);
   await withGateway(e);
   await status(e, "ENGINE.ROLLING", 7);
@@ -31,7 +32,7 @@ async function rolling(keep: boolean): Promise<TestEngine> {
 describe("weight syncs without keep_claims_across_sync (the default)", () => {
   it("clears the pool when the engine leaves ROLLING, as AgentJet's SwarmClient relies on", async () => {
     const e = await rolling(false);
-    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: false, sync_hold_seconds: 120 });
+    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: false, sync_hold_seconds: 120, max_sync_seconds: 600 });
     const c = await claim(e, "c1");
     await status(e, "ENGINE.WEIGHT_SYNCING");
     expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
@@ -196,10 +197,14 @@ describe("weight syncs with keep_claims_across_sync", () => {
     await status(e, "ENGINE.WEIGHT_SYNCING");
     await expect(e.as("operator").configureSync({ keep_claims_across_sync: false })).rejects.toMatchObject({ status: 409, code: "engine_syncing" });
     // The hold may change during a sync.
-    expect(await e.as("operator").configureSync({ sync_hold_seconds: 60 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60 });
+    expect(await e.as("operator").configureSync({ sync_hold_seconds: 60 })).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60, max_sync_seconds: 600 });
     for (const [body, code] of [
       [{ sync_hold_seconds: -1 }, 422],
       [{ sync_hold_seconds: 601 }, 422],
+      [{ max_sync_seconds: 9 }, 422],
+      [{ max_sync_seconds: 86_401 }, 422],
+      [{ max_sync_seconds: "600" }, 422],
+      [{ max_sync_seconds: null }, 422],
       [{ keep_claims_across_sync: "yes" }, 422],
       [{ unknown_field: true }, 422],
     ] as const) {
@@ -209,6 +214,150 @@ describe("weight syncs with keep_claims_across_sync", () => {
       expect((await raw(`/e/${e.name}/sync/config`, { token: e.tokens[role], body: JSON.stringify({ sync_hold_seconds: 5 }) })).status).toBe(403);
     }
     expect((await raw(`/e/${e.name}/sync/config`, { body: JSON.stringify({ sync_hold_seconds: 5 }) })).status).toBe(401);
-    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60 });
+    expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 60, max_sync_seconds: 600 });
+  });
+});
+
+const leases = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes.map((r) => [r.client_uuid, r.expires_in]);
+
+describe("leases through a weight sync that keeps claims (max_sync_seconds)", () => {
+  it("reaps a claim once its lease and max_sync_seconds have run out, though the trainer hangs in ENGINE.WEIGHT_SYNCING for a day", async () => {
+    const e = await rolling(true);
+    const c = await claim(e, "c1", 60);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // The trainer hangs in its sync (an NCCL hang, say): it never reports again, the process does not exit.
+    await advance(e, 24 * 3600_000);
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c1", episode_uuid: c.episode })).toEqual({ can_continue: false });
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 3 });
+    // Its key is dead, not held; the status stays the trainer's, so no new claim is handed out.
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect((await e.as("client").claimEpisode({ client_uuid: "c2", discard_episode_timeout: 60 })).fail_cause).toBe(notReadyCause("ENGINE.WEIGHT_SYNCING"));
+  });
+
+  it("arms the alarm for a lease's expiry plus max_sync_seconds, reaps then and not before, and follows a bound changed during the sync", async () => {
+    const e = await rolling(true);
+    const t0 = e.clock.t;
+    await claim(e, "c1", 60);
+    await claim(e, "c2", 120);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // The alarm set for c1's lease fires and reaps nothing: the sync froze it.
+    await advance(e, 60_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 2, alarm_at: t0 + 60_000 + 600_000 });
+    await advance(e, 600_000 - 1);
+    expect(await engineStats(e)).toMatchObject({ claimed: 2 });
+    await advance(e, 1);
+    expect(await leases(e)).toEqual([["c2", -540]]);
+    // A shorter bound set during the sync takes effect at once: c2 is due 120 s + 60 s after it was claimed.
+    expect(await e.as("operator").configureSync({ max_sync_seconds: 60 })).toMatchObject({ max_sync_seconds: 60 });
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, alarm_at: t0 + 180_000 });
+    await advance(e, 0);
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 3 });
+  });
+
+  it("takes max_sync_seconds' default for a sync config stored before the field existed", async () => {
+    const e = await rolling(true);
+    const sync = await runInDurableObject(e.stub, (_i, state) => {
+      const sql = state.storage.sql;
+      sql.exec("UPDATE kv SET v = json_remove(v, '$.sync.max_sync_seconds') WHERE k = 'meta'");
+      return new EngineStore(sql).meta.sync;
+    });
+    expect(sync).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 30, max_sync_seconds: 600 });
+  });
+
+  it("gives a lease at most max_sync_seconds back after a longer sync", async () => {
+    const e = await rolling(true);
+    await claim(e, "c1", 3600);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    await advance(e, 1000_000);
+    await status(e, "ENGINE.ROLLING", 8);
+    // 3600 s left when the sync began, 1000 s of sync, of which 600 given back.
+    expect(await leases(e)).toEqual([["c1", 3200]]);
+  });
+
+  it("gives a lease with 10 s left before a 60 s sync exactly 10 s after it", async () => {
+    const e = await rolling(true);
+    await claim(e, "c1", 60);
+    await advance(e, 50_000);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    await advance(e, 60_000);
+    await status(e, "ENGINE.ROLLING", 8);
+    expect(await leases(e)).toEqual([["c1", 10]]);
+    await advance(e, 10_000);
+    expect(await engineStats(e)).toMatchObject({ claimed: 0 });
+  });
+
+  it("gives a lease refreshed during the sync (a call the Worker's claim gate counted then) its discard_episode_timeout after the sync, no more", async () => {
+    const e = await rolling(true);
+    const c = await claim(e, "c1", 60);
+    await advance(e, 50_000);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // The Worker's claim gate served a call from its cache (fresh for up to FRESH_MS) after the sync
+    // began, and reports it in its next batch: activity during the sync, 20 s in here to make it plain.
+    await advance(e, 20_000);
+    const r = await e.stub.relaySync([{ key: c.key, calls: 1, idle_ms: 0, detail: false, carries: false, batch: { gate: "g1", seq: 1, settled: 1 } }]);
+    expect(r.ok).toBe(true);
+    await advance(e, 40_000);
+    await status(e, "ENGINE.ROLLING", 8);
+    // Its lease, set to 60 s after the call, does not get the sync's 60 s on top: 60 s from the sync's end.
+    expect(await leases(e)).toEqual([["c1", 60]]);
+  });
+});
+
+/** One finished session of group g1, rolled out on weights `version`. */
+const finishedAt = (version: number) => ({
+  steps: [{ session_id: "s1", group_id: "g1", step_index: 0, messages: [{ role: "user" as const, content: "q" }], response: "a", reward: 1, is_session_completed: true, weight_version: version }],
+});
+
+async function buffered(): Promise<TestEngine> {
+  const e = await createEngine("ver");
+  await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+  return e;
+}
+
+describe("weight versions", () => {
+  it("names the weights being replaced in a hold when the trainer reports the new version with ENGINE.WEIGHT_SYNCING, and takes that version when the sync ends", async () => {
+    const e = await rolling(true);
+    const c = await claim(e, "c1", 60);
+    // "Syncing to version 8": the trainer sends the target version with the status that begins the sync.
+    await status(e, "ENGINE.WEIGHT_SYNCING", 8);
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: true, body: { hold: "weight_syncing", weight_version_before: 7 } });
+    // The status that ends the sync need not say it again.
+    await status(e, "ENGINE.ROLLING");
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: true, body: { weight_version: 8 } });
+  });
+
+  it("names the weights being replaced in a hold when the new version comes with the status that ends the sync", async () => {
+    const e = await rolling(true);
+    const c = await claim(e, "c1", 60);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: true, body: { hold: "weight_syncing", weight_version_before: 7 } });
+    await status(e, "ENGINE.ROLLING", 8);
+    expect(await e.stub.relayBeginOrHold(c.key)).toMatchObject({ ok: true, body: { weight_version: 8 } });
+  });
+
+  it("refuses a weight_version lower than the one taken earlier in the run (a late, retried status report), changing nothing", async () => {
+    const e = await buffered();
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 5, weight_version: 5 });
+    await e.as("client").postSteps(finishedAt(5));
+    // An earlier report, retried after a timeout, arrives late: same run, same step, older version.
+    const late = await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 5, weight_version: 3 });
+    expect(late).toEqual({ success: false, failure_reason: expect.stringContaining("weight_version 3 is lower than the engine's 5") });
+    // Nothing of a refused report is applied, its status, step and detail included.
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: 6, engine_status_detail: "late", weight_version: 4 })).toMatchObject({ success: false });
+    expect(await e.as("viewer").getEngineStatus()).toEqual({ engine_status: "ENGINE.ROLLING", engine_status_detail: null, global_step: 5 });
+    const pulled = await trainer.getRolloutData();
+    expect({ consumer: pulled.data.meta_info.consumer_weight_version, lag: pulled.data.meta_info.groups[0]?.lag_versions }).toEqual({ consumer: 5, lag: 0 });
+  });
+
+  it("takes a lower weight_version once a new run began (a restarted trainer)", async () => {
+    const e = await buffered();
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE" });
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.BOOTING", weight_version: 0 })).toEqual({ success: true, failure_reason: "" });
+    await e.as("client").postSteps(finishedAt(0));
+    expect((await trainer.getRolloutData()).data.meta_info.consumer_weight_version).toBe(0);
   });
 });

@@ -30,6 +30,17 @@ export type Meta = {
   sync: SyncConfig;
   /** When the weight sync the claims are kept through began (ms); null when none is under way. */
   syncingSince: number | null;
+  /**
+   * The version a trainer reported with ENGINE.WEIGHT_SYNCING: the weights it is syncing to. They
+   * serve no call until the sync ends, so weightVersion stays the old one until then; null when none.
+   */
+  syncingToVersion: number | null;
+  /**
+   * The weight version last taken in the current run, below which a report of the same run is
+   * refused as late (status-and-rewards.ts); null once a run begins, since a restarted trainer
+   * may start lower again.
+   */
+  versionFloor: number | null;
 };
 
 const INITIAL_META: Meta = {
@@ -46,6 +57,8 @@ const INITIAL_META: Meta = {
   run: 0,
   sync: DEFAULT_SYNC_CONFIG,
   syncingSince: null,
+  syncingToVersion: null,
+  versionFloor: null,
 };
 
 export class EngineStore {
@@ -75,6 +88,8 @@ export class EngineStore {
   }
 
   private loadMeta(): Meta {
-    return { ...INITIAL_META, ...(this.getKv<Partial<Meta>>("meta") ?? {}) };
+    const stored = this.getKv<Partial<Meta>>("meta") ?? {};
+    // A sync config written before a field of it existed takes that field's default.
+    return { ...INITIAL_META, ...stored, sync: { ...DEFAULT_SYNC_CONFIG, ...stored.sync } };
   }
 }

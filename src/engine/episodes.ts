@@ -23,7 +23,7 @@ import type { EngineStore } from "./engine-store";
 import type { EpisodeRow } from "./episode-views";
 import { canContinue, claim } from "./episode-claims";
 import { abort, delivered, end, endPayload } from "./episode-ends";
-import { earliestLeaseExpiry, extendLeases, reapExpired } from "./episode-leases";
+import { armForLeases, earliestLeaseExpiry, extendLeases, reapExpired } from "./episode-leases";
 import { claimedCheck, clearAll, clearFinished, counts, register, wasReset } from "./episode-queue";
 import { EpisodeState, type EpisodesHost } from "./episode-state";
 import type { RolloutBuffer } from "./rollout-buffer";
@@ -87,8 +87,14 @@ export class Episodes {
     return earliestLeaseExpiry(this.state);
   }
 
-  extendLeases(ms: number): void {
-    extendLeases(this.state, ms);
+  /** A weight sync that kept the claims ran from `since` to `until`: their leases get its length back (episode-leases.ts). */
+  extendLeases(since: number, until: number): void {
+    extendLeases(this.state, since, until);
+  }
+
+  /** Arms the alarm for the earliest lease's deadline, which the sync config moves during a sync. */
+  armForLeases(): void {
+    armForLeases(this.state);
   }
 
   delivered(body: Extract<CommandBody, { kind: "deliver" }>, succeeded: boolean, detail: string): void {

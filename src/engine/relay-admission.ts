@@ -220,6 +220,8 @@ export class RelayAdmission {
     if (isRolling(meta.status)) return null;
     return {
       hold: "weight_syncing",
+      // The weights in use until the sync ends: a version reported with the sync is the one it
+      // syncs to, and becomes the engine's only when it ends (status-and-rewards.ts).
       weight_version_before: meta.weightVersion,
       hold_seconds: meta.sync.sync_hold_seconds,
       retry_after_ms: SYNC_HOLD_RETRY_MS,

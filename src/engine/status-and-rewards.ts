@@ -72,6 +72,19 @@ export class StatusAndRewards {
   update(req: UpdateEngineStatusRequest): BoolResponse {
     const prev = this.store.meta;
     const began = runBeginning(prev, req);
+    const version = req.weight_version ?? null;
+    // Weight versions only go forward within a run: a lower one is a late or repeated report (a
+    // retry after a timeout), and taking it would stamp calls, claims and ends with weights no
+    // longer served and give the buffer's pulls a negative lag. Refused whole, as nothing of it
+    // can be trusted. A run that begins (a restarted trainer) may start lower again.
+    if (version !== null && began === null && prev.versionFloor !== null && version < prev.versionFloor) {
+      return {
+        success: false,
+        failure_reason:
+          `weight_version ${version} is lower than the engine's ${prev.versionFloor}, taken earlier in this run: a late or repeated report? Nothing of this one was applied. ` +
+          "A trainer restarted on older weights begins a new run (ENGINE.BOOTING, a global_step that goes back, or POST /history/begin_run) and may report a lower version then.",
+      };
+    }
     // Leaving the statuses claims live in clears the pool (AgentJet's semantics); with
     // keep_claims_across_sync, a weight sync is one of them, and its time is given back to the leases.
     if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes();
@@ -98,16 +111,38 @@ export class StatusAndRewards {
       next.globalStep = req.global_step;
     }
     if (req.engine_status_detail !== undefined && req.engine_status_detail !== null) next.detail = req.engine_status_detail;
-    if (req.weight_version !== undefined && req.weight_version !== null) next.weightVersion = req.weight_version;
+    Object.assign(next, this.versions(prev, req.engine_status, version, next.versionFloor));
     this.store.saveMeta(next);
-    if (resumed) this.episodes.extendLeases(this.host.now() - (prev.syncingSince ?? this.host.now()));
+    if (resumed) this.episodes.extendLeases(prev.syncingSince ?? this.host.now(), this.host.now());
     return { success: true, failure_reason: "" };
   }
 
   /**
-   * Sets keep_claims_across_sync and sync_hold_seconds. Refused while a weight sync keeps claims
-   * (or would, were it on): turning it over then would leave claims with no status to live in, or
-   * clear a pool AgentJet expects cleared already.
+   * The weight versions after an accepted report (`floor`: the run's, after any beginning). The
+   * weights in use during a sync are the old ones: a version reported with ENGINE.WEIGHT_SYNCING
+   * is the one being synced to, and becomes the engine's version when the sync ends, unless the
+   * status that ends it names one (the documented way: the new version with the status that ends
+   * the sync). The run's floor is the version last taken in it.
+   */
+  private versions(
+    prev: Meta,
+    status: UpdateEngineStatusRequest["engine_status"],
+    version: number | null,
+    floor: number | null,
+  ): Pick<Meta, "weightVersion" | "syncingToVersion" | "versionFloor"> {
+    const wasSyncing = prev.status === "ENGINE.WEIGHT_SYNCING";
+    if (status === "ENGINE.WEIGHT_SYNCING") {
+      return { weightVersion: prev.weightVersion, syncingToVersion: version ?? (wasSyncing ? prev.syncingToVersion : null), versionFloor: floor };
+    }
+    const taken = version ?? (wasSyncing ? prev.syncingToVersion : null);
+    return { weightVersion: taken ?? prev.weightVersion, syncingToVersion: null, versionFloor: taken ?? floor };
+  }
+
+  /**
+   * Sets keep_claims_across_sync, sync_hold_seconds and max_sync_seconds. Turning
+   * keep_claims_across_sync over is refused while a weight sync keeps claims (or would, were it
+   * on): it would leave claims with no status to live in, or clear a pool AgentJet expects cleared
+   * already. The other two may change during a sync; the alarm follows max_sync_seconds at once.
    */
   configureSync(patch: UpdateSyncConfigRequest): Reply<SyncConfig> {
     const meta = this.store.meta;
@@ -116,6 +151,7 @@ export class StatusAndRewards {
       return fail(409, "engine_syncing", "keep_claims_across_sync cannot change during ENGINE.WEIGHT_SYNCING; change it while the engine rolls or is offline.");
     }
     this.store.saveMeta({ ...meta, sync: next });
+    this.episodes.armForLeases();
     return ok(next);
   }
 
@@ -144,11 +180,13 @@ export class StatusAndRewards {
     const meta = this.store.meta;
     if (meta.run !== 0 && !this.runs.holdsAnything(meta.run) && this.liveAcc().n === 0) {
       this.runs.amend(meta.run, trainingRunId, note);
+      // A beginning all the same (a restart told once more): the weight version may start lower again.
+      if (meta.versionFloor !== null) this.store.saveMeta({ ...meta, versionFloor: null });
       return { run: meta.run, newRun: false };
     }
     if (meta.run !== 0 && meta.globalStep !== null) this.finalizeStep(meta.globalStep);
     const run = this.runs.add(began, this.host.now(), trainingRunId, note);
-    this.store.saveMeta({ ...this.store.meta, run, acc: EMPTY_ACCUMULATOR, accEpoch: this.store.meta.accEpoch + 1 });
+    this.store.saveMeta({ ...this.store.meta, run, acc: EMPTY_ACCUMULATOR, accEpoch: this.store.meta.accEpoch + 1, versionFloor: null });
     return { run, newRun: true };
   }
 

@@ -257,7 +257,7 @@ export const ENGINE_API: RouteSpec[] = [
   get("/sync/config", "get_sync_config", "Whether claims survive ENGINE.WEIGHT_SYNCING (keep_claims_across_sync; off by default, as AgentJet expects) and how long relayed calls wait for a sync.", SyncConfig, (s, who) =>
     s.syncConfig(who),
   ),
-  post("/sync/config", "configure_sync", "Set keep_claims_across_sync and sync_hold_seconds; refused 409 while a weight sync is under way.", UpdateSyncConfigRequest, SyncConfig, (s, who, b) =>
+  post("/sync/config", "configure_sync", "Set keep_claims_across_sync, sync_hold_seconds and max_sync_seconds; turning keep_claims_across_sync over is refused 409 while a weight sync is under way.", UpdateSyncConfigRequest, SyncConfig, (s, who, b) =>
     s.configureSync(who, b),
   ),
   get("/ledger/config", "get_ledger_config", "What the gateway records of each relayed call (capture) and for how many days.", LedgerConfig, (s, who) => s.ledgerConfig(who)),

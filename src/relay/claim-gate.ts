@@ -241,7 +241,7 @@ export class ClaimGate {
       if (!r.ok || !("hold" in r.body)) return r as Reply<Admission>;
       const left = arrived + r.body.hold_seconds * 1000 - this.clock.now();
       if (left <= 0) {
-        return fail(503, "sync_hold_expired", `The engine has been syncing weights for longer than a call waits (sync_hold_seconds: ${r.body.hold_seconds}); the claim lives on: call again.`);
+        return fail(503, "sync_hold_expired", `The engine has been syncing weights for longer than a call waits (sync_hold_seconds: ${r.body.hold_seconds}); the claim lives on (until the sync outlasts its lease by max_sync_seconds): call again.`);
       }
       await this.clock.wait(Math.min(r.body.retry_after_ms, left));
     }

@@ -82,7 +82,7 @@ export const SEEDS: Record<string, unknown[]> = {
     { group_size: 1, ttl_seconds: 60, max_staleness: 0, staleness_policy: "drop", max_message_bytes: 4096 },
     { staleness_policy: "pace", max_staleness: 2, rollouts_per_version: 2, partial_groups: "deliver" },
   ],
-  "/sync/config": [{ keep_claims_across_sync: true, sync_hold_seconds: 30 }],
+  "/sync/config": [{ keep_claims_across_sync: true, sync_hold_seconds: 30, max_sync_seconds: 600 }],
   "/agent/ack": [{ seq: 1, ok: true, detail: "done" }, { seq: 2, ok: false, detail: "runner gone" }],
   "/agent/heartbeat": [{ agent_id: "agent-1", host: "gpu-1", pid: 10, version: "2", trainer: { state: "running", pid: 11, started_at: 1 }, rollout_workers: { state: "running", pid: 12, job_session: "fuzz-job", detail: "" } }],
   "/agent/trainer_exit": [{ exit_code: 1, signal: null, log_tail: "Traceback: boom" }],
