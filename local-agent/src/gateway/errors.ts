@@ -84,6 +84,23 @@ export function hideAddresses(text: string, addresses: readonly string[]): strin
   return out;
 }
 
+/** The JSON spelling of `s` inside a JSON string, quotes left off. */
+const jsonEscaped = (s: string): string => JSON.stringify(s).slice(1, -1);
+
+/**
+ * The text whose absence from an answer means that hideAddresses(`addresses`) and
+ * hideSecrets(`secrets`) would leave it as it is, in as few strings as that takes (a form that
+ * holds another, a URL its host, is found through the other): for a cheap look at text that
+ * seldom holds any (a stream's events) before anything is rewritten.
+ */
+export function hiddenTextProbe(addresses: readonly string[], secrets: readonly string[]): string[] {
+  const forms = [...new Set([...addresses.filter(isAddressLike), ...secrets.flatMap((s) => [s, jsonEscaped(s)])].filter((s) => s !== ""))];
+  return forms.filter((s) => !forms.some((t) => t !== s && s.includes(t)));
+}
+
+/** An answer that is an error where a completion was expected: `{"error": ...}`, or vLLM's flat `{"object": "error", ...}`. */
+export const isErrorAnswer = (v: Record<string, unknown>): boolean => v["object"] === "error" || (v["error"] !== undefined && v["error"] !== null);
+
 /**
  * The credentials the gateway sends on the trainer's behalf, in the spellings an answer may
  * echo them in: the trainer's key (which is also the whole of the Authorization value but for
@@ -110,7 +127,7 @@ export function credentialForms(trainerKey: string, urls: readonly string[] = []
  */
 export function hideSecrets(text: string, secrets: readonly string[]): string {
   const all = [...new Set(secrets.filter((s) => s !== ""))].sort((x, y) => y.length - x.length);
-  const escaped = all.map((s) => JSON.stringify(s).slice(1, -1));
+  const escaped = all.map(jsonEscaped);
   if (!all.some((s, i) => text.includes(s) || text.includes(escaped[i]!))) return text;
   const scrub = (s: string): string => all.reduce((out, secret) => out.replaceAll(secret, "[hidden]"), s);
   let json: unknown;

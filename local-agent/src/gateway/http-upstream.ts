@@ -8,7 +8,8 @@ import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { addressForms, credentialForms, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isErrorAnswer, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { SseRedaction } from "./sse-redaction";
 import { isRecord } from "../../../src/protocol/record";
 
 export type UpstreamOptions = {
@@ -58,10 +59,11 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     o.logger.warn(`gateway: episode ${env.episode_uuid}: the inference upstream ${withoutCredentials(url)} ${what}: ${describeError(e)}`);
     fail(502, `the inference upstream ${what}: ${failureKind(e)} (episode ${env.episode_uuid})`, code);
   };
-  // Only on the error paths: parsing URLs on every call would cost the calls that succeed.
+  // Only on the error paths and once per stream: parsing URLs on every call would cost the calls that succeed.
   const addresses = (): string[] => [url, o.upstream ?? "", env.trainer_base_url].flatMap(addressForms);
+  const secrets = (): string[] => credentialForms(env.trainer_api_key, [url, o.upstream ?? "", env.trainer_base_url]);
   // What an upstream's own words may not carry to the client: where it is, and what it was sent to get in.
-  const shown = (text: string): string => hideSecrets(hideAddresses(text, addresses()), credentialForms(env.trainer_api_key, [url, o.upstream ?? "", env.trainer_base_url]));
+  const shown = (text: string): string => hideSecrets(hideAddresses(text, addresses()), secrets());
 
   let up: Dispatcher.ResponseData;
   try {
@@ -83,9 +85,14 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
     res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
     tap?.answering(200);
     const batch = writeBatch(res);
+    // An error event is `shown` as a whole error answer is; the ledger's tap records what the
+    // client gets (as upstreamFailed does), so it reads the stream after the redaction.
+    const redaction = new SseRedaction(shown, hiddenTextProbe(addresses(), secrets()));
     try {
       for await (const chunk of up.body) {
-        const piece = tap === null ? (chunk as Buffer) : tap.chunk(chunk as Buffer);
+        const told = redaction.push(chunk as Buffer);
+        if (told.length === 0) continue;
+        const piece = tap === null ? told : tap.chunk(told);
         if (piece.length === 0) continue;
         batch.open();
         // A slow reader holds the upstream back; a reader that hung up ends the copy (and,
@@ -93,6 +100,9 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
         if (!res.write(piece)) await drainedOrClosed(res);
         if (res.destroyed) return;
       }
+      const last = redaction.end();
+      const tail = last.length === 0 || tap === null ? last : tap.chunk(last);
+      if (tail.length > 0) res.write(tail);
       const rest = tap?.endStream() ?? "";
       if (rest !== "") res.write(rest);
       batch.flush();
@@ -213,10 +223,9 @@ function parseJson(text: string): unknown {
  * 502: the upstream failed the call. Null for anything else.
  */
 function errorInOk(v: unknown): { status: number; text: string } | null {
-  if (!isRecord(v)) return null;
+  if (!isRecord(v) || !isErrorAnswer(v)) return null;
   const nested = v["error"];
   const flat = v["object"] === "error";
-  if (!flat && (nested === undefined || nested === null)) return null;
   const fields = flat ? v : isRecord(nested) ? nested : { message: typeof nested === "string" ? nested : JSON.stringify(nested) };
   const code = fields["code"];
   const status = typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599 ? code : 502;

@@ -16,6 +16,7 @@ import { agentJetKey, envelope, post } from "./envelope";
 import { startModelServer, type ModelServer } from "./model-server";
 import { startZmqModel, type ZmqModel } from "./zmq-model";
 import { waitUntil } from "../support/wait";
+import { callContext, recordingGateway, recordOf } from "../ledger/recording-gateway";
 
 const SECRET = "gateway-test-secret";
 let http: ModelServer;
@@ -333,6 +334,103 @@ describe("gateway: an HTTP upstream's 200 that is an error", () => {
     const r = await post(await ownGateway(), envelope({ trainer_api_key: "sk-trainer-200", trainer_base_url: `${upstream}/v1` }), SECRET);
     expect(r.status).toBe(status);
     expect(JSON.parse(r.text).error).toMatchObject(error);
+  });
+});
+
+/** An HTTP upstream answering 200 text/event-stream with `pieces(key, its own host:port)`, each its own chunk, 30 ms apart. */
+async function sseUpstream(pieces: (key: string, self: string) => Array<string | Buffer>): Promise<string> {
+  let self = "";
+  const server = createServer((req, res) => {
+    req.resume();
+    const key = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+    void (async () => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (const p of pieces(key, self)) {
+        res.write(p);
+        await new Promise((r) => setTimeout(r, 30));
+      }
+      res.end();
+    })();
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  self = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  cleanups.push(() => {
+    server.closeAllConnections();
+    return new Promise((r) => server.close(() => r(undefined)));
+  });
+  return `http://${self}`;
+}
+
+describe("gateway: the trainer's key and the upstream's address in an HTTP upstream's 200 event stream", () => {
+  const KEY = "sk-trainer-5e5e5e-stream-private-key";
+  const streamed = (base: string, over: Parameters<typeof envelope>[0] = {}) =>
+    envelope({ trainer_api_key: KEY, trainer_base_url: `${base}/v1`, request: { model: "m", stream: true, messages: [{ role: "user", content: "hi" }] }, ...over });
+  const content = `data: {"choices":[{"delta":{"content":"he"}}]}\n\n`;
+
+  it("hides the key in an error event, and passes the events before it as they came", async () => {
+    const base = await sseUpstream((key) => [content, `data: {"error": {"message": "invalid key ${key}", "code": 401}}\n\n`]);
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.status).toBe(200);
+    expect(r.type).toContain("text/event-stream");
+    expect(r.text).not.toContain(KEY);
+    expect(r.text).toBe(`${content}data: {"error":{"message":"invalid key [hidden]","code":401}}\n\n`);
+  });
+
+  it("hides the key in an error event when the key arrives split across two chunks", async () => {
+    const base = await sseUpstream((key) => [`data: {"error": {"message": "invalid key ${key.slice(0, 12)}`, `${key.slice(12)}"}}\n\n`]);
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.status).toBe(200);
+    expect(r.text).not.toContain(KEY);
+    expect(JSON.parse(r.text.replace(/^data: /, "")).error.message).toBe("invalid key [hidden]");
+  });
+
+  it("hides the upstream's own address in an error event naming it", async () => {
+    const base = await sseUpstream((_key, self) => [content, `data: {"error": {"message": "backend http://${self}/v1 overloaded"}}\n\n`]);
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.status).toBe(200);
+    expect(r.text).not.toContain(new URL(base).host);
+    expect(r.text).toBe(`${content}data: {"error": {"message": "backend [hidden] overloaded"}}\n\n`);
+  });
+
+  it("hides the key in an `event: error` with CRLF line ends, split inside the key and inside a UTF-8 character", async () => {
+    const base = await sseUpstream((key) => {
+      const bytes = Buffer.from(`event: error\r\ndata: {"message": "キー ${key} は無効"}\r\n\r\n`);
+      const inKey = bytes.indexOf(key.slice(0, 8)) + 8;
+      const inChar = bytes.indexOf(Buffer.from("は")) + 1;
+      return [Buffer.from(content), bytes.subarray(0, inKey), bytes.subarray(inKey, inChar), bytes.subarray(inChar)];
+    });
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.text).not.toContain(KEY);
+    expect(r.text).toBe(`${content}event: error\ndata: {"message":"キー [hidden] は無効"}\r\n\r\n`);
+  });
+
+  it("passes a completion's content as the model wrote it, the key split across chunks included, as it does a 200 JSON completion", async () => {
+    // The rule of a whole answer: only errors are rewritten; a completion (which may name an
+    // address such as 127.0.0.1 for its own reasons) goes to the client byte for byte.
+    const event = (text: string) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
+    const base = await sseUpstream((key) => {
+      const bytes = Buffer.from(`${event(`the key is ${key}`)}${event("日本語")}data: [DONE]\n\n`);
+      const inKey = bytes.indexOf(key.slice(0, 8)) + 8;
+      const inChar = bytes.indexOf(Buffer.from("本")) + 2;
+      return [bytes.subarray(0, inKey), bytes.subarray(inKey, inChar), bytes.subarray(inChar)];
+    });
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.text).toBe(`${event(`the key is ${KEY}`)}${event("日本語")}data: [DONE]\n\n`);
+    const whole = await upstreamAnswering(200, "application/json", (k) => JSON.stringify({ object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: `the key is ${k}` } }] }));
+    const w = await post(await ownGateway(), streamed(whole, { request: { model: "m", messages: [] } }), SECRET);
+    expect(JSON.parse(w.text).choices[0].message.content).toBe(`the key is ${KEY}`);
+  });
+
+  it("records in the ledger the error event as the client got it, with the key hidden", async () => {
+    const base = await sseUpstream((key) => [content, `data: {"error": {"message": "invalid key ${key.slice(0, 10)}`, `${key.slice(10)}", "code": "invalid_api_key"}}\n\n`]);
+    const recording = await recordingGateway(SECRET, "vllm");
+    cleanups.push(() => recording.gateway.close());
+    const env = streamed(base, { call: callContext("messages") });
+    const r = await post(recording.url, env, SECRET);
+    expect(r.text).not.toContain(KEY);
+    const rec = await recordOf(recording, env);
+    expect(rec.error).toBe("invalid_api_key: invalid key [hidden]");
+    expect(JSON.stringify(rec)).not.toContain(KEY);
   });
 });
 
