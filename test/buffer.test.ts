@@ -332,6 +332,33 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect(pulled.data.meta_info).toMatchObject({ stale_groups: ["t"], groups: [{ oldest_weight_version: 0, lag_versions: 5 }] });
   });
 
+  it("stamps a posted row that names no weight_version with the engine's version, so it is neither dropped as stale nor paced", async () => {
+    // A worker that does not track versions (the field is optional) posts whole groups at version 10's time.
+    const dropping = await buffered(1);
+    await dropping.as("operator").configureBuffer({ staleness_policy: "drop", max_staleness: 2 });
+    await dropping.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 10 });
+    await dropping.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    // The row counted as version 0, 10 behind, and the finished group was dropped.
+    const pulled = await dropping.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.finished_groups).toEqual(["g1"]);
+    expect(pulled.data.data[0]!.extra_info["weight_version"]).toBe(10);
+
+    const pacing = await buffered(2);
+    await pacing.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 2, rollouts_per_version: 4 });
+    await pacing.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 10 });
+    const w = pacing.as("client");
+    expect(await w.postSteps({ steps: [step("s1", "g1", 0, 1)] })).toMatchObject({ accepted: 1 });
+    // One pending group taken as version 0 paced every new group out (503 paced).
+    expect(await w.postSteps({ steps: [step("s2", "g2", 0, 1)] })).toMatchObject({ accepted: 1 });
+    // A row that names its version keeps it.
+    expect(await w.postSteps({ steps: [step("s3", "g2", 0, 1, false, { weight_version: 9 })] })).toMatchObject({ accepted: 1 });
+    const groups = await runInDurableObject(pacing.stub, (_i: EngineObject, state) => state.storage.sql.exec<{ group_id: string; min_weight_version: number }>("SELECT group_id, min_weight_version FROM buf_groups ORDER BY group_id").toArray());
+    expect(groups).toEqual([
+      { group_id: "g1", min_weight_version: 10 },
+      { group_id: "g2", min_weight_version: 9 },
+    ]);
+  });
+
   it("judges a group by the versions it hands out: an abandoned session's old step, cleared at delivery, does not make it stale", async () => {
     for (const policy of ["flag", "drop"] as const) {
       const e = await buffered(2);

@@ -25,6 +25,7 @@ export type RowSource = "worker" | "claim";
  */
 export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker"): Reply<CheckedStep[]> {
   const { max_message_bytes } = s.config();
+  const version = s.host.weightVersion() ?? 0;
   const groupOf = new Map<string, string>();
   const checked: CheckedStep[] = [];
   for (const [i, r] of rows.entries()) {
@@ -33,7 +34,7 @@ export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker
     if (from === "worker" && r["source"] === CLAIM_ROW_SOURCE) {
       return fail(422, "invalid_request", `steps.${i}.source: "${CLAIM_ROW_SOURCE}" marks the rows the exchange makes from AgentJet claims; a posted row may not carry it`);
     }
-    const step = checkedStep(r);
+    const step = checkedStep(r, version);
     const refused = sizeRefusal(`steps.${i}`, step, max_message_bytes);
     if (refused !== null) return fail(413, "payload_too_large", refused);
     const known =

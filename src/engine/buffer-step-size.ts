@@ -1,14 +1,17 @@
 /** The size rules a step row must meet before the buffer stores it: pure, so they need no tables. */
-import type { StepRow } from "../protocol/buffer";
+import type { StepRow, VersionedStepRow } from "../protocol/buffer";
 import { formatBytes, jsonStringBytes, MAX_JSON_BYTES_PER_UNIT, MAX_STORED_BYTES, storedTooLarge, utf8Bytes } from "../protocol/limits";
 
 /** A row that may be stored, with the JSON of its messages and of its free-form fields. */
-export type CheckedStep = { row: StepRow; messages: string; extra: string };
+export type CheckedStep = { row: VersionedStepRow; messages: string; extra: string };
 
-/** The row with its JSON texts: the messages, and the free-form fields (every one the buffer has no column for). */
-export function checkedStep(row: StepRow): CheckedStep {
-  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version: _v, failed_infra: _f, ...extra } = row;
-  return { row, messages: JSON.stringify(messages), extra: JSON.stringify(extra) };
+/**
+ * The row with its JSON texts (the messages, and the free-form fields: every one the buffer has
+ * no column for), and its weight version: `version` when it names none.
+ */
+export function checkedStep(row: StepRow, version: number): CheckedStep {
+  const { session_id: _s, group_id: _g, step_index: _i, messages, response: _r, reward: _w, truncated: _t, is_session_completed: _c, weight_version, failed_infra: _f, ...extra } = row;
+  return { row: { ...row, weight_version: weight_version ?? version }, messages: JSON.stringify(messages), extra: JSON.stringify(extra) };
 }
 
 /**

@@ -50,7 +50,12 @@ export const StepRow = z
     reward: Reward,
     truncated: z.boolean().default(false),
     is_session_completed: z.boolean().default(false),
-    weight_version: z.number().int().nonnegative().default(0),
+    /**
+     * The weights' version that made the row. A row without one takes the engine's version when
+     * it arrives (update_engine_status's weight_version, 0 before any), as a claim does: taken as
+     * 0, a worker that does not track versions had its rows look as stale as any can be.
+     */
+    weight_version: z.number().int().nonnegative().optional(),
     /**
      * Our addition: the session failed for a reason that is not the policy's (the sandbox died,
      * the judge timed out). Sticky: one such row marks its whole session. A failed session is
@@ -61,6 +66,8 @@ export const StepRow = z
   // Free-form fields (env_id, anything a worker wants kept) ride along into extra_info.
   .catchall(z.unknown());
 export type StepRow = z.infer<typeof StepRow>;
+/** A row as the buffer stores it: with its weight version. */
+export type VersionedStepRow = StepRow & { weight_version: number };
 
 /**
  * extra_info.source of the rows the engine makes from AgentJet claims (session_id
