@@ -7,7 +7,7 @@ import { mkdirSync } from "node:fs";
 import { Acker } from "./acker";
 import type { BackoffOptions } from "./backoff";
 import { realClock, type Clock } from "./clock";
-import { commandLoop } from "./command-loop";
+import { BACKLOG_PER_DELIVERY_SLOT, DEFAULT_DELIVERY_QUEUE_BYTES, commandLoop } from "./command-loop";
 import type { AgentConfig } from "./config";
 import { Dispatcher } from "./dispatcher";
 import { EngineLink } from "./engine-link";
@@ -197,7 +197,17 @@ export async function startAgent(
 
   const loops = [
     replayed.then(() =>
-      commandLoop({ link, dispatcher, reach, logger, backoff, stop, waitSeconds: config.pollWaitSeconds, maxBacklog: config.deliveryConcurrency * 4 }),
+      commandLoop({
+        link,
+        dispatcher,
+        reach,
+        logger,
+        backoff,
+        stop,
+        waitSeconds: config.pollWaitSeconds,
+        maxBacklog: config.deliveryConcurrency * BACKLOG_PER_DELIVERY_SLOT,
+        maxBacklogBytes: config.deliveryQueueBytes ?? DEFAULT_DELIVERY_QUEUE_BYTES,
+      }),
     ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
     rotateLoop(trainerLog, logger, clock, stop),

@@ -20,18 +20,27 @@ export type CommandLoopDeps = {
   waitSeconds: number;
   /** Most commands queued locally before the loop stops asking for more. */
   maxBacklog: number;
+  /** Most bytes of delivery payloads queued locally before the loop stops asking for more; one poll may pass it by a payload. */
+  maxBacklogBytes: number;
 };
 
 /** The Worker hands out at most this many commands per poll. */
 const POLL_LIMIT = 100;
 
+/** The agent holds at most this many commands per delivery slot (deliveryConcurrency) before it stops polling. */
+export const BACKLOG_PER_DELIVERY_SLOT = 4;
+
+/** Default of deliveryQueueBytes: delivery payloads held before the agent stops polling. */
+export const DEFAULT_DELIVERY_QUEUE_BYTES = 256 * 1024 * 1024;
+
 export async function commandLoop(d: CommandLoopDeps): Promise<void> {
   const backoff = new Backoff(d.backoff);
   while (!d.stop.aborted) {
-    await d.dispatcher.roomFor(d.maxBacklog);
+    // Asks for no more than there is room for: a poll answer is taken whole.
+    const room = await d.dispatcher.roomFor({ commands: d.maxBacklog, bytes: d.maxBacklogBytes });
     if (d.stop.aborted) break;
     try {
-      const polled = await d.link.pollCommands(d.waitSeconds, POLL_LIMIT, d.stop);
+      const polled = await d.link.pollCommands(d.waitSeconds, Math.min(POLL_LIMIT, room), d.stop);
       d.reach.succeeded();
       backoff.reset();
       for (const p of polled) d.dispatcher.submit(p);

@@ -32,6 +32,8 @@ export type AgentConfig = {
   deliveryTimeoutSeconds: number;
   deliveryAttempts: number;
   deliveryConcurrency: number;
+  /** Bytes of delivery payloads held before polling pauses; optional so older callers need not set it. */
+  deliveryQueueBytes?: number;
   pollWaitSeconds: number;
   heartbeatSeconds: number;
   requestTimeoutSeconds: number;
@@ -193,6 +195,7 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     deliveryTimeoutSeconds: values.deliveryTimeoutSeconds as number,
     deliveryAttempts: values.deliveryAttempts as number,
     deliveryConcurrency: values.deliveryConcurrency as number,
+    deliveryQueueBytes: values.deliveryQueueBytes as number,
     pollWaitSeconds: values.pollWaitSeconds as number,
     heartbeatSeconds: values.heartbeatSeconds as number,
     requestTimeoutSeconds: values.requestTimeoutSeconds as number,

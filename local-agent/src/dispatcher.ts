@@ -8,7 +8,7 @@
  * handed out again is not started twice, and one that finished but whose ack was lost is
  * answered from the journal instead of being executed again.
  */
-import type { Command } from "../../src/protocol";
+import { MAX_STORED_BYTES, utf8Bytes, type Command } from "../../src/protocol";
 import type { Acker } from "./acker";
 import type { PolledCommand } from "./engine-link";
 import { describeError, type Logger } from "./log";
@@ -34,8 +34,10 @@ export type DispatcherDeps = {
 };
 
 export class Dispatcher {
-  /** Commands accepted and not yet finished (queued or executing), by commandKey. */
-  private readonly active = new Set<string>();
+  /** Commands accepted and not yet finished (queued or executing), by commandKey, with their delivery payload's bytes (0 for other kinds). */
+  private readonly active = new Map<string, number>();
+  /** The sum of those bytes: the delivery payloads the agent holds. */
+  private payloadBytes = 0;
   private readonly episodeTail = new Map<string, Promise<void>>();
   private trainerTail: Promise<void> = Promise.resolve();
   /** Training-run commands in seq order, apart from the trainer's so neither waits on the other; inference tests (minutes) apart again so a stop_run never waits behind one. */
@@ -55,6 +57,11 @@ export class Dispatcher {
     return this.active.size;
   }
 
+  /** Bytes (UTF-8) of the delivery payloads among them. */
+  get backlogBytes(): number {
+    return this.payloadBytes;
+  }
+
   submit(polled: PolledCommand): void {
     if (!polled.ok) return this.reject(polled.seq, polled.incarnation, polled.problem);
     const c = polled.command;
@@ -72,7 +79,9 @@ export class Dispatcher {
       this.d.logger.info(`command ${c.seq} (${c.body.kind}) was handed out again while still in progress; not starting it twice`);
       return;
     }
-    this.active.add(key);
+    const bytes = c.body.kind === "deliver" ? utf8Bytes(c.body.payload) : 0;
+    this.active.set(key, bytes);
+    this.payloadBytes += bytes;
     // The outcome is journaled at once and acked in the background: a delivery slot or an
     // episode's turn is not held while the ack waits out a Worker outage (a redelivery in the
     // meantime is answered from the journal).
@@ -116,9 +125,16 @@ export class Dispatcher {
     });
   }
 
-  /** Resolves once the backlog is below `limit` (or the agent stops), so polling does not outrun execution. */
-  async roomFor(limit: number): Promise<void> {
-    while (this.active.size >= limit && !this.d.stop.aborted) {
+  /**
+   * Resolves once the backlog is below `limit.commands` commands and `limit.bytes` bytes of
+   * delivery payloads (or the agent stops), so polling does not outrun execution; to how many
+   * commands may be polled for then. That many payloads of the largest size a command can have
+   * (MAX_STORED_BYTES) still fit in the bytes left, but at least one, so a payload larger than
+   * the whole budget is still taken (and nothing more while it is held). So the agent holds at
+   * most `limit.commands` commands and `limit.bytes` plus one payload's bytes.
+   */
+  async roomFor(limit: { commands: number; bytes: number }): Promise<number> {
+    while ((this.active.size >= limit.commands || this.payloadBytes >= limit.bytes) && !this.d.stop.aborted) {
       await new Promise<void>((resolve) => {
         const wake = (): void => {
           this.d.stop.removeEventListener("abort", wake);
@@ -129,9 +145,12 @@ export class Dispatcher {
         this.d.stop.addEventListener("abort", wake, { once: true });
       });
     }
+    const byPayloads = Math.max(1, Math.floor((limit.bytes - this.payloadBytes) / MAX_STORED_BYTES));
+    return Math.max(1, Math.min(limit.commands - this.active.size, byPayloads));
   }
 
   private done(key: string): void {
+    this.payloadBytes -= this.active.get(key) ?? 0;
     this.active.delete(key);
     for (const wake of [...this.roomWaiters]) wake(); // each re-checks its own limit
   }
@@ -166,7 +185,7 @@ export class Dispatcher {
           attempts: this.d.delivery.attempts,
           signal: this.d.stop,
           onRetry: (attempt, why) =>
-            this.d.logger.warn(`episode ${body.episode_uuid}: ${why} for the ${what}; retrying on a fresh socket (attempt ${attempt} of ${this.d.delivery.attempts})`),
+            this.d.logger.warn(`episode ${body.episode_uuid}: ${why} for the ${what}; sending it again (attempt ${attempt} of ${this.d.delivery.attempts}; a late ack to an earlier one still counts)`),
         });
         if (sent.interrupted) return null;
         if (sent.ok) this.d.logger.info(`episode ${body.episode_uuid}: ${what} delivered (command ${c.seq}${redelivery}); ${sent.detail}`);

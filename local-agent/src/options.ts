@@ -7,6 +7,7 @@ import { z } from "zod";
 import { EngineName, TokenDialect } from "../../src/protocol";
 import { DEFAULT_HISTORY_BYTES } from "./ledger/recorder";
 import { DEFAULT_QUEUE_BYTES } from "./ledger/shipper";
+import { BACKLOG_PER_DELIVERY_SLOT, DEFAULT_DELIVERY_QUEUE_BYTES } from "./command-loop";
 
 /**
  * A number from the config file, or from a flag's or variable's text. Not z.coerce: Number()
@@ -186,7 +187,7 @@ export const OPTIONS = {
     schema: seconds(0.05, 3600),
     arg: "SECONDS",
     default: 10,
-    describe: "How long one attempt waits for a runner's `ack` on its ZeroMQ socket.",
+    describe: "How long one attempt waits for a runner's `ack` before the next attempt sends again.",
   },
   deliveryAttempts: {
     flag: "--delivery-attempts",
@@ -194,7 +195,9 @@ export const OPTIONS = {
     schema: positiveInt(100),
     arg: "N",
     default: 3,
-    describe: "Attempts (each on a fresh socket) before a runner is reported gone and the result undeliverable.",
+    describe:
+      "Times the message is sent (again when the last one's wait ran out) before a runner is reported gone and the result " +
+      "undeliverable. An ack to any of them counts, however late, until the last one's wait runs out.",
   },
   deliveryConcurrency: {
     flag: "--delivery-concurrency",
@@ -202,7 +205,20 @@ export const OPTIONS = {
     schema: positiveInt(10_000),
     arg: "N",
     default: 512,
-    describe: "Most deliveries in flight at once (always at most one per episode).",
+    describe:
+      `Most deliveries in flight at once (always at most one per episode). The agent stops polling for commands while it ` +
+      `holds ${BACKLOG_PER_DELIVERY_SLOT} times this many unfinished (queued or running), and asks for no more than fit.`,
+  },
+  deliveryQueueBytes: {
+    flag: "--delivery-queue-bytes",
+    env: "ROLLOUT_DELIVERY_QUEUE_BYTES",
+    schema: positiveInt(2 ** 40),
+    arg: "BYTES",
+    default: DEFAULT_DELIVERY_QUEUE_BYTES,
+    describe:
+      "Bytes of result payloads (UTF-8) the agent holds for delivery, queued or being sent, at most: it stops polling for commands " +
+      "at this many, and asks for no more than fit at 1.9 MB each (the largest a command can be), but at least one: it may " +
+      "go over by one payload, and a payload larger than this is still delivered (nothing more is polled while it is held).",
   },
   pollWaitSeconds: {
     flag: "--poll-wait",

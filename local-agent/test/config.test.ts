@@ -43,6 +43,21 @@ describe("resolveConfig", () => {
     expect(helpText()).toContain("--token-dialect vllm|sglang");
   });
 
+  it("takes the delivery backlog's byte budget (default 256 MiB), refuses one under a byte, and --help states both backlog bounds", () => {
+    expect(run({ argv: required })).toMatchObject({ deliveryQueueBytes: 256 * 1024 * 1024, deliveryConcurrency: 512 });
+    expect(run({ argv: [...required, "--delivery-queue-bytes", "1048576"] }).deliveryQueueBytes).toBe(1048576);
+    expect(run({ argv: required, env: { ROLLOUT_DELIVERY_QUEUE_BYTES: "5000" } }).deliveryQueueBytes).toBe(5000);
+    const bad = errors({ argv: [...required, "--delivery-queue-bytes", "0"], env: { ROLLOUT_DELIVERY_CONCURRENCY: "1.5" } });
+    expect(bad).toEqual([
+      expect.stringMatching(/^deliveryConcurrency from ROLLOUT_DELIVERY_CONCURRENCY: must be a whole number/),
+      expect.stringMatching(/^deliveryQueueBytes from --delivery-queue-bytes: must be at least 1/),
+    ]);
+    const help = helpText().replace(/\s+/g, " ");
+    expect(help).toContain(`--delivery-queue-bytes BYTES "deliveryQueueBytes", ROLLOUT_DELIVERY_QUEUE_BYTES [default: ${256 * 1024 * 1024}]`);
+    expect(help).toContain("holds 4 times this many unfinished");
+    expect(help).toContain("a payload larger than this is still delivered (nothing more is polled while it is held)");
+  });
+
   it("applies defaults and strips a trailing slash from the server", () => {
     const c = run({ argv: required });
     expect(c.server).toBe("https://rx.example.com");

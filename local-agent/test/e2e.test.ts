@@ -24,7 +24,7 @@ async function agentWith(over: Parameters<typeof testConfig>[3] = {}) {
   return agent;
 }
 
-function runner(facade: string, episodes: string[], opts: { tcp?: boolean } = {}): PyRunner {
+function runner(facade: string, episodes: string[], opts: { tcp?: boolean; ackDelay?: number } = {}): PyRunner {
   const r = new PyRunner({ facade, ipcDir: t.dir, episodes, ...opts });
   t.defer(() => r.kill());
   return r;
@@ -115,6 +115,26 @@ describe("agent + Worker + runner", () => {
     await t.engine.client.endEpisode({ client_uuid: "fast-client", episode_uuid: "ep-reap", workflow_output: { reward: 1, metadata: { task_id: "t" } }, task_id: "t" });
     expect((await r.waitFor("result", "ep-reap")).payload).toMatchObject({ reward: 1 });
     expect(agent.lines.some((l) => /episode ep-reap: context reset delivered/.test(l))).toBe(true);
+  });
+
+  it("shows a result delivered, not undeliverable, when the runner's only ack comes after the delivery timeout", async () => {
+    const agent = await agentWith({ deliveryTimeoutSeconds: 0.2, deliveryAttempts: 5 });
+    await trainerSaysRolling(agent.facadeUrl);
+    const r = runner(agent.facadeUrl, ["ep-late"], { ackDelay: 0.5 });
+    await r.waitFor("listening", "ep-late");
+    const claim = await t.engine.client.claimEpisode({ client_uuid: "c", episode_type: "train", discard_episode_timeout: 60 });
+    expect(claim).toMatchObject({ success: true, episode_uuid: "ep-late" });
+    await t.engine.client.endEpisode({ client_uuid: "c", episode_uuid: "ep-late", workflow_output: { reward: 1, metadata: { task_id: "t" } }, task_id: "t" });
+
+    await r.waitFor("acked", "ep-late");
+    await waitUntil(async () => {
+      const d = (await overview()).deliveries;
+      return d.delivered + d.undeliverable === 1;
+    }, "the engine to record the delivery's outcome");
+    const o = await overview();
+    expect({ deliveries: o.deliveries, detail: o.undeliverable[0]?.detail }).toMatchObject({ deliveries: { delivered: 1, undeliverable: 0 } });
+    expect(r.of("result", "ep-late")).toHaveLength(1); // the runner got the result once
+    expect(agent.lines.some((l) => /episode ep-late: result delivered .* acked during attempt [2-5] \(this one or an earlier one\)/.test(l))).toBe(true);
   });
 
   it("reports a runner that is gone: the engine shows the result as undeliverable", async () => {
