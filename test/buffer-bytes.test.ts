@@ -196,6 +196,21 @@ describe("the rollout buffer's max_stored_bytes", () => {
     expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
   }, 60_000);
 
+  it("answers a late row of a session restart_training discarded while full, instead of refusing it as one that opens a group", async () => {
+    const e = await bounded(2);
+    expect((await post(e, [row("old", 300_000)])).status).toBe(200);
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    expect(await held(e)).toMatchObject({ stored_bytes: 0, dropped_groups: 1 });
+    // The new job fills the bound with open groups; a new one is refused.
+    expect((await post(e, [row("a1", 400_000, false, "A")])).status).toBe(200);
+    expect((await post(e, [row("b1", 400_000, false, "B")])).status).toBe(200);
+    expect((await post(e, [row("c1", 300_000, false, "C")])).status).toBe(503);
+    // The old job's straggler names its group, now unknown: it is late, and stores nothing.
+    const straggler = await post(e, [{ ...row("old", 300_000, true), step_index: 1 }]);
+    expect([straggler.status, straggler.json]).toEqual([200, { success: true, accepted: 0, duplicates: 0, late: 1, groups_ready: [] }]);
+    expect(await held(e)).toMatchObject({ stored_bytes: (await tableBytes(e)).b, full_refusals: 1, late_rows_ignored: 1 });
+  }, 60_000);
+
   it("takes rows of groups already open past the bound, so pending groups with the TTL off can still complete", async () => {
     const e = await bounded(2);
     expect((await configure(e, { ttl_seconds: 0 })).status).toBe(200);

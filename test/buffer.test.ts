@@ -155,7 +155,95 @@ describe("TTL, late rows and staleness", () => {
     expect((await e.as("viewer").health()).buffer).toMatchObject({ stale_groups: 2, dropped_groups: 1, delivered_groups: 3 });
   });
 
-  it("restart_training resets pending groups and the memory of dropped ones", async () => {
+});
+
+describe("group_size changed while groups wait", () => {
+  it("makes waiting groups ready when the group size shrinks", async () => {
+    const e = await buffered(3);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true)] });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+    await e.as("operator").configureBuffer({ group_size: 2 });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g"]);
+  });
+
+  it("sends a ready group back to waiting when group_size rises past its usable sessions, instead of handing it out as complete", async () => {
+    // A GRPO trainer moving from 2 to 4 samples per prompt reshapes each group to 4: a group of 2
+    // handed out as complete (partial: false) would break it.
+    const e = await buffered(2);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0, true)] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1 });
+    await e.as("operator").configureBuffer({ group_size: 4 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 0, pending_groups: 1 });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups.filter((r) => r.usable_sessions < 4 && !r.partial)).toEqual([]);
+    expect(pulled.data.meta_info.finished_groups).toEqual([]);
+    // It is ready again, and complete, with group_size usable sessions.
+    expect(await e.as("client").postSteps({ steps: [step("s3", "g", 0, 1, true), step("s4", "g", 0, 0, true)] })).toMatchObject({ groups_ready: ["g"] });
+    const complete = await e.as("trainer").getRolloutData();
+    expect(complete.data.meta_info.groups).toMatchObject([{ usable_sessions: 4, partial: false }]);
+  });
+
+  it("applies a raised group_size to every ready group alike, whether it fell short by the new size or by a failed session", async () => {
+    // g (three usable) and h (two) are ready under group_size 2; it is raised to 4, then one of g's
+    // sessions fails: both have 2 usable sessions, so both wait.
+    const e = await buffered(2);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("g1", "g", 0, 1, true), step("g2", "g", 0, 0, true), step("g3", "g", 0, 1, true)] });
+    await w.postSteps({ steps: [step("h1", "h", 0, 1, true), step("h2", "h", 0, 0, true)] });
+    await e.as("operator").configureBuffer({ group_size: 4 });
+    await w.postSteps({ steps: [step("g3", "g", 1, 1, true, { failed_infra: true })] });
+    const buf = (await e.as("viewer").health()).buffer;
+    expect({ ready: buf.ready_groups, pending: buf.pending_groups }).toEqual({ ready: 0, pending: 2 });
+    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
+  });
+
+  it("leaves ready a group that still has enough usable sessions, and a partial group with a usable one", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("p1", "partial", 0, 1, true), step("p2", "partial", 0, 1)] });
+    await advance(e, 60_000);
+    await w.postSteps({ steps: [step("b1", "big", 0, 1, true), step("b2", "big", 0, 1, true), step("b3", "big", 0, 1, true)] });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 2, pending_groups: 0 });
+    await e.as("operator").configureBuffer({ group_size: 3 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 2, pending_groups: 0 });
+    await e.as("operator").configureBuffer({ group_size: 5 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, pending_groups: 1 });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "partial", usable_sessions: 1, partial: true }]);
+  });
+
+  it("decides a group sent back to waiting at its TTL, counted from its last row: handed out partial under partial_groups deliver", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0, true)] });
+    // Ready groups have no TTL: it waits to be pulled past it.
+    await advance(e, 120_000);
+    await e.as("operator").configureBuffer({ group_size: 4 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 0, pending_groups: 1 });
+    // Its last row was 120 s ago: the next alarm decides it.
+    await advance(e, 0);
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, partial: true }]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 1 });
+  });
+
+  it("takes start_rollout's group size without restart_training for the engine, and tells the agent, whose running workers keep theirs", async () => {
+    const e = await buffered(2);
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0, true)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 4, job_session: "job-2" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 0, pending_groups: 1, dropped_groups: 0, config: { group_size: 4 } });
+    const { commands } = await e.as("trainer").pollCommands();
+    // The agent answers a start while its workers run "already running" (local-agent/src/rollout/workers.ts).
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "start_rollout")).toEqual([
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
+      { kind: "start_rollout", group_size: 4, job_session: "job-2", restart_training: false },
+    ]);
+  });
+});
+
+describe("restart_training with work in flight", () => {
+  it("frees the ids of pending and dropped groups for the new job", async () => {
     const e = await buffered(2);
     await e.as("operator").configureBuffer({ ttl_seconds: 10 });
     await e.as("client").postSteps({ steps: [step("s1", "gone", 0, 1, true)] });
@@ -163,16 +251,120 @@ describe("TTL, late rows and staleness", () => {
     await e.as("client").postSteps({ steps: [step("s2", "pending", 0, 1, true)] });
     await e.as("trainer").startRollout({ num_repeat_per_sample: 1, restart_training: true, job_session: "job-2" });
     expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, ready_groups: 0, pending_steps: 0, config: { group_size: 1 } });
-    const fresh = await e.as("client").postSteps({ steps: [step("s3", "gone", 0, 1, true)] });
-    expect(fresh).toMatchObject({ accepted: 1, late: 0, groups_ready: ["gone"] });
+    const fresh = await e.as("client").postSteps({ steps: [step("s3", "gone", 0, 1, true), step("s4", "pending", 0, 1, true)] });
+    expect(fresh).toMatchObject({ accepted: 2, late: 0, groups_ready: ["gone", "pending"] });
   });
 
-  it("makes waiting groups ready when the group size shrinks", async () => {
-    const e = await buffered(3);
-    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true)] });
-    expect((await e.as("trainer").getRolloutData()).success).toBe(false);
-    await e.as("operator").configureBuffer({ group_size: 2 });
-    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["g"]);
+  it("records the groups it discards as dropped, reason restart_training: their outcome goes to D1 and they are counted", async () => {
+    const e = await buffered(2);
+    await e.as("client").postSteps({ steps: [step("r1", "ready", 0, 1, true), step("r2", "ready", 0, 0, true), step("p1", "pending", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    await advance(e, 5_000);
+    const steps = await env.DB.prepare("SELECT DISTINCT group_id FROM buffer_steps WHERE engine = ? ORDER BY group_id").bind(e.name).all();
+    expect(steps.results.map((r) => r["group_id"])).toEqual(["pending", "ready"]);
+    const groups = await env.DB.prepare("SELECT group_id, outcome, reason, sessions, steps FROM buffer_groups WHERE engine = ? ORDER BY group_id").bind(e.name).all();
+    expect(groups.results).toEqual([
+      { group_id: "pending", outcome: "dropped", reason: "restart_training", sessions: 1, steps: 1 },
+      { group_id: "ready", outcome: "dropped", reason: "restart_training", sessions: 2, steps: 2 },
+    ]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 2, stale_groups: 0, pending_groups: 0, ready_groups: 0, stored_bytes: 0 });
+  });
+
+  it("asks the agent to clear the sessions of the groups it discards", async () => {
+    const e = await buffered(2);
+    await e.as("client").postSteps({ steps: [step("r1", "ready", 0, 1, true), step("r2", "ready", 0, 0, true), step("p1", "pending", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions")).toEqual([
+      { kind: "clear_sessions", session_ids: ["p1", "r1", "r2"], group_ids: ["pending", "ready"], reason: "restart_training" },
+    ]);
+  });
+
+  it("counts a pre-restart session's straggler row as late, not as a new truncated trajectory, while its group id serves the new job", async () => {
+    // A worker of the old job posts step 2 of s1 just after the restart (its SIGTERM came after
+    // its POST left): s1's steps 0 and 1 are gone, and with group_size 1 the straggler alone
+    // would be a ready group, a trajectory missing its first two turns.
+    const e = await buffered(1);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 0), step("s1", "g", 1, 0)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, restart_training: true, job_session: "job-2" });
+    expect(await w.postSteps({ steps: [step("s1", "g", 2, 1, true)] })).toMatchObject({ accepted: 0, late: 1, groups_ready: [] });
+    // A retried batch of the old job is a duplicate, as for any dropped group.
+    expect(await w.postSteps({ steps: [step("s1", "g", 1, 0)] })).toMatchObject({ accepted: 0, duplicates: 1, late: 0 });
+    expect((await e.as("trainer").getRolloutData()).data.data).toEqual([]);
+    // The new job's session of group g is a group of its own.
+    expect(await w.postSteps({ steps: [step("n1", "g", 0, 1, true)] })).toMatchObject({ accepted: 1, groups_ready: ["g"] });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.data.map((i) => i.extra_info["session_id"])).toEqual(["n1"]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ late_rows_ignored: 1, duplicate_rows: 1, delivered_groups: 1, dropped_groups: 1 });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "clear_sessions")).toEqual([
+      { kind: "clear_sessions", session_ids: ["s1"], group_ids: ["g"], reason: "restart_training" },
+      { kind: "clear_sessions", session_ids: ["s1"], group_ids: ["g"], reason: "late_rows_from_dropped_groups" },
+    ]);
+  });
+
+  it("counts as late a discarded session's row naming another group, and the rows of sessions of groups dropped before the restart", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10 });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("d1", "gone", 0, 1)] });
+    await advance(e, 10_000);
+    await w.postSteps({ steps: [step("s1", "g", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    expect(await w.postSteps({ steps: [step("s1", "elsewhere", 1, 1, true), step("d1", "gone", 1, 1, true)] })).toMatchObject({ accepted: 0, late: 2 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, late_rows_ignored: 2 });
+  });
+
+  it("still refuses a session moving to another group when its group's name only looks like a discarded one, and frees that name at a restart", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10 });
+    const named = "restart_training:not-a-uuid:g";
+    await e.as("client").postSteps({ steps: [step("s1", named, 0, 1)] });
+    await advance(e, 10_000);
+    const moved = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [step("s1", "other", 1, 1, true)] }) });
+    expect(moved).toMatchObject({ status: 422, json: { error: "invalid_request", detail: `steps.0: session s1 belongs to group ${named}, not other` } });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, restart_training: true, job_session: "job-2" });
+    expect(await e.as("client").postSteps({ steps: [step("s2", named, 0, 1, true)] })).toMatchObject({ accepted: 1, groups_ready: [named] });
+  });
+
+  it("forgets the sessions it discards SESSION_MEMORY_MS after, by the alarm; a later restart leaves that memory as it is", async () => {
+    const e = await buffered(2);
+    await e.as("operator").configureBuffer({ ttl_seconds: 0 });
+    const w = e.as("client");
+    const remembered = () =>
+      runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM buf_sessions").one().n);
+    await w.postSteps({ steps: [step("s1", "g", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    await advance(e, 24 * 3600 * 1000);
+    await w.postSteps({ steps: [step("s2", "g", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-3" });
+    expect(await remembered()).toBe(2);
+    await advance(e, SESSION_MEMORY_MS - 24 * 3600 * 1000 - 1);
+    expect(await w.postSteps({ steps: [step("s1", "g", 1, 1)] })).toMatchObject({ accepted: 0, late: 1 });
+    await advance(e, 1);
+    expect(await remembered()).toBe(1);
+    // s1 is free again: its row starts a new group; s2, discarded a day later, is still late.
+    expect(await w.postSteps({ steps: [step("s1", "g", 1, 1), step("s2", "g", 1, 1)] })).toMatchObject({ accepted: 1, late: 1 });
+    // A day later s2's memory ends too: only s1's new session is left.
+    await advance(e, 24 * 3600 * 1000);
+    expect(await remembered()).toBe(1);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, dropped_groups: 2, late_rows_ignored: 2 });
+  });
+
+  it("takes a discarded session's late row under pace instead of refusing it 503 as a row that opens a group", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 1)] });
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" });
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 0 });
+    await w.postSteps({ steps: [step("n1", "h", 0, 1), step("n2", "h", 0, 1)] });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 2 });
+    await expect(w.postSteps({ steps: [step("n3", "k", 0, 1)] })).rejects.toMatchObject({ status: 503, code: "paced" });
+    expect(await w.postSteps({ steps: [step("s1", "g", 1, 1, true)] })).toMatchObject({ accepted: 0, late: 1 });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ paced_refusals: 1, late_rows_ignored: 1 });
   });
 });
 

@@ -81,7 +81,8 @@ export function bytesRefusal(s: BufferState, rows: CheckedStep[]): Failure | nul
     const key = JSON.stringify([session_id, step_index]);
     if (seen.has(key)) continue;
     seen.add(key);
-    const group = s.group(group_id);
+    // The session's group: a row of a session restart_training discarded is late.
+    const group = s.groupOfRow(session_id, group_id);
     if (group?.state === "delivered" || group?.state === "dropped") continue;
     if (s.sql.exec("SELECT 1 FROM buf_steps WHERE session_id = ? AND step_index = ?", session_id, step_index).toArray().length > 0) continue;
     adding += sizes[i]!;

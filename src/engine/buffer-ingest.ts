@@ -5,7 +5,7 @@
 import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { addHeld, bytesRefusal, rowBytes } from "./buffer-bytes";
-import { clearSessions } from "./buffer-outcomes";
+import { clearSessions, discardedByRestart } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
 import { fail, ok, type Reply } from "./reply";
@@ -40,10 +40,12 @@ export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker
     const known =
       groupOf.get(r.session_id) ??
       s.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_sessions WHERE session_id = ?", r.session_id).toArray()[0]?.group_id;
-    if (known !== undefined && known !== r.group_id) {
+    // A session restart_training discarded is late whatever group its row names (its own may be the new job's now).
+    const discarded = known !== undefined && known !== r.group_id && discardedByRestart(s, known);
+    if (known !== undefined && known !== r.group_id && !discarded) {
       return fail(422, "invalid_request", `steps.${i}: session ${r.session_id} belongs to group ${known}, not ${r.group_id}`);
     }
-    groupOf.set(r.session_id, r.group_id);
+    groupOf.set(r.session_id, discarded ? known : r.group_id);
     checked.push(step);
   }
   // Also for a claim's row: refused, its end logs it and keeps its trajectory (episode-records.ts joinBuffer).
@@ -63,7 +65,8 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
   const ready: string[] = [];
   for (const step of rows) {
     const { row: r, messages, extra } = step;
-    const group = s.group(r.group_id);
+    // The session's group, also for a session restart_training discarded: the row is late.
+    const group = s.groupOfRow(r.session_id, r.group_id);
     if (group !== null && (group.state === "dropped" || group.state === "delivered")) {
       if (storedBefore(s, r.session_id, r.step_index)) {
         duplicates++;
@@ -179,18 +182,9 @@ function storedBefore(s: BufferState, sessionId: string, stepIndex: number): boo
 function markFailed(s: BufferState, sessionId: string, groupId: string, groupSize: number): void {
   const newly = s.sql.exec<{ completed: number }>("UPDATE buf_sessions SET failed = 1 WHERE session_id = ? AND failed = 0 RETURNING completed", sessionId).toArray()[0];
   if (newly === undefined) return;
-  const g = s.sql
-    .exec<{ completed_sessions: number; state: string; partial: number }>(
-      "UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ? RETURNING completed_sessions, state, partial",
-      newly.completed,
-      groupId,
-    )
-    .one();
+  s.sql.exec("UPDATE buf_groups SET failed_sessions = failed_sessions + 1, completed_sessions = completed_sessions - ? WHERE group_id = ?", newly.completed, groupId);
   // A ready group waits again only when it lost a usable session it needed: a complete group
   // one of its group_size, a partial one (made ready at its TTL) its last.
-  const lostNeeded = newly.completed === 1 && (g.partial === 1 ? g.completed_sessions === 0 : g.completed_sessions < groupSize);
-  if (g.state === "ready" && lostNeeded) {
-    s.sql.exec("UPDATE buf_groups SET state = 'pending', ready_seq = NULL, ready_at = NULL WHERE group_id = ?", groupId);
-  }
+  if (newly.completed === 1) s.unreadyShort(groupSize, groupId);
   s.bump((c) => ({ ...c, failed: c.failed + 1 }));
 }

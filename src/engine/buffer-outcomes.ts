@@ -18,7 +18,15 @@ import type { BufferState } from "./buffer-state";
  */
 export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
 
-export function drop(s: BufferState, groups: string[], reason: "incomplete_group_ttl" | "stale_group", now: number): void {
+/**
+ * The start of the name a restart keeps a discarded group under (discardForRestart), before
+ * `<uuid>:<group id>`: the UUID is random, new at each restart, so no row names such a group
+ * by chance, and the group's own id is free for the new job.
+ */
+const DISCARDED_PREFIX = "restart_training:";
+const DISCARDED_NAME = new RegExp(`^${DISCARDED_PREFIX}[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:`);
+
+export function drop(s: BufferState, groups: string[], reason: "incomplete_group_ttl" | "stale_group" | "restart_training", now: number): void {
   const sessions: SessionOf[] = [];
   for (const id of groups) {
     for (const x of s.sql.exec<{ session_id: string }>("SELECT session_id FROM buf_sessions WHERE group_id = ?", id)) sessions.push({ session: x.session_id, group: id });
@@ -85,4 +93,37 @@ export function recordOutcome(
       queuedSeconds: consumed?.report.queued_seconds ?? null,
     },
   });
+}
+
+/**
+ * restart_training: the groups not yet handed out (pending and ready) are dropped as any drop is
+ * (their outcome to D1, counted, their sessions cleared on the upstream), and the ids of every
+ * dropped group are freed for the new job, as the seed frees them. Their sessions stay
+ * remembered as long as a dropped group's are (SESSION_MEMORY_MS from when its steps went): each
+ * group is kept under a name of its own, so that a row a worker of the old job sends late is
+ * ignored and counted late, not taken as the start of a new trajectory, while a row naming the
+ * group id starts a new group. Groups a restart renamed before stay as they are.
+ */
+export function discardForRestart(s: BufferState, now: number): void {
+  const live = s.sql.exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready') ORDER BY group_id").toArray();
+  drop(
+    s,
+    live.map((g) => g.group_id),
+    "restart_training",
+    now,
+  );
+  const freed = s.sql
+    .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'dropped'")
+    .toArray()
+    .map((g) => g.group_id)
+    .filter((id) => !DISCARDED_NAME.test(id));
+  const prefix = `${DISCARDED_PREFIX}${crypto.randomUUID()}:`;
+  const ids = JSON.stringify(freed);
+  s.sql.exec("UPDATE buf_sessions SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
+  s.sql.exec("UPDATE buf_groups SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
+}
+
+/** Whether a session's group is one restart_training discarded (discardForRestart): its rows are late, whatever group they name. */
+export function discardedByRestart(s: BufferState, groupId: string): boolean {
+  return DISCARDED_NAME.test(groupId) && s.group(groupId)?.state === "dropped";
 }

@@ -20,7 +20,8 @@ export function paceRefusal(s: BufferState, rows: StepRow[]): Reply<never> | nul
   if (cfg.staleness_policy !== "pace") return null;
   const opening = new Set<string>();
   for (const r of rows) {
-    if (opening.has(r.session_id) || s.group(r.group_id) !== null) continue;
+    // A row of a session restart_training discarded opens nothing: it is late.
+    if (opening.has(r.session_id) || s.groupOfRow(r.session_id, r.group_id) !== null) continue;
     opening.add(r.session_id);
   }
   if (opening.size === 0) return null;

@@ -107,6 +107,32 @@ export class BufferState {
     this.sql.exec("UPDATE buf_groups SET state = 'ready', ready_seq = ?, ready_at = ?, partial = ? WHERE group_id = ?", seq, this.host.now(), partial ? 1 : 0, groupId);
   }
 
+  /**
+   * Sends ready groups back to waiting when they are short of what made them ready: a complete
+   * group of group_size usable sessions, a partial one (made ready at its TTL) of a usable
+   * session. One rule, whatever made them short: a session marked failed (`groupId`, its group),
+   * or a larger group_size (null: every ready group). Their TTL counts from their last row, as
+   * any pending group's does.
+   */
+  unreadyShort(groupSize: number, groupId: string | null): void {
+    const back = "UPDATE buf_groups SET state = 'pending', ready_seq = NULL, ready_at = NULL WHERE state = 'ready' AND (CASE partial WHEN 1 THEN completed_sessions < 1 ELSE completed_sessions < ? END)";
+    if (groupId === null) this.sql.exec(back, groupSize);
+    else this.sql.exec(`${back} AND group_id = ?`, groupSize, groupId);
+  }
+
+  /**
+   * The group a row belongs to: its session's, once the session is known (a session stays in one
+   * group; a restart keeps the sessions it discards under a name of its own: buffer-outcomes.ts
+   * discardForRestart), else the group the row names. Null for a group not begun.
+   */
+  groupOfRow(sessionId: string, groupId: string): GroupRow | null {
+    return (
+      this.sql
+        .exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = COALESCE((SELECT group_id FROM buf_sessions WHERE session_id = ?), ?)`, sessionId, groupId)
+        .toArray()[0] ?? null
+    );
+  }
+
   counters(): Counters {
     return { ...NO_COUNTERS, ...(this.host.getKv<Partial<Counters>>("buffer_counters") ?? {}) };
   }

@@ -10,9 +10,9 @@
  * buffer-outcomes.ts (groups delivered or dropped), over buffer-state.ts (config, counters).
  */
 import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostStepsResponse, StepRow } from "../protocol/buffer";
-import { deleteSteps } from "./buffer-bytes";
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
 import { check, ingest, type RowSource } from "./buffer-ingest";
+import { discardForRestart } from "./buffer-outcomes";
 import { notePaced, paceRefusal, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
 import { BufferState, type BufferHost } from "./buffer-state";
@@ -45,7 +45,10 @@ export class RolloutBuffer {
     this.state.configMemo = null;
   }
 
-  /** Changes the config; a smaller group_size makes groups that now have enough sessions ready. */
+  /**
+   * Changes the config. A smaller group_size makes groups that now have enough usable sessions
+   * ready; a larger one sends ready groups now short of it back to waiting, as a failed session does.
+   */
   configure(patch: Partial<BufferConfig>): Reply<BufferConfig> {
     const s = this.state;
     const next = { ...s.config(), ...patch };
@@ -60,19 +63,15 @@ export class RolloutBuffer {
         .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'pending' AND completed_sessions >= ? ORDER BY last_row_at", next.group_size)
         .toArray();
       for (const g of enough) s.markReady(g.group_id);
+      s.unreadyShort(next.group_size, null);
     }
     return ok(next);
   }
 
   startRollout(groupSize: number, restart: boolean): void {
     const s = this.state;
-    if (restart) {
-      // As the seed does, a restart also forgets which groups were dropped, and so their sessions.
-      const gone = "SELECT group_id FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')";
-      deleteSteps(s, `group_id IN (${gone})`);
-      s.sql.exec(`DELETE FROM buf_sessions WHERE group_id IN (${gone})`);
-      s.sql.exec("DELETE FROM buf_groups WHERE state IN ('pending', 'ready', 'dropped')");
-    }
+    // Groups not handed out are dropped and recorded; their ids are free for the new job, their sessions' late rows ignored.
+    if (restart) discardForRestart(s, s.host.now());
     s.host.setKv("buffer_active", true);
     s.activeMemo = true;
     // group_size alone cannot make the config inconsistent.
