@@ -35,6 +35,23 @@ describe("rollout data with the ledger's tokens", () => {
     expect(again.data.data[0]?.tokens).toEqual(items[0]?.tokens);
   });
 
+  it("gives a claim whose training sequence stops before its end no tokens, and says where it stopped", async () => {
+    const e = await createEngine("rtok-drift");
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const claim = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const k = await claimKeyFields(claim.openai_api_key);
+    // The third prompt was re-tokenized: the sequence stops at call 2, before the turn the reward was for.
+    const calls = threeTurns({ episode: k.episode_uuid, fence: k.fence, client: "c1" }, callRecord, [1, 2, 3, 4, 10, 99, 20, 21, 30, 31, 32]);
+    expect((await postCalls(e, batchOf(calls))).status).toBe(200);
+    await client.endEpisode(endBody("c1", k.episode_uuid, 1, "task-7"));
+
+    const [item] = (await e.as("trainer").getRolloutData()).data.data;
+    expect(item?.extra_info).toMatchObject({ client_uuid: "c1", drift_at_call: 2 });
+    for (const field of ["tokens", "response_length", "loss_mask", "rollout_log_probs"]) expect(item).not.toHaveProperty(field);
+  });
+
   it("never gives a worker's posted rows a claim's tokens: naming the claim's session and source 'agentjet' is refused, the session's name alone matches nothing", async () => {
     const e = await createEngine("rtok-forged");
     await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });

@@ -206,6 +206,42 @@ describe("trajectory ledger", () => {
     expect(u.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 21], loss_mask: [1], drift_at_call: null });
   });
 
+  it("reads a call relayed with capture off (an uncaptured stub) as a turn without token ids: training ends there, or it is in the first token call's prompt", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const stub = (c: Claim) => call(c, { capture: "off", finish_reason: null, usage: null, body: { params: {}, uncaptured: true } });
+    // The third turn, stored against the claim's first call (the stub is no head of its history).
+    const thirdAfter = (c: Claim, first: CallRecord, tokens: CallRecord["body"]["tokens"]) =>
+      call(c, { body: { prefix: { call_id: first.call_id, count: 3 }, messages: [toolResult, answer2, user3], answer: answer3, tokens } });
+    // Tokens, then off, then tokens.
+    const c = await claimOne(e, "c1");
+    const [first] = threeTurns(c);
+    if (first === undefined) throw new Error("a call");
+    const off = stub(c);
+    const third = thirdAfter(c, first, { prompt_prefix: { call_id: first.call_id, count: 6 }, prompt_ids: packInts([20, 21, 30]), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) });
+    expect((await post(e, batchOf([first, off, third]))).status).toBe(200);
+    const t = await ledgerOf(e, "trainer").trajectory(c.episode, c.fence);
+    expect(t.calls.map((x) => [x.uncaptured, x.messages_splice, x.prefix_missing])).toEqual([
+      [false, "first", false],
+      [true, "extends", false],
+      [false, "extends", false],
+    ]);
+    expect(t.calls[1]).toMatchObject({ messages: [], answer: null, tokens: null, truncated: false });
+    expect(t.calls[2]?.messages).toEqual([sys, user, toolCall, toolResult, answer2, user3]);
+    // The stub's completion [21] is in the third prompt: never taken for prompt tokens.
+    expect(t.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11], loss_mask: [1, 1], drift_at_call: 1 });
+
+    // Messages, then off, then tokens: capture turned on mid-claim, the calls before are the prompt.
+    const d = await claimOne(e, "c2");
+    const untokenized = call(d, { body: { messages: [sys, user], answer: toolCall } });
+    const offToo = stub(d);
+    const after = thirdAfter(d, untokenized, { prompt_prefix: null, prompt_ids: packInts([1, 2, 3, 4, 10, 11, 20, 21, 30]), completion_ids: packInts([40]), completion_logprobs: packFloats([-2]) });
+    expect((await post(e, batchOf([untokenized, offToo, after]))).status).toBe(200);
+    const u = await ledgerOf(e, "trainer").trajectory(d.episode, d.fence);
+    expect(u.calls.map((x) => x.uncaptured)).toEqual([false, true, false]);
+    expect(u.training).toMatchObject({ tokens: [1, 2, 3, 4, 10, 11, 20, 21, 30, 40], loss_mask: [1], drift_at_call: null });
+  });
+
   it("marks a call whose prefix call the ledger does not have, shows what it added, and ends the training sequence there", async () => {
     const e = await createEngine();
     await rollingWith(e, 2);

@@ -289,7 +289,8 @@ function rebuildAll(bodies: ReadonlyMap<string, CallBody | null>): Map<string, R
 /**
  * What a successful call is to the training sequence: its tokens, or why it has none. "unknown"
  * when they were recorded and are lost (a truncated record, a body gone, a prefix call the ledger
- * does not have), unlike a call recorded without token ids (capture was `messages` then).
+ * does not have), unlike a call recorded without token ids (capture was `messages` then, or off:
+ * an uncaptured stub).
  */
 function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt, logprobs: number[]): TokenTurn {
   if (whole.prompt !== null && whole.completion !== null) return { index, prompt: whole.prompt, completion: whole.completion, logprobs, weightVersion: r.weight_version };
@@ -306,6 +307,9 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     const body = bodies.get(r.call_id) ?? null;
     const whole = byId.get(r.call_id) ?? UNKNOWN;
     const { messages, prompt, completion } = whole;
+    // Relayed with capture off: nothing of its history is known, so nothing is said to differ,
+    // and the next call is checked against the last call that was captured.
+    const uncaptured = body?.uncaptured === true;
     const t = body?.tokens ?? null;
     const logprobs = t === null ? [] : unpackFloats(t.completion_logprobs);
     // Shown as what the call added, and said so, rather than as if it were the whole conversation.
@@ -316,7 +320,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null) || promptMissing);
     const shownMessages = messages ?? body?.messages ?? [];
     const shownPrompt = prompt ?? whole.added;
-    const messagesSplice = previous === null ? "first" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
+    const messagesSplice = previous === null ? "first" : uncaptured ? "extends" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
     let tokenView: TrajectoryCall["tokens"] = null;
     if (shownPrompt !== null && completion !== null) {
       const prevTokens = previous?.tokens ? [...previous.tokens.prompt_ids, ...previous.tokens.completion_ids] : null;
@@ -343,6 +347,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       usage: r.prompt_tokens === null || r.completion_tokens === null ? null : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens },
       truncated: r.truncated === 1,
       after_claim_end: endedAt !== null && r.done_at > endedAt,
+      uncaptured,
       prefix_missing: prefixMissing,
       params,
       tools: whole.tools,
@@ -352,7 +357,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       tokens: tokenView,
     };
     calls.push(call);
-    if (succeeded) previous = call;
+    if (succeeded && !uncaptured) previous = call;
   });
   return { calls, turns };
 }
@@ -465,7 +470,7 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
 /**
  * The training sequences of claims, for the rollout buffer's items (rollout-tokens.ts): the
  * claims' calls and bodies read at once, one sequence built at a time; a claim without token
- * ids, or whose first turn's were lost, has none.
+ * ids has none. One that stops at a call (`drift_at_call`) is there too, to say so.
  */
 export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, TrainingSequence>> {
   const out = new Map<string, TrainingSequence>();
@@ -477,8 +482,7 @@ export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine
     const list = calls.get(claimKey(c.episode, c.fence));
     if (list === undefined) continue;
     const training = trajectoryOf(c.episode, c.fence, null, list, bodies).training;
-    // One that stops at its first call has nothing to train on: the item stays as it was.
-    if (training !== null && training.tokens.length > 0) out.set(claimKey(c.episode, c.fence), training);
+    if (training !== null) out.set(claimKey(c.episode, c.fence), training);
   }
   return out;
 }

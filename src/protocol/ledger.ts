@@ -120,6 +120,12 @@ export const CallBody = z.object({
   answer: z.record(z.string(), z.unknown()).nullable(),
   /** With capture `tokens`, when the upstream gave them. */
   tokens: CallTokens.nullable(),
+  /**
+   * A successful call relayed with capture off, of a claim whose earlier calls were recorded: a
+   * stub (no messages, answer or tokens; the record's status and times) that says a turn happened
+   * whose tokens the ledger does not have. Absent on every other call.
+   */
+  uncaptured: z.literal(true).optional(),
 });
 export type CallBody = z.infer<typeof CallBody>;
 
@@ -261,6 +267,13 @@ export const TrajectoryCall = z.object({
   /** The claim had ended (or been superseded) before the call finished. */
   after_claim_end: z.boolean(),
   /**
+   * Relayed while capture was off, after calls of its claim were recorded: only its status and
+   * times are known (messages and answer empty, tokens null). `training` takes it as a call
+   * without token ids: the sequence ends there, or it is in the first token call's prompt.
+   * (Defaults to false for the typed client reading an exchange from before the field.)
+   */
+  uncaptured: z.boolean().default(false),
+  /**
    * The call continues a call the ledger does not have whole (its batch never stored, removed by
    * retention, its body gone): `messages` and `tokens.prompt_ids` are only what this call added,
    * and `training` stops before it.
@@ -298,7 +311,8 @@ export const TrainingSequence = z.object({
   segments: z.array(z.object({ start: z.number().int(), length: z.number().int(), weight_version: z.number().int().nullable() })),
   /**
    * Index of the first successful call whose prompt did not begin with the sequence so far, or
-   * whose tokens are not known (truncated, recorded without them, prefix_missing); null when all spliced.
+   * whose tokens are not known (truncated, recorded without them, uncaptured, prefix_missing);
+   * null when all spliced.
    */
   drift_at_call: z.number().int().nullable(),
 });

@@ -162,11 +162,16 @@ export class Gateway {
     }
   }
 
-  /** A tap when the Worker asks for the call to be recorded (and the gateway records), else null: the plain path. */
+  /**
+   * A tap when the Worker asks for the call to be recorded (and the gateway records), else null:
+   * the plain path. With capture off, a claim that had calls captured still gets one that only
+   * sees the call's status and times: the ledger keeps a stub of the turn (recorder.ts).
+   */
   private tapFor(env: RelayEnvelope, requestText: string | null, ajet: boolean, receivedAt: number): CallTap | null {
     const ledger = this.o.ledger;
-    if (ledger === undefined || env.call === undefined || env.call.capture === "off") return null;
+    if (ledger === undefined || env.call === undefined) return null;
     if (env.request === null || env.endpoint === "/v1/models") return null;
+    if (!ledger.recorder.watches(env.episode_uuid, env.fence, env.call.capture)) return null;
     // AgentJet runners answer what they answer: the ledger records the token fields they carry.
     return new CallTap({ ...env, request: env.request }, env.call, requestText, ajet ? null : ledger.tokenDialect, Date.now, receivedAt);
   }

@@ -1,7 +1,9 @@
 /**
  * One relayed call watched for the ledger: what was asked, what the client got, when, and (with
  * capture `tokens`) the token ids. The gateway makes a tap only for a call the Worker asked to
- * record, so a call with capture off runs the gateway's plain path. For an HTTP upstream with
+ * record, or, with capture off, for one of a claim that had calls captured: that tap only sees
+ * the call's status and times (the recorder keeps a stub), and passes the request and the answer
+ * through untouched and unread, as the gateway's plain path does. For an HTTP upstream with
  * capture `tokens` the tap also rewrites: the request gains the dialect's token fields, the
  * answer loses them again (token-fields.ts). A streamed call is asked for its usage (OpenAI
  * clients do not ask by default, and the ledger counts tokens by it): the last chunk, which
@@ -80,6 +82,8 @@ export class CallTap {
   /** Set when the gateway asks the upstream to stream usage that the client did not ask for. */
   private readonly addsUsage: boolean;
   private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string } | null = null;
+  /** Capture off: the call's status and times only, its request and answer neither read nor changed. */
+  private readonly statusOnly: boolean;
 
   constructor(
     readonly env: RelayEnvelope & { request: Obj },
@@ -91,9 +95,10 @@ export class CallTap {
     readonly startedAt: number,
   ) {
     const tokens = call.capture === "tokens";
+    this.statusOnly = call.capture === "off";
     this.collector = tokens ? new TokenCollector() : null;
     this.rewrite = tokens && dialect !== null ? { dialect, asked: clientAsked(dialect, env.endpoint, env.request) } : null;
-    this.addsUsage = env.request["stream"] === true && !asksStreamUsage(env.request) && !this.streamsItself;
+    this.addsUsage = !this.statusOnly && env.request["stream"] === true && !asksStreamUsage(env.request) && !this.streamsItself;
   }
 
   /** The request's JSON for the upstream. */
@@ -138,6 +143,7 @@ export class CallTap {
   whole(text: string, parsed?: unknown): string | null {
     const answer = parsed === undefined ? parseObject(text) : isRecord(parsed) ? parsed : null;
     if (answer === null) return null;
+    if (this.statusOnly) return text;
     this.parts = wholeAnswer(this.env.endpoint, answer);
     this.collector?.read(answer);
     if (this.rewrite === null) return text;
@@ -152,6 +158,7 @@ export class CallTap {
    * rewrite goes on as it came, line ends and all; one it rewrites goes on with LF.
    */
   chunk(piece: Buffer): Buffer | string {
+    if (this.statusOnly) return piece;
     const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
     s.pending += s.decoder.write(piece);
     let out = "";

@@ -98,6 +98,32 @@ export class ClaimHistory {
   }
 }
 
+/** Claims whose capture the recorder remembers (a key each): far more than an engine has live at once. */
+export const MAX_CAPTURED_CLAIMS = 50_000;
+
+/**
+ * The claims with a call relayed with capture on (`messages` or `tokens`), least recently used
+ * first out. Kept apart from the heads, which the byte bound evicts while a claim goes on: a
+ * bounded set of keys alone. A call of such a claim relayed with capture off is recorded as a
+ * stub (recorder.ts), so that its trajectory says a turn happened that the ledger did not see.
+ */
+export class CapturedClaims {
+  private readonly keys = new Set<string>();
+
+  constructor(private readonly max = MAX_CAPTURED_CLAIMS) {}
+
+  /** The claim has a call captured; it becomes the most recently used. */
+  add(key: string): void {
+    this.keys.delete(key);
+    this.keys.add(key);
+    if (this.keys.size > this.max) this.keys.delete(this.keys.values().next().value as string);
+  }
+
+  has(key: string): boolean {
+    return this.keys.has(key);
+  }
+}
+
 /**
  * The head that the call continues furthest, or null: by its prompt on /v1/completions (`prompt`
  * not null: text, or token ids), else by its messages.

@@ -3,14 +3,15 @@
  * its claim that it continues (messages after the shared prefix, prompt ids after that call's
  * prompt and completion), cut to the record cap, checked against the protocol, and handed to the
  * shipper. Never throws: a call is answered before it is recorded, and a record that cannot be
- * made is logged and dropped.
+ * made is logged and dropped. A successful call relayed with capture off, of a claim that had
+ * calls captured, is recorded as a stub: its status and times, nothing it asked or answered.
  */
 import { packFloats, packInts } from "../../../src/protocol/packed";
 import { continuation, messageDelta, promptContinuation, promptDelta, sequencePrompt, tokenDelta } from "../../../src/ledger/splice";
-import { CallRecord, type CallBody } from "../../../src/protocol/ledger";
+import { CallRecord, type CallBody, type CaptureMode } from "../../../src/protocol/ledger";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
-import { ClaimHistory, continuedHead, type LastCall } from "./claim-history";
+import { CapturedClaims, ClaimHistory, continuedHead, type LastCall } from "./claim-history";
 
 /** A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut). */
 export const RECORD_BODY_CAP_BYTES = 1_500_000;
@@ -24,19 +25,49 @@ const jsonBytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v));
 
 export class CallRecorder {
   readonly history: ClaimHistory;
+  /** Claims with a call captured: their calls relayed with capture off are recorded as stubs. */
+  private readonly captured: CapturedClaims;
 
   constructor(
-    private readonly o: { historyBytes: number; sink: RecordSink; logger: Logger; capBytes?: number },
+    private readonly o: { historyBytes: number; sink: RecordSink; logger: Logger; capBytes?: number; maxCapturedClaims?: number },
   ) {
     this.history = new ClaimHistory(o.historyBytes);
+    this.captured = new CapturedClaims(o.maxCapturedClaims);
+  }
+
+  /**
+   * Whether the gateway watches a call of the claim relayed with `capture`: always when capture is
+   * on (and the claim is then noted as captured, from the call's start, so that a concurrent call
+   * with capture off is not missed); with capture off, only for a claim that had calls captured.
+   * A watched call with capture off is recorded as a stub if it succeeds (record).
+   */
+  watches(episode: string, fence: number, capture: CaptureMode): boolean {
+    const key = ClaimHistory.key(episode, fence);
+    if (capture === "off") return this.captured.has(key);
+    this.captured.add(key);
+    return true;
   }
 
   record(call: FinishedCall): void {
     try {
-      this.build(call);
+      if (call.call.capture === "off") this.stub(call);
+      else this.build(call);
     } catch (e) {
       this.o.logger.warn(`ledger: could not record call ${call.call.call_id} of episode ${call.env.episode_uuid}: ${describeError(e)}`);
     }
+  }
+
+  /**
+   * A call relayed with capture off: the operator asked for nothing it said to be kept, yet the
+   * claim's trajectory must not read as if the turn never happened (its completion would come in
+   * as prompt tokens of the next captured call, or the claim's tail go unseen). A successful one
+   * is recorded as a stub (`uncaptured`); a failed one is not a turn, and is not recorded. The
+   * claim's heads stay as they were: the next captured call is stored against the calls before.
+   */
+  private stub(c: FinishedCall): void {
+    if (c.status !== 200 || c.error !== null) return;
+    const body: CallBody = { params: {}, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, uncaptured: true };
+    this.o.sink(this.checked(c, body, { finishReason: null, usage: null, truncated: false }), jsonBytes(body) + RECORD_FIELDS_BYTES);
   }
 
   private build(c: FinishedCall): void {
@@ -77,25 +108,7 @@ export class CallRecorder {
       tokens,
     };
     const fitted = fitBody(whole, this.o.capBytes ?? RECORD_BODY_CAP_BYTES);
-    const model = c.request["model"];
-    const parsed = CallRecord.safeParse({
-      ...c.call,
-      episode_uuid: c.env.episode_uuid,
-      fence: c.env.fence,
-      endpoint: c.env.endpoint,
-      model: typeof model === "string" ? model.slice(0, 512) : "",
-      stream: c.request["stream"] === true,
-      started_at: c.startedAt,
-      first_byte_at: c.firstByteAt,
-      done_at: Math.max(c.doneAt, c.startedAt),
-      status: c.status,
-      error: c.error?.slice(0, 2000) ?? null,
-      finish_reason: c.answer.finishReason?.slice(0, 64) ?? null,
-      usage: c.answer.usage,
-      truncated: fitted.truncated,
-      body: fitted.body,
-    });
-    if (!parsed.success) throw new Error(parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    const record = this.checked(c, fitted.body, { finishReason: c.answer.finishReason, usage: c.answer.usage, truncated: fitted.truncated });
     // Only a call recorded whole can be continued from; a truncated one keeps neither messages nor
     // tokens, and its successor still continues the head it continued. A failed call stays beside
     // that head: the client's retry continues the head, not the failed answer.
@@ -112,9 +125,35 @@ export class CallRecorder {
       const succeeded = c.status === 200 && c.error === null;
       this.history.add(key, entry, succeeded ? (base?.call_id ?? null) : null);
     }
-    this.o.sink(parsed.data, fitted.bytes + RECORD_FIELDS_BYTES);
+    this.o.sink(record, fitted.bytes + RECORD_FIELDS_BYTES);
+  }
+
+  /** The call's record with `body`, checked against the protocol (throws when it does not hold). */
+  private checked(c: FinishedCall, body: CallBody, o: RecordFields): CallRecord {
+    const model = c.request["model"];
+    const parsed = CallRecord.safeParse({
+      ...c.call,
+      episode_uuid: c.env.episode_uuid,
+      fence: c.env.fence,
+      endpoint: c.env.endpoint,
+      model: typeof model === "string" ? model.slice(0, 512) : "",
+      stream: c.request["stream"] === true,
+      started_at: c.startedAt,
+      first_byte_at: c.firstByteAt,
+      done_at: Math.max(c.doneAt, c.startedAt),
+      status: c.status,
+      error: c.error?.slice(0, 2000) ?? null,
+      finish_reason: o.finishReason?.slice(0, 64) ?? null,
+      usage: o.usage,
+      truncated: o.truncated,
+      body,
+    });
+    if (!parsed.success) throw new Error(parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    return parsed.data;
   }
 }
+
+type RecordFields = { finishReason: string | null; usage: CallRecord["usage"]; truncated: boolean };
 
 /**
  * The body within `cap` bytes of JSON: whole when it fits, else without messages and tokens and

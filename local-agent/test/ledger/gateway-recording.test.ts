@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { unpackFloats, unpackInts } from "../../../src/protocol/packed";
 import type { CallRecord, CaptureMode } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
-import { RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
+import { CallRecorder, RECORD_BODY_CAP_BYTES } from "../../src/ledger/recorder";
+import { silentLogger } from "../../src/log";
 import { agentJetKey, envelope, post } from "../gateway/envelope";
 import { startZmqModel, type ZmqModel } from "../gateway/zmq-model";
 import { bodyText, serveHttp, type TestServer } from "../support/http-server";
@@ -237,6 +238,51 @@ describe("ledger: what is not recorded, and faults", () => {
     // Recording happens on the turn after the answer: give it some.
     await new Promise((r) => setTimeout(r, 50));
     expect(onVllm.records.length).toBe(before);
+  });
+
+  it("with capture off after calls of the claim were captured, answers as the plain path and records a stub of a successful call only", async () => {
+    const episode = `ep-${randomUUID()}`;
+    const captured = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: "first" }] });
+    await post(onVllm.url, captured, SECRET);
+    await recordOf(onVllm, captured);
+    const before = onVllm.records.length;
+    for (const stream of [false, true]) {
+      const request = { model: "tiny", messages: [{ role: "user", content: "same" }], stream };
+      const plain = await post(onVllm.url, call(vllm, "ep-plain", request, null), SECRET);
+      const off = call(vllm, episode, request, "off");
+      expect((await post(onVllm.url, off, SECRET)).text).toBe(plain.text);
+      // Asked as the client asked: no token fields, no stream usage.
+      expect(vllm.requests.at(-1)).toEqual(request);
+      const stub = await recordOf(onVllm, off);
+      expect(stub).toMatchObject({ capture: "off", status: 200, error: null, stream, model: "tiny", usage: null, finish_reason: null, truncated: false });
+      expect(stub.body).toEqual({ params: {}, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, uncaptured: true });
+      expect(stub.first_byte_at).not.toBeNull();
+    }
+    // A failed call with capture off is not recorded, a stream broken after its status line neither.
+    const refused = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: "x" }] }, "off", { trainer_base_url: "http://127.0.0.1:1/v1" });
+    expect((await post(onVllm.url, refused, SECRET)).status).toBe(502);
+    const broken = call(vllm, episode, { model: "crash", messages: [{ role: "user", content: "boom" }], stream: true }, "off");
+    expect((await post(onVllm.url, broken, SECRET)).text).toContain('"code":"upstream_stream_broken"');
+    // The next captured call is stored against the claim's captured call, the stubs left out of its history.
+    const next = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: "first" }, { role: "assistant", content: "echo: first" }, { role: "user", content: "again" }] });
+    await post(onVllm.url, next, SECRET);
+    const rec = await recordOf(onVllm, next);
+    expect(rec.body.prefix).toEqual({ call_id: captured.call?.call_id, count: 2 });
+    expect(rec.body.tokens?.prompt_prefix?.call_id).toBe(captured.call?.call_id);
+    expect(onVllm.records.slice(before).map((r) => r.call_id)).not.toContain(refused.call?.call_id);
+    expect(onVllm.records.slice(before).map((r) => r.call_id)).not.toContain(broken.call?.call_id);
+  });
+
+  it("remembers which claims had calls captured within a bound, least recently captured first out, apart from the history's heads", () => {
+    const recorder = new CallRecorder({ historyBytes: 1, sink: () => undefined, logger: silentLogger, maxCapturedClaims: 2 });
+    expect(recorder.watches("a", 1, "off")).toBe(false);
+    expect(recorder.watches("a", 1, "messages")).toBe(true);
+    expect(recorder.watches("b", 1, "tokens")).toBe(true);
+    expect(recorder.watches("a", 1, "tokens")).toBe(true);
+    expect(recorder.watches("c", 1, "messages")).toBe(true);
+    expect([recorder.watches("a", 1, "off"), recorder.watches("b", 1, "off"), recorder.watches("c", 1, "off"), recorder.watches("a", 2, "off")]).toEqual([true, false, true, false]);
+    // A history of 1 byte keeps no heads at all: the claims are remembered all the same.
+    expect(recorder.history.size).toBe(0);
   });
 
   it("with capture messages, asks for no tokens and records none", async () => {

@@ -7,7 +7,8 @@
  * the history drifts, and the trajectory says at which call; a stream that broke and was retried
  * stays out of the training sequence; concurrent calls of one claim, stored as deltas of whichever
  * finished last, read back whole. A /v1/completions conversation, stored as deltas of its prompt
- * (text, or token ids), reads back with each call's whole prompt, in the export too.
+ * (text, or token ids), reads back with each call's whole prompt, in the export too. The operator
+ * switching capture mid-claim (off, messages, tokens) never splices a completion in as prompt.
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -17,7 +18,8 @@ import { runAgent, testConfig } from "../support/agent-harness";
 import { bodyText, serveHttp } from "../support/http-server";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
-import { logprobOf, startTokenModel, type TokenModel } from "./token-model";
+import type { CaptureMode } from "../../../src/protocol/ledger";
+import { logprobOf, startTokenModel, type Served, type TokenModel } from "./token-model";
 
 const ADMIN = "ledger-e2e-admin";
 let ex: LocalExchange;
@@ -319,5 +321,153 @@ describe("trajectory ledger, end to end", () => {
     expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
     expect(t.calls[0]?.messages).toEqual(messages);
     expect(t.calls[2]?.messages).toEqual(messagesC);
+  });
+});
+
+describe("trajectory ledger, capture switched mid-claim", () => {
+  /** A claim on an engine capturing `initial`; `capture` switches it; `recorded(n)` waits for the claim's n calls. */
+  async function switching(initial: "messages" | "tokens", upstream?: string) {
+    const { claim, ledger } = await setup({ capture: initial, ...(upstream === undefined ? {} : { upstream }) });
+    const capture = (c: CaptureMode) => ledger("operator").configure({ capture: c });
+    const recorded = (n: number) =>
+      waitUntil(async () => {
+        const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
+        return got !== null && got.calls.length === n ? got : null;
+      }, `${n} calls recorded`);
+    return { claim, capture, recorded };
+  }
+
+  /** Three turns; `before2`/`before3` run before the second/third. What the server served for each, and the last call's messages. */
+  async function threeTurnsSwitching(claim: { openai_base_url: string; openai_api_key: string }, before2: () => Promise<unknown>, before3: () => Promise<unknown>) {
+    const messages: Record<string, unknown>[] = [{ role: "user", content: "one" }];
+    const from = vllm.served.length;
+    messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "two" });
+    await before2();
+    messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "three" });
+    await before3();
+    await chat(claim, { model: "policy", messages });
+    const served = vllm.served.slice(from);
+    expect(served).toHaveLength(3);
+    return { served: served as [Served, Served, Served], messages };
+  }
+
+  it("tokens, off, tokens: the call made with capture off is a stub that ends training, its completion never spliced in as prompt tokens", async () => {
+    const { claim, capture, recorded } = await switching("tokens");
+    const { served } = await threeTurnsSwitching(claim, () => capture("off"), () => capture("tokens"));
+    const [s1, s2] = served;
+    const t = await recorded(3);
+    // The call with capture off: its status and times, nothing it asked or answered.
+    expect(t.calls.map((c) => c.uncaptured)).toEqual([false, true, false]);
+    expect(t.calls[1]).toMatchObject({ status: 200, error: null, messages: [], answer: null, tokens: null, usage: null, truncated: false, prefix_missing: false, messages_splice: "extends" });
+    expect(t.calls[1]!.first_byte_at).not.toBeNull();
+    // The third call's history is still checked against the first, the last call captured.
+    expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends", "extends"]);
+    // s2's completion sits right after s2's prompt in the third call's prompt: not in `training` as prompt tokens.
+    const tokens = t.training?.tokens ?? [];
+    const spliced = tokens.length > s2.prompt.length && tokens.slice(s2.prompt.length, s2.prompt.length + s2.completion.length).join() === s2.completion.join();
+    expect({ drift_at_call: t.training?.drift_at_call, offCompletionSplicedAsPrompt: spliced }).toEqual({ drift_at_call: 1, offCompletionSplicedAsPrompt: false });
+    expect(t.training?.tokens).toEqual([...s1.prompt, ...s1.completion]);
+  });
+
+  it("tokens, then off for the claim's last call: training does not read as the whole claim", async () => {
+    const { claim, capture, recorded } = await switching("tokens");
+    const messages: Record<string, unknown>[] = [{ role: "user", content: "one" }];
+    messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "two" });
+    await capture("off");
+    await chat(claim, { model: "policy", messages });
+    const t = await recorded(2);
+    expect(t.calls.map((c) => c.uncaptured)).toEqual([false, true]);
+    expect(t.training?.drift_at_call, "a tail the ledger never saw reads as a complete claim").toBe(1);
+  });
+
+  it("messages, off, messages: the call after the gap is rebuilt whole, as the model saw it, beside the stub of the gap", async () => {
+    const { claim, capture, recorded } = await switching("messages");
+    const { messages } = await threeTurnsSwitching(claim, () => capture("off"), () => capture("messages"));
+    const t = await recorded(3);
+    expect(t.calls.map((c) => [c.uncaptured, c.prefix_missing])).toEqual([
+      [false, false],
+      [true, false],
+      [false, false],
+    ]);
+    expect(t.calls[2]?.messages).toEqual(messages);
+    expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends", "extends"]);
+    expect(t.training ?? null).toBeNull();
+  });
+
+  it("messages, off, tokens: the calls before the first with token ids, the stub too, are its prompt", async () => {
+    const { claim, capture, recorded } = await switching("messages");
+    const { served, messages } = await threeTurnsSwitching(claim, () => capture("off"), () => capture("tokens"));
+    const [, , s3] = served;
+    const t = await recorded(3);
+    expect(t.calls.map((c) => c.uncaptured)).toEqual([false, true, false]);
+    expect(t.calls[2]?.messages).toEqual(messages);
+    expect(t.training).toMatchObject({ tokens: [...s3.prompt, ...s3.completion], loss_mask: s3.completion.map(() => 1), drift_at_call: null });
+  });
+
+  it("tokens, messages, tokens: the call without ids ends training there", async () => {
+    const { claim, capture, recorded } = await switching("tokens");
+    const { served, messages } = await threeTurnsSwitching(claim, () => capture("messages"), () => capture("tokens"));
+    const [s1] = served;
+    const t = await recorded(3);
+    expect(t.calls[2]?.messages).toEqual(messages);
+    expect(t.calls.map((c) => c.tokens === null)).toEqual([false, true, false]);
+    expect(t.training).toMatchObject({ tokens: [...s1.prompt, ...s1.completion], drift_at_call: 1 });
+  });
+
+  it("messages, tokens: earlier calls are the first token call's prompt", async () => {
+    const { claim, capture, recorded } = await switching("messages");
+    const { served, messages } = await threeTurnsSwitching(claim, () => capture("tokens"), async () => undefined);
+    const [, s2, s3] = served;
+    const t = await recorded(3);
+    expect(t.calls[2]?.messages).toEqual(messages);
+    expect(t.training).toMatchObject({ tokens: [...s3.prompt, ...s3.completion], drift_at_call: null });
+    expect(t.training?.loss_mask).toEqual([...s2.completion.map(() => 1), ...s3.prompt.slice(s2.prompt.length + s2.completion.length).map(() => 0), ...s3.completion.map(() => 1)]);
+  });
+
+  it("tokens, messages: training stops at the first call without ids", async () => {
+    const { claim, capture, recorded } = await switching("tokens");
+    const { served } = await threeTurnsSwitching(claim, () => capture("messages"), async () => undefined);
+    const [s1] = served;
+    const t = await recorded(3);
+    expect(t.training).toMatchObject({ tokens: [...s1.prompt, ...s1.completion], drift_at_call: 1 });
+  });
+
+  it("tokens, an upstream 5xx between two recorded calls and the client's retry: training continues, nothing spliced", async () => {
+    const upstream = await serveHttp(async (req, res) => {
+      const text = await bodyText(req);
+      const r = JSON.parse(text) as { model: string };
+      if (r.model === "down") {
+        res.writeHead(503, { "content-type": "application/json" }).end(JSON.stringify({ object: "error", message: "overloaded", type: "ServiceUnavailable", code: 503 }));
+        return;
+      }
+      const path = (req.url ?? "").replace(/^\/v1/, "");
+      const got = await fetch(`${vllm.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
+      res.writeHead(got.status, { "content-type": got.headers.get("content-type") ?? "application/json" }).end(Buffer.from(await got.arrayBuffer()));
+    });
+    cleanups.push(() => upstream.close());
+    const { claim, recorded } = await switching("tokens", `${upstream.origin}/v1`);
+    const messages: Record<string, unknown>[] = [{ role: "user", content: "one" }];
+    const from = vllm.served.length;
+    messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "two" });
+    const failed = await fetch(`${claim.openai_base_url}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${claim.openai_api_key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "down", messages }),
+    });
+    expect(failed.status).toBeGreaterThanOrEqual(500);
+    await failed.text();
+    messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "three" });
+    await chat(claim, { model: "policy", messages });
+    const [s1, s2, s3] = vllm.served.slice(from) as [Served, Served, Served];
+    const t = await recorded(4);
+    expect(t.calls.map((c) => c.status >= 500)).toEqual([false, true, false, false]);
+    expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false, false]);
+    expect(t.calls[3]?.messages).toEqual(messages);
+    const upTo2 = [...s1.prompt, ...s1.completion];
+    const upTo3 = [...s2.prompt, ...s2.completion];
+    expect(t.training).toMatchObject({
+      tokens: [...s1.prompt, ...s1.completion, ...s2.prompt.slice(upTo2.length), ...s2.completion, ...s3.prompt.slice(upTo3.length), ...s3.completion],
+      drift_at_call: null,
+    });
   });
 });
