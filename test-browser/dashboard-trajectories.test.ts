@@ -289,6 +289,29 @@ describe("trajectories on the dashboard", () => {
     expect(await page.locator("#episode-timeline", { hasText: "tokens drifted" }).count()).toBe(0);
   });
 
+  it("marks a call relayed while capture was off, where the training sequence stops", async () => {
+    // Made after the tests that count the list's rows: the third turn ran with capture off (the gateway's stub).
+    const gap = await claim(engine, "ep-uncaptured", "client-c", "calc");
+    const [first, second, third] = threeTurns(gap, callClock(Date.now() - 60_000));
+    if (first === undefined || second === undefined || third === undefined) throw new Error("threeTurns made fewer than three calls");
+    const stub = { ...third, finish_reason: null, usage: null, body: { params: {}, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, uncaptured: true as const } };
+    await record(ex, engine, [first, second, stub]);
+    await end(engine, gap, "calc", 0.5);
+    const ledger = ledgerOf(ex, engine, "viewer");
+    await settled(ledger, 7 + FILLERS);
+    const t = await ledger.trajectory("ep-uncaptured");
+    expect(t.calls.map((c) => c.uncaptured)).toEqual([false, false, true]);
+    expect(t.training?.drift_at_call).toBe(2);
+
+    await page.goto(`${ex.url}/dashboard?engine=${engine.name}&episode=ep-uncaptured&refresh=0.3`);
+    await page.waitForSelector('#episode-view[data-episode="ep-uncaptured"][data-calls="3"]');
+    const mark = page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="uncaptured"]');
+    expect(await mark.textContent()).toBe("not captured");
+    expect(await mark.getAttribute("title")).toContain("capture was off");
+    expect(await page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="drift"]').textContent()).toBe("training stops");
+    expect(await page.locator('#episode-timeline [data-mark="uncaptured"]').count()).toBe(1);
+  });
+
   it("logged no error in the browser", () => {
     expect(errors).toEqual([]);
   });

@@ -54,17 +54,18 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
   }
 
   /** Why the training sequence stops at call `c`: its tokens are not known, or they drifted. */
-  const tokensUnknown = (c: Call): boolean => c.truncated || c.prefix_missing || c.tokens === null;
+  const tokensUnknown = (c: Call): boolean => c.truncated || c.uncaptured || c.prefix_missing || c.tokens === null;
 
   /** What is out of the ordinary about a call, each as a pill a reader can spot down the column. */
   function marks(c: Call, i: number, driftAt: number | null): DomElement[] {
     const out: DomElement[] = [];
     if (c.prefix_missing) out.push(h("span", { class: "pill bad", "data-mark": "prefix-missing", title: "The call this one continues is not in the ledger (a batch lost, removed by retention): its messages are only what it added." }, "prefix missing"));
     if (c.messages_splice === "rewritten") out.push(h("span", { class: "pill bad", "data-mark": "rewritten", title: "This call's messages do not begin with the previous call's messages and answer: the client rewrote or trimmed its history." }, "history rewritten"));
-    if (driftAt === i && tokensUnknown(c)) out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's tokens are not known (truncated, not recorded, or its prefix missing): the training sequence stops before it." }, "training stops"));
+    if (driftAt === i && tokensUnknown(c)) out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's tokens are not known (truncated, not recorded, not captured, or its prefix missing): the training sequence stops before it." }, "training stops"));
     else if (driftAt === i || c.tokens?.splice === "rewritten") out.push(h("span", { class: "pill busy", "data-mark": "drift", title: "This call's prompt token ids do not begin with the previous prompt and completion: the training sequence stops before it." }, "tokens drifted"));
     if (c.after_claim_end) out.push(h("span", { class: "pill", "data-mark": "after-end", title: "The claim had ended before this call finished." }, "after claim end"));
     if (c.truncated) out.push(h("span", { class: "pill", "data-mark": "truncated", title: "Over the record cap: messages and tokens left out, answer cut short." }, "truncated"));
+    if (c.uncaptured) out.push(h("span", { class: "pill", "data-mark": "uncaptured", title: "Relayed while the ledger's capture was off: only its status and times are kept." }, "not captured"));
     if (c.stream) out.push(h("span", { class: "pill", "data-mark": "stream" }, "stream"));
     return out;
   }
