@@ -360,4 +360,15 @@ describe("weight versions", () => {
     await e.as("client").postSteps(finishedAt(0));
     expect((await trainer.getRolloutData()).data.meta_info.consumer_weight_version).toBe(0);
   });
+
+  it("takes a trainer booted again mid-sync at its own version: the dead trainer's sync target is no floor of the new run", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3, weight_version: 7 })).toMatchObject({ success: true });
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", weight_version: 8 })).toMatchObject({ success: true });
+    // The trainer dies in its sync and is booted again (a new run) from its checkpoint at version 7.
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.BOOTING" })).toMatchObject({ success: true });
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3, weight_version: 7 })).toEqual({ success: true, failure_reason: "" });
+    expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.ROLLING" });
+  });
 });

@@ -111,7 +111,7 @@ export class StatusAndRewards {
       next.globalStep = req.global_step;
     }
     if (req.engine_status_detail !== undefined && req.engine_status_detail !== null) next.detail = req.engine_status_detail;
-    Object.assign(next, this.versions(prev, req.engine_status, version, next.versionFloor));
+    Object.assign(next, this.versions(prev, req.engine_status, version, next.versionFloor, began !== null));
     this.store.saveMeta(next);
     if (resumed) this.episodes.extendLeases(prev.syncingSince ?? this.host.now(), this.host.now());
     return { success: true, failure_reason: "" };
@@ -122,19 +122,22 @@ export class StatusAndRewards {
    * weights in use during a sync are the old ones: a version reported with ENGINE.WEIGHT_SYNCING
    * is the one being synced to, and becomes the engine's version when the sync ends, unless the
    * status that ends it names one (the documented way: the new version with the status that ends
-   * the sync). The run's floor is the version last taken in it.
+   * the sync). A report that begins a run (`runBegan`: a trainer booted again mid-sync) does not
+   * take the target of the sync it cut short: the new trainer's weights are its own, and the
+   * target would be a floor it never reached. The run's floor is the version last taken in it.
    */
   private versions(
     prev: Meta,
     status: UpdateEngineStatusRequest["engine_status"],
     version: number | null,
     floor: number | null,
+    runBegan: boolean,
   ): Pick<Meta, "weightVersion" | "syncingToVersion" | "versionFloor"> {
     const wasSyncing = prev.status === "ENGINE.WEIGHT_SYNCING";
     if (status === "ENGINE.WEIGHT_SYNCING") {
-      return { weightVersion: prev.weightVersion, syncingToVersion: version ?? (wasSyncing ? prev.syncingToVersion : null), versionFloor: floor };
+      return { weightVersion: prev.weightVersion, syncingToVersion: version ?? (wasSyncing && !runBegan ? prev.syncingToVersion : null), versionFloor: floor };
     }
-    const taken = version ?? (wasSyncing ? prev.syncingToVersion : null);
+    const taken = version ?? (wasSyncing && !runBegan ? prev.syncingToVersion : null);
     return { weightVersion: taken ?? prev.weightVersion, syncingToVersion: null, versionFloor: taken ?? floor };
   }
 
