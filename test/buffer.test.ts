@@ -530,7 +530,7 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     await dropping.as("operator").configureBuffer({ staleness_policy: "drop", max_staleness: 2 });
     await dropping.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 10 });
     await dropping.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
-    // The row counted as version 0, 10 behind, and the finished group was dropped.
+    // Not taken as version 0, 10 behind, which dropped the finished group as stale.
     const pulled = await dropping.as("trainer").getRolloutData();
     expect(pulled.data.meta_info.finished_groups).toEqual(["g1"]);
     expect(pulled.data.data[0]!.extra_info["weight_version"]).toBe(10);
@@ -540,7 +540,7 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     await pacing.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 10 });
     const w = pacing.as("client");
     expect(await w.postSteps({ steps: [step("s1", "g1", 0, 1)] })).toMatchObject({ accepted: 1 });
-    // One pending group taken as version 0 paced every new group out (503 paced).
+    // Not taken as version 0, which paced every new group out (503 paced).
     expect(await w.postSteps({ steps: [step("s2", "g2", 0, 1)] })).toMatchObject({ accepted: 1 });
     // A row that names its version keeps it.
     expect(await w.postSteps({ steps: [step("s3", "g2", 0, 1, false, { weight_version: 9 })] })).toMatchObject({ accepted: 1 });

@@ -261,7 +261,7 @@ describe("agent sessions", () => {
     await vi.waitFor(() => runInDurableObject(e.stub, (i) => expect((i as unknown as { channel: { pollWaiters: Set<unknown> } }).channel.pollWaiters.size).toBe(1)));
     await admin.revokeToken(e.name, old.id);
     await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
-    // It got the command, leased for 60 s, and the agent holding the new token did not.
+    // Not leased to the revoked poll (for 60 s, hidden from the agent holding the new token): refused, the command left for the next poll.
     expect(await poll).toMatchObject({ status: 401, json: { error: "invalid_token" } });
     expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body.kind)).toEqual(["start_rollout"]);
   });

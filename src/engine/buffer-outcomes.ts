@@ -121,6 +121,8 @@ export function discardForRestart(s: BufferState, now: number): void {
   const ids = JSON.stringify(freed);
   s.sql.exec("UPDATE buf_sessions SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
   s.sql.exec("UPDATE buf_groups SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
+  // A task's next rollout starts its group afresh: forgetDecided, which looks for the new name, would never find these.
+  s.sql.exec("DELETE FROM buf_task_groups WHERE group_id IN (SELECT value FROM json_each(?))", ids);
 }
 
 /** Whether a session's group is one restart_training discarded (discardForRestart): its rows are late, whatever group they name. */

@@ -105,6 +105,7 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
   for (const id of deliver) {
     s.sql.exec("UPDATE buf_groups SET state = 'delivered', pull_cursor = ?, stale = ?, ready_seq = NULL WHERE group_id = ?", cursor, staleSet.has(id) ? 1 : 0, id);
   }
+  // Before keepDelivered: the rows it deletes leave the bytes held only, not those kept for re-reads.
   clearIncompleteSessions(s, deliver);
   keepDelivered(s, deliver);
   const items = groupItems(s, deliver, staleSet);

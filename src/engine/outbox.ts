@@ -155,10 +155,11 @@ export const STATEMENT_CHARS = 512 * 1024;
 const insertSql = new Map<keyof Tables, string>();
 
 /**
- * Rows go to D1 as one JSON array per statement (db/json-arrays.ts). The payloads are the outbox's own JSON, so nothing is parsed or serialized again. Each row's
- * object is taken out of the array once (the MATERIALIZED step): read straight from json_each,
- * `value` is rebuilt as text for every column that reads it, which made the statement cost
- * about twice as much per row.
+ * Rows go to D1 as one JSON array per statement (db/json-arrays.ts). The payloads are the
+ * outbox's own JSON, so nothing is parsed or serialized again. Each row's object is taken out
+ * of the array once (the MATERIALIZED step): read straight from json_each, `value` is rebuilt
+ * as text for every column that reads it, which made the statement cost about twice as much
+ * per row.
  */
 function insertStatements(db: D1Database, kind: keyof Tables, payloads: string[]): D1PreparedStatement[] {
   let sql = insertSql.get(kind);

@@ -27,8 +27,7 @@ import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
 
 const DEFAULT_PAGE = 50;
 
-/** The engine the caller was authorized on (its name, and the incarnation its R2 keys carry). */
-/** The engine as its object answered the caller's check, and when that check began. */
+/** The engine the caller was authorized on (its name, and the incarnation its R2 keys carry), and when that check began. */
 export type Authorized = { engine: string; incarnation: string; checkedAt: number };
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
