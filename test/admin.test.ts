@@ -1,6 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { admin, createEngine, raw, rollingWith, uniqueName, ADMIN_TOKEN } from "./support/harness";
+import { EngineClient } from "../src/client";
+import { admin, createEngine, raw, rollingWith, uniqueName, ADMIN_TOKEN, ORIGIN, workerFetch } from "./support/harness";
 
 describe("admin: engines and tokens", () => {
   it("creates an engine with one token per role, and lists it", async () => {
@@ -40,6 +41,29 @@ describe("admin: engines and tokens", () => {
     // Revoking again is harmless; other tokens still work.
     await admin.revokeToken(e.name, issued.id);
     expect((await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).status).toBe(200);
+  });
+
+  it("moves the engine's gateway secret on when a token that may read it (a trainer's) is revoked, and only then", async () => {
+    const e = await createEngine("gws");
+    const spare = await admin.issueToken(e.name, "trainer", "gpu host, again");
+    const trainer = new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: spare.token, fetch: workerFetch });
+    const secret = async () => (await trainer.gatewaySecret()).secret;
+    const first = await secret();
+    expect(await e.as("trainer").gatewaySecret()).toEqual({ secret: first });
+    // Tokens that may not read it: the secret stays, and the agent's gateway needs no new one.
+    for (const role of ["viewer", "client", "operator"] as const) await admin.revokeToken(e.name, e.tokenIds[role]);
+    expect(await secret()).toBe(first);
+    // The trainer token the agent used leaked: what it fetched is worth nothing from now on.
+    await admin.revokeToken(e.name, e.tokenIds.trainer);
+    const second = await secret();
+    expect(second).not.toBe(first);
+    // Revoking it again, or an unknown token (404, nothing changed), moves nothing.
+    await admin.revokeToken(e.name, e.tokenIds.trainer);
+    expect((await raw(`/admin/engines/${e.name}/tokens/tok_nope`, { method: "DELETE", token: ADMIN_TOKEN })).status).toBe(404);
+    expect(await secret()).toBe(second);
+    await admin.revokeToken(e.name, spare.id);
+    await expect(trainer.gatewaySecret()).rejects.toMatchObject({ status: 401 });
+    expect((await e.as("admin").gatewaySecret()).secret).not.toBe(second);
   });
 
   it("refuses a duplicate engine, bad names, unknown engines and tokens", async () => {

@@ -8,6 +8,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ExchangeError } from "../src/client";
 import { ENGINE_MIGRATIONS, migrateEngine } from "../src/engine/schema";
+import { rewindSchema } from "./support/schema-rewind";
 import { DEFAULT_BUFFER_CONFIG, MAX_BUFFER_STORED_BYTES, MIN_BUFFER_STORED_BYTES } from "../src/protocol/buffer";
 import { advance, createEngine, endBody, raw, rollingWith, type TestEngine } from "./support/harness";
 
@@ -142,7 +143,7 @@ describe("the rollout buffer's max_stored_bytes", () => {
       delete saved["storedBytes"];
       saved["keptBytes"] = null;
       sql.exec("UPDATE kv SET v = ? WHERE k = 'buffer_counters'", JSON.stringify(saved));
-      sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(ENGINE_MIGRATIONS.length - 1));
+      rewindSchema(sql, 16);
       const version = migrateEngine(sql);
       return { version, counters: JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as Record<string, unknown> };
     });
@@ -161,7 +162,7 @@ describe("the rollout buffer's max_stored_bytes", () => {
     expect((await post(e, [row("a", 1000)])).status).toBe(200);
     const counters = await runInDurableObject(e.stub, (_i, state) => {
       const sql = state.storage.sql;
-      sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(ENGINE_MIGRATIONS.length - 1));
+      rewindSchema(sql, 16);
       const before = sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v;
       migrateEngine(sql);
       return { before: JSON.parse(before) as unknown, after: JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'buffer_counters'").one().v) as unknown };

@@ -229,6 +229,19 @@ describe("deleting an engine", () => {
     expect(await again.stub.relayBegin(await claimKeyFields(fresh.openai_api_key))).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-2:10087" } });
   });
 
+  it("gives the engine made again under a deleted one's name a gateway secret the old engine's agent does not hold", async () => {
+    const first = await createEngine("gws");
+    const oldSecret = (await first.as("trainer").gatewaySecret()).secret;
+    // Retired (its tokens leaked, its GPU host handed to another team, ...) and made again.
+    await admin.deleteEngine(first.name, { force: true });
+    const again = await createEngine(undefined, { name: first.name });
+    await expect(first.as("trainer").gatewaySecret()).rejects.toMatchObject({ status: 401 });
+    // What the old trainer token fetched signs nothing the new engine's gateway takes (docs/relay.md, "Trust").
+    const newSecret = (await again.as("trainer").gatewaySecret()).secret;
+    expect(newSecret).toMatch(/^[0-9a-f]{64}$/);
+    expect(newSecret).not.toBe(oldSecret);
+  });
+
   it("lets no token issued while the engine was being deleted fit the engine made again under its name", async () => {
     const first = await createEngine("again");
     await admin.deleteEngine(first.name, { force: true });

@@ -81,6 +81,8 @@ describe("engine schema migrations", () => {
     expect(schema.columnsV8).toEqual(expect.arrayContaining(["claim_weight_version", "report", "failed"]));
     // Migration 12: an episode remembers a registration that arrived during its runner's reset.
     expect(schema.columnsV8).toEqual(expect.arrayContaining(["registered_again"]));
+    // Migration 17: a claim remembers the token that made it (none for the rows from before).
+    expect(schema.columnsV8).toEqual(expect.arrayContaining(["claimed_by"]));
     expect(schema.columns).toContain("failed");
     expect(schema.failedRollouts).toBe(0);
     // Migration 16: the buffer's byte counters, from its rows ('[]', '' and '{}': 4 bytes each), all of a delivered group's.

@@ -10,6 +10,7 @@ import { eq } from "drizzle-orm";
 import { rewardHistory, trajectories } from "../src/db/schema";
 import { advance, createEngine, endBody, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 import { runsAs, sampleCatalog } from "./support/runs";
+import { rewindSchema } from "./support/schema-rewind";
 
 /**
  * Rolls one global step: `n` episodes registered, claimed and ended with `reward`, then the step
@@ -278,7 +279,7 @@ describe("runs of the history", () => {
       const meta = JSON.parse(sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one().v) as Record<string, unknown>;
       delete meta["run"];
       sql.exec("UPDATE kv SET v = ? WHERE k = 'meta'", JSON.stringify(meta));
-      sql.exec("UPDATE kv SET v = '5' WHERE k = 'schema_version'");
+      rewindSchema(sql, 6);
     });
     await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
     await reconnect(e);

@@ -10,7 +10,12 @@ import type { ClaimKeyFields } from "../src/auth/claim-key";
 import { env } from "cloudflare:workers";
 import { ACTIVE_MS, FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS, IDLE_MS, REFRESH_AFTER_MS } from "../src/relay/claim-gate";
 import { afterEngineOp, claimGate } from "../src/relay/claim-gates";
-import { createEngine, endBody, raw, rollingWith } from "./support/harness";
+import { createEngine, endBody, raw, rollingWith, admin, claimKeyFields, ORIGIN, workerFetch } from "./support/harness";
+import { EngineClient } from "../src/client";
+import { checkEnvelope } from "../src/auth/gateway-signature";
+import { SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../src/protocol/relay";
+import { serveRelay } from "../src/relay/relay-routes";
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
 
 describe("the relay's claim gate", () => {
@@ -492,5 +497,79 @@ describe("the relay's gate in the Worker", () => {
     expect(gate.cached(key)).toBe(false);
     expect(await admit()).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-2:10087" } });
     await Promise.all(background);
+  });
+});
+
+describe("the relay's gates after a token is revoked", () => {
+  it("stops serving a revoked token's claims at once in the isolate that revoked it, and within FRESH_MS in the others", async () => {
+    const e = await rollingEngine(2);
+    const issued = await admin.issueToken(e.name, "client", "laptop");
+    const laptop = new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: issued.token, fetch: workerFetch });
+    const c = await laptop.claimEpisode({ client_uuid: "laptop-1", discard_episode_timeout: 60 });
+    const key = await claimKeyFields(c.openai_api_key);
+    const kept = await claim(e, "desk-1");
+    // This isolate's gate (the Worker's own, which the admin route forgets) and another isolate's.
+    const here = claimGate(env, e.name);
+    const background: Promise<unknown>[] = [];
+    const other = gateOn(e);
+    expect((await here.admit(key, (w) => void background.push(w))).ok).toBe(true);
+    expect(here.cached(key)).toBe(true);
+    expect((await other.admit(key)).ok).toBe(true);
+    expect((await other.admit(kept)).ok).toBe(true);
+
+    await admin.revokeToken(e.name, issued.id);
+    expect(here.cached(key)).toBe(false);
+    expect(await here.admit(key, (w) => void background.push(w))).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    await other.tick(FRESH_MS - 1);
+    expect((await other.admit(key)).ok).toBe(true);
+    await other.tick(1);
+    expect(await other.admit(key)).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
+    expect((await other.admit(kept)).ok).toBe(true);
+    await Promise.all(background);
+  });
+
+  it("signs with the engine's new gateway secret once a trainer's token is revoked: at once in this isolate, within FRESH_MS in the others", async () => {
+    const e = await rollingEngine(1);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const key = await claimKeyFields(c.openai_api_key);
+    const before = (await e.as("trainer").gatewaySecret()).secret;
+    // A second trainer token, for the agent that goes on; the first one leaked.
+    const spare = await admin.issueToken(e.name, "trainer", "gpu host, again");
+    const trainer = new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: spare.token, fetch: workerFetch });
+    // A gateway that checks the envelope's signature as the agent's does, with the secret it was given.
+    const signatures: string[] = [];
+    const gateway = (secret: string): Fetcher => ({
+      fetch: async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+        const req = new Request(input, init);
+        const why = await checkEnvelope(secret, req.headers.get(TIMESTAMP_HEADER) ?? undefined, req.headers.get(SIGNATURE_HEADER) ?? undefined, await req.text(), Math.floor(Date.now() / 1000));
+        signatures.push(why ?? "good");
+        return why === null ? Response.json({ object: "list", data: [] }) : Response.json({ error: { message: why, type: "auth", param: null, code: "invalid_signature" } }, { status: 401 });
+      },
+      connect: () => {
+        throw new Error("the relay opens no sockets");
+      },
+    });
+    const call = async (secret: string): Promise<void> => {
+      const ctx = createExecutionContext();
+      const res = await serveRelay(new Request(`${ORIGIN}/v1/models`, { headers: { authorization: `Bearer ${c.openai_api_key}` } }), { ...env, RELAY_NETWORK: gateway(secret) }, ctx)!;
+      await res.text();
+      await waitOnExecutionContext(ctx);
+    };
+    await call(before);
+    const other = gateOn(e);
+    expect(await other.admit(key)).toMatchObject({ ok: true, body: { gateway_generation: 0 } });
+
+    await admin.revokeToken(e.name, e.tokenIds.trainer);
+    const after = (await trainer.gatewaySecret()).secret;
+    expect(after).not.toBe(before);
+    // This isolate's gate, which admitted the claim's call just before, signs with the new secret at once.
+    await call(after);
+    await call(before);
+    expect(signatures).toEqual(["good", "good", "bad signature"]);
+    // Another isolate signs with what the engine last said: the old generation until FRESH_MS, then the new one.
+    await other.tick(FRESH_MS - 1);
+    expect(await other.admit(key)).toMatchObject({ ok: true, body: { gateway_generation: 0 } });
+    await other.tick(1);
+    expect(await other.admit(key)).toMatchObject({ ok: true, body: { gateway_generation: 1 } });
   });
 });

@@ -1,7 +1,11 @@
 /**
  * Signing of relay envelopes between the Worker and an engine's inference gateway. The secret
  * is derived per engine from the deployment's CLAIM_KEY_SECRET, so no extra secret has to be
- * configured: the agent fetches it with its trainer token (GET /agent/gateway_secret).
+ * configured: the agent fetches it with its trainer token (GET /agent/gateway_secret). It is
+ * derived from the engine's name, its incarnation (an engine made again under a deleted one's
+ * name has another) and its gateway generation (up by one at each revocation of a token that
+ * may read the secret), so what a retired engine's or a revoked token's holder fetched signs
+ * nothing the gateway takes once it has the new secret.
  * WebCrypto by default, so the Worker and the Node agent share this file.
  */
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../protocol/relay";
@@ -20,15 +24,16 @@ async function hmacHex(key: string, text: string): Promise<string> {
   return hex(new Uint8Array(await crypto.subtle.sign("HMAC", k instanceof Promise ? await k : k, enc.encode(text))));
 }
 
-export function gatewaySecret(claimKeySecret: string, engine: string): Promise<string> {
-  return hmacHex(claimKeySecret, `gateway\n${engine}`);
+/** The gateway secret of the engine `engine` of incarnation `incarnation`, at gateway generation `generation`. */
+export function gatewaySecret(claimKeySecret: string, engine: string, incarnation: string, generation: number): Promise<string> {
+  return hmacHex(claimKeySecret, `gateway\n${engine}\n${incarnation}\n${generation}`);
 }
 
 const derivedSecrets = settledCache<string>();
 
-/** gatewaySecret, kept per engine once derived: the relay signs with it on every call. */
-export function cachedGatewaySecret(claimKeySecret: string, engine: string): string | Promise<string> {
-  return derivedSecrets(`${engine}\n${claimKeySecret}`, () => gatewaySecret(claimKeySecret, engine));
+/** gatewaySecret, kept per engine, incarnation and generation once derived: the relay signs with it on every call. */
+export function cachedGatewaySecret(claimKeySecret: string, engine: string, incarnation: string, generation: number): string | Promise<string> {
+  return derivedSecrets(`${engine}\n${incarnation}\n${generation}\n${claimKeySecret}`, () => gatewaySecret(claimKeySecret, engine, incarnation, generation));
 }
 
 /** What an envelope's signature covers. */

@@ -180,8 +180,23 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.provisioning.granted(grants, created);
   }
 
-  revokeToken(hash: string): void {
-    this.provisioning.revoke(hash);
+  /**
+   * Revokes a token: its hash, and in the same transaction the live claims it made (released as
+   * reaped, their keys dead: Episodes.releaseClaimsOf) and, for a token that may read the
+   * gateway secret, the secret (Provisioning.revoke). Repeatable: a token already revoked
+   * changes nothing. The Worker forgets its gates' answers after this (admin-routes.ts).
+   */
+  revokeToken(hash: string): { released: number } {
+    // Calls admitted before the revocation are written first; none of the claims' is after it.
+    this.relay.settle();
+    const released = this.tx(() => {
+      this.provisioning.revoke(hash);
+      return this.episodes.releaseClaimsOf(hash);
+    });
+    this.provisioning.revoked(hash);
+    // An AgentJet episode released goes back through its runner's reset: the agent's polls hear of it.
+    if (released > 0) this.channel.wake();
+    return { released };
   }
 
   /**
@@ -285,7 +300,15 @@ export class EngineObject extends DurableObject<EngineEnv> {
   // ---------------------------------------------------------------- episodes: client side
 
   async claimEpisode(caller: Caller, req: ClaimEpisodeRequest, origin: string): Promise<Reply<ClaimEpisodeResponse>> {
-    return this.guardedInSharedTurn(caller, "claim_episode", () => this.episodes.claim(req, origin, this.env.CLAIM_KEY_SECRET));
+    return this.guardedInSharedTurn(caller, "claim_episode", () =>
+      this.episodes.claim(req, origin, this.env.CLAIM_KEY_SECRET, {
+        tokenHash: caller.admin ? null : caller.tokenHash,
+        refusal: () => {
+          const role = this.provisioning.authorize(caller, "claim_episode");
+          return typeof role === "string" ? null : role;
+        },
+      }),
+    );
   }
 
   async endEpisode(caller: Caller, req: EndEpisodeRequest): Promise<Reply<{ success: boolean }>> {
@@ -434,7 +457,10 @@ export class EngineObject extends DurableObject<EngineEnv> {
   }
 
   async gatewaySecret(caller: Caller): Promise<Reply<{ secret: string }>> {
-    return this.guarded(caller, "agent_gateway_secret", async () => ok({ secret: await gatewaySecret(this.env.CLAIM_KEY_SECRET, this.store.meta.name ?? "") }));
+    return this.guarded(caller, "agent_gateway_secret", async () => {
+      const meta = this.store.meta;
+      return ok({ secret: await gatewaySecret(this.env.CLAIM_KEY_SECRET, meta.name ?? "", meta.incarnation, meta.gatewayGeneration) });
+    });
   }
 
   // ---------------------------------------------------------------- rollout buffer

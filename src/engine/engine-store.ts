@@ -24,6 +24,12 @@ export type Meta = {
   fenceFloor: number;
   /** Told apart from an engine of the same name deleted before it ("" for engines made before this field): claim keys name it. */
   incarnation: string;
+  /**
+   * Goes up each time a token that may read the gateway secret (a trainer's) is revoked: the
+   * secret is derived from the name, the incarnation and this (gateway-signature.ts), so what a
+   * revoked token fetched no longer signs anything the gateway accepts.
+   */
+  gatewayGeneration: number;
   /** The current run of the engine's history (history-runs.ts); 0 until the first one begins. */
   run: number;
   /** Whether claims survive ENGINE.WEIGHT_SYNCING, and how long relayed calls wait for a sync (protocol/sync.ts). */
@@ -54,6 +60,7 @@ const INITIAL_META: Meta = {
   accEpoch: 0,
   fenceFloor: 0,
   incarnation: "",
+  gatewayGeneration: 0,
   run: 0,
   sync: DEFAULT_SYNC_CONFIG,
   syncingSince: null,

@@ -6,7 +6,7 @@ import type { ClaimEpisodeRequest, ClaimEpisodeResponse } from "../protocol/swar
 import { signClaimKey } from "../auth/claim-key";
 import type { EpisodeState } from "./episode-state";
 import { olderVersion, paceAdmits } from "./pacing";
-import { fail, ok, type Reply } from "./reply";
+import { fail, ok, type Failure, type Reply } from "./reply";
 import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE } from "./rules";
 
 /**
@@ -15,7 +15,14 @@ import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE } from "./rules";
  */
 const CLAIM_ATTEMPTS = 4;
 
-export async function claim(e: EpisodeState, req: ClaimEpisodeRequest, origin: string, keySecret: string): Promise<Reply<ClaimEpisodeResponse>> {
+/**
+ * Who makes a claim: the hash of its token (null for the admin), kept on the claim so that
+ * revoking the token releases it (episode-leases.ts releaseClaimsOf), and why it may claim no
+ * more (its token revoked while the claim awaited its key's signature), or null.
+ */
+export type Claimant = { tokenHash: string | null; refusal(): Failure | null };
+
+export async function claim(e: EpisodeState, req: ClaimEpisodeRequest, origin: string, keySecret: string, claimant: Claimant): Promise<Reply<ClaimEpisodeResponse>> {
   const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
     ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
   const meta = e.store.meta;
@@ -43,7 +50,10 @@ export async function claim(e: EpisodeState, req: ClaimEpisodeRequest, origin: s
     const after = e.store.meta;
     if (after.status !== "ENGINE.ROLLING") return refuse(notReadyCause(after.status));
     if (after.incarnation !== meta.incarnation) break;
-    if (take(e, req, head.episode_uuid, head.fence)) {
+    // A revocation meanwhile released the token's claims: it makes none after it.
+    const revoked = claimant.refusal();
+    if (revoked !== null) return revoked;
+    if (take(e, req, head.episode_uuid, head.fence, claimant.tokenHash)) {
       if (fence > e.fenceHigh) e.fenceHigh = fence;
       return ok({
         success: true,
@@ -83,14 +93,14 @@ function queueHead(e: EpisodeState): { episode_uuid: string; fence: number; queu
  * Claims `uuid` with fence `fence + 1` if it is still registered at the fence its key was signed
  * for; one statement, atomic by itself. Whether it was is all that comes back.
  */
-function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: number): boolean {
+function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: number, claimedBy: string | null): boolean {
   const now = e.host.now();
   const expiresAt = now + Math.ceil(req.discard_episode_timeout * 1000);
   const taken =
     e.store.sql
       .exec(
         `UPDATE episodes SET state = 'claimed', queue_seq = NULL, episode_type = ?, client_uuid = ?, fence = fence + 1,
-           last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?, claim_weight_version = ?
+           last_activity = ?, discard_timeout = ?, expires_at = ?, llm_call_count = 0, task_id = ?, claim_weight_version = ?, claimed_by = ?
          WHERE episode_uuid = ? AND state = 'registered' AND fence = ?
          RETURNING 1`,
         req.episode_type,
@@ -102,6 +112,7 @@ function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: nu
         // Before the trainer reported a version, it serves its first weights: version 0, not the
         // version it reports by the claim's end (which would make a slow rollout look fresh).
         e.store.meta.weightVersion ?? 0,
+        claimedBy,
         uuid,
         fence,
       )

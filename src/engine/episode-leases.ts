@@ -33,6 +33,28 @@ export function reapExpired(e: EpisodeState, now: number): void {
   }
 }
 
+/**
+ * What a claim released because its token was revoked records as its workflow output: it is
+ * reaped (the engine took it back, its client did not end it), and this says why.
+ */
+export const REVOKED_CLAIM_OUTPUT = JSON.stringify({ reaped_because: "token_revoked" });
+
+/**
+ * Releases every live claim made with the token of hash `tokenHash`, which is being revoked (in
+ * the revocation's transaction): each is recorded as reaped, with REVOKED_CLAIM_OUTPUT, and its
+ * episode goes back to the queue (through its runner's reset for AgentJet), as a lease that ran
+ * out. Its per-claim key dies with it, so the revoked token's holder keeps no model by calling.
+ * O(claimed): the lease index holds exactly the claimed rows, and revocations are rare.
+ */
+export function releaseClaimsOf(e: EpisodeState, tokenHash: string): number {
+  const held = e.store.sql.exec<EpisodeRow>("SELECT * FROM episodes WHERE state = 'claimed' AND claimed_by = ? ORDER BY expires_at", tokenHash).toArray();
+  for (const ep of held) {
+    recordUnfinished(e, ep, "reaped", REVOKED_CLAIM_OUTPUT);
+    release(e, ep, "requeue");
+  }
+  return held.length;
+}
+
 /** When the alarm is next to reap a claim: the earliest lease's expiry, during a sync plus max_sync_seconds. */
 export function earliestLeaseExpiry(e: EpisodeState): number | null {
   const t = e.store.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM episodes WHERE state = 'claimed'").one().t;

@@ -25,6 +25,8 @@ export type EpisodeRow = {
   claim_weight_version: number | null;
   /** 1 when the trainer registered the episode again while it waited for its runner's reset (episode-queue.ts register). */
   registered_again: number;
+  /** The hash of the engine token that made the live claim; null for the admin's (and claims made before migration 17). */
+  claimed_by: string | null;
 };
 
 /**

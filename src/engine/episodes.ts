@@ -21,9 +21,9 @@ import type {
 import type { CommandBody } from "../protocol/commands";
 import type { EngineStore } from "./engine-store";
 import type { EpisodeRow } from "./episode-views";
-import { canContinue, claim } from "./episode-claims";
+import { canContinue, claim, type Claimant } from "./episode-claims";
 import { abort, delivered, end, endPayload } from "./episode-ends";
-import { armForLeases, earliestLeaseExpiry, extendLeases, reapExpired } from "./episode-leases";
+import { armForLeases, earliestLeaseExpiry, extendLeases, reapExpired, releaseClaimsOf } from "./episode-leases";
 import { claimedCheck, clearAll, clearFinished, counts, register, wasReset } from "./episode-queue";
 import { EpisodeState, type EpisodesHost } from "./episode-state";
 import type { RolloutBuffer } from "./rollout-buffer";
@@ -57,8 +57,8 @@ export class Episodes {
 
   // ---------------------------------------------------------------- the client's side
 
-  claim(req: ClaimEpisodeRequest, origin: string, keySecret: string): Promise<Reply<ClaimEpisodeResponse>> {
-    return claim(this.state, req, origin, keySecret);
+  claim(req: ClaimEpisodeRequest, origin: string, keySecret: string, claimant: Claimant): Promise<Reply<ClaimEpisodeResponse>> {
+    return claim(this.state, req, origin, keySecret, claimant);
   }
 
   endPayload(req: EndEpisodeRequest): Reply<string> {
@@ -81,6 +81,11 @@ export class Episodes {
 
   reapExpired(now: number): void {
     reapExpired(this.state, now);
+  }
+
+  /** Releases the live claims made with a token being revoked (episode-leases.ts); returns how many. */
+  releaseClaimsOf(tokenHash: string): number {
+    return releaseClaimsOf(this.state, tokenHash);
   }
 
   earliestLeaseExpiry(): number | null {

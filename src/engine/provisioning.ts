@@ -37,8 +37,19 @@ export class Provisioning {
     for (const t of grants) this.tokens.set(t.hash, t.role);
   }
 
-  revoke(hash: string): void {
-    this.store.sql.exec("DELETE FROM tokens WHERE hash = ?", hash);
+  /**
+   * Drops a token's hash, in the caller's transaction; returns its role, or null when the engine
+   * did not know it (revoked already: a repeated revocation changes nothing). A token whose role
+   * may read the gateway secret moves the secret on (Meta.gatewayGeneration).
+   */
+  revoke(hash: string): Role | null {
+    const role = this.store.sql.exec<{ role: Role }>("DELETE FROM tokens WHERE hash = ? RETURNING role", hash).toArray()[0]?.role ?? null;
+    if (role !== null && mayRun(role, "agent_gateway_secret")) this.store.saveMeta({ ...this.store.meta, gatewayGeneration: this.store.meta.gatewayGeneration + 1 });
+    return role;
+  }
+
+  /** The revocation is committed: its token is let in no more. */
+  revoked(hash: string): void {
     this.tokens.delete(hash);
   }
 

@@ -20,9 +20,14 @@ import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import { RelayBatches, type RelayBatchId } from "./relay-batches";
 import { fail, ok, type Failure, type Reply } from "./reply";
 
-/** What every relayed call of the engine goes with: its gateway, and the ledger's capture, weight version and run. */
+/**
+ * What every relayed call of the engine goes with: its gateway and the generation of the secret
+ * its envelopes are signed with (engine-store.ts Meta.gatewayGeneration), and the ledger's
+ * capture, weight version and run.
+ */
 export type EngineTerms = {
   gateway_url: string;
+  gateway_generation: number;
   capture: CaptureMode;
   weight_version: number | null;
   run: number;
@@ -236,7 +241,7 @@ export class RelayAdmission {
       return fail(503, "no_gateway", "No inference gateway is registered for this engine: is the local-agent running with its gateway on?");
     }
     const meta = this.store.meta;
-    return ok({ gateway_url: gateway, capture: this.ledger.get().capture, weight_version: meta.weightVersion, run: meta.run });
+    return ok({ gateway_url: gateway, gateway_generation: meta.gatewayGeneration, capture: this.ledger.get().capture, weight_version: meta.weightVersion, run: meta.run });
   }
 
   /** The columns a batch reads of its claims' episodes, by episode. */

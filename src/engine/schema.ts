@@ -331,6 +331,11 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
        '$.keptBytes', COALESCE(json_extract(v, '$.keptBytes'),
          (SELECT COALESCE(SUM(length(CAST(messages AS BLOB)) + length(CAST(response AS BLOB)) + length(CAST(extra AS BLOB))), 0) FROM buf_steps WHERE group_id IN (SELECT group_id FROM buf_groups WHERE state = 'delivered'))))
      WHERE k = 'buffer_counters';`,
+  // 17: a claim remembers the hash of the engine token that made it (NULL: the admin's, or a
+  // claim made before this), so that revoking that token releases its live claims
+  // (Episodes.releaseClaimsOf). No index: a revocation reads the claimed rows through the lease
+  // index, and the hot claim path writes no extra B-tree.
+  "ALTER TABLE episodes ADD COLUMN claimed_by TEXT;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

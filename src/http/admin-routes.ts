@@ -137,8 +137,11 @@ adminRoutes.delete("/engines/:name/tokens/:id", async (c) => {
   const row = (await db.select().from(tokens).where(and(eq(tokens.engine, name), eq(tokens.id, id))).limit(1))[0];
   if (!row) return errorResponse(404, "unknown_token", `Engine '${name}' has no token '${id}'.`);
   if (row.revokedAt === null) await db.update(tokens).set({ revokedAt: Date.now() }).where(eq(tokens.id, id));
-  // Told every time, so a revocation that failed halfway is completed by repeating it.
+  // Told every time, so a revocation that failed halfway is completed by repeating it. The
+  // engine releases the token's live claims and, for a trainer's, moves the gateway secret on:
+  // this isolate's relay forgets what it knew of the engine at once, the others' within FRESH_MS.
   await (await engineStub(c.env, name))?.revokeToken(row.tokenHash);
+  forgetClaims(c.env, name);
   return c.json({ success: true });
 });
 

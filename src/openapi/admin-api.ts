@@ -79,7 +79,8 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     method: "delete",
     path: "/admin/engines/{name}/tokens/{id}",
     operationId: "admin_revoke_token",
-    summary: "Revoke a token; the engine refuses it from the next request on.",
+    summary:
+      "Revoke a token; the engine refuses it from the next request on, releases the live claims made with it (recorded as reaped, their per-claim keys dead) and, for a trainer's token, changes the gateway secret. Repeating it changes nothing.",
     response: z.object({ success: z.boolean() }),
     successStatus: 200,
     // No body is read, but one sent past the size limit is refused before the route runs.

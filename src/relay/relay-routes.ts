@@ -118,7 +118,9 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   };
   const body = envelopeText(envelope, requestText);
   const ts = Math.floor(Date.now() / 1000);
-  const secret = cachedGatewaySecret(env.CLAIM_KEY_SECRET, key.engine);
+  // The engine's current secret: the key's incarnation is the engine's (admission checked it), and
+  // the generation its last answer named, so a revocation moves the signing on within FRESH_MS.
+  const secret = cachedGatewaySecret(env.CLAIM_KEY_SECRET, key.engine, key.incarnation, admitted.body.gateway_generation);
   const signature = await signEnvelope(typeof secret === "string" ? secret : await secret, ts, body);
   const network = env.RELAY_NETWORK;
   const send = (signal?: AbortSignal): Promise<Response> =>

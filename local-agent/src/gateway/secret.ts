@@ -1,12 +1,24 @@
 /**
  * The engine's gateway secret, fetched from the exchange with the trainer token and kept.
- * The exchange derives it from its CLAIM_KEY_SECRET, so a rotated deployment secret shows up
- * here as bad signatures: then the secret is fetched again (at most every REFRESH_MS) and the
- * envelope checked once more.
+ * The exchange derives it from its CLAIM_KEY_SECRET, the engine's name and incarnation, and a
+ * generation that goes up when a trainer token is revoked (docs/relay.md, "Trust"): a rotated
+ * secret shows up here as bad signatures. Then the secret is fetched again (at most every
+ * REFRESH_MS, so that envelopes a stranger forges cost the exchange little) and the envelope
+ * checked once more. A secret older than MAX_AGE_MS is fetched again before it checks an
+ * envelope, so that an old secret (a revoked token's holder may have it) is not accepted long
+ * after a rotation, even while no call signed with the new one has come.
+ *
+ * What a rotation costs: the first call signed with the new secret fetches it and goes on; the
+ * calls still signed with the old one by the Worker's other isolates (for at most a second) are
+ * refused 401 and their clients call again. Only a rotation within REFRESH_MS of the last fetch
+ * has its calls refused until REFRESH_MS after that fetch.
  */
 import { describeError, type Logger } from "../log";
 
-const REFRESH_MS = 30_000;
+/** The least time between two fetches of the secret. */
+export const REFRESH_MS = 5_000;
+/** A secret fetched this long ago is fetched again before it checks an envelope. */
+export const MAX_AGE_MS = 60_000;
 
 export type SecretSource = {
   /** Runs `verify` (null: good) with the secret; a message starting "the gateway" when there is none yet. */
@@ -21,11 +33,15 @@ export function fixedSecret(secret: string): SecretSource {
 export class FetchedSecret implements SecretSource {
   private secret: string | null = null;
   private fetching: Promise<string | null> | null = null;
-  private fetchedAt = 0;
+  /** When the secret in hand was fetched, and when a fetch was last tried (whether it got one or not). */
+  private fetchedAt = Number.NEGATIVE_INFINITY;
+  private triedAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly fetchSecret: () => Promise<string>,
     private readonly logger: Logger,
+    /** The clock in ms; tests move it. */
+    private readonly now: () => number = () => Date.now(),
   ) {}
 
   /** Fetches now (at startup), so the first call does not wait for it. */
@@ -34,19 +50,26 @@ export class FetchedSecret implements SecretSource {
   }
 
   async check(verify: (secret: string) => Promise<string | null>): Promise<string | null> {
-    const secret = this.secret ?? (await this.refresh());
+    const secret = this.secret === null || (this.now() - this.fetchedAt >= MAX_AGE_MS && this.mayRefresh()) ? await this.refresh() : this.secret;
     if (secret === null) return "the gateway could not get its engine's secret from the exchange yet; try again";
     const why = await verify(secret);
-    if (why !== "bad signature" || Date.now() - this.fetchedAt < REFRESH_MS) return why;
+    if (why !== "bad signature" || !this.mayRefresh()) return why;
     const fresh = await this.refresh();
     return fresh === null || fresh === secret ? why : verify(fresh);
   }
 
+  /** Whether a fetch may go now: none tried within REFRESH_MS, or one is on its way already (joined). */
+  private mayRefresh(): boolean {
+    return this.fetching !== null || this.now() - this.triedAt >= REFRESH_MS;
+  }
+
   private refresh(): Promise<string | null> {
-    this.fetching ??= this.fetchSecret().then(
+    if (this.fetching !== null) return this.fetching;
+    this.triedAt = this.now();
+    this.fetching = this.fetchSecret().then(
       (s) => {
         this.secret = s;
-        this.fetchedAt = Date.now();
+        this.fetchedAt = this.now();
         this.fetching = null;
         return s;
       },

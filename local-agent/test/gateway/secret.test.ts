@@ -1,0 +1,88 @@
+/**
+ * The gateway's copy of its engine's secret (src/gateway/secret.ts) across a rotation: the
+ * exchange moves the secret on when a trainer token is revoked (docs/relay.md, "Trust"), and the
+ * Worker signs with the new one within a second. The clock is the test's.
+ */
+import { describe, expect, it } from "vitest";
+import { FetchedSecret, MAX_AGE_MS, REFRESH_MS } from "../../src/gateway/secret";
+import { silentLogger } from "../../src/log";
+
+/** The exchange's side: the secret it serves now, and how often it was asked. */
+function exchange(first: string) {
+  const ex = { secret: first, fetches: 0, down: false };
+  const fetchSecret = async (): Promise<string> => {
+    ex.fetches++;
+    if (ex.down) throw new Error("connect ECONNREFUSED");
+    return ex.secret;
+  };
+  return { ex, fetchSecret };
+}
+
+/** A gateway's secret on the test's clock, fetched from an exchange serving `first`. */
+function fetched(first: string) {
+  const clock = { t: 1_000_000 };
+  const { ex, fetchSecret } = exchange(first);
+  return { clock, ex, secret: new FetchedSecret(fetchSecret, silentLogger, () => clock.t) };
+}
+
+/** An envelope signed with `signedWith`, as the gateway checks it: good only with that secret. */
+const signedWith = (signedWith: string) => async (secret: string) => (secret === signedWith ? null : "bad signature");
+
+describe("gateway: its engine's secret across a rotation", () => {
+  it("takes the new secret at the first call signed with it, and refuses only the calls still signed with the old one", async () => {
+    const { clock, ex, secret } = fetched("s0");
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    clock.t += 10_000;
+    // A trainer token is revoked: the exchange serves s1, and the Worker signs with it.
+    ex.secret = "s1";
+    expect(await secret.check(signedWith("s1"))).toBeNull();
+    expect(ex.fetches).toBe(2);
+    // For up to a second, another isolate of the Worker still signs with s0: refused, and no fetch for each.
+    for (let i = 0; i < 5; i++) expect(await secret.check(signedWith("s0"))).toBe("bad signature");
+    expect(ex.fetches).toBe(2);
+    expect(await secret.check(signedWith("s1"))).toBeNull();
+  });
+
+  it("refuses a rotation's calls for at most REFRESH_MS after the last fetch, and lets forged envelopes cost one fetch per REFRESH_MS", async () => {
+    const { clock, ex, secret } = fetched("s0");
+    secret.prefetch();
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    // A stranger's forgeries: one fetch, then none until REFRESH_MS has passed.
+    clock.t += REFRESH_MS;
+    expect(await secret.check(signedWith("forged"))).toBe("bad signature");
+    ex.secret = "s1";
+    clock.t += REFRESH_MS - 1;
+    for (let i = 0; i < 10; i++) expect(await secret.check(signedWith("forged"))).toBe("bad signature");
+    expect(ex.fetches).toBe(2);
+    // The rotation came right after that fetch: its calls are refused until REFRESH_MS after it.
+    expect(await secret.check(signedWith("s1"))).toBe("bad signature");
+    clock.t += 1;
+    expect(await secret.check(signedWith("s1"))).toBeNull();
+    expect(ex.fetches).toBe(3);
+  });
+
+  it("fetches a secret older than MAX_AGE_MS again before it accepts anything: an old secret's holder is refused though no new call came", async () => {
+    const { clock, ex, secret } = fetched("s0");
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    ex.secret = "s1";
+    clock.t += MAX_AGE_MS - 1;
+    // Still the secret in hand: within MAX_AGE_MS of its fetch, the old one is taken.
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    clock.t += 1;
+    expect(await secret.check(signedWith("s0"))).toBe("bad signature");
+    expect(await secret.check(signedWith("s1"))).toBeNull();
+    expect(ex.fetches).toBe(2);
+  });
+
+  it("keeps serving with the secret in hand while the exchange cannot be reached, asking it at most once per REFRESH_MS", async () => {
+    const { clock, ex, secret } = fetched("s0");
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    ex.down = true;
+    clock.t += MAX_AGE_MS;
+    for (let i = 0; i < 10; i++) expect(await secret.check(signedWith("s0"))).toBeNull();
+    expect(ex.fetches).toBe(2);
+    clock.t += REFRESH_MS;
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    expect(ex.fetches).toBe(3);
+  });
+});

@@ -1,0 +1,11 @@
+/**
+ * For tests of one engine migration on an engine that has them all: sets the schema version
+ * back to just before migration `next` and undoes what the later migrations added that cannot
+ * be run twice (an ALTER TABLE ADD COLUMN), so that migrateEngine runs `next` and every one after
+ * it again. A migration appended that cannot run twice adds its undoing here.
+ */
+export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 17: episodes.claimed_by.
+  if (next <= 17) sql.exec("ALTER TABLE episodes DROP COLUMN claimed_by");
+  sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(next - 1));
+}
