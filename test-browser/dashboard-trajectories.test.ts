@@ -211,6 +211,11 @@ describe("trajectories on the dashboard", () => {
   it("lists one global step's trajectories when its point on the reward chart is clicked", async () => {
     const { history, run } = await engine.as("viewer").getRewardHistory();
     expect(history.map((h) => h.global_step)).toEqual([1, 2]);
+    // Refreshes leave the chart as it is while its data is: a point replaced between the press and
+    // the release of a click loses the click.
+    const point = await page.$('#reward-chart circle.point[data-step="1"]');
+    await refreshesLater(page, 2);
+    expect(await point?.evaluate((el) => el.isConnected)).toBe(true);
     await page.click('#reward-chart circle.point[data-step="1"]');
     await page.waitForSelector('#trajectories-filter[data-global-step="1"]');
     await page.waitForFunction(() => document.querySelectorAll("#trajectories-table tbody tr").length === 3);

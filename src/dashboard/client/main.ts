@@ -44,6 +44,12 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
   let cursors: (string | null)[] = [null];
   /** The run of the history whose reward curve is shown; null: the current one, whichever it is. */
   let shownRun: number | null = null;
+  /**
+   * What the reward panel was last drawn from. It is drawn again only when that changes: a panel
+   * replaced under the pointer loses a click whose press and release straddle the refresh, and
+   * the chart's points are what a reader clicks.
+   */
+  let rewardsDrawnFrom = "";
   let timer: number | null = null;
   let inFlight = false;
   let again = false;
@@ -166,7 +172,11 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       };
       const listed = historyRuns.ok ? historyRuns.value.runs : [];
       const run = history.value.run ?? null;
-      byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, run, pick, (step) => d.trajectories.filterStep(run, step)));
+      const from = JSON.stringify([engine, history.value, listed, run]);
+      if (from !== rewardsDrawnFrom) {
+        rewardsDrawnFrom = from;
+        byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, run, pick, (step) => d.trajectories.filterStep(run, step)));
+      }
     } else if (shownRun !== null) {
       // The run picked is gone (the engine was made again): back to the current one.
       shownRun = null;
