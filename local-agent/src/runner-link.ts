@@ -97,7 +97,9 @@ export async function sendToRunner(addr: string, message: string, opts: SendOpti
         pending = receiveReply(sock).then((r) => (got = r));
       }
       const waited = new AbortController();
-      const timedOut = clock.sleep(opts.timeoutMs, AbortSignal.any([waited.signal, ...(opts.signal ? [opts.signal] : [])])).then(() => null);
+      // The wait's own signal only: an abort closes the socket (onAbort), which ends `pending`, and a
+      // signal tied to the agent's lifetime one on every attempt would be kept as long as it lives.
+      const timedOut = clock.sleep(opts.timeoutMs, waited.signal).then(() => null);
       let reply = await Promise.race([pending, timedOut]);
       waited.abort();
       if (reply === null) {

@@ -62,6 +62,27 @@ const BLANK_LINE = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/;
 
 const NO_ANSWER: AnswerParts = { message: null, finishReason: null, usage: null, error: null };
 
+/** An event's data lines, joined by LF (SSE), as a JSON object; null when it has none or they are not one. */
+function eventValue(block: string): Obj | null {
+  const data = block.split("\n").filter((l) => l.startsWith("data:"));
+  return data.length === 0 ? null : parseObject(data.map((l) => l.slice(l.startsWith("data: ") ? 6 : 5)).join("\n").trim());
+}
+
+/** The first OpenAI error among the whole events of `text`, or null. */
+function streamError(text: string): string | null {
+  let rest = text;
+  for (let end = eventEnd(rest); end !== null; end = eventEnd(rest)) {
+    const value = eventValue(rest.slice(0, end.at).replace(/\r\n?/g, "\n"));
+    const error = value === null ? null : errorOf(value);
+    if (error !== null) return error;
+    rest = rest.slice(end.next);
+  }
+  return null;
+}
+
+/** What a piece of a stream holds when it carries an OpenAI error. */
+const ERROR_FIELD = '"error"';
+
 function parseObject(text: string): Obj | null {
   try {
     const v: unknown = JSON.parse(text);
@@ -158,7 +179,13 @@ export class CallTap {
    * rewrite goes on as it came, line ends and all; one it rewrites goes on with LF.
    */
   chunk(piece: Buffer): Buffer | string {
-    if (this.statusOnly) return piece;
+    if (this.statusOnly) {
+      // Capture off reads nothing of the answer but whether it failed: an error event in a 200
+      // stream fails the call, as it does a captured one, and a failed call is no turn (no stub:
+      // recorder.ts). Only a piece that names an error is read; upstreams send whole events per chunk.
+      if (this.error === null && piece.includes(ERROR_FIELD)) this.error = streamError(piece.toString("utf8"));
+      return piece;
+    }
     const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
     s.pending += s.decoder.write(piece);
     let out = "";
@@ -189,10 +216,7 @@ export class CallTap {
    */
   private event(rawBlock: string, assembly: StreamAssembly): string | null {
     const block = rawBlock.replace(/\r\n?/g, "\n");
-    const lines = block.split("\n");
-    const data = lines.filter((l) => l.startsWith("data:"));
-    if (data.length === 0) return block;
-    const answer = parseObject(data.map((l) => l.slice(l.startsWith("data: ") ? 6 : 5)).join("\n").trim());
+    const answer = eventValue(block);
     if (answer === null) return block;
     assembly.read(answer);
     this.collector?.read(answer);
@@ -200,6 +224,7 @@ export class CallTap {
     if (this.rewrite === null) return block;
     stripTokenFields(answer, this.rewrite.asked);
     // One data line for the value, where its first line was.
+    const lines = block.split("\n");
     const first = lines.findIndex((l) => l.startsWith("data:"));
     return lines.flatMap((l, i) => (i === first ? [`data: ${JSON.stringify(answer)}`] : l.startsWith("data:") ? [] : [l])).join("\n");
   }

@@ -29,7 +29,11 @@ export class RunProcess {
   detail = "";
   private child: ChildProcess | null = null;
   /** Adopted, and its pid no longer names it: what runs under that pid is not ours to stop. */
-  gone = false;
+  private isGone = false;
+
+  get gone(): boolean {
+    return this.isGone;
+  }
 
   constructor(
     readonly name: string,
@@ -52,7 +56,7 @@ export class RunProcess {
     p.procStartedAt = startedAt;
     p.state = "ready";
     if (!isOurGroup(pid, startedAt)) {
-      p.gone = true;
+      p.isGone = true;
       p.exit = { code: null, signal: null };
       p.endedAt = clock.now();
       if (groupAlive(pid)) p.detail = `ended while no agent ran; pid ${pid} now belongs to another process, which was left alone`;
@@ -121,7 +125,7 @@ export class RunProcess {
 
   /** SIGTERM to the group, SIGKILL after `graceMs`; resolves once the whole group is gone. */
   async stop(graceMs: number): Promise<void> {
-    if (this.pid === null || this.gone || (!groupAlive(this.pid) && this.ended())) {
+    if (this.pid === null || this.isGone || (!groupAlive(this.pid) && this.ended())) {
       if (this.state === "starting" || this.state === "ready") this.state = "exited";
       return;
     }
