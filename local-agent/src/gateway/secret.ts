@@ -4,15 +4,19 @@
  * generation that goes up when a trainer token is revoked (docs/relay.md, "Trust"): a rotated
  * secret shows up here as bad signatures. Then the secret is fetched again (at most every
  * REFRESH_MS, so that envelopes a stranger forges cost the exchange little) and the envelope
- * checked once more. A secret older than MAX_AGE_MS is fetched again before it checks an
- * envelope, so that an old secret (a revoked token's holder may have it) is not accepted long
- * after a rotation, even while no call signed with the new one has come.
+ * checked once more. A secret MAX_AGE_MS old is fetched again, in the background (the calls go
+ * on with the one in hand meanwhile, so a slow exchange stalls none), so that an old secret (a
+ * revoked token's holder may have it) is not accepted long after a rotation, even while no call
+ * signed with the new one has come. An exchange that refuses the agent's own token (401, 403:
+ * revoked) leaves it no secret at all: every call is refused until a fetch succeeds, tried at
+ * most every REFRESH_MS.
  *
  * What a rotation costs: the first call signed with the new secret fetches it and goes on; the
  * calls still signed with the old one by the Worker's other isolates (for at most a second) are
  * refused 401 and their clients call again. Only a rotation within REFRESH_MS of the last fetch
- * has its calls refused until REFRESH_MS after that fetch.
+ * attempt has its calls refused until REFRESH_MS after that attempt.
  */
+import { ExchangeError } from "../../../src/client";
 import { describeError, type Logger } from "../log";
 
 /** The least time between two fetches of the secret. */
@@ -50,7 +54,8 @@ export class FetchedSecret implements SecretSource {
   }
 
   async check(verify: (secret: string) => Promise<string | null>): Promise<string | null> {
-    const secret = this.secret === null || (this.now() - this.fetchedAt >= MAX_AGE_MS && this.mayRefresh()) ? await this.refresh() : this.secret;
+    if (this.secret !== null && this.now() - this.fetchedAt >= MAX_AGE_MS && this.mayRefresh()) void this.refresh();
+    const secret = this.secret ?? (this.mayRefresh() ? await this.refresh() : null);
     if (secret === null) return "the gateway could not get its engine's secret from the exchange yet; try again";
     const why = await verify(secret);
     if (why !== "bad signature" || !this.mayRefresh()) return why;
@@ -75,6 +80,8 @@ export class FetchedSecret implements SecretSource {
       },
       (e: unknown) => {
         this.logger.warn(`gateway: cannot fetch the engine's gateway secret: ${describeError(e)}`);
+        // The agent's own token refused: the secret in hand may be one a revoked token's holder has.
+        if (e instanceof ExchangeError && (e.status === 401 || e.status === 403)) this.secret = null;
         this.fetching = null;
         return this.secret;
       },

@@ -68,16 +68,23 @@ function eventValue(block: string): Obj | null {
   return data.length === 0 ? null : parseObject(data.map((l) => l.slice(l.startsWith("data: ") ? 6 : 5)).join("\n").trim());
 }
 
-/** The first OpenAI error among the whole events of `text`, or null. */
+/**
+ * The first OpenAI error among the events of `text`, or null. The gateway hands the tap whole
+ * events (SseRedaction), the stream's last one perhaps without its blank line: read as one too.
+ */
 function streamError(text: string): string | null {
   let rest = text;
   for (let end = eventEnd(rest); end !== null; end = eventEnd(rest)) {
-    const value = eventValue(rest.slice(0, end.at).replace(/\r\n?/g, "\n"));
-    const error = value === null ? null : errorOf(value);
+    const error = eventError(rest.slice(0, end.at));
     if (error !== null) return error;
     rest = rest.slice(end.next);
   }
-  return null;
+  return rest.trim() === "" ? null : eventError(rest);
+}
+
+function eventError(block: string): string | null {
+  const value = eventValue(block.replace(/\r\n?/g, "\n"));
+  return value === null ? null : errorOf(value);
 }
 
 /** What a piece of a stream holds when it carries an OpenAI error. */
@@ -182,7 +189,7 @@ export class CallTap {
     if (this.statusOnly) {
       // Capture off reads nothing of the answer but whether it failed: an error event in a 200
       // stream fails the call, as it does a captured one, and a failed call is no turn (no stub:
-      // recorder.ts). Only a piece that names an error is read; upstreams send whole events per chunk.
+      // recorder.ts). Only a piece that names an error is read; the gateway's redaction hands on whole events.
       if (this.error === null && piece.includes(ERROR_FIELD)) this.error = streamError(piece.toString("utf8"));
       return piece;
     }

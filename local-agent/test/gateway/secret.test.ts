@@ -4,19 +4,24 @@
  * Worker signs with the new one within a second. The clock is the test's.
  */
 import { describe, expect, it } from "vitest";
+import { ExchangeError } from "../../../src/client";
 import { FetchedSecret, MAX_AGE_MS, REFRESH_MS } from "../../src/gateway/secret";
 import { silentLogger } from "../../src/log";
 
 /** The exchange's side: the secret it serves now, and how often it was asked. */
 function exchange(first: string) {
-  const ex = { secret: first, fetches: 0, down: false };
+  const ex = { secret: first, fetches: 0, down: false, refusing: false };
   const fetchSecret = async (): Promise<string> => {
     ex.fetches++;
     if (ex.down) throw new Error("connect ECONNREFUSED");
+    if (ex.refusing) throw new ExchangeError(401, "invalid_token", "The token is not valid for engine 'e' (unknown or revoked).");
     return ex.secret;
   };
   return { ex, fetchSecret };
 }
+
+/** Lets a fetch started in the background settle. */
+const settled = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 /** A gateway's secret on the test's clock, fetched from an exchange serving `first`. */
 function fetched(first: string) {
@@ -61,17 +66,54 @@ describe("gateway: its engine's secret across a rotation", () => {
     expect(ex.fetches).toBe(3);
   });
 
-  it("fetches a secret older than MAX_AGE_MS again before it accepts anything: an old secret's holder is refused though no new call came", async () => {
+  it("fetches a secret MAX_AGE_MS old again in the background: an old secret's holder is refused once it came, though no new call did", async () => {
     const { clock, ex, secret } = fetched("s0");
     expect(await secret.check(signedWith("s0"))).toBeNull();
     ex.secret = "s1";
     clock.t += MAX_AGE_MS - 1;
     // Still the secret in hand: within MAX_AGE_MS of its fetch, the old one is taken.
     expect(await secret.check(signedWith("s0"))).toBeNull();
+    expect(ex.fetches).toBe(1);
     clock.t += 1;
+    // This call goes on with the copy in hand while the fetch is under way; the calls after it have the new one.
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    expect(ex.fetches).toBe(2);
+    await settled();
     expect(await secret.check(signedWith("s0"))).toBe("bad signature");
     expect(await secret.check(signedWith("s1"))).toBeNull();
     expect(ex.fetches).toBe(2);
+  });
+
+  it("stalls no call on a slow exchange once its copy is MAX_AGE_MS old", async () => {
+    const clock = { t: 1_000_000 };
+    let hang = false;
+    const secret = new FetchedSecret(() => (hang ? new Promise<string>(() => {}) : Promise.resolve("s0")), silentLogger, () => clock.t);
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    hang = true;
+    clock.t += MAX_AGE_MS;
+    // It waited for the exchange's answer, as long as the agent's request timeout.
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+  });
+
+  it("refuses every call once the exchange refuses the agent's own token (revoked): the secret in hand may be a revoked token holder's", async () => {
+    const { clock, ex, secret } = fetched("s0");
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    // The agent's trainer token is revoked: the exchange moves on to s1 and answers the agent 401.
+    ex.refusing = true;
+    clock.t += MAX_AGE_MS;
+    await secret.check(signedWith("s0"));
+    await settled();
+    // The old copy was kept for ever, and the leaked token's holder, who has s0, let in.
+    expect(await secret.check(signedWith("s0"))).toMatch(/could not get its engine's secret/);
+    expect(ex.fetches).toBe(2);
+    // Without a secret, a fetch at most every REFRESH_MS: forged envelopes cost the exchange little.
+    for (let i = 0; i < 10; i++) expect(await secret.check(signedWith("forged"))).toMatch(/could not get/);
+    expect(ex.fetches).toBe(2);
+    clock.t += REFRESH_MS;
+    ex.refusing = false;
+    ex.secret = "s2";
+    expect(await secret.check(signedWith("s2"))).toBeNull();
+    expect(ex.fetches).toBe(3);
   });
 
   it("keeps serving with the secret in hand while the exchange cannot be reached, asking it at most once per REFRESH_MS", async () => {

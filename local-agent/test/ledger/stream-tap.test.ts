@@ -157,3 +157,19 @@ describe("the call tap on streamed answers", () => {
     expect(events.slice(0, -1).some((e) => e["usage"] != null)).toBe(false);
   });
 });
+
+describe("gateway tap: capture off reads a stream only for its error", () => {
+  it("fails a call whose stream's last event, without its blank line, is an error, as with capture on", () => {
+    const last = Buffer.from(`data: ${JSON.stringify({ error: { message: "the model crashed", code: 500 } })}\n`);
+    const errors = (["messages", "off"] as const).map((capture) => {
+      const env = envelope({ request: { model: "tiny", messages: [{ role: "user", content: "a" }], stream: true }, call: callContext(capture) });
+      const tap = new CallTap({ ...env, request: env.request! }, callContext(capture), null, null, () => 0, 0);
+      tap.answering(200);
+      // What the gateway's redaction hands on at the stream's end: its last event as it came.
+      tap.chunk(last);
+      tap.endStream();
+      return tap.finish(false).error;
+    });
+    expect(errors).toEqual(["500: the model crashed", "500: the model crashed"]);
+  });
+});

@@ -172,14 +172,16 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       };
       const listed = historyRuns.ok ? historyRuns.value.runs : [];
       const run = history.value.run ?? null;
-      const from = JSON.stringify([engine, history.value, listed, run]);
+      const from = JSON.stringify([engine, history.value, listed]);
       if (from !== rewardsDrawnFrom) {
         rewardsDrawnFrom = from;
         byId("rewards").replaceChildren(d.activityView.rewards(history.value.history, listed, run, pick, (step) => d.trajectories.filterStep(run, step)));
       }
     } else if (shownRun !== null) {
-      // The run picked is gone (the engine was made again): back to the current one.
+      // The run picked is gone (the engine was made again): back to the current one, drawn anew
+      // though its data may be what was drawn before the pick.
       shownRun = null;
+      rewardsDrawnFrom = "";
     }
     if (running.ok) {
       // A page that emptied under us (episodes ended) sends the reader back to the first page.
