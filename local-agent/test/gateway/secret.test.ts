@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { ExchangeError } from "../../../src/client";
-import { FetchedSecret, MAX_AGE_MS, REFRESH_MS } from "../../src/gateway/secret";
+import { FetchedSecret, MAX_AGE_MS, REFRESH_MS, ROTATION_GRACE_MS } from "../../src/gateway/secret";
 import { silentLogger } from "../../src/log";
 
 /** The exchange's side: the secret it serves now, and how often it was asked. */
@@ -34,7 +34,7 @@ function fetched(first: string) {
 const signedWith = (signedWith: string) => async (secret: string) => (secret === signedWith ? null : "bad signature");
 
 describe("gateway: its engine's secret across a rotation", () => {
-  it("takes the new secret at the first call signed with it, and refuses only the calls still signed with the old one", async () => {
+  it("takes the new secret at the first call signed with it, and the old one for ROTATION_GRACE_MS more, while the Worker's other isolates still sign with it", async () => {
     const { clock, ex, secret } = fetched("s0");
     expect(await secret.check(signedWith("s0"))).toBeNull();
     clock.t += 10_000;
@@ -42,28 +42,60 @@ describe("gateway: its engine's secret across a rotation", () => {
     ex.secret = "s1";
     expect(await secret.check(signedWith("s1"))).toBeNull();
     expect(ex.fetches).toBe(2);
-    // For up to a second, another isolate of the Worker still signs with s0: refused, and no fetch for each.
-    for (let i = 0; i < 5; i++) expect(await secret.check(signedWith("s0"))).toBe("bad signature");
+    // For up to a second, another isolate of the Worker still signs with s0: served, and no fetch for each.
+    clock.t += ROTATION_GRACE_MS - 1;
+    for (let i = 0; i < 5; i++) expect(await secret.check(signedWith("s0"))).toBeNull();
     expect(ex.fetches).toBe(2);
+    // Past the grace, s0 is refused (after one more fetch, which finds nothing newer).
+    clock.t += 1;
+    expect(await secret.check(signedWith("s0"))).toBe("bad signature");
+    expect(await secret.check(signedWith("s0"))).toBe("bad signature");
     expect(await secret.check(signedWith("s1"))).toBeNull();
   });
 
-  it("refuses a rotation's calls for at most REFRESH_MS after the last fetch, and lets forged envelopes cost one fetch per REFRESH_MS", async () => {
-    const { clock, ex, secret } = fetched("s0");
+  it("makes a call signed just after a fetch wait for the next fetch rather than refusing it, and lets forged envelopes cost one fetch per REFRESH_MS", async () => {
+    const clock = { t: 1_000_000 };
+    const slept: number[] = [];
+    const { ex, fetchSecret } = exchange("s0");
+    const sleep = async (ms: number): Promise<void> => {
+      slept.push(ms);
+      clock.t += ms;
+    };
+    const secret = new FetchedSecret(fetchSecret, silentLogger, () => clock.t, sleep);
     secret.prefetch();
     expect(await secret.check(signedWith("s0"))).toBeNull();
-    // A stranger's forgeries: one fetch, then none until REFRESH_MS has passed.
     clock.t += REFRESH_MS;
+    // A stranger's forgery: one fetch, which finds nothing newer.
     expect(await secret.check(signedWith("forged"))).toBe("bad signature");
-    ex.secret = "s1";
-    clock.t += REFRESH_MS - 1;
-    for (let i = 0; i < 10; i++) expect(await secret.check(signedWith("forged"))).toBe("bad signature");
     expect(ex.fetches).toBe(2);
-    // The rotation came right after that fetch: its calls are refused until REFRESH_MS after it.
-    expect(await secret.check(signedWith("s1"))).toBe("bad signature");
-    clock.t += 1;
+    // The rotation comes 300 ms after that fetch: its first call waits the rest of REFRESH_MS, then is served.
+    ex.secret = "s1";
+    clock.t += 300;
     expect(await secret.check(signedWith("s1"))).toBeNull();
+    expect(slept).toEqual([REFRESH_MS - 300]);
     expect(ex.fetches).toBe(3);
+    // Forgeries one after another: each waits its turn, one fetch per REFRESH_MS.
+    const from = clock.t;
+    for (let i = 0; i < 10; i++) expect(await secret.check(signedWith("forged"))).toBe("bad signature");
+    expect(ex.fetches - 3).toBe(10);
+    expect(clock.t - from).toBe(10 * REFRESH_MS);
+  });
+
+  it("makes the calls that wait together for a fetch share it", async () => {
+    const clock = { t: 1_000_000 };
+    const wakes: (() => void)[] = [];
+    const { ex, fetchSecret } = exchange("s0");
+    const sleep = (): Promise<void> => new Promise((r) => wakes.push(r));
+    const secret = new FetchedSecret(fetchSecret, silentLogger, () => clock.t, sleep);
+    expect(await secret.check(signedWith("s0"))).toBeNull();
+    ex.secret = "s1";
+    const calls = Array.from({ length: 10 }, () => secret.check(signedWith("s1")));
+    await settled();
+    expect(wakes).toHaveLength(10);
+    clock.t += REFRESH_MS;
+    for (const wake of wakes) wake();
+    expect(await Promise.all(calls)).toEqual(Array(10).fill(null));
+    expect(ex.fetches).toBe(2);
   });
 
   it("fetches a secret MAX_AGE_MS old again in the background: an old secret's holder is refused once it came, though no new call did", async () => {
@@ -79,9 +111,11 @@ describe("gateway: its engine's secret across a rotation", () => {
     expect(await secret.check(signedWith("s0"))).toBeNull();
     expect(ex.fetches).toBe(2);
     await settled();
-    expect(await secret.check(signedWith("s0"))).toBe("bad signature");
     expect(await secret.check(signedWith("s1"))).toBeNull();
     expect(ex.fetches).toBe(2);
+    // The Worker's other isolates may have signed with s0 up to a second ago: taken for ROTATION_GRACE_MS.
+    clock.t += ROTATION_GRACE_MS;
+    expect(await secret.check(signedWith("s0"))).toBe("bad signature");
   });
 
   it("stalls no call on a slow exchange once its copy is MAX_AGE_MS old", async () => {
