@@ -5,6 +5,7 @@
  */
 import { env, exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { cachedTokenHash } from "../src/http/engine-caller";
 import { admin, ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
@@ -265,6 +266,19 @@ describe("access", () => {
   it("answers unknown routes with a JSON 404", async () => {
     const res = await raw("/nope");
     expect(res).toMatchObject({ status: 404, json: { error: "not_found" } });
+  });
+
+  it("keeps no long token a stranger sends in the Worker's memory (it is filled before the engine checks a token)", async () => {
+    const e = await createEngine();
+    const tokens = Array.from({ length: 50 }, (_, i) => `${i.toString(36)}-${"A".repeat(32 * 1024)}`);
+    for (const token of tokens) {
+      expect(await raw(`/e/no-such-engine-long-token/get_engine_status`, { token })).toMatchObject({ status: 404 });
+      expect(await raw(`/e/${e.name}/get_engine_status`, { token })).toMatchObject({ status: 401, json: { error: "invalid_token" } });
+    }
+    expect(tokens.filter((t) => cachedTokenHash(t) !== undefined)).toEqual([]);
+    // The exchange's own tokens are cached as before.
+    expect(await raw(`/e/${e.name}/get_engine_status`, { token: e.tokens.viewer })).toMatchObject({ status: 200 });
+    expect(cachedTokenHash(e.tokens.viewer)).toBeDefined();
   });
 });
 

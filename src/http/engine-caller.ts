@@ -17,11 +17,20 @@ import { cachedEngineStub, engineStub } from "./engine-stub";
 export type Credentials = { engine: string; caller: Caller; stub: DurableObjectStub<EngineObject>; origin: string };
 
 const hashCache = new Map<string, string>();
+/** Entries the cache holds before it starts over. */
+const MAX_CACHED_TOKENS = 10_000;
+/**
+ * The longest token kept in the cache. The exchange's tokens are about 45 characters; a caller
+ * may send any header, and unchecked ones (the cache is filled before the engine checks a
+ * token) of 32 KB each would fill an isolate's 128 MB long before the count bound.
+ */
+const MAX_CACHED_TOKEN_CHARS = 256;
 
 /** Token hashes are deterministic, so caching them is safe; revocation is checked by the engine. */
 export async function hashAndCache(token: string): Promise<string> {
   const h = await hashToken(token);
-  if (hashCache.size > 10_000) hashCache.clear();
+  if (token.length > MAX_CACHED_TOKEN_CHARS) return h;
+  if (hashCache.size >= MAX_CACHED_TOKENS) hashCache.clear();
   hashCache.set(token, h);
   return h;
 }
