@@ -7,6 +7,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import { recordCalls } from "../src/ledger/ingest";
+import { summaryPage } from "../src/ledger/read";
 import { MAX_CALLS_PER_BATCH, type CallRecord } from "../src/protocol/ledger";
 import { D1_MAX_ROW_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { packFloats, packInts } from "../src/protocol/packed";
@@ -713,5 +714,52 @@ describe("ledger: what D1 holds", () => {
     expect(await recordCalls(db, env.LEDGER, engine, batch, Date.UTC(2098, 11, 31))).toEqual({ recorded: 0, duplicates: 500 });
     const stored = await env.DB.prepare("SELECT COUNT(*) AS n, MIN(LENGTH(error)) AS shortest FROM llm_calls WHERE engine = ?").bind(engine.name).first<{ n: number; shortest: number }>();
     expect(stored).toEqual({ n: 500, shortest: 2000 });
+  });
+
+  it("reads a page of an early run without walking every later trajectory", async () => {
+    const engine = `run-pages-${crypto.randomUUID().slice(0, 8)}`;
+    // Run 1: 40 rows written before runs (run NULL) and 60 with run 1; then 20,000 rows of later runs.
+    await env.DB.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < 20100)
+       INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, run, reward, is_success, workflow_output, ended_at, outcome)
+       SELECT ?1, 'ep-' || i, 1, 'c', 't', 'train', i / 100, CASE WHEN i < 40 THEN NULL WHEN i < 100 THEN 1 ELSE 2 + (i - 100) / 1000 END, 1.0, 1, '{}', 1000000 + i, 'ended' FROM n`,
+    )
+      .bind(engine)
+      .run();
+    const read = { rows: 0 };
+    const db = new Proxy(env.DB, {
+      get: (target, prop) =>
+        prop === "prepare"
+          ? (sql: string) => {
+              const statement = target.prepare(sql);
+              return new Proxy(statement, {
+                get: (st, p) =>
+                  p === "bind"
+                    ? (...values: unknown[]) => {
+                        const bound = st.bind(...values);
+                        return Object.assign(Object.create(bound) as D1PreparedStatement, {
+                          all: async <T,>() => {
+                            const r = await bound.all<T>();
+                            read.rows += r.meta.rows_read;
+                            return r;
+                          },
+                        });
+                      }
+                    : Reflect.get(st, p),
+              });
+            }
+          : Reflect.get(target, prop),
+    });
+    const pages: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await summaryPage(db, engine, { run: 1 }, cursor, 30);
+      if ("ok" in page) throw new Error(`refused: ${JSON.stringify(page)}`);
+      pages.push(...page.rows.map((r) => r.episode_uuid));
+      cursor = page.next ?? undefined;
+    } while (cursor !== undefined);
+    expect(pages).toEqual(Array.from({ length: 100 }, (_, i) => `ep-${99 - i}`));
+    // The run's own rows and their cursors' neighbours, not the 20,000 after them.
+    expect(read.rows).toBeLessThan(1_000);
   });
 });

@@ -64,6 +64,10 @@ export const trajectories = sqliteTable(
     index("trajectories_run_idx").on(t.engine, t.run, t.globalStep),
     // The trajectory list's order, newest first, and its keyset cursor.
     index("trajectories_ended_idx").on(t.engine, t.endedAt, t.id),
+    // The same within a run, as the list filters it (src/ledger/read.ts): the expression, not
+    // the column, so rows written before runs need no backfill. Without it a page of an early
+    // run walked every later trajectory.
+    index("trajectories_run_ended_idx").on(t.engine, sql`COALESCE(${t.run}, 1)`, t.endedAt, t.id),
   ],
 );
 
