@@ -48,8 +48,11 @@ export class FetchedSecret implements SecretSource {
   constructor(
     private readonly fetchSecret: () => Promise<string>,
     private readonly logger: Logger,
-    /** The clock in ms, and a wait on it; tests move it. */
-    private readonly now: () => number = () => Date.now(),
+    /**
+     * The clock in ms, and a wait on it; tests move it. Monotonic: NTP stepping the host's wall
+     * clock back an hour would otherwise keep an old secret an hour, and make a call wait one.
+     */
+    private readonly now: () => number = () => performance.now(),
     private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
   ) {}
 

@@ -3,7 +3,7 @@
  * exchange moves the secret on when a trainer token is revoked (docs/relay.md, "Trust"), and the
  * Worker signs with the new one within a second. The clock is the test's.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ExchangeError } from "../../../src/client";
 import { FetchedSecret, MAX_AGE_MS, REFRESH_MS, ROTATION_GRACE_MS } from "../../src/gateway/secret";
 import { silentLogger } from "../../src/log";
@@ -23,11 +23,14 @@ function exchange(first: string) {
 /** Lets a fetch started in the background settle. */
 const settled = (): Promise<void> => new Promise((r) => setImmediate(r));
 
-/** A gateway's secret on the test's clock, fetched from an exchange serving `first`. */
+/** A gateway's secret on the test's clock (a wait moves it), fetched from an exchange serving `first`. */
 function fetched(first: string) {
   const clock = { t: 1_000_000 };
   const { ex, fetchSecret } = exchange(first);
-  return { clock, ex, secret: new FetchedSecret(fetchSecret, silentLogger, () => clock.t) };
+  const sleep = async (ms: number): Promise<void> => {
+    clock.t += ms;
+  };
+  return { clock, ex, secret: new FetchedSecret(fetchSecret, silentLogger, () => clock.t, sleep) };
 }
 
 /** An envelope signed with `signedWith`, as the gateway checks it: good only with that secret. */
@@ -160,5 +163,33 @@ describe("gateway: its engine's secret across a rotation", () => {
     clock.t += REFRESH_MS;
     expect(await secret.check(signedWith("s0"))).toBeNull();
     expect(ex.fetches).toBe(3);
+  });
+
+  describe("on the host's clocks", () => {
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it("measures ages on a monotonic clock: NTP stepping the wall clock back an hour stretches neither the copy's age nor a call's wait", async () => {
+      vi.useFakeTimers({ toFake: ["Date", "performance", "setTimeout"] });
+      const t0 = Date.UTC(2026, 0, 1, 12);
+      vi.setSystemTime(t0);
+      const { ex, fetchSecret } = exchange("s0");
+      const secret = new FetchedSecret(fetchSecret, silentLogger);
+      expect(await secret.check(signedWith("s0"))).toBeNull();
+      // chrony corrects a host clock that ran an hour fast: Date goes back, performance.now() does not.
+      vi.setSystemTime(t0 - 3_600_000);
+      await vi.advanceTimersByTimeAsync(MAX_AGE_MS);
+      expect(await secret.check(signedWith("s0"))).toBeNull();
+      await settled();
+      // The copy was a minute old, by the clock that does not step: fetched again.
+      expect(ex.fetches).toBe(2);
+      // A rotation right after that fetch: its first call waits for the next fetch, a second at most.
+      ex.secret = "s1";
+      const call = secret.check(signedWith("s1"));
+      await vi.advanceTimersByTimeAsync(REFRESH_MS);
+      expect(await call).toBeNull();
+      expect(ex.fetches).toBe(3);
+    });
   });
 });
