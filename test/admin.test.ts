@@ -1,6 +1,9 @@
 import { env } from "cloudflare:workers";
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { EngineClient } from "../src/client";
+import type { Env } from "../src/env";
+import worker from "../src/index";
 import { admin, createEngine, raw, rollingWith, uniqueName, ADMIN_TOKEN, ORIGIN, workerFetch } from "./support/harness";
 
 describe("admin: engines and tokens", () => {
@@ -88,6 +91,26 @@ describe("admin: engines and tokens", () => {
     const wrong = await raw("/admin/engines", { token: e.tokens.operator, body: JSON.stringify({ name }) });
     expect(wrong.status).toBe(403);
     expect((await admin.listEngines()).engines.map((x) => x.name)).not.toContain(name);
+  });
+
+  it("says a deployment without ADMIN_TOKEN lacks the secret, not that the caller's token is wrong, and still serves engine tokens", async () => {
+    const e = await createEngine("noadmin");
+    // A secret never put is undefined in the Worker's env; one put empty is "".
+    for (const unset of [undefined as unknown as string, ""]) {
+      const fetchUnset = async (path: string, init: RequestInit) => {
+        const ctx = createExecutionContext();
+        const res = await worker.fetch(new Request(`${ORIGIN}${path}`, init) as Request<unknown, IncomingRequestCfProperties>, { ...(env as unknown as Env), ADMIN_TOKEN: unset }, ctx);
+        const body = (await res.json()) as Record<string, unknown>;
+        await waitOnExecutionContext(ctx);
+        return { status: res.status, body };
+      };
+      const name = uniqueName("noadmin");
+      const refused = await fetchUnset("/admin/engines", { method: "POST", headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" }, body: JSON.stringify({ name }) });
+      expect(refused).toEqual({ status: 500, body: { error: "misconfigured", detail: expect.stringMatching(/^ADMIN_TOKEN is not configured/) } });
+      expect(refused.body["detail"]).toContain("wrangler secret put ADMIN_TOKEN");
+      expect((await admin.listEngines()).engines.map((x) => x.name)).not.toContain(name);
+      expect((await fetchUnset(`/e/${e.name}/get_engine_status`, { headers: { authorization: `Bearer ${e.tokens.viewer}` } })).status).toBe(200);
+    }
   });
 
   it("places an engine: a location hint and a jurisdiction, stored, shown, and the engine reachable", async () => {

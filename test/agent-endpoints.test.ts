@@ -1,5 +1,7 @@
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { hashToken } from "../src/auth/tokens";
+import type { EngineObject } from "../src/engine/engine-object";
 import { advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 const heartbeat = (state: "idle" | "running" = "running") => ({
@@ -64,6 +66,22 @@ describe("agent presence", () => {
     expect((await e.as("viewer").overview()).episodes).toEqual({ registered: 0, claimed: 0, resetting: 0 });
     await e.as("trainer").trainerExit({ exit_code: null, signal: "SIGKILL" });
     expect((await e.as("viewer").getEngineStatus()).engine_status_detail).toBe("trainer was killed by SIGKILL");
+  });
+});
+
+describe("the agent's gateway secret", () => {
+  it("says an engine without CLAIM_KEY_SECRET lacks the secret, as a claim does", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await runInDurableObject(e.stub, (instance: EngineObject) => {
+      const self = instance as unknown as { env: Record<string, unknown> };
+      self.env = { ...self.env, CLAIM_KEY_SECRET: undefined };
+    });
+    // The agent's gateway asks for its secret at start; its operator reads this answer in the agent's log.
+    const secret = await raw(`/e/${e.name}/agent/gateway_secret`, { token: e.tokens.trainer });
+    expect(secret).toMatchObject({ status: 500, json: { error: "misconfigured", detail: expect.stringMatching(/^CLAIM_KEY_SECRET is not configured/) } });
+    const claimed = await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client, body: JSON.stringify({ client_uuid: "c1", discard_episode_timeout: 60 }) });
+    expect(claimed).toEqual(secret);
   });
 });
 

@@ -464,6 +464,19 @@ describe("the relay's gate in the Worker", () => {
     expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0 });
   });
 
+  it("says a deployment without CLAIM_KEY_SECRET lacks the secret, not that the client's key is bad", async () => {
+    const e = await rollingEngine();
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const ctx = createExecutionContext();
+    const req = new Request(`${ORIGIN}/e/${e.name}/v1/models`, { headers: { authorization: `Bearer ${c.openai_api_key}` } });
+    const res = await serveRelay(req, { ...env, CLAIM_KEY_SECRET: undefined as unknown as string }, ctx)!;
+    const body: unknown = await res.json();
+    await waitOnExecutionContext(ctx);
+    expect(res.status).toBe(500);
+    expect(body).toEqual({ error: { message: expect.stringMatching(/^CLAIM_KEY_SECRET is not configured/), type: "api_error", param: null, code: "misconfigured" } });
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0 });
+  });
+
   it("forgets an ended claim at once in the isolate that handled the end", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

@@ -149,6 +149,11 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
       errors.push(`${key} from ${raw.source}: ${parsed.error.issues.map((i) => i.message).join("; ")}${shown}`);
       continue;
     }
+    const misplaced = key === "server" ? engineUrlRefusal(parsed.data as string) : null;
+    if (misplaced !== null) {
+      errors.push(`${key} from ${raw.source}: ${misplaced}`);
+      continue;
+    }
     values[key] = PATH_KEYS.has(key) ? resolvePath(raw.baseDir, parsed.data as string) : parsed.data;
   }
 
@@ -233,6 +238,17 @@ function readConfigFile(src: ConfigSources, path: string): { ok: true; values: R
     return { ok: false, error: `config file ${path} must hold one JSON object of settings, e.g. {"server": "https://...", "engine": "default"}` };
   }
   return { ok: true, values: json as Record<string, unknown> };
+}
+
+/**
+ * Why a server URL is an engine's base URL (what `npm start` prints as one), or null. The agent
+ * adds /e/<engine> itself, so it would call /e/<engine>/e/<engine>/..., which no exchange
+ * serves. The URL is not echoed: a base URL may carry a token (/e/<engine>/t/<token>).
+ */
+function engineUrlRefusal(server: string): string | null {
+  const url = new URL(server);
+  if (!/(^|\/)e(\/|$)/.test(url.pathname)) return null;
+  return `give the exchange's origin (e.g. ${url.origin}), not an engine's base URL (/e/<engine>): the engine is named with --engine`;
 }
 
 function resolvePath(base: string, p: string): string {

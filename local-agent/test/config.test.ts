@@ -95,6 +95,17 @@ describe("resolveConfig", () => {
     expect(c.trainerCommand).toEqual(["ajet", "--conf", "{config}", "--name", "my run"]);
   });
 
+  it("refuses an engine's base URL as the server (what npm start prints as one), naming the origin to give instead", () => {
+    const refusal = "give the exchange's origin (e.g. http://127.0.0.1:8787), not an engine's base URL (/e/<engine>): the engine is named with --engine";
+    // With a token in the path too, which the error must not echo.
+    for (const server of ["http://127.0.0.1:8787/e/default", "http://127.0.0.1:8787/e/default/", "http://127.0.0.1:8787/e/default/t/rx_trainer_x"]) {
+      expect(errors({ argv: ["--server", server, "--engine", "default", "--token", "tok"] })).toEqual([`server from --server: ${refusal}`]);
+    }
+    expect(errors({ argv: ["--engine", "default"], env: { ROLLOUT_SERVER: "http://127.0.0.1:8787/e/default", ROLLOUT_TRAINER_TOKEN: "tok" } })).toEqual([`server from ROLLOUT_SERVER: ${refusal}`]);
+    // An exchange behind a path prefix is still an origin the agent can use.
+    expect(run({ argv: ["--server", "https://rx.example.com/exchange/", "--engine", "default", "--token", "tok"] }).server).toBe("https://rx.example.com/exchange");
+  });
+
   it("reports every problem at once, each with where it came from", () => {
     const errs = errors({ argv: ["--server", "ftp://x", "--engine", "Bad Name", "--facade-port", "70000", "--bogus", "--delivery-attempts", "0"], env: { ROLLOUT_COALESCE_MS: "soon" } });
     expect(errs).toEqual(

@@ -61,6 +61,7 @@ import { CommandQueue } from "./command-queue";
 import { CommandOutcomes, type ScanRecord } from "./command-outcomes";
 import { AgentChannel } from "./agent-channel";
 import { Episodes } from "./episodes";
+import { CLAIM_KEY_SECRET_MISSING } from "./episode-claims";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem, type SyncHold } from "./relay-admission";
@@ -458,6 +459,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   async gatewaySecret(caller: Caller): Promise<Reply<{ secret: string }>> {
     return this.guarded(caller, "agent_gateway_secret", async () => {
+      // An empty secret would fail deep in WebCrypto as a bare 500 (an HMAC key of length 0).
+      if (!this.env.CLAIM_KEY_SECRET) return CLAIM_KEY_SECRET_MISSING;
       const meta = this.store.meta;
       return ok({ secret: await gatewaySecret(this.env.CLAIM_KEY_SECRET, meta.name ?? "", meta.incarnation, meta.gatewayGeneration) });
     });

@@ -22,13 +22,23 @@ const CLAIM_ATTEMPTS = 4;
  */
 export type Claimant = { tokenHash: string | null; refusal(): Failure | null };
 
+/**
+ * What each use of CLAIM_KEY_SECRET answers when the deployment lacks it (a claim, the relay,
+ * the agent's gateway secret): the operator is told which secret to set, not that a key is bad.
+ */
+export const CLAIM_KEY_SECRET_MISSING: Failure = fail(
+  500,
+  "misconfigured",
+  "CLAIM_KEY_SECRET is not configured: per-claim keys and gateway secrets cannot be signed or checked. Set it with `wrangler secret put CLAIM_KEY_SECRET` (locally, in .dev.vars).",
+);
+
 export async function claim(e: EpisodeState, req: ClaimEpisodeRequest, origin: string, keySecret: string, claimant: Claimant): Promise<Reply<ClaimEpisodeResponse>> {
   const refuse = (fail_cause: string): Reply<ClaimEpisodeResponse> =>
     ok({ success: false, client_uuid: req.client_uuid, episode_uuid: "", openai_base_url: "", openai_api_key: "", fail_cause });
   const meta = e.store.meta;
   if (meta.status !== "ENGINE.ROLLING") return refuse(notReadyCause(meta.status));
   // Checked before anything is claimed, so a misconfigured deployment leaks no claims.
-  if (!keySecret) return fail(500, "misconfigured", "CLAIM_KEY_SECRET is not configured: per-claim keys cannot be signed.");
+  if (!keySecret) return CLAIM_KEY_SECRET_MISSING;
   const train = req.episode_type === "train";
   if (train && paced(e, req)) return refuse(PACED_CAUSE);
   // The key is signed before anything is written, so a claim whose key cannot be signed leaves

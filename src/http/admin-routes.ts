@@ -32,7 +32,11 @@ export const adminRoutes = new Hono<{ Bindings: Env }>();
 adminRoutes.use("*", async (c, next) => {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
   if (!m?.[1]) return errorResponse(401, "missing_token", "Admin routes need `Authorization: Bearer <ADMIN_TOKEN>`.");
-  if (!c.env.ADMIN_TOKEN || !constantTimeEqual(m[1], c.env.ADMIN_TOKEN)) {
+  // A deployment without the secret says so: a 403 would send its operator hunting for a typo.
+  if (!c.env.ADMIN_TOKEN) {
+    return errorResponse(500, "misconfigured", "ADMIN_TOKEN is not configured: the admin API is closed. Set it with `wrangler secret put ADMIN_TOKEN` (locally, in .dev.vars).");
+  }
+  if (!constantTimeEqual(m[1], c.env.ADMIN_TOKEN)) {
     return errorResponse(403, "forbidden", "This token is not the deployment's admin token.");
   }
   await next();

@@ -20,6 +20,7 @@ import { loggedErrorId } from "../error-id";
 import { MAX_BODY_BYTES, readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
+import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
 import { openaiErrorResponse } from "./openai-errors";
 import { relayStream } from "./sse";
 import { asksStreamUsage } from "./completion-chunk";
@@ -67,6 +68,9 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   if (requestText === null && endpoint !== "/v1/models") return openaiErrorResponse(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`, "payload_too_large");
   const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
   if (!m?.[1]) return openaiErrorResponse(401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
+  // Checked before the key is: without the secret no key verifies, and the client would be told
+  // its key is bad (or WebCrypto would throw on an HMAC key of length 0).
+  if (!env.CLAIM_KEY_SECRET) return openaiErrorResponse(CLAIM_KEY_SECRET_MISSING.status, CLAIM_KEY_SECRET_MISSING.detail, CLAIM_KEY_SECRET_MISSING.error);
   const key = await verifyClaimKey(env.CLAIM_KEY_SECRET, m[1]);
   if (key === null) return openaiErrorResponse(401, "Invalid API key: it was not issued by this exchange for a claim.", "invalid_api_key");
   if (pathEngine !== undefined && pathEngine !== key.engine) {
