@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import { ExchangeError } from "../../src/client";
 import type { RolloutWorkersStatus, TrainerExitRequest } from "../../src/protocol";
+import { SIGNATURE_MAX_SKEW_SECONDS } from "../../src/protocol/relay";
 import { Backoff, type BackoffOptions } from "./backoff";
 import type { Clock } from "./clock";
 import { isTransient, type EngineLink } from "./engine-link";
@@ -33,10 +34,13 @@ export type ReportDeps = {
 };
 
 const MAX_LOG_TAIL = 16_384;
+/** A host clock further than this from the exchange's is worth a warning, well before the gateway refuses. */
+const CLOCK_WARN_MS = 30_000;
 
 export class Reports {
   private wake = new AbortController();
   private warnedUnsupported = false;
+  private clockState: "right" | "off" | "refused" = "right";
 
   constructor(private readonly d: ReportDeps) {}
 
@@ -59,7 +63,8 @@ export class Reports {
   async heartbeat(): Promise<boolean> {
     const t = this.d.trainer.status();
     try {
-      await this.d.link.client.heartbeat({
+      const sentAt = this.d.clock.now();
+      const answer = await this.d.link.client.heartbeat({
         agent_id: this.d.agentId,
         host: hostname(),
         pid: process.pid,
@@ -69,6 +74,7 @@ export class Reports {
         rollout_workers: this.d.rolloutWorkers?.() ?? null,
         runs_off_reason: this.d.runsOffReason?.()?.slice(0, 2000) ?? null,
       });
+      this.noteClock(answer.server_time * 1000, sentAt, this.d.clock.now());
       this.d.reach.succeeded();
       return true;
     } catch (e) {
@@ -79,6 +85,29 @@ export class Reports {
       } else if (isTransient(e)) this.d.reach.failed("heartbeat", e);
       else this.d.logger.error(`the exchange refused the heartbeat: ${describeError(e)}`);
       return false;
+    }
+  }
+
+  /**
+   * This host's clock against the exchange's, from a heartbeat's answer (the exchange's time
+   * halfway through the request, give or take half its round trip). The gateway refuses an
+   * envelope signed more than SIGNATURE_MAX_SKEW_SECONDS off this host's clock, so a clock
+   * minutes off fails every relayed call; said once when it goes wrong, and once when it is right again.
+   */
+  private noteClock(exchangeMs: number, sentAt: number, answeredAt: number): void {
+    const off = exchangeMs - (sentAt + answeredAt) / 2;
+    const atLeast = Math.abs(off) - (answeredAt - sentAt) / 2;
+    const state = atLeast > SIGNATURE_MAX_SKEW_SECONDS * 1000 ? "refused" : atLeast > CLOCK_WARN_MS ? "off" : "right";
+    if (state === this.clockState) return;
+    const was = this.clockState;
+    this.clockState = state;
+    const by = `${Math.round(Math.abs(off) / 1000)} s ${off > 0 ? "behind" : "ahead of"} the exchange's`;
+    if (state === "refused") {
+      this.d.logger.error(`this host's clock is ${by}: the gateway refuses every relayed call (it takes envelopes at most ${SIGNATURE_MAX_SKEW_SECONDS} s off its clock); set the clock right (NTP: timedatectl, chrony)`);
+    } else if (state === "off") {
+      this.d.logger.warn(`this host's clock is ${by}; past ${SIGNATURE_MAX_SKEW_SECONDS} s the gateway refuses every relayed call: check NTP (timedatectl, chrony)`);
+    } else if (was !== "right") {
+      this.d.logger.info(`this host's clock agrees with the exchange's again (${by})`);
     }
   }
 

@@ -5,6 +5,7 @@
 import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
 import { AdminClient } from "../../src/client";
+import { realClock, type Clock } from "../src/clock";
 import { runAgent, testConfig } from "./support/agent-harness";
 import { ADMIN_TOKEN, type TestEngine } from "./support/exchange";
 import { journaledOutcomes } from "./support/journal";
@@ -227,6 +228,22 @@ describe("the agent and an unreliable Worker", () => {
     await a.stop();
     const seen = (await t.engine.viewer.overview()).agent.last_seen as number;
     expect(seen).toBeGreaterThan(Date.now() / 1000 - 5);
+  });
+
+  it("says, once, that this host's clock is off the exchange's and by how much (the gateway refuses calls signed 300 s off), and when it is right again", async () => {
+    // The host's clock an hour fast, as the agent reads it; the exchange's is the real one.
+    const skew = { ms: 3_600_000 };
+    const clock: Clock = { now: () => Date.now() + skew.ms, sleep: realClock.sleep };
+    const a = await runAgent(testConfig(t.ex.url, t.engine, t.dir, { heartbeatSeconds: 0.1 }), clock);
+    t.defer(() => a.stop());
+    const said = (what: RegExp): string[] => a.lines.filter((l) => what.test(l));
+    await waitUntil(() => said(/this host's clock is 3600 s ahead of the exchange's: the gateway refuses every relayed call/).length > 0, "the agent to say its clock is an hour off");
+    skew.ms = 45_000;
+    await waitUntil(() => said(/this host's clock is 45 s ahead of the exchange's; past 300 s the gateway refuses/).length > 0, "a warning of 45 s");
+    skew.ms = -200;
+    await waitUntil(() => said(/clock agrees with the exchange's again/).length > 0, "the all-clear");
+    // Once each, not once a heartbeat.
+    expect(said(/this host's clock/)).toHaveLength(3);
   });
 });
 

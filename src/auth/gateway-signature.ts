@@ -60,7 +60,24 @@ export async function checkEnvelope(
   hmac: HmacHex = hmacHex,
 ): Promise<string | null> {
   if (!timestamp || !signature) return "unsigned request: the gateway only accepts envelopes signed by the exchange";
-  const ts = Number(timestamp);
-  if (!Number.isFinite(ts) || Math.abs(nowSeconds - ts) > SIGNATURE_MAX_SKEW_SECONDS) return "stale or malformed signature timestamp";
-  return constantTimeEqual(await hmac(secret, signedText(ts, body)), signature) ? null : "bad signature";
+  const fault = timestampFault(timestamp, nowSeconds);
+  if (fault !== null) return fault;
+  return constantTimeEqual(await hmac(secret, signedText(Number(timestamp), body)), signature) ? null : "bad signature";
+}
+
+/** Whole seconds since the epoch, as the exchange signs them. */
+const TIMESTAMP_SHAPE = /^\d{1,12}$/;
+
+/**
+ * Why an envelope's timestamp is refused (null: taken). One further than
+ * SIGNATURE_MAX_SKEW_SECONDS from this host's clock is most often no replay but a clock that
+ * is off, the GPU host's or (rarely) the exchange's: the answer says by how much, since every
+ * relayed call fails until the clocks agree.
+ */
+export function timestampFault(timestamp: string, nowSeconds: number): string | null {
+  if (!TIMESTAMP_SHAPE.test(timestamp)) return "malformed signature timestamp";
+  const off = Number(timestamp) - nowSeconds;
+  if (Math.abs(off) <= SIGNATURE_MAX_SKEW_SECONDS) return null;
+  const by = Math.abs(off) >= 3600 ? `${(Math.abs(off) / 3600).toFixed(1)} h` : `${Math.round(Math.abs(off))} s`;
+  return `stale signature timestamp: the exchange signed it ${by} ${off < 0 ? "before" : "after"} this host's clock (at most ${SIGNATURE_MAX_SKEW_SECONDS} s is taken); if the clocks differ, set this host's right (NTP: timedatectl, chrony)`;
 }

@@ -21,7 +21,7 @@ import { MAX_BODY_BYTES, readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
 import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
-import { openaiErrorResponse } from "./openai-errors";
+import { openaiErrorResponse, refusedBehind, refusedBehindBody } from "./openai-errors";
 import { relayStream } from "./sse";
 import { asksStreamUsage } from "./completion-chunk";
 import { DeadlineWatch } from "./deadline-watch";
@@ -149,6 +149,7 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   }
   const { res, text } = answer;
   if (text === null) return res;
+  if (refusedBehind(res.status)) return Response.json(refusedBehindBody(res.status, text), { status: 502 });
   let json: unknown;
   try {
     json = JSON.parse(text);

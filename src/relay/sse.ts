@@ -10,9 +10,8 @@
  * loop in JS cost 0.36 ms of workerd CPU per token here (72 ms for a 200-token answer), the
  * pipe 0.16 ms (BENCHMARKS.md, `bench:relay -- --drip 200`).
  */
-import { OpenAIError } from "../protocol/relay";
 import { completionToChunks } from "./completion-chunk";
-import { openaiErrorBody } from "./openai-errors";
+import { openaiErrorBody, openaiErrorIn, refusedBehind, refusedBehindBody } from "./openai-errors";
 
 const enc = new TextEncoder();
 export const KEEP_ALIVE = ": keep-alive\n\n";
@@ -20,13 +19,8 @@ export const KEEP_ALIVE = ": keep-alive\n\n";
 const event = (data: unknown): Uint8Array => enc.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
 
 function errorFromUpstream(status: number, text: string): unknown {
-  try {
-    const parsed = OpenAIError.safeParse(JSON.parse(text));
-    if (parsed.success) return parsed.data;
-  } catch {
-    // not JSON: described below
-  }
-  return openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
+  if (refusedBehind(status)) return refusedBehindBody(status, text);
+  return openaiErrorIn(text) ?? openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
 }
 
 /** `includeUsage`: the client asked for usage in its stream (a whole completion's goes in a last chunk then). */

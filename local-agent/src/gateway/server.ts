@@ -9,8 +9,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { ZodError } from "zod";
-import { checkEnvelope, type HmacHex } from "../../../src/auth/gateway-signature";
-import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, SIGNATURE_MAX_SKEW_SECONDS, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { checkEnvelope, timestampFault, type HmacHex } from "../../../src/auth/gateway-signature";
+import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
@@ -46,7 +46,6 @@ const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const BODY_DEADLINE_MS = 60_000;
 
 /** The Worker's signature headers: whole seconds, and the hex of an HMAC-SHA-256. */
-const TIMESTAMP_SHAPE = /^\d{1,12}$/;
 const SIGNATURE_SHAPE = /^[0-9a-f]{64}$/;
 
 /**
@@ -271,7 +270,8 @@ function nodeHmac(): HmacHex {
  */
 function headerFault(timestamp: string | undefined, signature: string | undefined, nowSeconds: number): string | null {
   if (timestamp === undefined || signature === undefined) return "unsigned request: the gateway only accepts envelopes signed by the exchange";
-  if (!TIMESTAMP_SHAPE.test(timestamp) || Math.abs(nowSeconds - Number(timestamp)) > SIGNATURE_MAX_SKEW_SECONDS) return "stale or malformed signature timestamp";
+  const stale = timestampFault(timestamp, nowSeconds);
+  if (stale !== null) return stale;
   if (!SIGNATURE_SHAPE.test(signature)) return "malformed signature";
   return null;
 }

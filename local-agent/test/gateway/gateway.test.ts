@@ -67,6 +67,16 @@ describe("gateway: signatures", () => {
     expect(http.seen).toHaveLength(0);
     expect((await post(url, env, SECRET)).status).toBe(200);
   });
+
+  it("says a stale envelope's clocks differ, and by how much: every call fails while they do", async () => {
+    const env = plain(chat("tiny"));
+    const now = Math.floor(Date.now() / 1000);
+    const behind = await post(url, env, SECRET, { ts: now - 3600 });
+    expect(JSON.parse(behind.text).error.message).toMatch(/^stale signature timestamp: the exchange signed it 1\.0 h before this host's clock \(at most 300 s is taken\); if the clocks differ, set this host's right \(NTP/);
+    const ahead = await post(url, env, SECRET, { ts: now + 400 });
+    expect(JSON.parse(ahead.text).error.message).toMatch(/signed it (399|400) s after this host's clock/);
+    for (const skew of [-280, 280]) expect((await post(url, env, SECRET, { ts: now + skew })).status).toBe(200);
+  });
 });
 
 describe("gateway: AgentJet over ZeroMQ", () => {
