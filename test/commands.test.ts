@@ -1,6 +1,8 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { ACKED_KEEP_MS, type CommandQueue } from "../src/engine/command-queue";
+import { ACKED_KEEP_MS, ADVISORY_KEEP_MS, type CommandQueue } from "../src/engine/command-queue";
+import { migrateEngine } from "../src/engine/schema";
+import { rewindSchema } from "./support/schema-rewind";
 import type { EngineObject } from "../src/engine/engine-object";
 import { admin, advance, createEngine, endBody, engineStats, raw, rollingWith } from "./support/harness";
 import { MAX_REFUSALS } from "../src/protocol/agent";
@@ -129,6 +131,51 @@ describe("agent command channel", () => {
     await advance(e, 600_000);
     expect(await stored()).toEqual([]);
     expect(await engineStats(e)).toMatchObject({ pending_commands: 0, alarm_at: null });
+  });
+
+  it("expires a clear_sessions command no agent acks within a day (an engine with no agent would keep one per dropped group); other commands wait", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    // A buffer-only engine: no agent polls. start_rollout queues a command that must wait for one.
+    await trainer.startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await e.as("operator").configureBuffer({ ttl_seconds: 60 });
+    const stored = () =>
+      runInDurableObject(e.stub, (_i: EngineObject, state) =>
+        state.storage.sql.exec<{ kind: string }>("SELECT json_extract(body, '$.kind') AS kind FROM commands ORDER BY seq").toArray().map((r) => r.kind),
+      );
+    // Groups that never fill (one session of two), each dropped at its TTL: a clear_sessions each.
+    for (let i = 0; i < 4; i++) {
+      await e.as("client").postSteps({ steps: [{ session_id: `s${i}`, group_id: `g${i}`, step_index: 0, messages: [{ role: "user", content: "q" }], response: "a", reward: 1, is_session_completed: true }] });
+      await advance(e, 61_000);
+    }
+    expect(await stored()).toEqual(["start_rollout", "clear_sessions", "clear_sessions", "clear_sessions", "clear_sessions"]);
+    // An agent that leases one and goes away before its ack does not keep it either.
+    const leased = (await trainer.pollCommands({ limit: 2 })).commands;
+    expect(leased.map((c) => c.body.kind)).toEqual(["start_rollout", "clear_sessions"]);
+    // A day after the first was queued, the first has gone; the last a little later.
+    await advance(e, ADVISORY_KEEP_MS - 3 * 61_000);
+    expect(await stored()).toEqual(["start_rollout", "clear_sessions", "clear_sessions", "clear_sessions"]);
+    await advance(e, 3 * 61_000);
+    expect(await stored()).toEqual(["start_rollout"]);
+    expect(await engineStats(e)).toMatchObject({ pending_commands: 1 });
+    // The late ack of an expired one is refused as unknown, and changes nothing.
+    await expect(trainer.ackCommand({ seq: leased[1]!.seq, ok: true })).rejects.toMatchObject({ status: 404, code: "unknown_command" });
+    expect(await trainer.ackCommand({ seq: leased[0]!.seq, ok: true })).toEqual({ success: true, first_ack: true });
+  });
+
+  it("expires the clear_sessions commands an engine queued before they expired, a day after each was made (engine migration 18)", async () => {
+    const e = await createEngine();
+    const left = await runInDurableObject(e.stub, (_i: EngineObject, state) => {
+      const sql = state.storage.sql;
+      rewindSchema(sql, 18);
+      sql.exec("INSERT INTO commands (body, created_at, visible_at) VALUES (?, 1000, 1000), (?, 2000, 2000)", JSON.stringify({ kind: "clear_sessions", session_ids: ["s"], group_ids: ["g"], reason: "incomplete_group_ttl" }), JSON.stringify({ kind: "stop", reason: "r" }));
+      migrateEngine(sql);
+      return sql.exec<{ kind: string; expires_at: number | null }>("SELECT json_extract(body, '$.kind') AS kind, expires_at FROM commands ORDER BY seq").toArray();
+    });
+    expect(left).toEqual([
+      { kind: "clear_sessions", expires_at: 1000 + ADVISORY_KEEP_MS },
+      { kind: "stop", expires_at: null },
+    ]);
   });
 
   it("refuses 404 unknown_command, changing nothing, an ack naming another incarnation: that of the engine deleted before this one was made under its name", async () => {

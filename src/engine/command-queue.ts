@@ -3,6 +3,8 @@
  * A polled command is leased (hidden) until its deadline; without an ack it becomes due again.
  * An acked command is kept ACKED_KEEP_MS, then the alarm deletes it: a deliver command holds a
  * whole workflow output, and the table would otherwise grow with every result ever delivered.
+ * A command that only advises (clear_sessions) and is not acked within ADVISORY_KEEP_MS is
+ * deleted too: the buffer queues one per dropped group whether or not any agent polls.
  */
 import type { Command, CommandBody } from "../protocol/commands";
 
@@ -12,7 +14,15 @@ type Kv = { get<T>(k: string): T | null; set(k: string, v: unknown): void };
 
 /** How long an acked command stays after its ack before the alarm deletes it. */
 export const ACKED_KEEP_MS = 600_000;
-/** The alarm deletes at most this many acked commands per run, then re-arms at once. */
+/**
+ * How long a clear_sessions command waits for an agent. It only lets the inference upstream
+ * forget sessions that will not go on, which a day later it has most likely done by itself;
+ * an engine with no agent (a buffer-only one) would otherwise keep every one.
+ */
+export const ADVISORY_KEEP_MS = 24 * 3600 * 1000;
+/** Kinds of command that expire unacked (the schema's migration 18 names them too). */
+const ADVISORY: ReadonlySet<CommandBody["kind"]> = new Set(["clear_sessions"]);
+/** The alarm deletes at most this many acked (or expired) commands per run, then re-arms at once. */
 const SWEEP_BATCH = 500;
 /** The highest seq the alarm deleted: every command at or below it that is gone was acked. */
 const SWEPT_THROUGH = "commands_swept_through";
@@ -24,8 +34,9 @@ export class CommandQueue {
   ) {}
 
   enqueue(body: CommandBody, now: number): number {
+    const expires = ADVISORY.has(body.kind) ? now + ADVISORY_KEEP_MS : null;
     return this.sql
-      .exec<{ seq: number }>("INSERT INTO commands (body, created_at, visible_at) VALUES (?, ?, ?) RETURNING seq", JSON.stringify(body), now, now)
+      .exec<{ seq: number }>("INSERT INTO commands (body, created_at, visible_at, expires_at) VALUES (?, ?, ?, ?) RETURNING seq", JSON.stringify(body), now, now, expires)
       .one().seq;
   }
 
@@ -80,15 +91,26 @@ export class CommandQueue {
     return gone.length;
   }
 
+  /** Deletes a batch of the advisory commands no agent acked in time; returns how many went. */
+  expireAdvisory(now: number): number {
+    return this.sql.exec(
+      "DELETE FROM commands WHERE seq IN (SELECT seq FROM commands WHERE acked_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?)",
+      now,
+      SWEEP_BATCH,
+    ).rowsWritten;
+  }
+
   /** Whether a command that is not stored was acked and deleted since (seqs are never reused). */
   swept(seq: number): boolean {
     return seq <= this.sweptThrough();
   }
 
-  /** When the oldest acked command is to be deleted, if any is kept. */
+  /** When the oldest acked command is to be deleted, or the first advisory one expires, if any. */
   nextSweep(): number | null {
-    const t = this.sql.exec<{ t: number | null }>("SELECT MIN(acked_at) AS t FROM commands WHERE acked_at IS NOT NULL").one().t;
-    return t === null ? null : t + ACKED_KEEP_MS;
+    const acked = this.sql.exec<{ t: number | null }>("SELECT MIN(acked_at) AS t FROM commands WHERE acked_at IS NOT NULL").one().t;
+    const expiring = this.sql.exec<{ t: number | null }>("SELECT MIN(expires_at) AS t FROM commands WHERE acked_at IS NULL AND expires_at IS NOT NULL").one().t;
+    const times = [acked === null ? null : acked + ACKED_KEEP_MS, expiring].filter((t): t is number => t !== null);
+    return times.length === 0 ? null : Math.min(...times);
   }
 
   /** When the earliest leased command falls due again, if any is leased. */

@@ -619,6 +619,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       this.buffer.dropExpired(now);
       this.buffer.forgetDecided(now);
       this.channel.commands.sweepAcked(now);
+      this.channel.commands.expireAdvisory(now);
     });
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);

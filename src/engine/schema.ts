@@ -336,6 +336,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // (Episodes.releaseClaimsOf). No index: a revocation reads the claimed rows through the lease
   // index, and the hot claim path writes no extra B-tree.
   "ALTER TABLE episodes ADD COLUMN claimed_by TEXT;",
+  // 18: a command that only advises (clear_sessions) expires unacked (command-queue.ts
+  // ADVISORY_KEEP_MS): an engine no agent polls (a buffer-only one) kept one per dropped group
+  // for ever. Those queued before this expire a day after they were made.
+  `ALTER TABLE commands ADD COLUMN expires_at INTEGER;
+   UPDATE commands SET expires_at = created_at + 86400000 WHERE acked_at IS NULL AND json_extract(body, '$.kind') = 'clear_sessions';
+   CREATE INDEX IF NOT EXISTS commands_expiring ON commands (expires_at) WHERE acked_at IS NULL AND expires_at IS NOT NULL;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -5,6 +5,8 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 18: commands.expires_at and its index.
+  if (next <= 18) sql.exec("DROP INDEX commands_expiring; ALTER TABLE commands DROP COLUMN expires_at");
   // 17: episodes.claimed_by.
   if (next <= 17) sql.exec("ALTER TABLE episodes DROP COLUMN claimed_by");
   sql.exec("UPDATE kv SET v = ? WHERE k = 'schema_version'", JSON.stringify(next - 1));
