@@ -129,6 +129,27 @@ describe("trajectory ledger", () => {
     expect(b.call_id).not.toBe(trimmed.call_id);
   });
 
+  it("judges a call finished after its claim's end on the exchange's clock, not the GPU host's, which may be days off", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c1");
+    const DAYS = 2 * 86_400_000;
+    const [a] = threeTurns(c);
+    if (a === undefined) throw new Error("a call");
+    const shifted = (r: CallRecord, by: number, admitted = r.admitted_at): CallRecord => ({ ...r, admitted_at: admitted, started_at: r.started_at + by, first_byte_at: r.first_byte_at === null ? null : r.first_byte_at + by, done_at: r.done_at + by });
+    // A host two days fast: done_at is past the end, though the call took 8 ms a day before it.
+    const early = shifted(a, DAYS);
+    // A host two days slow: this call, admitted 5 ms before the end, ran 8 ms: it finished after the end.
+    const late = shifted({ ...call(c, {}), started_at: e.clock.t - 4, first_byte_at: e.clock.t, done_at: e.clock.t + 4 }, -DAYS, e.clock.t - 5);
+    expect((await post(e, batchOf([early, late]))).status).toBe(200);
+    await endAndFlush(e, c, 1);
+    const t = await ledgerOf(e, "viewer").trajectory(c.episode);
+    expect(t.calls.map((x) => [x.call_id, x.after_claim_end])).toEqual([
+      [early.call_id, false],
+      [late.call_id, true],
+    ]);
+  });
+
   it("leaves a stream that broke after its status line out of the training sequence, which the client's retry continues", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

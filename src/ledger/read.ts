@@ -346,7 +346,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       finish_reason: r.finish_reason,
       usage: r.prompt_tokens === null || r.completion_tokens === null ? null : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens },
       truncated: r.truncated === 1,
-      after_claim_end: endedAt !== null && r.done_at > endedAt,
+      after_claim_end: endedAt !== null && finishedAt(r) > endedAt,
       uncaptured,
       prefix_missing: prefixMissing,
       params,
@@ -361,6 +361,14 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
   });
   return { calls, turns };
 }
+
+/**
+ * When a call finished by the exchange's clock, the one the claim's end was taken on: its
+ * admission (the Worker's clock) and its duration (the gateway's clock, which a GPU host's
+ * skew shifts but does not stretch). The gateway's done_at alone, on a host an hour fast,
+ * marked every call of every claim as finished after its end.
+ */
+const finishedAt = (r: { admitted_at: number; started_at: number; done_at: number }): number => r.admitted_at + Math.max(0, r.done_at - r.started_at);
 
 /** The claim's latest fence among its ended rows and its recorded calls (a live claim has only calls). */
 async function latestFence(db: D1Database, engine: string, episode: string): Promise<number | null> {
