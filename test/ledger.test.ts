@@ -140,7 +140,7 @@ describe("trajectory ledger", () => {
     // A host two days fast: done_at is past the end, though the call took 8 ms a day before it.
     const early = shifted(a, DAYS);
     // A host two days slow: this call, admitted 5 ms before the end, ran 8 ms: it finished after the end.
-    const late = shifted({ ...call(c, {}), started_at: e.clock.t - 4, first_byte_at: e.clock.t, done_at: e.clock.t + 4 }, -DAYS, e.clock.t - 5);
+    const late = shifted({ ...call(c, { body: {} }), started_at: e.clock.t - 4, first_byte_at: e.clock.t, done_at: e.clock.t + 4 }, -DAYS, e.clock.t - 5);
     expect((await post(e, batchOf([early, late]))).status).toBe(200);
     await endAndFlush(e, c, 1);
     const t = await ledgerOf(e, "viewer").trajectory(c.episode);
