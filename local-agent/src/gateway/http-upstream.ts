@@ -10,6 +10,7 @@ import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
 import { addressForms, credentialForms, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isErrorAnswer, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 import { SseRedaction } from "./sse-redaction";
+import type { UpstreamErrors } from "./upstream-errors";
 import { isRecord } from "../../../src/protocol/record";
 
 export type UpstreamOptions = {
@@ -42,7 +43,15 @@ export type CallSignals = { signal: AbortSignal; deadline: { readonly aborted: b
  * serialize `env.request`. `tap`: the ledger's watch on a call it records (which may rewrite the
  * request and the answer, see ledger/call-tap.ts); null for a call it does not.
  */
-export async function forwardHttp(env: RelayEnvelope, requestText: string | null, o: UpstreamOptions & { logger: Logger }, s: CallSignals, res: ServerResponse, tap: CallTap | null = null): Promise<void> {
+export async function forwardHttp(
+  env: RelayEnvelope,
+  requestText: string | null,
+  o: UpstreamOptions & { logger: Logger },
+  errors: UpstreamErrors,
+  s: CallSignals,
+  res: ServerResponse,
+  tap: CallTap | null = null,
+): Promise<void> {
   const url = upstreamUrl(env, o);
   const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
   if (url === null) {
@@ -131,6 +140,7 @@ export async function forwardHttp(env: RelayEnvelope, requestText: string | null
    */
   const passError = (status: number, errorText: string, answered: string): void => {
     const told = shown(errorText);
+    errors.note(withoutCredentials(url), status, told);
     if (isOpenAIErrorText(told)) {
       tap?.upstreamFailed(status, told);
       sendJson(res, status, told);

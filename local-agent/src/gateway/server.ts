@@ -16,6 +16,7 @@ import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
 import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
+import { UpstreamErrors } from "./upstream-errors";
 import type { SecretSource } from "./secret";
 import type { TokenDialect } from "../../../src/protocol/ledger";
 import { CallTap } from "../ledger/call-tap";
@@ -60,8 +61,10 @@ function answerBy(deadlineSeconds: number, receivedAt: number): number {
 export class Gateway {
   private readonly server: Server;
   private readonly hmac = nodeHmac();
+  private readonly upstreamErrors: UpstreamErrors;
 
   constructor(private readonly o: GatewayOptions) {
+    this.upstreamErrors = new UpstreamErrors(o.logger);
     const bodyDeadlineMs = o.bodyDeadlineMs ?? BODY_DEADLINE_MS;
     // Node's requestTimeout covers receiving the request only (headers and body), not the
     // minutes a call then waits on its model: it is the body's deadline, at no cost per call.
@@ -154,7 +157,7 @@ export class Gateway {
     const tap = this.tapFor(env, requestText, ajet, receivedAt);
     try {
       if (ajet) await this.agentJet(env, receivedAt, s, res, tap);
-      else await forwardHttp(env, requestText, this.o, s, res, tap);
+      else await forwardHttp(env, requestText, this.o, this.upstreamErrors, s, res, tap);
     } finally {
       clearTimeout(timer);
       if (tap !== null) this.record(tap, res);

@@ -1,0 +1,73 @@
+/**
+ * The inference upstream's error answers in the operator's log (src/gateway/upstream-errors.ts):
+ * through a real gateway to a real upstream that refuses every call, and the rate of the lines
+ * on the test's clock.
+ */
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { Gateway } from "../../src/gateway/server";
+import { fixedSecret } from "../../src/gateway/secret";
+import { EVERY_MS, UpstreamErrors } from "../../src/gateway/upstream-errors";
+import type { Logger } from "../../src/log";
+import { envelope, post } from "./envelope";
+
+const SECRET = "upstream-errors-secret";
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const lines = (): { logged: string[]; logger: Logger } => {
+  const logged: string[] = [];
+  return { logged, logger: { info: (m) => logged.push(m), warn: (m) => logged.push(m), error: (m) => logged.push(m) } };
+};
+
+async function refusingUpstream(status: number, body: string): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    res.writeHead(status, { "content-type": "application/json" }).end(body);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  cleanups.push(() => new Promise((r) => server.close(r)));
+  return `http://user:pw@127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+describe("the gateway's log of an upstream that refuses calls", () => {
+  it.each([
+    [401, "Incorrect API key provided", /answered 401 \(the trainer's key: check the episode's openai_api_key or inferenceUpstream\): .*Incorrect API key provided/],
+    [404, "The model `tiny` does not exist.", /answered 404 \(the base URL or the model name: check the episode's openai_base_url or inferenceUpstream\): .*does not exist/],
+  ])("says once that it answered %i, naming the upstream without its credentials", async (status, message, said) => {
+    const { logged, logger } = lines();
+    const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false });
+    const url = await g.listen();
+    cleanups.push(() => g.close());
+    const up = await refusingUpstream(status, JSON.stringify({ error: { message, type: "invalid_request_error", param: null, code: null } }));
+    for (let i = 0; i < 5; i++) {
+      const r = await post(url, envelope({ episode_uuid: `ep-${i}`, trainer_api_key: "sk-wrong-key", trainer_base_url: `${up}/v1` }), SECRET);
+      expect(r.status).toBe(status);
+    }
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatch(said);
+    expect(logged[0]).toContain(`the inference upstream ${new URL(up).origin.replace("user:pw@", "")}/v1/chat/completions answered`);
+    expect(logged[0]).not.toMatch(/pw|sk-wrong-key/);
+  });
+
+  it("says each upstream's status at most once per EVERY_MS, with how many came between", () => {
+    const { logged, logger } = lines();
+    const clock = { t: 0 };
+    const errors = new UpstreamErrors(logger, () => clock.t);
+    errors.note("http://a/v1/chat/completions", 401, "no");
+    errors.note("http://a/v1/chat/completions", 401, "no");
+    errors.note("http://a/v1/chat/completions", 500, "boom");
+    errors.note("http://b/v1/chat/completions", 401, "no");
+    expect(logged).toHaveLength(3);
+    clock.t += EVERY_MS - 1;
+    errors.note("http://a/v1/chat/completions", 401, "no");
+    expect(logged).toHaveLength(3);
+    clock.t += 1;
+    errors.note("http://a/v1/chat/completions", 401, "no");
+    expect(logged).toHaveLength(4);
+    expect(logged[3]).toMatch(/answered 401 .*\(and 2 more since 30 s ago\): no$/);
+  });
+});
