@@ -34,6 +34,8 @@ const cases: Case[] = [
   { name: "a negative global step", path: "update_engine_status", role: "trainer", body: JSON.stringify({ engine_status: "ENGINE.ROLLING", global_step: -2 }), status: 422, detail: /global_step/ },
   { name: "a register without episode_uuid", path: "register_episode", role: "trainer", body: JSON.stringify({ zmq_listen_result_addr: "tcp://x:1" }), status: 422, detail: /episode_uuid/ },
   { name: "a yaml that is not a string", path: "sync_train_config", role: "operator", body: JSON.stringify({ yaml_as_string: 42 }), status: 422, detail: /yaml_as_string/ },
+  { name: "a d1_retention_days out of range", path: "buffer/config", role: "operator", body: JSON.stringify({ d1_retention_days: 3651 }), status: 422, detail: /d1_retention_days/ },
+  { name: "a d1_retention_days that is a string", path: "buffer/config", role: "operator", body: JSON.stringify({ d1_retention_days: "30" }), status: 422, detail: /d1_retention_days/ },
   { name: "an ack with a bad seq", path: "agent/ack", role: "trainer", body: JSON.stringify({ seq: "one", ok: true }), status: 422, detail: /seq/ },
   {
     name: "a workflow output nested 100000 deep",

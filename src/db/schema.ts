@@ -156,7 +156,12 @@ export const bufferSteps = sqliteTable(
     extra: text("extra").notNull(),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.engine, t.uid] }), index("buffer_steps_group_idx").on(t.engine, t.groupId)],
+  (t) => [
+    primaryKey({ columns: [t.engine, t.uid] }),
+    index("buffer_steps_group_idx").on(t.engine, t.groupId),
+    // The retention sweep deletes an engine's rows older than a cutoff, a chunk at a time.
+    index("buffer_steps_created_idx").on(t.engine, t.createdAt),
+  ],
 );
 
 /** What became of each group: delivered (with its pull cursor), dropped, or delivered flagged stale. */

@@ -66,7 +66,7 @@ import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem, type SyncHold } from "./relay-admission";
 import { LedgerSettings } from "./ledger-settings";
-import { LedgerRetention } from "./ledger-retention";
+import { RetentionSchedule } from "./retention-schedule";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
@@ -105,7 +105,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
   private readonly ledger: LedgerSettings;
-  private readonly retention: LedgerRetention;
+  private readonly retention: RetentionSchedule;
   private readonly provisioning: Provisioning;
   private readonly storage: StorageGuard;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
@@ -139,6 +139,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     });
     const enqueue = (body: CommandBody): void => void this.channel.enqueue(body);
     const addOutbox = (item: OutboxItem): void => schedule.addOutbox(item);
+    const retention = (this.retention = new RetentionSchedule(store, (t) => schedule.armBy(t)));
     this.buffer = new RolloutBuffer(sql, {
       engine: () => store.meta.name ?? "",
       weightVersion: () => store.meta.weightVersion,
@@ -146,7 +147,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
       now,
       getKv: (k) => store.getKv(k),
       setKv: (k, v) => store.setKv(k, v),
-      outbox: addOutbox,
+      outbox: (item) => {
+        // Its first step is when D1's copies of the buffer's steps start to need sweeping.
+        if (item.kind === "buffer_step") retention.noteUse("buffer", now());
+        addOutbox(item);
+      },
       enqueue,
     });
     this.atroposHub = new AtroposHub(sql, { get: (k) => store.getKv(k), set: (k, v) => store.setKv(k, v) }, {
@@ -161,7 +166,6 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
     this.tx(() => this.status.ensureRun());
     this.ledger = new LedgerSettings(store);
-    this.retention = new LedgerRetention(store, (t) => schedule.armBy(t));
     this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, this.retention, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
     void ctx.blockConcurrencyWhile(() => schedule.load());
@@ -624,12 +628,12 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
-    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, this.ledger.get().retention_days, now);
+    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now);
     if (this.closed) return;
     this.rearm(now);
   }
 
-  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the ledger's sweep. */
+  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the sweep of old ledger calls and buffer steps. */
   private rearm(now: number): void {
     const commands = this.channel.commands;
     this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
@@ -721,6 +725,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       // The transaction rolled back; so must the in-memory copies.
       this.store.reload();
       this.buffer.forget();
+      this.retention.reload();
       this.episodes.restoreQueue(queue);
       this.schedule.discardDeferred();
       throw e;

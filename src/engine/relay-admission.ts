@@ -15,7 +15,7 @@ import type { Episodes } from "./episodes";
 import type { EpisodeRow } from "./episode-views";
 import type { CaptureMode } from "../protocol/ledger";
 import type { LedgerSettings } from "./ledger-settings";
-import type { LedgerRetention } from "./ledger-retention";
+import type { RetentionSchedule } from "./retention-schedule";
 import { ACTIVITY_FLUSH_MS, RelayActivity } from "./relay-activity";
 import { RelayBatches, type RelayBatchId } from "./relay-batches";
 import { fail, ok, type Failure, type Reply } from "./reply";
@@ -106,7 +106,7 @@ export class RelayAdmission {
     private readonly episodes: Episodes,
     private readonly channel: AgentChannel,
     private readonly ledger: LedgerSettings,
-    private readonly retention: LedgerRetention,
+    private readonly retention: RetentionSchedule,
     private readonly host: AdmissionHost,
   ) {}
 
@@ -153,7 +153,7 @@ export class RelayAdmission {
         console.error("engine: writing LLM call activity failed", e);
       }
     }, ACTIVITY_FLUSH_MS);
-    if (engine.body.capture !== "off") this.retention.noteUse(now);
+    if (engine.body.capture !== "off") this.retention.noteUse("ledger", now);
     this.calls++;
     return ok({ ...engine.body, ...claimTerms(ep.body) });
   }
@@ -195,7 +195,7 @@ export class RelayAdmission {
       return ok({ ep: ep.body, expiresAt });
     });
     if (counted) this.settle();
-    if (counted && engine.ok && engine.body.capture !== "off") this.retention.noteUse(now);
+    if (counted && engine.ok && engine.body.capture !== "off") this.retention.noteUse("ledger", now);
     const claims = live.map((r, i): Reply<ClaimStanding> => {
       if (!r.ok) return r;
       return ok({ lease_ms: Math.max(0, r.body.expiresAt - now), terms: items[i]?.detail ? claimTerms(r.body.ep) : null });

@@ -248,7 +248,7 @@ export const ENGINE_API: RouteSpec[] = [
   post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
     s.startRollout(who, b),
   ),
-  post("/buffer/config", "configure_buffer", `Change the buffer's group size, TTL, staleness limit and policy, partial-group policy, row size limit or bound on the bytes of rows it holds (max_stored_bytes). A row size limit above what the stores hold (${formatBytes(MAX_STORED_BYTES)}) is refused 413, naming that limit.`, UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
+  post("/buffer/config", "configure_buffer", `Change the buffer's group size, TTL, staleness limit and policy, partial-group policy, row size limit, bound on the bytes of rows it holds (max_stored_bytes) or the days step rows are kept in D1 (d1_retention_days, 1 to 3650). A row size limit above what the stores hold (${formatBytes(MAX_STORED_BYTES)}) is refused 413, naming that limit.`, UpdateBufferConfigRequest, BufferConfig, (s, who, b) =>
     s.configureBuffer(who, b),
   ),
   get("/health", "get_overview", "Buffer counts, its config and the agent's presence.", HealthResponse, (s, who) => s.health(who)),

@@ -2,7 +2,8 @@
  * The ledger's retention: an engine's recorded calls older than its retention_days are deleted,
  * their index rows from D1 in bounded chunks and their bodies from R2 a whole UTC day at a time.
  * Trajectory rows (outcomes, rewards, workflow outputs) and the reward history are not the
- * ledger's and stay.
+ * ledger's and stay. The rollout buffer's step rows in D1 go by the same chunked delete
+ * (deleteOlder), under the buffer's own d1_retention_days.
  */
 import { bodyPrefix } from "./keys";
 import { utcDay } from "./ingest";
@@ -10,7 +11,7 @@ import { utcDay } from "./ingest";
 /** Rows one statement deletes: short enough not to hold D1's writer for long. */
 const CHUNK_ROWS = 1000;
 /** Statements and R2 calls one sweep makes at most; the next sweep carries on. */
-const MAX_STEPS = 20;
+export const SWEEP_STEPS = 20;
 /** Keys one R2 list answers and one R2 delete takes, at most. */
 const R2_PAGE = 1000;
 
@@ -43,22 +44,30 @@ export async function deleteUnder(bucket: R2Bucket, prefix: string, budget: Budg
   }
 }
 
+/** The tables swept by age, each with the column its rows' time is in (each indexed with engine first). */
+const TIMED = { llm_calls: "admitted_at", buffer_steps: "created_at" } as const;
+
+/**
+ * Deletes the engine's rows of `table` from before `cutoff`, a chunk per statement, while
+ * `budget` lasts. `done` when none are left.
+ */
+export async function deleteOlder(db: D1Database, table: keyof typeof TIMED, engine: string, cutoff: number, budget: Budget): Promise<{ rows: number; done: boolean }> {
+  const at = TIMED[table];
+  const sql = `DELETE FROM ${table} WHERE rowid IN (SELECT rowid FROM ${table} WHERE engine = ? AND ${at} < ? LIMIT ?)`;
+  let rows = 0;
+  for (;;) {
+    if (!spend(budget)) return { rows, done: false };
+    const changed = (await db.prepare(sql).bind(engine, cutoff, CHUNK_ROWS).run()).meta.changes;
+    rows += changed;
+    if (changed < CHUNK_ROWS) return { rows, done: true };
+  }
+}
+
 export type Swept = { calls: number; objects: number; done: boolean };
 
-export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: string, incarnation: string, cutoff: number): Promise<Swept> {
-  const budget: Budget = { left: MAX_STEPS };
-  let calls = 0;
-  for (;;) {
-    if (!spend(budget)) return { calls, objects: 0, done: false };
-    const changed = (
-      await db
-        .prepare("DELETE FROM llm_calls WHERE rowid IN (SELECT rowid FROM llm_calls WHERE engine = ? AND admitted_at < ? LIMIT ?)")
-        .bind(engine, cutoff, CHUNK_ROWS)
-        .run()
-    ).meta.changes;
-    calls += changed;
-    if (changed < CHUNK_ROWS) break;
-  }
+export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: string, incarnation: string, cutoff: number, budget: Budget = { left: SWEEP_STEPS }): Promise<Swept> {
+  const { rows: calls, done: rowsDone } = await deleteOlder(db, "llm_calls", engine, cutoff, budget);
+  if (!rowsDone) return { calls, objects: 0, done: false };
   // Objects are named by the day they were recorded: a day before the cutoff's holds only older calls, whose rows are gone.
   const prefix = bodyPrefix(engine, incarnation);
   const lastKept = utcDay(cutoff);

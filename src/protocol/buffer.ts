@@ -4,6 +4,7 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
+import { DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS } from "./ledger";
 import { idText, storableByteLimit } from "./limits";
 import { Reward } from "./swarm";
 
@@ -203,6 +204,11 @@ export const BufferConfig = z.object({
    * stopped pulling holds: ready groups stay until pulled, and staleness_policy flag drops none.
    */
   max_stored_bytes: z.number().int().min(MIN_BUFFER_STORED_BYTES).max(MAX_BUFFER_STORED_BYTES),
+  /**
+   * Days each step row is kept in D1 (`buffer_steps`) after it was stored: every row holds its
+   * whole conversation, and D1 is one database every engine shares. Groups' outcomes stay.
+   */
+  d1_retention_days: z.number().int().min(1).max(MAX_RETENTION_DAYS),
 });
 export type BufferConfig = z.infer<typeof BufferConfig>;
 
@@ -215,6 +221,7 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
   partial_groups: "drop",
   max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
   max_stored_bytes: DEFAULT_BUFFER_STORED_BYTES,
+  d1_retention_days: DEFAULT_RETENTION_DAYS,
 };
 
 // Strict: a misspelt setting would otherwise be dropped and the operator told it was applied.

@@ -33,6 +33,7 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${fmt.bytes(c.max_message_bytes)}`),
       setting("max_stored_bytes", c.max_stored_bytes, `no new group past ${fmt.bytes(c.max_stored_bytes)} of rows waiting to be pulled`),
+      setting("d1_retention_days", c.d1_retention_days, `steps kept in D1 for ${c.d1_retention_days} ${c.d1_retention_days === 1 ? "day" : "days"}`),
     ];
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
   }

@@ -1,0 +1,1 @@
+CREATE INDEX `buffer_steps_created_idx` ON `buffer_steps` (`engine`,`created_at`);
