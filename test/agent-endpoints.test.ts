@@ -163,6 +163,26 @@ describe("overview", () => {
       pending_commands: 1,
     });
   });
+
+  it("says since when the engine has been BOOTING: a start the agent never took shows an hour-long boot", async () => {
+    const e = await createEngine();
+    const op = e.as("operator");
+    await op.syncTrainConfig("a: 1");
+    const t0 = e.clock.t;
+    await op.startEngine();
+    await advance(e, 3_600_000);
+    expect(await e.as("viewer").overview()).toMatchObject({
+      engine_status: "ENGINE.BOOTING",
+      engine_status_since: t0,
+      pending_commands: 1,
+      agent: { connected: false, last_seen: null },
+    });
+    // The trainer's own BOOTING report (it booted at last) does not move the start of the boot.
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.BOOTING" });
+    expect((await e.as("viewer").overview()).engine_status_since).toBe(t0);
+    await op.stopEngine();
+    expect(await e.as("viewer").overview()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_since: e.clock.t });
+  });
 });
 
 describe("running episodes", () => {

@@ -216,7 +216,7 @@ describe("deleting an engine", () => {
     const again = await createEngine(undefined, { name: first.name, location_hint: "enam" });
     expect((await raw(`/e/${again.name}/get_engine_status`, { token: first.tokens.viewer })).status).toBe(401);
     expect(await again.as("viewer").getEngineStatus()).toEqual({ engine_status: "ENGINE.OFFLINE", engine_status_detail: null, global_step: null });
-    expect(await again.as("viewer").overview()).toMatchObject({ engine: again.name, episodes: { registered: 0, claimed: 0, resetting: 0 }, pending_commands: 0, outbox: 0, agent: { connected: false, host: null } });
+    expect(await again.as("viewer").overview()).toMatchObject({ engine: again.name, episodes: { registered: 0, claimed: 0, resetting: 0 }, pending_commands: 0, outbox: { rows: 0, oldest_at: null, last_error: null, last_error_at: null }, agent: { connected: false, host: null } });
     expect((await again.as("viewer").getRewardHistory()).history).toEqual([]);
     expect((await admin.listTokens(again.name)).tokens).toHaveLength(4);
 

@@ -1,6 +1,6 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import type { Caller } from "../src/engine/caller";
 import { FLUSH_STATEMENTS, Outbox, STATEMENT_CHARS } from "../src/engine/outbox";
@@ -173,6 +173,52 @@ describe("results reach D1 through the outbox", () => {
     await advance(e, 1_000);
     expect(await engineStats(e)).toMatchObject({ outbox: 0 });
     expect(await trajectories(e.name)).toEqual([expect.objectContaining({ episode_uuid: "ep-0", client_uuid: "a", reward: 0.75 })]);
+  });
+
+  it("shows an unreachable D1 in the overview: the backlog, since when, and D1's error, logged once", async () => {
+    const e = await createEngine("d1-away");
+    await rollingWith(e, 4);
+    const D1_ERROR = "D1_ERROR: Network connection lost.";
+    const setD1 = (reachable: boolean) =>
+      runInDurableObject(e.stub, (instance: EngineObject) => {
+        const self = instance as unknown as { env: { DB: D1Database } };
+        const failing = {
+          prepare: (q: string) => env.DB.prepare(q),
+          batch: async () => {
+            throw new Error(D1_ERROR);
+          },
+        } as unknown as D1Database;
+        self.env = { ...self.env, DB: reachable ? env.DB : failing };
+      });
+    await setD1(false);
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const t0 = e.clock.t;
+      for (const id of ["c1", "c2", "c3"]) await claimAndEnd(e, id, 1);
+      const fresh = await e.as("viewer").overview();
+      expect(fresh.outbox).toEqual({ rows: 3, oldest_at: t0, last_error: null, last_error_at: null });
+      // Ten minutes of failing flushes: each of these alarms finds the rows' backoff over and retries them.
+      for (const wait of [1_000, 60_000, 60_000, 480_000]) await advance(e, wait);
+      const lastTry = e.clock.t;
+      expect(lastTry).toBe(t0 + 601_000);
+      const ov = await e.as("viewer").overview();
+      expect(ov.outbox).toEqual({ rows: 3, oldest_at: t0, last_error: D1_ERROR, last_error_at: lastTry });
+      expect(logged.mock.calls.filter((c) => String(c[0]).includes(D1_ERROR))).toEqual([[`engine ${e.name}: writing the outbox to D1 failed (3 rows kept, retried with backoff): ${D1_ERROR}`]]);
+
+      await setD1(true);
+      await advance(e, 300_000);
+      expect((await e.as("viewer").overview()).outbox).toEqual({ rows: 0, oldest_at: null, last_error: null, last_error_at: null });
+      expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["c1", "c2", "c3"]);
+
+      // An outage after the recovery is a change again: it is logged again.
+      await setD1(false);
+      await claimAndEnd(e, "c4", 1);
+      await advance(e, 1_000);
+      expect(logged.mock.calls.filter((c) => String(c[0]).includes(D1_ERROR))).toHaveLength(2);
+    } finally {
+      logged.mockRestore();
+      await setD1(true);
+    }
   });
 });
 

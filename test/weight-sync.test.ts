@@ -220,6 +220,25 @@ describe("weight syncs with keep_claims_across_sync", () => {
 
 const leases = async (e: TestEngine) => (await e.as("viewer").runningEpisodes()).episodes.map((r) => [r.client_uuid, r.expires_in]);
 
+describe("how long a weight sync has lasted", () => {
+  it.each([false, true])("says since when the engine has been ENGINE.WEIGHT_SYNCING, through repeated reports, keep_claims_across_sync %s", async (keep) => {
+    const e = await rolling(keep);
+    const rolledAt = e.clock.t;
+    expect(await e.as("viewer").overview()).toMatchObject({ engine_status: "ENGINE.ROLLING", engine_status_since: rolledAt });
+    await advance(e, 5_000);
+    const syncStart = e.clock.t;
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // The trainer says it again (a retried report): the sync began when it first said so.
+    await advance(e, 60_000);
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    // An hour later, the trainer still has not said ROLLING: a hang, not a one-second sync.
+    await advance(e, 3_600_000);
+    expect(await e.as("viewer").overview()).toMatchObject({ engine_status: "ENGINE.WEIGHT_SYNCING", engine_status_since: syncStart });
+    await status(e, "ENGINE.ROLLING");
+    expect(await e.as("viewer").overview()).toMatchObject({ engine_status: "ENGINE.ROLLING", engine_status_since: e.clock.t });
+  });
+});
+
 describe("leases through a weight sync that keeps claims (max_sync_seconds)", () => {
   it("reaps a claim once its lease and max_sync_seconds have run out, though the trainer hangs in ENGINE.WEIGHT_SYNCING for a day", async () => {
     const e = await rolling(true);
@@ -260,7 +279,7 @@ describe("leases through a weight sync that keeps claims (max_sync_seconds)", ()
     const sync = await runInDurableObject(e.stub, (_i, state) => {
       const sql = state.storage.sql;
       sql.exec("UPDATE kv SET v = json_remove(v, '$.sync.max_sync_seconds') WHERE k = 'meta'");
-      return new EngineStore(sql).meta.sync;
+      return new EngineStore(sql, Date.now).meta.sync;
     });
     expect(sync).toEqual({ keep_claims_across_sync: true, sync_hold_seconds: 30, max_sync_seconds: 600 });
   });

@@ -18,11 +18,14 @@ export class AlarmSchedule {
   private armAfterCommit: number | null = null;
   /** The outbox flush under way, if any. */
   private flushRun: Promise<unknown> | null = null;
+  /** The last flush's error as logged: an outage fails every alarm, and is logged once. */
+  private loggedError: string | null = null;
 
   constructor(
     private readonly storage: DurableObjectStorage,
     private readonly outbox: Outbox,
     private readonly now: () => number,
+    private readonly engine: () => string,
   ) {}
 
   /** Reads when the alarm is set. Once, at start-up, before any request (blockConcurrencyWhile). */
@@ -59,7 +62,7 @@ export class AlarmSchedule {
   /** Queues a record for D1; the alarm that flushes it is armed once the running transaction commits. */
   addOutbox(item: OutboxItem): void {
     const due = this.now() + OUTBOX_BATCH_MS;
-    this.outbox.add(item, due);
+    this.outbox.add(item, due, this.now());
     if (this.armAfterCommit === null || due < this.armAfterCommit) this.armAfterCommit = due;
   }
 
@@ -77,7 +80,17 @@ export class AlarmSchedule {
   async flushOutbox(db: D1Database, now: number): Promise<void> {
     if (this.flushRun !== null) return;
     try {
-      await (this.flushRun = this.outbox.flush(db, now, now + OUTBOX_BATCH_MS));
+      const run = this.outbox.flush(db, now, now + OUTBOX_BATCH_MS);
+      this.flushRun = run;
+      const { error, written } = await run;
+      // A flush that found no row due (all backing off) says nothing of D1.
+      if (error === null && written === 0) return;
+      if (error !== this.loggedError) {
+        const rows = this.outbox.size();
+        if (error !== null) console.error(`engine ${this.engine()}: writing the outbox to D1 failed (${rows} row${rows === 1 ? "" : "s"} kept, retried with backoff): ${error}`);
+        else console.log(`engine ${this.engine()}: the outbox writes to D1 again (${written} row${written === 1 ? "" : "s"} written)`);
+        this.loggedError = error;
+      }
     } finally {
       this.flushRun = null;
     }

@@ -124,9 +124,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
     const closed = () => this.closed;
     const gone = () => this.gone();
     const tx = <T>(fn: () => T): T => this.tx(fn);
-    this.store = new EngineStore(sql);
+    this.store = new EngineStore(sql, now);
     this.outbox = new Outbox(sql);
-    this.schedule = new AlarmSchedule(ctx.storage, this.outbox, now);
+    this.schedule = new AlarmSchedule(ctx.storage, this.outbox, now, () => this.store.meta.name ?? "");
     const store = this.store;
     const schedule = this.schedule;
     const kv = { get: <T>(k: string) => store.getKv<T>(k), set: (k: string, v: unknown) => store.setKv(k, v) };
@@ -408,13 +408,13 @@ export class EngineObject extends DurableObject<EngineEnv> {
       const sql = this.store.sql;
       return ok({
         engine: this.store.meta.name ?? "",
-        ...this.status.view(),
+        ...this.status.overview(),
         episodes: this.episodes.counts(),
         deliveries: deliveryCounts(sql),
         undeliverable: undeliverable(sql),
         refusals: this.channel.outcomes.refusals(),
         pending_commands: this.channel.commands.pendingCount(),
-        outbox: this.outbox.size(),
+        outbox: this.outbox.view(),
         agent: this.channel.status(),
         relay: this.relay.counts(),
         atropos: this.atroposHub.overview(),

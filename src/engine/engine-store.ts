@@ -9,6 +9,12 @@ import { EMPTY_ACCUMULATOR, type RewardAccumulator } from "./rules";
 export type Meta = {
   name: string | null;
   status: EngineStatus;
+  /**
+   * When the engine entered its status (ms), set by saveMeta whichever write changes it: a sync
+   * or a boot that never ends looks like a short one otherwise. For an engine whose meta predates
+   * the field, the start of its sync or boot when known, else null.
+   */
+  statusSince: number | null;
   detail: string | null;
   globalStep: number | null;
   weightVersion: number | null;
@@ -52,6 +58,7 @@ export type Meta = {
 const INITIAL_META: Meta = {
   name: null,
   status: "ENGINE.OFFLINE",
+  statusSince: null,
   detail: null,
   globalStep: null,
   weightVersion: null,
@@ -71,11 +78,15 @@ const INITIAL_META: Meta = {
 export class EngineStore {
   meta: Meta;
 
-  constructor(readonly sql: SqlStorage) {
+  constructor(
+    readonly sql: SqlStorage,
+    private readonly now: () => number,
+  ) {
     this.meta = this.loadMeta();
   }
 
   saveMeta(next: Meta): void {
+    if (next.status !== this.meta.status) next = { ...next, statusSince: this.now() };
     this.setKv("meta", next);
     this.meta = next;
   }
@@ -95,8 +106,19 @@ export class EngineStore {
   }
 
   private loadMeta(): Meta {
-    const stored = this.getKv<Partial<Meta>>("meta") ?? {};
+    const stored = this.getKv<Partial<Meta>>("meta");
+    // A new engine has been OFFLINE since it was made: its first save (provisioning) keeps this.
+    if (stored === null) return { ...INITIAL_META, statusSince: this.now() };
     // A sync config written before a field of it existed takes that field's default.
-    return { ...INITIAL_META, ...stored, sync: { ...DEFAULT_SYNC_CONFIG, ...stored.sync } };
+    const meta: Meta = { ...INITIAL_META, ...stored, sync: { ...DEFAULT_SYNC_CONFIG, ...stored.sync } };
+    if (stored.statusSince === undefined) meta.statusSince = legacyStatusSince(meta);
+    return meta;
   }
+}
+
+/** When a meta saved before statusSince existed entered its status, where another field says. */
+function legacyStatusSince(m: Meta): number | null {
+  if (m.status === "ENGINE.WEIGHT_SYNCING") return m.syncingSince;
+  if (m.status === "ENGINE.BOOTING" && m.bootingStartTime !== null) return m.bootingStartTime * 1000;
+  return null;
 }

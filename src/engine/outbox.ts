@@ -6,6 +6,7 @@
 import { getTableColumns, getTableName } from "drizzle-orm";
 import { jsonArrays } from "../db/json-arrays";
 import { bufferGroups, bufferSteps, rewardHistory, trajectories } from "../db/schema";
+import type { OutboxOverview } from "../protocol/agent";
 import { D1_MAX_QUERIES_PER_INVOCATION } from "../protocol/limits";
 import { backoffMs } from "./rules";
 
@@ -36,8 +37,8 @@ export const FLUSH_STATEMENTS = D1_MAX_QUERIES_PER_INVOCATION / 2;
 export class Outbox {
   constructor(private readonly sql: SqlStorage) {}
 
-  add(item: OutboxItem, dueAt: number): void {
-    this.sql.exec("INSERT INTO outbox (kind, payload, next_attempt_at) VALUES (?, ?, ?)", item.kind, JSON.stringify(item.row), dueAt);
+  add(item: OutboxItem, dueAt: number, now: number): void {
+    this.sql.exec("INSERT INTO outbox (kind, payload, next_attempt_at, created_at) VALUES (?, ?, ?, ?)", item.kind, JSON.stringify(item.row), dueAt, now);
   }
 
   nextDue(): number | null {
@@ -46,6 +47,18 @@ export class Outbox {
 
   size(): number {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM outbox").one().n;
+  }
+
+  /** The backlog as the overview shows it. */
+  view(): OutboxOverview {
+    const rows = this.size();
+    if (rows === 0) return { rows, oldest_at: null, last_error: null, last_error_at: null };
+    // Ids only grow, so the lowest is the oldest row: one probe of the key.
+    const oldest = this.sql.exec<{ t: number | null }>("SELECT created_at AS t FROM outbox ORDER BY id LIMIT 1").one().t;
+    const failed = this.sql
+      .exec<{ error: string; at: number }>("SELECT last_error AS error, failed_at AS at FROM outbox WHERE failed_at IS NOT NULL ORDER BY failed_at DESC LIMIT 1")
+      .toArray()[0];
+    return { rows, oldest_at: oldest, last_error: failed?.error ?? null, last_error_at: failed?.at ?? null };
   }
 
   /**
@@ -127,9 +140,10 @@ export class Outbox {
       }
       for (const r of rows) {
         this.sql.exec(
-          "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? WHERE id = ?",
+          "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ?, failed_at = ? WHERE id = ?",
           now + backoffMs(r.attempts + 1),
           error,
+          now,
           r.id,
         );
       }

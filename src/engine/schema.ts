@@ -342,6 +342,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   `ALTER TABLE commands ADD COLUMN expires_at INTEGER;
    UPDATE commands SET expires_at = created_at + 86400000 WHERE acked_at IS NULL AND json_extract(body, '$.kind') = 'clear_sessions';
    CREATE INDEX IF NOT EXISTS commands_expiring ON commands (expires_at) WHERE acked_at IS NULL AND expires_at IS NOT NULL;`,
+  // 19: the overview says how old the outbox's backlog is and when a flush last failed
+  // (Outbox.view): a backlog of three rows is a batch window or a ten-minute D1 outage, and the
+  // rows alone could not tell which. Rows written before this have neither.
+  "ALTER TABLE outbox ADD COLUMN created_at INTEGER; ALTER TABLE outbox ADD COLUMN failed_at INTEGER;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

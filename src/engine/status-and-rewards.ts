@@ -38,6 +38,14 @@ export class StatusAndRewards {
     return { engine_status: m.status, engine_status_detail: m.detail, global_step: m.globalStep };
   }
 
+  /**
+   * The view and since when the engine has held its status, for the overview. get_engine_status
+   * keeps AgentJet's shape (view).
+   */
+  overview(): EngineStatusResponse & { engine_status_since: number | null } {
+    return { ...this.view(), engine_status_since: this.store.meta.statusSince };
+  }
+
   syncConfig(yaml: string): Reply<{ success: true }> {
     if (this.store.meta.status !== "ENGINE.OFFLINE") {
       return fail(400, "engine_started", "Engine is already started. Call `stop_engine` first before syncing new training configuration.");

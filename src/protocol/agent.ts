@@ -103,11 +103,28 @@ export type CommandRefusal = z.infer<typeof CommandRefusal>;
 /** How many refusals an engine keeps (the newest). */
 export const MAX_REFUSALS = 20;
 
+/**
+ * The engine's records waiting for D1 (the trajectory, reward and buffer tables): a few rows for
+ * about a second is normal; old rows and an error mean D1 does not take them.
+ */
+export const OutboxOverview = z.object({
+  rows: z.number(),
+  /** When the oldest row was written (ms); null when there is none, or it predates this field. */
+  oldest_at: z.number().nullable(),
+  /** What D1 answered the latest failed flush of a row still waiting; null when none failed. */
+  last_error: z.string().nullable(),
+  /** When that flush failed (ms). */
+  last_error_at: z.number().nullable(),
+});
+export type OutboxOverview = z.infer<typeof OutboxOverview>;
+
 /** A viewer's summary of an engine: counts, never the whole episode table. */
 export const EngineOverview = z.object({
   engine: z.string(),
   engine_status: z.string(),
   engine_status_detail: z.string().nullable(),
+  /** When the engine entered engine_status (ms); null for an engine that has held it since before this was recorded. */
+  engine_status_since: z.number().nullable(),
   global_step: z.number().nullable(),
   episodes: z.object({ registered: z.number(), claimed: z.number(), resetting: z.number() }),
   deliveries: z.object({ pending: z.number(), delivered: z.number(), undeliverable: z.number() }),
@@ -116,7 +133,7 @@ export const EngineOverview = z.object({
   /** The agent's most recent refusals, newest first (at most MAX_REFUSALS); results it could not deliver are under `undeliverable` instead. */
   refusals: z.array(CommandRefusal),
   pending_commands: z.number(),
-  outbox: z.number(),
+  outbox: OutboxOverview,
   agent: AgentStatus,
   /**
    * Relayed LLM calls admitted, and the relay's requests to this engine that carried them (the

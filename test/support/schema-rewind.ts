@@ -5,6 +5,8 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 19: outbox.created_at and outbox.failed_at.
+  if (next <= 19) sql.exec("ALTER TABLE outbox DROP COLUMN created_at; ALTER TABLE outbox DROP COLUMN failed_at");
   // 18: commands.expires_at and its index.
   if (next <= 18) sql.exec("DROP INDEX commands_expiring; ALTER TABLE commands DROP COLUMN expires_at");
   // 17: episodes.claimed_by.

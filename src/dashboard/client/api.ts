@@ -11,6 +11,7 @@ import type { HistoryRunsResponse } from "../../protocol/history";
 import type { HealthResponse } from "../../protocol/buffer";
 import type { ListRunsResponse, RunStatusResponse } from "../../protocol/runs";
 import type { LedgerConfig, Trajectory, TrajectoryListResponse } from "../../protocol/ledger";
+import type { SyncConfig } from "../../protocol/sync";
 import type { BrowserWindow } from "./dom";
 
 export type Problem = { status: number; error: string; detail: string };
@@ -99,6 +100,8 @@ export function apiModule(win: BrowserWindow) {
     recentRuns,
     /** What the engine's gateway records of each LLM call, and for how long: readable by every role. */
     ledgerConfig: (engine: string, token: string) => getJson<LedgerConfig>(`${base(engine)}/ledger/config`, token, shape({ capture: "string", retention_days: "number" })),
+    /** How long a weight sync may take before the page calls it long (max_sync_seconds). */
+    syncConfig: (engine: string, token: string) => getJson<SyncConfig>(`${base(engine)}/sync/config`, token, shape({ max_sync_seconds: "number" })),
     /** A page of ended trajectories, newest first; refused (403) to client tokens. */
     trajectories: (engine: string, token: string, limit: number, cursor: string | null, f: TrajectoryFilter) => {
       const q = new URLSearchParams({ limit: String(limit) });

@@ -143,7 +143,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
     const shownPage = cursors.slice();
     // Draws its own panels (trajectories.ts); started with the other reads so the refresh waits for the slowest one only.
     const trajectoriesDrawn = d.trajectories.refresh(engine, token, Date.now());
-    const [ov, history, historyRuns, running, done, health, runs, ledger] = await Promise.all([
+    const [ov, history, historyRuns, running, done, health, runs, ledger, sync] = await Promise.all([
       d.api.overview(engine, token),
       d.api.rewardHistory(engine, token, shownRun),
       d.api.historyRuns(engine, token),
@@ -152,6 +152,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       d.api.health(engine, token),
       d.api.recentRuns(engine, token, RECENT_RUNS + 1),
       d.api.ledgerConfig(engine, token),
+      d.api.syncConfig(engine, token),
     ]);
     if (!ov.ok) {
       await trajectoriesDrawn;
@@ -164,7 +165,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
 
     const now = Date.now();
     const o = ov.value;
-    byId("overview").replaceChildren(d.statusView.render(o, ledger.ok ? ledger.value : null, now));
+    byId("overview").replaceChildren(d.statusView.render(o, ledger.ok ? ledger.value : null, sync.ok ? sync.value : null, now));
     if (history.ok) {
       const pick = (run: number | null) => {
         shownRun = run;

@@ -5,6 +5,7 @@
  */
 import type { EngineOverview } from "../../protocol/agent";
 import type { LedgerConfig } from "../../protocol/ledger";
+import type { SyncConfig } from "../../protocol/sync";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
 import type { BarsModule } from "./bars";
@@ -109,8 +110,48 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
     );
   }
 
-  /** `ledger` is null when its read failed: the line is left out rather than guessed. */
-  function render(ov: EngineOverview, ledger: LedgerConfig | null, nowMs: number): DomElement {
+  /** A boot that takes longer than this is shown as stuck: the agent or the trainer is not starting. */
+  const BOOTING_LONG_SECONDS = 600;
+
+  /**
+   * How long the engine has held its status, in red once a sync outlasts max_sync_seconds (from
+   * then on its kept claims are reaped) or a boot ten minutes: a one-second sync and a one-hour
+   * hang otherwise show the same badge. `sync` is null when its read failed: no sync is called long.
+   */
+  function statusSince(ov: EngineOverview, sync: SyncConfig | null, nowMs: number): DomElement | null {
+    if (ov.engine_status_since === null) return null;
+    const seconds = (nowMs - ov.engine_status_since) / 1000;
+    const limit = ov.engine_status === "ENGINE.BOOTING" ? BOOTING_LONG_SECONDS : ov.engine_status === "ENGINE.WEIGHT_SYNCING" ? (sync?.max_sync_seconds ?? null) : null;
+    const long = limit !== null && seconds > limit;
+    return h(
+      "span",
+      { id: "engine-status-since", class: long ? "since long" : "since", "data-since": ov.engine_status_since, "data-long": String(long), title: `since ${fmt.at(ov.engine_status_since)}` },
+      `for ${fmt.duration(seconds)}`,
+    );
+  }
+
+  /** An outbox row older than this, or a failed flush, means D1 is not taking the engine's records. */
+  const OUTBOX_STUCK_MS = 60_000;
+
+  /**
+   * The records waiting for D1 (trajectories, rewards, buffer steps); in red, with D1's answer,
+   * once they wait longer than a minute or a flush failed: a D1 outage otherwise shows only as
+   * history that stopped growing.
+   */
+  function outboxLine(o: EngineOverview["outbox"], nowMs: number): DomElement {
+    const waited = o.oldest_at === null ? null : nowMs - o.oldest_at;
+    const stuck = o.last_error !== null || (waited !== null && waited > OUTBOX_STUCK_MS);
+    const backlog = o.rows === 0 ? "nothing waiting for D1" : `${fmt.count(o.rows)} record${o.rows === 1 ? "" : "s"} waiting for D1${waited === null ? "" : ` for ${fmt.duration(waited / 1000)}`}`;
+    const failed = o.last_error === null ? "" : `: D1 failed${o.last_error_at === null ? "" : ` ${fmt.ago(o.last_error_at / 1000, nowMs)}`}: ${o.last_error}`;
+    return h(
+      "p",
+      { id: "engine-outbox", class: stuck ? "sub outbox stuck" : "sub outbox", "data-rows": o.rows, "data-oldest-at": o.oldest_at ?? "", "data-last-error": o.last_error ?? "", "data-stuck": String(stuck) },
+      backlog + failed,
+    );
+  }
+
+  /** `ledger` and `sync` are null when their read failed: what they would say is left out rather than guessed. */
+  function render(ov: EngineOverview, ledger: LedgerConfig | null, sync: SyncConfig | null, nowMs: number): DomElement {
     const e = ov.episodes;
     const d = ov.deliveries;
     return h(
@@ -122,9 +163,11 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
         card(
           "Status",
           h("p", { id: "engine-status", class: `badge ${tone(ov.engine_status)}`, "data-status": ov.engine_status }, fmt.status(ov.engine_status)),
+          statusSince(ov, sync, nowMs),
           h("p", { id: "engine-detail", class: "sub" }, ov.engine_status_detail ?? ""),
           ledger === null ? null : captureLine(ledger),
           storageLine(ov.storage),
+          outboxLine(ov.outbox, nowMs),
         ),
         card(
           "Global step",

@@ -1,0 +1,111 @@
+/**
+ * A stalled engine on the dashboard's status card, in a real Chromium against the real Worker:
+ * how long the engine has held its status (a sync or a boot that never ends, in red past its
+ * bound), and the records waiting for D1 with D1's error (in red once they wait or a flush
+ * failed), which otherwise show only as history that stopped growing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Page } from "playwright-core";
+import type { EngineOverview } from "../src/protocol/agent";
+import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
+import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
+import { attr, refreshesLater } from "./support/page-data";
+
+let ex: TestExchange;
+let browser: TestBrowser;
+let syncing: TestEngine;
+let booting: TestEngine;
+
+beforeAll(async () => {
+  ex = await startExchange();
+  syncing = await createEngine(ex, "hung-sync");
+  expect(await syncing.as("operator").configureSync({ max_sync_seconds: 3600 })).toMatchObject({ max_sync_seconds: 3600 });
+  await syncing.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+  await syncing.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+  booting = await createEngine(ex, "slow-boot");
+  await booting.as("operator").syncTrainConfig("a: 1\n");
+  await booting.as("operator").startEngine();
+  browser = await launchBrowser();
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await ex?.stop();
+});
+
+/** The page's clock says `t` (ms): the engine's real start of its status plus the time to show. */
+async function showAt(page: Page, t: number): Promise<void> {
+  await page.clock.setFixedTime(t);
+  await refreshesLater(page);
+}
+
+const since = async (page: Page) => ({
+  text: await page.textContent("#engine-status-since"),
+  cls: await page.getAttribute("#engine-status-since", "class"),
+  long: await attr(page, "#engine-status-since", "data-long"),
+});
+
+async function open(e: TestEngine): Promise<{ page: Page; errors: string[]; ov: EngineOverview }> {
+  const ov = await e.as("viewer").overview();
+  const page = await browser.newPage();
+  const errors = watchErrors(page);
+  await page.clock.setFixedTime(ov.engine_status_since ?? 0);
+  await page.goto(`${ex.url}/dashboard?engine=${e.name}&token=${e.tokens.viewer}&refresh=0.3`);
+  await page.waitForSelector("#engine-status-since");
+  return { page, errors, ov };
+}
+
+describe("how long the engine has held its status", () => {
+  // Each status shown just under its bound, then just over it: grey, then red.
+  const cases = [
+    { what: "how long a weight sync has lasted, in red past max_sync_seconds (an hour here)", engine: () => syncing, status: "ENGINE.WEIGHT_SYNCING", under: [30, "for 30 min 0 s"], over: [62, "for 1 h 2 min"] },
+    { what: "how long a boot has lasted, in red past ten minutes", engine: () => booting, status: "ENGINE.BOOTING", under: [9, "for 9 min 0 s"], over: [11, "for 11 min 0 s"] },
+  ] as const;
+
+  it.each(cases)("shows next to the badge $what", async ({ engine, status, under, over }) => {
+    const { page, errors, ov } = await open(engine());
+    expect(ov.engine_status).toBe(status);
+    const t0 = ov.engine_status_since ?? 0;
+    expect(Number(await attr(page, "#engine-status-since", "data-since"))).toBe(t0);
+    await showAt(page, t0 + under[0] * 60_000);
+    expect(await since(page)).toEqual({ text: under[1], cls: "since", long: "false" });
+    await showAt(page, t0 + over[0] * 60_000);
+    expect(await since(page)).toEqual({ text: over[1], cls: "since long", long: "true" });
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+});
+
+describe("the records waiting for D1", () => {
+  it("says nothing waits while D1 takes them, and shows the backlog's age and D1's error in red when it does not", async () => {
+    const { page, errors, ov } = await open(syncing);
+    expect(ov.outbox).toEqual({ rows: 0, oldest_at: null, last_error: null, last_error_at: null });
+    expect(await page.textContent("#engine-outbox")).toBe("nothing waiting for D1");
+    expect(await page.getAttribute("#engine-outbox", "class")).toBe("sub outbox");
+
+    // The local D1 cannot be made unreachable from here (test/results.test.ts fails it inside
+    // the engine): the engine's real overview goes to the page with the outbox of an outage.
+    const t = (ov.engine_status_since ?? 0) + 3_600_000;
+    const D1_ERROR = "D1_ERROR: Network connection lost.";
+    await page.route(/\/e\/hung-sync\/overview$/, async (route) => {
+      const real = (await (await route.fetch()).json()) as EngineOverview;
+      await route.fulfill({ json: { ...real, outbox: { rows: 3, oldest_at: t - 600_000, last_error: D1_ERROR, last_error_at: t - 5_000 } } });
+    });
+    await showAt(page, t);
+    await page.waitForSelector("#engine-outbox.stuck");
+    expect(await page.textContent("#engine-outbox")).toBe(`3 records waiting for D1 for 10 min 0 s: D1 failed 5.0 s ago: ${D1_ERROR}`);
+    expect(await attr(page, "#engine-outbox", "data-last-error")).toBe(D1_ERROR);
+
+    // A backlog older than a minute is shown in red though no flush failed yet.
+    await page.unroute(/\/e\/hung-sync\/overview$/);
+    await page.route(/\/e\/hung-sync\/overview$/, async (route) => {
+      const real = (await (await route.fetch()).json()) as EngineOverview;
+      await route.fulfill({ json: { ...real, outbox: { rows: 2, oldest_at: t - 90_000, last_error: null, last_error_at: null } } });
+    });
+    await refreshesLater(page, 2);
+    expect(await page.textContent("#engine-outbox")).toBe("2 records waiting for D1 for 1 min 30 s");
+    expect(await page.getAttribute("#engine-outbox", "class")).toBe("sub outbox stuck");
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+});
