@@ -34,7 +34,7 @@ describe("the relay's claim gate", () => {
     // Its id: the second batch with calls (the first carried the first call), none before it unanswered.
     expect(g.sent[1]).toEqual([{ key, calls: 99, idle_ms: FLUSH_MS, detail: false, carries: false, batch: { gate: expect.any(String), seq: 2, settled: 2 } }]);
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 100 })]);
-    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2 });
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 100, engine_requests: 2, failures: {}, last_failure: null });
   });
 
   it("refreshes the claims in use before their answers go stale, in one request for all of them that carries their calls", async () => {
@@ -461,7 +461,7 @@ describe("the relay's gate in the Worker", () => {
       const res = await raw(path, { token: forged, body: JSON.stringify({ model: "m", messages: [] }) });
       expect(res.status).toBe(401);
     }
-    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0 });
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0, failures: {}, last_failure: null });
   });
 
   it("says a deployment without CLAIM_KEY_SECRET lacks the secret, not that the client's key is bad", async () => {
@@ -474,7 +474,7 @@ describe("the relay's gate in the Worker", () => {
     await waitOnExecutionContext(ctx);
     expect(res.status).toBe(500);
     expect(body).toEqual({ error: { message: expect.stringMatching(/^CLAIM_KEY_SECRET is not configured/), type: "api_error", param: null, code: "misconfigured" } });
-    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0 });
+    expect((await e.as("viewer").overview()).relay).toEqual({ calls: 0, engine_requests: 0, failures: {}, last_failure: null });
   });
 
   it("forgets an ended claim at once in the isolate that handled the end", async () => {

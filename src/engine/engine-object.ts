@@ -65,6 +65,8 @@ import { CLAIM_KEY_SECRET_MISSING } from "./episode-claims";
 import { StatusAndRewards } from "./status-and-rewards";
 import { HistoryRuns } from "./history-runs";
 import { RelayAdmission, type Admission, type RelaySyncAnswer, type RelaySyncItem, type SyncHold } from "./relay-admission";
+import { RelayFailureCounts } from "./relay-failure-counts";
+import type { RelayFailureReport } from "../protocol/relay";
 import { LedgerSettings } from "./ledger-settings";
 import { RetentionSchedule } from "./retention-schedule";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
@@ -104,6 +106,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly status: StatusAndRewards;
   private readonly runs: HistoryRuns;
   private readonly relay: RelayAdmission;
+  private readonly relayFailed = new RelayFailureCounts();
   private readonly ledger: LedgerSettings;
   private readonly retention: RetentionSchedule;
   private readonly provisioning: Provisioning;
@@ -416,7 +419,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         pending_commands: this.channel.commands.pendingCount(),
         outbox: this.outbox.view(),
         agent: this.channel.status(),
-        relay: this.relay.counts(),
+        relay: { ...this.relay.counts(), ...this.relayFailed.view() },
         atropos: this.atroposHub.overview(),
         storage: this.storage.view(),
       });
@@ -599,6 +602,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
    */
   async relayBeginOrHold(key: ClaimKeyFields): Promise<Reply<Admission | SyncHold>> {
     return this.relay.admitOrHold(key);
+  }
+
+  /** Relayed calls that failed as their clients got them, as an isolate of the Worker counted them since its last report. */
+  async relayFailures(report: RelayFailureReport): Promise<void> {
+    this.relayFailed.add(report);
   }
 
   /**

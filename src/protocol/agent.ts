@@ -138,9 +138,16 @@ export const EngineOverview = z.object({
   /**
    * Relayed LLM calls admitted, and the relay's requests to this engine that carried them (the
    * Worker admits calls from its cache and sends them in batches), since the engine's object
-   * last started.
+   * last started; and the calls that failed as their clients got them, by kind ("<status>
+   * <code>": refused at admission, the gateway not reached or refusing, the model failing),
+   * with the latest. An admitted call may still fail: calls minus failures is not calls served.
    */
-  relay: z.object({ calls: z.number(), engine_requests: z.number() }),
+  relay: z.object({
+    calls: z.number(),
+    engine_requests: z.number(),
+    failures: z.record(z.string(), z.number()),
+    last_failure: z.object({ kind: z.string(), message: z.string(), at: z.number() }).nullable(),
+  }),
   /** Atropos's trajectory API on this engine, what keeps its batches from being cut included. */
   atropos: AtroposOverview,
   /** How full the engine's store is, and the bound above which writes that add data are refused. */

@@ -142,4 +142,10 @@ export function isChatRequest(v: unknown): v is ChatRequestShape {
   return typeof model === "string" && model.length > 0 && (stream === undefined || typeof stream === "boolean");
 }
 
+/**
+ * Relayed calls that failed as their clients got them, counted by one isolate of the Worker
+ * since its last report (src/relay/relay-failures.ts): by kind ("<status> <code>"), and the latest.
+ */
+export type RelayFailureReport = { counts: Record<string, number>; last: { kind: string; message: string; at: number } };
+
 export const GatewaySecretResponse = z.object({ secret: z.string() });

@@ -9,6 +9,7 @@ import type { Reply } from "../engine/reply";
 import { engineStub, isUnknownEngine, movedEngineStub } from "../http/engine-stub";
 import { fail } from "../engine/reply";
 import { ClaimGate } from "./claim-gate";
+import { flushRelayFailures } from "./relay-failures";
 
 /** Engines whose gates an isolate keeps; past it the oldest goes (its claims are asked about again). */
 const MAX_ENGINES = 1_000;
@@ -48,10 +49,11 @@ export function forgetClaims(env: Pick<Env, "ENGINE">, engine: string, episodeUu
 
 /**
  * Before a read of the engine handled in this isolate: the calls this isolate admitted and has
- * not yet sent go first, so the reader sees every one of them (others' within FLUSH_MS).
+ * not yet sent go first, and the failures it counted, so the reader sees every one of them
+ * (others' within FLUSH_MS and SEND_MS).
  */
 export async function beforeEngineRead(env: Pick<Env, "ENGINE">, engine: string): Promise<void> {
-  await gatesOf(env).get(engine)?.flush();
+  await Promise.all([gatesOf(env).get(engine)?.flush(), flushRelayFailures(env, engine)]);
 }
 
 /** Operations after which nothing the gate knows of the engine holds: its status, capture or run changed. */

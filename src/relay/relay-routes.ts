@@ -12,7 +12,7 @@
  */
 import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
-import { verifyClaimKey } from "../auth/claim-key";
+import { verifyClaimKey, type ClaimKeyFields } from "../auth/claim-key";
 import { cachedGatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues, internalError } from "../http/errors";
@@ -21,7 +21,8 @@ import { MAX_BODY_BYTES, readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
 import { claimGate } from "./claim-gates";
 import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
-import { openaiErrorResponse, refusedBehind, refusedBehindBody } from "./openai-errors";
+import { openaiErrorBody, openaiErrorIn, openaiErrorResponse, refusedBehind, refusedBehindBody } from "./openai-errors";
+import { relayFailures } from "./relay-failures";
 import { relayStream } from "./sse";
 import { asksStreamUsage } from "./completion-chunk";
 import { DeadlineWatch } from "./deadline-watch";
@@ -76,6 +77,29 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   if (pathEngine !== undefined && pathEngine !== key.engine) {
     return openaiErrorResponse(401, `This key belongs to engine '${key.engine}', not '${pathEngine}'.`, "invalid_api_key");
   }
+  // From here on a failure is the engine's to know of: counted, and sent to it in the background.
+  const background = (work: Promise<unknown>): void => ctx.waitUntil(work);
+  const failures = relayFailures(env, key.engine);
+  const failed = (status: number, error: OpenAIError): void => failures.note(status, error, Date.now(), background);
+  const res = await relayClaim(env, endpoint, key, requestText, background, failed);
+  // A whole answer's error is read from a copy (small, and in memory), only when there is one;
+  // a stream's were noted as it wrote them.
+  if (res.status >= 400) {
+    const text = await res.clone().text();
+    failed(res.status, openaiErrorIn(text) ?? openaiErrorBody(res.status, text.slice(0, 300)));
+  }
+  return res;
+}
+
+/** A call of a claim whose key is good: its request checked, admitted, signed and sent to the gateway. */
+async function relayClaim(
+  env: Env,
+  endpoint: RelayEndpoint,
+  key: ClaimKeyFields,
+  requestText: string | null,
+  background: (work: Promise<unknown>) => void,
+  failed: (status: number, error: OpenAIError) => void,
+): Promise<Response> {
 
   let request: Record<string, unknown> | null = null;
   if (requestText !== null) {
@@ -96,7 +120,6 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
   // Admitted by this isolate's gate: one engine request per batch of calls, not one per call;
   // held there through a weight sync that keeps the claims (keep_claims_across_sync).
   const gate = claimGate(env, key.engine);
-  const background = (work: Promise<unknown>): void => ctx.waitUntil(work);
   const admitted = gate.admitCached(key, background) ?? (await gate.admitThroughSync(key, background));
   if (!admitted.ok) return openaiErrorResponse(admitted.status, admitted.detail, admitted.error);
 
@@ -137,7 +160,7 @@ async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: Re
 
   if (request?.["stream"] === true) {
     // A stream already keeps a timer of its own (the keep-alives), and its deadline covers every token.
-    return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline), asksStreamUsage(request));
+    return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline), asksStreamUsage(request), failed);
   }
   // A whole answer waits under the isolate's deadline watch, not a timer of its own (deadline-watch.ts).
   let answer: Answer;

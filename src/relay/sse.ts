@@ -11,6 +11,7 @@
  * pipe 0.16 ms (BENCHMARKS.md, `bench:relay -- --drip 200`).
  */
 import { completionToChunks } from "./completion-chunk";
+import type { OpenAIError } from "../protocol/relay";
 import { openaiErrorBody, openaiErrorIn, refusedBehind, refusedBehindBody } from "./openai-errors";
 
 const enc = new TextEncoder();
@@ -18,19 +19,32 @@ export const KEEP_ALIVE = ": keep-alive\n\n";
 
 const event = (data: unknown): Uint8Array => enc.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
 
-function errorFromUpstream(status: number, text: string): unknown {
+function errorFromUpstream(status: number, text: string): OpenAIError {
   if (refusedBehind(status)) return refusedBehindBody(status, text);
   return openaiErrorIn(text) ?? openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
 }
 
-/** `includeUsage`: the client asked for usage in its stream (a whole completion's goes in a last chunk then). */
-export function relayStream(upstream: Promise<Response>, keepAliveMs: number, describeFailure: (e: unknown) => { status: number; message: string; code: string }, includeUsage = false): Response {
+/**
+ * `includeUsage`: the client asked for usage in its stream (a whole completion's goes in a last
+ * chunk then). `failed` hears each error event the stream ends with, and the status it stands for.
+ */
+export function relayStream(
+  upstream: Promise<Response>,
+  keepAliveMs: number,
+  describeFailure: (e: unknown) => { status: number; message: string; code: string },
+  includeUsage = false,
+  failed: (status: number, error: OpenAIError) => void = () => undefined,
+): Response {
   const { readable, writable } = new IdentityTransformStream();
   let writer = writable.getWriter();
+  const errorEvent = (status: number, error: OpenAIError): Uint8Array => {
+    failed(status, error);
+    return event(error);
+  };
   /** The error event for an answer that broke off (or met the deadline) while it was read. */
   const brokeOff = (e: unknown): Uint8Array => {
     const f = describeFailure(e);
-    return event(f.code === "upstream_timeout" ? openaiErrorBody(f.status, f.message, f.code) : openaiErrorBody(502, `the inference upstream broke off mid-stream: ${f.message}`, "upstream_stream_broken"));
+    return f.code === "upstream_timeout" ? errorEvent(f.status, openaiErrorBody(f.status, f.message, f.code)) : errorEvent(502, openaiErrorBody(502, `the inference upstream broke off mid-stream: ${f.message}`, "upstream_stream_broken"));
   };
   /** The answer's text, or null once the error event for a body that broke off is written. */
   const readWhole = async (res: Response): Promise<string | null> => {
@@ -49,13 +63,13 @@ export function relayStream(upstream: Promise<Response>, keepAliveMs: number, de
     } catch (e) {
       clearInterval(timer);
       const f = describeFailure(e);
-      await writer.write(event(openaiErrorBody(f.status, f.message, f.code)));
+      await writer.write(errorEvent(f.status, openaiErrorBody(f.status, f.message, f.code)));
       return;
     }
     clearInterval(timer);
     if (!res.ok || res.body === null) {
       const text = await readWhole(res);
-      if (text !== null) await writer.write(event(errorFromUpstream(res.status, text)));
+      if (text !== null) await writer.write(errorEvent(refusedBehind(res.status) ? 502 : res.status, errorFromUpstream(res.status, text)));
       return;
     }
     if ((res.headers.get("content-type") ?? "").includes("text/event-stream")) {
@@ -78,11 +92,11 @@ export function relayStream(upstream: Promise<Response>, keepAliveMs: number, de
     try {
       completion = JSON.parse(text);
     } catch {
-      await writer.write(event(openaiErrorBody(502, `the inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage")));
+      await writer.write(errorEvent(502, openaiErrorBody(502, `the inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage")));
       return;
     }
     if (typeof completion !== "object" || completion === null || Array.isArray(completion)) {
-      await writer.write(event(openaiErrorBody(502, "the inference upstream answered JSON that is not a completion", "upstream_garbage")));
+      await writer.write(errorEvent(502, openaiErrorBody(502, "the inference upstream answered JSON that is not a completion", "upstream_garbage")));
       return;
     }
     for (const chunk of completionToChunks(completion as Record<string, unknown>, includeUsage)) await writer.write(event(chunk));

@@ -1,0 +1,31 @@
+/**
+ * The relayed calls of this engine that failed as their clients got them, as the Worker's
+ * isolates report them (src/relay/relay-failures.ts), since this object started: beside the
+ * calls it admitted (RelayAdmission.counts), so an overview tells calls served from calls
+ * admitted and then lost (a gateway not reached, a model refusing the trainer's key).
+ */
+import type { RelayFailureReport } from "../protocol/relay";
+
+/** Kinds kept; past it, the rest count as "other" (a report names at most 32). */
+const MAX_KINDS = 64;
+
+export type RelayFailuresView = { failures: Record<string, number>; last_failure: RelayFailureReport["last"] | null };
+
+export class RelayFailureCounts {
+  private readonly counts = new Map<string, number>();
+  private last: RelayFailureReport["last"] | null = null;
+
+  add(report: RelayFailureReport): void {
+    for (const [kind, n] of Object.entries(report.counts)) {
+      if (!Number.isSafeInteger(n) || n <= 0) continue;
+      const counted = this.counts.has(kind) || this.counts.size < MAX_KINDS ? kind : "other";
+      this.counts.set(counted, (this.counts.get(counted) ?? 0) + n);
+    }
+    // Reports from several isolates arrive in any order: the latest failure is the latest by time.
+    if (this.last === null || report.last.at >= this.last.at) this.last = report.last;
+  }
+
+  view(): RelayFailuresView {
+    return { failures: Object.fromEntries(this.counts), last_failure: this.last };
+  }
+}
