@@ -62,6 +62,10 @@ describe("inference tests", () => {
     await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
     const bad = [{ models: [] }, { models: [{ model: "m", base_url: "ftp://x" }] }, { models: MODELS, num_steps: 0 }, { models: [{ ...MODELS[0], api_key_env: "sk-live-secret" }] }];
     for (const body of bad) expect((await raw(`/e/${e.name}/runs/inference_tests`, { token: e.tokens.operator, body: JSON.stringify(body) })).status).toBe(422);
+    // The agent's own settings: an operator must not have the trainer token sent to a base URL of its choosing.
+    const own = await raw(`/e/${e.name}/runs/inference_tests`, { token: e.tokens.operator, body: JSON.stringify({ models: [{ ...MODELS[0], api_key_env: "ROLLOUT_TRAINER_TOKEN" }] }) });
+    expect(own.status).toBe(422);
+    expect(own.text).toContain("api_key_env may not name a ROLLOUT_* variable");
     expect((await refusal(() => runsAs(e, "viewer").startInferenceTest({ models: MODELS }))).status).toBe(403);
     expect((await refusal(() => runsAs(e, "viewer").inferenceTest("itest_nope1234"))).status).toBe(404);
     expect((await refusal(() => runsAs(e, "trainer").reportInferenceTest("itest_nope1234", { status: "done" }))).status).toBe(404);

@@ -3,7 +3,6 @@
  * acker and its journal, the heartbeat, and the trainer facade. `startAgent` is what the CLI
  * runs; tests and the benchmark run it in-process with their own clock and logger.
  */
-import { mkdirSync } from "node:fs";
 import { Acker } from "./acker";
 import type { BackoffOptions } from "./backoff";
 import { realClock, type Clock } from "./clock";
@@ -14,6 +13,7 @@ import { EngineLink } from "./engine-link";
 import { Facade } from "./facade";
 import { Gateway } from "./gateway/server";
 import { FetchedSecret } from "./gateway/secret";
+import { privateDir } from "./host-files";
 import { AGENT_VERSION } from "./help";
 import type { Logger } from "./log";
 import { OutcomeJournal } from "./outcome-journal";
@@ -63,8 +63,9 @@ export async function startAgent(
   /** The runs config; by default read from the file ROLLOUT_RUNS_CONFIG names. */
   extras: { runsConfig?: RunCommandsDeps["config"] } = {},
 ): Promise<RunningAgent> {
-  mkdirSync(config.stateDir, { recursive: true });
-  mkdirSync(config.logDir, { recursive: true });
+  // Before anything is written there: an older agent's directories may be open to every user of the host.
+  privateDir(config.stateDir, logger);
+  privateDir(config.logDir, logger);
   const stopper = new AbortController();
   const stop = stopper.signal;
   const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };

@@ -49,8 +49,9 @@
  * loses nothing (a host crash could; then the command is simply executed again). Rewritten
  * compactly on open and whenever it has grown past a threshold.
  */
-import { appendFileSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { PRIVATE_FILE_MODE, privateDir, writePrivateAtomic } from "./host-files";
 
 export type Outcome = { ok: boolean; detail: string };
 /** The engine incarnation a poll answer named; null when it named none (a Worker before the field, or a line journaled before it). */
@@ -83,7 +84,7 @@ export class OutcomeJournal {
     /** The engine whose commands this agent runs: its base URL, EngineLink.baseUrl. */
     private readonly engine: string,
   ) {
-    mkdirSync(stateDir, { recursive: true });
+    privateDir(stateDir);
     this.path = join(stateDir, "outcomes.jsonl");
     this.ignoredUnkeyed = this.load();
     this.compact();
@@ -116,7 +117,7 @@ export class OutcomeJournal {
   }
 
   private append(entry: object): void {
-    appendFileSync(this.path, JSON.stringify(entry) + "\n");
+    appendFileSync(this.path, JSON.stringify(entry) + "\n", { mode: PRIVATE_FILE_MODE });
     if (++this.linesSinceCompact >= COMPACT_AFTER_LINES) this.compact();
   }
 
@@ -159,10 +160,8 @@ export class OutcomeJournal {
   }
 
   private compact(): void {
-    const tmp = `${this.path}.tmp`;
     const lines: Line[] = [...this.others.values(), ...[...this.pending.values()].map((o) => ({ ...o, engine: this.engine }))];
-    writeFileSync(tmp, lines.map((l) => JSON.stringify(lineOf(l)) + "\n").join(""));
-    renameSync(tmp, this.path);
+    writePrivateAtomic(this.path, lines.map((l) => JSON.stringify(lineOf(l)) + "\n").join(""));
     this.linesSinceCompact = 0;
   }
 }

@@ -8,6 +8,7 @@
  */
 import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
+import { openPrivateAppend } from "./host-files";
 import { tailFile } from "./runs/process-group";
 
 export const TRAINER_LOG = "trainer.log";
@@ -24,7 +25,7 @@ export class TrainerLog {
 
   /** A file descriptor for a child's stdout and stderr; the caller closes it once spawned. */
   openForChild(): number {
-    return openSync(this.path, "a");
+    return openPrivateAppend(this.path);
   }
 
   /** Rotates trainer.log -> trainer.log.1 -> ... once it is larger than maxBytes. Returns whether it did. */

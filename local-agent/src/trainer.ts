@@ -9,11 +9,13 @@
  * has made sure the pid is still that trainer's (process-group.ts's isOurGroup).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import type { TrainerState } from "../../src/protocol";
 import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
+import { childEnv } from "./child-env";
+import { privateDir, writePrivateAtomic } from "./host-files";
 import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
@@ -157,9 +159,9 @@ export class TrainerSupervisor {
       if (e instanceof TemplateError) return { ok: false, detail: `trainerCommand: ${e.message}` };
       throw e;
     }
-    mkdirSync(this.opts.stateDir, { recursive: true });
-    mkdirSync(this.opts.log.dir, { recursive: true });
-    writeAtomic(this.configFile, yaml);
+    privateDir(this.opts.stateDir, this.opts.logger);
+    privateDir(this.opts.log.dir, this.opts.logger);
+    writePrivateAtomic(this.configFile, yaml);
 
     this.lastState = "starting";
     const fd = this.opts.log.openForChild();
@@ -168,7 +170,7 @@ export class TrainerSupervisor {
       writeSync(fd, `\n===== ${new Date(this.opts.clock.now()).toISOString()} rollout-agent starts: ${argv.map(quoteForLog).join(" ")}\n`);
       child = spawn(argv[0] as string, argv.slice(1), {
         cwd: this.opts.cwd ?? undefined,
-        env: { ...process.env, ...this.opts.env, ROLLOUT_TRAIN_CONFIG: this.configFile },
+        env: childEnv({ ...this.opts.env, ROLLOUT_TRAIN_CONFIG: this.configFile }),
         // Its own process group: stop signals the whole tree, and a Ctrl-C aimed at the agent does not reach it.
         detached: true,
         stdio: ["ignore", fd, fd],
@@ -198,7 +200,7 @@ export class TrainerSupervisor {
     const running: Running = { pid, startedAt, seq, child, exited, stopping: null };
     this.current = running;
     const procStartedAt = processStartedAt(pid);
-    writeAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
+    writePrivateAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
     void exited.then((e) => this.onExit(running, e.code, e.signal));
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);
@@ -314,12 +316,6 @@ export function isDirectory(p: string): boolean {
   } catch {
     return false;
   }
-}
-
-export function writeAtomic(path: string, text: string): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, text);
-  renameSync(tmp, path);
 }
 
 function quoteForLog(word: string): string {

@@ -1,9 +1,9 @@
 /**
  * The agent as a real process (the CLI), killed and restarted: SIGKILL in the middle of
  * deliveries, SIGKILL between journaling an outcome and its ack, SIGKILL with a trainer running,
- * SIGTERM, and start-up failures.
+ * SIGTERM, start-up failures, and what it leaves open to other users of a shared host.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -169,6 +169,27 @@ describe("the agent process", () => {
     const s = await t.engine.viewer.getEngineStatus();
     expect(s.engine_status).toBe("ENGINE.OFFLINE");
     expect(s.engine_status_detail).toMatch(/\[rollout-agent\] the agent was shut down: trainer pid \d+ stopped: exited with code 0 after SIGTERM$/);
+  });
+
+  it("on a shared host: makes its existing state and log dirs owner-only, saying so once, and does not pass its token to the trainer", async () => {
+    const dirs = [join(t.dir, "state"), join(t.dir, "logs")];
+    for (const d of dirs) {
+      mkdirSync(d, { recursive: true });
+      chmodSync(d, 0o755);
+    }
+    // The documented way to run it: ROLLOUT_TRAINER_TOKEN=<trainer token> rollout-agent ...; the quotes keep the marker out of the logged command.
+    const a = agent(env({ ROLLOUT_TRAINER_COMMAND: `sh -c 'env; echo trainer-env-"done"; exec sleep 30' x {config}` }));
+    await started(a);
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await a.waitForLine(/trainer started \(pid \d+\)/, "the trainer to start");
+    const log = join(t.dir, "logs", "trainer.log");
+    await waitUntil(() => readFileSync(log, "utf8").includes("trainer-env-done"), "the trainer to print its environment");
+    expect(readFileSync(log, "utf8")).toContain("ROLLOUT_FACADE_URL=");
+    expect(readFileSync(log, "utf8")).not.toContain(t.engine.tokens.trainer);
+    const mode = (p: string): string => (statSync(p).mode & 0o777).toString(8);
+    expect([...dirs, log, join(t.dir, "state", "train-config.yaml")].map(mode)).toEqual(["700", "700", "600", "600"]);
+    for (const d of dirs) expect(a.lines.filter((l) => l.includes(`made ${d} owner-only (mode 0755 -> 0700)`))).toHaveLength(1);
   });
 
   it("exits 2 with every problem listed for a bad config (a non-URL server too), and 1 when its facade port is taken", async () => {

@@ -289,11 +289,23 @@ export type AgentActiveRunsResponse = z.infer<typeof AgentActiveRunsResponse>;
 
 // ------------------------------------------------------------------ inference tests
 
+/**
+ * The agent's own settings' variables (ROLLOUT_TRAINER_TOKEN among them). An inference test sends
+ * the key it names to a base URL the caller picks, so naming one would hand an operator token the
+ * trainer token: refused here and again by the agent.
+ */
+export const AGENT_ENV_PREFIX = "ROLLOUT_";
+
 export const InferenceModel = z.object({
   model: z.string().min(1).max(200),
   base_url: z.url({ protocol: /^https?$/ }).max(2048),
   /** The name of an environment variable on the GPU host that holds the API key: keys never pass through the exchange. */
-  api_key_env: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "api_key_env is an environment variable name").nullable().default(null),
+  api_key_env: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "api_key_env is an environment variable name")
+    .refine((name) => !name.startsWith(AGENT_ENV_PREFIX), `api_key_env may not name a ${AGENT_ENV_PREFIX}* variable: those are the GPU-host agent's own settings, its trainer token among them`)
+    .nullable()
+    .default(null),
 });
 export type InferenceModel = z.infer<typeof InferenceModel>;
 

@@ -9,7 +9,7 @@
  * job session and group size. The pid is kept in <stateDir>/rollout-workers.json so an agent
  * restarted after a SIGKILL finds the workers it left running instead of starting a second set.
  */
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
 import type { StartRolloutCommand } from "../../../src/protocol/commands";
@@ -21,7 +21,8 @@ import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { groupAlive, notedStart } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
-import { isDirectory, writeAtomic } from "../trainer";
+import { privateDir, writePrivateAtomic } from "../host-files";
+import { isDirectory } from "../trainer";
 
 export type StartRolloutBody = z.infer<typeof StartRolloutCommand>;
 
@@ -124,8 +125,8 @@ export class RolloutWorkers {
   }
 
   private async launch(cmd: StartRolloutBody, seq: number, argv: string[], restarted: string): Promise<Outcome> {
-    mkdirSync(this.o.logDir, { recursive: true });
-    mkdirSync(this.o.stateDir, { recursive: true });
+    privateDir(this.o.logDir, this.o.logger);
+    privateDir(this.o.stateDir, this.o.logger);
     const proc = new RunProcess("rollout-workers", 0, argv, this.logPath, this.o.clock);
     const failed = await proc.spawn({
       cwd: this.o.cwd,
@@ -138,7 +139,7 @@ export class RolloutWorkers {
     this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
     this.endedAlone = null;
     const noted = proc.procStartedAt === null ? {} : { proc_started_at: proc.procStartedAt };
-    writeAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile));
+    writePrivateAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile));
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
   }

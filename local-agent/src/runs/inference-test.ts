@@ -3,14 +3,18 @@
  * model (an OpenAI-compatible endpoint), with a deadline per model, and reads the accuracy
  * from the JSONL it writes (one line per step with that step's `scores`; a score above 0
  * counts as correct). API keys come from environment variables on this host, named by the
- * request, and are never reported.
+ * request (never the agent's own ROLLOUT_* ones), and are never reported. The key goes to the
+ * `process` mode as --openai.api_key, in its command line, where other users of the host can
+ * see it while the test runs (ps): Atropos's APIServerConfig takes it there or from a YAML
+ * config, and defaults it to "" rather than reading OPENAI_API_KEY.
  */
-import { mkdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
 import type { TestInferenceCommand } from "../../../src/protocol/commands";
-import type { ModelResult } from "../../../src/protocol/runs";
+import { AGENT_ENV_PREFIX, type ModelResult } from "../../../src/protocol/runs";
 import type { Clock } from "../clock";
+import { privateDir } from "../host-files";
 import { runWithDeadline } from "./run-with-deadline";
 import type { RunsConfig } from "./runs-config";
 
@@ -63,12 +67,14 @@ export async function testModel(cmd: Cmd, model: Model, config: RunsConfig, cloc
   const seconds = (): number => round3((clock.now() - started) / 1000);
   let key = "x";
   if (model.api_key_env !== null) {
+    // The exchange refuses these names too; an older exchange does not.
+    if (model.api_key_env.startsWith(AGENT_ENV_PREFIX)) return summarize(model, [], `api_key_env ${model.api_key_env} is refused: ${AGENT_ENV_PREFIX}* variables are the agent's own settings (its trainer token among them), not inference keys`, "", 0);
     const value = process.env[model.api_key_env];
     if (value === undefined || value === "") return summarize(model, [], `the environment variable ${model.api_key_env} is not set on the GPU host`, "", 0);
     key = value;
   }
   const dir = join(config.runsDir, "inference-tests", cmd.test_id);
-  mkdirSync(dir, { recursive: true });
+  privateDir(dir);
   const out = join(dir, `${model.model.replace(/[^A-Za-z0-9_.-]+/g, "_")}.jsonl`);
   const argv = [
     config.python,

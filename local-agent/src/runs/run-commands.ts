@@ -12,6 +12,7 @@ import { RunsClient } from "../../../src/client";
 import type { CommandBody } from "../../../src/protocol/commands";
 import type { ModelResult } from "../../../src/protocol/runs";
 import type { Clock } from "../clock";
+import { privateDir } from "../host-files";
 import { describeError, type Logger } from "../log";
 import type { Reachability } from "../reachability";
 import type { Outcome } from "../outcome-journal";
@@ -93,6 +94,8 @@ export class RunCommands {
       this.d.logger.info(`training runs are off: ${this.d.config.errors.join("; ")}`);
       return;
     }
+    // Older agents left it, and the run configs in it (the trainer token), open to every user of the host.
+    privateDir(this.d.config.config.runsDir, this.d.logger);
     // Runs first: a run's processes matter more than a fresh catalog, and the scan may take a while.
     await this.supervisor?.reattach();
     await this.scan();

@@ -4,9 +4,10 @@
  * note covers an agent killed between spawning a process and reporting it, so a restarted
  * agent still finds every process it started.
  */
-import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { privateDir, writePrivateAtomic } from "../host-files";
 
 const Journal = z.object({
   run_id: z.string(),
@@ -27,10 +28,8 @@ export const runDir = (runsDir: string, runId: string): string => join(runsDir, 
 
 export function writeJournal(runsDir: string, journal: RunJournal): void {
   const dir = runDir(runsDir, journal.run_id);
-  mkdirSync(dir, { recursive: true });
-  const path = join(dir, "run.json");
-  writeFileSync(`${path}.tmp`, JSON.stringify(journal));
-  renameSync(`${path}.tmp`, path);
+  privateDir(dir);
+  writePrivateAtomic(join(dir, "run.json"), JSON.stringify(journal));
 }
 
 export function readJournal(runsDir: string, runId: string): RunJournal | null {

@@ -7,9 +7,11 @@
  * polling its group, and its exit status cannot be known.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync, writeSync } from "node:fs";
+import { closeSync, writeSync } from "node:fs";
 import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
+import { childEnv } from "../child-env";
 import type { Clock } from "../clock";
+import { openPrivateAppend } from "../host-files";
 import { describeError } from "../log";
 import { groupAlive, isOurGroup, processStartedAt, stopGroup, tailFile, type NotedStart } from "./process-group";
 
@@ -66,12 +68,12 @@ export class RunProcess {
 
   /** Starts the process; returns why it could not start, or null. */
   async spawn(opts: { cwd: string | null; env: Record<string, string> }): Promise<string | null> {
-    const fd = openSync(this.logPath, "a");
+    const fd = openPrivateAppend(this.logPath);
     try {
-      writeSync(fd, `\n===== ${new Date(this.clock.now()).toISOString()} rollout-agent starts: ${this.argv.join(" ")}\n`);
+      writeSync(fd, `\n===== ${new Date(this.clock.now()).toISOString()} rollout-agent starts: ${this.reported(this.argv.join(" "))}\n`);
       const child = spawn(this.argv[0] as string, this.argv.slice(1), {
         cwd: opts.cwd ?? undefined,
-        env: { ...process.env, ...opts.env },
+        env: childEnv(opts.env),
         detached: true,
         stdio: ["ignore", fd, fd],
       });

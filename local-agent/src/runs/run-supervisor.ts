@@ -9,7 +9,6 @@
  * Every change is reported to the exchange, which keeps the run's record. Its answer may say
  * the run is over there (stopped by force, or before it started): the run is then stopped here.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { z } from "zod";
 import { MAX_BODY_BYTES } from "../../../src/http/body";
@@ -18,6 +17,7 @@ import type { AgentActiveRunsResponse, MetricsPoint, RunReport, RunReportRespons
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
+import { privateDir, writePrivateAtomic } from "../host-files";
 import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { MetricsReader } from "./metrics-reader";
@@ -82,7 +82,7 @@ export class RunSupervisor {
     },
   ) {}
 
-  /** A run's process commands and logs as the exchange may see them: without this agent's token, which {atropos_url} carries. */
+  /** A run's process commands and logs as the exchange may see them: without this agent's token, which a process may print (ROLLOUT_ATROPOS_URL, its config). */
   private readonly reported = (text: string): string => (this.d.atropos === undefined ? text : hideToken(text, this.d.atropos.url));
 
   /** The run this host is running, if any. */
@@ -116,7 +116,6 @@ export class RunSupervisor {
       work_dir: this.d.config.workDir ?? dir,
       run_dir: dir,
       metrics_file: metricsPath,
-      atropos_url: this.d.atropos?.url ?? "",
     };
     let procs: RunProcess[];
     try {
@@ -126,8 +125,10 @@ export class RunSupervisor {
       return this.refuseStart(cmd.run_id, `the runs config's commands: ${e.message}`);
     }
     if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
+    privateDir(this.d.config.runsDir, this.d.logger);
+    privateDir(dir, this.d.logger);
+    // Owner-only: it holds the trainer token, in the Atropos URL.
+    writePrivateAtomic(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
     const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now(), this.d.logger), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);

@@ -4,6 +4,7 @@
  * killed, so a module that hangs at import or a model that never answers cannot stall the agent.
  */
 import { spawn } from "node:child_process";
+import { childEnv } from "../child-env";
 import type { Clock } from "../clock";
 import { describeError } from "../log";
 import { signalGroup } from "./process-group";
@@ -20,7 +21,7 @@ export async function runWithDeadline(
 ): Promise<Finished> {
   const child = spawn(argv[0] as string, argv.slice(1), {
     cwd: opts.cwd ?? undefined,
-    env: { ...process.env, ...(opts.env ?? {}) },
+    env: childEnv(opts.env),
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });

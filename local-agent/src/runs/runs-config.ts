@@ -15,14 +15,22 @@
  *   }
  *
  * Placeholders in commands: {config} (the run's YAML file), {env_file}, {env_name},
- * {env_class}, {run_id}, {python}, {work_dir}, {run_dir}, {metrics_file}, {atropos_url} (the engine's
- * Atropos API with the agent's token: the rollout server, instead of a run-api process).
+ * {env_class}, {run_id}, {python}, {work_dir}, {run_dir}, {metrics_file}. The engine's Atropos
+ * API with the agent's token (the rollout server, instead of a run-api process) is in the
+ * run's YAML and in ROLLOUT_ATROPOS_URL, never in a command: every user of the host reads
+ * every process's command line (ps).
  */
 import { isAbsolute, resolve } from "node:path";
 import { z } from "zod";
 import { TemplateError, expandCommand, splitCommand } from "../command-template";
 
-export const RUN_PLACEHOLDERS = ["config", "env_file", "env_name", "env_class", "run_id", "python", "work_dir", "run_dir", "metrics_file", "atropos_url"] as const;
+export const RUN_PLACEHOLDERS = ["config", "env_file", "env_name", "env_class", "run_id", "python", "work_dir", "run_dir", "metrics_file"] as const;
+
+/**
+ * Filled by older agents with the Atropos URL and its token: refused by name, so a host's config
+ * that used it says what to do instead rather than "unknown placeholder".
+ */
+const TOKEN_PLACEHOLDER = "{atropos_url}";
 
 const Ready = z.union([
   z.object({ port: z.number().int().min(1).max(65535), host: z.string().default("127.0.0.1") }).strict(),
@@ -83,6 +91,11 @@ export function parseRunsConfig(raw: unknown, baseDir: string, stateDir: string)
     let argv: string[] = [];
     try {
       argv = typeof p.command === "string" ? splitCommand(p.command) : p.command;
+      if (argv.some((w) => w.includes(TOKEN_PLACEHOLDER))) {
+        throw new TemplateError(
+          `${TOKEN_PLACEHOLDER} is refused: it would put the agent's trainer token in the command line, which every user of the host can read (ps); the process finds the URL in ROLLOUT_ATROPOS_URL and in its {config} file (rollout_server_url)`,
+        );
+      }
       expandCommand(argv, Object.fromEntries(RUN_PLACEHOLDERS.map((k) => [k, ""])));
     } catch (e) {
       if (!(e instanceof TemplateError)) throw e;

@@ -3,8 +3,10 @@
  * OpenAI-compatible endpoint (a small local server that answers right, wrong, or never) and
  * writes its scored JSONL, from which the agent computes accuracy per model, with a deadline.
  */
+import { existsSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { realClock } from "../../src/clock";
 import { testModel } from "../../src/runs/inference-test";
@@ -75,5 +77,23 @@ describe("inference test of one model", () => {
     const down = await testModel(cmd(), { model: "right", base_url: "http://127.0.0.1:9/v1", api_key_env: null }, config(), realClock, new AbortController().signal);
     expect(down.error).toMatch(/the process mode exited with code 1/);
     expect(down.log_tail).toMatch(/Connection refused|URLError/);
+  });
+
+  it("refuses to send the agent's own ROLLOUT_* variables, its trainer token above all, as a key to the caller's base URL", async () => {
+    const before = process.env.ROLLOUT_TRAINER_TOKEN;
+    process.env.ROLLOUT_TRAINER_TOKEN = "rx_trainer_not_an_inference_key";
+    try {
+      // An "environment" that would record the arguments it was run with, the key among them.
+      const env = join(state.path, "env.sh");
+      const argv = join(state.path, "argv.txt");
+      writeFileSync(env, `printf '%s\\n' "$@" > ${argv}\n`);
+      const model = { model: "m", base_url: "https://operator.example/v1", api_key_env: "ROLLOUT_TRAINER_TOKEN" };
+      const out = await testModel({ ...cmd(), environment: { name: "e", class_name: "E", file_path: env } }, model, runsConfig({ python: "sh" }, state.path), realClock, new AbortController().signal);
+      expect(out.error).toBe("api_key_env ROLLOUT_TRAINER_TOKEN is refused: ROLLOUT_* variables are the agent's own settings (its trainer token among them), not inference keys");
+      expect(existsSync(argv)).toBe(false);
+    } finally {
+      if (before === undefined) delete process.env.ROLLOUT_TRAINER_TOKEN;
+      else process.env.ROLLOUT_TRAINER_TOKEN = before;
+    }
   });
 });
