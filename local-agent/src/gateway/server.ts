@@ -34,6 +34,10 @@ export type GatewayOptions = UpstreamOptions & {
   ledger?: { recorder: CallRecorder; tokenDialect: TokenDialect };
   /** How long a request's headers and body may take to arrive; BODY_DEADLINE_MS unless a test shortens it. */
   bodyDeadlineMs?: number;
+  /** Bytes of bodies not yet verified, across all connections; UNVERIFIED_BODY_BYTES by default. */
+  unverifiedBodyBytes?: number;
+  /** Open connections at most (keep-alive ones included); MAX_CONNECTIONS by default. */
+  maxConnections?: number;
 };
 
 /** Envelopes carry a chat history; far larger ones are not from the Worker. */
@@ -42,9 +46,33 @@ const MAX_BODY_BYTES = 32 * 1024 * 1024;
 /**
  * The Worker sends an envelope whole as soon as it has it; a connection that trickles its body
  * would otherwise hold its buffered bytes (up to MAX_BODY_BYTES) for ever. A minute lets even
- * the largest envelope through a slow tunnel.
+ * the largest envelope through a slow tunnel. It is not shortened against forged requests that
+ * trickle: UNVERIFIED_BODY_BYTES bounds what they can hold whatever the deadline, and a shorter
+ * one would cut the Worker's large envelopes on slow links while an attacker just sends more.
  */
 const BODY_DEADLINE_MS = 60_000;
+
+/**
+ * Bodies are buffered before their signature can be checked, and anyone who can reach a public
+ * tunnel can send well-formed, fresh, forged signature headers: this bounds what all of them
+ * together make the agent hold. The Worker's bodies are unverified only while they arrive (and
+ * during the check), so thousands of calls in flight with chat histories of hundreds of KB take
+ * a small part of it.
+ */
+const UNVERIFIED_BODY_BYTES = 256 * 1024 * 1024;
+
+/**
+ * The Worker holds a connection for each call in flight (HTTP/1.1, through a tunnel too) for as
+ * long as its model takes, and keeps idle ones open: thousands of calls in flight are normal
+ * (docs/relay.md), tens of thousands of connections are not. Past it, Node closes new ones at once.
+ */
+const MAX_CONNECTIONS = 16_384;
+
+/** What a refusal for the unverified-bytes bound tells the Worker's client to wait: bodies arrive in milliseconds. */
+const BUSY_RETRY_AFTER_SECONDS = 1;
+
+/** How often a refusal that can come in floods (the budget's, a dropped connection) is logged at most. */
+const FLOOD_LOG_MS = 10_000;
 
 /** The Worker's signature headers: whole seconds, and the hex of an HMAC-SHA-256. */
 const SIGNATURE_SHAPE = /^[0-9a-f]{64}$/;
@@ -62,9 +90,13 @@ export class Gateway {
   private readonly server: Server;
   private readonly hmac = nodeHmac();
   private readonly upstreamErrors: UpstreamErrors;
+  private readonly unverified: Unverified;
+  private readonly busyLog: FloodLog;
 
   constructor(private readonly o: GatewayOptions) {
     this.upstreamErrors = new UpstreamErrors(o.logger);
+    this.unverified = { held: 0, max: o.unverifiedBodyBytes ?? UNVERIFIED_BODY_BYTES };
+    this.busyLog = new FloodLog(o.logger);
     const bodyDeadlineMs = o.bodyDeadlineMs ?? BODY_DEADLINE_MS;
     // Node's requestTimeout covers receiving the request only (headers and body), not the
     // minutes a call then waits on its model: it is the body's deadline, at no cost per call.
@@ -75,6 +107,14 @@ export class Gateway {
     this.server.requestTimeout = bodyDeadlineMs;
     this.server.headersTimeout = Math.min(this.server.headersTimeout, bodyDeadlineMs);
     this.server.keepAliveTimeout = 65_000;
+    this.server.maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
+    const dropLog = new FloodLog(o.logger);
+    this.server.on("drop", () => dropLog.note(`gateway: refused connections: ${this.server.maxConnections} are open (the most it keeps)`));
+  }
+
+  /** Bytes of bodies being received or checked whose signature is not verified yet. */
+  get unverifiedBytes(): number {
+    return this.unverified.held;
   }
 
   async listen(): Promise<string> {
@@ -119,17 +159,26 @@ export class Gateway {
     const signature = header(req, SIGNATURE_HEADER);
     const unsigned = headerFault(timestamp, signature, Date.now() / 1000);
     if (unsigned !== null) {
-      // Refused from its headers: its body, up to MAX_BODY_BYTES from anyone who can reach a
-      // public tunnel, is neither waited for nor buffered, and the connection goes with it.
       this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${unsigned}`);
-      res.setHeader("connection", "close");
-      res.once("finish", () => req.socket.destroySoon());
-      return sendError(res, 401, unsigned, "invalid_signature");
+      return refuseUnread(req, res, 401, unsigned, "invalid_signature");
     }
-    const body = await readBody(req, stop);
-    if (stop.signal.aborted) return;
-    if (body === null) return sendError(res, 413, `envelope larger than ${MAX_BODY_BYTES} bytes`, "too_large");
-    const why = await this.o.secret.check((secret) => checkEnvelope(secret, timestamp, signature, body, Date.now() / 1000, this.hmac));
+    // Headers like these are anyone's to make: what their body may hold is bounded before it is read.
+    const declared = declaredLength(req);
+    if (declared > MAX_BODY_BYTES) return refuseUnread(req, res, 413, tooLarge(), "too_large");
+    if (this.unverified.held + declared > this.unverified.max) return this.busy(req, res);
+    const read = await readBody(req, stop, this.unverified);
+    if (typeof read === "number") {
+      if (read === GONE || stop.signal.aborted) return;
+      return read === TOO_LARGE ? refuseUnread(req, res, 413, tooLarge(), "too_large") : this.busy(req, res);
+    }
+    const body = read.text;
+    let why: string | null;
+    try {
+      if (stop.signal.aborted) return;
+      why = await this.o.secret.check((secret) => checkEnvelope(secret, timestamp, signature, body, Date.now() / 1000, this.hmac));
+    } finally {
+      this.unverified.held -= read.bytes;
+    }
     if (stop.signal.aborted) return;
     if (why !== null) {
       this.o.logger.warn(`gateway: refused a relay request from ${req.socket.remoteAddress}: ${why}`);
@@ -162,6 +211,12 @@ export class Gateway {
       clearTimeout(timer);
       if (tap !== null) this.record(tap, res);
     }
+  }
+
+  private busy(req: IncomingMessage, res: ServerResponse): void {
+    this.busyLog.note(`gateway: refused relay requests 503: bodies not yet verified hold ${this.unverified.held} bytes, the most the gateway buffers (a flood of forged requests, or more large envelopes at once than it allows)`);
+    res.setHeader("retry-after", String(BUSY_RETRY_AFTER_SECONDS));
+    refuseUnread(req, res, 503, "the gateway is receiving as many envelopes as it buffers at once; retry shortly", "gateway_busy");
   }
 
   /**
@@ -279,34 +334,97 @@ function headerFault(timestamp: string | undefined, signature: string | undefine
   return null;
 }
 
+/**
+ * Answers from the headers and closes the connection: the body, up to MAX_BODY_BYTES from
+ * anyone who can reach a public tunnel, is neither waited for nor buffered.
+ */
+function refuseUnread(req: IncomingMessage, res: ServerResponse, status: number, message: string, code: string): void {
+  res.setHeader("connection", "close");
+  res.once("finish", () => req.socket.destroySoon());
+  sendError(res, status, message, code);
+}
+
+const tooLarge = (): string => `envelope larger than ${MAX_BODY_BYTES} bytes`;
+
+/** The Content-Length, 0 without one (a chunked body is counted as it arrives). Node's parser has checked its digits. */
+function declaredLength(req: IncomingMessage): number {
+  const v = req.headers["content-length"];
+  return v === undefined ? 0 : Number(v);
+}
+
+/** Bytes held by bodies whose signature is not verified yet, and the most they may hold. */
+type Unverified = { held: number; readonly max: number };
+
+/** A warning at most every FLOOD_LOG_MS, with how many times it happened since the last. */
+class FloodLog {
+  private last = -Infinity;
+  private count = 0;
+
+  constructor(private readonly logger: Logger) {}
+
+  note(message: string): void {
+    this.count++;
+    const now = Date.now();
+    if (now - this.last < FLOOD_LOG_MS) return;
+    this.logger.warn(this.count === 1 ? message : `${message} (${this.count} times since the last such warning)`);
+    this.last = now;
+    this.count = 0;
+  }
+}
+
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v[0] : v;
 }
 
+const TOO_LARGE = 413;
+const BUSY = 503;
+/** The client hung up: nobody to answer. */
+const GONE = 0;
+type Read = { text: string; bytes: number } | typeof TOO_LARGE | typeof BUSY | typeof GONE;
+
 /**
- * The body as text, or null past MAX_BODY_BYTES. Events, not `for await`: the async iterator
- * cost more per call. A client that hangs up mid-body is no failure of the gateway: `gone` is
- * aborted and the caller, which checks it, has nobody to answer.
+ * The body as text and its bytes, which stay counted in `unverified` for the caller to give back
+ * once it has checked the signature; TOO_LARGE past MAX_BODY_BYTES, BUSY past what `unverified`
+ * has left (given back, the rest of the body unread). Counting costs an addition a chunk, as
+ * the hot path must stay cheap. Events, not `for await`: the async iterator cost more per call.
+ * A client that hangs up mid-body is no failure of the gateway: `gone` is aborted, its bytes
+ * given back (GONE), and the caller, which checks it, has nobody to answer.
  */
-function readBody(req: IncomingMessage, gone: AbortController): Promise<string | null> {
+function readBody(req: IncomingMessage, gone: AbortController, unverified: Unverified): Promise<Read> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    let reading = true;
+    const stop = (): void => {
+      reading = false;
+      req.off("data", onData);
+      unverified.held -= size;
+      chunks.length = 0;
+    };
     const onData = (b: Buffer): void => {
       size += b.length;
-      if (size <= MAX_BODY_BYTES) chunks.push(b);
-      else {
-        req.off("data", onData).resume();
-        resolve(null);
-      }
+      unverified.held += b.length;
+      if (size > MAX_BODY_BYTES) {
+        stop();
+        resolve(TOO_LARGE);
+      } else if (unverified.held > unverified.max) {
+        stop();
+        resolve(BUSY);
+      } else chunks.push(b);
     };
     req.on("data", onData);
-    req.once("end", () => resolve(size > MAX_BODY_BYTES ? null : chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")));
+    req.once("end", () => {
+      if (!reading) return;
+      reading = false;
+      resolve({ text: chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8"), bytes: size });
+    });
     req.once("error", (e) => {
+      if (!reading) return;
+      stop();
       if (!req.complete) {
         gone.abort();
-        resolve(null);
+        resolve(GONE);
       } else reject(e);
     });
   });
