@@ -83,6 +83,7 @@ export async function startAgent(
     link,
     host: config.facadeHost,
     port: config.facadePort,
+    ...(config.facadeAnyPeer === true ? { peerUid: null, anyPeer: true } : {}),
     coalesceMs: config.coalesceMs,
     logger,
     status: (): Record<string, unknown> => ({ agent_id: config.agentId, trainer: trainer.status(), backlog: dispatcher.backlog, pending_acks: acker.pending, exchange_reachable: !reach.down }),

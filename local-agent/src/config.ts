@@ -23,6 +23,8 @@ export type AgentConfig = {
   inferenceAdminUrl?: string | null;
   stopGraceSeconds: number;
   facadeHost: string;
+  /** Serve the facade to every peer (a containerized trainer), not only the agent's user's; optional so older callers need not set it. */
+  facadeAnyPeer?: boolean;
   facadePort: number;
   coalesceMs: number;
   logDir: string;
@@ -191,6 +193,7 @@ export function resolveConfig(src: ConfigSources): ConfigResult {
     inferenceAdminUrl: (values.inferenceAdminUrl as string | undefined) ?? null,
     stopGraceSeconds: values.stopGraceSeconds as number,
     facadeHost: values.facadeHost as string,
+    facadeAnyPeer: values.facadeAnyPeer as boolean,
     facadePort: values.facadePort as number,
     coalesceMs: values.coalesceMs as number,
     logDir: resolvePath(src.cwd, values.logDir as string),

@@ -7,14 +7,21 @@
  * is_episode_claimed about once a second. Such calls arriving within `coalesceMs` go to the
  * engine as one batch request; identical status reads arriving together share one request.
  * See coalescer.ts for why that never changes what the trainer is told.
+ *
+ * It answers only processes of the agent's own user: what it forwards carries the trainer's
+ * per-episode keys, base URLs and ZeroMQ addresses (get_episode_buffer) and the engine's
+ * status, and on a shared GPU host any user can reach a loopback port. The unmodified trainer
+ * sends no credentials, and builds the facade's URL from a port alone (AJET_DAT_INTERCHANGE_PORT),
+ * so no secret could travel in it: the connection's owner is looked up in /proc/net instead.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { z } from "zod";
 import { BatchBoolResponse, CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "../../src/protocol";
 import { Coalescer, timerSchedule, type Schedule } from "./coalescer";
 import type { EngineLink, RawAnswer } from "./engine-link";
 import { describeError, type Logger } from "./log";
+import { procNetAvailable, procPeerUid, type PeerUidLookup } from "./peer-uid";
 
 /** The Worker refuses larger bodies; refusing them here too saves the upload. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
@@ -62,6 +69,15 @@ export type FacadeOptions = {
   schedule?: Schedule;
   /** Extra agent status for GET /_agent/status. */
   status?: () => Record<string, unknown>;
+  /**
+   * Who holds a connection's other end: procPeerUid by default where /proc/net lists
+   * connections (Linux); null (the default elsewhere) serves every connection, with a warning.
+   */
+  peerUid?: PeerUidLookup | null;
+  /** The only uid served; the agent's own by default. */
+  ownUid?: number;
+  /** Every peer is served by the operator's choice (--facade-any-peer): said at start as such, not as a missing /proc. */
+  anyPeer?: boolean;
 };
 
 type Check = z.output<typeof CheckWhetherEpisodeClaimedRequest>;
@@ -76,12 +92,28 @@ export class Facade {
   /** Set when the exchange turns out to have no batch endpoints: calls then go one by one. */
   private batchUnsupported = false;
   private url_: string | null = null;
+  /** Why each connection's peer is refused (null: it is served); per connection, not per request, as the trainer's runner threads keep theirs alive. */
+  private readonly peers = new WeakMap<Socket, Promise<string | null>>();
+  private readonly peerUid: PeerUidLookup | null;
+  private readonly ownUid: number | undefined;
+  /** Uids (null: unlisted peers) already in the log, so a refused process's retries do not flood it. */
+  private readonly refusedLogged = new Set<number | null>();
 
   constructor(private readonly o: FacadeOptions) {
+    this.ownUid = o.ownUid ?? process.getuid?.();
+    this.peerUid = o.peerUid !== undefined ? o.peerUid : this.ownUid !== undefined && procNetAvailable() ? procPeerUid : null;
+    if (o.anyPeer === true) {
+      o.logger.warn("the trainer facade serves every process that reaches it (facadeAnyPeer): each can read the trainer's per-episode keys");
+    } else if (this.peerUid === null) {
+      o.logger.warn("the trainer facade cannot tell this host's users apart (no /proc/net/tcp): any local process can read the trainer's per-episode keys through it; on a shared host, run the agent on Linux");
+    }
     const schedule = o.schedule ?? timerSchedule;
     this.register = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/register_episode", "/register_episode", (episodes) => ({ episodes }), items), schedule);
     this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/is_episode_claimed", "/is_episode_claimed", (checks) => ({ checks }), items), schedule);
     this.server = createServer((req, res) => void this.handle(req, res));
+    // Looked up as the connection opens, while its first request's headers arrive.
+    const lookup = this.peerUid;
+    if (lookup !== null) this.server.on("connection", (socket: Socket) => this.peers.set(socket, this.refusal(socket, lookup)));
     // Long-lived keep-alive connections from many runner threads are the normal case.
     this.server.keepAliveTimeout = 65_000;
   }
@@ -126,7 +158,30 @@ export class Facade {
     });
   }
 
+  /** Why the connection's peer is not served, or null when it runs as the agent's user. */
+  private async refusal(socket: Socket, lookup: PeerUidLookup): Promise<string | null> {
+    const ends = { localAddress: socket.localAddress, localPort: socket.localPort, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort };
+    let uid: number | null;
+    try {
+      uid = await lookup(ends);
+    } catch (e) {
+      this.o.logger.warn(`the trainer facade could not look up who opened a connection: ${describeError(e)}`);
+      uid = null;
+    }
+    if (uid !== null && uid === this.ownUid) return null;
+    if (!this.refusedLogged.has(uid)) {
+      this.refusedLogged.add(uid);
+      this.o.logger.warn(`the trainer facade refused a connection from ${uid === null ? `${ends.remoteAddress}:${ends.remotePort}, which is no connection of this host's (another host or network namespace?)` : `a process of uid ${uid}`}; it serves only uid ${this.ownUid}, the agent's (further refusals of the same are not logged)`);
+    }
+    const who = uid === null ? "this connection is not one of this host's own (another host or network namespace?)" : `this connection is from uid ${uid}`;
+    return `The local agent's facade serves only processes of the agent's own user (uid ${this.ownUid}), as it hands out the trainer's per-episode keys; ${who}. Run the trainer on this host as the agent's user.`;
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.peerUid !== null) {
+      const refused = await (this.peers.get(req.socket) ?? this.refusal(req.socket, this.peerUid));
+      if (refused !== null) return send(res, errorAnswer(403, "forbidden_peer", refused));
+    }
     const url = new URL(req.url ?? "/", "http://facade");
     const method = req.method ?? "GET";
     if (url.pathname === "/_agent/status" && method === "GET") {

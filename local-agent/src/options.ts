@@ -131,6 +131,16 @@ export const OPTIONS = {
     default: "127.0.0.1",
     describe: "Address of the local trainer facade (AgentJet's swarm-server endpoints). Keep it on loopback.",
   },
+  facadeAnyPeer: {
+    flag: "--facade-any-peer",
+    env: "ROLLOUT_FACADE_ANY_PEER",
+    schema: z.union([z.boolean(), z.enum(["true", "false", "1", "0"]).transform((v) => v === "true" || v === "1")]),
+    arg: "true|false",
+    default: false,
+    describe:
+      "Serve the trainer facade to every process that reaches it, not only the agent's own user's: for a trainer in a container " +
+      "or another network namespace (with --facade-host on an address it reaches). Anyone it serves can read the trainer's per-episode keys.",
+  },
   facadePort: {
     flag: "--facade-port",
     env: "ROLLOUT_FACADE_PORT",

@@ -63,6 +63,8 @@ describe("resolveConfig", () => {
     expect(c.server).toBe("https://rx.example.com");
     expect(c.facadePort).toBe(10086);
     expect(c.facadeHost).toBe("127.0.0.1");
+    expect(c.facadeAnyPeer).toBe(false);
+    expect(run({ argv: [...required, "--facade-any-peer", "true"] }).facadeAnyPeer).toBe(true);
     expect(c.trainerCommand).toBeNull();
     expect(c.logDir).toBe("/work/dir/rollout-agent/logs");
     expect(c.agentId).toMatch(/\/default$/);

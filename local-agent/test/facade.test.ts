@@ -2,9 +2,11 @@
  * The trainer facade against the real Worker (through a counting proxy): it must answer
  * exactly what the engine answers, and coalesce the trainer's chatty calls.
  */
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { randomUUID } from "node:crypto";
+import { Agent, get } from "node:http";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished } from "vitest";
 import { EngineLink } from "../src/engine-link";
-import { Facade } from "../src/facade";
+import { Facade, type FacadeOptions } from "../src/facade";
 import { startTestExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { MemoryLogger } from "./support/logger";
 import { manualSchedule } from "./support/manual-schedule";
@@ -35,8 +37,8 @@ afterEach(async () => {
   await proxy.close();
 });
 
-async function facade(coalesceMs = 30, forEngine = engine, schedule?: Schedule): Promise<Facade> {
-  const f = new Facade({ link: new EngineLink(proxy.url, forEngine.name, forEngine.tokens.trainer, 5000), host: "127.0.0.1", port: 0, coalesceMs, logger, ...(schedule ? { schedule } : {}) });
+async function facade(coalesceMs = 30, forEngine = engine, schedule?: Schedule, over: Partial<FacadeOptions> = {}): Promise<Facade> {
+  const f = new Facade({ link: new EngineLink(proxy.url, forEngine.name, forEngine.tokens.trainer, 5000), host: "127.0.0.1", port: 0, coalesceMs, logger, ...(schedule ? { schedule } : {}), ...over });
   await f.listen();
   facades.push(f);
   return f;
@@ -53,6 +55,16 @@ async function call(base: string, method: "GET" | "POST", path: string, body?: u
 }
 
 const post = (base: string, path: string, body: unknown): Promise<Answer> => call(base, "POST", path, body);
+
+/** A GET's status over `agent`'s connections, its body read. */
+function getOver(agent: Agent, url: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    get(url, { agent }, (res) => {
+      res.resume();
+      res.once("end", () => resolve(res.statusCode ?? 0));
+    }).once("error", reject);
+  });
+}
 
 describe("the trainer facade", () => {
   it("answers every trainer endpoint exactly as the engine does, errors included", async () => {
@@ -209,5 +221,67 @@ describe("the trainer facade", () => {
     proxy.fault = () => "pass";
     const big = await post(f.url, "/update_current_batch_rollout_pool_information", { sample_collection_method: "x".repeat(5 * 1024 * 1024) });
     expect(big).toEqual({ status: 413, body: { error: "payload_too_large", detail: "The request body exceeds 4194304 bytes." } });
+  });
+});
+
+describe("the trainer facade on a shared host", () => {
+  const me = process.getuid!();
+
+  it("serves the agent's own user's processes, told apart by /proc/net (a real connection as this test's uid)", async () => {
+    const f = await facade(30);
+    expect(await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" })).toEqual({ status: 200, body: { success: true, failure_reason: "" } });
+    expect(logger.has(/refused|cannot tell/)).toBe(false);
+  });
+
+  it("does not hand the trainer's per-episode keys to another user's process, nor let it change the engine's status", async () => {
+    const trainer = await facade(30);
+    await post(trainer.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" });
+    const key = `sk-trainer-episode-key-${randomUUID()}`;
+    const registered = await post(trainer.url, "/register_episode", { episode_uuid: randomUUID(), openai_base_url: "http://127.0.0.1:1/v1", openai_api_key: key, zmq_listen_result_addr: "ipc:///tmp/x.sock" });
+    expect(registered).toEqual({ status: 200, body: { success: true, failure_reason: "" } });
+
+    // The same loopback port seen from another user's process: no token, no header (the trainer sends none either).
+    let lookups = 0;
+    const other = await facade(30, engine, undefined, {
+      peerUid: async () => {
+        lookups++;
+        return me + 1;
+      },
+    });
+    const before = proxy.total;
+    const buffer = await fetch(`${other.url}/get_episode_buffer`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    const text = await buffer.text();
+    expect(text).not.toContain(key);
+    expect(buffer.status).toBe(403);
+    expect(JSON.parse(text)).toEqual({ error: "forbidden_peer", detail: expect.stringContaining(`serves only processes of the agent's own user (uid ${me}), as it hands out the trainer's per-episode keys; this connection is from uid ${me + 1}`) });
+    expect(await post(other.url, "/update_engine_status", { engine_status: "ENGINE.OFFLINE" })).toMatchObject({ status: 403 });
+    // Looked up once a connection, which keep-alive reuses.
+    const oneConnection = new Agent({ keepAlive: true, maxSockets: 1 });
+    onTestFinished(() => oneConnection.destroy());
+    const seen = lookups;
+    for (const path of ["/_agent/status", "/get_engine_status", "/get_current_batch_rollout_pool_information"]) expect(await getOver(oneConnection, other.url + path)).toBe(403);
+    expect(lookups).toBe(seen + 1);
+    expect(proxy.total).toBe(before);
+    expect((await call(trainer.url, "GET", "/get_engine_status")).body).toMatchObject({ engine_status: "ENGINE.ROLLING" });
+    expect(logger.lines.filter((l) => l.includes(`refused a connection from a process of uid ${me + 1}`))).toHaveLength(1);
+  });
+
+  it("refuses a connection /proc/net does not list (another host or network namespace)", async () => {
+    const f = await facade(30, engine, undefined, { peerUid: async () => null });
+    const r = await call(f.url, "GET", "/get_engine_status");
+    expect(r).toEqual({ status: 403, body: { error: "forbidden_peer", detail: expect.stringContaining("this connection is not one of this host's own (another host or network namespace?)") } });
+  });
+
+  it("warns at start, and serves everyone, where it cannot tell users apart", async () => {
+    const f = await facade(30, engine, undefined, { peerUid: null });
+    expect((await call(f.url, "GET", "/get_engine_status")).status).toBe(200);
+    expect(logger.lines.filter((l) => l.includes("the trainer facade cannot tell this host's users apart"))).toHaveLength(1);
+  });
+
+  it("serves every peer when the operator says so (a trainer in a container), and says that at start", async () => {
+    const f = await facade(30, engine, undefined, { peerUid: null, anyPeer: true });
+    expect((await call(f.url, "GET", "/get_engine_status")).status).toBe(200);
+    expect(logger.lines.filter((l) => l.includes("the trainer facade serves every process that reaches it (facadeAnyPeer)"))).toHaveLength(1);
+    expect(logger.lines.filter((l) => l.includes("cannot tell this host's users apart"))).toEqual([]);
   });
 });
