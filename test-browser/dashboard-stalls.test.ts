@@ -1,8 +1,9 @@
 /**
  * A stalled engine on the dashboard's status card, in a real Chromium against the real Worker:
  * how long the engine has held its status (a sync or a boot that never ends, in red past its
- * bound), and the records waiting for D1 with D1's error (in red once they wait or a flush
- * failed), which otherwise show only as history that stopped growing.
+ * bound), the records waiting for D1 with D1's error (in red once they wait or a flush
+ * failed), which otherwise show only as history that stopped growing, and relayed calls that
+ * failed, which otherwise read as calls served.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
@@ -105,6 +106,42 @@ describe("the records waiting for D1", () => {
     await refreshesLater(page, 2);
     expect(await page.textContent("#engine-outbox")).toBe("2 records waiting for D1 for 1 min 30 s");
     expect(await page.getAttribute("#engine-outbox", "class")).toBe("sub outbox stuck");
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+});
+
+describe("the relayed calls that failed", () => {
+  it("counts them by kind beside the calls relayed, in red with the latest's words while recent", async () => {
+    const e = await createEngine(ex, "dead-gateway");
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+    await trainer.registerEpisode({ episode_uuid: "ep-1", openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-trainer" });
+    // A gateway that nothing listens on: every call gets 502 gateway_unreachable.
+    await trainer.heartbeat({ agent_id: "a", host: "gpu", pid: 1, trainer: { state: "running", pid: 2, started_at: null }, gateway_url: "http://127.0.0.1:9" });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 600 });
+    for (let i = 0; i < 2; i++) {
+      const r = await fetch(`${ex.url}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${c.openai_api_key}`, "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
+      expect(r.status).toBe(502);
+    }
+    let ov = await e.as("viewer").overview();
+    for (let i = 0; i < 50 && ov.relay.last_failure === null; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      ov = await e.as("viewer").overview();
+    }
+    expect(ov.relay).toMatchObject({ calls: 2, failures: { "502 gateway_unreachable": 2 } });
+    const last = ov.relay.last_failure;
+    if (last === null) throw new Error("no failure reached the engine");
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.clock.setFixedTime(last.at + 5_000);
+    await page.goto(`${ex.url}/dashboard?engine=${e.name}&token=${e.tokens.viewer}&refresh=0.3`);
+    await page.waitForSelector("#relay-calls");
+    expect(await page.textContent("#relay-calls")).toBe(`LLM calls relayed: 2 · 2 failed (502 gateway_unreachable × 2); the latest 5.0 s ago: ${last.message}`);
+    expect(await page.getAttribute("#relay-calls", "class")).toBe("sub relay failing");
+    // Ten minutes without a failure: the counts stay, no longer in red.
+    await showAt(page, last.at + 600_000);
+    expect(await page.getAttribute("#relay-calls", "class")).toBe("sub relay");
     expect(errors).toEqual([]);
     await page.close();
   });

@@ -27,7 +27,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
   /** Refusals shown in the agent's card; the overview holds more. */
   const REFUSALS_SHOWN = 3;
 
-  function agentCard(a: EngineOverview["agent"], refusals: EngineOverview["refusals"], nowMs: number): DomElement {
+  function agentCard(a: EngineOverview["agent"], refusals: EngineOverview["refusals"], relay: EngineOverview["relay"], nowMs: number): DomElement {
     const seen = a.last_seen === null ? "never called in" : `last seen ${fmt.ago(a.last_seen, nowMs)}`;
     return card(
       "GPU host agent",
@@ -40,7 +40,27 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
       h("p", { class: "sub" }, [a.host, a.trainer_state ? `trainer ${a.trainer_state}` : null, seen].filter((x) => x !== null).join(" · ")),
       ...(a.rollout_workers ? [workersLine(a.rollout_workers)] : []),
       ...(refusals.length > 0 ? [refusalList(refusals, nowMs)] : []),
+      relayLine(relay, nowMs),
     );
+  }
+
+  /** A failed relayed call this recent is news: the line is red until the relay has gone this long without one. */
+  const RELAY_FAILED_RECENTLY_MS = 300_000;
+
+  /**
+   * The LLM calls relayed through the agent's gateway, and those that failed as their clients got
+   * them, by kind, with the latest's words: calls admitted alone read as calls served (null: none yet).
+   */
+  function relayLine(r: EngineOverview["relay"], nowMs: number): DomElement | null {
+    const kinds = Object.entries(r.failures).sort((a, b) => b[1] - a[1]);
+    if (r.calls === 0 && kinds.length === 0) return null;
+    const failed = kinds.reduce((n, [, k]) => n + k, 0);
+    const recent = r.last_failure !== null && nowMs - r.last_failure.at < RELAY_FAILED_RECENTLY_MS;
+    const text =
+      `LLM calls relayed: ${fmt.count(r.calls)}` +
+      (failed === 0 ? "" : ` · ${fmt.count(failed)} failed (${kinds.map(([k, n]) => `${k} × ${fmt.count(n)}`).join(", ")})`) +
+      (r.last_failure === null ? "" : `; the latest ${fmt.ago(r.last_failure.at / 1000, nowMs)}: ${r.last_failure.message}`);
+    return h("p", { id: "relay-calls", class: recent ? "sub relay failing" : "sub relay", "data-calls": r.calls, "data-failed": failed, "data-failing": String(recent) }, text);
   }
 
   /** Commands the agent refused or failed, newest first, in its words: otherwise only its own log would say. */
@@ -174,7 +194,7 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
           h("p", { id: "global-step", class: "big", "data-value": ov.global_step ?? "" }, ov.global_step === null ? "–" : String(ov.global_step)),
           h("p", { class: "sub" }, ov.global_step === null ? "the trainer has not reported a step" : "as last reported by the trainer"),
         ),
-        agentCard(ov.agent, ov.refusals, nowMs),
+        agentCard(ov.agent, ov.refusals, ov.relay, nowMs),
         atroposCard(ov.atropos),
       ),
       h(
