@@ -87,7 +87,7 @@ describe("the records waiting for D1", () => {
     // The local D1 cannot be made unreachable from here (test/results.test.ts fails it inside
     // the engine): the engine's real overview goes to the page with the outbox of an outage.
     const t = (ov.engine_status_since ?? 0) + 3_600_000;
-    const D1_ERROR = "D1_ERROR: Network connection lost.";
+    const D1_ERROR = `D1 could not be reached (its words are in the Worker's log: "writing the outbox to D1 failed")`;
     await page.route(/\/e\/hung-sync\/overview$/, async (route) => {
       const real = (await (await route.fetch()).json()) as EngineOverview;
       await route.fulfill({ json: { ...real, outbox: { rows: 3, oldest_at: t - 600_000, last_error: D1_ERROR, last_error_at: t - 5_000 } } });

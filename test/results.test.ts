@@ -175,6 +175,22 @@ describe("results reach D1 through the outbox", () => {
     expect(await trajectories(e.name)).toEqual([expect.objectContaining({ episode_uuid: "ep-0", client_uuid: "a", reward: 0.75 })]);
   });
 
+  it("shows no client D1's own words for a write it refused (they may name tables or SQL), only that it refused", async () => {
+    const e = await createEngine("d1-refuses");
+    await rollingWith(e, 1);
+    const quiet = vi.spyOn(console, "error").mockImplementation(() => {});
+    await env.DB.exec("ALTER TABLE trajectories RENAME TO trajectories_elsewhere");
+    try {
+      await claimAndEnd(e, "a", 1);
+      await advance(e, 1_000);
+      expect((await e.as("client").overview()).outbox.last_error).toBe(`D1 refused the write (its words are in the Worker's log: "writing the outbox to D1 failed")`);
+      expect(quiet.mock.calls.some((c) => String(c[0]).includes("no such table: trajectories"))).toBe(true);
+    } finally {
+      await env.DB.exec("ALTER TABLE trajectories_elsewhere RENAME TO trajectories");
+      quiet.mockRestore();
+    }
+  });
+
   it("shows an unreachable D1 in the overview: the backlog, since when, and D1's error, logged once", async () => {
     const e = await createEngine("d1-away");
     await rollingWith(e, 4);
@@ -202,7 +218,8 @@ describe("results reach D1 through the outbox", () => {
       const lastTry = e.clock.t;
       expect(lastTry).toBe(t0 + 601_000);
       const ov = await e.as("viewer").overview();
-      expect(ov.outbox).toEqual({ rows: 3, oldest_at: t0, last_error: D1_ERROR, last_error_at: lastTry });
+      // D1's own words go to the log only: they may name tables or SQL, and any token reads the overview.
+      expect(ov.outbox).toEqual({ rows: 3, oldest_at: t0, last_error: `D1 could not be reached (its words are in the Worker's log: "writing the outbox to D1 failed")`, last_error_at: lastTry });
       expect(logged.mock.calls.filter((c) => String(c[0]).includes(D1_ERROR))).toEqual([[`engine ${e.name}: writing the outbox to D1 failed (3 rows kept, retried with backoff): ${D1_ERROR}`]]);
 
       await setD1(true);

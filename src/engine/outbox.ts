@@ -34,6 +34,19 @@ const FLUSH_ROUNDS = 20;
  */
 export const FLUSH_STATEMENTS = D1_MAX_QUERIES_PER_INVOCATION / 2;
 
+/** D1's errors that say it could not be reached, rather than that it refused the statement. */
+const UNREACHABLE = /network connection lost|timed? ?out|unavailable|overloaded|fetch failed|internal error|reset|econn/i;
+
+/**
+ * What the overview (any token of the engine may read it) says of a failed flush: D1's own words
+ * may name tables, SQL or storage internals (docs/security.md), so they stay in the Worker's
+ * log, where alarm-schedule.ts writes them, and the overview says which kind of failure it was.
+ */
+function shownError(error: string): string {
+  const kind = UNREACHABLE.test(error) ? "D1 could not be reached" : "D1 refused the write";
+  return `${kind} (its words are in the Worker's log: "writing the outbox to D1 failed")`;
+}
+
 export class Outbox {
   constructor(private readonly sql: SqlStorage) {}
 
@@ -58,7 +71,7 @@ export class Outbox {
     const failed = this.sql
       .exec<{ error: string; at: number }>("SELECT last_error AS error, failed_at AS at FROM outbox WHERE failed_at IS NOT NULL ORDER BY failed_at DESC LIMIT 1")
       .toArray()[0];
-    return { rows, oldest_at: oldest, last_error: failed?.error ?? null, last_error_at: failed?.at ?? null };
+    return { rows, oldest_at: oldest, last_error: failed === undefined ? null : shownError(failed.error), last_error_at: failed?.at ?? null };
   }
 
   /**
