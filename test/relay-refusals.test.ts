@@ -9,7 +9,7 @@
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { checkEnvelope } from "../src/auth/gateway-signature";
+import { checkEnvelope, timestampFault } from "../src/auth/gateway-signature";
 import { SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../src/protocol/relay";
 import { openaiErrorBody } from "../src/relay/openai-errors";
 import { serveRelay } from "../src/relay/relay-routes";
@@ -82,5 +82,10 @@ describe("a call refused behind the exchange", () => {
     const forbidden = await call(0, () => new Response("no", { status: 403 }), chat(false));
     expect(forbidden.status).toBe(502);
     expect(error(forbidden.text)).toMatchObject({ error: { code: "upstream_refused", message: "The inference upstream refused the trainer's credentials (403): no" } });
+  });
+
+  it("never says a refused timestamp is off by no more than the bound it takes", () => {
+    expect(timestampFault("1000000000", 1000000000 + 300)).toBeNull();
+    expect(timestampFault("1000000000", 1000000000 + 300.4)).toMatch(/^stale signature timestamp: the exchange signed it 301 s before this host's clock \(at most 300 s is taken\)/);
   });
 });

@@ -78,6 +78,7 @@ export function timestampFault(timestamp: string, nowSeconds: number): string | 
   if (!TIMESTAMP_SHAPE.test(timestamp)) return "malformed signature timestamp";
   const off = Number(timestamp) - nowSeconds;
   if (Math.abs(off) <= SIGNATURE_MAX_SKEW_SECONDS) return null;
-  const by = Math.abs(off) >= 3600 ? `${(Math.abs(off) / 3600).toFixed(1)} h` : `${Math.round(Math.abs(off))} s`;
+  // Rounded up: a refused offset is never said to be within the bound (300.4 s is "301 s").
+  const by = Math.abs(off) >= 3600 ? `${(Math.abs(off) / 3600).toFixed(1)} h` : `${Math.ceil(Math.abs(off))} s`;
   return `stale signature timestamp: the exchange signed it ${by} ${off < 0 ? "before" : "after"} this host's clock (at most ${SIGNATURE_MAX_SKEW_SECONDS} s is taken); if the clocks differ, set this host's right (NTP: timedatectl, chrony)`;
 }
