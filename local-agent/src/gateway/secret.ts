@@ -26,9 +26,16 @@ export const ROTATION_GRACE_MS = 2_000;
 /** A secret fetched this long ago is fetched again before it checks an envelope. */
 export const MAX_AGE_MS = 60_000;
 
+/**
+ * What an envelope that fails may hold while it waits for the next fetch: its body stays in
+ * memory for the second check. `admit` is asked before it waits (false: refused at once);
+ * `release` follows the wait.
+ */
+export type SecretWait = { admit(): boolean; release(): void };
+
 export type SecretSource = {
   /** Runs `verify` (null: good) with the secret; a message starting "the gateway" when there is none yet. */
-  check(verify: (secret: string) => Promise<string | null>): Promise<string | null>;
+  check(verify: (secret: string) => Promise<string | null>, wait?: SecretWait): Promise<string | null>;
 };
 
 /** A fixed secret (tests, the benchmark's direct runs). */
@@ -61,7 +68,7 @@ export class FetchedSecret implements SecretSource {
     void this.refresh();
   }
 
-  async check(verify: (secret: string) => Promise<string | null>): Promise<string | null> {
+  async check(verify: (secret: string) => Promise<string | null>, wait?: SecretWait): Promise<string | null> {
     if (this.secret !== null && this.now() - this.fetchedAt >= MAX_AGE_MS && this.mayRefresh()) void this.refresh();
     const secret = this.secret ?? (this.mayRefresh() ? await this.refresh() : null);
     if (secret === null) return "the gateway could not get its engine's secret from the exchange yet; try again";
@@ -70,10 +77,17 @@ export class FetchedSecret implements SecretSource {
     const previous = this.previous;
     if (previous !== null && this.now() < previous.until && (await verify(previous.secret)) === null) return null;
     // Perhaps signed with a secret newer than ours: fetch it, at the next moment a fetch may go.
-    const tried = this.triedAt;
-    if (!this.mayRefresh()) await this.sleep(REFRESH_MS - (this.now() - tried));
-    // Waiters woken together make one fetch: the first starts it, the others join it or take what it got.
-    const fresh = this.fetching !== null || this.triedAt === tried ? await this.refresh() : this.secret;
+    // Forged envelopes wait too, as far as `wait` admits them: past that they are refused now.
+    if (wait !== undefined && !wait.admit()) return why;
+    let fresh: string | null;
+    try {
+      const tried = this.triedAt;
+      if (!this.mayRefresh()) await this.sleep(REFRESH_MS - (this.now() - tried));
+      // Waiters woken together make one fetch: the first starts it, the others join it or take what it got.
+      fresh = this.fetching !== null || this.triedAt === tried ? await this.refresh() : this.secret;
+    } finally {
+      wait?.release();
+    }
     return fresh === null || fresh === secret ? why : verify(fresh);
   }
 

@@ -17,7 +17,7 @@ import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMe
 import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
 import { UpstreamErrors } from "./upstream-errors";
-import type { SecretSource } from "./secret";
+import type { SecretSource, SecretWait } from "./secret";
 import type { TokenDialect } from "../../../src/protocol/ledger";
 import { CallTap } from "../ledger/call-tap";
 import type { CallRecorder } from "../ledger/recorder";
@@ -91,6 +91,8 @@ export class Gateway {
   private readonly hmac = nodeHmac();
   private readonly upstreamErrors: UpstreamErrors;
   private readonly unverified: Unverified;
+  /** Bytes of bodies that failed their check and wait for the next secret fetch (waitFor). */
+  private waiting = 0;
   private readonly busyLog: FloodLog;
 
   constructor(private readonly o: GatewayOptions) {
@@ -175,7 +177,7 @@ export class Gateway {
     let why: string | null;
     try {
       if (stop.signal.aborted) return;
-      why = await this.o.secret.check((secret) => checkEnvelope(secret, timestamp, signature, body, Date.now() / 1000, this.hmac));
+      why = await this.o.secret.check((secret) => checkEnvelope(secret, timestamp, signature, body, Date.now() / 1000, this.hmac), this.waitFor(read.bytes));
     } finally {
       this.unverified.held -= read.bytes;
     }
@@ -211,6 +213,25 @@ export class Gateway {
       clearTimeout(timer);
       if (tap !== null) this.record(tap, res);
     }
+  }
+
+  /**
+   * An envelope that fails its check waits for the next secret fetch (a rotation's first calls),
+   * holding its body: bodies waiting so hold at most a quarter of the unverified bound, so that
+   * forged ones, which wait as well, cannot fill the rest and have the Worker's calls refused busy.
+   */
+  private waitFor(bytes: number): SecretWait {
+    const most = this.unverified.max / 4;
+    return {
+      admit: () => {
+        if (this.waiting + bytes > most) return false;
+        this.waiting += bytes;
+        return true;
+      },
+      release: () => {
+        this.waiting -= bytes;
+      },
+    };
   }
 
   private busy(req: IncomingMessage, res: ServerResponse): void {
