@@ -140,7 +140,8 @@ export async function forwardHttp(
    */
   const passError = (status: number, errorText: string, answered: string): void => {
     const told = shown(errorText);
-    errors.note(withoutCredentials(url), status, told);
+    // Named without the episode a session path puts in it: one line per upstream, not per episode.
+    errors.note(withoutCredentials(o.sessionPath ? (upstreamUrl(env, { ...o, sessionPath: false }) ?? url) : url), status, told);
     if (isOpenAIErrorText(told)) {
       tap?.upstreamFailed(status, told);
       sendJson(res, status, told);

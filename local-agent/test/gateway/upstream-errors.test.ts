@@ -53,6 +53,17 @@ describe("the gateway's log of an upstream that refuses calls", () => {
     expect(logged[0]).not.toMatch(/pw|sk-wrong-key/);
   });
 
+  it("says it once, not once per episode, when the episode is in the upstream's path (--upstream-session-path)", async () => {
+    const { logged, logger } = lines();
+    const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: true });
+    const url = await g.listen();
+    cleanups.push(() => g.close());
+    const up = await refusingUpstream(401, JSON.stringify({ error: { message: "Incorrect API key provided", type: "invalid_request_error", param: null, code: null } }));
+    for (let i = 0; i < 20; i++) expect((await post(url, envelope({ episode_uuid: `ep-${i}`, trainer_api_key: "sk-wrong-key", trainer_base_url: `${up}/v1` }), SECRET)).status).toBe(401);
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toContain(`the inference upstream ${new URL(up).origin.replace("user:pw@", "")}/v1/chat/completions answered 401`);
+  });
+
   it("says each upstream's status at most once per EVERY_MS, with how many came between", () => {
     const { logged, logger } = lines();
     const clock = { t: 0 };
