@@ -27,7 +27,7 @@ import { Agent, request } from "undici";
 import { startModelServer } from "../../scripts/local/model-server";
 import { CaptureMode } from "../../src/protocol/ledger";
 import type { AgentTarget } from "../serve/agent";
-import { claimRelayed, serveRelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, relayCounts, serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { freePort } from "../serve/process";
 import { cpuMeter, paired } from "../stats";
@@ -135,7 +135,7 @@ async function startExchangeSide(name: string, modelUrl: string, out: string, in
       keys,
       pids: { workerd: ex.pids, proxy: ex.agent.pid },
       agent: ex.agent,
-      relay: async () => (await client.overview()).relay,
+      relay: () => relayCounts(ex.engine),
       stop: ex.stop,
     };
   } catch (e) {

@@ -37,7 +37,7 @@ import { CaptureMode } from "../../src/protocol/ledger";
 import { cpuMeter, summarize, type Latency } from "../stats";
 import { signEnvelope } from "../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../src/protocol/relay";
-import { claimRelayed, serveRelayedEngine, type RelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, relayCounts, serveRelayedEngine, type RelayedEngine } from "../serve/relayed-engine";
 import { startRelayFloor, type RelayFloor } from "./floor/serve";
 import { renderRelayChart, type RelayChartInput } from "./chart";
 import { compareCapture } from "./capture";
@@ -315,7 +315,7 @@ async function main(): Promise<void> {
     await fast.close();
     const counted = (await client.runningEpisodes({ limit: 100 })).episodes.reduce((a, e) => a + e.llm_call_count, 0);
     // The engine's own count of the calls and of the requests its relay took: how many calls the claim gate answered without it.
-    const relay = (await client.overview()).relay;
+    const relay = await relayCounts(engine);
     const doc = { started_at: startedAt, capture, clients: CLIENTS, load_average_1m: loadavg()[0], cpus: cpus().length, calls_per_round: CALLS, rounds: ROUNDS, model_latency_ms: LATENCY_MS, history_kb: HISTORY_KB, node: process.version, results, llm_calls_counted: counted, engine_relay: relay };
     const json = JSON.stringify(doc, null, 2);
     process.stdout.write(json + "\n");

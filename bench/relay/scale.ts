@@ -24,7 +24,7 @@ import { startModelServer } from "../../scripts/local/model-server";
 import { CaptureMode } from "../../src/protocol/ledger";
 import { closedLoop } from "../load/closed-loop";
 import { runLoad } from "../loadgen";
-import { claimRelayed, serveRelayedEngine } from "../serve/relayed-engine";
+import { claimRelayed, relayCounts, serveRelayedEngine } from "../serve/relayed-engine";
 import { CLIENT_KEEP_ALIVE_MS } from "../load/http";
 import { summarize, type CpuUse, type Latency } from "../stats";
 import { startRelayFloor } from "./floor/serve";
@@ -126,9 +126,9 @@ async function main(): Promise<void> {
     // The relay's processes: workerd and the agent (its gateway); the floor's: its workerd and its proxy.
     const relayPids = { workerd: exchangePids, proxy: [agent.pid] };
     const engineRound = async (width: number) => {
-      const before = (await client.overview()).relay;
+      const before = await relayCounts(engine);
       const round = await callLoop(`relayed, ${width} in flight`, relayed, SECONDS, relayPids, width);
-      const after = (await client.overview()).relay;
+      const after = await relayCounts(engine);
       return { round, engine_requests: after.engine_requests - before.engine_requests, engine_calls: after.calls - before.calls };
     };
 

@@ -92,6 +92,15 @@ export async function claimRelayed(engine: EngineAccess, o: { prefix: string; n:
   return out;
 }
 
+/** The engine's own counts of the calls its relay admitted and the requests that carried them, read loosely as gatewayUrl is. */
+export async function relayCounts(engine: EngineAccess): Promise<{ calls: number; engine_requests: number }> {
+  const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
+  const body = (await res.json()) as { relay?: { calls?: unknown; engine_requests?: unknown } };
+  const { calls, engine_requests } = body.relay ?? {};
+  if (typeof calls !== "number" || typeof engine_requests !== "number") throw new Error(`the engine's overview has no relay counts (${res.status})`);
+  return { calls, engine_requests };
+}
+
 /** The gateway the engine's overview names, read loosely: an older checkout's overview lacks fields this tree's client requires. */
 async function gatewayUrl(engine: EngineAccess): Promise<unknown> {
   const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
