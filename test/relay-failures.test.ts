@@ -7,7 +7,8 @@ import { createExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { openaiErrorBody } from "../src/relay/openai-errors";
-import { FailureTally, flushRelayFailures, SEND_MS } from "../src/relay/relay-failures";
+import { beforeEngineRead } from "../src/relay/claim-gates";
+import { FailureTally, SEND_MS } from "../src/relay/relay-failures";
 import { serveRelay } from "../src/relay/relay-routes";
 import type { RelayFailureReport } from "../src/protocol/relay";
 import { createEngine, ORIGIN, rollingWith, withGateway } from "./support/harness";
@@ -39,7 +40,7 @@ describe("failed relayed calls in the engine's overview", () => {
     for (let i = 0; i < 3; i++) expect(await call(chat(false))).toMatch(/^502 .*gateway_unreachable/);
     expect(await call(chat(true))).toMatch(/^200 data: .*gateway_unreachable/);
     expect(await call("{not json")).toMatch(/^400 .*invalid_json/);
-    await flushRelayFailures(env, e.name);
+    await beforeEngineRead(env, e.name);
     const relay = (await e.as("viewer").overview()).relay;
     expect(relay).toMatchObject({
       calls: 4,

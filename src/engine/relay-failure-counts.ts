@@ -4,7 +4,7 @@
  * calls it admitted (RelayAdmission.counts), so an overview tells calls served from calls
  * admitted and then lost (a gateway not reached, a model refusing the trainer's key).
  */
-import type { RelayFailureReport } from "../protocol/relay";
+import { countFailures, type RelayFailureReport } from "../protocol/relay";
 
 /** Kinds kept; past it, the rest count as "other" (a report names at most 32). */
 const MAX_KINDS = 64;
@@ -18,8 +18,7 @@ export class RelayFailureCounts {
   add(report: RelayFailureReport): void {
     for (const [kind, n] of Object.entries(report.counts)) {
       if (!Number.isSafeInteger(n) || n <= 0) continue;
-      const counted = this.counts.has(kind) || this.counts.size < MAX_KINDS ? kind : "other";
-      this.counts.set(counted, (this.counts.get(counted) ?? 0) + n);
+      countFailures(this.counts, kind, n, MAX_KINDS);
     }
     // Reports from several isolates arrive in any order: the latest failure is the latest by time.
     if (this.last === null || report.last.at >= this.last.at) this.last = report.last;

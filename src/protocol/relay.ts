@@ -148,4 +148,10 @@ export function isChatRequest(v: unknown): v is ChatRequestShape {
  */
 export type RelayFailureReport = { counts: Record<string, number>; last: { kind: string; message: string; at: number } };
 
+/** Adds `n` failures of `kind` to `counts`, which names at most `maxKinds` kinds: past that, the rest count as "other". */
+export function countFailures(counts: Map<string, number>, kind: string, n: number, maxKinds: number): void {
+  const counted = counts.has(kind) || counts.size < maxKinds ? kind : "other";
+  counts.set(counted, (counts.get(counted) ?? 0) + n);
+}
+
 export const GatewaySecretResponse = z.object({ secret: z.string() });

@@ -9,26 +9,28 @@ import type { Reply } from "../engine/reply";
 import { engineStub, isUnknownEngine, movedEngineStub } from "../http/engine-stub";
 import { fail } from "../engine/reply";
 import { ClaimGate } from "./claim-gate";
-import { flushRelayFailures } from "./relay-failures";
+import { FailureTally } from "./relay-failures";
 
-/** Engines whose gates an isolate keeps; past it the oldest goes (its claims are asked about again). */
+/** Engines whose gates (and failure tallies) an isolate keeps; past it the oldest goes (its claims are asked about again). */
 const MAX_ENGINES = 1_000;
 
-const gates = new WeakMap<Env["ENGINE"], Map<string, ClaimGate>>();
+/** What an isolate keeps of an engine it relays for: the gate that admits its calls, and the tally of its calls that failed. */
+type EngineRelay = { gate: ClaimGate; failures: FailureTally };
 
-function gatesOf(env: Pick<Env, "ENGINE">): Map<string, ClaimGate> {
-  let byEngine = gates.get(env.ENGINE);
-  if (byEngine === undefined) gates.set(env.ENGINE, (byEngine = new Map()));
+const relays = new WeakMap<Env["ENGINE"], Map<string, EngineRelay>>();
+
+function relaysOf(env: Pick<Env, "ENGINE">): Map<string, EngineRelay> {
+  let byEngine = relays.get(env.ENGINE);
+  if (byEngine === undefined) relays.set(env.ENGINE, (byEngine = new Map()));
   return byEngine;
 }
 
-/** The gate of an engine's relayed calls in this isolate. */
-export function claimGate(env: Pick<Env, "ENGINE" | "DB">, engine: string): ClaimGate {
-  const byEngine = gatesOf(env);
-  let gate = byEngine.get(engine);
-  if (gate === undefined) {
+function relayOf(env: Pick<Env, "ENGINE" | "DB">, engine: string): EngineRelay {
+  const byEngine = relaysOf(env);
+  let relay = byEngine.get(engine);
+  if (relay === undefined) {
     if (byEngine.size >= MAX_ENGINES) byEngine.delete(byEngine.keys().next().value as string);
-    gate = new ClaimGate(async (items) => {
+    const gate = new ClaimGate(async (items) => {
       // A stub belongs to its request: made for each batch, from the kept route.
       const stub = await engineStub(env, engine);
       if (stub === null) return fail(404, "unknown_engine", `No such engine '${engine}'.`);
@@ -37,14 +39,24 @@ export function claimGate(env: Pick<Env, "ENGINE" | "DB">, engine: string): Clai
       const moved = await movedEngineStub(env, engine, stub);
       return moved === null ? reply : moved.relaySync(items);
     });
-    byEngine.set(engine, gate);
+    const failures = new FailureTally(async (report) => {
+      const stub = await engineStub(env, engine);
+      if (stub !== null) await stub.relayFailures(report);
+    });
+    byEngine.set(engine, (relay = { gate, failures }));
   }
-  return gate;
+  return relay;
 }
+
+/** The gate of an engine's relayed calls in this isolate. */
+export const claimGate = (env: Pick<Env, "ENGINE" | "DB">, engine: string): ClaimGate => relayOf(env, engine).gate;
+
+/** The isolate's tally of an engine's relayed calls that failed. */
+export const relayFailures = (env: Pick<Env, "ENGINE" | "DB">, engine: string): FailureTally => relayOf(env, engine).failures;
 
 /** Forgets what the gate knows of an engine (deleted, made again), or of one of its episodes. */
 export function forgetClaims(env: Pick<Env, "ENGINE">, engine: string, episodeUuid?: string): void {
-  gatesOf(env).get(engine)?.forget(episodeUuid);
+  relaysOf(env).get(engine)?.gate.forget(episodeUuid);
 }
 
 /**
@@ -53,7 +65,8 @@ export function forgetClaims(env: Pick<Env, "ENGINE">, engine: string, episodeUu
  * (others' within FLUSH_MS and SEND_MS).
  */
 export async function beforeEngineRead(env: Pick<Env, "ENGINE">, engine: string): Promise<void> {
-  await Promise.all([gatesOf(env).get(engine)?.flush(), flushRelayFailures(env, engine)]);
+  const relay = relaysOf(env).get(engine);
+  await Promise.all([relay?.gate.flush(), relay?.failures.flush()]);
 }
 
 /** Operations after which nothing the gate knows of the engine holds: its status, capture or run changed. */
@@ -64,7 +77,7 @@ const ENGINE_WIDE = new Set<EngineOp>(["update_engine_status", "start_engine", "
  * a claim the claims before it of its episode, and a change to the engine everything.
  */
 export function afterEngineOp(env: Pick<Env, "ENGINE">, engine: string, op: EngineOp, input: unknown, reply: Reply<unknown>): void {
-  const gate = gatesOf(env).get(engine);
+  const gate = relaysOf(env).get(engine)?.gate;
   if (gate === undefined) return;
   if (ENGINE_WIDE.has(op)) return gate.forget();
   // The agent's heartbeats come every few seconds; only one that names another gateway changes what calls go to.
