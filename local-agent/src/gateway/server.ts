@@ -17,6 +17,7 @@ import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMe
 import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, sendError, sendFailure, sendJson } from "./errors";
 import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upstream";
 import { UpstreamErrors } from "./upstream-errors";
+import { LogThrottle } from "../log-throttle";
 import type { SecretSource, SecretWait } from "./secret";
 import type { TokenDialect } from "../../../src/protocol/ledger";
 import { CallTap } from "../ledger/call-tap";
@@ -93,12 +94,12 @@ export class Gateway {
   private readonly unverified: Unverified;
   /** Bytes of bodies that failed their check and wait for the next secret fetch (waitFor). */
   private waiting = 0;
-  private readonly busyLog: FloodLog;
+  /** The refusals that come in floods (busy, dropped connections): a warning at most every FLOOD_LOG_MS each. */
+  private readonly floods = new LogThrottle(FLOOD_LOG_MS);
 
   constructor(private readonly o: GatewayOptions) {
     this.upstreamErrors = new UpstreamErrors(o.logger);
     this.unverified = { held: 0, max: o.unverifiedBodyBytes ?? UNVERIFIED_BODY_BYTES };
-    this.busyLog = new FloodLog(o.logger);
     const bodyDeadlineMs = o.bodyDeadlineMs ?? BODY_DEADLINE_MS;
     // Node's requestTimeout covers receiving the request only (headers and body), not the
     // minutes a call then waits on its model: it is the body's deadline, at no cost per call.
@@ -110,8 +111,7 @@ export class Gateway {
     this.server.headersTimeout = Math.min(this.server.headersTimeout, bodyDeadlineMs);
     this.server.keepAliveTimeout = 65_000;
     this.server.maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
-    const dropLog = new FloodLog(o.logger);
-    this.server.on("drop", () => dropLog.note(`gateway: refused connections: ${this.server.maxConnections} are open (the most it keeps)`));
+    this.server.on("drop", () => this.floodWarning("drop", `gateway: refused connections: ${this.server.maxConnections} are open (the most it keeps)`));
   }
 
   /** Bytes of bodies being received or checked whose signature is not verified yet. */
@@ -234,8 +234,13 @@ export class Gateway {
     };
   }
 
+  private floodWarning(kind: string, message: string): void {
+    const due = this.floods.due(kind);
+    if (due !== null) this.o.logger.warn(due.between === 0 ? message : `${message} (${due.between + 1} times since the last such warning)`);
+  }
+
   private busy(req: IncomingMessage, res: ServerResponse): void {
-    this.busyLog.note(`gateway: refused relay requests 503: bodies not yet verified hold ${this.unverified.held} bytes, the most the gateway buffers (a flood of forged requests, or more large envelopes at once than it allows)`);
+    this.floodWarning("busy", `gateway: refused relay requests 503: bodies not yet verified hold ${this.unverified.held} bytes, the most the gateway buffers (a flood of forged requests, or more large envelopes at once than it allows)`);
     res.setHeader("retry-after", String(BUSY_RETRY_AFTER_SECONDS));
     refuseUnread(req, res, 503, "the gateway is receiving as many envelopes as it buffers at once; retry shortly", "gateway_busy");
   }
@@ -375,23 +380,6 @@ function declaredLength(req: IncomingMessage): number {
 
 /** Bytes held by bodies whose signature is not verified yet, and the most they may hold. */
 type Unverified = { held: number; readonly max: number };
-
-/** A warning at most every FLOOD_LOG_MS, with how many times it happened since the last. */
-class FloodLog {
-  private last = -Infinity;
-  private count = 0;
-
-  constructor(private readonly logger: Logger) {}
-
-  note(message: string): void {
-    this.count++;
-    const now = Date.now();
-    if (now - this.last < FLOOD_LOG_MS) return;
-    this.logger.warn(this.count === 1 ? message : `${message} (${this.count} times since the last such warning)`);
-    this.last = now;
-    this.count = 0;
-  }
-}
 
 function header(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
