@@ -19,9 +19,10 @@ export const KEEP_ALIVE = ": keep-alive\n\n";
 
 const event = (data: unknown): Uint8Array => enc.encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`);
 
-function errorFromUpstream(status: number, text: string): OpenAIError {
-  if (refusedBehind(status)) return refusedBehindBody(status, text);
-  return openaiErrorIn(text) ?? openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error");
+/** The error event for a gateway's error answer, and the status it stands for (a refusal behind the exchange is a 502). */
+function errorFromUpstream(status: number, text: string): { status: number; error: OpenAIError } {
+  if (refusedBehind(status)) return { status: 502, error: refusedBehindBody(status, text) };
+  return { status, error: openaiErrorIn(text) ?? openaiErrorBody(status >= 400 ? status : 502, `the inference upstream answered ${status}: ${text.slice(0, 300)}`, "upstream_error") };
 }
 
 /**
@@ -69,7 +70,10 @@ export function relayStream(
     clearInterval(timer);
     if (!res.ok || res.body === null) {
       const text = await readWhole(res);
-      if (text !== null) await writer.write(errorEvent(refusedBehind(res.status) ? 502 : res.status, errorFromUpstream(res.status, text)));
+      if (text !== null) {
+        const failure = errorFromUpstream(res.status, text);
+        await writer.write(errorEvent(failure.status, failure.error));
+      }
       return;
     }
     if ((res.headers.get("content-type") ?? "").includes("text/event-stream")) {
