@@ -226,6 +226,31 @@ describe("end, abort, continue", () => {
     expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: "ghost" })).toEqual({ success: true });
   });
 
+  it("answers an abort sent again as the first, and changes nothing more; another client's or a reaped claim's abort is still refused", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const a = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const abort = { client_uuid: "c", episode_uuid: a.episode_uuid, fence: a.fence, task_id: "", workflow_output: { reward: 0, metadata: {} } };
+    expect(await client.abortEpisode(abort)).toEqual({ success: true });
+    const before = (await e.as("viewer").getEpisodeBuffer()).buffer.map((x) => x.episode_uuid);
+    // The repeat, with its fence and without: answered as the first, the queue untouched.
+    expect(await client.abortEpisode(abort)).toEqual({ success: true });
+    expect(await client.abortEpisode({ ...abort, fence: undefined })).toEqual({ success: true });
+    expect((await e.as("viewer").getEpisodeBuffer()).buffer.map((x) => x.episode_uuid)).toEqual(before);
+    // Not a repeat: another client, or a fence this client's abort did not carry.
+    await expect(client.abortEpisode({ ...abort, client_uuid: "other" })).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    await expect(client.abortEpisode({ ...abort, fence: (a.fence ?? 0) + 7 })).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    // Claimed again, by another client: a late repeat with its fence is still the repeat, and the new claim stands.
+    await client.claimEpisode({ client_uuid: "c2", discard_episode_timeout: 60 });
+    const again = await client.claimEpisode({ client_uuid: "c2", discard_episode_timeout: 60 });
+    expect(again.episode_uuid).toBe(a.episode_uuid);
+    expect(await client.abortEpisode(abort)).toEqual({ success: true });
+    await expect(client.abortEpisode({ ...abort, fence: undefined })).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    expect(await client.canContinueEpisode({ client_uuid: "c2", episode_uuid: a.episode_uuid })).toEqual({ can_continue: true });
+    expect(await engineStats(e)).toMatchObject({ claimed: 2 });
+  });
+
   it("ends an eval episode without counting its reward and serves the episode again", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

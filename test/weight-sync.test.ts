@@ -169,6 +169,33 @@ describe("weight syncs with keep_claims_across_sync", () => {
     expect(await remembered()).toEqual([]);
   });
 
+  it("remembers an abort, for its repeat, only while its episode is: a sync forgets those of ended episodes, the engine stopping all", async () => {
+    const e = await createEngine("aborts");
+    await e.as("operator").configureSync({ keep_claims_across_sync: true });
+    const [id, other] = await rollingWith(e, 2);
+    const client = e.as("client");
+    const a = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(a.episode_uuid).toBe(id);
+    const abort = { client_uuid: "c", episode_uuid: id!, fence: a.fence };
+    expect(await client.abortEpisode(abort)).toEqual({ success: true });
+    const b = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: other!, fence: b.fence })).toEqual({ success: true });
+    const kept = () => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ episode_uuid: string }>("SELECT episode_uuid FROM aborts ORDER BY episode_uuid").toArray().map((r) => r.episode_uuid));
+    expect(await kept()).toEqual([id, other].sort());
+    // The aborted episode is claimed again and ended: its row goes, its abort stays until the sync.
+    const again = await client.claimEpisode({ client_uuid: "d", discard_episode_timeout: 60 });
+    expect(again.episode_uuid).toBe(id);
+    expect(await client.endEpisode(endBody("d", id!, 1))).toEqual({ success: true });
+    expect(await kept()).toEqual([id, other].sort());
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await kept()).toEqual([other]);
+    // A repeat of the abort whose episode ended is answered as one of an episode gone, and the kept one still as its repeat.
+    expect(await client.abortEpisode(abort)).toEqual({ success: true });
+    expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: other!, fence: b.fence })).toEqual({ success: true });
+    await status(e, "ENGINE.OFFLINE");
+    expect(await kept()).toEqual([]);
+  });
+
   it("counts an ended episode whose result is on its way to its runner as claimed through syncs, until the agent acks it", async () => {
     const e = await createEngine("deliv");
     await e.as("operator").configureSync({ keep_claims_across_sync: true });

@@ -91,10 +91,12 @@ export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ succes
   // Kept in the trajectory's outbox record as an end's is, so it is held to the same limit.
   const tooLarge = storedStringTooLarge("workflow_output", payload);
   if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
-  if (e.episode(req.episode_uuid) === null) return ok({ success: true });
+  const ep = e.episode(req.episode_uuid);
+  if (ep === null) return ok({ success: true });
   const owned = ownedClaim(e, req);
-  if (!owned.ok) return owned;
+  if (!owned.ok) return abortedBefore(e, req, ep) ? ok({ success: true }) : owned;
   if (owned.body !== "already_ended") {
+    e.store.sql.exec("INSERT OR REPLACE INTO aborts (episode_uuid, fence, client_uuid) VALUES (?, ?, ?)", req.episode_uuid, owned.body.fence, req.client_uuid);
     recordUnfinished(e, owned.body, "aborted", payload);
     release(e, owned.body, e.requeues() ? "requeue" : "delete");
   }
@@ -128,6 +130,16 @@ function takeTrainClaim(e: EpisodeState, req: ClaimRef): ClaimRow | null {
       )
       .toArray()[0] ?? null
   );
+}
+
+/**
+ * Whether `req` repeats this client's abort of the episode's claim: by its fence, or without one
+ * when no claim of the episode came since (the rule endedBefore keeps for ends, for the same reasons).
+ */
+function abortedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow): boolean {
+  const last = e.store.sql.exec<{ fence: number; client_uuid: string }>("SELECT fence, client_uuid FROM aborts WHERE episode_uuid = ?", req.episode_uuid).toArray()[0];
+  if (last === undefined || last.client_uuid !== req.client_uuid) return false;
+  return req.fence !== undefined ? req.fence === last.fence : last.fence >= ep.fence;
 }
 
 /** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */

@@ -89,6 +89,7 @@ export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "re
 export function clearAll(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM episodes");
   e.store.sql.exec("DELETE FROM ends_before_sync");
+  e.store.sql.exec("DELETE FROM aborts");
   deleteBatch(e);
 }
 
@@ -100,6 +101,8 @@ export function clearAll(e: EpisodeState): void {
 export function clearFinished(e: EpisodeState): void {
   const now = e.host.now();
   forgetSyncedEnds(e, now);
+  // An end takes a train episode's row without a look here (the hot path): the aborts of episodes gone since go now.
+  e.store.sql.exec("DELETE FROM aborts WHERE episode_uuid NOT IN (SELECT episode_uuid FROM episodes)");
   e.store.sql.exec(
     `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at)
      SELECT episode_uuid, fence, client_uuid, delivery, ? FROM finished`,
@@ -156,6 +159,7 @@ function requeue(e: EpisodeState, episodeUuid: string): void {
 /** Deletes an episode that leaves no finished row behind: its fence goes into the floor. */
 function dropEpisode(e: EpisodeState, uuid: string): void {
   e.store.sql.exec("DELETE FROM episodes WHERE episode_uuid = ?", uuid);
+  e.store.sql.exec("DELETE FROM aborts WHERE episode_uuid = ?", uuid);
   retireFences(e);
 }
 

@@ -346,6 +346,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // (Outbox.view): a backlog of three rows is a batch window or a ten-minute D1 outage, and the
   // rows alone could not tell which. Rows written before this have neither.
   "ALTER TABLE outbox ADD COLUMN created_at INTEGER; ALTER TABLE outbox ADD COLUMN failed_at INTEGER;",
+  // 20: an abort sent again (its answer lost, or a proxy's replay) is answered as the first was,
+  // as a repeated end is, rather than 409 claim_lost: each episode's latest abort, kept while its
+  // episode row is and until the batch's ends are cleared (episode-queue.ts).
+  "CREATE TABLE IF NOT EXISTS aborts (episode_uuid TEXT PRIMARY KEY, fence INTEGER NOT NULL, client_uuid TEXT NOT NULL) WITHOUT ROWID;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
