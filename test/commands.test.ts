@@ -240,6 +240,52 @@ describe("agent command channel", () => {
     expect(row).toEqual({ delivery: "undeliverable", delivery_detail: "runner at tcp://10.0.0.1:20000 did not ack within 30 s" });
   });
 
+  it("answers a registration retried after its episode was claimed and ended as the first, without a second rollout, until the result is undeliverable", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const reg = { episode_uuid: "ep-1", openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-x", zmq_listen_result_addr: "tcp://10.0.0.1:20000" };
+    // The first registration's answer is lost; the episode is claimed and ended before the trainer's retry.
+    expect((await trainer.registerEpisode(reg)).success).toBe(true);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    expect(await e.as("client").endEpisode(endBody("c1", c.episode_uuid, 1))).toEqual({ success: true });
+    const noSecondRollout = async () => {
+      expect(await trainer.registerEpisode(reg)).toEqual({ success: true, failure_reason: "" });
+      expect(await e.as("client").claimEpisode({ client_uuid: "c2", discard_episode_timeout: 60 })).toMatchObject({ success: false });
+      expect(await engineStats(e)).toMatchObject({ registered: 0, claimed: 0 });
+    };
+    // While the result is on its way to the runner, and once it reached it.
+    await noSecondRollout();
+    const deliver = (await trainer.pollCommands()).commands.find((x) => x.body.kind === "deliver")!;
+    await trainer.ackCommand({ seq: deliver.seq, ok: true });
+    await noSecondRollout();
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect((await e.as("viewer").getRewardHistory()).history.map((h) => [h.global_step, h.count])).toEqual([[1, 1]]);
+  });
+
+  it("registers a uuid again once its runner could not be given the result, and after the batch was cleared", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const [id] = await rollingWith(e, 1, { zmq: true });
+    const reg = { episode_uuid: id!, openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-y", zmq_listen_result_addr: "tcp://10.0.0.1:20001" };
+    const claimAndEnd = async () => {
+      const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+      expect(c).toMatchObject({ success: true, episode_uuid: id });
+      await e.as("client").endEpisode(endBody("c", id!, 1));
+    };
+    await claimAndEnd();
+    const deliver = (await trainer.pollCommands()).commands.find((x) => x.body.kind === "deliver")!;
+    await trainer.ackCommand({ seq: deliver.seq, ok: false, detail: "runner gone" });
+    expect(await trainer.registerEpisode(reg)).toEqual({ success: true, failure_reason: "" });
+    expect(await engineStats(e)).toMatchObject({ registered: 1 });
+    await claimAndEnd();
+    // Delivered or not, a new rolling phase forgets the batch's ends.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect(await trainer.registerEpisode(reg)).toEqual({ success: true, failure_reason: "" });
+    expect(await engineStats(e)).toMatchObject({ registered: 1 });
+  });
+
   it("puts the engine OFFLINE with the reason when the trainer fails to start", async () => {
     const e = await createEngine();
     await e.as("operator").syncTrainConfig("x: 1\n");

@@ -22,10 +22,14 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
   // runner it was claimed from. A new row's fences start above every fence this engine has
   // issued, so a uuid registered again (after it ended, was unregistered, or was cleared with
   // its rolling phase) never has a claim that shares a fence, and so a per-claim key, with a
-  // claim of its old life.
+  // claim of its old life. A registration of a uuid whose train result is on its way to its runner,
+  // or reached it, in this batch is the trainer's retry of the one that was claimed (its answer
+  // lost, the claim and end quicker than its 2 s timeout): it is answered as that one was, and
+  // registers nothing, else the episode would be rolled out and its reward counted twice.
   e.store.sql.exec(
     `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
-     VALUES (?, 'registered', ?, ?, ?, ?, ?, ?)
+     SELECT ?1, 'registered', ?2, ?3, ?4, ?5, ?6, ?7
+     WHERE COALESCE((SELECT delivery FROM ${KNOWN_ENDS} WHERE episode_uuid = ?1 ORDER BY fence DESC LIMIT 1), 'none') NOT IN ('pending', 'delivered')
      ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
        zmq_addr = excluded.zmq_addr, registered_again = episodes.state = 'resetting'
      WHERE episodes.state IN ('registered', 'resetting')`,
