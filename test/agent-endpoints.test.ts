@@ -69,6 +69,41 @@ describe("agent presence", () => {
   });
 });
 
+describe("a trainer's exit reported again", () => {
+  it("leaves the engine of a trainer started since alone: the report names the start that launched the trainer that exited", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    await e.as("operator").syncTrainConfig("a: 1");
+    const startOf = async () => {
+      await e.as("operator").startEngine();
+      const start = (await trainer.pollCommands()).commands.find((c) => c.body.kind === "start")!;
+      await trainer.ackCommand({ seq: start.seq, ok: true });
+      return start.seq;
+    };
+    const first = await startOf();
+    await rollingWith(e, 1);
+    const exit = { exit_code: 1, signal: null, log_tail: "Traceback ...", start_seq: first };
+    // The first report's answer is lost: the agent retries it with backoff, while the operator starts a new trainer.
+    await trainer.trainerExit(exit);
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    const second = await startOf();
+    expect(second).toBeGreaterThan(first);
+    await rollingWith(e, 2, { prefix: "new" });
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    const before = await e.as("viewer").overview();
+    expect(await trainer.trainerExit(exit)).toEqual({ success: true });
+    expect(await e.as("viewer").overview()).toEqual(before);
+    expect(await e.as("client").canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    // The new trainer's own exit, and one from an agent that names no start (older agents), still count.
+    await trainer.trainerExit({ ...exit, start_seq: second });
+    expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    await startOf();
+    await trainer.trainerExit({ exit_code: 2, signal: null });
+    expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_detail: "trainer exited with code 2" });
+    await expect(trainer.trainerExit({ ...exit, start_seq: -1 })).rejects.toMatchObject({ status: 422 });
+  });
+});
+
 describe("the agent's gateway secret", () => {
   it("says an engine without CLAIM_KEY_SECRET lacks the secret, as a claim does", async () => {
     const e = await createEngine();

@@ -116,7 +116,7 @@ export class Reports {
     // The agent's own words go last, so the operator reads the trainer's output and then why it matters.
     const note = `[rollout-agent] ${exit.detail}`;
     const tail = exit.log_tail ? `${exit.log_tail}\n${note}` : note;
-    const req: TrainerExitRequest = { exit_code: exit.exit_code, signal: exit.signal, log_tail: tail.slice(-MAX_LOG_TAIL) };
+    const req: TrainerExitRequest = { exit_code: exit.exit_code, signal: exit.signal, log_tail: tail.slice(-MAX_LOG_TAIL), start_seq: exit.start_seq };
     const backoff = new Backoff(this.d.backoff);
     while (!this.d.stop.aborted) {
       try {

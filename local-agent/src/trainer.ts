@@ -23,7 +23,8 @@ import { groupAlive, isOurGroup, notedStart, processStartedAt, signalGroup, stop
 import type { TrainerLog } from "./trainer-log";
 
 
-export type TrainerExit = { exit_code: number | null; signal: string | null; log_tail: string; detail: string };
+/** `start_seq`: the start command that launched the trainer, null when unknown (a pid file of an older agent). */
+export type TrainerExit = { exit_code: number | null; signal: string | null; log_tail: string; detail: string; start_seq: number | null };
 
 export type TrainerOptions = {
   /** The command template's words; null when the agent has none configured. */
@@ -111,7 +112,7 @@ export class TrainerSupervisor {
       const reused = groupAlive(saved.pid) ? `; pid ${saved.pid} now belongs to another process, which is left alone` : "";
       const detail = `the trainer (pid ${saved.pid}) exited while the agent was not running; its exit status is unknown${reused}`;
       this.opts.logger.warn(detail);
-      this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail });
+      this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail, start_seq: typeof saved.seq === "number" ? saved.seq : null });
       return;
     }
     this.opts.logger.info(`adopting trainer pid ${saved.pid} (started ${new Date(saved.started_at).toISOString()}), left running by a previous agent`);
@@ -219,13 +220,14 @@ export class TrainerSupervisor {
   /**
    * The agent's deliberate shutdown (SIGINT/SIGTERM): from now on no trainer starts, a start
    * whose spawn is under way is let finish, and the trainer, if one runs, is stopped like a stop
-   * command would. Null when none was running.
+   * command would. Null when none was running; else with the seq of the start that launched it.
    */
-  async shutdown(reason: string): Promise<StopOutcome | null> {
+  async shutdown(reason: string): Promise<(StopOutcome & { start_seq: number }) | null> {
     this.shuttingDown.abort();
     await this.starting.settled();
     if (this.current === null) return null;
-    return this.stop(reason);
+    const start_seq = this.current.seq;
+    return { ...(await this.stop(reason)), start_seq };
   }
 
   /** The agent is exiting: stop watching an adopted trainer (it keeps running and is adopted again). */
@@ -276,7 +278,7 @@ export class TrainerSupervisor {
     const detail = `trainer pid ${c.pid} ${how} without a stop command${leftovers ? "; sent SIGTERM to the processes it left in its group" : ""}`;
     this.opts.logger.warn(detail);
     this.opts.onChange?.();
-    this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail });
+    this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail, start_seq: c.seq });
   }
 
   /** What a trainer that exited on its own left in its group, sent SIGTERM: SIGKILL after the grace period, as a stop does. */

@@ -136,10 +136,12 @@ describe("TrainerSupervisor", () => {
     expect(exit.signal).toBeNull();
     expect(exit.log_tail).toMatch(/loading model\nstep 1 loss 0.9\nCUDA out of memory$/);
     expect(exit.detail).toMatch(/exited with code 3 without a stop command/);
+    // Named by its start, so that the report sent again after a later start cannot stop that one's engine.
+    expect(exit.start_seq).toBe(1);
     expect(s.status().state).toBe("exited");
     // Once it has exited, a new start is allowed.
     expect((await s.start("x: 2", 2))?.ok).toBe(true);
-    await waitUntil(() => exits[1], "the second run's exit");
+    expect((await waitUntil(() => exits[1], "the second run's exit")).start_seq).toBe(2);
   });
 
   it("kills what a trainer that exited on its own left in its group after the grace period, and starts the next only then", async () => {
@@ -284,14 +286,14 @@ describe("TrainerSupervisor", () => {
     second.adopt();
     process.kill(-pid, "SIGKILL");
     const exit = await waitUntil(() => exits[0], "the adopted trainer's exit report");
-    expect(exit).toMatchObject({ exit_code: null, signal: null });
+    expect(exit).toMatchObject({ exit_code: null, signal: null, start_seq: 3 });
     expect(exit.detail).toMatch(/exited \(status unknown: adopted from a previous agent\)/);
 
     // A pid file whose trainer is gone: reported at once on adoption.
     writeFileSync(join(dir.path, "state", "trainer.json"), JSON.stringify({ pid, started_at: Date.now(), seq: 3 }));
     exits.length = 0;
     supervisor().adopt();
-    expect(exits[0]?.detail).toBe(`the trainer (pid ${pid}) exited while the agent was not running; its exit status is unknown`);
+    expect(exits[0]).toMatchObject({ detail: `the trainer (pid ${pid}) exited while the agent was not running; its exit status is unknown`, start_seq: 3 });
     expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
   });
 

@@ -140,7 +140,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       closed,
       gone,
     });
-    const enqueue = (body: CommandBody): void => void this.channel.enqueue(body);
+    const enqueue = (body: CommandBody): number => this.channel.enqueue(body);
     const addOutbox = (item: OutboxItem): void => schedule.addOutbox(item);
     const retention = (this.retention = new RetentionSchedule(store, (t) => schedule.armBy(t)));
     this.buffer = new RolloutBuffer(sql, {

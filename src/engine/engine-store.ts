@@ -53,6 +53,12 @@ export type Meta = {
    * may start lower again.
    */
   versionFloor: number | null;
+  /**
+   * The seq of the latest start command: an agent's report that a trainer exited names the start
+   * that launched it, so a report sent again after a later start (its answer lost, retried with
+   * backoff) does not take the new trainer's engine OFFLINE. Null before the first start.
+   */
+  startSeq: number | null;
 };
 
 const INITIAL_META: Meta = {
@@ -73,6 +79,7 @@ const INITIAL_META: Meta = {
   syncingSince: null,
   syncingToVersion: null,
   versionFloor: null,
+  startSeq: null,
 };
 
 export class EngineStore {

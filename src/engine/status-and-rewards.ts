@@ -22,7 +22,7 @@ import { EMPTY_ACCUMULATOR, accumulate, claimsLive, runBeginning, summarize, typ
 export type StatusHost = {
   now(): number;
   addOutbox(item: OutboxItem): void;
-  enqueue(body: CommandBody): void;
+  enqueue(body: CommandBody): number;
 };
 
 export class StatusAndRewards {
@@ -61,13 +61,16 @@ export class StatusAndRewards {
   start(): Reply<{ success: true }> {
     const yaml = this.store.getKv<string>("train_config_yaml");
     if (yaml === null) return fail(400, "no_config", "No training config found. Call /sync_train_config first.");
+    // A start sent again while the trainer boots (its answer lost) is answered as the first: the
+    // config cannot have changed since (syncConfig), and a second start command would only be refused by the agent.
+    if (this.store.meta.status === "ENGINE.BOOTING") return ok({ success: true as const });
     if (this.store.meta.status !== "ENGINE.OFFLINE") {
-      return fail(409, "engine_started", `Engine is already started (status ${this.store.meta.status}). Call /stop_engine first.`);
+      return fail(409, "engine_started", `Engine is already started and its trainer past booting (status ${this.store.meta.status}); to restart it, call /stop_engine and then /start_engine.`);
     }
     this.clearEpisodes();
     this.beginRun("start_engine");
-    this.store.saveMeta({ ...this.store.meta, status: "ENGINE.BOOTING", bootingStartTime: this.host.now() / 1000, detail: null });
-    this.host.enqueue({ kind: "start", yaml_as_string: yaml });
+    const startSeq = this.host.enqueue({ kind: "start", yaml_as_string: yaml });
+    this.store.saveMeta({ ...this.store.meta, status: "ENGINE.BOOTING", bootingStartTime: this.host.now() / 1000, detail: null, startSeq });
     return ok({ success: true as const });
   }
 
@@ -168,6 +171,9 @@ export class StatusAndRewards {
 
   /** The agent reports that the trainer process ended: the engine goes OFFLINE, saying how. */
   trainerExited(req: TrainerExitRequest): void {
+    // The exit of a trainer a later start replaced: the report came again, or late. Agents older
+    // than start_seq send none, and are taken at their word as before.
+    if (req.start_seq !== null && this.store.meta.startSeq !== null && req.start_seq !== this.store.meta.startSeq) return;
     const how = req.signal !== null ? `was killed by ${req.signal}` : `exited with code ${req.exit_code ?? "unknown"}`;
     const detail = `trainer ${how}` + (req.log_tail ? `; last output:\n${req.log_tail}` : "");
     this.clearEpisodes();

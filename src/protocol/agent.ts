@@ -77,6 +77,8 @@ export const TrainerExitRequest = z.object({
   signal: z.string().max(32).nullable().default(null),
   /** The last lines of the trainer's output, for the operator; kept in the engine's meta row, at most 98,304 bytes escaped. */
   log_tail: textOfAtMost(16_384).default(""),
+  /** The seq of the start command that launched the trainer; null when the agent does not know it (a trainer it did not start). */
+  start_seq: z.number().int().nonnegative().nullable().default(null),
 });
 export type TrainerExitRequest = z.infer<typeof TrainerExitRequest>;
 
