@@ -30,6 +30,29 @@ async function rolling(keep: boolean): Promise<TestEngine> {
 }
 
 describe("weight syncs without keep_claims_across_sync (the default)", () => {
+  it("answers an end sent again after the trainer left ROLLING (the batch's last end, its answer lost) as the repeat it is, during the sync and after", async () => {
+    const e = await createEngine("resend-default");
+    await rollingWith(e, 1, { step: 1 });
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const body = endBody("c1", c.episode_uuid, 1);
+    expect(await client.endEpisode(body)).toEqual({ success: true });
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    expect(await client.endEpisode(body)).toEqual({ success: true });
+    expect(await client.endEpisode({ ...body, fence: c.fence })).toEqual({ success: true });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect(await client.endEpisode(body)).toEqual({ success: true });
+    expect((await e.as("viewer").getRewardHistory()).history.map((h) => [h.global_step, h.count])).toEqual([[1, 1]]);
+    // Not a repeat: another client's end, or one during the sync of a claim that never ended, is still refused.
+    await expect(client.endEpisode(endBody("c2", c.episode_uuid, 1))).rejects.toMatchObject({ status: 404 });
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    await expect(client.endEpisode(endBody("c1", "never-claimed", 1))).rejects.toMatchObject({ status: 400, code: "engine_not_rolling" });
+    // Stopping the engine forgets them all.
+    await e.as("operator").stopEngine();
+    const remembered = await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec("SELECT 1 FROM ends_before_sync").toArray().length);
+    expect(remembered).toBe(0);
+  });
+
   it("clears the pool when the engine leaves ROLLING, as AgentJet's SwarmClient relies on", async () => {
     const e = await rolling(false);
     expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: false, sync_hold_seconds: 120, max_sync_seconds: 600 });

@@ -17,7 +17,9 @@ import { rewardValues, scalarReward } from "./rules";
 /** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */
 export function endPayload(e: EpisodeState, req: EndEpisodeRequest): Reply<string> {
   const status = e.store.meta.status;
-  if (!e.live()) {
+  // The repeat of an end the rolling phase ended with (the trainer left it as the batch's last
+  // end was stored, before its client had the answer) is answered as the first, by end().
+  if (!e.live() && !endedBefore(e, req, e.episode(req.episode_uuid))) {
     return fail(400, "engine_not_rolling", `Engine is not in rolling state. Current status: [${status}]. Cannot end episode.`);
   }
   const metaTask = req.workflow_output.metadata["task_id"];

@@ -29,7 +29,7 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
   e.store.sql.exec(
     `INSERT INTO episodes (episode_uuid, state, queue_seq, openai_base_url, openai_api_key, zmq_addr, last_activity, fence)
      SELECT ?1, 'registered', ?2, ?3, ?4, ?5, ?6, ?7
-     WHERE COALESCE((SELECT delivery FROM ${KNOWN_ENDS} WHERE episode_uuid = ?1 ORDER BY fence DESC LIMIT 1), 'none') NOT IN ('pending', 'delivered')
+     WHERE COALESCE((SELECT delivery FROM finished WHERE episode_uuid = ?1 ORDER BY fence DESC LIMIT 1), 'none') NOT IN ('pending', 'delivered')
      ON CONFLICT (episode_uuid) DO UPDATE SET openai_base_url = excluded.openai_base_url, openai_api_key = excluded.openai_api_key,
        zmq_addr = excluded.zmq_addr, registered_again = episodes.state = 'resetting'
      WHERE episodes.state IN ('registered', 'resetting')`,
@@ -89,10 +89,17 @@ export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "re
   else dropEpisode(e, body.episode_uuid);
 }
 
-/** Deletes every episode and every end, remembered ones too, as a rolling phase ends; the fences they held go into the floor. */
-export function clearAll(e: EpisodeState): void {
+/**
+ * Deletes every episode, as a rolling phase ends; the fences they held go into the floor. With
+ * `keepEnds` (a weight sync, which AgentJet's trainer may begin the moment the batch's last end
+ * is stored, before that end's client has its answer) the batch's ends are remembered, as at a
+ * sync that keeps claims, so that an end sent again is answered as the repeat it is; otherwise
+ * (the engine stopping or starting) remembered ends go too.
+ */
+export function clearAll(e: EpisodeState, keepEnds: boolean): void {
+  if (keepEnds) rememberEnds(e);
+  else e.store.sql.exec("DELETE FROM ends_before_sync");
   e.store.sql.exec("DELETE FROM episodes");
-  e.store.sql.exec("DELETE FROM ends_before_sync");
   e.store.sql.exec("DELETE FROM aborts");
   deleteBatch(e);
 }
@@ -103,16 +110,21 @@ export function clearAll(e: EpisodeState): void {
  * what a repeated end is compared with and where a delivery stands are kept in ends_before_sync.
  */
 export function clearFinished(e: EpisodeState): void {
-  const now = e.host.now();
-  forgetSyncedEnds(e, now);
+  rememberEnds(e);
   // An end takes a train episode's row without a look here (the hot path): the aborts of episodes gone since go now.
   e.store.sql.exec("DELETE FROM aborts WHERE episode_uuid NOT IN (SELECT episode_uuid FROM episodes)");
+  deleteBatch(e);
+}
+
+/** Copies the batch's ends into ends_before_sync, before the batch is deleted; forgets those remembered long enough. */
+function rememberEnds(e: EpisodeState): void {
+  const now = e.host.now();
+  forgetSyncedEnds(e, now);
   e.store.sql.exec(
     `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at)
      SELECT episode_uuid, fence, client_uuid, delivery, ? FROM finished`,
     now,
   );
-  deleteBatch(e);
 }
 
 /** Ends remembered longer than SYNCED_END_MEMORY_MS go, but not while their result is on its way to the runner. */

@@ -110,8 +110,9 @@ export class Episodes {
     wasReset(this.state, body, succeeded);
   }
 
-  clearAll(): void {
-    clearAll(this.state);
+  /** `keepEnds`: the batch's ends are remembered for their repeats (a weight sync), see episode-queue.ts clearAll. */
+  clearAll(keepEnds: boolean): void {
+    clearAll(this.state, keepEnds);
   }
 
   clearFinished(): void {

@@ -98,7 +98,7 @@ export class StatusAndRewards {
     }
     // Leaving the statuses claims live in clears the pool (AgentJet's semantics); with
     // keep_claims_across_sync, a weight sync is one of them, and its time is given back to the leases.
-    if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes();
+    if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes(req.engine_status === "ENGINE.OFFLINE" ? "all" : "phase");
     const wasSyncing = prev.status === "ENGINE.WEIGHT_SYNCING" && prev.syncingSince !== null;
     const syncing = req.engine_status === "ENGINE.WEIGHT_SYNCING" && claimsLive(req.engine_status, prev.sync);
     const syncingSince = syncing ? (wasSyncing ? prev.syncingSince : this.host.now()) : null;
@@ -236,11 +236,15 @@ export class StatusAndRewards {
     return this.store.meta.acc.n + rows;
   }
 
-  private clearEpisodes(which: "all" | "finished" = "all"): void {
+  /**
+   * "all": the engine stops or starts; "phase": a rolling phase ends (every claim goes, the ends
+   * are remembered a while for their repeats); "finished": a sync that keeps claims ends the batch.
+   */
+  private clearEpisodes(which: "all" | "phase" | "finished" = "all"): void {
     // The current step's rewards outlive their rows: folded into the meta, under a new epoch.
     this.store.saveMeta({ ...this.store.meta, acc: this.liveAcc(), accEpoch: this.store.meta.accEpoch + 1 });
-    if (which === "all") this.episodes.clearAll();
-    else this.episodes.clearFinished();
+    if (which === "finished") this.episodes.clearFinished();
+    else this.episodes.clearAll(which === "phase");
   }
 
   /**
