@@ -5,6 +5,7 @@ import type { z } from "zod";
 import type { StepRow } from "../src/protocol/buffer";
 import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
 import { KEPT_PULLS } from "../src/engine/buffer-pulls";
+import { START_REPEAT_MS } from "../src/engine/rollout-buffer";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
 import type { EngineObject } from "../src/engine/engine-object";
 import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
@@ -101,6 +102,25 @@ describe("group assembly", () => {
     const pulled = await e.as("trainer").getRolloutData();
     expect(pulled.data.data).toHaveLength(2);
     expect((await e.as("viewer").health()).buffer.duplicate_rows).toBe(2);
+  });
+
+  it("stores two identical batches sent at once (a retry racing the first) once, and answers both", async () => {
+    const e = await buffered(1);
+    const batch = { steps: [step("s1", "g1", 0, 1), step("s1", "g1", 1, 1, true)] };
+    const [a, b] = await Promise.all([e.as("client").postSteps(batch), e.as("client").postSteps(batch)]);
+    expect({ accepted: a.accepted + b.accepted, duplicates: a.duplicates + b.duplicates }).toEqual({ accepted: 2, duplicates: 2 });
+    expect((await e.as("trainer").getRolloutData({ max_groups: 4 })).data.data).toHaveLength(2);
+  });
+
+  it("lets a trainer whose pull's answer was lost find its cursor in /health's last_pull and read it again", async () => {
+    const e = await buffered(1);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    const lost = await e.as("trainer").getRolloutData({ max_groups: 4 });
+    const cursor = (await e.as("viewer").health()).buffer.last_pull!.cursor;
+    expect(await e.as("trainer").getRolloutData({ cursor })).toEqual(lost);
+    // The worker's retried batch for the delivered group is a duplicate, and hands out nothing again.
+    expect(await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] })).toMatchObject({ accepted: 0, duplicates: 1 });
+    expect((await e.as("trainer").getRolloutData({ max_groups: 4 })).data.data).toHaveLength(0);
   });
 
   it("delivers only completed sessions and asks the upstream to clear the others", async () => {
@@ -239,6 +259,85 @@ describe("group_size changed while groups wait", () => {
       { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
       { kind: "start_rollout", group_size: 4, job_session: "job-2", restart_training: false },
     ]);
+  });
+});
+
+describe("start_rollout sent again", () => {
+  it("answers a restart_training start repeated soon after (its answer lost) as the first, discarding nothing and queueing no second command", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    const req = { num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" };
+    const first = await trainer.startRollout(req);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    await advance(e, START_REPEAT_MS - 1);
+    expect(await trainer.startRollout(req)).toEqual(first);
+    // Retries of a retry stay repeats: the minute counts from the last time the start came.
+    await advance(e, START_REPEAT_MS - 1);
+    expect(await trainer.startRollout(req)).toEqual(first);
+    await e.as("client").postSteps({ steps: [step("s2", "g1", 0, 0, true)] });
+    const pulled = await trainer.getRolloutData({ max_groups: 4 });
+    expect(pulled.data.data.map((i) => i.extra_info["session_id"])).toEqual(["s1", "s2"]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 0, late_rows_ignored: 0, delivered_groups: 1 });
+    const { commands } = await trainer.pollCommands({ limit: 10 });
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "start_rollout")).toEqual([
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
+      { kind: "start_rollout", group_size: 2, job_session: "job-2", restart_training: true },
+    ]);
+  });
+
+  it("carries out a start that differs from the last one, and the same start a minute later (a trainer restarted under its job_session)", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    const kinds = async () => (await trainer.pollCommands({ limit: 10 })).commands.filter((c) => c.body.kind === "start_rollout").map((c) => c.body);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1)] });
+    // The same job_session, now with restart_training: not the same start.
+    await trainer.startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: "job-1" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, dropped_groups: 1 });
+    await e.as("client").postSteps({ steps: [step("s2", "g2", 0, 1)] });
+    // Another group size under it: carried out too, and the engine takes the size.
+    await trainer.startRollout({ num_repeat_per_sample: 3, restart_training: true, job_session: "job-1" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, dropped_groups: 2, config: expect.objectContaining({ group_size: 3 }) });
+    await e.as("client").postSteps({ steps: [step("s3", "g3", 0, 1)] });
+    await advance(e, START_REPEAT_MS);
+    await trainer.startRollout({ num_repeat_per_sample: 3, restart_training: true, job_session: "job-1" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, dropped_groups: 3 });
+    expect(await kinds()).toEqual([
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: true },
+      { kind: "start_rollout", group_size: 3, job_session: "job-1", restart_training: true },
+      { kind: "start_rollout", group_size: 3, job_session: "job-1", restart_training: true },
+    ]);
+  });
+
+  it("asks the agent again, without restart_training, for a repeated start whose workers it reported ended on their own", async () => {
+    const e = await buffered(2);
+    const trainer = e.as("trainer");
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1)] });
+    const agent = { agent_id: "agent-1", host: "gpu-node-1", pid: 1, version: "0.1.0", trainer: { state: "running", pid: 2, started_at: null } } as const;
+    const req = { num_repeat_per_sample: 2, restart_training: true, job_session: "job-2" };
+    await trainer.startRollout(req);
+    await e.as("client").postSteps({ steps: [step("s2", "g2", 0, 1)] });
+    await trainer.heartbeat({ ...agent, rollout_workers: { state: "exited", pid: 77, job_session: "job-2", detail: "rollout workers exited with code 1" } });
+    await trainer.startRollout(req);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, dropped_groups: 1 });
+    expect((await trainer.pollCommands({ limit: 10 })).commands.map((c) => c.body).filter((b) => b.kind === "start_rollout")).toEqual([
+      { kind: "start_rollout", group_size: 2, job_session: "job-1", restart_training: false },
+      { kind: "start_rollout", group_size: 2, job_session: "job-2", restart_training: true },
+      { kind: "start_rollout", group_size: 2, job_session: "job-2", restart_training: false },
+    ]);
+  });
+
+  it("takes every start without a job_session as a new one: the engine cannot tell its repeat from a second start", async () => {
+    const e = await createEngine("buf");
+    const trainer = e.as("trainer");
+    const a = await trainer.startRollout({ num_repeat_per_sample: 2, restart_training: true });
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1)] });
+    const b = await trainer.startRollout({ num_repeat_per_sample: 2, restart_training: true });
+    expect(b.job_session).not.toBe(a.job_session);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, dropped_groups: 1 });
+    // The job_session the engine chose makes the start's repeat known as one.
+    expect(await trainer.startRollout({ num_repeat_per_sample: 2, restart_training: true, job_session: b.job_session })).toEqual(b);
+    expect((await trainer.pollCommands({ limit: 10 })).commands.map((c) => c.body.kind)).toEqual(["start_rollout", "clear_sessions", "start_rollout"]);
   });
 });
 

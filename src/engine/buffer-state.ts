@@ -77,6 +77,12 @@ const NO_COUNTERS: Counters = {
   nextOutcomeSeq: 1,
 };
 
+/**
+ * The last start_rollout the engine carried out, and when it last came: the same start again
+ * soon after is that start repeated (its answer lost), not a new one. In KV beside the config.
+ */
+export type LastStart = { job_session: string; group_size: number; restart_training: boolean; at: number };
+
 export class BufferState {
   activeMemo: boolean | null = null;
   /** Read on every claim under pace: remembered, and dropped with a rolled-back transaction. */
@@ -131,6 +137,14 @@ export class BufferState {
         .exec<GroupRow>(`SELECT ${GROUP_COLUMNS} FROM buf_groups WHERE group_id = COALESCE((SELECT group_id FROM buf_sessions WHERE session_id = ?), ?)`, sessionId, groupId)
         .toArray()[0] ?? null
     );
+  }
+
+  lastStart(): LastStart | null {
+    return this.host.getKv<LastStart>("buffer_last_start");
+  }
+
+  setLastStart(start: LastStart): void {
+    this.host.setKv("buffer_last_start", start);
   }
 
   counters(): Counters {

@@ -498,9 +498,19 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, "start_rollout", () => {
       const jobSession = req.job_session ?? crypto.randomUUID().replace(/-/g, "");
       this.tx(() => {
-        this.buffer.startRollout(req.num_repeat_per_sample, req.restart_training);
-        this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: req.restart_training });
+        const r = this.buffer.startRollout({ job_session: jobSession, group_size: req.num_repeat_per_sample, restart_training: req.restart_training });
+        // A repeat queues nothing: a second command with restart_training would restart the job's workers.
+        if (!r.repeat) this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: req.restart_training });
+        else {
+          // Unless the agent said the job's workers ended on their own since: the repeat wants them
+          // back. Without restart_training, which running workers ignore.
+          const workers = this.channel.status().rollout_workers;
+          if (workers?.state === "exited" && workers.job_session === jobSession) {
+            this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: false });
+          }
+        }
       });
+      // A repeat is answered as the first start was.
       return this.afterBufferChange(ok({ success: true as const, message: "Rollout started", job_session: jobSession, group_size: req.num_repeat_per_sample }));
     });
   }

@@ -15,11 +15,17 @@ import { check, ingest, type RowSource } from "./buffer-ingest";
 import { discardForRestart } from "./buffer-outcomes";
 import { notePaced, paceRefusal, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
-import { BufferState, type BufferHost } from "./buffer-state";
+import { BufferState, type BufferHost, type LastStart } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
 import type { PaceState } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
 
+
+/**
+ * How long after a start the same start is taken for its repeat: longer than a client's timeout
+ * and retries, shorter than a trainer's restart (docs/buffer.md, "A start sent again").
+ */
+export const START_REPEAT_MS = 60_000;
 
 export class RolloutBuffer {
   private readonly state: BufferState;
@@ -68,14 +74,31 @@ export class RolloutBuffer {
     return ok(next);
   }
 
-  startRollout(groupSize: number, restart: boolean): void {
+  /**
+   * Carries out a start, or finds it a repeat (`repeat`: nothing changes, and the agent gets no
+   * second command): the same start as the last one (job_session, group size, restart_training)
+   * within START_REPEAT_MS of it is that start sent again, its answer lost. A second
+   * restart_training would discard the groups the job made since, and restart its workers. The
+   * same start later is carried out: a trainer restarted on purpose under its job_session, with
+   * restart_training to drop what was made before, as the seed's DataManager resumes a job, takes
+   * minutes to boot. A start that names no job gets a fresh job_session, so it is never a repeat.
+   */
+  startRollout(start: Omit<LastStart, "at">): { repeat: boolean } {
     const s = this.state;
+    const now = s.host.now();
+    const last = s.lastStart();
+    const repeat =
+      last !== null && now - last.at < START_REPEAT_MS && last.job_session === start.job_session && last.group_size === start.group_size && last.restart_training === start.restart_training;
+    // From the last time it came, so that retries of a retry stay repeats.
+    s.setLastStart({ ...start, at: now });
+    if (repeat) return { repeat };
     // Groups not handed out are dropped and recorded; their ids are free for the new job, their sessions' late rows ignored.
-    if (restart) discardForRestart(s, s.host.now());
+    if (start.restart_training) discardForRestart(s, now);
     s.host.setKv("buffer_active", true);
     s.activeMemo = true;
     // group_size alone cannot make the config inconsistent.
-    this.configure({ group_size: groupSize });
+    this.configure({ group_size: start.group_size });
+    return { repeat };
   }
 
   check(rows: StepRow[], from: RowSource = "worker"): Reply<CheckedStep[]> {
