@@ -79,6 +79,25 @@ describe("dashboard after a scripted run", () => {
     expect((await engine.as("viewer").overview()).agent.rollout_workers).toMatchObject({ state: "exited", detail: ended });
   });
 
+  it("shows a trainer state and a rollout workers' state that a newer agent added as the text it sent, markup included", async () => {
+    const state = "<b>paused</b>";
+    await engine.as("trainer").heartbeat({
+      agent_id: "agent-1",
+      host: "gpu-node-1",
+      pid: 4242,
+      version: "0.2.0",
+      trainer: { state, pid: 4243, started_at: null },
+      rollout_workers: { state, pid: 4250, job_session: "job-1", detail: "held by the operator" },
+    });
+    await page.waitForSelector('#rollout-workers[data-state="<b>paused</b>"]', { timeout: 10_000 });
+    expect({
+      workers: await page.textContent("#rollout-workers"),
+      workersClass: await attr(page, "#rollout-workers", "class"),
+      trainer: (await page.textContent("section.card:has(#agent)"))?.includes("trainer <b>paused</b>"),
+      bold: (await page.$$("section.card:has(#agent) b")).length,
+    }).toEqual({ workers: "rollout workers <b>paused</b>: held by the operator", workersClass: "sub workers", trainer: true, bold: 0 });
+  });
+
   it("draws one chart point per finished step, with the API's mean, std and count", async () => {
     const { history } = await engine.as("viewer").getRewardHistory();
     expect(history).toHaveLength(STEPS);

@@ -36,8 +36,25 @@ describe("agent presence", () => {
     e.clock.t += 1_000;
     expect((await e.as("viewer").overview()).agent.connected).toBe(false);
     await expect(e.as("client").heartbeat(heartbeat())).rejects.toMatchObject({ status: 403 });
-    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), trainer: { state: "dancing" } }) });
+    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), trainer: { state: 3 } }) });
     expect(bad.status).toBe(422);
+  });
+
+  it("takes a heartbeat naming a trainer state it does not know (a newer agent's): connected, version and gateway kept, the state shown as given", async () => {
+    const e = await createEngine();
+    const newer = { ...heartbeat(), version: "0.2.0", gateway_url: "http://gpu-node-7:10087", trainer: { state: "paused", pid: 999, started_at: null } };
+    const r = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify(newer) });
+    const agent = (await e.as("viewer").overview()).agent;
+    expect({ status: r.status, connected: agent.connected, version: agent.version, gateway_url: agent.gateway_url, trainer_state: agent.trainer_state }).toEqual({
+      status: 200,
+      connected: true,
+      version: "0.2.0",
+      gateway_url: "http://gpu-node-7:10087",
+      trainer_state: "paused",
+    });
+    // Bounded: a value is a word or two, not a text to keep.
+    const long = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...newer, trainer: { state: "p".repeat(65) } }) });
+    expect({ status: long.status, trainer_state: (await e.as("viewer").overview()).agent.trainer_state }).toEqual({ status: 422, trainer_state: "paused" });
   });
 
   it("shows the rollout workers the agent reports: running, then how they ended on their own", async () => {
@@ -48,9 +65,13 @@ describe("agent presence", () => {
     const exited = { state: "exited", pid: 77, job_session: "job-1", detail: "rollout workers exited with code 1; see /var/log/rollout-workers.log on the host" } as const;
     await e.as("trainer").heartbeat({ ...heartbeat(), rollout_workers: exited });
     expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(exited);
-    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), rollout_workers: { ...exited, state: "sleeping" } }) });
+    const bad = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), rollout_workers: { ...exited, state: 1 } }) });
     expect(bad.status).toBe(422);
     expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(exited);
+    // A state a newer agent added is shown as given.
+    const paused = { state: "paused", pid: 77, job_session: "job-1", detail: "paused by the operator" };
+    await e.as("trainer").heartbeat({ ...heartbeat(), rollout_workers: paused });
+    expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(paused);
   });
 
   it("takes the engine OFFLINE with the exit code and last log lines when the trainer dies", async () => {

@@ -8,7 +8,8 @@ import { KEPT_PULLS } from "../src/engine/buffer-pulls";
 import { START_REPEAT_MS } from "../src/engine/rollout-buffer";
 import { MAX_STORED_BYTES, utf8Bytes } from "../src/protocol/limits";
 import type { EngineObject } from "../src/engine/engine-object";
-import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
+import { EngineClient, ExchangeError, type FetchLike } from "../src/client";
+import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 type Row = z.input<typeof StepRow>;
 const step = (session: string, group: string, index: number, reward: number, done = false, extra: Partial<Row> = {}): Row => ({
@@ -576,6 +577,70 @@ describe("groups that survive failures that are not the policy's", () => {
     expect(res).toMatchObject({ status: 422, json: { error: "invalid_request" } });
     expect(JSON.stringify(res.json)).toContain("staleness_polcy");
     expect((await e.as("viewer").health()).buffer.config).toEqual(before);
+  });
+});
+
+/** The Worker's answers with `edit` applied to the JSON of those whose path ends with `suffix`: the same exchange, one version newer. */
+const newerExchange =
+  (suffix: string, edit: (json: Record<string, unknown>) => void): FetchLike =>
+  async (input, init) => {
+    const res = await workerFetch(input, init);
+    if (!new URL(input).pathname.endsWith(suffix) || !res.ok) return res;
+    const json = (await res.json()) as Record<string, unknown>;
+    edit(json);
+    return new Response(JSON.stringify(json), { status: res.status, headers: res.headers });
+  };
+
+const configOf = (json: Record<string, unknown>): Record<string, unknown> => {
+  const buffer = json["buffer"] as Record<string, unknown> | undefined;
+  return (buffer?.["config"] ?? json) as Record<string, unknown>;
+};
+
+describe("an SDK older than the exchange", () => {
+  it("reads /health and configure_buffer's answer naming policies it does not know (a newer exchange's)", async () => {
+    const e = await buffered(2);
+    const fetch = newerExchange("/health", (j) => {
+      configOf(j)["staleness_policy"] = "adaptive";
+      configOf(j)["partial_groups"] = "requeue";
+    });
+    const sdk = new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch });
+    const health = await sdk.health();
+    const configured = await new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch: newerExchange("/buffer/config", (j) => (configOf(j)["staleness_policy"] = "adaptive")) }).configureBuffer({ max_staleness: 2 });
+    expect({ status: health.status, policies: [health.buffer.config.staleness_policy, health.buffer.config.partial_groups], configured: [configured.staleness_policy, configured.max_staleness] }).toEqual({
+      status: "healthy",
+      policies: ["adaptive", "requeue"],
+      configured: ["adaptive", 2],
+    });
+  });
+
+  it("still refuses to set a staleness policy it does not know, changing nothing", async () => {
+    const e = await buffered(2);
+    const res = await raw(`/e/${e.name}/buffer/config`, { token: e.tokens.operator, body: JSON.stringify({ staleness_policy: "adaptive" }) });
+    expect({ status: res.status, policy: (await e.as("viewer").health()).buffer.config.staleness_policy }).toEqual({ status: 422, policy: "flag" });
+  });
+
+  it("throws an answer of a shape it cannot read as ExchangeError unreadable_answer naming the fields, not their values, nor a bare ZodError", async () => {
+    const e = await buffered(2);
+    const sdk = new EngineClient({
+      baseUrl: `${ORIGIN}/e/${e.name}`,
+      token: e.tokens.viewer,
+      fetch: newerExchange("/health", (j) => {
+        configOf(j)["group_size"] = "two-secret";
+        (j["buffer"] as Record<string, unknown>)["stored_bytes"] = null;
+      }),
+    });
+    const err = await sdk.health().then(
+      () => null,
+      (x: unknown) => x,
+    );
+    expect(err).toBeInstanceOf(ExchangeError);
+    const { status, code, detail } = err as ExchangeError;
+    expect({ status, code, names: ["buffer.config.group_size", "buffer.stored_bytes", "newer client"].map((s) => detail.includes(s)), leaks: detail.includes("two-secret") }).toEqual({
+      status: 200,
+      code: "unreadable_answer",
+      names: [true, true, true],
+      leaks: false,
+    });
   });
 });
 

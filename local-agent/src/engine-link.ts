@@ -10,7 +10,7 @@
  *   answers, status and bytes, errors included).
  */
 import { z } from "zod";
-import { EngineClient, ExchangeError, type FetchLike } from "../../src/client";
+import { EngineClient, ExchangeError, UNREADABLE_ANSWER, type FetchLike } from "../../src/client";
 import { requestJson } from "../../src/client/http";
 import { Command, PollCommandsResponse } from "../../src/protocol";
 import type { Incarnation } from "./outcome-journal";
@@ -100,8 +100,12 @@ async function withDeadline(fetchImpl: FetchLike, input: string, init: RequestIn
   }
 }
 
-/** True for failures worth retrying: no answer, a timeout, or a 5xx / 429 from the exchange. */
+/**
+ * True for failures worth retrying: no answer, a timeout, a 5xx / 429 from the exchange, or an
+ * answer that is not JSON (a proxy's page). Not a 2xx answer this agent cannot read
+ * (UNREADABLE_ANSWER): the exchange did what was asked and would answer the same again.
+ */
 export function isTransient(err: unknown): boolean {
-  if (err instanceof ExchangeError) return err.status >= 500 || err.status === 429 || err.code === "bad_response";
+  if (err instanceof ExchangeError) return err.code !== UNREADABLE_ANSWER && (err.status >= 500 || err.status === 429 || err.code === "bad_response");
   return true;
 }

@@ -1,11 +1,17 @@
 /**
  * Faults between the agent and the Worker, injected by a proxy in front of the real Worker:
- * refused connections, 5xx answers, no answers at all, lost acks, malformed commands.
+ * refused connections, 5xx answers, no answers at all, lost acks, malformed commands, and a
+ * Worker one version newer than the agent (the proxy adds a value the newer protocol has).
  */
+import { createServer, type IncomingMessage } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { beforeEach, describe, expect, it } from "vitest";
-import { AdminClient } from "../../src/client";
+import { AdminClient, RunsClient } from "../../src/client";
 import { realClock, type Clock } from "../src/clock";
+import { Reachability } from "../src/reachability";
+import { ExchangeReporter } from "../src/runs/exchange-reporter";
+import { MemoryLogger } from "./support/logger";
 import { runAgent, testConfig } from "./support/agent-harness";
 import { ADMIN_TOKEN, type TestEngine } from "./support/exchange";
 import { journaledOutcomes } from "./support/journal";
@@ -244,6 +250,94 @@ describe("the agent and an unreliable Worker", () => {
     await waitUntil(() => said(/clock agrees with the exchange's again/).length > 0, "the all-clear");
     // Once each, not once a heartbeat.
     expect(said(/this host's clock/)).toHaveLength(3);
+  });
+});
+
+/** A stand-in inference upstream that keeps the bodies of POST /admin/clear_sessions. */
+async function adminUpstream(): Promise<{ url: string; cleared: unknown[] }> {
+  const cleared: unknown[] = [];
+  const server = createServer((req: IncomingMessage, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      if (req.url === "/admin/clear_sessions") cleared.push(JSON.parse(Buffer.concat(chunks).toString()));
+      res.writeHead(200, { "content-type": "application/json" }).end('{"cleared":true}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  t.defer(() => new Promise<void>((r) => server.close(() => r())));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, cleared };
+}
+
+/** A run started on the engine, and a reporter sending its reports through the proxy. */
+async function runReportedThroughProxy(): Promise<{ runId: string; reporter: ExchangeReporter; logger: MemoryLogger }> {
+  const trainer = new RunsClient({ baseUrl: t.engine.baseUrl, token: t.engine.tokens.trainer });
+  const operator = new RunsClient({ baseUrl: t.engine.baseUrl, token: t.engine.tokens.operator });
+  await trainer.reportCatalog({ environments: [{ name: "gsm8k", class_name: "GSM8kEnv", file_path: "/opt/envs/gsm8k_server.py", fields: [] }] });
+  await operator.selectEnvironment({ name: "gsm8k" });
+  const runId = (await operator.startRun()).run_id;
+  const logger = new MemoryLogger();
+  const stop = new AbortController();
+  t.defer(() => stop.abort());
+  const reporter = new ExchangeReporter(new RunsClient({ baseUrl: `${proxy.url}/e/${t.engine.name}`, token: t.engine.tokens.trainer }), {
+    reach: new Reachability(logger, realClock, t.engine.baseUrl),
+    logger,
+    stop: stop.signal,
+    maxBackoffMs: 200,
+  });
+  return { runId, reporter, logger };
+}
+
+/** The reporter's answer to a starting report, or what stands for none within 5 s (a report retried on and on). */
+const reportStarting = (reporter: ExchangeReporter, runId: string) =>
+  Promise.race([
+    reporter.report(runId, { status: "starting", detail: "starting 1 process", processes: [], metrics: [], agent_id: "host-1" }),
+    new Promise<"no answer after 5 s">((r) => setTimeout(() => r("no answer after 5 s"), 5000)),
+  ]);
+
+describe("an agent older than its Worker", () => {
+  it("carries out a clear_sessions whose reason a newer Worker added, passing the reason on", async () => {
+    proxy.transform = (path, body) => {
+      if (!path.endsWith("/agent/commands")) return body;
+      const json = JSON.parse(body.toString()) as { commands: Array<{ body: { kind: string; reason?: string } }> };
+      for (const c of json.commands) if (c.body.kind === "clear_sessions") c.body.reason = "group_superseded";
+      return Buffer.from(JSON.stringify(json));
+    };
+    const upstream = await adminUpstream();
+    await agent({ inferenceAdminUrl: upstream.url });
+    // A group of 2 delivered with one session left incomplete: the engine queues clear_sessions for s3.
+    const row = (session: string, done: boolean) => ({ session_id: session, group_id: "g", step_index: 0, messages: [{ role: "user", content: session }], response: "r", reward: 1, is_session_completed: done });
+    await t.engine.trainer.startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await t.engine.client.postSteps({ steps: [row("s1", true), row("s2", true), row("s3", false)] });
+    await t.engine.trainer.getRolloutData();
+    await waitUntil(
+      async () => upstream.cleared.length > 0 || (await t.engine.viewer.overview()).refusals.some((r) => r.kind === "clear_sessions"),
+      "the agent to clear the sessions or refuse the command",
+    );
+    const refusals = (await t.engine.viewer.overview()).refusals.filter((r) => r.kind === "clear_sessions");
+    expect({ cleared: upstream.cleared, refusals }).toEqual({ cleared: [{ session_ids: ["s3"], group_ids: ["g"], reason: "group_superseded" }], refusals: [] });
+  });
+
+  it("takes a run report's answer naming a run status a newer Worker added, sending the report once", async () => {
+    const { runId, reporter, logger } = await runReportedThroughProxy();
+    proxy.transform = (path, body) => (path.includes("/runs/agent/runs/") ? Buffer.from(JSON.stringify({ ...(JSON.parse(body.toString()) as object), status: "queued" })) : body);
+    const answer = await reportStarting(reporter, runId);
+    expect({ answer, sent: proxy.count(`/runs/agent/runs/${runId}`), log: logger.lines }).toEqual({ answer: { run_id: runId, status: "queued", must_stop: false }, sent: 1, log: [] });
+  });
+
+  it("does not send a report again whose answer it cannot read (the Worker took it), and says an upgrade may be needed", async () => {
+    const { runId, reporter, logger } = await runReportedThroughProxy();
+    proxy.transform = (path, body) => {
+      if (!path.includes("/runs/agent/runs/")) return body;
+      const { must_stop: _dropped, ...rest } = JSON.parse(body.toString()) as Record<string, unknown>;
+      return Buffer.from(JSON.stringify(rest));
+    };
+    const answer = await reportStarting(reporter, runId);
+    expect({ answer, sent: proxy.count(`/runs/agent/runs/${runId}`), log: logger.lines.map((l) => /unreadable_answer: .*must_stop.*newer client or agent/.test(l)) }).toEqual({
+      answer: { refused: 200 },
+      sent: 1,
+      log: [true],
+    });
   });
 });
 

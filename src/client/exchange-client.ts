@@ -26,7 +26,7 @@ import {
   HeartbeatResponse,
   RunningEpisodesResponse,
   TrainerExitRequest,
-  BufferConfig,
+  BufferConfigView,
   GetRolloutDataRequest,
   GetRolloutDataResponse,
   HealthResponse,
@@ -146,7 +146,7 @@ export class EngineClient {
   postSteps = (req: In<typeof PostStepsRequest>) => this.post("/steps", PostStepsResponse, req);
   getRolloutData = (req: In<typeof GetRolloutDataRequest> = {}) => this.post("/get_rollout_data", GetRolloutDataResponse, req);
   startRollout = (req: In<typeof StartRolloutRequest> = {}) => this.post("/start_rollout", StartRolloutResponse, req);
-  configureBuffer = (req: In<typeof UpdateBufferConfigRequest>) => this.post("/buffer/config", BufferConfig, req);
+  configureBuffer = (req: In<typeof UpdateBufferConfigRequest>) => this.post("/buffer/config", BufferConfigView, req);
   health = () => this.get("/health", HealthResponse);
   syncConfig = () => this.get("/sync/config", SyncConfig);
   configureSync = (req: In<typeof UpdateSyncConfigRequest>) => this.post("/sync/config", SyncConfig, req);

@@ -11,7 +11,10 @@ export function queryString(q: Record<string, string | number | undefined>): str
   return qs ? `?${qs}` : "";
 }
 
-/** A non-2xx answer from the exchange, with its status, error code and human-readable detail. */
+/** The code of an ExchangeError for a 2xx answer that does not fit its schema (unreadableAnswer). */
+export const UNREADABLE_ANSWER = "unreadable_answer";
+
+/** A non-2xx answer from the exchange (or a 2xx one this client cannot read: UNREADABLE_ANSWER), with its status, error code and human-readable detail. */
 export class ExchangeError extends Error {
   constructor(
     readonly status: number,
@@ -62,7 +65,27 @@ export async function requestJson<S extends z.ZodType>(
     const err = ErrorResponse.safeParse(json);
     throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail, retryAfter) : new ExchangeError(res.status, "http_error", text.slice(0, 500), retryAfter);
   }
-  return schema.parse(json);
+  const read = schema.safeParse(json);
+  if (!read.success) throw unreadableAnswer(res.status, url, read.error);
+  return read.data;
+}
+
+/** Field paths named in an unreadable answer's detail at most: the first say where, the rest would only lengthen it. */
+const MAX_PATHS_NAMED = 5;
+
+/**
+ * A 2xx answer this client cannot read: the exchange did what was asked, so this is no error to
+ * retry (the same answer comes back), and callers that catch ExchangeError catch it. The detail
+ * names the fields, never their values, which may hold what the caller should not log.
+ */
+function unreadableAnswer(status: number, url: string, error: z.ZodError): ExchangeError {
+  const paths = [...new Set(error.issues.map((i) => (i.path.length === 0 ? "(the answer)" : i.path.map(String).join("."))))];
+  const named = paths.slice(0, MAX_PATHS_NAMED).join(", ") + (paths.length > MAX_PATHS_NAMED ? ` and ${paths.length - MAX_PATHS_NAMED} more` : "");
+  return new ExchangeError(
+    status,
+    UNREADABLE_ANSWER,
+    `the answer from ${url} does not have the shape this client reads (${named}): an exchange newer than this client may need a newer client or agent`,
+  );
 }
 
 /** Retry-After as seconds: a number of seconds or an HTTP date; null when absent or unreadable. */

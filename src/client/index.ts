@@ -1,5 +1,5 @@
 export { EngineClient, type ClaimedEpisode, type EngineClientOptions } from "./exchange-client";
 export { AdminClient } from "./admin-client";
-export { ExchangeError, type FetchLike } from "./http";
+export { ExchangeError, UNREADABLE_ANSWER, type FetchLike } from "./http";
 export { RunsClient, RunsRefusal, type RunsClientOptions } from "./runs-client";
 export { LedgerClient } from "./ledger-client";

@@ -4,7 +4,7 @@
  */
 import type { z } from "zod";
 import {
-  LedgerConfig,
+  LedgerConfigView,
   Trajectory,
   TrajectoryListResponse,
   type TrajectoryExportQuery,
@@ -31,8 +31,8 @@ export class LedgerClient {
     return requestJson(this.fetchFn, this.base + path, schema, { method: "GET", token: this.token });
   }
 
-  config = () => this.get("/ledger/config", LedgerConfig);
-  configure = (patch: UpdateLedgerConfigRequest) => requestJson(this.fetchFn, `${this.base}/ledger/config`, LedgerConfig, { method: "POST", body: patch, token: this.token });
+  config = () => this.get("/ledger/config", LedgerConfigView);
+  configure = (patch: UpdateLedgerConfigRequest) => requestJson(this.fetchFn, `${this.base}/ledger/config`, LedgerConfigView, { method: "POST", body: patch, token: this.token });
 
   list = (q: z.input<typeof TrajectoryListQuery> = {}) => this.get(`/trajectories${queryString(q as Query)}`, TrajectoryListResponse);
 

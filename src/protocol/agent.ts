@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
+import { openEnum } from "./open-enum";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
 import { AtroposOverview } from "./atropos";
 import { StorageOverview } from "./storage";
@@ -12,6 +13,11 @@ import { StorageOverview } from "./storage";
 export const TRAINER_STATES = ["idle", "starting", "running", "stopping", "exited"] as const;
 export const TrainerState = z.enum(TRAINER_STATES);
 export type TrainerState = z.infer<typeof TrainerState>;
+/**
+ * A trainer's state as the Worker reads and shows it: agents are upgraded after their Worker,
+ * and one newer than it may report a state it does not know (stored and shown as given).
+ */
+const TrainerStateView = openEnum(TRAINER_STATES);
 
 /**
  * The rollout workers a start_rollout command launched on the host: running, or ended on their
@@ -19,7 +25,8 @@ export type TrainerState = z.infer<typeof TrainerState>;
  * not reported as ended.
  */
 export const RolloutWorkersStatus = z.object({
-  state: z.enum(["running", "exited"]),
+  // Open like the trainer's state: the Worker only stores and shows it.
+  state: openEnum(["running", "exited"]),
   pid: z.number().int().nonnegative().nullable(),
   job_session: z.string().max(256).nullable(),
   detail: z.string().max(1000),
@@ -38,7 +45,7 @@ export const AgentHeartbeatRequest = z.object({
   /** Where the Worker reaches this agent's inference gateway (e.g. a tunnel URL); null if it runs none. */
   gateway_url: z.url().max(2048).nullable().default(null),
   trainer: z.object({
-    state: TrainerState,
+    state: TrainerStateView,
     pid: z.number().int().nonnegative().nullable().default(null),
     started_at: z.number().nullable().default(null),
   }),
@@ -58,7 +65,7 @@ export const AgentStatus = z.object({
   host: z.string().nullable(),
   pid: z.number().nullable(),
   version: z.string().nullable(),
-  trainer_state: TrainerState.nullable(),
+  trainer_state: TrainerStateView.nullable(),
   trainer_pid: z.number().nullable(),
   gateway_url: z.string().nullable(),
   rollout_workers: RolloutWorkersStatus.nullable(),

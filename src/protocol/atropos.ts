@@ -7,6 +7,7 @@
  */
 import { z } from "zod";
 import { isRecord } from "./record";
+import { openEnum } from "./open-enum";
 
 /** A pydantic error: its type and message, and the input it refused. */
 export type PydanticIssue = { type: string; msg: string; input: unknown };
@@ -280,7 +281,7 @@ export const DEFAULT_ATROPOS_CONFIG: AtroposConfig = { max_groups: 200_000, max_
 
 /** Why batches may not be cut although groups wait: the extra field of /status (and the engine's views). */
 export const AtroposStall = z.object({
-  kind: z.enum(["larger_than_batch", "never_packed", "stuck_in_buffer", "minimum_unmet", "batch_size_unreachable", "no_env_id"]),
+  kind: openEnum(["larger_than_batch", "never_packed", "stuck_in_buffer", "minimum_unmet", "batch_size_unreachable", "no_env_id"]),
   groups: z.number().int(),
   detail: z.string(),
 });

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS } from "./ledger";
 import { idText, storableByteLimit } from "./limits";
+import { openEnum } from "./open-enum";
 import { Reward } from "./swarm";
 
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
@@ -171,7 +172,8 @@ export const STALENESS_POLICIES = ["flag", "drop", "pace"] as const;
 export const StalenessPolicy = z.enum(STALENESS_POLICIES);
 export type StalenessPolicy = z.infer<typeof StalenessPolicy>;
 
-export const PartialGroupsPolicy = z.enum(["deliver", "drop"]);
+const PARTIAL_GROUPS_POLICIES = ["deliver", "drop"] as const;
+export const PartialGroupsPolicy = z.enum(PARTIAL_GROUPS_POLICIES);
 export type PartialGroupsPolicy = z.infer<typeof PartialGroupsPolicy>;
 
 export const BufferConfig = z.object({
@@ -227,6 +229,12 @@ export const DEFAULT_BUFFER_CONFIG: BufferConfig = {
 // Strict: a misspelt setting would otherwise be dropped and the operator told it was applied.
 export const UpdateBufferConfigRequest = BufferConfig.partial().strict();
 
+/**
+ * The config as answers give it (configure_buffer's, /health's): a pinned SDK reads those of a
+ * newer exchange, whose policies may be more; setting one it does not know stays a 400.
+ */
+export const BufferConfigView = BufferConfig.extend({ staleness_policy: openEnum(STALENESS_POLICIES), partial_groups: openEnum(PARTIAL_GROUPS_POLICIES) });
+
 export const StartRolloutRequest = z
   .object({
     num_repeat_per_sample: z.number().int().min(1).max(4096).default(16),
@@ -281,6 +289,6 @@ export const LAST_PULL_GROUPS = 20;
 export const HealthResponse = z.object({
   status: z.literal("healthy"),
   engine_status: z.string(),
-  buffer: BufferStats.extend({ config: BufferConfig, last_pull: LastPull.nullable() }),
+  buffer: BufferStats.extend({ config: BufferConfigView, last_pull: LastPull.nullable() }),
   agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
 });

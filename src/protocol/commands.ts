@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
+import { openEnum } from "./open-enum";
 import { RunId, TestId } from "./runs";
 
 export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
@@ -35,7 +36,8 @@ export const ClearSessionsCommand = z.object({
   kind: z.literal("clear_sessions"),
   session_ids: z.array(z.string()),
   group_ids: z.array(z.string()),
-  reason: z.enum(["incomplete_group_ttl", "late_rows_from_dropped_groups", "stale_group", "incomplete_sessions_of_delivered_group", "restart_training"]),
+  // Only passed on to the inference upstream: an agent older than its Worker still clears for a reason it does not know.
+  reason: openEnum(["incomplete_group_ttl", "late_rows_from_dropped_groups", "stale_group", "incomplete_sessions_of_delivered_group", "restart_training"]),
 });
 
 /** Training runs (src/runs): scan the host's environment directories and report the catalog. */

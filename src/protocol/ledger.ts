@@ -12,6 +12,7 @@
  */
 import { z } from "zod";
 import { idText, isWellFormed } from "./limits";
+import { openEnum } from "./open-enum";
 import { unpackFloats, unpackInts } from "./packed";
 import { RelayEndpoint } from "./relay-endpoint";
 
@@ -34,6 +35,8 @@ export const LedgerConfig = z.object({
   retention_days: z.number().int().min(1).max(MAX_RETENTION_DAYS),
 });
 export type LedgerConfig = z.infer<typeof LedgerConfig>;
+/** The settings as answers give them: a pinned SDK reads a newer exchange's, whose capture modes may be more. */
+export const LedgerConfigView = LedgerConfig.extend({ capture: openEnum(CAPTURE_MODES) });
 
 export const UpdateLedgerConfigRequest = z.strictObject({
   capture: CaptureMode.optional(),
@@ -65,6 +68,8 @@ export const CallContext = z.object({
   admitted_at: z.number().int().nonnegative(),
 });
 export type CallContext = z.infer<typeof CallContext>;
+/** The context as a gateway older than its Worker reads it: a capture mode it does not know is its to handle (gateway/server.ts), not a reason to fail the call. */
+export const CallContextAsRead = CallContext.extend({ capture: openEnum(CAPTURE_MODES) });
 
 /**
  * Token ids as base64 of little-endian uint32, logprobs as base64 of little-endian float32: about

@@ -4,7 +4,8 @@
  * signed envelope. The gateway answers with the upstream's response, streamed or whole.
  */
 import { z } from "zod";
-import { CAPTURE_MODES, CallContext } from "./ledger";
+import { CAPTURE_MODES, CallContext, CallContextAsRead } from "./ledger";
+import { openEnum } from "./open-enum";
 import { isWellFormed } from "./limits";
 import { isRecord } from "./record";
 import { RELAY_ENDPOINTS, RelayEndpoint } from "./relay-endpoint";
@@ -35,6 +36,14 @@ export const RelayEnvelope = z.object({
   request: z.record(z.string(), z.unknown()).nullable(),
 });
 export type RelayEnvelope = z.infer<typeof RelayEnvelope>;
+
+/**
+ * An envelope as a gateway reads one RelayEnvelope refuses: a Worker is upgraded before the
+ * agents, and one newer than the gateway may sign in a capture mode or an endpoint the gateway
+ * does not know. Read so, the gateway says what it does with them instead of "does not parse".
+ */
+export const RelayEnvelopeAsRead = RelayEnvelope.extend({ endpoint: openEnum(RELAY_ENDPOINTS), call: CallContextAsRead.optional() });
+export type RelayEnvelopeAsRead = z.infer<typeof RelayEnvelopeAsRead>;
 
 const ENVELOPE_KEYS = new Set(["endpoint", "engine", "episode_uuid", "fence", "trainer_api_key", "trainer_base_url", "deadline_seconds", "call", "request"]);
 const CALL_KEYS = new Set(["call_id", "capture", "client_uuid", "task_id", "weight_version", "run", "admitted_at"]);

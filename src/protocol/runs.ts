@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
+import { openEnum } from "./open-enum";
 
 /** Any JSON value: config values are whatever the environment's config class accepts. */
 export const JsonValue = z.json();
@@ -26,6 +27,8 @@ export const ConfigField = z.object({
 });
 export type ConfigField = z.infer<typeof ConfigField>;
 
+const FIELDS_SOURCES = ["import", "ast"] as const;
+
 export const EnvironmentInfo = z.object({
   name: Name,
   class_name: Name,
@@ -36,10 +39,12 @@ export const EnvironmentInfo = z.object({
   /** The config class's fields; null when the agent could not read them (see fields_error). */
   fields: z.array(ConfigField).max(500).nullable().default(null),
   /** How the fields were read: by importing the module (complete), or from its source (only fields declared in that file). */
-  fields_source: z.enum(["import", "ast"]).nullable().default(null),
+  fields_source: z.enum(FIELDS_SOURCES).nullable().default(null),
   fields_error: z.string().max(4000).nullable().default(null),
 });
 export type EnvironmentInfo = z.infer<typeof EnvironmentInfo>;
+/** An environment as answers give it: a newer exchange may read fields another way. */
+const EnvironmentInfoView = EnvironmentInfo.extend({ fields_source: openEnum(FIELDS_SOURCES).nullable().default(null) });
 
 /** A file that could not be scanned: reported, not fatal. */
 export const ScanProblem = z.object({ file_path: z.string().max(4096), error: z.string().max(4000) });
@@ -59,11 +64,11 @@ export const CATALOG_STATES = ["ready", "no_agent", "no_runs_config", "scan_pend
  * no agent connected, an agent without a runs config, a scan queued or under way, a scan that
  * failed, or an agent that has not reported a scan. `detail` says it in words, with what to do.
  */
-export const CatalogStatus = z.object({ state: z.enum(CATALOG_STATES), detail: z.string() });
+export const CatalogStatus = z.object({ state: openEnum(CATALOG_STATES), detail: z.string() });
 export type CatalogStatus = z.infer<typeof CatalogStatus>;
 
 export const CatalogResponse = z.object({
-  environments: z.array(EnvironmentInfo),
+  environments: z.array(EnvironmentInfoView),
   count: z.number().int(),
   problems: z.array(ScanProblem),
   directories: z.array(z.string()),
@@ -129,7 +134,7 @@ export const CurrentConfigResponse = z.object({
   /** False when the selected environment is no longer in the catalog (a rescan dropped it). */
   environment_available: z.boolean(),
   file_path: z.string().nullable(),
-  fields_source: z.enum(["import", "ast"]).nullable(),
+  fields_source: openEnum(FIELDS_SOURCES).nullable(),
   fields_error: z.string().nullable(),
   configurable_fields: z.array(ConfigurableFieldView),
   locked_fields: z.array(LockedFieldView),
@@ -152,6 +157,8 @@ export const EditConfigResponse = z.object({
 export const RUN_STATUSES = ["pending", "starting", "running", "stopping", "stopped", "completed", "failed"] as const;
 export const RunStatus = z.enum(RUN_STATUSES);
 export type RunStatus = z.infer<typeof RunStatus>;
+/** A run's status as answers give it: the agent and pinned SDKs read those of an exchange that may know more. */
+const RunStatusView = openEnum(RUN_STATUSES);
 /** A run in one of these holds the engine: no second run may start. */
 export const ACTIVE_RUN_STATUSES = ["pending", "starting", "running", "stopping"] as const satisfies readonly RunStatus[];
 
@@ -208,18 +215,18 @@ export type RunReport = z.infer<typeof RunReport>;
 
 export const RunReportResponse = z.object({
   run_id: z.string(),
-  status: RunStatus,
+  status: RunStatusView,
   /** The run is over on the engine's side (stopped, or forced): the agent must stop whatever it still runs of it. */
   must_stop: z.boolean(),
 });
 export type RunReportResponse = z.infer<typeof RunReportResponse>;
 
-export const ProcessView = ProcessReport.omit({ log_tail: true }).extend({ log_tail: z.string() });
+export const ProcessView = ProcessReport.omit({ log_tail: true }).extend({ state: openEnum(PROCESS_STATES), log_tail: z.string() });
 
 export const RunView = z.object({
   run_id: z.string(),
   environment: z.string(),
-  status: RunStatus,
+  status: RunStatusView,
   detail: z.string(),
   /** Unix seconds. */
   created_at: z.number(),
@@ -350,7 +357,7 @@ export type InferenceTestReport = z.infer<typeof InferenceTestReport>;
 export const InferenceTestView = z.object({
   test_id: z.string(),
   environment: z.string(),
-  status: z.enum(INFERENCE_TEST_STATUSES),
+  status: openEnum(INFERENCE_TEST_STATUSES),
   detail: z.string(),
   request: StartInferenceTestRequest,
   models: z.array(ModelResult),

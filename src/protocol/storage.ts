@@ -4,7 +4,6 @@
  * bound above which requests that add data are refused (src/engine/storage-guard.ts).
  */
 import { z } from "zod";
-import { DO_MAX_DATABASE_BYTES } from "./limits";
 
 const GIB = 1024 * 1024 * 1024;
 
@@ -30,7 +29,7 @@ export const StorageOverview = z.object({
   used_bytes: z.number().int(),
   /** Above this, requests that add data are refused 503 `storage_full` (docs/operations.md). */
   high_water_bytes: z.number().int(),
-  /** What a Durable Object's SQLite holds at most. */
-  max_bytes: z.literal(DO_MAX_DATABASE_BYTES),
+  /** What a Durable Object's SQLite holds at most (limits.ts DO_MAX_DATABASE_BYTES): a number, not that literal, so that readers take a raised limit as given. */
+  max_bytes: z.number().int(),
 });
 export type StorageOverview = z.infer<typeof StorageOverview>;

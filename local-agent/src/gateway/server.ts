@@ -10,7 +10,7 @@ import type { AddressInfo } from "node:net";
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { ZodError } from "zod";
 import { checkEnvelope, timestampFault, type HmacHex } from "../../../src/auth/gateway-signature";
-import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RelayEnvelope, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RELAY_ENDPOINTS, RelayEnvelope, RelayEnvelopeAsRead, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
@@ -19,7 +19,7 @@ import { forwardHttp, type CallSignals, type UpstreamOptions } from "./http-upst
 import { UpstreamErrors } from "./upstream-errors";
 import { LogThrottle } from "../log-throttle";
 import type { SecretSource, SecretWait } from "./secret";
-import type { TokenDialect } from "../../../src/protocol/ledger";
+import { CAPTURE_MODES, type TokenDialect } from "../../../src/protocol/ledger";
 import { CallTap } from "../ledger/call-tap";
 import type { CallRecorder } from "../ledger/recorder";
 
@@ -40,6 +40,8 @@ export type GatewayOptions = UpstreamOptions & {
   /** Open connections at most (keep-alive ones included); MAX_CONNECTIONS by default. */
   maxConnections?: number;
 };
+
+const isOneOf = <T extends string>(values: readonly T[], v: string): v is T => (values as readonly string[]).includes(v);
 
 /** Envelopes carry a chat history; far larger ones are not from the Worker. */
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
@@ -96,6 +98,8 @@ export class Gateway {
   private waiting = 0;
   /** The refusals that come in floods (busy, dropped connections): a warning at most every FLOOD_LOG_MS each. */
   private readonly floods = new LogThrottle(FLOOD_LOG_MS);
+  /** What a newer Worker asks that this agent does not know (a capture mode, an endpoint): said once each, for the operator to upgrade. */
+  private readonly newer = new LogThrottle(Number.POSITIVE_INFINITY);
 
   constructor(private readonly o: GatewayOptions) {
     this.upstreamErrors = new UpstreamErrors(o.logger);
@@ -190,7 +194,16 @@ export class Gateway {
     let requestText: string | null;
     try {
       const parsed: unknown = JSON.parse(body);
-      env = isRelayEnvelope(parsed) ? parsed : RelayEnvelope.parse(parsed);
+      if (isRelayEnvelope(parsed)) env = parsed;
+      else {
+        const read = this.fromNewerWorker(RelayEnvelopeAsRead.parse(parsed));
+        if ("unknownEndpoint" in read) {
+          const message = `this gateway does not serve ${read.unknownEndpoint}, which the exchange relays: the rollout agent on the GPU host may need upgrading`;
+          this.sayOnce(`endpoint ${read.unknownEndpoint}`, `gateway: refused a relayed call: ${message}`);
+          return sendError(res, 404, message, "unsupported_endpoint");
+        }
+        env = read;
+      }
       requestText = envelopeRequestText(body, parsed as Record<string, unknown>);
     } catch (e) {
       this.o.logger.warn(`gateway: a signed envelope that does not parse: ${describeError(e)}`);
@@ -232,6 +245,26 @@ export class Gateway {
         this.waiting -= bytes;
       },
     };
+  }
+
+  /**
+   * An envelope only RelayEnvelopeAsRead reads, as this gateway serves it. A capture mode it does
+   * not know is relayed as capture off: the call is served, and the ledger keeps at most the stub
+   * of the turn (recorder.ts) instead of what the newer mode would, which this agent cannot make.
+   * The common path never comes here: isRelayEnvelope takes the Worker's envelopes as they are.
+   */
+  private fromNewerWorker(read: RelayEnvelopeAsRead): RelayEnvelope | { unknownEndpoint: string } {
+    const { endpoint, call, ...rest } = read;
+    if (!isOneOf(RELAY_ENDPOINTS, endpoint)) return { unknownEndpoint: endpoint };
+    if (call === undefined) return { ...rest, endpoint };
+    const { capture } = call;
+    if (isOneOf(CAPTURE_MODES, capture)) return { ...rest, endpoint, call: { ...call, capture } };
+    this.sayOnce(`capture ${capture}`, `gateway: the exchange asks for capture mode "${capture}", which this agent does not know: its calls are relayed and recorded as with capture off (a stub per turn); upgrade the rollout agent to record them`);
+    return { ...rest, endpoint, call: { ...call, capture: "off" } };
+  }
+
+  private sayOnce(kind: string, message: string): void {
+    if (this.newer.due(kind) !== null) this.o.logger.warn(message);
   }
 
   private floodWarning(kind: string, message: string): void {

@@ -11,7 +11,8 @@ import { Gateway } from "../../src/gateway/server";
 import { FetchedSecret, fixedSecret } from "../../src/gateway/secret";
 import type { Logger } from "../../src/log";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
-import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../../src/protocol/relay";
+import type { CaptureMode } from "../../../src/protocol/ledger";
 import { agentJetKey, envelope, post } from "./envelope";
 import { startModelServer, type ModelServer } from "./model-server";
 import { startZmqModel, type ZmqModel } from "./zmq-model";
@@ -483,5 +484,50 @@ describe("gateway: a client that hangs up while the gateway fetches its secret",
     // The old gateway reached the upstream within a few milliseconds of the secret.
     await new Promise((r) => setTimeout(r, 300));
     expect(upstreamCalls).toBe(0);
+  });
+});
+
+describe("gateway: an envelope from a Worker newer than this agent", () => {
+  /** The envelope with a capture mode this agent does not know, as a newer Worker signs it in. */
+  const capturing = (env: RelayEnvelope, capture: string): RelayEnvelope => ({ ...env, call: { ...callContext("off"), capture: capture as CaptureMode } });
+
+  it("relays a call whose capture mode it does not know as with capture off: nothing recorded, or a stub for a claim that had calls captured; a warning once per mode", async () => {
+    const said: string[] = [];
+    const rec = await recordingGateway(SECRET, "vllm", { info: () => {}, warn: (m) => said.push(m), error: () => {} });
+    try {
+      const fresh = capturing(plain(chat("tiny"), { episode_uuid: `ep-${randomUUID()}` }), "tokens_and_images");
+      const r = await post(rec.url, fresh, SECRET);
+      expect({ status: r.status, content: JSON.parse(r.text).choices[0].message.content }).toEqual({ status: 200, content: "echo: hello there" });
+
+      const episode = `ep-${randomUUID()}`;
+      const captured = plain(chat("tiny"), { episode_uuid: episode, call: callContext("messages") });
+      await post(rec.url, captured, SECRET);
+      await recordOf(rec, captured);
+      const turn = capturing(plain(chat("tiny"), { episode_uuid: episode }), "tokens_and_images");
+      expect((await post(rec.url, turn, SECRET)).status).toBe(200);
+      expect(await recordOf(rec, turn)).toMatchObject({ capture: "off", status: 200, body: { uncaptured: true, messages: [] } });
+      expect((await post(rec.url, capturing(plain(chat("tiny")), "audio"), SECRET)).status).toBe(200);
+      // Recording happens on the turn after the answer: give the first call's some.
+      await new Promise((r) => setTimeout(r, 50));
+      expect({
+        recordedFresh: rec.records.some((x) => x.call_id === fresh.call?.call_id),
+        warnings: said.map((m) => m.match(/capture mode "([a-z_]+)"/)?.[1]),
+      }).toEqual({ recordedFresh: false, warnings: ["tokens_and_images", "audio"] });
+    } finally {
+      await rec.gateway.close();
+    }
+  });
+
+  it("refuses an endpoint it does not serve naming it and saying the agent may need upgrading, not as an envelope that does not parse", async () => {
+    const before = http.seen.length;
+    const r = await post(url, plain(chat("tiny"), { endpoint: "/v1/responses" as RelayEnvelope["endpoint"] }), SECRET);
+    const error = (JSON.parse(r.text) as { error: { message: string; code: string } }).error;
+    expect({ status: r.status, code: error.code, names: error.message.includes("/v1/responses"), upgrade: /agent .*may need upgrading/.test(error.message), upstreamCalls: http.seen.length - before }).toEqual({
+      status: 404,
+      code: "unsupported_endpoint",
+      names: true,
+      upgrade: true,
+      upstreamCalls: 0,
+    });
   });
 });

@@ -8,12 +8,12 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { Gateway } from "../../src/gateway/server";
 import { fixedSecret } from "../../src/gateway/secret";
 import { CallRecorder } from "../../src/ledger/recorder";
-import { silentLogger } from "../../src/log";
+import { silentLogger, type Logger } from "../../src/log";
 import { waitUntil } from "../support/wait";
 
 export type RecordingGateway = { url: string; gateway: Gateway; records: CallRecord[] };
 
-export async function recordingGateway(secret: string, dialect: "vllm" | "sglang"): Promise<RecordingGateway> {
+export async function recordingGateway(secret: string, dialect: "vllm" | "sglang", logger: Logger = silentLogger): Promise<RecordingGateway> {
   const records: CallRecord[] = [];
   const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r) => records.push(r), logger: silentLogger });
   const gateway = new Gateway({
@@ -22,7 +22,7 @@ export async function recordingGateway(secret: string, dialect: "vllm" | "sglang
     secret: fixedSecret(secret),
     models: ["policy"],
     zmqReceiveTimeoutMs: 2000,
-    logger: silentLogger,
+    logger,
     upstream: null,
     sessionPath: false,
     ledger: { recorder, tokenDialect: dialect },

@@ -4,6 +4,7 @@
  * dropped. /health reports counters only, so the panel costs the same for ten groups or a
  * million and never lists them. Data attributes carry the exact numbers for test-browser/.
  */
+import type { PartialGroupsPolicy, StalenessPolicy } from "../../protocol/buffer";
 import type { Health } from "./api";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
@@ -28,9 +29,9 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
       setting("group_size", c.group_size, `group size ${c.group_size}`),
       setting("ttl_seconds", c.ttl_seconds, c.ttl_seconds === 0 ? "incomplete groups kept forever" : `incomplete groups dropped after ${fmt.duration(c.ttl_seconds)} without rows`),
       setting("max_staleness", c.max_staleness, c.max_staleness === null ? "no staleness check" : `stale beyond ${c.max_staleness} weight versions`),
-      setting("staleness_policy", c.staleness_policy, STALENESS_TEXT[c.staleness_policy]),
+      setting("staleness_policy", c.staleness_policy, STALENESS_TEXT[c.staleness_policy] ?? `staleness policy ${c.staleness_policy}`),
       setting("rollouts_per_version", c.rollouts_per_version, c.rollouts_per_version === null ? "trainer's batch measured" : `trainer takes ${c.rollouts_per_version} per version`),
-      setting("partial_groups", c.partial_groups, c.partial_groups === "deliver" ? "short groups delivered at their TTL, masked" : "short groups dropped at their TTL"),
+      setting("partial_groups", c.partial_groups, PARTIAL_TEXT[c.partial_groups] ?? `partial groups ${c.partial_groups}`),
       setting("max_message_bytes", c.max_message_bytes, `rows up to ${fmt.bytes(c.max_message_bytes)}`),
       setting("max_stored_bytes", c.max_stored_bytes, `no new group past ${fmt.bytes(c.max_stored_bytes)} of rows waiting to be pulled`),
       setting("d1_retention_days", c.d1_retention_days, `steps kept in D1 for ${c.d1_retention_days} ${c.d1_retention_days === 1 ? "day" : "days"}`),
@@ -38,11 +39,16 @@ export function bufferViewModule(dom: Dom, fmt: Format, bars: BarsModule, empty:
     return h("p", { class: "sub settings", id: "buffer-config" }, ...parts.flatMap((p, i) => (i === 0 ? [p] : [" · ", p])));
   }
 
-  const STALENESS_TEXT: Record<Buffer["config"]["staleness_policy"], string> = {
+  // Every known policy has its words; one the page does not know is named as it came.
+  const STALENESS_TEXT: Partial<Record<string, string>> = {
     flag: "stale groups delivered, flagged",
     drop: "stale groups dropped",
     pace: "new work held back instead of dropping stale groups",
-  };
+  } satisfies Record<StalenessPolicy, string>;
+  const PARTIAL_TEXT: Partial<Record<string, string>> = {
+    deliver: "short groups delivered at their TTL, masked",
+    drop: "short groups dropped at their TTL",
+  } satisfies Record<PartialGroupsPolicy, string>;
 
   /** The last pull's most lagging groups: how far off-policy each was when consumed, and how long it waited. */
   function lastPull(p: Buffer["last_pull"]): DomElement | null {

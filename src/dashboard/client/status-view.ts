@@ -77,8 +77,10 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
   /** Rollout workers that ended on their own stop feeding the buffer: said in red, with the agent's words. */
   function workersLine(w: NonNullable<EngineOverview["agent"]["rollout_workers"]>): DomElement {
     const about = [w.pid !== null ? `pid ${w.pid}` : null, w.job_session ? `job ${w.job_session}` : null].filter((x) => x !== null);
-    const text = w.state === "exited" ? w.detail : `rollout workers running${about.length > 0 ? ` (${about.join(", ")})` : ""}`;
-    return h("p", { id: "rollout-workers", class: `sub workers ${w.state}`, "data-state": w.state }, text);
+    const running = `rollout workers running${about.length > 0 ? ` (${about.join(", ")})` : ""}`;
+    // A state a newer agent added is said as it came (as text), and adds no class of its choosing.
+    const text = w.state === "exited" ? w.detail : w.state === "running" ? running : `rollout workers ${w.state}${w.detail ? `: ${w.detail}` : ""}`;
+    return h("p", { id: "rollout-workers", class: w.state === "exited" || w.state === "running" ? `sub workers ${w.state}` : "sub workers", "data-state": w.state }, text);
   }
 
   /** What the relay records of each LLM call (the trajectory ledger's capture) and for how long. */

@@ -58,6 +58,9 @@ function unblockSteps(state: CatalogResponse["catalog_status"]["state"]): string
       return ["fix what catalog_status.detail says on the GPU host", "rl_scan_environments() to scan again", again];
     case "not_scanned":
       return ["rl_scan_environments() to ask the agent for a scan", again];
+    default:
+      // The schema reads states it does not list (a newer exchange's); its detail says what to do.
+      return ["do what catalog_status.detail says", again];
   }
 }
 
