@@ -16,6 +16,8 @@ export interface Env {
   STORAGE_HIGH_WATER_BYTES?: string;
   /** Seconds a relayed LLM call may take end to end (default 600). */
   RELAY_DEADLINE_SECONDS?: string;
+  /** Bytes a relayed call's body may have (relay-routes.ts DEFAULT_RELAY_MAX_BODY_BYTES, 16 MiB). */
+  RELAY_MAX_BODY_BYTES?: string;
   /** Milliseconds between SSE keep-alive comments while a streamed answer is pending (default 10000). */
   RELAY_KEEPALIVE_MS?: string;
   /**

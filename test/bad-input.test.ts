@@ -6,6 +6,7 @@
 import { env, exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cachedTokenHash } from "../src/http/engine-caller";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../src/relay/relay-routes";
 import { admin, ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {
@@ -247,10 +248,13 @@ describe("access", () => {
     expect((await e.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
   });
 
-  it("refuses an oversized LLM call as an OpenAI error, as the relay's other refusals are", async () => {
+  it("refuses an oversized LLM call as an OpenAI error, as the relay's other refusals are; its bound is the relay's, not the API's 4 MiB", async () => {
     for (const path of ["/v1/chat/completions", "/e/some-engine/v1/chat/completions", "/e/some-engine/t/rx_client_x/v1/completions"]) {
-      const res = await raw(path, { token: "sk-rx.some-engine.1.ZXAtMA.c2ln", body: JSON.stringify({ model: "m", pad: "x".repeat(4 * 1024 * 1024) }) });
-      expect(res, path).toMatchObject({ status: 413, json: { error: { message: expect.stringContaining("exceeds 4194304 bytes"), type: "invalid_request_error", param: null, code: "payload_too_large" } } });
+      const res = await raw(path, { token: "sk-rx.some-engine.1.ZXAtMA.c2ln", body: JSON.stringify({ model: "m", pad: "x".repeat(DEFAULT_RELAY_MAX_BODY_BYTES) }) });
+      expect(res, path).toMatchObject({ status: 413, json: { error: { message: expect.stringContaining(`exceeds ${DEFAULT_RELAY_MAX_BODY_BYTES} bytes`), type: "invalid_request_error", param: null, code: "payload_too_large" } } });
+      // A vision call of 5 MiB is within it: refused only for its key.
+      const vision = await raw(path, { token: "sk-rx.some-engine.1.ZXAtMA.c2ln", body: JSON.stringify({ model: "m", pad: "x".repeat(5 * 1024 * 1024) }) });
+      expect(vision, path).toMatchObject({ status: 401, json: { error: { code: "invalid_api_key" } } });
     }
   });
 

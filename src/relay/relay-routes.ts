@@ -17,7 +17,7 @@ import { cachedGatewaySecret, signEnvelope } from "../auth/gateway-signature";
 import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues, internalError } from "../http/errors";
 import { loggedErrorId } from "../error-id";
-import { MAX_BODY_BYTES, readBodyText } from "../http/body";
+import { readBodyText } from "../http/body";
 import { routingPath } from "../http/path-token";
 import { claimGate, relayFailures } from "./claim-gates";
 import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
@@ -28,6 +28,17 @@ import { DeadlineWatch } from "./deadline-watch";
 
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
 const DEFAULT_DEADLINE_SECONDS = 600;
+
+/**
+ * A relayed call's body, unless RELAY_MAX_BODY_BYTES says otherwise. Not MAX_BODY_BYTES: the
+ * relay stores nothing of it in D1 or a Durable Object (the ledger's bodies go to R2, a large
+ * image by reference), and a vision agent resends its screenshots, a megabyte or two each, in
+ * every call. The Worker holds about four copies of a body while it relays it (the text, the
+ * parsed request, the envelope, its bytes on the way out), and an isolate has 128 MB for all the
+ * calls it serves at once: 16 MiB is several screenshots, and a few such calls at a time.
+ * The gateway's own bound on an envelope (32 MiB) is above it.
+ */
+export const DEFAULT_RELAY_MAX_BODY_BYTES = 16 * 1024 * 1024;
 const DEFAULT_KEEP_ALIVE_MS = 10_000;
 
 function numberVar(v: string | undefined, fallback: number): number {
@@ -64,8 +75,9 @@ async function readUnlessPassed(res: Response): Promise<Answer> {
 
 async function relay(req: Request, env: Env, ctx: ExecutionContext, endpoint: RelayEndpoint, pathEngine: string | undefined): Promise<Response> {
   // The size first, as the router's body limit did, before the key or the body is looked at.
-  const requestText = endpoint === "/v1/models" ? null : await readBodyText(req);
-  if (requestText === null && endpoint !== "/v1/models") return openaiErrorResponse(413, `The request body exceeds ${MAX_BODY_BYTES} bytes.`, "payload_too_large");
+  const max = numberVar(env.RELAY_MAX_BODY_BYTES, DEFAULT_RELAY_MAX_BODY_BYTES);
+  const requestText = endpoint === "/v1/models" ? null : await readBodyText(req, max);
+  if (requestText === null && endpoint !== "/v1/models") return openaiErrorResponse(413, `The request body exceeds ${max} bytes, the most a relayed call may send (RELAY_MAX_BODY_BYTES).`, "payload_too_large");
   const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
   if (!m?.[1]) return openaiErrorResponse(401, "Missing API key: send the openai_api_key from claim_episode as a bearer token.", "missing_api_key");
   // Checked before the key is: without the secret no key verifies, and the client would be told

@@ -10,6 +10,7 @@ import { startLocalExchange, type LocalExchange } from "../../../scripts/local/e
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { AdminClient, EngineClient } from "../../../src/client";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../../../src/relay/relay-routes";
 import { runAgent, testConfig } from "../support/agent-harness";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
@@ -165,6 +166,22 @@ describe("relay end to end", () => {
 
     await e.client.abortEpisode({ client_uuid: "c1", episode_uuid: "ep-1" });
     expect((await chat(e.claim, { model: "tiny", messages: turn([], "x") })).status).toBe(401);
+  }, 60_000);
+
+  it("relays a vision agent's call with 6 MB of screenshots to the model as sent, and refuses one past RELAY_MAX_BODY_BYTES naming it", async () => {
+    const e = await setup({ openai_base_url: `${http.url}/v1`, openai_api_key: "sk-plain-trainer-key" });
+    // A third turn: three 1.5 MB screenshots, 2 MB each as base64, resent in every call of the episode.
+    const screenshot = (seed: number) => ({ type: "image_url", image_url: { url: `data:image/png;base64,${Buffer.alloc(1_500_000, seed).toString("base64")}`, detail: "high" } });
+    const messages = [1, 2, 3].flatMap((i) => [{ role: "user", content: [{ type: "text", text: `step ${i}` }, screenshot(i)] }, { role: "assistant", content: `act ${i}` }]).slice(0, -1);
+    const body = { model: "tiny", messages: [...messages, { role: "user", content: "what now?" }] };
+    expect(JSON.stringify(body).length).toBeGreaterThan(6_000_000);
+    expect(content(await chat(e.claim, body))).toBe("echo: what now?");
+    expect(http.seen.at(-1)?.body).toEqual(body);
+    const over = await chat(e.claim, { model: "tiny", messages: turn([], "x"), pad: "x".repeat(DEFAULT_RELAY_MAX_BODY_BYTES) });
+    expect({ status: over.status, error: JSON.parse(over.text).error }).toEqual({
+      status: 413,
+      error: { message: `The request body exceeds ${DEFAULT_RELAY_MAX_BODY_BYTES} bytes, the most a relayed call may send (RELAY_MAX_BODY_BYTES).`, type: "invalid_request_error", param: null, code: "payload_too_large" },
+    });
   }, 60_000);
 
   it("the agent's gateway takes only the exchange's signature", async () => {
