@@ -6,7 +6,7 @@
 import { env, exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cachedTokenHash } from "../src/http/engine-caller";
-import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../src/relay/relay-routes";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../src/protocol/relay-endpoint";
 import { admin, ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 async function snapshot(e: TestEngine) {

@@ -18,6 +18,7 @@ import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, Open
 import { describeIssues, internalError } from "../http/errors";
 import { loggedErrorId } from "../error-id";
 import { readBodyText } from "../http/body";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../protocol/relay-endpoint";
 import { routingPath } from "../http/path-token";
 import { claimGate, relayFailures } from "./claim-gates";
 import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
@@ -28,17 +29,6 @@ import { DeadlineWatch } from "./deadline-watch";
 
 /** How long a relayed call may take end to end unless RELAY_DEADLINE_SECONDS says otherwise. */
 const DEFAULT_DEADLINE_SECONDS = 600;
-
-/**
- * A relayed call's body, unless RELAY_MAX_BODY_BYTES says otherwise. Not MAX_BODY_BYTES: the
- * relay stores nothing of it in D1 or a Durable Object (the ledger's bodies go to R2, a large
- * image by reference), and a vision agent resends its screenshots, a megabyte or two each, in
- * every call. The Worker holds about four copies of a body while it relays it (the text, the
- * parsed request, the envelope, its bytes on the way out), and an isolate has 128 MB for all the
- * calls it serves at once: 16 MiB is several screenshots, and a few such calls at a time.
- * The gateway's own bound on an envelope (32 MiB) is above it.
- */
-export const DEFAULT_RELAY_MAX_BODY_BYTES = 16 * 1024 * 1024;
 const DEFAULT_KEEP_ALIVE_MS = 10_000;
 
 function numberVar(v: string | undefined, fallback: number): number {

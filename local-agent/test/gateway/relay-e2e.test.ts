@@ -10,7 +10,7 @@ import { startLocalExchange, type LocalExchange } from "../../../scripts/local/e
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { AdminClient, EngineClient } from "../../../src/client";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
-import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../../../src/relay/relay-routes";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../../../src/protocol/relay-endpoint";
 import { runAgent, testConfig } from "../support/agent-harness";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
