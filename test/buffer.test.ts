@@ -124,6 +124,22 @@ describe("group assembly", () => {
     expect((await e.as("trainer").getRolloutData({ max_groups: 4 })).data.data).toHaveLength(0);
   });
 
+  it("hands out a response holding a lone surrogate (Python's json.dumps writes \\ud800) exactly, beside messages that hold one", async () => {
+    const e = await buffered(1);
+    const text = "証明 𝔸😀 e\u0301 lone:\ud800 end";
+    const messages = [{ role: "user", content: text }];
+    // As Python sends it: ASCII only, each lone surrogate an escape.
+    const body = JSON.stringify({ steps: [step("s1", "g1", 0, 1, true, { messages, response: text })] }).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    expect((await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body })).status).toBe(200);
+    // Compared as JSON, which escapes a lone surrogate: the test's channel cannot carry one.
+    const item = (await e.as("trainer").getRolloutData()).data.data[0]!;
+    expect(JSON.stringify(item.messages)).toBe(JSON.stringify([...messages, { role: "assistant", content: text }]));
+    // Kept escaped; a response without a lone surrogate is kept as it is.
+    await e.as("client").postSteps({ steps: [step("s2", "g2", 0, 1, true, { response: "plain 😀" })] });
+    const escaped = await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ session_id: string; response_escaped: number }>("SELECT session_id, response_escaped FROM buf_steps ORDER BY session_id").toArray());
+    expect(escaped).toEqual([{ session_id: "s1", response_escaped: 1 }, { session_id: "s2", response_escaped: 0 }]);
+  });
+
   it("delivers only completed sessions and asks the upstream to clear the others", async () => {
     const e = await buffered(2);
     await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true), step("s3", "g", 0, 0.5)] });

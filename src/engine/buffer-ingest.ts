@@ -3,6 +3,7 @@
  * which is where sessions complete or fail and groups become ready.
  */
 import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
+import { isWellFormed } from "../protocol/limits";
 import type { SessionOf } from "./buffer-clear-sessions";
 import { addHeld, bytesRefusal, rowBytes } from "./buffer-bytes";
 import { clearSessions, discardedByRestart } from "./buffer-outcomes";
@@ -82,14 +83,14 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
     const uid = crypto.randomUUID();
     const stored = s.sql
       .exec<{ pk: number }>(
-        `INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, step_index) DO NOTHING RETURNING pk`,
+        `INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, response_escaped, reward, truncated, is_session_completed, weight_version, extra, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, step_index) DO NOTHING RETURNING pk`,
         uid,
         session_id,
         step_index,
         group_id,
         messages,
-        response,
+        ...storedResponse(response),
         reward,
         truncated ? 1 : 0,
         is_session_completed ? 1 : 0,
@@ -187,4 +188,12 @@ function markFailed(s: BufferState, sessionId: string, groupId: string, groupSiz
   // one of its group_size, a partial one (made ready at its TTL) its last.
   if (newly.completed === 1) s.unreadyShort(groupSize, groupId);
   s.bump((c) => ({ ...c, failed: c.failed + 1 }));
+}
+
+/**
+ * The response as buf_steps keeps it, and whether escaped: as its JSON when it holds a lone
+ * surrogate (see schema.ts, migration 21), else as it is, so that rows need no decoding.
+ */
+function storedResponse(response: string): [string, number] {
+  return isWellFormed(response) ? [response, 0] : [JSON.stringify(response), 1];
 }

@@ -13,6 +13,8 @@ export type StoredStep = {
   group_id: string;
   messages: string;
   response: string;
+  /** 1: `response` is its JSON (buffer-ingest.ts storedResponse). */
+  response_escaped: number;
   reward: number;
   truncated: number;
   is_session_completed: number;
@@ -43,7 +45,7 @@ const RESERVED = new Set([
 export function toItem(step: StoredStep, terminalReward: number | null, stale: boolean, failed: boolean): RolloutItem {
   const extra = JSON.parse(step.extra) as Record<string, unknown>;
   const free = Object.fromEntries(Object.entries(extra).filter(([k]) => !RESERVED.has(k)));
-  const messages = [...(JSON.parse(step.messages) as Record<string, unknown>[]), { role: "assistant", content: step.response }];
+  const messages = [...(JSON.parse(step.messages) as Record<string, unknown>[]), { role: "assistant", content: step.response_escaped === 1 ? (JSON.parse(step.response) as string) : step.response }];
   return {
     uid: step.uid,
     instance_id: step.group_id,

@@ -350,6 +350,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // as a repeated end is, rather than 409 claim_lost: each episode's latest abort, kept while its
   // episode row is and until the batch's ends are cleared (episode-queue.ts).
   "CREATE TABLE IF NOT EXISTS aborts (episode_uuid TEXT PRIMARY KEY, fence INTEGER NOT NULL, client_uuid TEXT NOT NULL) WITHOUT ROWID;",
+  // 21: a step's response with a lone surrogate (Python's json.dumps writes one as \ud800) is
+  // kept as its JSON, escaped, and read back exactly: SQLite's text is UTF-8, which has no form for
+  // it, and stored raw it came back as U+FFFD. Messages are JSON already.
+  "ALTER TABLE buf_steps ADD COLUMN response_escaped INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

@@ -5,6 +5,10 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 21: buf_steps.response_escaped.
+  if (next <= 21) sql.exec("ALTER TABLE buf_steps DROP COLUMN response_escaped");
+  // 20: the aborts table.
+  if (next <= 20) sql.exec("DROP TABLE aborts");
   // 19: outbox.created_at and outbox.failed_at.
   if (next <= 19) sql.exec("ALTER TABLE outbox DROP COLUMN created_at; ALTER TABLE outbox DROP COLUMN failed_at");
   // 18: commands.expires_at and its index.
