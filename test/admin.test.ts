@@ -72,6 +72,9 @@ describe("admin: engines and tokens", () => {
   it("refuses a duplicate engine, bad names, unknown engines and tokens", async () => {
     const e = await createEngine("dup");
     await expect(admin.createEngine(e.name)).rejects.toMatchObject({ status: 409, code: "engine_exists" });
+    // A create repeated because its answer (the only copy of the tokens) was lost says how to get working ones.
+    const again = await raw("/admin/engines", { token: ADMIN_TOKEN, body: JSON.stringify({ name: e.name }) });
+    expect(again.json?.["detail"]).toContain(`issue new ones with POST /admin/engines/${e.name}/tokens and revoke those labelled "created with the engine"`);
     const bad = await raw("/admin/engines", { token: ADMIN_TOKEN, body: JSON.stringify({ name: "Bad Name!" }) });
     expect(bad.status).toBe(422);
     expect(bad.json?.["detail"]).toContain("name");

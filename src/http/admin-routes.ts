@@ -74,14 +74,14 @@ adminRoutes.post("/engines", async (c) => {
     if (existing.deletingSince !== null) {
       return errorResponse(409, "engine_exists", `Engine '${name}' is being deleted: repeat DELETE /admin/engines/${name} to finish, then create it.`);
     }
-    return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
+    return errorResponse(409, "engine_exists", `Engine '${name}' already exists. If this repeats a create whose answer was lost, its tokens were never seen: issue new ones with POST /admin/engines/${name}/tokens and revoke those labelled "created with the engine" (GET /admin/engines/${name}/tokens).`);
   }
   const now = Date.now();
   const minted = await Promise.all(ROLES.map((role) => mint(name, role, `${role} (created with the engine)`, now)));
   try {
     await db.batch([db.insert(engines).values({ name, createdAt: now, locationHint, jurisdiction }), db.insert(tokens).values(minted.map((m) => m.row))]);
   } catch {
-    return errorResponse(409, "engine_exists", `Engine '${name}' already exists.`);
+    return errorResponse(409, "engine_exists", `Engine '${name}' already exists. If this repeats a create whose answer was lost, its tokens were never seen: issue new ones with POST /admin/engines/${name}/tokens and revoke those labelled "created with the engine" (GET /admin/engines/${name}/tokens).`);
   }
   await provision(c.env, { name, jurisdiction, locationHint }, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })), true);
   const body: CreateEngineResponse = {
