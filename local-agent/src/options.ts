@@ -339,8 +339,9 @@ export const OPTIONS = {
     arg: "BYTES",
     default: DEFAULT_HISTORY_BYTES,
     describe:
-      "Memory for each live claim's last recorded call (its messages, answer and token ids, counted as their JSON), which the " +
-      "claim's next call is recorded as a delta of; least recently used claims go first, and their next call is recorded whole.",
+      "Memory for each live claim's last recorded call (a digest of each of its messages and its answer, its token ids and " +
+      "/v1/completions prompt), which the claim's next call is recorded as a delta of; least recently used claims go first, " +
+      "and their next call is recorded whole.",
   },
   ledgerQueueBytes: {
     flag: "--ledger-queue-bytes",

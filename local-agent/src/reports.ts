@@ -14,6 +14,7 @@ import { describeError, type Logger } from "./log";
 import type { Reachability } from "./reachability";
 import type { TrainerSupervisor } from "./trainer";
 import type { TrainerExit } from "./trainer";
+import { headOf } from "../../src/protocol/limits";
 
 export type ReportDeps = {
   link: EngineLink;
@@ -72,7 +73,7 @@ export class Reports {
         gateway_url: this.d.gatewayUrl ?? null,
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
         rollout_workers: this.d.rolloutWorkers?.() ?? null,
-        runs_off_reason: this.d.runsOffReason?.()?.slice(0, 2000) ?? null,
+        runs_off_reason: headOf(this.d.runsOffReason?.() ?? null, 2000),
       });
       this.noteClock(answer.server_time * 1000, sentAt, this.d.clock.now());
       this.d.reach.succeeded();

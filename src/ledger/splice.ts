@@ -7,7 +7,10 @@
  * followed by the previous answer (its prompt token ids, with the previous prompt and completion
  * ids). Messages are compared by what makes a conversation (role, content, name, tool calls and
  * the tool call they answer): a client that sends the answer back without a server's extra fields
- * (`refusal: null`, reasoning) or with its keys in another order still extends. A /v1/completions
+ * (`refusal: null`, reasoning) or with its keys in another order still extends, and so does one
+ * that keeps every message as content parts and sends a string answer back as its one text part.
+ * A message that continues its prefix only in another form is stored again in this call's form,
+ * so that readers give back each call's messages as it sent them. A /v1/completions
  * prompt (text, or token ids) is stored after the previous prompt followed by its answer (its
  * text, or its completion ids), or after the previous prompt alone.
  */
@@ -22,13 +25,53 @@ function toolCallKey(c: unknown): Json {
   return [c["id"] ?? null, f["name"] ?? null, f["arguments"] ?? null];
 }
 
-/** A message reduced to what makes the conversation, as a string that compares equal when they do. */
-export function messageKey(m: unknown): string {
-  if (!isRecord(m)) return JSON.stringify(m);
+/** `v` with every object's keys in one order: parts that differ only in key order compare equal. */
+function canonical(v: unknown): Json {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (!isRecord(v)) return v;
+  const out: Record<string, Json> = {};
+  for (const k of Object.keys(v).sort()) out[k] = canonical(v[k]);
+  return out;
+}
+
+/**
+ * The text of content that is exactly one text part (`[{type: "text", text}]`, no other key),
+ * which every chat template renders as that string; null for any other content. Several text
+ * parts are not their concatenation: servers join them differently (vLLM with a newline).
+ */
+function onlyText(content: unknown[]): string | null {
+  if (content.length !== 1) return null;
+  const p = content[0];
+  if (!isRecord(p) || p["type"] !== "text" || typeof p["text"] !== "string") return null;
+  for (const k in p) if (k !== "type" && k !== "text") return null;
+  return p["text"];
+}
+
+const keyOf = (m: Record<string, unknown>, content: Json, calls: Json): string => JSON.stringify([m["role"] ?? null, content, m["name"] ?? null, m["tool_call_id"] ?? null, calls]);
+
+/**
+ * A message's two keys: `key` compares equal for messages that make the same conversation (a
+ * string and its one text part alike); `form` also tells those two apart, so that a stored prefix
+ * gives back the form a call sent. The same string when the content has no other form.
+ */
+export function messageKeys(m: unknown): { key: string; form: string } {
+  if (!isRecord(m)) {
+    const key = JSON.stringify(m) ?? "undefined";
+    return { key, form: key };
+  }
   const content = m["content"] ?? "";
   const calls = Array.isArray(m["tool_calls"]) && m["tool_calls"].length > 0 ? m["tool_calls"].map(toolCallKey) : null;
-  return JSON.stringify([m["role"] ?? null, content, m["name"] ?? null, m["tool_call_id"] ?? null, calls]);
+  if (!Array.isArray(content)) {
+    const key = keyOf(m, content, calls);
+    return { key, form: key };
+  }
+  const text = onlyText(content);
+  const form = keyOf(m, canonical(content), calls);
+  return { key: text === null ? form : keyOf(m, text, calls), form };
 }
+
+/** A message reduced to what makes the conversation, as a string that compares equal when they do. */
+export const messageKey = (m: unknown): string => messageKeys(m).key;
 
 /** The conversation a call's successor extends: its messages, then its answer when it had one. */
 export function continuation(messages: readonly unknown[], answer: unknown | null): unknown[] {
@@ -62,7 +105,51 @@ function delta<T>(items: readonly T[], base: readonly T[] | null, extend: (items
   return { prefixCount: null, rest: [...items] };
 }
 
-export const messageDelta = (messages: readonly unknown[], base: readonly unknown[] | null): Delta<unknown> => delta(messages, base, extendsMessages);
+/**
+ * How a message compares with a conversation's message: not the same (`differs`), the same in
+ * another form (`equivalent`: a string and its one text part), or the same as stored (`same`).
+ */
+export type MessageMatch = "differs" | "equivalent" | "same";
+
+/** A conversation as the gateway remembers it: enough to compare messages with it, not necessarily the messages. */
+export interface KnownConversation {
+  readonly length: number;
+  /** How `m` compares with the conversation's message `i` (below `length`). */
+  match(i: number, m: unknown): MessageMatch;
+}
+
+function matchKeys(a: { key: string; form: string }, b: { key: string; form: string }): MessageMatch {
+  return a.form === b.form ? "same" : a.key === b.key ? "equivalent" : "differs";
+}
+
+const isKnown = (b: readonly unknown[] | KnownConversation): b is KnownConversation => !Array.isArray(b);
+
+/** A conversation held whole, as KnownConversation. */
+export function knownMessages(base: readonly unknown[]): KnownConversation {
+  return { length: base.length, match: (i, m) => (m === base[i] ? "same" : matchKeys(messageKeys(m), messageKeys(base[i]))) };
+}
+
+/**
+ * What to store of `messages` given the previous call's continuation `base`: after the messages it
+ * shares with `base` as they are stored there. When `messages` extend `base` but some message in
+ * another form (the answer sent back as a text part), the prefix ends before it and the rest is
+ * stored as this call sent it; a prefix of none is no prefix.
+ */
+export function messageDelta(messages: readonly unknown[], base: readonly unknown[] | KnownConversation | null): Delta<unknown> {
+  const known = base === null ? null : isKnown(base) ? base : knownMessages(base);
+  const n = known?.length ?? 0;
+  if (known === null || n === 0 || messages.length < n) return { prefixCount: null, rest: [...messages] };
+  let firstInOtherForm = n;
+  for (let i = n - 1; i >= 0; i--) {
+    // From the last message first: a rewritten history mostly differs there, and is told at once.
+    const m = known.match(i, messages[i]);
+    if (m === "differs") return { prefixCount: null, rest: [...messages] };
+    if (m === "equivalent") firstInOtherForm = i;
+  }
+  const count = firstInOtherForm;
+  return count === 0 ? { prefixCount: null, rest: [...messages] } : { prefixCount: count, rest: messages.slice(count) };
+}
+
 export const tokenDelta = (ids: readonly number[], base: readonly number[] | null): Delta<number> => delta(ids, base, extendsTokens);
 
 /** Rebuilds a stored list: the referenced call's continuation cut to `count`, then the rest. */

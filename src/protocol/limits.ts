@@ -144,3 +144,16 @@ export const idText = (max = 256) =>
     .min(1, "must not be empty")
     .max(max, `is longer than ${max} characters`)
     .refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form: it would be stored as U+FFFD");
+
+/**
+ * The first `n` UTF-16 units of `s`, one fewer when the `n`th is the first half of a surrogate
+ * pair: a lone half has no UTF-8 form, and Python's encoders and tokenizers refuse it in what
+ * the ledger exports. A lone surrogate `s` itself holds is left as it is.
+ */
+export function headOf(s: string, n: number): string;
+export function headOf(s: string | null, n: number): string | null;
+export function headOf(s: string | null, n: number): string | null {
+  if (s === null || s.length <= n) return s;
+  const end = n > 0 && (s.charCodeAt(n - 1) & 0xfc00) === 0xd800 && (s.charCodeAt(n) & 0xfc00) === 0xdc00 ? n - 1 : n;
+  return s.slice(0, Math.max(0, end));
+}

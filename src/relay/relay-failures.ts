@@ -6,6 +6,7 @@
  * isolate, and only when some failed: a relay that works sends nothing more. An isolate keeps
  * one tally per engine beside its claim gate (claim-gates.ts).
  */
+import { headOf } from "../protocol/limits";
 import { countFailures, type OpenAIError, type RelayFailureReport } from "../protocol/relay";
 
 /** How long failures gather before they go to the engine. */
@@ -29,9 +30,9 @@ export class FailureTally {
 
   /** A call answered `status` with `error`, at `at` (ms); the report goes out within SEND_MS. */
   note(status: number, error: OpenAIError, at: number, background: Background): void {
-    const kind = `${status} ${error.error.code ?? error.error.type}`.slice(0, 80);
+    const kind = headOf(`${status} ${error.error.code ?? error.error.type}`, 80);
     countFailures(this.counts, kind, 1, MAX_KINDS);
-    this.last = { kind, message: error.error.message.slice(0, 500), at };
+    this.last = { kind, message: headOf(error.error.message, 500), at };
     if (this.scheduled) return;
     this.scheduled = true;
     background(this.wait(SEND_MS).then(() => this.flush()));

@@ -12,6 +12,7 @@ import { addressForms, credentialForms, failureKind, hiddenTextProbe, hideAddres
 import { SseRedaction } from "./sse-redaction";
 import type { UpstreamErrors } from "./upstream-errors";
 import { isRecord } from "../../../src/protocol/record";
+import { headOf } from "../../../src/protocol/limits";
 
 export type UpstreamOptions = {
   /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
@@ -145,7 +146,7 @@ export async function forwardHttp(
     if (isOpenAIErrorText(told)) {
       tap?.upstreamFailed(status, told);
       sendJson(res, status, told);
-    } else fail(status, `the inference upstream answered ${answered}: ${told.slice(0, 300)}`, "upstream_error");
+    } else fail(status, `the inference upstream answered ${answered}: ${headOf(told, 300)}`, "upstream_error");
   };
   if (!ok) {
     // A 404 for a model it does not serve, a 400 for a bad request.
@@ -163,7 +164,7 @@ export async function forwardHttp(
   // Parsed once: the tap records (and may rewrite) the value already read.
   const answer = tap === null ? (isRecord(parsed) ? text : null) : tap.whole(text, parsed === NOT_JSON ? null : parsed);
   if (answer === null) {
-    fail(502, `the inference upstream answered something that is not a JSON object: ${shown(text).slice(0, 200)}`, "upstream_garbage");
+    fail(502, `the inference upstream answered something that is not a JSON object: ${headOf(shown(text), 200)}`, "upstream_garbage");
     return;
   }
   tap?.answering(200);

@@ -20,6 +20,7 @@ import { UpstreamErrors } from "./upstream-errors";
 import { LogThrottle } from "../log-throttle";
 import type { SecretSource, SecretWait } from "./secret";
 import { CAPTURE_MODES, type TokenDialect } from "../../../src/protocol/ledger";
+import { headOf } from "../../../src/protocol/limits";
 import { CallTap } from "../ledger/call-tap";
 import type { CallRecorder } from "../ledger/recorder";
 
@@ -335,7 +336,7 @@ export class Gateway {
     if (!isCompletionText(answer.text)) {
       // A runner may repeat its episode's key (the trainer's, which clients never hold) in an error.
       const shown = hideSecrets(hideAddresses(answer.text, addressForms(addr)), credentialForms(env.trainer_api_key));
-      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${shown.slice(0, 200)}`, "upstream_garbage");
+      return fail(502, `the episode's runner answered something that is not a ChatCompletion: ${headOf(shown, 200)}`, "upstream_garbage");
     }
     tap?.whole(answer.text);
     tap?.answering(200);

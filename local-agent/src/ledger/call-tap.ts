@@ -16,6 +16,7 @@ import { asksStreamUsage, completionToChunks } from "../../../src/relay/completi
 import { errorOf, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
 import { clientAsked, stripTokenFields, TokenCollector, tokenRequest, upstreamStreams, type ClientAsked } from "./token-fields";
 import { isRecord } from "../../../src/protocol/record";
+import { headOf } from "../../../src/protocol/limits";
 
 type Obj = Record<string, unknown>;
 
@@ -160,7 +161,7 @@ export class CallTap {
   /** The upstream's own OpenAI error, passed to the client as it is. */
   upstreamFailed(status: number, text: string): void {
     if (this.status === 0) this.status = status;
-    this.error ??= errorOf(parseObject(text) ?? {}) ?? `upstream_error: ${text.slice(0, 300)}`;
+    this.error ??= errorOf(parseObject(text) ?? {}) ?? `upstream_error: ${headOf(text, 300)}`;
   }
 
   /**

@@ -9,6 +9,7 @@
 import { packFloats, packInts } from "../../../src/protocol/packed";
 import { continuation, messageDelta, promptContinuation, promptDelta, sequencePrompt, tokenDelta } from "../../../src/ledger/splice";
 import { CallRecord, type CallBody, type CaptureMode } from "../../../src/protocol/ledger";
+import { headOf } from "../../../src/protocol/limits";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
 import { CapturedClaims, ClaimHistory, continuedHead, type LastCall } from "./claim-history";
@@ -136,14 +137,14 @@ export class CallRecorder {
       episode_uuid: c.env.episode_uuid,
       fence: c.env.fence,
       endpoint: c.env.endpoint,
-      model: typeof model === "string" ? model.slice(0, 512) : "",
+      model: typeof model === "string" ? headOf(model, 512) : "",
       stream: c.request["stream"] === true,
       started_at: c.startedAt,
       first_byte_at: c.firstByteAt,
       done_at: Math.max(c.doneAt, c.startedAt),
       status: c.status,
-      error: c.error?.slice(0, 2000) ?? null,
-      finish_reason: o.finishReason?.slice(0, 64) ?? null,
+      error: c.error === null ? null : headOf(c.error, 2000),
+      finish_reason: o.finishReason === null ? null : headOf(o.finishReason, 64),
       usage: o.usage,
       truncated: o.truncated,
       body,
@@ -185,11 +186,14 @@ export function fitBody(body: CallBody, cap: number): { body: CallBody; truncate
   return { body: last, truncated: true, bytes: jsonBytes(last) };
 }
 
-/** The longest start of `text` (found by shrinking) whose JSON string body takes at most `room` bytes. */
+/**
+ * The longest start of `text` (found by shrinking) whose JSON string body takes at most `room`
+ * bytes, never ending on the first half of a surrogate pair (headOf).
+ */
 function cutText(text: string, room: number): { text: string; bytes: number } {
   let n = Math.min(text.length, room);
   for (;;) {
-    const t = text.slice(0, n);
+    const t = headOf(text, n);
     const bytes = Buffer.byteLength(JSON.stringify(t)) - 2;
     if (bytes <= room || n === 0) return { text: t, bytes };
     n = Math.floor(n * Math.min(0.99, room / bytes));

@@ -23,6 +23,7 @@ import { groupAlive, notedStart } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
 import { privateDir, writePrivateAtomic } from "../host-files";
 import { isDirectory } from "../trainer";
+import { headOf } from "../../../src/protocol/limits";
 
 export type StartRolloutBody = z.infer<typeof StartRolloutCommand>;
 
@@ -68,10 +69,10 @@ export class RolloutWorkers {
   /** For the heartbeat: the running workers, the last ones that ended on their own, or null. */
   report(): RolloutWorkersStatus | null {
     const c = this.live();
-    if (c !== null) return { state: "running", pid: c.proc.pid, job_session: c.jobSession.slice(0, 256), detail: `running, group size ${c.groupSize}` };
+    if (c !== null) return { state: "running", pid: c.proc.pid, job_session: headOf(c.jobSession, 256), detail: `running, group size ${c.groupSize}` };
     const e = this.endedAlone;
     // Within the heartbeat's limits whatever the log path: a refused heartbeat would hide the agent.
-    return e === null ? null : { state: "exited", pid: e.pid, job_session: e.jobSession.slice(0, 256), detail: `${e.detail}; see ${this.logPath} on the host`.slice(0, 1000) };
+    return e === null ? null : { state: "exited", pid: e.pid, job_session: headOf(e.jobSession, 256), detail: headOf(`${e.detail}; see ${this.logPath} on the host`, 1000) };
   }
 
   /** Finds workers left running by a previous agent process. */
