@@ -92,8 +92,8 @@ export async function startAgent(
   const facadePort = new URL(facadeUrl).port;
 
   // The trajectory ledger: the gateway records the calls the Worker asks it to, the shipper sends them.
-  const shipper = new CallShipper({ post: (batch) => link.client.postCalls(batch), clock, logger, backoff, maxQueueBytes: config.ledgerQueueBytes });
-  const recorder = new CallRecorder({ historyBytes: config.ledgerHistoryBytes ?? DEFAULT_HISTORY_BYTES, sink: (record, bytes) => shipper.enqueue(record, bytes), logger });
+  const shipper = new CallShipper({ post: (batch) => link.client.postCalls(batch), putMedia: (sha256, data) => link.client.putMedia(sha256, data), clock, logger, backoff, maxQueueBytes: config.ledgerQueueBytes });
+  const recorder = new CallRecorder({ historyBytes: config.ledgerHistoryBytes ?? DEFAULT_HISTORY_BYTES, sink: (record, bytes, media) => shipper.enqueue(record, bytes, media), logger });
 
   // The Worker relays claimed episodes' LLM calls here (signed); see gateway/server.ts.
   const secret = new FetchedSecret(async () => (await link.client.gatewaySecret()).secret, logger);

@@ -41,6 +41,7 @@ import {
   BeginRunResponse,
   HistoryRunsResponse,
   CallBatchResponse,
+  MediaUploadResponse,
   SyncConfig,
   UpdateSyncConfigRequest,
   type CallBatch,
@@ -138,6 +139,9 @@ export class EngineClient {
   trainerExit = (req: In<typeof TrainerExitRequest>) => this.post("/agent/trainer_exit", Success, req);
   /** The gateway's recorded calls (the trajectory ledger); a resent batch (same batch_id) is recorded once. */
   postCalls = (batch: CallBatch) => this.post("/agent/calls", CallBatchResponse, batch);
+  /** One medium taken out of recorded messages, by the SHA-256 of its string's UTF-8 (docs/ledger.md, "Media"). */
+  putMedia = (sha256: string, data: string) =>
+    requestJson(this.fetchFn, `${this.base}/agent/media/${sha256}`, MediaUploadResponse, { method: "PUT", body: { data }, token: this.opts.token });
 
   batchIsEpisodeClaimed = (req: In<typeof BatchIsEpisodeClaimedRequest>) => this.post("/batch/is_episode_claimed", BatchBoolResponse, req);
   batchRegisterEpisodes = (req: In<typeof BatchRegisterEpisodeRequest>) => this.post("/batch/register_episode", BatchBoolResponse, req);

@@ -34,7 +34,7 @@ export async function requestJson<S extends z.ZodType>(
   url: string,
   schema: S,
   init: {
-    method: "GET" | "POST" | "DELETE";
+    method: "GET" | "POST" | "PUT" | "DELETE";
     body?: unknown;
     token?: string | undefined;
     signal?: AbortSignal | undefined;

@@ -1,6 +1,7 @@
 /**
  * A typed client for an engine's trajectory ledger (src/ledger): its settings, and its
- * trajectories one at a time, a page at a time, or all of them as a stream of JSON lines.
+ * trajectories one at a time, a page at a time, or all of them as a stream of JSON lines; the
+ * media their messages refer to (`rx-media:sha256:<hex>`), one at a time or put back in place.
  */
 import type { z } from "zod";
 import {
@@ -13,6 +14,7 @@ import {
 } from "../protocol/ledger";
 import { ExchangeError, queryString, requestJson, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
+import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
 type Query = Record<string, string | number | undefined>;
 
@@ -40,22 +42,31 @@ export class LedgerClient {
   trajectory = (episodeUuid: string, fence?: number) =>
     this.get(`/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`, Trajectory);
 
+  /** The medium a trajectory's messages name as `rx-media:sha256:<sha256>`: the string the client sent, exactly. */
+  async media(sha256: string): Promise<string> {
+    const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
+    const res = await this.fetchFn(`${this.base}/trajectories/media/${encodeURIComponent(sha256)}`, { headers });
+    const text = await res.text();
+    if (!res.ok) throw refusalOf(res.status, text);
+    return text;
+  }
+
+  /**
+   * `messages` (a call's, as read) with each media reference replaced by its medium, fetched once
+   * each: the conversation as the client sent it. A medium the ledger no longer has throws 404.
+   */
+  async inlineMedia(messages: readonly unknown[]): Promise<unknown[]> {
+    const media = new Map<string, string>();
+    for (const d of mediaRefsOf(messages)) media.set(d, await this.media(d));
+    return inlineMedia(messages, media);
+  }
+
   /** Every trajectory the filters pass, newest first, parsed a line at a time as it streams in. */
   async *export(q: z.input<typeof TrajectoryExportQuery> = {}): AsyncGenerator<Trajectory> {
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
     const res = await this.fetchFn(`${this.base}/trajectories/export${queryString({ format: "jsonl", ...(q as Query) })}`, { headers });
     if (!res.ok || res.body === null) {
-      const text = await res.text();
-      let code = "export_failed";
-      let detail = text.slice(0, 300);
-      try {
-        const j = JSON.parse(text) as { error?: string; detail?: string };
-        code = j.error ?? code;
-        detail = j.detail ?? detail;
-      } catch {
-        // not JSON: the text is the detail
-      }
-      throw new ExchangeError(res.status, code, detail);
+      throw refusalOf(res.status, await res.text(), "export_failed");
     }
     const decoder = new TextDecoder();
     let pending = "";
@@ -71,4 +82,18 @@ export class LedgerClient {
     pending += decoder.decode();
     if (pending.trim() !== "") yield Trajectory.parse(JSON.parse(pending));
   }
+}
+
+/** The error an answer that is not 2xx stands for: its JSON's code and detail, or its text. */
+function refusalOf(status: number, text: string, fallback = "request_failed"): ExchangeError {
+  let code = fallback;
+  let detail = text.slice(0, 300);
+  try {
+    const j = JSON.parse(text) as { error?: string; detail?: string };
+    code = j.error ?? code;
+    detail = j.detail ?? detail;
+  } catch {
+    // not JSON: the text is the detail
+  }
+  return new ExchangeError(status, code, detail);
 }

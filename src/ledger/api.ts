@@ -11,6 +11,8 @@ import type { ErrorStatus } from "../openapi/error-responses";
 import {
   CallBatch,
   CallBatchResponse,
+  MediaUpload,
+  MediaUploadResponse,
   Trajectory,
   TrajectoryExportQuery,
   TrajectoryListQuery,
@@ -21,9 +23,12 @@ import {
 import { envOf } from "../runs/context";
 import { errorResponse, jsonResponse } from "../http/errors";
 import { loggedErrorId } from "../error-id";
-import { recordCalls } from "./ingest";
+import { recordCalls, utcDay } from "./ingest";
 import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
+import { trajectoryStream } from "./trajectory-json";
+import { putMedia, readMedia } from "./media-store";
+import { SHA256_HEX } from "./media-refs";
 
 const DEFAULT_PAGE = 50;
 
@@ -32,14 +37,15 @@ export type Authorized = { engine: string; incarnation: string; checkedAt: numbe
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
 
-/** A JSON body, or JSON lines of one item schema (a stream, `application/x-ndjson`). */
-export type LedgerAnswer = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType; description: string };
+/** A JSON body, JSON lines of one item schema (a stream, `application/x-ndjson`), or text as stored (a medium). */
+export type LedgerAnswer = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType; description: string } | { kind: "text"; description: string };
 
 /** A path parameter: its format, and what a value that does not fit is told (a 404: it names nothing). */
-export type LedgerParam = { schema: z.ZodType<string>; description: string; refusal: (value: string) => string };
+/** `notFound`: the 404's code; `passOn`: a value that does not fit is left to the next route that matches (another route's path). */
+export type LedgerParam = { schema: z.ZodType<string>; description: string; refusal: (value: string) => string; notFound?: string; passOn?: boolean };
 
 export type LedgerRouteSpec = {
-  method: "get" | "post";
+  method: "get" | "post" | "put";
   /** Hono's form, below the engine's base URL: `/trajectories/:episode_uuid`. */
   path: string;
   op: EngineOp;
@@ -76,6 +82,7 @@ async function postCalls(c: Context, who: Authorized, batch: CallBatch): Promise
   try {
     const recorded = await recordCalls(envOf(c).DB, envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation, checkedAt: who.checkedAt }, batch, Date.now());
     if (recorded === null) return errorResponse(404, "unknown_engine", `Engine '${who.engine}' was deleted while this batch was being recorded; nothing of it is kept.`);
+    if ("missingMedia" in recorded) return errorResponse(409, "media_missing", `The batch refers to media not stored today (${recorded.missingMedia.slice(0, 5).join(", ")}${recorded.missingMedia.length > 5 ? ", ..." : ""}): upload them (PUT agent/media/<sha256>), then send the batch again; nothing of it is kept.`);
     return jsonResponse(recorded, 200);
   } catch (e) {
     // D1 or R2 failed: nothing of the batch is lost, the gateway keeps it and sends it again.
@@ -103,7 +110,31 @@ async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<R
 async function one(c: Context, who: Authorized, params: Record<string, string>): Promise<Response> {
   const fence = params["fence"];
   const t = await readTrajectory(envOf(c).DB, envOf(c).LEDGER, who.engine, params["episode_uuid"] as string, fence === undefined ? null : Number(fence));
-  return "ok" in t ? refusal(t) : jsonResponse(t, 200);
+  // Sent a call at a time: one string of a long episode's whole conversations may not fit the isolate.
+  return "ok" in t ? refusal(t) : new Response(trajectoryStream(t), { status: 200, headers: { "content-type": "application/json" } });
+}
+
+const MediaParam: LedgerParam = {
+  schema: z.string().regex(SHA256_HEX),
+  description: "The medium's SHA-256 (of the string's UTF-8 bytes), 64 lowercase hex digits: what follows `rx-media:sha256:` in a reference.",
+  refusal: (value) => `'${value.slice(0, 80)}' is not a SHA-256: 64 lowercase hex digits.`,
+  notFound: "unknown_media",
+};
+
+async function uploadMedia(c: Context, who: Authorized, body: MediaUpload, sha256: string): Promise<Response> {
+  try {
+    const stored = await putMedia(envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation }, sha256, body.data, utcDay(Date.now()));
+    return stored.ok ? jsonResponse({ sha256, bytes: stored.bytes }, 200) : errorResponse(stored.status, stored.error, stored.detail);
+  } catch (e) {
+    const id = loggedErrorId("ledger: storing a medium failed, error", e);
+    return errorResponse(503, "ledger_unavailable", `The ledger could not store this medium now (error id ${id}); send it again later.`);
+  }
+}
+
+async function media(c: Context, who: Authorized, sha256: string): Promise<Response> {
+  const data = await readMedia(envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation }, sha256);
+  if (data === null) return errorResponse(404, "unknown_media", `Engine '${who.engine}' holds no medium ${sha256}: never stored, or removed with its days by retention.`);
+  return new Response(data, { status: 200, headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "private, max-age=86400, immutable" } });
 }
 
 /** A route that reads one trajectory: the episode's latest claim, or the one its fence names. */
@@ -130,11 +161,30 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     answer: { kind: "json", schema: CallBatchResponse },
     refusals: {
       400: "Malformed JSON.",
+      409: "`media_missing`: the batch refers to media (`rx-media:sha256:<hex>`) not stored for today: upload them, then send the batch again; nothing of it is kept.",
       413: "The batch is larger than the exchange accepts (4 MiB), or a value in it is over its limit.",
       422: "The batch does not match CallBatch; nothing of it is recorded.",
       503: "`ledger_unavailable`: D1 or R2 could not store the batch now; nothing is lost, send the same batch again later.",
     },
     handle: (c, who, batch) => postCalls(c, who, batch as CallBatch),
+  },
+  {
+    method: "put",
+    path: "/agent/media/:sha256",
+    op: "agent_record_calls",
+    summary:
+      "The gateway's upload of one medium (a content part's `data:` URL or audio) taken out of recorded messages, stored once a UTC day by its SHA-256: a batch whose messages say `rx-media:sha256:<hex>` is stored only once its media are. Idempotent.",
+    params: { sha256: MediaParam },
+    input: { from: "body", schema: MediaUpload },
+    answer: { kind: "json", schema: MediaUploadResponse },
+    refusals: {
+      400: "Malformed JSON.",
+      404: "`unknown_media`: the path's digest is not 64 lowercase hex digits.",
+      413: "`media_too_large`: the medium is over 4,000,000 bytes (the gateway keeps such a one inline), or the body over 4 MiB.",
+      422: "`media_hash_mismatch`: the data's SHA-256 is not the path's; or the body does not match MediaUpload. Nothing is stored.",
+      503: "`ledger_unavailable`: R2 could not store it now; send it again later.",
+    },
+    handle: (c, who, body, p) => uploadMedia(c, who, body as MediaUpload, p["sha256"] as string),
   },
   {
     method: "get",
@@ -158,6 +208,20 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     answer: { kind: "lines", item: Trajectory, description: "JSON lines: one whole Trajectory (its calls included) per line, each ended by a newline." },
     refusals: { 400: BAD_CURSOR, 422: "A filter, format or parameter the query does not take." },
     handle: (c, who, q) => exportAll(c, who, q as ExportQuery),
+  },
+  // Before `/trajectories/:episode_uuid/:fence`, which would otherwise also match it (a digest is no fence).
+  {
+    method: "get",
+    path: "/trajectories/media/:sha256",
+    op: "read_trajectories",
+    summary:
+      "One medium a trajectory's messages refer to as `rx-media:sha256:<hex>`: the string the client sent in its place (a `data:` URL, audio's base64), exactly, as text.",
+    // Not a digest: `/trajectories/media/<fence>` is the episode named "media", read by the route below.
+    params: { sha256: { ...MediaParam, passOn: true } },
+    input: { from: "none" },
+    answer: { kind: "text", description: "The medium's string exactly as the client sent it (UTF-8 text)." },
+    refusals: { 404: "`unknown_media`: the engine holds no such medium (never stored, or removed by retention). A path that is no digest is read as an episode's (`unknown_trajectory`)." },
+    handle: (c, who, _i, p) => media(c, who, p["sha256"] as string),
   },
   oneTrajectory("/trajectories/:episode_uuid", "An episode's trajectory, of its latest claim: its calls in order with whole messages (and token ids), its reward and how the claim ended.", {
     episode_uuid: EpisodeParam,

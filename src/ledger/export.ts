@@ -5,6 +5,7 @@
  */
 import type { TrajectoryFilters } from "../protocol/ledger";
 import { countTrajectories, loadPage, summaryPage, type ReadRefusal, type SummaryPage } from "./read";
+import { trajectoryJsonPieces } from "./trajectory-json";
 
 /** Trajectories per page: 1,000 D1 queries per invocation then bound an export at 100,000 of them. */
 export const EXPORT_PAGE = 200;
@@ -16,9 +17,10 @@ export const TOTAL_HEADER = "x-trajectories-total";
 
 /**
  * Checks the first page before answering (a bad cursor is a 400, not a broken stream), then
- * streams one trajectory per pull: a page's stored deltas are held (a few MB), but each whole
- * trajectory is built, sent and dropped before the next, so the isolate never holds a page of
- * whole conversations. `total` counts what the filters pass, for a progress bar.
+ * streams one call of a trajectory per pull: a page's stored deltas are held (a few MB), each
+ * trajectory is built (its calls share their messages) and sent a call at a time, so the isolate
+ * never holds a whole conversation per call as text, nor a page of trajectories. `total` counts
+ * what the filters pass, for a progress bar.
  */
 export async function exportTrajectories(
   db: D1Database,
@@ -32,10 +34,12 @@ export async function exportTrajectories(
   let page: SummaryPage = first;
   let loaded: Awaited<ReturnType<typeof loadPage>> | null = null;
   let at = 0;
+  // The trajectory being sent, a call a pull: one line of JSON may be far larger than an isolate's memory.
+  let pieces: Generator<string> | null = null;
   const stream = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        if (at === page.rows.length) {
+        if (pieces === null && at === page.rows.length) {
           if (page.next === null) {
             controller.close();
             return;
@@ -52,7 +56,15 @@ export async function exportTrajectories(
           }
         }
         loaded ??= await loadPage(db, bucket, engine, page.rows);
-        controller.enqueue(enc.encode(`${JSON.stringify(loaded.build(at++))}\n`));
+        pieces ??= trajectoryJsonPieces(loaded.build(at));
+        const next = pieces.next();
+        if (next.done !== true) {
+          controller.enqueue(enc.encode(next.value));
+          return;
+        }
+        pieces = null;
+        at++;
+        controller.enqueue(enc.encode("\n"));
       },
     },
     { highWaterMark: 0 },

@@ -2,13 +2,16 @@
  * Recording a batch of calls from an engine's gateway: their bodies as one R2 object (a line of
  * JSON each), their index rows in D1 in one statement. A resent batch (the same batch_id and
  * calls, after a lost answer or a D1 failure) writes the same object again and inserts nothing
- * twice: the rows are keyed by call id, and a row is only written after its body is stored.
+ * twice: the rows are keyed by call id, and a row is only written after its body is stored. A
+ * batch naming media (`rx-media:sha256:<hex>`) is stored only when its day holds them (media-store.ts).
  */
 import type { CallBatch, CallBatchResponse } from "../protocol/ledger";
 import { D1_MAX_ROW_BYTES, utf8Bytes } from "../protocol/limits";
 import { jsonArrays } from "../db/json-arrays";
 import { bodyPrefix } from "./keys";
 import { hex } from "../auth/tokens";
+import { mediaRefsOf } from "./media-refs";
+import { missingMedia } from "./media-store";
 
 const enc = new TextEncoder();
 
@@ -101,8 +104,20 @@ export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0
 /** The engine a batch is recorded for, and when its caller was checked with the engine's object. */
 export type RecordingEngine = { name: string; incarnation: string; checkedAt: number };
 
-/** The batch's outcome, or null when the engine was deleted since its caller was checked (nothing is kept). */
-export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: RecordingEngine, batch: CallBatch, now: number): Promise<CallBatchResponse | null> {
+/** A batch not stored because media it refers to are not stored for its day (media-store.ts): upload them, then send it again. */
+export type MediaMissing = { missingMedia: string[] };
+
+/**
+ * The batch's outcome; null when the engine was deleted since its caller was checked (nothing is
+ * kept); the media it names that its day does not hold (nothing is kept either).
+ */
+export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: RecordingEngine, batch: CallBatch, now: number): Promise<CallBatchResponse | MediaMissing | null> {
+  const refs = new Set<string>();
+  for (const c of batch.calls) for (const d of mediaRefsOf(c.body.messages)) refs.add(d);
+  if (refs.size > 0) {
+    const missing = await missingMedia(bucket, engine, refs, utcDay(now));
+    if (missing.length > 0) return { missingMedia: missing };
+  }
   const lines: Uint8Array[] = [];
   const rows: IndexRow[] = [];
   let offset = 0;

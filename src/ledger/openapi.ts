@@ -11,7 +11,7 @@ import { LEDGER_API, type LedgerAnswer, type LedgerRouteSpec } from "./api";
 
 export const LEDGER_TAG = "trajectory ledger";
 export const LEDGER_TAG_DESCRIPTION =
-  "Every relayed LLM call of a claim, recorded by the engine's gateway, and the trajectories read back: summaries, one claim's calls in order (whole messages, token ids, the training sequence), and an export of them all as JSON lines. The same routes also take the token in the path (/e/{engine}/t/{token}/...).";
+  "Every relayed LLM call of a claim, recorded by the engine's gateway, and the trajectories read back: summaries, one claim's calls in order (whole messages, token ids, the training sequence), and an export of them all as JSON lines. Large media in messages (screenshots as data: URLs, audio) are stored once and given back by reference, `rx-media:sha256:<hex>`, fetched from /trajectories/media/{sha256}. The same routes also take the token in the path (/e/{engine}/t/{token}/...).";
 
 export const JSON_LINES = "application/x-ndjson";
 
@@ -21,6 +21,7 @@ const operationIdOf = (spec: LedgerRouteSpec): string => `ledger_${spec.method}_
 
 function success(answer: LedgerAnswer): JsonSchema {
   if (answer.kind === "json") return { description: "Success.", content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
+  if (answer.kind === "text") return { description: answer.description, content: { "text/plain": { schema: { type: "string", description: answer.description } } } };
   return {
     description: answer.description,
     content: { [JSON_LINES]: { schema: { type: "string", description: answer.description }, "x-itemSchema": toJsonSchema(answer.item, "output") } },

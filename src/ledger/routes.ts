@@ -4,7 +4,7 @@
  * page, or all of them as JSON lines. The engine's Durable Object checks the caller (one RPC, no
  * D1 read); the records themselves are D1's and R2's, and the engine's object never carries them.
  */
-import type { Context, Hono } from "hono";
+import type { Context, Hono, Next } from "hono";
 import type { Env } from "../env";
 import { envOf } from "../runs/context";
 import type { EngineOp } from "../auth/roles";
@@ -24,14 +24,15 @@ async function authorized(c: Context, op: EngineOp): Promise<Authorized | Respon
 }
 
 /** The caller first, then the path's parameters (a value that does not fit names nothing: 404), then the input. */
-async function handle(c: Context, spec: LedgerRouteSpec): Promise<Response> {
+async function handle(c: Context, spec: LedgerRouteSpec, next: Next): Promise<Response | void> {
+  for (const [name, param] of Object.entries(spec.params)) if (param.passOn === true && !param.schema.safeParse(c.req.param(name) ?? "").success) return next();
   const who = await authorized(c, spec.op);
   if (who instanceof Response) return who;
   const params: Record<string, string> = {};
   for (const [name, param] of Object.entries(spec.params)) {
     const value = c.req.param(name) ?? "";
     const parsed = param.schema.safeParse(value);
-    if (!parsed.success) return errorResponse(404, "unknown_trajectory", param.refusal(value));
+    if (!parsed.success) return errorResponse(404, param.notFound ?? "unknown_trajectory", param.refusal(value));
     params[name] = parsed.data;
   }
   const input = spec.input;
@@ -42,5 +43,5 @@ async function handle(c: Context, spec: LedgerRouteSpec): Promise<Response> {
 
 /** Registers the ledger's routes under `prefix` (`/e/:engine`; token-in-path URLs route the same: http/path-token.ts). */
 export function ledgerRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
-  for (const spec of LEDGER_API) app.on(spec.method.toUpperCase(), `${prefix}${spec.path}`, (c) => handle(c, spec));
+  for (const spec of LEDGER_API) app.on(spec.method.toUpperCase(), `${prefix}${spec.path}`, (c, next) => handle(c, spec, next));
 }

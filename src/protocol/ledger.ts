@@ -181,6 +181,24 @@ export const CallBatchResponse = z.object({
 });
 export type CallBatchResponse = z.infer<typeof CallBatchResponse>;
 
+/**
+ * One medium (a content part's string: a `data:` URL, audio's base64) the gateway took out of
+ * recorded messages, uploaded once by its digest (PUT <engine>/agent/media/<sha256>): the
+ * records say `rx-media:sha256:<hex>` in its place (docs/ledger.md, "Media").
+ */
+export const MediaUpload = z.strictObject({
+  /** The string exactly as the client sent it; its UTF-8 bytes are what the digest is of. */
+  data: z.string(),
+});
+export type MediaUpload = z.infer<typeof MediaUpload>;
+
+export const MediaUploadResponse = z.object({
+  sha256: z.string(),
+  /** Its UTF-8 bytes. */
+  bytes: z.number().int().nonnegative(),
+});
+export type MediaUploadResponse = z.infer<typeof MediaUploadResponse>;
+
 // ---------------------------------------------------------------- reading
 
 export const TRAJECTORY_OUTCOMES = ["ended", "aborted", "reaped"] as const;

@@ -300,19 +300,22 @@ async function r2Objects(engine: string): Promise<{ key: string; size: number }[
 /**
  * Everything the engine shows, as the admin (who sees the trainer's secrets too): its views, its
  * training runs (each run the list shows, not just the world's), the trajectories of the claims
- * its ledger holds (each one, and the export of them all), the admin's lists of engines and of
+ * its ledger holds (each one, and the export of them all) and its media, the admin's lists of engines and of
  * its tokens, the object's own queue sizes and alarm, its rows in D1 (llm_calls and trajectories
  * among them) and its call bodies in R2. Each view is also handed to `check` with its operation,
  * so that what the views show is held to the document too.
  */
 export async function snapshot(world: World, reads: ReadRoute[], check: (op: Operation, view: View) => void): Promise<Snapshot> {
   const e = world.engine;
-  const [listed, claims] = await Promise.all([read(`/e/${e.name}/runs?limit=100`, "GET"), ledgerClaims(e.name)]);
+  const [listed, claims, objects] = await Promise.all([read(`/e/${e.name}/runs?limit=100`, "GET"), ledgerClaims(e.name), r2Objects(e.name)]);
+  // The ledger's media (docs/ledger.md, "Media"), by the digest their key ends with.
+  const media = [...new Set(objects.map((o) => /\/media\/([0-9a-f]{64})$/.exec(o.key)?.[1]).filter((d): d is string => d !== undefined))];
   const runIds = [...new Set([world.runId, ...((listed.body as { runs?: { run_id: string }[] }).runs ?? []).map((r) => r.run_id)])];
   /** A route's path for each thing it may name: every run, every claim of the ledger. */
   const instances = (path: string): string[] => {
     const p = path.replace("{engine}", e.name).replace("{name}", e.name).replace("{test_id}", world.testId);
     if (p.includes("{run_id}")) return runIds.map((id) => p.replace("{run_id}", id));
+    if (p.includes("{sha256}")) return media.map((d) => p.replace("{sha256}", d));
     if (p.includes("{fence}")) return claims.map((c) => p.replace("{episode_uuid}", encodeURIComponent(c.episode)).replace("{fence}", String(c.fence)));
     if (p.includes("{episode_uuid}")) return [...new Set(claims.map((c) => c.episode))].map((ep) => p.replace("{episode_uuid}", encodeURIComponent(ep)));
     return [p];

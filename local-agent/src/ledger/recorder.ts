@@ -13,6 +13,7 @@ import { headOf } from "../../../src/protocol/limits";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
 import { CapturedClaims, ClaimHistory, continuedHead, type LastCall } from "./claim-history";
+import { mediaOf, NO_MEDIA, takeMedia, type MediaSet } from "./media";
 
 /** A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut). */
 export const RECORD_BODY_CAP_BYTES = 1_500_000;
@@ -20,7 +21,8 @@ export const DEFAULT_HISTORY_BYTES = 256 * 1024 * 1024;
 /** What a record's fields besides its body take, at most, as JSON. */
 const RECORD_FIELDS_BYTES = 2048;
 
-export type RecordSink = (record: CallRecord, bytes: number) => void;
+/** A record, its size, and the media its messages refer to (uploaded before the batch that carries it: media.ts). */
+export type RecordSink = (record: CallRecord, bytes: number, media: MediaSet) => void;
 
 const jsonBytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v));
 
@@ -68,14 +70,16 @@ export class CallRecorder {
   private stub(c: FinishedCall): void {
     if (c.status !== 200 || c.error !== null) return;
     const body: CallBody = { params: {}, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: null, tokens: null, uncaptured: true };
-    this.o.sink(this.checked(c, body, { finishReason: null, usage: null, truncated: false }), jsonBytes(body) + RECORD_FIELDS_BYTES);
+    this.o.sink(this.checked(c, body, { finishReason: null, usage: null, truncated: false }), jsonBytes(body) + RECORD_FIELDS_BYTES, NO_MEDIA);
   }
 
   private build(c: FinishedCall): void {
     const key = ClaimHistory.key(c.env.episode_uuid, c.env.fence);
     const heads = this.history.heads(key);
     const { messages: rawMessages, tools: rawTools, ...params } = c.request;
-    const messages = Array.isArray(rawMessages) ? rawMessages : [];
+    // Compared, held and stored with its media as references: a screenshot is stored once, not in every call after it.
+    const taken = takeMedia(Array.isArray(rawMessages) ? rawMessages : []);
+    const messages = taken.messages;
     const tools = Array.isArray(rawTools) ? rawTools : null;
     const toolsJson = tools === null ? null : JSON.stringify(tools);
 
@@ -121,12 +125,13 @@ export class CallRecorder {
         toolsJson,
         prompt: c.tokens?.prompt ?? null,
         completion: c.tokens?.completion ?? [],
-        bytes: c.requestBytes + (c.answer.message === null ? 0 : jsonBytes(c.answer.message)) + 8 * ((c.tokens?.prompt.length ?? 0) + (c.tokens?.completion.length ?? 0)),
+        bytes: c.requestBytes - taken.bytes + (c.answer.message === null ? 0 : jsonBytes(c.answer.message)) + 8 * ((c.tokens?.prompt.length ?? 0) + (c.tokens?.completion.length ?? 0)),
       };
       const succeeded = c.status === 200 && c.error === null;
       this.history.add(key, entry, succeeded ? (base?.call_id ?? null) : null);
     }
-    this.o.sink(record, fitted.bytes + RECORD_FIELDS_BYTES);
+    const media = fitted.truncated ? NO_MEDIA : mediaOf(fitted.body.messages, taken.media);
+    this.o.sink(record, fitted.bytes + RECORD_FIELDS_BYTES, media);
   }
 
   /** The call's record with `body`, checked against the protocol (throws when it does not hold). */

@@ -6,6 +6,11 @@
  * logged and its batch dropped, since sending it again would be refused again. The queue is
  * bounded in bytes and drops its oldest calls when full: the ledger must never hold the agent's
  * memory hostage to an exchange that is down.
+ *
+ * The media a batch's records refer to (media.ts) are uploaded before it (PUT
+ * <engine>/agent/media/<sha256>), each once a UTC day: the exchange keeps a medium under the day
+ * it stores the batches naming it, and refuses a batch (409 media_missing) whose day does not
+ * hold one, which then uploads them all again (the exchange's day may turn before the gateway's).
  */
 import { randomUUID } from "node:crypto";
 import { ExchangeError } from "../../../src/client";
@@ -13,6 +18,7 @@ import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallR
 import { Backoff, type BackoffOptions } from "../backoff";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
+import { NO_MEDIA, type MediaSet } from "./media";
 
 export const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
 export const BATCH_BYTES = 1_500_000;
@@ -24,6 +30,7 @@ const CLOSING_RETRY_MS = 500;
 
 export type ShipperOptions = {
   post: (batch: CallBatch) => Promise<CallBatchResponse>;
+  putMedia: (sha256: string, data: string) => Promise<unknown>;
   clock: Clock;
   logger: Logger;
   backoff: BackoffOptions;
@@ -33,7 +40,15 @@ export type ShipperOptions = {
   lingerMs?: number;
 };
 
-type Queued = { record: CallRecord; bytes: number; at: number };
+type Queued = { record: CallRecord; bytes: number; at: number; media: MediaSet };
+
+/** Media remembered as uploaded: far more than the screenshots of the episodes live at once. */
+const MAX_UPLOADED_MEDIA = 10_000;
+
+const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+
+/** A batch and the media its records refer to. */
+type Outgoing = { batch: CallBatch; media: Map<string, string> };
 
 export type ShipperStats = { queued: number; queuedBytes: number; sent: number; duplicates: number; dropped: number; refused: number };
 
@@ -53,6 +68,8 @@ export class CallShipper {
   private readonly stopper = new AbortController();
   private readonly backoff: Backoff;
   private inFlight: CallBatch | null = null;
+  /** Media uploaded, each with the UTC day it was: uploaded again on another day. Oldest first out. */
+  private readonly uploaded = new Map<string, string>();
 
   constructor(private readonly o: ShipperOptions) {
     this.backoff = new Backoff(o.backoff);
@@ -65,9 +82,11 @@ export class CallShipper {
     return this.o.batchBytes ?? BATCH_BYTES;
   }
 
-  enqueue(record: CallRecord, bytes: number): void {
+  /** `bytes` is the record's; its media's are counted in the queue's bound too. */
+  enqueue(record: CallRecord, bytes: number, media: MediaSet = NO_MEDIA): void {
     if (this.stopper.signal.aborted) return;
-    this.queue.push({ record, bytes, at: this.o.clock.now() });
+    for (const data of media.values()) bytes += data.length;
+    this.queue.push({ record, bytes, at: this.o.clock.now(), media });
     this.queuedBytes += bytes;
     const max = this.o.maxQueueBytes ?? DEFAULT_QUEUE_BYTES;
     while (this.queuedBytes > max && this.queue.length > 0) {
@@ -120,14 +139,16 @@ export class CallShipper {
         await this.o.clock.sleep(wait, AbortSignal.any([this.wake.signal, this.stopper.signal]));
         continue;
       }
-      this.inFlight = this.takeBatch();
-      await this.send(this.inFlight);
+      const out = this.takeBatch();
+      this.inFlight = out.batch;
+      await this.send(out);
       this.inFlight = null;
     }
   }
 
-  private takeBatch(): CallBatch {
+  private takeBatch(): Outgoing {
     const calls: CallRecord[] = [];
+    const media = new Map<string, string>();
     let bytes = 0;
     while (this.queue.length > 0 && calls.length < this.batchCalls) {
       const next = this.queue[0] as Queued;
@@ -136,21 +157,39 @@ export class CallShipper {
       this.queuedBytes -= next.bytes;
       bytes += next.bytes;
       calls.push(next.record);
+      for (const [d, data] of next.media) media.set(d, data);
     }
-    return { batch_id: randomUUID().replaceAll("-", ""), calls };
+    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media };
   }
 
-  private async send(batch: CallBatch): Promise<void> {
+  /** Uploads the media not uploaded today. */
+  private async upload(media: ReadonlyMap<string, string>): Promise<void> {
+    for (const [d, data] of media) {
+      const today = utcDay(this.o.clock.now());
+      if (this.uploaded.get(d) === today) continue;
+      await this.o.putMedia(d, data);
+      this.uploaded.delete(d);
+      this.uploaded.set(d, today);
+      if (this.uploaded.size > MAX_UPLOADED_MEDIA) this.uploaded.delete(this.uploaded.keys().next().value as string);
+    }
+  }
+
+  private async send(out: Outgoing): Promise<void> {
+    const batch = out.batch;
     for (;;) {
       if (this.stopper.signal.aborted) return;
       try {
+        await this.upload(out.media);
         const r = await this.o.post(batch);
         this.stats.sent += r.recorded;
         this.stats.duplicates += r.duplicates;
         this.backoff.reset();
         return;
       } catch (e) {
-        if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
+        if (e instanceof ExchangeError && e.status === 409 && e.code === "media_missing") {
+          // The exchange's day is not the one they were uploaded on: upload them again, then the batch.
+          for (const d of out.media.keys()) this.uploaded.delete(d);
+        } else if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
           return;

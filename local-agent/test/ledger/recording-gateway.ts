@@ -8,14 +8,17 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { Gateway } from "../../src/gateway/server";
 import { fixedSecret } from "../../src/gateway/secret";
 import { CallRecorder } from "../../src/ledger/recorder";
+import type { MediaSet } from "../../src/ledger/media";
 import { silentLogger, type Logger } from "../../src/log";
 import { waitUntil } from "../support/wait";
 
-export type RecordingGateway = { url: string; gateway: Gateway; records: CallRecord[] };
+/** `media`: what each record was handed to the shipper with (by call id), the media its messages refer to. */
+export type RecordingGateway = { url: string; gateway: Gateway; records: CallRecord[]; media: Map<string, MediaSet> };
 
 export async function recordingGateway(secret: string, dialect: "vllm" | "sglang", logger: Logger = silentLogger): Promise<RecordingGateway> {
   const records: CallRecord[] = [];
-  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r) => records.push(r), logger: silentLogger });
+  const media = new Map<string, MediaSet>();
+  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r, _bytes, m) => (media.set(r.call_id, m), records.push(r)), logger: silentLogger });
   const gateway = new Gateway({
     host: "127.0.0.1",
     port: 0,
@@ -27,7 +30,7 @@ export async function recordingGateway(secret: string, dialect: "vllm" | "sglang
     sessionPath: false,
     ledger: { recorder, tokenDialect: dialect },
   });
-  return { url: await gateway.listen(), gateway, records };
+  return { url: await gateway.listen(), gateway, records, media };
 }
 
 /** The call's context as the Worker signs it into the envelope. */

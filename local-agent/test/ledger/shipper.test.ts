@@ -4,9 +4,9 @@
  * Worker's side), with the manual clock: batch limits, retries that keep the batch id, refusals,
  * the queue's bound and the flush on close.
  */
-import { randomUUID } from "node:crypto";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { EngineClient } from "../../../src/client";
+import { createHash, randomUUID } from "node:crypto";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { EngineClient, ExchangeError } from "../../../src/client";
 import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
 import { CallShipper, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
@@ -20,6 +20,9 @@ type Answer = { status: number; headers?: Record<string, string>; body: unknown 
 
 let server: TestServer;
 let received: Received[];
+/** Media uploaded (PUT agent/media/<sha256>), and every request's kind in order. */
+let media: { sha256: string; data: string }[];
+let order: string[];
 let script: Answer[];
 let clock: ManualClock;
 let logger: MemoryLogger;
@@ -27,10 +30,22 @@ let shipper: CallShipper;
 
 beforeEach(async () => {
   received = [];
+  media = [];
+  order = [];
   script = [];
   const recorded = new Set<string>();
   server = await serveHttp(async (req, res) => {
+    if (req.method === "PUT") {
+      const { data } = JSON.parse(await bodyText(req)) as { data: string };
+      const sha256 = (req.url ?? "").split("/").at(-1) ?? "";
+      // Kept in the order received with the batches, to tell which came first.
+      order.push(`media ${sha256.slice(0, 8)}`);
+      media.push({ sha256, data });
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ sha256, bytes: Buffer.byteLength(data) }));
+      return;
+    }
     const batch = CallBatch.parse(JSON.parse(await bodyText(req)));
+    order.push(`batch ${batch.calls.length}`);
     received.push({ batch, authorization: req.headers.authorization, path: req.url ?? "" });
     const next = script.shift();
     if (next !== undefined) {
@@ -52,7 +67,7 @@ afterEach(async () => {
 
 function start(over: Partial<ShipperOptions> = {}): void {
   const client = new EngineClient({ baseUrl: `${server.origin}/e/eng`, token: "trainer-token" });
-  shipper = new CallShipper({ post: (b) => client.postCalls(b), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 }, ...over });
+  shipper = new CallShipper({ post: (b) => client.postCalls(b), putMedia: (d, data) => client.putMedia(d, data), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 }, ...over });
 }
 
 function record(content = "ok"): CallRecord {
@@ -152,7 +167,7 @@ describe("ledger shipper", () => {
     await server.close();
     const client = new EngineClient({ baseUrl: `http://127.0.0.1:${port}/e/eng`, token: "t" });
     let tries = 0;
-    shipper = new CallShipper({ post: (b) => (tries++, client.postCalls(b)), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
+    shipper = new CallShipper({ post: (b) => (tries++, client.postCalls(b)), putMedia: (d, data) => client.putMedia(d, data), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
     enqueue(record());
     await clock.advance(1000);
     await waitUntil(() => clock.pending.includes(100), "the backoff after a refused connection");
@@ -220,5 +235,67 @@ describe("ledger shipper", () => {
     expect(received.map((r) => ids(r.batch))).toEqual([[queued.call_id], [queued.call_id]]);
     expect(shipper.status.sent).toBe(1);
     expect(logger.lines.join("\n")).not.toContain("not sent");
+  });
+
+  describe("media taken out of records", () => {
+    const shot = (n: number): [string, string] => {
+      const data = `data:image/png;base64,${"QUJD".repeat(n)}`;
+      return [createHash("sha256").update(data).digest("hex"), data];
+    };
+
+    it("uploads each medium before the batch that refers to it, once a UTC day, and again the next day", async () => {
+      start();
+      const [a, dataA] = shot(5000);
+      const [b, dataB] = shot(6000);
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      shipper.enqueue(record(), 100, new Map([[a, dataA], [b, dataB]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 2, "the first batch");
+      expect(order).toEqual([`media ${a.slice(0, 8)}`, `media ${b.slice(0, 8)}`, "batch 2"]);
+      expect(media).toEqual([{ sha256: a, data: dataA }, { sha256: b, data: dataB }]);
+      // The same medium in a later batch of the day: not uploaded again.
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 3, "the second batch");
+      expect(media).toHaveLength(2);
+      // A day later: the exchange keeps media under the day of the batches naming them.
+      await clock.advance(24 * 3600 * 1000);
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 4, "the next day's batch");
+      expect(media.map((m) => m.sha256)).toEqual([a, b, a]);
+      expect(order.at(-2)).toBe(`media ${a.slice(0, 8)}`);
+    });
+
+    it("uploads a batch's media again when the exchange answers 409 media_missing, then sends the same batch", async () => {
+      start();
+      const [a, dataA] = shot(5000);
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 1, "the first batch");
+      script = [{ status: 409, body: { error: "media_missing", detail: `The batch refers to media not stored today (${a})` } }];
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => received.length === 2, "the refused batch");
+      await waitUntil(() => clock.pending.length > 0, "the backoff");
+      await clock.advance(2000);
+      await waitUntil(() => shipper.status.sent === 2, "the batch sent again");
+      expect(order).toEqual([`media ${a.slice(0, 8)}`, "batch 1", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
+      expect(received[1]!.batch.batch_id).toBe(received[2]!.batch.batch_id);
+      expect(shipper.status).toMatchObject({ refused: 0 });
+    });
+
+    it("drops a batch whose medium the exchange refuses (a 4xx other than 409), saying why, and goes on", async () => {
+      start();
+      const [a, dataA] = shot(5000);
+      const put = vi.fn(() => Promise.reject(new ExchangeError(422, "media_hash_mismatch", "not that medium")));
+      const client = new EngineClient({ baseUrl: `${server.origin}/e/eng`, token: "trainer-token" });
+      shipper = new CallShipper({ post: (b) => client.postCalls(b), putMedia: put, clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.refused === 1, "the refusal");
+      expect(received).toHaveLength(0);
+      expect(logger.lines.join("\n")).toContain("media_hash_mismatch");
+    });
   });
 });
