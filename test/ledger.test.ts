@@ -605,6 +605,27 @@ describe("trajectory ledger", () => {
     expect((await raw(`/e/${e.name}/trajectories/export?format=csv`, { token: e.tokens.viewer })).status).toBe(422);
   });
 
+  it("says an export line it cannot read is the exchange's answer (ExchangeError), not a bare parse error", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e, "c");
+    await endAndFlush(e, c, 1);
+    // The same exchange one version newer (an outcome this client does not know), and a line that is no JSON.
+    const served = (edit: (line: string) => string) =>
+      new LedgerClient({
+        baseUrl: `${ORIGIN}/e/${e.name}`,
+        token: e.tokens.viewer,
+        fetch: async (input, init) => new Response(edit(await (await workerFetch(input, init)).text()), { status: 200 }),
+      });
+    const first = async (client: LedgerClient) => {
+      for await (const t of client.export()) return t;
+      return null;
+    };
+    await expect(first(served((l) => l.replace('"outcome":"ended"', '"outcome":"expired"')))).rejects.toMatchObject({ name: "ExchangeError", status: 200, code: "unreadable_answer", detail: expect.stringContaining("outcome") });
+    await expect(first(served(() => "<html>a proxy's page</html>\n"))).rejects.toMatchObject({ name: "ExchangeError", code: "bad_response" });
+    expect(await first(served((l) => l))).toMatchObject({ episode_uuid: c.episode, outcome: "ended" });
+  });
+
   it("answers 404 for a trajectory it does not have", async () => {
     const e = await createEngine();
     const v = ledgerOf(e, "viewer");

@@ -65,8 +65,13 @@ export async function requestJson<S extends z.ZodType>(
     const err = ErrorResponse.safeParse(json);
     throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail, retryAfter) : new ExchangeError(res.status, "http_error", text.slice(0, 500), retryAfter);
   }
+  return readAnswer(schema, json, res.status, url);
+}
+
+/** `json`, a 2xx answer from `url`, read with `schema`: an ExchangeError UNREADABLE_ANSWER when it does not fit. */
+export function readAnswer<S extends z.ZodType>(schema: S, json: unknown, status: number, url: string): z.output<S> {
   const read = schema.safeParse(json);
-  if (!read.success) throw unreadableAnswer(res.status, url, read.error);
+  if (!read.success) throw unreadableAnswer(status, url, read.error);
   return read.data;
 }
 

@@ -12,7 +12,7 @@ import {
   type TrajectoryListQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
-import { ExchangeError, queryString, requestJson, type FetchLike } from "./http";
+import { ExchangeError, queryString, readAnswer, requestJson, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
@@ -64,7 +64,8 @@ export class LedgerClient {
   /** Every trajectory the filters pass, newest first, parsed a line at a time as it streams in. */
   async *export(q: z.input<typeof TrajectoryExportQuery> = {}): AsyncGenerator<Trajectory> {
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
-    const res = await this.fetchFn(`${this.base}/trajectories/export${queryString({ format: "jsonl", ...(q as Query) })}`, { headers });
+    const url = `${this.base}/trajectories/export${queryString({ format: "jsonl", ...(q as Query) })}`;
+    const res = await this.fetchFn(url, { headers });
     if (!res.ok || res.body === null) {
       throw refusalOf(res.status, await res.text(), "export_failed");
     }
@@ -76,12 +77,23 @@ export class LedgerClient {
       while ((nl = pending.indexOf("\n")) >= 0) {
         const line = pending.slice(0, nl);
         pending = pending.slice(nl + 1);
-        if (line !== "") yield Trajectory.parse(JSON.parse(line));
+        if (line !== "") yield exportedLine(line, url);
       }
     }
     pending += decoder.decode();
-    if (pending.trim() !== "") yield Trajectory.parse(JSON.parse(pending));
+    if (pending.trim() !== "") yield exportedLine(pending, url);
   }
+}
+
+/** One line of an export, as ExchangeErrors when it is no JSON (bad_response) or not a trajectory this client reads (UNREADABLE_ANSWER). */
+function exportedLine(line: string, url: string): Trajectory {
+  let json: unknown;
+  try {
+    json = JSON.parse(line);
+  } catch {
+    throw new ExchangeError(200, "bad_response", `expected a JSON line from ${url}, got: ${line.slice(0, 200)}`);
+  }
+  return readAnswer(Trajectory, json, 200, url);
 }
 
 /** The error an answer that is not 2xx stands for: its JSON's code and detail, or its text. */
