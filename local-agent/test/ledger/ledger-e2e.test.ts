@@ -10,59 +10,19 @@
  * (text, or token ids), reads back with each call's whole prompt, in the export too. The operator
  * switching capture mid-claim (off, messages, tokens) never splices a completion in as prompt.
  */
-import { randomUUID } from "node:crypto";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
-import { AdminClient, EngineClient, LedgerClient } from "../../../src/client";
-import { runAgent, testConfig } from "../support/agent-harness";
+import { describe, expect, it } from "vitest";
 import { bodyText, serveHttp } from "../support/http-server";
-import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
 import type { CaptureMode } from "../../../src/protocol/ledger";
-import { logprobOf, startTokenModel, type Served, type TokenModel } from "./token-model";
+import { ledgerWorld } from "./ledger-world";
+import { logprobOf, startTokenModel, type Served } from "./token-model";
 
-const ADMIN = "ledger-e2e-admin";
-let ex: LocalExchange;
-let vllm: TokenModel;
-let dir: ReturnType<typeof tempDir>;
-const cleanups: Array<() => unknown> = [];
-
-beforeAll(async () => {
-  vllm = await startTokenModel("vllm");
-  ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "ledger-e2e-claim-secret" });
-});
-afterAll(async () => {
-  await ex?.stop();
-  await vllm?.close();
-});
-beforeEach(() => {
-  dir = tempDir();
-});
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-  dir.remove();
-});
-
-type Role = "operator" | "trainer" | "client" | "viewer";
+const world = ledgerWorld("ledger-e2e", () => startTokenModel("vllm"), (vllm) => `${vllm.url}/v1`);
+const { cleanups } = world;
 
 /** A fresh engine capturing tokens, its agent's gateway in front of the vLLM-shaped server (unless told otherwise), one claim. */
-async function setup(opts: { upstream?: string; capture?: "messages" | "tokens" } = {}) {
-  const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine(`ledger-${randomUUID().slice(0, 8)}`);
-  const base = `${ex.url}/e/${created.engine}`;
-  const tokens = created.tokens as Record<Role, string>;
-  const role = (r: Role) => new EngineClient({ baseUrl: base, token: tokens[r] });
-  const ledger = (r: Role) => new LedgerClient({ baseUrl: base, token: tokens[r] });
-  await ledger("operator").configure({ capture: opts.capture ?? "tokens" });
-  const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
-  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: opts.upstream ?? `${vllm.url}/v1`, tokenDialect: "vllm" }));
-  cleanups.push(() => agent.stop());
-  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
-  await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 7 });
-  await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: `${vllm.url}/v1`, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
-  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
-  expect(claim.success).toBe(true);
-  return { claim, role, ledger };
-}
+const setup = (opts: { upstream?: string; capture?: "messages" | "tokens" } = {}) =>
+  world.claimed({ engine: "ledger", capture: opts.capture ?? "tokens", upstream: opts.upstream, agent: { tokenDialect: "vllm" }, weightVersion: 7, discardEpisodeTimeout: 60 });
 
 type Chat = { message: Record<string, unknown>; raw: Record<string, unknown> | null };
 
@@ -106,7 +66,7 @@ const tools = [{ type: "function", function: { name: "lookup", parameters: { typ
 
 describe("trajectory ledger, end to end", () => {
   it("records three relayed turns with a tool call, and gives back the exact tokens, loss mask and logprobs", async () => {
-    const { claim, role, ledger } = await setup();
+    const { claim, ledger, end, recorded } = await setup();
     const messages: Record<string, unknown>[] = [
       { role: "system", content: "Be brief." },
       { role: "user", content: "tool:weather" },
@@ -125,13 +85,10 @@ describe("trajectory ledger, end to end", () => {
     // The client asked for logprobs this time, and gets them.
     expect((third.raw?.["choices"] as Record<string, unknown>[])[0]?.["logprobs"]).toBeDefined();
 
-    expect((await role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } })).success).toBe(true);
+    expect((await end()).success).toBe(true);
     // The agent ships its records within a second; the engine's outbox writes the trajectory row.
     const v = ledger("viewer");
-    const t = await waitUntil(async () => {
-      const got = await v.trajectory("ep-1").catch(() => null);
-      return got !== null && got.outcome === "ended" && got.calls.length === 3 ? got : null;
-    }, "the trajectory with its three calls");
+    const t = await recorded(3, "the trajectory with its three calls", { ended: true });
 
     expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends", "extends"]);
     expect(t.calls.map((c) => c.tokens?.splice)).toEqual(["first", "extends", "extends"]);
@@ -141,7 +98,7 @@ describe("trajectory ledger, end to end", () => {
     expect(t.calls[2]?.tools).toEqual(tools);
 
     // Exactly what the server served: the first prompt, then each completion and the prompt tokens between turns.
-    const served = vllm.served.slice(-3);
+    const served = world.model.served.slice(-3);
     expect(served).toHaveLength(3);
     const [s1, s2, s3] = served as [(typeof served)[0], (typeof served)[0], (typeof served)[0]];
     const between = (s: typeof s1, before: number[]) => s.prompt.slice(before.length);
@@ -164,16 +121,13 @@ describe("trajectory ledger, end to end", () => {
   });
 
   it("says where the server re-tokenized the history, instead of splicing it", async () => {
-    const { claim, ledger } = await setup();
+    const { claim, recorded } = await setup();
     const messages: Record<string, unknown>[] = [{ role: "user", content: "hello" }];
     const first = await chat(claim, { model: "policy", messages });
     messages.push(first.message, { role: "user", content: "again" });
     // "drift" renders earlier assistant turns with an extra token, as a changed chat template would.
     await chat(claim, { model: "drift", messages });
-    const t = await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.calls.length === 2 ? got : null;
-    }, "the two calls recorded");
+    const t = await recorded(2, "the two calls recorded");
     expect(t.outcome).toBeNull();
     expect(t.calls.map((c) => c.messages_splice)).toEqual(["first", "extends"]);
     expect(t.calls.map((c) => c.tokens?.splice)).toEqual(["first", "rewritten"]);
@@ -181,7 +135,7 @@ describe("trajectory ledger, end to end", () => {
   });
 
   it("leaves a stream that broke mid-answer out of the training sequence, which the client's retry continues", async () => {
-    const { claim, ledger } = await setup();
+    const { claim, recorded } = await setup();
     const messages: Record<string, unknown>[] = [{ role: "user", content: "hello" }];
     const first = await chat(claim, { model: "policy", messages });
     messages.push(first.message, { role: "user", content: "again" });
@@ -193,21 +147,18 @@ describe("trajectory ledger, end to end", () => {
     });
     expect(await res.text().catch((e: unknown) => String(e))).toContain("upstream_stream_broken");
     await chat(claim, { model: "policy", messages });
-    const t = await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.calls.length === 3 ? got : null;
-    }, "the three calls recorded");
+    const t = await recorded(3, "the three calls recorded");
     expect(t.calls.map((c) => [c.status, c.error?.split(":")[0] ?? null])).toEqual([
       [200, null],
       [200, "upstream_stream_broken"],
       [200, null],
     ]);
-    const [s1, , s3] = vllm.served.slice(-3) as [(typeof vllm.served)[0], (typeof vllm.served)[0], (typeof vllm.served)[0]];
+    const [s1, , s3] = world.model.served.slice(-3) as [Served, Served, Served];
     expect(s3.prompt.slice(0, s1.prompt.length + s1.completion.length)).toEqual([...s1.prompt, ...s1.completion]);
     expect(t.training).toMatchObject({ tokens: [...s3.prompt, ...s3.completion], drift_at_call: null });
   });
   it("gives back each /v1/completions call's whole prompt, stored as what it added to the call before", async () => {
-    const { claim, ledger } = await setup();
+    const { claim, recorded } = await setup();
     const prompts: string[] = [];
     let prompt = "You are an agent.";
     for (const observation of ["\nObservation: a door.", "\nObservation: a key.", "\nObservation: a room."]) {
@@ -222,17 +173,14 @@ describe("trajectory ledger, end to end", () => {
       expect(res.status, text).toBe(200);
       prompt += (JSON.parse(text) as { choices: { text: string }[] }).choices[0]!.text;
     }
-    const t = await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.calls.length === 3 ? got : null;
-    }, "the three calls recorded");
+    const t = await recorded(3, "the three calls recorded");
     expect(t.calls.map((c) => c.params["prompt"])).toEqual(prompts);
     expect(t.calls.map((c) => c.params["max_tokens"])).toEqual([16, 16, 16]);
     expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
   });
 
   it("gives back each /v1/completions call's whole prompt of token ids, byte for byte, in the trajectory and the export", async () => {
-    const { claim, role, ledger } = await setup();
+    const { claim, ledger, end, recorded } = await setup();
     const sent: string[] = [];
     let prompt: number[] = [7, 8, 9];
     for (const observation of [[11, 12], [13], [14, 15, 16]]) {
@@ -248,15 +196,12 @@ describe("trajectory ledger, end to end", () => {
       expect(res.status, text).toBe(200);
       prompt = [...prompt, ...(JSON.parse(text) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids];
     }
-    const t = await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.calls.length === 3 ? got : null;
-    }, "the three calls recorded");
+    const t = await recorded(3, "the three calls recorded");
     expect(t.calls.map((c) => JSON.stringify(c.params))).toEqual(sent);
     expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false]);
     expect(t.training).toMatchObject({ tokens: prompt, drift_at_call: null });
 
-    expect((await role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } })).success).toBe(true);
+    expect((await end()).success).toBe(true);
     const exported = await waitUntil(async () => {
       const all = [];
       for await (const x of ledger("viewer").export()) all.push(x);
@@ -283,13 +228,8 @@ describe("trajectory ledger, end to end", () => {
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "chatcmpl-x", object: "chat.completion", created: 1, model: r.model, choices, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }));
     });
     cleanups.push(() => upstream.close());
-    const { claim, ledger } = await setup({ upstream: `${upstream.origin}/v1`, capture: "messages" });
+    const { claim, recorded } = await setup({ upstream: `${upstream.origin}/v1`, capture: "messages" });
     cleanups.push(() => release());
-    const v = ledger("viewer");
-    const calls = async (n: number) => {
-      const got = await v.trajectory("ep-1").catch(() => null);
-      return got !== null && got.calls.length === n ? got : null;
-    };
 
     const messages: Record<string, unknown>[] = [
       { role: "system", content: "Be brief." },
@@ -305,14 +245,14 @@ describe("trajectory ledger, end to end", () => {
       body: JSON.stringify({ model: "bad", messages }),
     });
     expect(refused.status).toBe(400);
-    await waitUntil(() => calls(1), "B's record stored");
+    await recorded(1, "B's record stored");
     release();
     const answerA = await a;
     // C continues A's answer.
     const messagesC = [...messages, answerA.message, { role: "user", content: "again" }];
     await chat(claim, { model: "policy", messages: messagesC });
 
-    const t = await waitUntil(() => calls(3), "the three calls recorded");
+    const t = await recorded(3, "the three calls recorded");
     expect(t.calls.map((c) => [c.model, c.status])).toEqual([
       ["slow", 200],
       ["bad", 400],
@@ -327,26 +267,21 @@ describe("trajectory ledger, end to end", () => {
 describe("trajectory ledger, capture switched mid-claim", () => {
   /** A claim on an engine capturing `initial`; `capture` switches it; `recorded(n)` waits for the claim's n calls. */
   async function switching(initial: "messages" | "tokens", upstream?: string) {
-    const { claim, ledger } = await setup({ capture: initial, ...(upstream === undefined ? {} : { upstream }) });
+    const { claim, ledger, recorded } = await setup({ capture: initial, ...(upstream === undefined ? {} : { upstream }) });
     const capture = (c: CaptureMode) => ledger("operator").configure({ capture: c });
-    const recorded = (n: number) =>
-      waitUntil(async () => {
-        const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-        return got !== null && got.calls.length === n ? got : null;
-      }, `${n} calls recorded`);
-    return { claim, capture, recorded };
+    return { claim, capture, recorded: (n: number) => recorded(n, `${n} calls recorded`) };
   }
 
   /** Three turns; `before2`/`before3` run before the second/third. What the server served for each, and the last call's messages. */
   async function threeTurnsSwitching(claim: { openai_base_url: string; openai_api_key: string }, before2: () => Promise<unknown>, before3: () => Promise<unknown>) {
     const messages: Record<string, unknown>[] = [{ role: "user", content: "one" }];
-    const from = vllm.served.length;
+    const from = world.model.served.length;
     messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "two" });
     await before2();
     messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "three" });
     await before3();
     await chat(claim, { model: "policy", messages });
-    const served = vllm.served.slice(from);
+    const served = world.model.served.slice(from);
     expect(served).toHaveLength(3);
     return { served: served as [Served, Served, Served], messages };
   }
@@ -441,13 +376,13 @@ describe("trajectory ledger, capture switched mid-claim", () => {
         return;
       }
       const path = (req.url ?? "").replace(/^\/v1/, "");
-      const got = await fetch(`${vllm.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
+      const got = await fetch(`${world.model.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
       res.writeHead(got.status, { "content-type": got.headers.get("content-type") ?? "application/json" }).end(Buffer.from(await got.arrayBuffer()));
     });
     cleanups.push(() => upstream.close());
     const { claim, recorded } = await switching("tokens", `${upstream.origin}/v1`);
     const messages: Record<string, unknown>[] = [{ role: "user", content: "one" }];
-    const from = vllm.served.length;
+    const from = world.model.served.length;
     messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "two" });
     const failed = await fetch(`${claim.openai_base_url}/chat/completions`, {
       method: "POST",
@@ -458,7 +393,7 @@ describe("trajectory ledger, capture switched mid-claim", () => {
     await failed.text();
     messages.push((await chat(claim, { model: "policy", messages })).message, { role: "user", content: "three" });
     await chat(claim, { model: "policy", messages });
-    const [s1, s2, s3] = vllm.served.slice(from) as [Served, Served, Served];
+    const [s1, s2, s3] = world.model.served.slice(from) as [Served, Served, Served];
     const t = await recorded(4);
     expect(t.calls.map((c) => c.status >= 500)).toEqual([false, true, false, false]);
     expect(t.calls.map((c) => c.prefix_missing)).toEqual([false, false, false, false]);

@@ -5,23 +5,14 @@
  * with the media fetched back is exactly what the client sent, in the trajectory and the export,
  * and a long episode exports a call at a time (docs/ledger.md, "Media").
  */
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
-import { AdminClient, EngineClient, LedgerClient } from "../../../src/client";
+import { describe, expect, it } from "vitest";
 import { mediaRefsOf } from "../../../src/ledger/media-refs";
 import type { TrajectoryCall } from "../../../src/protocol/ledger";
-import { runAgent, testConfig } from "../support/agent-harness";
-import { serveHttp, type TestServer } from "../support/http-server";
-import { tempDir } from "../support/temp";
-import { waitUntil } from "../support/wait";
+import { serveHttp } from "../support/http-server";
+import { ledgerWorld } from "./ledger-world";
 
-const ADMIN = "media-e2e-admin";
-let ex: LocalExchange;
-let model: TestServer;
-let dir: ReturnType<typeof tempDir>;
-const cleanups: Array<() => unknown> = [];
 /** The body of every request the model got, as text. */
 const received: string[] = [];
 
@@ -38,46 +29,10 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content: "click" }, finish_reason: "stop" }], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "media-e2e-claim-secret" });
-});
-afterAll(async () => {
-  await ex?.stop();
-  await model?.close();
-});
-beforeEach(() => {
-  dir = tempDir();
-});
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-  dir.remove();
-});
-
-type Role = "operator" | "trainer" | "client" | "viewer";
+const world = ledgerWorld("media-e2e", () => serveHttp(answer), (model) => `${model.origin}/v1`);
 
 async function setup() {
-  const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine(`media-${randomUUID().slice(0, 8)}`);
-  const base = `${ex.url}/e/${created.engine}`;
-  const tokens = created.tokens as Record<Role, string>;
-  const role = (r: Role) => new EngineClient({ baseUrl: base, token: tokens[r] });
-  const ledger = (r: Role) => new LedgerClient({ baseUrl: base, token: tokens[r] });
-  await ledger("operator").configure({ capture: "messages" });
-  const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
-  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: `${model.origin}/v1` }));
-  cleanups.push(() => agent.stop());
-  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
-  await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 1 });
-  await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: `${model.origin}/v1`, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
-  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 600 });
-  expect(claim.success).toBe(true);
-  /** The export as text, a chunk at a time as it arrives. */
-  const exportText = async (): Promise<string> => {
-    const res = await fetch(`${base}/trajectories/export?format=jsonl`, { headers: { authorization: `Bearer ${tokens.viewer}` } });
-    expect(res.status).toBe(200);
-    return await res.text();
-  };
-  const end = () => role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } });
+  const { claim, ledger, exportText, end, recorded } = await world.claimed({ engine: "media", capture: "messages", weightVersion: 1, discardEpisodeTimeout: 600 });
   /** One relayed call with `messages`; the answer's message. */
   const send = async (messages: unknown[], stream = false): Promise<unknown> => {
     const text = JSON.stringify({ model: "policy", messages, ...(stream ? { stream } : {}) });
@@ -88,11 +43,7 @@ async function setup() {
     if (stream) return null;
     return (JSON.parse(got) as { choices: { message: unknown }[] }).choices[0]!.message;
   };
-  const ended = async (calls: number) =>
-    waitUntil(async () => {
-      const t = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return t !== null && t.outcome === "ended" && t.calls.length === calls ? t : null;
-    }, `the ${calls} calls recorded`, 60_000);
+  const ended = async (calls: number) => recorded(calls, `the ${calls} calls recorded`, { ended: true, timeoutMs: 60_000 });
   return { ledger, exportText, end, send, ended };
 }
 

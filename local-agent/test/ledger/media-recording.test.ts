@@ -7,30 +7,17 @@
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { CallRecord } from "../../../src/protocol/ledger";
 import { inlineMedia, mediaRef } from "../../../src/ledger/media-refs";
-import { envelope, post } from "../gateway/envelope";
-import { serveHttp, type TestServer } from "../support/http-server";
-import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
-
-const SECRET = "media-recording-secret";
-let model: TestServer;
-let gw: RecordingGateway;
+import { recordingGatewayOnModel } from "./recording-gateway";
 
 async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> {
   for await (const _ of req) void _;
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content: "click(10, 20)" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  gw = await recordingGateway(SECRET, "vllm");
-});
-afterAll(async () => {
-  await gw?.gateway.close();
-  await model?.close();
-});
+const recording = recordingGatewayOnModel("media-recording-secret", answer);
 
 const dataUrl = (raw: number): string => `data:image/png;base64,${randomBytes(raw).toString("base64")}`;
 const sha = (s: string): string => createHash("sha256").update(s, "utf8").digest("hex");
@@ -44,10 +31,10 @@ async function episode(first: unknown[], turns: number): Promise<{ records: Call
   const sent: unknown[][] = [];
   for (let i = 0; i < turns; i++) {
     sent.push([...messages]);
-    const env = envelope({ episode_uuid: ep, trainer_base_url: `${model.origin}/v1`, request: { model: "tiny", messages: [...messages] }, call: callContext("messages") });
-    const r = await post(gw.url, env, SECRET);
+    const env = recording.call(ep, { model: "tiny", messages: [...messages] }, "messages");
+    const r = await recording.post(env);
     expect(r.status).toBe(200);
-    records.push(await recordOf(gw, env));
+    records.push(await recording.recordOf(env));
     messages.push((JSON.parse(r.text) as { choices: { message: unknown }[] }).choices[0]!.message, { role: "user", content: `turn ${i}` });
   }
   return { records, sent };
@@ -67,10 +54,10 @@ describe("ledger media: the recorder", () => {
     ]);
     // The first record refers to the screenshot; only it carries the screenshot, once.
     expect(records[0]!.body.messages[1]).toEqual({ role: "user", content: [{ type: "text", text: "look" }, { type: "image_url", image_url: { url: mediaRef(sha(url)), detail: "high" } }] });
-    expect(records.map((r) => [...(gw.media.get(r.call_id)?.keys() ?? [])])).toEqual([[sha(url)], [], [], []]);
-    expect(gw.media.get(records[0]!.call_id)!.get(sha(url)) === url).toBe(true);
+    expect(records.map((r) => [...(recording.gw.media.get(r.call_id)?.keys() ?? [])])).toEqual([[sha(url)], [], [], []]);
+    expect(recording.gw.media.get(records[0]!.call_id)!.get(sha(url)) === url).toBe(true);
     // The screenshot put back gives the first call's messages exactly.
-    expect(JSON.stringify(inlineMedia(records[0]!.body.messages, gw.media.get(records[0]!.call_id)!)) === JSON.stringify(sent[0])).toBe(true);
+    expect(JSON.stringify(inlineMedia(records[0]!.body.messages, recording.gw.media.get(records[0]!.call_id)!)) === JSON.stringify(sent[0])).toBe(true);
     const stored = records.reduce((n, r) => n + bodyBytes(r), 0);
     expect(stored, `${stored} bytes of records for 4 calls`).toBeLessThan(2000);
   });
@@ -80,7 +67,7 @@ describe("ledger media: the recorder", () => {
     const lookalike = `${mediaRef("0".repeat(64))}`;
     const { records } = await episode([{ role: "user", content: [{ type: "text", text: lookalike }, { type: "image_url", image_url: { url: small } }] }], 1);
     const r = records[0]!;
-    const media = gw.media.get(r.call_id)!;
+    const media = recording.gw.media.get(r.call_id)!;
     expect([...media.keys()]).toEqual([sha(lookalike)]);
     expect(r.body.messages).toEqual([{ role: "user", content: [{ type: "text", text: mediaRef(sha(lookalike)) }, { type: "image_url", image_url: { url: small } }] }]);
     expect(inlineMedia(r.body.messages, media)).toEqual([{ role: "user", content: [{ type: "text", text: lookalike }, { type: "image_url", image_url: { url: small } }] }]);
@@ -90,7 +77,7 @@ describe("ledger media: the recorder", () => {
     const audio = randomBytes(40_000).toString("base64");
     const { records } = await episode([{ role: "user", content: [{ type: "input_audio", input_audio: { data: audio, format: "wav" } }] }], 2);
     expect(records[0]!.body.messages).toEqual([{ role: "user", content: [{ type: "input_audio", input_audio: { data: mediaRef(sha(audio)), format: "wav" } }] }]);
-    expect(records.map((r) => gw.media.get(r.call_id)!.size)).toEqual([1, 0]);
+    expect(records.map((r) => recording.gw.media.get(r.call_id)!.size)).toEqual([1, 0]);
     expect(records[1]!.body.prefix).not.toBeNull();
   });
 });

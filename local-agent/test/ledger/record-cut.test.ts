@@ -6,15 +6,10 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { headOf } from "../../../src/protocol/limits";
-import { envelope, post } from "../gateway/envelope";
-import { bodyText, serveHttp, type TestServer } from "../support/http-server";
-import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
-
-const SECRET = "record-cut-secret";
-let model: TestServer;
-let gw: RecordingGateway;
+import { bodyText } from "../support/http-server";
+import { recordingGatewayOnModel } from "./recording-gateway";
 
 /** Shown as escapes: the test's report cannot carry a lone surrogate. */
 const shown = (s: string): string => JSON.stringify(s).replace(/[\ud800-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
@@ -33,24 +28,17 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: "length" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  gw = await recordingGateway(SECRET, "vllm");
-});
-afterAll(async () => {
-  await gw?.gateway.close();
-  await model?.close();
-});
+const recording = recordingGatewayOnModel("record-cut-secret", answer);
 
-const call = (modelName: string) => envelope({ episode_uuid: `ep-${randomUUID()}`, trainer_base_url: `${model.origin}/v1`, request: { model: modelName, messages: [{ role: "user", content: "talk" }] }, call: callContext("messages") });
+const call = (modelName: string) => recording.call(`ep-${randomUUID()}`, { model: modelName, messages: [{ role: "user", content: "talk" }] }, "messages");
 
 describe("text cut before it is recorded", () => {
   it("cuts a long answer of emoji at a character boundary, never leaving half a surrogate pair in the record", async () => {
     const cut: string[] = [];
     for (const lead of [0, 1, 2, 3]) {
       const env = call(`emoji-${lead}`);
-      expect((await post(gw.url, env, SECRET)).status).toBe(200);
-      const rec = await recordOf(gw, env);
+      expect((await recording.post(env)).status).toBe(200);
+      const rec = await recording.recordOf(env);
       expect(rec.truncated).toBe(true);
       const content = String(rec.body.answer?.["content"]);
       cut.push(`lead ${lead}: ends ${shown(content.slice(-2))} wellFormed=${wellFormed(content)}`);
@@ -62,8 +50,8 @@ describe("text cut before it is recorded", () => {
     const errors: string[] = [];
     for (const lead of [0, 1]) {
       const env = call(`broken-${lead}`);
-      expect((await post(gw.url, env, SECRET)).status).toBe(500);
-      const rec = await recordOf(gw, env);
+      expect((await recording.post(env)).status).toBe(500);
+      const rec = await recording.recordOf(env);
       errors.push(rec.error ?? "");
     }
     for (const e of errors) expect(wellFormed(e), shown(e.slice(-4))).toBe(true);

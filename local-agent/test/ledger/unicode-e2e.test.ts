@@ -5,21 +5,10 @@
  * them, one message serialized two ways, a surrogate pair split across a stream's events. What
  * the client sent == what the model got == what the ledger gives back.
  */
-import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startLocalExchange, type LocalExchange } from "../../../scripts/local/exchange";
-import { AdminClient, EngineClient, LedgerClient } from "../../../src/client";
-import { runAgent, testConfig } from "../support/agent-harness";
-import { serveHttp, type TestServer } from "../support/http-server";
-import { tempDir } from "../support/temp";
-import { waitUntil } from "../support/wait";
-
-const ADMIN = "unicode-e2e-admin";
-let ex: LocalExchange;
-let model: TestServer;
-let dir: ReturnType<typeof tempDir>;
-const cleanups: Array<() => unknown> = [];
+import { describe, expect, it } from "vitest";
+import { serveHttp } from "../support/http-server";
+import { ledgerWorld } from "./ledger-world";
 
 /** Every request the model got: its path and its body's exact bytes. */
 const received: { path: string; bytes: Buffer }[] = [];
@@ -55,48 +44,9 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: chat ? "chat.completion" : "text_completion", created: 1, model: "m", choices: [choice], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  ex = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "unicode-e2e-claim-secret" });
-});
-afterAll(async () => {
-  await ex?.stop();
-  await model?.close();
-});
-beforeEach(() => {
-  dir = tempDir();
-});
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-  dir.remove();
-});
+const world = ledgerWorld("unicode-e2e", () => serveHttp(answer), (model) => `${model.origin}/v1`);
 
-type Role = "operator" | "trainer" | "client" | "viewer";
-
-async function setup(capture: "messages" | "tokens" = "messages") {
-  const created = await new AdminClient({ origin: ex.url, adminToken: ADMIN }).createEngine(`rmm-${randomUUID().slice(0, 8)}`);
-  const base = `${ex.url}/e/${created.engine}`;
-  const tokens = created.tokens as Record<Role, string>;
-  const role = (r: Role) => new EngineClient({ baseUrl: base, token: tokens[r] });
-  const ledger = (r: Role) => new LedgerClient({ baseUrl: base, token: tokens[r] });
-  await ledger("operator").configure({ capture });
-  const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
-  const agent = await runAgent(testConfig(ex.url, engine, dir.path, { inferenceUpstream: `${model.origin}/v1` }));
-  cleanups.push(() => agent.stop());
-  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
-  await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: 1 });
-  await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: `${model.origin}/v1`, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
-  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 120 });
-  expect(claim.success).toBe(true);
-  /** Export as raw JSONL text, parsed by line. */
-  const exportLines = async (): Promise<Record<string, unknown>[]> => {
-    const res = await fetch(`${base}/trajectories/export?format=jsonl`, { headers: { authorization: `Bearer ${tokens.viewer}` } });
-    expect(res.status).toBe(200);
-    return (await res.text()).split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as Record<string, unknown>);
-  };
-  const end = () => role("client").endEpisode({ client_uuid: "c1", episode_uuid: "ep-1", task_id: "t1", workflow_output: { reward: 1, is_success: true, metadata: { task_id: "t1" }, log_metrics: {} } });
-  return { claim, role, ledger, exportLines, end };
-}
+const setup = (capture: "messages" | "tokens" = "messages") => world.claimed({ engine: "rmm", capture, weightVersion: 1, discardEpisodeTimeout: 120 });
 
 /** A relayed call with the body's exact text; the status and the answer's text. */
 async function send(claim: { openai_base_url: string; openai_api_key: string }, path: string, text: string): Promise<{ status: number; text: string }> {
@@ -122,7 +72,7 @@ type Call = { messages: unknown[]; truncated: boolean; messages_splice: string; 
 
 describe("Unicode through the relay and the ledger", () => {
   it("keeps non-BMP text, combining marks and a lone surrogate exact from client to model to ledger export, across two serializations and a stream", async () => {
-    const { claim, ledger, exportLines, end } = await setup();
+    const { claim, recorded, exportLines, end } = await setup();
     const m1 = [{ role: "system", content: "数学" }, { role: "user", content: USER }];
     const t1 = ensureAscii({ model: "uni", messages: m1 });
     expect(t1).toContain("\\ud800");
@@ -151,10 +101,7 @@ describe("Unicode through the relay and the ledger", () => {
     expect((await send(claim, "/chat/completions", ensureAscii({ model: "uni", messages: m3 }))).status).toBe(200);
     expect((await end()).success).toBe(true);
 
-    const t = await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.outcome === "ended" && got.calls.length === 3 ? got : null;
-    }, "the three calls recorded", 30_000);
+    const t = await recorded(3, "the three calls recorded", { ended: true, timeoutMs: 30_000 });
     const calls = t.calls as unknown as (Call & { answer: Record<string, unknown> })[];
     expect(calls.map((c) => c.messages_splice)).toEqual(["first", "extends", "extends"]);
     expect(calls[0]!.messages).toEqual(m1);
@@ -165,7 +112,7 @@ describe("Unicode through the relay and the ledger", () => {
   });
 
   it("with capture tokens (the gateway rewrites the request), the model still gets the client's text exactly, lone surrogate included", async () => {
-    const { claim, ledger } = await setup("tokens");
+    const { claim, recorded } = await setup("tokens");
     const m1 = [{ role: "user", content: USER }];
     const t1 = ensureAscii({ model: "uni", messages: m1, seed: 7 });
     const r1 = await send(claim, "/chat/completions", t1);
@@ -173,15 +120,12 @@ describe("Unicode through the relay and the ledger", () => {
     const got = JSON.parse(received.at(-1)!.bytes.toString("utf8")) as Record<string, unknown>;
     expect(JSON.stringify(got["messages"]) === JSON.stringify(m1)).toBe(true);
     expect(got["seed"]).toBe(7);
-    const t = await waitUntil(async () => {
-      const x = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return x !== null && x.calls.length === 1 ? x : null;
-    }, "the call recorded", 30_000);
+    const t = await recorded(1, "the call recorded", { timeoutMs: 30_000 });
     expect(JSON.stringify((t.calls[0] as unknown as Call).messages) === JSON.stringify(m1)).toBe(true);
   });
 
   it("keeps a /v1/completions text prompt exact when a delta boundary falls inside a surrogate pair", async () => {
-    const { claim, ledger, exportLines, end } = await setup();
+    const { claim, recorded, exportLines, end } = await setup();
     // The prompt ends with the high half of an emoji; the next prompt completes it.
     const p1 = "Q: 😀 \ud83d";
     const r1 = await send(claim, "/completions", ensureAscii({ model: "policy", prompt: p1 }));
@@ -192,10 +136,7 @@ describe("Unicode through the relay and the ledger", () => {
     const p3 = `${p1}\ude00 rewritten`;
     expect((await send(claim, "/completions", ensureAscii({ model: "policy", prompt: p3 }))).status).toBe(200);
     expect((await end()).success).toBe(true);
-    await waitUntil(async () => {
-      const got = await ledger("viewer").trajectory("ep-1").catch(() => null);
-      return got !== null && got.outcome === "ended" && got.calls.length === 3 ? got : null;
-    }, "the three calls recorded", 30_000);
+    await recorded(3, "the three calls recorded", { ended: true, timeoutMs: 30_000 });
     const exported = (await exportLines())[0] as { calls: { params: { prompt: unknown } }[] };
     expect(exported.calls.map((c) => c.params.prompt)).toEqual([p1, p2, p3]);
   });

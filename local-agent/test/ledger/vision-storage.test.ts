@@ -7,34 +7,25 @@
  */
 import { randomBytes, randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { CallRecord } from "../../../src/protocol/ledger";
 import { Gateway } from "../../src/gateway/server";
 import { fixedSecret } from "../../src/gateway/secret";
 import { CallRecorder, DEFAULT_HISTORY_BYTES } from "../../src/ledger/recorder";
 import { silentLogger } from "../../src/log";
-import { envelope, post } from "../gateway/envelope";
-import { bodyText, serveHttp, type TestServer } from "../support/http-server";
-import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
+import { post } from "../gateway/envelope";
+import { bodyText } from "../support/http-server";
+import { recordingGatewayOnModel } from "./recording-gateway";
 import { waitUntil } from "../support/wait";
 
 const SECRET = "vision-storage-secret";
-let model: TestServer;
-let gw: RecordingGateway;
 
 async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> {
   await bodyText(req);
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content: "click(10, 20)" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  gw = await recordingGateway(SECRET, "vllm");
-});
-afterAll(async () => {
-  await gw?.gateway.close();
-  await model?.close();
-});
+const recording = recordingGatewayOnModel(SECRET, answer);
 
 const bodyBytes = (r: CallRecord): number => Buffer.byteLength(JSON.stringify(r.body));
 const image = (raw: number) => ({ type: "image_url", image_url: { url: `data:image/png;base64,${randomBytes(raw).toString("base64")}` } });
@@ -45,10 +36,10 @@ async function episodeInParts(first: unknown[], turns: number): Promise<CallReco
   const messages = [...first];
   const records: CallRecord[] = [];
   for (let i = 0; i < turns; i++) {
-    const env = envelope({ episode_uuid: ep, trainer_base_url: `${model.origin}/v1`, request: { model: "tiny", messages: [...messages] }, call: callContext("messages") });
-    const r = await post(gw.url, env, SECRET);
+    const env = recording.call(ep, { model: "tiny", messages: [...messages] }, "messages");
+    const r = await recording.post(env);
     expect(r.status).toBe(200);
-    records.push(await recordOf(gw, env));
+    records.push(await recording.recordOf(env));
     const text = (JSON.parse(r.text) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
     messages.push({ role: "assistant", content: [{ type: "text", text }] }, { role: "user", content: [{ type: "text", text: `turn ${i}` }] });
   }
@@ -62,7 +53,7 @@ async function recorderGateway(historyBytes: number) {
   const gateway = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["policy"], zmqReceiveTimeoutMs: 2000, logger: silentLogger, upstream: null, sessionPath: false, ledger: { recorder, tokenDialect: "vllm" } });
   const url = await gateway.listen();
   const send = async (episode: string, messages: unknown[]): Promise<string> => {
-    const env = envelope({ episode_uuid: episode, trainer_base_url: `${model.origin}/v1`, request: { model: "tiny", messages }, call: callContext("messages") });
+    const env = recording.call(episode, { model: "tiny", messages }, "messages");
     expect((await post(url, env, SECRET)).status).toBe(200);
     return env.call!.call_id;
   };
