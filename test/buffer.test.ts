@@ -140,6 +140,22 @@ describe("group assembly", () => {
     expect(escaped).toEqual([{ session_id: "s1", response_escaped: 1 }, { session_id: "s2", response_escaped: 0 }]);
   });
 
+  it("counts an escaped response's bytes as stored, so the counter is back at 0 once its row is deleted", async () => {
+    const e = await createEngine("buf");
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await e.as("operator").configureBuffer({ ttl_seconds: 600 });
+    // Code with quotes and newlines, and one lone surrogate: kept as its JSON, which is larger.
+    const response = `lone:\ud800 ${'print("x")\n'.repeat(2000)}`;
+    const body = JSON.stringify({ steps: [step("s1", "g1", 0, 1, true, { response })] }).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    expect((await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body })).status).toBe(200);
+    const held = await runInDurableObject(e.stub, (_i, state) =>
+      state.storage.sql.exec<{ b: number }>("SELECT SUM(length(CAST(messages AS BLOB)) + length(CAST(response AS BLOB)) + length(CAST(extra AS BLOB))) AS b FROM buf_steps").one().b,
+    );
+    expect((await e.as("viewer").health()).buffer.stored_bytes).toBe(held);
+    await advance(e, 601_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 1, stored_bytes: 0 });
+  });
+
   it("delivers only completed sessions and asks the upstream to clear the others", async () => {
     const e = await buffered(2);
     await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 1, true), step("s3", "g", 0, 0.5)] });

@@ -4,7 +4,7 @@
  * and deleted, so that no check reads the table; engines older than the counters had them
  * counted from their tables once, by a migration (schema.ts).
  */
-import { formatBytes, utf8Bytes } from "../protocol/limits";
+import { formatBytes, isWellFormed, utf8Bytes } from "../protocol/limits";
 import type { BufferState } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
 import { fail, full, type Failure } from "./reply";
@@ -15,9 +15,17 @@ export const BUFFER_FULL_RETRY_SECONDS = 5;
 /** A stored row's bytes as SQLite holds its texts (UTF-8), the same figure rowBytes gives before it is stored. */
 const STORED_ROW_BYTES = "length(CAST(messages AS BLOB)) + length(CAST(response AS BLOB)) + length(CAST(extra AS BLOB))";
 
-/** Bytes of UTF-8 of a row's messages, response and extra fields, as the buffer stores them. */
+/** Bytes of UTF-8 of a row's messages, response and extra fields, as the buffer stores them (STORED_ROW_BYTES). */
 export function rowBytes(step: CheckedStep): number {
-  return utf8Bytes(step.messages) + utf8Bytes(step.row.response) + utf8Bytes(step.extra);
+  return utf8Bytes(step.messages) + utf8Bytes(storedResponse(step.row.response)[0]) + utf8Bytes(step.extra);
+}
+
+/**
+ * The response as buf_steps keeps it, and whether escaped: as its JSON when it holds a lone
+ * surrogate (schema.ts, migration 21), else as it is, so that rows need no decoding.
+ */
+export function storedResponse(response: string): [string, number] {
+  return isWellFormed(response) ? [response, 0] : [JSON.stringify(response), 1];
 }
 
 /** Moves both counters in one write: `held` bytes stored (negative: freed), `kept` of them kept for re-reads. */

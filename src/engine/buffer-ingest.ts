@@ -3,9 +3,8 @@
  * which is where sessions complete or fail and groups become ready.
  */
 import { CLAIM_ROW_SOURCE, type PostStepsResponse, type StepRow } from "../protocol/buffer";
-import { isWellFormed } from "../protocol/limits";
 import type { SessionOf } from "./buffer-clear-sessions";
-import { addHeld, bytesRefusal, rowBytes } from "./buffer-bytes";
+import { addHeld, bytesRefusal, rowBytes, storedResponse } from "./buffer-bytes";
 import { clearSessions, discardedByRestart } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
@@ -190,10 +189,3 @@ function markFailed(s: BufferState, sessionId: string, groupId: string, groupSiz
   s.bump((c) => ({ ...c, failed: c.failed + 1 }));
 }
 
-/**
- * The response as buf_steps keeps it, and whether escaped: as its JSON when it holds a lone
- * surrogate (see schema.ts, migration 21), else as it is, so that rows need no decoding.
- */
-function storedResponse(response: string): [string, number] {
-  return isWellFormed(response) ? [response, 0] : [JSON.stringify(response), 1];
-}
