@@ -9,7 +9,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import { namePrefix } from "../src/ledger/keys";
-import { MAX_MEDIA_BYTES, mediaRef } from "../src/ledger/media-refs";
+import { MAX_MEDIA_BYTES, isMediaCandidate, mediaRef } from "../src/ledger/media-refs";
 import { trajectoryJsonPieces } from "../src/ledger/trajectory-json";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
@@ -33,6 +33,18 @@ const get = (e: TestEngine, sha: string, role: Role = "viewer") => raw(`/e/${e.n
 const objects = async (name: string): Promise<string[]> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(name)}/` })).objects.map((o) => o.key);
 
 describe("ledger media", () => {
+  it("takes out of a record only a medium whose upload the Worker stores, its JSON escapes counted", async () => {
+    const e = await createEngine("media");
+    const sha256 = async (t: string) => [...new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(t)))].map((b) => b.toString(16).padStart(2, "0")).join("");
+    // 3.2 MB of UTF-8 each: JSON text (quotes, newlines) doubles in an upload's JSON body, past the Worker's 4 MiB; base64-like text does not.
+    const escaped = `data:application/json,${'{"k":"v"}\n'.repeat(320_000)}`;
+    const plain = `data:application/json,${"kvkvkvkvkv".repeat(320_000)}`;
+    expect(isMediaCandidate(escaped, "image_url.url", new TextEncoder().encode(escaped).length)).toBe(false);
+    expect(isMediaCandidate(plain, "image_url.url", new TextEncoder().encode(plain).length)).toBe(true);
+    const put = await raw(`/e/${e.name}/agent/media/${await sha256(plain)}`, { method: "PUT", token: e.tokens.trainer, body: JSON.stringify({ data: plain }) });
+    expect(put.status, put.text.slice(0, 200)).toBe(200);
+  });
+
   it("stores a medium by its digest once (idempotent) and serves it exactly to viewers, operators and trainers, beside an episode named \"media\"", async () => {
     const e = await createEngine("lmedia");
     const data = screenshot(20_000);

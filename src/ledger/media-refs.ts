@@ -12,6 +12,7 @@
  * is stored by reference too, whatever its size, so that in a record such a string is always a
  * reference and never the client's text.
  */
+import { utf8Bytes } from "../protocol/limits";
 import { isRecord } from "../protocol/record";
 
 export const MEDIA_SCHEME = "rx-media:";
@@ -33,9 +34,18 @@ export function refDigest(s: string): string | null {
 
 /** Whether the gateway stores `s`, found under `key` of a content part, by reference (its UTF-8 size `bytes`). */
 export function isMediaCandidate(s: string, key: string, bytes: number): boolean {
-  if (bytes > MAX_MEDIA_BYTES) return false;
+  if (bytes > MAX_MEDIA_BYTES || uploadBytes(s, bytes) > MAX_MEDIA_BYTES) return false;
   if (s.startsWith(MEDIA_SCHEME)) return true;
   return bytes >= MEDIA_MIN_BYTES && (s.startsWith("data:") || key === "input_audio.data");
+}
+
+/**
+ * Bytes of `s` in its upload's JSON body (`{"data": s}`), its escapes counted: a data: URL of
+ * JSON text doubles there, past the Worker's body bound, and a medium the Worker refuses would
+ * cost its records. Base64, the common case, needs no escape and is not stringified.
+ */
+function uploadBytes(s: string, bytes: number): number {
+  return /["\\\u0000-\u001f\ud800-\udfff]/.test(s) ? utf8Bytes(JSON.stringify(s)) - 2 : bytes;
 }
 
 /**

@@ -53,6 +53,15 @@ const userWithImage = (text: string, url: string) => ({ role: "user", content: [
 const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 describe("ledger media, end to end", () => {
+  it("records a call whose data: URL of JSON text would be refused as an upload: left in the record, which is cut to its cap", async () => {
+    const { end, send, ended } = await setup();
+    // 3.2 MB of JSON text: its upload's JSON body, escapes counted, would be over the Worker's 4 MiB.
+    await send([{ role: "user", content: [{ type: "text", text: "What does this file hold?" }, { type: "image_url", image_url: { url: `data:application/json,${'{"k":"v"}\n'.repeat(320_000)}` } }] }]);
+    expect((await end()).success).toBe(true);
+    const t = await ended(1);
+    expect(t.calls[0]).toMatchObject({ truncated: true, status: 200 });
+  }, 120_000);
+
   it("records every turn after a 2 MB screenshot as what it adds, and gives it back by reference, exactly as sent, in the trajectory and the export", async () => {
     const { ledger, exportText, end, send, ended } = await setup();
     const messages: unknown[] = [{ role: "system", content: "You operate a desktop." }, userWithImage("What is on the screen?", dataUrl(1_500_000))];
