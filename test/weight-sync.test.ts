@@ -30,6 +30,24 @@ async function rolling(keep: boolean): Promise<TestEngine> {
 }
 
 describe("weight syncs without keep_claims_across_sync (the default)", () => {
+  it("refuses, without a fence, the end of a claim cleared with the rolling phase, though its client ended an earlier claim of the episode", async () => {
+    const e = await createEngine("cleared-claim");
+    await rollingWith(e, 1, { step: 1 });
+    const client = e.as("client");
+    // An eval episode serves again after its end: the same client ends one claim, then claims it again.
+    const first = await client.claimEpisode({ client_uuid: "c", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(await client.endEpisode(endBody("c", first.episode_uuid, 0.3))).toEqual({ success: true });
+    const second = await client.claimEpisode({ client_uuid: "c", episode_type: "eval", discard_episode_timeout: 60 });
+    expect(second).toMatchObject({ success: true, episode_uuid: first.episode_uuid, fence: (first.fence ?? 0) + 1 });
+    // The trainer leaves ROLLING while the second claim runs: the claim goes with the phase, unended.
+    await status(e, "ENGINE.WEIGHT_SYNCING");
+    await expect(client.endEpisode(endBody("c", first.episode_uuid, 0.9))).rejects.toMatchObject({ status: 400, code: "engine_not_rolling" });
+    await expect(client.endEpisode({ ...endBody("c", first.episode_uuid, 0.9), fence: second.fence })).rejects.toMatchObject({ status: 400, code: "engine_not_rolling" });
+    // The first claim's end, sent again with its fence, is still its repeat; the cleared claim is not claimed.
+    expect(await client.endEpisode({ ...endBody("c", first.episode_uuid, 0.3), fence: first.fence })).toEqual({ success: true });
+    expect(await e.as("trainer").isEpisodeClaimed({ episode_uuid: first.episode_uuid })).toMatchObject({ success: false });
+  });
+
   it("answers an end sent again after the trainer left ROLLING (the batch's last end, its answer lost) as the repeat it is, during the sync and after", async () => {
     const e = await createEngine("resend-default");
     await rollingWith(e, 1, { step: 1 });

@@ -8,7 +8,7 @@ import type { AbortEpisodeRequest, EndEpisodeRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import { storedStringTooLarge } from "../protocol/limits";
 import type { EpisodeRow } from "./episode-views";
-import { KNOWN_ENDS, latestEnd, release } from "./episode-queue";
+import { CLEARED_CLAIM, KNOWN_ENDS, latestEnd, release } from "./episode-queue";
 import { isFailedInfra, joinBuffer, recordFailure, recordTrajectory, recordUnfinished } from "./episode-records";
 import { CLAIM_ROW_COLUMNS, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
 import { fail, ok, type Reply } from "./reply";
@@ -178,10 +178,13 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
  */
 function endedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow | null): boolean {
   if (req.fence !== undefined) {
-    return e.store.sql.exec(`SELECT 1 FROM ${KNOWN_ENDS} WHERE episode_uuid = ? AND fence = ? AND client_uuid = ?`, req.episode_uuid, req.fence, req.client_uuid).toArray().length > 0;
+    return (
+      e.store.sql.exec(`SELECT 1 FROM ${KNOWN_ENDS} WHERE episode_uuid = ? AND fence = ? AND client_uuid = ? AND delivery != '${CLEARED_CLAIM}'`, req.episode_uuid, req.fence, req.client_uuid).toArray()
+        .length > 0
+    );
   }
   const last = latestEnd(e, req.episode_uuid);
-  if (last === null || last.client_uuid !== req.client_uuid) return false;
+  if (last === null || last.client_uuid !== req.client_uuid || last.delivery === CLEARED_CLAIM) return false;
   // The episode's row holds the fence of its latest claim: the ended one's, or a later one's.
   return ep === null || last.fence >= ep.fence;
 }

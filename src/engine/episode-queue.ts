@@ -53,6 +53,12 @@ export function register(e: EpisodeState, req: RegisterEpisodeRequest): BoolResp
 export const SYNCED_END_MEMORY_MS = 600_000;
 
 /**
+ * What ends_before_sync says of a claim cleared with its rolling phase, unended: the latest claim
+ * of its episode, which no end repeats.
+ */
+export const CLEARED_CLAIM = "cleared";
+
+/**
  * Every end the engine knows, to select from: in the batch, or remembered across a sync that
  * keeps claims. SQLite applies a condition on it to each table, which it probes by key.
  */
@@ -60,7 +66,7 @@ export const KNOWN_ENDS = `(SELECT episode_uuid, fence, client_uuid, delivery FR
   UNION ALL SELECT episode_uuid, fence, client_uuid, delivery FROM ends_before_sync)`;
 
 /** The episode's latest end. */
-export type LatestEnd = { fence: number; client_uuid: string; delivery: "none" | "pending" | "delivered" | "undeliverable" };
+export type LatestEnd = { fence: number; client_uuid: string; delivery: "none" | "pending" | "delivered" | "undeliverable" | typeof CLEARED_CLAIM };
 
 export function latestEnd(e: EpisodeState, episodeUuid: string): LatestEnd | null {
   return e.store.sql.exec<LatestEnd>(`SELECT fence, client_uuid, delivery FROM ${KNOWN_ENDS} WHERE episode_uuid = ? ORDER BY fence DESC LIMIT 1`, episodeUuid).toArray()[0] ?? null;
@@ -97,8 +103,16 @@ export function wasReset(e: EpisodeState, body: Extract<CommandBody, { kind: "re
  * (the engine stopping or starting) remembered ends go too.
  */
 export function clearAll(e: EpisodeState, keepEnds: boolean): void {
-  if (keepEnds) rememberEnds(e);
-  else e.store.sql.exec("DELETE FROM ends_before_sync");
+  if (keepEnds) {
+    rememberEnds(e);
+    // The live claims go with the phase, unended: remembered as such (CLEARED_CLAIM), so that an
+    // end of one without a fence is not taken for the repeat of an earlier end of its episode.
+    e.store.sql.exec(
+      `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at)
+       SELECT episode_uuid, fence, client_uuid, '${CLEARED_CLAIM}', ? FROM episodes WHERE state = 'claimed'`,
+      e.host.now(),
+    );
+  } else e.store.sql.exec("DELETE FROM ends_before_sync");
   e.store.sql.exec("DELETE FROM episodes");
   e.store.sql.exec("DELETE FROM aborts");
   deleteBatch(e);
