@@ -13,7 +13,7 @@ import { join } from "node:path";
 import type { z } from "zod";
 import { MAX_BODY_BYTES } from "../../../src/http/body";
 import { jsonBytes, storedJsonTooLarge } from "../../../src/protocol/limits";
-import type { AgentActiveRunsResponse, MetricsPoint, RunReport, RunReportResponse } from "../../../src/protocol/runs";
+import { ACTIVE_RUN_STATUSES, type AgentActiveRunsResponse, type MetricsPoint, type RunReport, type RunReportResponse } from "../../../src/protocol/runs";
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
@@ -172,6 +172,12 @@ export class RunSupervisor {
     for (const r of active.runs) {
       known.add(r.run_id);
       if (r.status === "pending") continue; // its start command is still to come
+      if (!(ACTIVE_RUN_STATUSES as readonly string[]).includes(r.status)) {
+        // A status a newer exchange added: this agent cannot tell what it asks of the processes
+        // (a training on the GPUs), so it leaves them as they are rather than stop them.
+        this.d.logger.warn(`run ${r.run_id}: the exchange says it is "${r.status}", which this agent does not know (the agent may need upgrading); its processes are left as they are`);
+        continue;
+      }
       const journal = readJournal(this.d.config.runsDir, r.run_id);
       // The exchange's started_at is the agent's clock just after the spawn: a start to check the pid against, where the note has none.
       const reportedStart = (pid: number): NotedStart => {
