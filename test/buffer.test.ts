@@ -342,6 +342,24 @@ describe("start_rollout sent again", () => {
     ]);
   });
 
+  it("carries out the same restart_training start within the minute when the engine started a new trainer since", async () => {
+    const e = await createEngine("buf");
+    const op = e.as("operator");
+    const trainer = e.as("trainer");
+    await op.syncTrainConfig("x: 1\n");
+    await op.startEngine();
+    const req = { num_repeat_per_sample: 2, restart_training: true, job_session: "job-1" };
+    await trainer.startRollout(req);
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1, true)] });
+    // The trainer is restarted (stop, start: a new trainer process), which resumes its job dropping what the old one made.
+    await op.stopEngine();
+    await op.startEngine();
+    await trainer.startRollout(req);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0, dropped_groups: 1 });
+    const { commands } = await trainer.pollCommands({ limit: 20 });
+    expect(commands.map((c) => c.body).filter((b) => b.kind === "start_rollout")).toHaveLength(2);
+  });
+
   it("asks the agent again, without restart_training, for a repeated start whose workers it reported ended on their own", async () => {
     const e = await buffered(2);
     const trainer = e.as("trainer");

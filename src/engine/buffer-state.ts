@@ -81,7 +81,14 @@ const NO_COUNTERS: Counters = {
  * The last start_rollout the engine carried out, and when it last came: the same start again
  * soon after is that start repeated (its answer lost), not a new one. In KV beside the config.
  */
-export type LastStart = { job_session: string; group_size: number; restart_training: boolean; at: number };
+export type LastStart = {
+  job_session: string;
+  group_size: number;
+  restart_training: boolean;
+  /** The engine's latest start_engine (meta.startSeq) then: a trainer started since sends its own starts. */
+  trainer_start: number | null;
+  at: number;
+};
 
 export class BufferState {
   activeMemo: boolean | null = null;

@@ -498,7 +498,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, "start_rollout", () => {
       const jobSession = req.job_session ?? crypto.randomUUID().replace(/-/g, "");
       this.tx(() => {
-        const r = this.buffer.startRollout({ job_session: jobSession, group_size: req.num_repeat_per_sample, restart_training: req.restart_training });
+        const r = this.buffer.startRollout({ job_session: jobSession, group_size: req.num_repeat_per_sample, restart_training: req.restart_training, trainer_start: this.store.meta.startSeq });
         // A repeat queues nothing: a second command with restart_training would restart the job's workers.
         if (!r.repeat) this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: req.restart_training });
         else {

@@ -79,16 +79,21 @@ export class RolloutBuffer {
    * second command): the same start as the last one (job_session, group size, restart_training)
    * within START_REPEAT_MS of it is that start sent again, its answer lost. A second
    * restart_training would discard the groups the job made since, and restart its workers. The
-   * same start later is carried out: a trainer restarted on purpose under its job_session, with
-   * restart_training to drop what was made before, as the seed's DataManager resumes a job, takes
-   * minutes to boot. A start that names no job gets a fresh job_session, so it is never a repeat.
+   * same start later is carried out, and so is one after a start_engine: a trainer restarted on
+   * purpose under its job_session, with restart_training to drop what was made before (as the
+   * seed's DataManager resumes a job), takes minutes to boot, or was started by the engine since. A start that names no job gets a fresh job_session, so it is never a repeat.
    */
   startRollout(start: Omit<LastStart, "at">): { repeat: boolean } {
     const s = this.state;
     const now = s.host.now();
     const last = s.lastStart();
     const repeat =
-      last !== null && now - last.at < START_REPEAT_MS && last.job_session === start.job_session && last.group_size === start.group_size && last.restart_training === start.restart_training;
+      last !== null &&
+      now - last.at < START_REPEAT_MS &&
+      last.job_session === start.job_session &&
+      last.group_size === start.group_size &&
+      last.restart_training === start.restart_training &&
+      (last.trainer_start ?? null) === start.trainer_start;
     // From the last time it came, so that retries of a retry stay repeats.
     s.setLastStart({ ...start, at: now });
     if (repeat) return { repeat };
