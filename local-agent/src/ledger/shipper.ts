@@ -13,7 +13,7 @@
  * hold one, which then uploads them all again (the exchange's day may turn before the gateway's).
  */
 import { randomUUID } from "node:crypto";
-import { ExchangeError } from "../../../src/client";
+import { ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
 import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallRecord } from "../../../src/protocol/ledger";
 import { Backoff, type BackoffOptions } from "../backoff";
 import type { Clock } from "../clock";
@@ -186,6 +186,12 @@ export class CallShipper {
         this.backoff.reset();
         return;
       } catch (e) {
+        if (e instanceof ExchangeError && e.code === UNREADABLE_ANSWER) {
+          // A 2xx: the batch is stored, and sent again it would be answered the same (a newer exchange's counts).
+          this.o.logger.warn(`ledger: the exchange took batch ${batch.batch_id} but its answer could not be read: ${e.message}`);
+          this.backoff.reset();
+          return;
+        }
         if (e instanceof ExchangeError && e.status === 409 && e.code === "media_missing") {
           // The exchange's day is not the one they were uploaded on: upload them again, then the batch.
           for (const d of out.media.keys()) this.uploaded.delete(d);

@@ -176,6 +176,17 @@ describe("ledger shipper", () => {
     server = await serveHttp(async (_req, res) => void res.end()); // for afterEach
   });
 
+  it("takes a batch answered 2xx in a shape it cannot read (a newer exchange's) as stored, without sending it again", async () => {
+    start();
+    script = [{ status: 200, body: { recorded: "all of them", duplicates: 0 } }];
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => logger.lines.some((l) => /ledger: the exchange took batch .* but its answer could not be read/.test(l)), "the warning");
+    expect(received).toHaveLength(1);
+    expect(clock.pending).toEqual([]);
+    expect(shipper.status).toMatchObject({ refused: 0, dropped: 0, queued: 0 });
+  });
+
   it("drops a batch the exchange refuses with another 4xx, saying why, and goes on", async () => {
     start();
     script = [{ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } }];
