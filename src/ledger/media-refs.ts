@@ -36,6 +36,8 @@ export function refDigest(s: string): string | null {
 export function isMediaCandidate(s: string, key: string, bytes: number): boolean {
   if (bytes > MAX_MEDIA_BYTES || uploadBytes(s, bytes) > MAX_MEDIA_BYTES) return false;
   if (s.startsWith(MEDIA_SCHEME)) return true;
+  // A text part's text is the conversation, whatever it begins with (pasted server-sent events: "data: ...").
+  if (key === "text") return false;
   return bytes >= MEDIA_MIN_BYTES && (s.startsWith("data:") || key === "input_audio.data");
 }
 

@@ -73,6 +73,13 @@ describe("ledger media: the recorder", () => {
     expect(inlineMedia(r.body.messages, media)).toEqual([{ role: "user", content: [{ type: "text", text: lookalike }, { type: "image_url", image_url: { url: small } }] }]);
   });
 
+  it("keeps a text part's text in the record though it begins with data: (pasted server-sent events)", async () => {
+    const events = `data: ${JSON.stringify({ choices: [{ delta: { content: "x".repeat(20_000) } }] })}\n\n`;
+    const { records } = await episode([{ role: "user", content: [{ type: "text", text: events }] }], 1);
+    expect(records[0]!.body.messages).toEqual([{ role: "user", content: [{ type: "text", text: events }] }]);
+    expect(recording.gw.media.get(records[0]!.call_id)!.size).toBe(0);
+  });
+
   it("takes audio (input_audio's base64) out as it does images", async () => {
     const audio = randomBytes(40_000).toString("base64");
     const { records } = await episode([{ role: "user", content: [{ type: "input_audio", input_audio: { data: audio, format: "wav" } }] }], 2);
