@@ -118,6 +118,15 @@ export class CommandQueue {
     return this.sql.exec<{ t: number | null }>("SELECT MIN(visible_at) AS t FROM commands WHERE acked_at IS NULL AND visible_at > ?", now).one().t;
   }
 
+  /** Whether a start_rollout for `jobSession` waits for the agent still (not acked). */
+  hasPendingStartRollout(jobSession: string): boolean {
+    return (
+      this.sql
+        .exec("SELECT 1 FROM commands WHERE acked_at IS NULL AND json_extract(body, '$.kind') = 'start_rollout' AND json_extract(body, '$.job_session') = ? LIMIT 1", jobSession)
+        .toArray().length > 0
+    );
+  }
+
   pendingCount(): number {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM commands WHERE acked_at IS NULL").one().n;
   }

@@ -503,9 +503,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
         if (!r.repeat) this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: req.restart_training });
         else {
           // Unless the agent said the job's workers ended on their own since: the repeat wants them
-          // back. Without restart_training, which running workers ignore.
+          // back, once (a start already on its way brings them). Without restart_training, which running workers ignore.
           const workers = this.channel.status().rollout_workers;
-          if (workers?.state === "exited" && workers.job_session === jobSession) {
+          if (workers?.state === "exited" && workers.job_session === jobSession && !this.channel.commands.hasPendingStartRollout(jobSession)) {
             this.channel.enqueue({ kind: "start_rollout", group_size: req.num_repeat_per_sample, job_session: jobSession, restart_training: false });
           }
         }

@@ -81,7 +81,8 @@ export class RolloutBuffer {
    * restart_training would discard the groups the job made since, and restart its workers. The
    * same start later is carried out, and so is one after a start_engine: a trainer restarted on
    * purpose under its job_session, with restart_training to drop what was made before (as the
-   * seed's DataManager resumes a job), takes minutes to boot, or was started by the engine since. A start that names no job gets a fresh job_session, so it is never a repeat.
+   * seed's DataManager resumes a job), takes minutes to boot, or was started by the engine since.
+   * A start that names no job gets a fresh job_session, so it is never a repeat.
    */
   startRollout(start: Omit<LastStart, "at">): { repeat: boolean } {
     const s = this.state;
