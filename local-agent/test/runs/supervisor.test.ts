@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunsClient } from "../../../src/client";
 import { StartRunCommand, StopRunCommand, TestInferenceCommand } from "../../../src/protocol/commands";
+import { AgentActiveRunsResponse } from "../../../src/protocol/runs";
 import { realClock, type Clock } from "../../src/clock";
 import { Reachability } from "../../src/reachability";
 import { ExchangeReporter } from "../../src/runs/exchange-reporter";
@@ -668,4 +669,34 @@ describe("after an agent restart", () => {
     expect(TestInferenceCommand.safeParse({ ...test, test_id: "itest_k3x9ab" }).success).toBe(true);
     expect(TestInferenceCommand.safeParse({ ...test, test_id: "../itest_k3x9ab" }).success).toBe(false);
   });
+});
+
+describe("a run status from a newer exchange", () => {
+  /** The run started by one agent that then dies, and a restarted agent that reads it active in `status`, as a newer exchange may say it. */
+  async function restartWith(status: string) {
+    const { sup, reporter, config, pids, stop } = setup([proc("api", ""), proc("trainer", "")]);
+    await sup.start(startCommand("run_new1"));
+    await waitUntil(() => reporter.status.get("run_new1") === "running", "the run to be running");
+    const running = pids();
+    stop.abort(); // the first agent dies: its processes stay
+    // The agent's schema reads a status it does not know (answers are read with openEnum).
+    reporter.active = AgentActiveRunsResponse.parse({
+      runs: [{ run_id: "run_new1", environment: "gsm8k", status, detail: "", created_at: 0, started_at: 0, ended_at: null, running_time_seconds: 0, stop_requested: false, command_seq: 1, environment_file: "/opt/envs/gsm8k_server.py", config_yaml: "", processes: [] }],
+    });
+    const second = new RunSupervisor({ config, reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    await second.reattach();
+    return { alive: running.map((p) => groupAlive(p)), last: reporter.last("run_new1")?.status };
+  }
+
+  it("leaves the processes of an active run in a status it does not know running after an agent restart, as it did when it could not read the answer", async () => {
+    const r = await restartWith("paused");
+    // The training's processes on the GPUs are not stopped, nor the run reported failed, for a status the agent cannot interpret.
+    expect(r.alive).toEqual([true, true]);
+    expect(r.last).not.toBe("failed");
+  }, 60_000);
+
+  it("(control) adopts them, alive, when the status is running", async () => {
+    const r = await restartWith("running");
+    expect(r.alive).toEqual([true, true]);
+  }, 60_000);
 });
