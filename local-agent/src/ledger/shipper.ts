@@ -11,6 +11,9 @@
  * <engine>/agent/media/<sha256>), each once a UTC day: the exchange keeps a medium under the day
  * it stores the batches naming it, and refuses a batch (409 media_missing) whose day does not
  * hold one, which then uploads them all again (the exchange's day may turn before the gateway's).
+ * An exchange older than media answers the upload 404 `not_found` (no such route): the agent was
+ * upgraded before its Worker. Its batches then go without their media, the references left
+ * dangling, rather than be dropped with their tokens; the route is tried again after a while.
  */
 import { randomUUID } from "node:crypto";
 import { ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
@@ -42,6 +45,9 @@ export type ShipperOptions = {
 
 type Queued = { record: CallRecord; bytes: number; at: number; media: MediaSet };
 
+/** How long media go unsent after an exchange answered that it has no media route. */
+export const NO_MEDIA_ROUTE_RETRY_MS = 10 * 60 * 1000;
+
 /** Media remembered as uploaded: far more than the screenshots of the episodes live at once. */
 const MAX_UPLOADED_MEDIA = 10_000;
 
@@ -70,6 +76,8 @@ export class CallShipper {
   private inFlight: CallBatch | null = null;
   /** Media uploaded, each with the UTC day it was: uploaded again on another day. Oldest first out. */
   private readonly uploaded = new Map<string, string>();
+  /** Until when uploads are skipped: the exchange said it has no media route (an older Worker). */
+  private noMediaRouteUntil = -Infinity;
 
   constructor(private readonly o: ShipperOptions) {
     this.backoff = new Backoff(o.backoff);
@@ -165,9 +173,18 @@ export class CallShipper {
   /** Uploads the media not uploaded today. */
   private async upload(media: ReadonlyMap<string, string>): Promise<void> {
     for (const [d, data] of media) {
+      if (this.o.clock.now() < this.noMediaRouteUntil) return;
       const today = utcDay(this.o.clock.now());
       if (this.uploaded.get(d) === today) continue;
-      await this.o.putMedia(d, data);
+      try {
+        await this.o.putMedia(d, data);
+      } catch (e) {
+        if (!(e instanceof ExchangeError && e.status === 404 && e.code === "not_found")) throw e;
+        // An older exchange, which would store the batch without looking for its media.
+        this.noMediaRouteUntil = this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS;
+        this.o.logger.warn(`ledger: the exchange has no media route (it is older than this agent; docs/operations.md gives the upgrade order): recorded calls are sent with references to media it does not hold, for the next ${NO_MEDIA_ROUTE_RETRY_MS / 60_000} minutes`);
+        return;
+      }
       this.uploaded.delete(d);
       this.uploaded.set(d, today);
       if (this.uploaded.size > MAX_UPLOADED_MEDIA) this.uploaded.delete(this.uploaded.keys().next().value as string);

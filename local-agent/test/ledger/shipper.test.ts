@@ -8,7 +8,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { EngineClient, ExchangeError } from "../../../src/client";
 import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
-import { CallShipper, type ShipperOptions } from "../../src/ledger/shipper";
+import { CallShipper, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { bodyText, serveHttp, type TestServer } from "../support/http-server";
@@ -24,6 +24,8 @@ let received: Received[];
 let media: { sha256: string; data: string }[];
 let order: string[];
 let script: Answer[];
+/** False: the stand-in is an exchange older than media, with no PUT agent/media route. */
+let mediaRoute: boolean;
 let clock: ManualClock;
 let logger: MemoryLogger;
 let shipper: CallShipper;
@@ -33,8 +35,14 @@ beforeEach(async () => {
   media = [];
   order = [];
   script = [];
+  mediaRoute = true;
   const recorded = new Set<string>();
   server = await serveHttp(async (req, res) => {
+    if (req.method === "PUT" && !mediaRoute) {
+      order.push("media 404");
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: "not_found", detail: `No route PUT ${req.url}.` }));
+      return;
+    }
     if (req.method === "PUT") {
       const { data } = JSON.parse(await bodyText(req)) as { data: string };
       const sha256 = (req.url ?? "").split("/").at(-1) ?? "";
@@ -294,6 +302,31 @@ describe("ledger shipper", () => {
       expect(order).toEqual([`media ${a.slice(0, 8)}`, "batch 1", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
       expect(received[1]!.batch.batch_id).toBe(received[2]!.batch.batch_id);
       expect(shipper.status).toMatchObject({ refused: 0 });
+    });
+
+    // The agent upgraded before its Worker: dropping the batch lost the calls' tokens with their images.
+    it("sends batches without their media to an exchange that has no media route, and tries the route again after a while", async () => {
+      start();
+      mediaRoute = false;
+      const [a, dataA] = shot(5000);
+      const [b, dataB] = shot(6000);
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 1, "the first batch");
+      shipper.enqueue(record(), 100, new Map([[b, dataB]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 2, "the second batch, without trying the route");
+      expect(order).toEqual(["media 404", "batch 1", "batch 1"]);
+      expect(shipper.status).toMatchObject({ refused: 0, dropped: 0 });
+      expect(logger.lines.filter((l) => l.includes("no media route"))).toHaveLength(1);
+      // The Worker is upgraded; ten minutes on, the route is tried again and the media go.
+      mediaRoute = true;
+      await clock.advance(NO_MEDIA_ROUTE_RETRY_MS);
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.status.sent === 3, "the batch after the upgrade");
+      expect(order.slice(3)).toEqual([`media ${a.slice(0, 8)}`, "batch 1"]);
+      expect(media).toEqual([{ sha256: a, data: dataA }]);
     });
 
     it("drops a batch whose medium the exchange refuses (a 4xx other than 409), saying why, and goes on", async () => {
