@@ -8,6 +8,7 @@
  * tokens stop the training sequence. A client token, which may not read trajectories, gets a
  * notice in the panel and the rest of the page.
  */
+import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import type { TrajectorySummary } from "../src/protocol/ledger";
@@ -15,6 +16,7 @@ import { answer2, sys, threeTurns, user } from "../test/support/ledger-calls";
 import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
 import { attr, refreshesLater, trajectoryRows } from "./support/page-data";
+import { noisePngDataUrl } from "./support/png";
 import { abort, callClock, claim, end, ledgerOf, record, settled } from "./support/scripted-ledger";
 
 let ex: TestExchange;
@@ -315,6 +317,61 @@ describe("trajectories on the dashboard", () => {
     expect(await mark.getAttribute("title")).toContain("capture was off");
     expect(await page.locator('#episode-timeline tr.call[data-call="2"] [data-mark="drift"]').textContent()).toBe("training stops");
     expect(await page.locator('#episode-timeline [data-mark="uncaptured"]').count()).toBe(1);
+  });
+
+  it("draws a vision agent's screenshots in the conversation: inline, stored by reference, and names the rest", async () => {
+    // Made after the tests that count the list's rows. A screenshot the ledger holds by reference
+    // (rx-media:sha256:...) was shown as the word [image_url], so a viewer could not see what the agent saw.
+    const shot = noisePngDataUrl(96, 64, 7);
+    const icon = noisePngDataUrl(4, 3, 9);
+    const svg = `data:image/svg+xml;base64,${Buffer.from('<svg xmlns="http://www.w3.org/2000/svg"><script>document.title="owned"</script></svg>').toString("base64")}`;
+    const [shotSha, svgSha] = [shot, svg].map((s) => createHash("sha256").update(s).digest("hex"));
+    for (const [sha, data] of [[shotSha, shot], [svgSha, svg]] as const) {
+      const res = await fetch(`${ex.url}/e/${engine.name}/agent/media/${sha}`, { method: "PUT", headers: { authorization: `Bearer ${engine.tokens.trainer}`, "content-type": "application/json" }, body: JSON.stringify({ data }) });
+      expect(res.status).toBe(200);
+    }
+    const elsewhere = "https://example.com/screen.png";
+    const vision = await claim(engine, "ep-vision", "client-v", "browse");
+    const look = {
+      role: "user",
+      content: [
+        { type: "text", text: "What is on the screen?" },
+        { type: "image_url", image_url: { url: `rx-media:sha256:${shotSha}` } },
+        { type: "image_url", image_url: { url: icon, detail: "low" } },
+        { type: "image_url", image_url: { url: elsewhere } },
+        { type: "image_url", image_url: { url: `rx-media:sha256:${svgSha}` } },
+        { type: "text", text: "Answer in one word." },
+      ],
+    };
+    await record(ex, engine, [callClock(Date.now() - 60_000)(vision, { capture: "messages", body: { messages: [sys, look], answer: { role: "assistant", content: "Noise." } } })]);
+    await end(engine, vision, "browse", 1);
+    await settled(ledgerOf(ex, engine, "viewer"), 8 + FILLERS);
+
+    await page.goto(`${ex.url}/dashboard?engine=${engine.name}&episode=ep-vision&refresh=0.3`);
+    await page.waitForSelector(`#episode-messages figure[data-media="${shotSha}"][data-media-state="shown"]`);
+    const user = page.locator('#episode-messages .msg[data-role="user"]');
+    expect(await user.locator(".msg-text").allTextContents()).toEqual(["What is on the screen?", `[image] ${elsewhere}`, "Answer in one word."]);
+    // The browser decoded both pictures: the one read from the exchange and the one sent inline.
+    const sizes = await user.locator("figure img").evaluateAll((imgs) => imgs.map((i) => [(i as HTMLImageElement).naturalWidth, (i as HTMLImageElement).naturalHeight]));
+    expect(sizes.slice(0, 2)).toEqual([
+      [96, 64],
+      [4, 3],
+    ]);
+    expect(await user.locator('[data-media-state="elsewhere"]').count()).toBe(1);
+    // An SVG is a document: named, never drawn, and nothing in it runs.
+    const svgFigure = user.locator(`figure[data-media="${svgSha}"]`);
+    await page.waitForSelector(`#episode-messages figure[data-media="${svgSha}"][data-media-state="missing"]`);
+    expect(await svgFigure.locator("img").getAttribute("src")).toBeNull();
+    expect(await svgFigure.textContent()).toContain("not a picture this page draws");
+    expect(await page.title()).not.toBe("owned");
+    // Redrawn on each refresh from what was read: the image is not read again.
+    const reads: string[] = [];
+    page.on("request", (r) => {
+      if (r.url().includes("/trajectories/media/")) reads.push(r.url());
+    });
+    await page.click('#episode-timeline tr.call[data-call="0"]');
+    await page.waitForSelector(`#episode-messages figure[data-media="${shotSha}"][data-media-state="shown"]`);
+    expect(reads).toEqual([]);
   });
 
   it("logged no error in the browser", () => {

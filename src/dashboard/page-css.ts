@@ -167,6 +167,9 @@ table.timeline td.call-status { white-space: normal; }
 .msg-head { display: flex; align-items: center; gap: 8px; margin-bottom: 4px; font-size: 12.5px; }
 .msg-role { font-weight: 650; text-transform: uppercase; letter-spacing: 0.04em; font-size: 11.5px; color: var(--muted); }
 .msg-text { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; font: inherit; }
+.msg-media { margin: 6px 0; }
+.msg-image { display: block; max-width: 100%; max-height: 420px; border: 1px solid var(--line); border-radius: 6px; }
+.msg-media figcaption:empty { display: none; }
 .tool-call { margin-top: 6px; border-radius: 6px; background: #f5f6f8; padding: 6px 10px; }
 .tool-call-head { font-size: 12.5px; color: var(--muted); }
 .tool-call-head strong { color: var(--text); }

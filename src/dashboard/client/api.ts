@@ -34,25 +34,39 @@ export function apiModule(win: BrowserWindow) {
       isRecord(v) &&
       Object.entries(fields).every(([k, t]) => (t === "array" ? Array.isArray(v[k]) : t === "object" ? isRecord(v[k]) || v[k] === null : typeof v[k] === t));
 
-  async function getJson<T>(path: string, token: string, guard: Guard<T>): Promise<Result<T>> {
-    let status = 0;
-    let text = "";
+  type Answer = { status: number; text: string };
+
+  async function getText(path: string, token: string): Promise<Result<Answer>> {
     try {
       const res = await win.fetch(path, { headers: { authorization: `Bearer ${token}` } });
-      status = res.status;
-      text = await res.text();
+      return { ok: true, value: { status: res.status, text: await res.text() } };
     } catch (e) {
       return { ok: false, problem: { status: 0, error: "network", detail: e instanceof Error ? e.message : String(e) } };
     }
+  }
+
+  /** An error answer as a Problem: its JSON's error and detail when it has them. */
+  function refusal({ status, text }: Answer): Problem {
+    let body: unknown = null;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // Not JSON (a proxy's page): its start is the detail.
+    }
+    const err = isRecord(body) && typeof body["error"] === "string" ? body : { error: "http_error", detail: text.slice(0, 200) };
+    return { status, error: String(err["error"]), detail: typeof err["detail"] === "string" ? err["detail"] : "" };
+  }
+
+  async function getJson<T>(path: string, token: string, guard: Guard<T>): Promise<Result<T>> {
+    const r = await getText(path, token);
+    if (!r.ok) return r;
+    const { status, text } = r.value;
+    if (status < 200 || status > 299) return { ok: false, problem: refusal(r.value) };
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
       return { ok: false, problem: { status, error: "bad_response", detail: `expected JSON from ${path}, got: ${text.slice(0, 120)}` } };
-    }
-    if (status < 200 || status > 299) {
-      const err = isRecord(body) && typeof body["error"] === "string" ? body : { error: "http_error", detail: text.slice(0, 200) };
-      return { ok: false, problem: { status, error: String(err["error"]), detail: typeof err["detail"] === "string" ? err["detail"] : "" } };
     }
     if (!guard(body)) return { ok: false, problem: { status, error: "bad_response", detail: `unexpected answer from ${path}` } };
     return { ok: true, value: body };
@@ -117,6 +131,12 @@ export function apiModule(win: BrowserWindow) {
         token,
         shape({ episode_uuid: "string", fence: "number", calls: "array" }),
       ),
+    /** One medium a trajectory's messages name by `rx-media:sha256:<hex>`: the string the client sent (a data: URL). */
+    media: async (engine: string, token: string, sha256: string): Promise<Result<string>> => {
+      const r = await getText(`${base(engine)}/trajectories/media/${sha256}`, token);
+      if (!r.ok) return r;
+      return r.value.status === 200 ? { ok: true, value: r.value.text } : { ok: false, problem: refusal(r.value) };
+    },
     /** Succeeds only for the deployment's admin token. */
     engines: (adminToken: string) => getJson<EngineList>("/admin/engines", adminToken, shape({ engines: "array" })),
   };

@@ -8,10 +8,10 @@
 import type { Trajectory } from "../../protocol/ledger";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
-import type { ConversationView } from "./conversation-view";
+import type { ConversationView, MediaLoader } from "./conversation-view";
 
 type Call = Trajectory["calls"][number];
-export type EpisodeHandlers = { onShowCall: (index: number) => void };
+export type EpisodeHandlers = { onShowCall: (index: number) => void; loadMedia: MediaLoader };
 
 export function episodeViewModule(dom: Dom, fmt: Format, conversation: ConversationView) {
   const { h, s } = dom;
@@ -158,7 +158,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
     );
   }
 
-  function conversationOf(t: Trajectory, shown: number): DomElement {
+  function conversationOf(t: Trajectory, shown: number, loadMedia: MediaLoader): DomElement {
     const c = t.calls[shown];
     if (c === undefined) return h("p", { class: "sub" }, "No conversation: no LLM call was recorded for this claim.");
     const rewritten = c.messages_splice === "rewritten";
@@ -174,7 +174,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
         ? h("p", { class: "mark-note", "data-mark": "rewritten" }, `These messages do not continue call #${shown}'s conversation: the client rewrote or trimmed its history before this call.`)
         : null,
       c.truncated ? h("p", { class: "mark-note" }, "This call was over the record cap: its messages were left out and its answer cut short.") : null,
-      conversation.render(c.messages, c.answer),
+      conversation.render(c.messages, c.answer, loadMedia),
       c.answer === null ? h("p", { class: "call-error" }, c.error === null ? "No answer was recorded." : `No answer: ${c.error}`) : null,
     );
   }
@@ -188,7 +188,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
       h("h3", {}, "Timeline"),
       timeline(t, shown, handlers.onShowCall),
       trainingLine(t),
-      conversationOf(t, shown),
+      conversationOf(t, shown, handlers.loadMedia),
       t.workflow_output === null
         ? null
         : h("details", { class: "workflow-output" }, h("summary", {}, "Workflow output as the client reported it"), h("pre", {}, JSON.stringify(t.workflow_output, null, 2))),

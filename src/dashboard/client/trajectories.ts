@@ -38,6 +38,25 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
   let listTicket = 0;
   let episodeTicket = 0;
   let bound = false;
+  /** Media read for the open conversations, newest last: a redraw or another call's view draws them again without reading. */
+  const media = new Map<string, Promise<Result<string>>>();
+  const MEDIA_KEPT = 24;
+
+  function loadMedia(sha256: string): Promise<Result<string>> {
+    const key = `${engine ?? ""}/${sha256}`;
+    let read = media.get(key);
+    media.delete(key);
+    if (read === undefined) {
+      read = engine === null ? Promise.resolve({ ok: false, problem: { status: 0, error: "no_engine", detail: "" } }) : d.api.media(engine, token, sha256);
+      // A network failure is read again at the next draw; the exchange's answers are kept.
+      void read.then((r) => {
+        if (!r.ok && r.problem.status === 0) media.delete(key);
+      });
+    }
+    media.set(key, read);
+    if (media.size > MEDIA_KEPT) media.delete(media.keys().next().value as string);
+    return read;
+  }
 
   function syncUrl(): void {
     const p = new URLSearchParams(win.location.search);
@@ -99,6 +118,7 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
           shownCall = i;
           drawEpisode({ ok: true, value: t });
         },
+        loadMedia,
       }),
     );
   }
