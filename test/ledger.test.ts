@@ -609,8 +609,9 @@ describe("trajectory ledger", () => {
     const e = await createEngine();
     await rollingWith(e, 1);
     const c = await claimOne(e, "c");
+    expect((await post(e, batchOf(threeTurns(c)))).status).toBe(200);
     await endAndFlush(e, c, 1);
-    // The same exchange one version newer (an outcome this client does not know), and a line that is no JSON.
+    // A line of the wrong type, and a line that is no JSON.
     const served = (edit: (line: string) => string) =>
       new LedgerClient({
         baseUrl: `${ORIGIN}/e/${e.name}`,
@@ -621,9 +622,19 @@ describe("trajectory ledger", () => {
       for await (const t of client.export()) return t;
       return null;
     };
-    await expect(first(served((l) => l.replace('"outcome":"ended"', '"outcome":"expired"')))).rejects.toMatchObject({ name: "ExchangeError", status: 200, code: "unreadable_answer", detail: expect.stringContaining("outcome") });
+    await expect(first(served((l) => l.replace('"outcome":"ended"', '"outcome":7')))).rejects.toMatchObject({ name: "ExchangeError", status: 200, code: "unreadable_answer", detail: expect.stringContaining("outcome") });
     await expect(first(served(() => "<html>a proxy's page</html>\n"))).rejects.toMatchObject({ name: "ExchangeError", code: "bad_response" });
     expect(await first(served((l) => l))).toMatchObject({ episode_uuid: c.episode, outcome: "ended" });
+    // The same exchange one version newer: a way a claim ends, or a call continues, this client does not know.
+    // A pinned SDK refused the whole export (unreadable_answer) for one new value.
+    const newer = served((l) => l.replace('"outcome":"ended"', '"outcome":"expired"').replaceAll('splice":"extends"', 'splice":"resumed"'));
+    const t = await first(newer);
+    expect(t).toMatchObject({ episode_uuid: c.episode, outcome: "expired" });
+    expect(t?.calls.map((k) => [k.messages_splice, k.tokens?.splice])).toEqual([
+      ["first", "first"],
+      ["resumed", "resumed"],
+      ["resumed", "resumed"],
+    ]);
   });
 
   it("answers 404 for a trajectory it does not have", async () => {

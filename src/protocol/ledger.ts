@@ -203,6 +203,8 @@ export type MediaUploadResponse = z.infer<typeof MediaUploadResponse>;
 
 export const TRAJECTORY_OUTCOMES = ["ended", "aborted", "reaped"] as const;
 export const TrajectoryOutcome = z.enum(TRAJECTORY_OUTCOMES);
+/** An outcome as a reader reads it: a newer exchange may add ways a claim ends (open-enum.ts). */
+const TrajectoryOutcomeView = openEnum(TRAJECTORY_OUTCOMES);
 export type TrajectoryOutcome = z.infer<typeof TrajectoryOutcome>;
 
 // z.coerce.number reads a blank value (`?global_step=`) as 0: as NaN it names no number and is refused, like `abc`.
@@ -250,7 +252,7 @@ export const TrajectorySummary = z.object({
   episode_type: z.string(),
   run: z.number().int(),
   global_step: z.number().int().nullable(),
-  outcome: TrajectoryOutcome,
+  outcome: TrajectoryOutcomeView,
   reward: z.number().nullable(),
   is_success: z.boolean().nullable(),
   ended_at: z.number().int(),
@@ -270,6 +272,8 @@ export type TrajectoryListResponse = z.infer<typeof TrajectoryListResponse>;
 /** How a call's history relates to the claim's previous call. */
 export const SPLICES = ["first", "extends", "rewritten"] as const;
 export const Splice = z.enum(SPLICES);
+/** As a reader reads it: a newer exchange may tell more ways a call continues the one before (open-enum.ts). */
+const SpliceView = openEnum(SPLICES);
 
 /** One call as a reader sees it: whole messages, and whole token arrays as numbers. */
 export const TrajectoryCall = z.object({
@@ -306,7 +310,7 @@ export const TrajectoryCall = z.object({
   tools: z.array(z.unknown()).nullable(),
   messages: z.array(z.unknown()),
   /** Whether `messages` begin with the previous successful call's messages and answer. */
-  messages_splice: Splice,
+  messages_splice: SpliceView,
   answer: z.record(z.string(), z.unknown()).nullable(),
   tokens: z
     .object({
@@ -314,7 +318,7 @@ export const TrajectoryCall = z.object({
       completion_ids: z.array(z.number().int()),
       completion_logprobs: z.array(z.number()),
       /** Whether `prompt_ids` begin with the previous successful call's prompt and completion ids. */
-      splice: Splice,
+      splice: SpliceView,
     })
     .nullable(),
 });
@@ -344,7 +348,7 @@ export type TrainingSequence = z.infer<typeof TrainingSequence>;
 export const Trajectory = z.object({
   ...TrajectorySummary.shape,
   /** null while the claim is live: its calls so far. */
-  outcome: TrajectoryOutcome.nullable(),
+  outcome: TrajectoryOutcomeView.nullable(),
   ended_at: z.number().int().nullable(),
   workflow_output: z.record(z.string(), z.unknown()).nullable(),
   calls: z.array(TrajectoryCall),
