@@ -346,6 +346,27 @@ describe("agent sessions", () => {
     expect((await trainer.pollCommands({ session: "agent-new" })).commands.map((c) => c.body.kind)).toEqual(["stop"]);
   });
 
+  // What a user saw: the agent's poll connection dropped mid-wait (a NAT reset) and the agent
+  // polled again at once with its same session; a command queued meanwhile (start_rollout here;
+  // a result's `deliver`, `start`, `stop_run` the same) went to the dropped poll, still open in
+  // the engine with nobody to read its answer, and the agent got it only once that lease ran out
+  // (COMMAND_LEASE_SECONDS, 60 s).
+  it("hands a command queued after a poll's client hung up to the same agent's next poll, not to the abandoned one", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const waiters = () => runInDurableObject(e.stub, (i: EngineObject) => [...(i as unknown as { channel: { pollWaiters: Set<() => void> } }).channel.pollWaiters]);
+    // The Worker does not end a poll whose client went away: it stays open in the engine, as this one does.
+    const abandoned = trainer.pollCommands({ session: "agent-1", wait: 20 });
+    await vi.waitFor(async () => expect(await waiters()).toHaveLength(1));
+    const [dropped] = await waiters();
+    // The agent polls again with its session; the command is queued once that poll waits in the engine.
+    const live = trainer.pollCommands({ session: "agent-1", wait: 5 });
+    await vi.waitFor(async () => expect((await waiters()).filter((w) => w !== dropped)).toHaveLength(1));
+    await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+    const kinds = (r: Awaited<typeof live>) => r.commands.map((c) => `${c.body.kind} attempt ${c.attempt}`);
+    expect({ abandoned: kinds(await abandoned), live: kinds(await live) }).toEqual({ abandoned: [], live: ["start_rollout attempt 1"] });
+  });
+
   it("hands no command to a poll whose token was revoked while it waited, and leases it to the agent with the new token", async () => {
     const e = await createEngine();
     // The operator rotates the agent's token: a new one for the restarted agent, the old one revoked.

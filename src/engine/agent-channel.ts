@@ -26,6 +26,11 @@ export class AgentChannel {
   private pollWaiters = new Set<() => void>();
   /** The agent session whose polls are served; older sessions' open polls give up (in memory only). */
   private pollSession: string | null = null;
+  /**
+   * Number of the newest poll of `pollSession`: an agent has one poll open at a time, so an older
+   * one still waiting is one whose connection dropped (a NAT reset) and that nobody will read.
+   */
+  private latestPoll = 0;
   /** The agent's heartbeat record; undefined until read. */
   private agentMemo: AgentRecord | null | undefined = undefined;
 
@@ -67,13 +72,18 @@ export class AgentChannel {
    */
   async poll(q: PollCommandsQuery, refusal: () => Failure | null): Promise<Reply<PollCommandsResponse>> {
     const session = q.session ?? null;
-    if (session !== null && session !== this.pollSession) {
-      this.pollSession = session;
-      this.host.tx(() => this.commands.releaseOthers(session, this.host.now()));
-      // Polls of the session this one replaces return empty: their agent is gone.
+    let mine = 0;
+    if (session !== null) {
+      if (session !== this.pollSession) {
+        this.pollSession = session;
+        this.host.tx(() => this.commands.releaseOthers(session, this.host.now()));
+      }
+      mine = ++this.latestPoll;
+      // Older polls, of the session this one replaces or of its own, return empty: nobody reads
+      // them, and woken in order with this one by a command they would lease it first.
       this.wakeAll();
     }
-    const superseded = () => session !== null && session !== this.pollSession;
+    const superseded = () => session !== null && (session !== this.pollSession || mine !== this.latestPoll);
     const deadline = Date.now() + q.wait * 1000;
     for (;;) {
       if (this.host.closed()) return this.host.gone();
