@@ -103,11 +103,18 @@ async function main(): Promise<void> {
     if (tty) process.stderr.write(`\r${line}${final ? "\n" : ""}`);
     else if (final) process.stderr.write(`${line}\n`);
   };
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    for (const b of chunk) if (b === 10) lines++;
-    bytes += chunk.length;
-    if (!file.write(chunk)) await new Promise<void>((r) => file.once("drain", () => r()));
-    draw(false);
+  try {
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      for (const b of chunk) if (b === 10) lines++;
+      bytes += chunk.length;
+      if (!file.write(chunk)) await new Promise<void>((r) => file.once("drain", () => r()));
+      draw(false);
+    }
+  } catch (e) {
+    // The exchange cut the answer off (the token revoked or the engine deleted meanwhile, or a failure on the way): the file is not the export.
+    await new Promise<void>((resolve) => file.end(() => resolve()));
+    draw(true);
+    fail(`the export broke off after ${lines.toLocaleString("en")} of ${total.toLocaleString("en")} trajectories (${e instanceof Error ? e.message : String(e)}); ${opts["out"]} holds only those. The token may have been revoked or the engine deleted meanwhile: see docs/ledger.md.`);
   }
   await new Promise<void>((resolve, reject) => file.end((e?: Error | null) => (e ? reject(e) : resolve())));
   draw(true);

@@ -13,7 +13,8 @@ import { D1_MAX_ROW_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { packFloats, packInts } from "../src/protocol/packed";
 import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
 import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
-import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
+import { EXPORT_INTERRUPTED } from "../src/client/ledger-client";
+import { ADMIN_TOKEN, admin, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
   new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch });
@@ -36,6 +37,58 @@ async function endAndFlush(e: TestEngine, c: Claim, reward: number): Promise<voi
 
 const countRows = async (engine: string) =>
   (await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(engine).first<{ n: number }>())?.n ?? 0;
+
+/** `n` ended claims of `e` named `<prefix>-<i>`, written as the engine's outbox writes them. */
+async function seedEnded(e: TestEngine, n: number, prefix: string, endedFrom: number): Promise<void> {
+  await env.DB.prepare(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+     INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, run, reward, is_success, workflow_output, ended_at)
+     SELECT ?1, ?3 || '-' || i, 1, 'c', 'task-1', 'train', 0, 1, 0.5, 1, '{"reward":0}', ?4 + i FROM n`,
+  )
+    .bind(e.name, n, prefix, endedFrom)
+    .run();
+}
+
+/**
+ * Reads an export's JSON lines one at a time: the next line, null at the stream's end, or
+ * `{ broke }` when the stream broke off (the exchange cut the answer off before its end).
+ */
+function lineReader(body: ReadableStream<Uint8Array>) {
+  const reader = body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  return async (): Promise<Record<string, unknown> | null | { broke: unknown }> => {
+    for (;;) {
+      const nl = buf.indexOf("\n");
+      if (nl >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        return JSON.parse(line) as Record<string, unknown>;
+      }
+      let r: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        r = await reader.read();
+      } catch (broke) {
+        return { broke };
+      }
+      if (r.done) return null;
+      buf += dec.decode(r.value, { stream: true });
+    }
+  };
+}
+
+/** The rest of an export's lines, and whether it broke off rather than ended. */
+async function drain(next: ReturnType<typeof lineReader>): Promise<{ lines: Record<string, unknown>[]; broke: boolean }> {
+  const lines: Record<string, unknown>[] = [];
+  for (;;) {
+    const l = await next();
+    if (l === null) return { lines, broke: false };
+    if ("broke" in l) return { lines, broke: true };
+    lines.push(l);
+  }
+}
+
+const openExport = (e: TestEngine, token: string) => workerFetch(`${ORIGIN}/e/${e.name}/trajectories/export`, { headers: { authorization: `Bearer ${token}` } });
 
 describe("trajectory ledger", () => {
   it("rebuilds a three-turn conversation with a tool call, and the exact tokens, loss mask and logprobs", async () => {
@@ -635,6 +688,70 @@ describe("trajectory ledger", () => {
       ["resumed", "resumed"],
       ["resumed", "resumed"],
     ]);
+  });
+
+  // What a user saw: an operator revokes a viewer token (a leaked laptop, a departing
+  // contractor) while that token is exporting the engine's trajectories (every client's prompts
+  // and answers). The export carried on, page after page from D1, to the last trajectory: the
+  // revocation cut off nothing. docs/security.md: "A revoked token stops working at once".
+  // The export re-reads D1 for every page (200 trajectories); it stops at the next page.
+  it("keeps paging an export for a token revoked after its first line", async () => {
+    const e = await createEngine("iso-exp");
+    await seedEnded(e, 650, "ep", 1000);
+    const res = await openExport(e, e.tokens.viewer);
+    expect(res.status).toBe(200);
+    const next = lineReader(res.body!);
+    expect(await next()).toMatchObject({ episode_uuid: "ep-650" });
+    await admin.revokeToken(e.name, e.tokenIds.viewer);
+    // The token is refused now for a new request...
+    expect((await openExport(e, e.tokens.viewer)).status).toBe(401);
+    // ...and the open stream sends the rest of the page it had read, then breaks off (not an
+    // end: a reader must not take the part for the whole export).
+    const after = await drain(next);
+    expect(after.lines.length, "trajectories sent to a revoked token after its revocation").toBeLessThan(200);
+    expect(after.broke).toBe(true);
+
+    // The client says so: an ExchangeError, after the trajectories it did send.
+    const op = ledgerOf(e, "operator");
+    let got = 0;
+    const reading = (async () => {
+      for await (const _t of op.export()) if (++got === 1) await admin.revokeToken(e.name, e.tokenIds.operator);
+    })();
+    await expect(reading).rejects.toMatchObject({ name: "ExchangeError", status: 200, code: EXPORT_INTERRUPTED, detail: expect.stringContaining("after 200 trajectories") });
+    expect(got).toBe(200);
+  });
+
+  // What a user saw: team A's engine `x` is deleted (forced) and `x` is made again for team B.
+  // A viewer of the old `x` who had an export open kept reading, and once its first page was
+  // used up the stream paged through team B's trajectories: the new engine's data, read with a
+  // token of a deleted engine. The export's pages are keyed by the engine's name
+  // (ledger/export.ts summaryPage(db, engine, ...)), not by the incarnation it authorized.
+  it("pages into a new engine made under the deleted one's name", async () => {
+    const old = await createEngine("iso-inc");
+    await seedEnded(old, 450, "teamA", 10_000);
+    // A viewer's export, and the admin's: the admin's token passes on the new engine too, so only
+    // the incarnation the export began with tells the engines apart.
+    const opened = await Promise.all([openExport(old, old.tokens.viewer), openExport(old, ADMIN_TOKEN)]);
+    const readers = opened.map((res) => {
+      expect(res.status).toBe(200);
+      return lineReader(res.body!);
+    });
+    for (const next of readers) expect(String(((await next()) as Record<string, unknown> | null)?.["episode_uuid"])).toMatch(/^teamA-/);
+
+    await admin.deleteEngine(old.name, { force: true });
+    const fresh = await createEngine(undefined, { name: old.name });
+    // Team B's trajectories: older ended_at than the cursor, so they come next in its order.
+    await seedEnded(fresh, 300, "teamB", 0);
+    // A token of the deleted engine is refused by the new one.
+    expect((await openExport(fresh, old.tokens.viewer)).status).toBe(401);
+
+    for (const [i, next] of readers.entries()) {
+      const rest = await drain(next);
+      const leaked = rest.lines.map((t) => String(t["episode_uuid"])).filter((id) => id.startsWith("teamB-"));
+      expect(leaked.length, `team B's trajectories streamed to the deleted engine's ${i === 0 ? "viewer" : "admin"} (e.g. ${leaked.slice(0, 3).join(", ")})`).toBe(0);
+      expect(rest.lines.length).toBeLessThan(200);
+      expect(rest.broke).toBe(true);
+    }
   });
 
   it("answers 404 for a trajectory it does not have", async () => {

@@ -2,4 +2,4 @@ export { EngineClient, type ClaimedEpisode, type EngineClientOptions } from "./e
 export { AdminClient } from "./admin-client";
 export { ExchangeError, UNREADABLE_ANSWER, type FetchLike } from "./http";
 export { RunsClient, RunsRefusal, type RunsClientOptions } from "./runs-client";
-export { LedgerClient } from "./ledger-client";
+export { EXPORT_INTERRUPTED, LedgerClient } from "./ledger-client";

@@ -71,17 +71,56 @@ export class LedgerClient {
     }
     const decoder = new TextDecoder();
     let pending = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    let sent = 0;
+    for await (const chunk of exportChunks(res.body, url, () => sent)) {
       pending += decoder.decode(chunk, { stream: true });
       let nl: number;
       while ((nl = pending.indexOf("\n")) >= 0) {
         const line = pending.slice(0, nl);
         pending = pending.slice(nl + 1);
-        if (line !== "") yield exportedLine(line, url);
+        if (line !== "") {
+          sent++;
+          yield exportedLine(line, url);
+        }
       }
     }
     pending += decoder.decode();
     if (pending.trim() !== "") yield exportedLine(pending, url);
+  }
+}
+
+/** The code of the ExchangeError for an export whose stream broke off before its end. */
+export const EXPORT_INTERRUPTED = "export_interrupted";
+
+/**
+ * The export's body a chunk at a time, a read that fails (the exchange cut the answer off: the
+ * token was revoked or the engine deleted meanwhile, or D1, R2 or the connection failed) thrown
+ * as an ExchangeError: what was read so far is not the whole export, and a caller catching the
+ * client's errors must not take it for one. Only the read is wrapped, so an error thrown into the
+ * export's generator by its consumer stays the consumer's own.
+ */
+async function* exportChunks(body: ReadableStream<Uint8Array>, url: string, sent: () => number): AsyncGenerator<Uint8Array> {
+  const reader = body.getReader();
+  let done = false;
+  try {
+    for (;;) {
+      let read: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        read = await reader.read();
+      } catch (e) {
+        done = true;
+        const why = e instanceof Error ? e.message : String(e);
+        throw new ExchangeError(200, EXPORT_INTERRUPTED, `the export from ${url} broke off after ${sent()} trajectories, before its end (a token revoked or the engine deleted meanwhile, or a failure on the way): ${why}`);
+      }
+      if (read.done) {
+        done = true;
+        return;
+      }
+      yield read.value;
+    }
+  } finally {
+    // A consumer that stops early frees the connection; a stream that ended or broke needs nothing.
+    if (!done) await reader.cancel().catch(() => undefined);
   }
 }
 

@@ -32,8 +32,14 @@ import { SHA256_HEX } from "./media-refs";
 
 const DEFAULT_PAGE = 50;
 
-/** The engine the caller was authorized on (its name, and the incarnation its R2 keys carry), and when that check began. */
-export type Authorized = { engine: string; incarnation: string; checkedAt: number };
+/**
+ * The engine the caller was authorized on (its name, and the incarnation its R2 keys carry), and
+ * when that check began. `recheck` asks the engine again, for an answer that reads on long after
+ * it began (the export's pages): null while the same caller may still do the same operation on the
+ * same incarnation, else why not (the token was revoked, or the engine deleted and perhaps made
+ * again under its name).
+ */
+export type Authorized = { engine: string; incarnation: string; checkedAt: number; recheck: () => Promise<string | null> };
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
 
@@ -99,7 +105,7 @@ async function list(c: Context, who: Authorized, q: ListQuery): Promise<Response
 
 async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<Response> {
   const { cursor, format: _format, ...filters } = q;
-  const exported = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor);
+  const exported = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor, who.recheck);
   if ("ok" in exported) return refusal(exported);
   return new Response(exported.stream, {
     status: 200,

@@ -1,7 +1,8 @@
 /**
  * The export: every trajectory that passes the filters, newest first, one JSON line each, streamed
  * a page at a time so that the Worker's memory holds one page whatever the export's size (an
- * isolate has 128 MB). Each page costs two D1 queries and one R2 read per object it touches.
+ * isolate has 128 MB). Each page costs two D1 queries, one R2 read per object it touches and,
+ * from the second page on, one RPC to the engine's object to check the caller again.
  */
 import type { TrajectoryFilters } from "../protocol/ledger";
 import { countTrajectories, loadPage, summaryPage, type ReadRefusal, type SummaryPage } from "./read";
@@ -12,6 +13,14 @@ export const EXPORT_PAGE = 200;
 
 const enc = new TextEncoder();
 
+/** Why an export stopped before its end: the caller was refused when its next page was to be sent (the detail says why). */
+export class ExportRefused extends Error {
+  constructor(readonly detail: string) {
+    super(`export: stopped before its next page, the caller is refused: ${detail}`);
+    this.name = "ExportRefused";
+  }
+}
+
 /** Header of the export's answer: how many trajectories pass its filters (all of them, whatever its cursor). */
 export const TOTAL_HEADER = "x-trajectories-total";
 
@@ -21,6 +30,14 @@ export const TOTAL_HEADER = "x-trajectories-total";
  * trajectory is built (its calls share their messages) and sent a call at a time, so the isolate
  * never holds a whole conversation per call as text, nor a page of trajectories. `total` counts
  * what the filters pass, for a progress bar.
+ *
+ * An export may stream for minutes, and the caller was checked when it began. So each page after
+ * the first is sent only once `recheck` (the engine, asked again) says the caller may still read
+ * this incarnation of the engine: a token revoked, or the engine deleted (and perhaps made again
+ * under its name, which D1's rows, keyed by name, cannot tell), ends the export at its next page
+ * rather than after its last. One RPC per page of EXPORT_PAGE trajectories is little next to the
+ * page's own D1 and R2 reads. A refusal errors the stream, as a failed D1 or R2 read mid-stream
+ * does: the answer (already 200) is cut off, and a client sees a broken stream, not an end.
  */
 export async function exportTrajectories(
   db: D1Database,
@@ -28,6 +45,7 @@ export async function exportTrajectories(
   engine: string,
   filters: TrajectoryFilters,
   cursor: string | undefined,
+  recheck: () => Promise<string | null>,
 ): Promise<{ stream: ReadableStream<Uint8Array>; total: number } | ReadRefusal> {
   const [first, total] = await Promise.all([summaryPage(db, engine, filters, cursor, EXPORT_PAGE), countTrajectories(db, engine, filters)]);
   if ("ok" in first) return first;
@@ -48,8 +66,14 @@ export async function exportTrajectories(
           // The cursor is ours and was valid a page ago: a refusal now would be a bug.
           if ("ok" in next) throw new Error(`export: the next page was refused: ${next.detail}`);
           page = next;
-          loaded = null;
           at = 0;
+          // Read first, checked after: an engine still of the export's incarnation after the
+          // reads means the rows are that incarnation's (incarnations never come back), and a
+          // token still valid then may be sent what they hold. An empty page is checked too, so
+          // that a refused export never ends as if it were whole.
+          loaded = page.rows.length === 0 ? null : await loadPage(db, bucket, engine, page.rows);
+          const refused = await recheck();
+          if (refused !== null) throw new ExportRefused(refused);
           if (page.rows.length === 0) {
             controller.close();
             return;

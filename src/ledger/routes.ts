@@ -9,6 +9,7 @@ import type { Env } from "../env";
 import { envOf } from "../runs/context";
 import type { EngineOp } from "../auth/roles";
 import { engineCaller } from "../http/engine-caller";
+import { engineStub } from "../http/engine-stub";
 import { errorResponse, replyResponse } from "../http/errors";
 import { readJson, readQuery } from "../http/validate";
 import { LEDGER_API, type Authorized, type LedgerRouteSpec } from "./api";
@@ -18,9 +19,26 @@ async function authorized(c: Context, op: EngineOp): Promise<Authorized | Respon
   const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
   if (!who.ok) return replyResponse(who);
   const checkedAt = Date.now();
-  const auth = await who.body.stub.authorizeOp(who.body.caller, op);
+  const { stub, caller } = who.body;
+  const auth = await stub.authorizeOp(caller, op);
   if (!auth.ok) return replyResponse(auth);
-  return { engine: auth.body.engine, incarnation: auth.body.incarnation, checkedAt };
+  const { engine, incarnation } = auth.body;
+  const env = envOf(c);
+  // For answers that read on after they began (the export, before each page). A stub made afresh
+  // each time, from the kept route (no I/O; a D1 read once a minute when the route is read
+  // again): the first stub's instance is reset when its engine is deleted and made again in the
+  // same object, and every call on it then throws; a fresh one reaches whatever engine holds the
+  // name now, which refuses the caller or answers another incarnation.
+  const recheck = async (): Promise<string | null> => {
+    const now = await engineStub(env, engine);
+    if (now === null) return `unknown_engine: engine '${engine}' was deleted.`;
+    const again = await now.authorizeOp(caller, op);
+    if (!again.ok) return `${again.error}: ${again.detail}`;
+    // The admin's token passes on any engine: only the incarnation tells the engine deleted and made again.
+    if (again.body.incarnation !== incarnation) return `unknown_engine: engine '${engine}' was deleted; an engine of that name now is another one.`;
+    return null;
+  };
+  return { engine, incarnation, checkedAt, recheck };
 }
 
 /** The caller first, then the path's parameters (a value that does not fit names nothing: 404), then the input. */
