@@ -1,13 +1,15 @@
 /**
  * Streamed relayed calls whose gateway answers a whole completion (as an AgentJet runner does):
  * the Worker streams it as OpenAI would, and when the answer breaks off while the Worker reads
- * it (the stream's status line has gone out) the failure arrives as the stream's last event.
+ * it (the stream's status line has gone out) the failure arrives as the stream's last event. A
+ * refusal that comes before the first keep-alive is due keeps its status; a later one is an event.
  * The gateway here is a network binding, whose answers can break after their first bytes (a
  * connection reset), which a real gateway cannot be made to do on cue.
  */
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { Env } from "../src/env";
 import { serveRelay } from "../src/relay/relay-routes";
 import { createEngine, ORIGIN, rollingWith, withGateway } from "./support/harness";
 
@@ -85,5 +87,69 @@ describe("a streamed call whose gateway's whole answer breaks off", () => {
     expect(asked).toHaveLength(3);
     expect(asked[0]).toMatchObject(chunk);
     expect(asked[1]).toMatchObject({ object: "chat.completion.chunk", choices: [], usage: completion.usage });
+  });
+});
+
+/** A gateway that answers `status` with the OpenAI `error`, after `afterMs`. */
+const refusingGateway = (status: number, error: Record<string, unknown>, afterMs = 0): Fetcher =>
+  ({
+    fetch: async (): Promise<Response> => {
+      if (afterMs > 0) await new Promise((r) => setTimeout(r, afterMs));
+      return new Response(JSON.stringify({ error }), { status, headers: { "content-type": "application/json" } });
+    },
+    connect: () => {
+      throw new Error("the relay opens no sockets");
+    },
+  }) as unknown as Fetcher;
+
+const CONTEXT = { message: "This model's maximum context length is 32768 tokens. However, you requested 40961 tokens in the messages. Please reduce the length of the messages.", type: "BadRequestError", param: null, code: 400 };
+const LIMIT = { message: "Rate limit reached, try again in 7s", type: "rate_limit_error", param: null, code: "rate_limit_exceeded" };
+
+describe("a streamed call the model refuses", () => {
+  const streamedCall = async (gateway: Fetcher, vars: Partial<Env> = {}): Promise<{ status: number; type: string | null; text: string }> => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const req = new Request(`${ORIGIN}/v1/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "a very long history" }], stream: true }),
+      headers: { "content-type": "application/json", authorization: `Bearer ${c.openai_api_key}` },
+    });
+    const ctx = createExecutionContext();
+    const res = await serveRelay(req, { ...env, ...vars, RELAY_NETWORK: gateway }, ctx)!;
+    const text = await res.text();
+    await waitOnExecutionContext(ctx);
+    return { status: res.status, type: res.headers.get("content-type"), text };
+  };
+
+  // What the user sees: an agent streams its calls (most frameworks do) and its history grows past
+  // the model's context; vLLM refuses with 400 before generating anything (or a proxy with 429).
+  // Through the exchange the client gets HTTP 200 and a stream holding one error event. The OpenAI
+  // SDKs raise a bare APIError without a status for that (not BadRequestError / RateLimitError),
+  // so the frameworks' handling of a context overflow (trim the history and go on: LangChain,
+  // LiteLLM's ContextWindowExceededError, OpenHands) does not fire and the episode dies, and a 429
+  // is not retried at all (the SDK retries by status, and this one is 200). The Worker commits to
+  // 200 before it has the gateway's answer (relayStream returns its Response at once), though its
+  // first keep-alive is only due after RELAY_KEEPALIVE_MS (10 s): an answer that comes before then
+  // can keep its status.
+  it.each([
+    [400, CONTEXT],
+    [429, LIMIT],
+  ])("answers a streamed call the gateway refused at once %i with that status, not 200", async (status, error) => {
+    const r = await streamedCall(refusingGateway(status, error));
+    expect(r.text).toContain(error.message);
+    expect(r.status).toBe(status);
+    expect(r.type).toContain("application/json");
+  });
+
+  it("streams a refusal that comes after the first keep-alive was due as before: 200, the keep-alive, then the error event", async () => {
+    const r = await streamedCall(refusingGateway(429, LIMIT, 300), { RELAY_KEEPALIVE_MS: "50" });
+    expect(r.status).toBe(200);
+    expect(r.type).toContain("text/event-stream");
+    expect(r.text.startsWith(": keep-alive\n\n")).toBe(true);
+    const events = r.text.split("\n\n").filter((x) => x.startsWith("data: "));
+    expect(events).toHaveLength(1);
+    expect(JSON.parse(events[0]!.slice(6))).toMatchObject({ error: { code: "rate_limit_exceeded" } });
   });
 });

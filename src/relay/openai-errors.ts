@@ -34,6 +34,45 @@ export function refusedBehindBody(status: number, text: string): OpenAIError {
     : openaiErrorBody(502, `The inference upstream refused the trainer's credentials (${status}): ${said}`, "upstream_refused");
 }
 
+/** A number of seconds or milliseconds, as OpenAI's SDKs parse one. */
+const NUMBER = /^\d{1,10}(?:\.\d{1,6})?$/;
+const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+
+/**
+ * The headers of an upstream's error answer that say when to try again, as OpenAI's SDKs read
+ * them (a 429's or 503's): passed on by the gateway and the Worker, so the client waits as long
+ * as it was told to. Only well-formed values: seconds or an HTTP date (IMF-fixdate, what RFC 9110
+ * has senders write) for retry-after, milliseconds for retry-after-ms; nothing else of the
+ * upstream's headers reaches a client.
+ */
+export function retryHeaders(get: (name: string) => string | null | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  const after = get("retry-after")?.trim();
+  if (after !== undefined && (NUMBER.test(after) || (HTTP_DATE.test(after) && !Number.isNaN(Date.parse(after))))) out["retry-after"] = after;
+  const ms = get("retry-after-ms")?.trim();
+  if (ms !== undefined && NUMBER.test(ms)) out["retry-after-ms"] = ms;
+  return out;
+}
+
+/**
+ * The client's answer to a gateway's error answer (its status not 2xx, `text` its body): an
+ * OpenAI error keeps its status, a refusal behind the exchange is a 502, anything else is
+ * worded as what it was; the upstream's retryHeaders go with it.
+ */
+export function gatewayErrorResponse(res: Response, text: string): Response {
+  const headers = retryHeaders((name) => res.headers.get(name));
+  if (refusedBehind(res.status)) return Response.json(refusedBehindBody(res.status, text), { status: 502, headers });
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return Response.json(openaiErrorBody(502, `The inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage"), { status: 502, headers });
+  }
+  const err = OpenAIError.safeParse(json);
+  const status = res.status >= 400 && res.status < 600 ? res.status : 502;
+  return Response.json(err.success ? err.data : openaiErrorBody(status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error"), { status, headers });
+}
+
 /** The OpenAI error `text` holds, or null when it holds none. */
 export function openaiErrorIn(text: string): OpenAIError | null {
   try {

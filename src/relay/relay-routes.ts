@@ -14,7 +14,7 @@ import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
 import { verifyClaimKey, type ClaimKeyFields } from "../auth/claim-key";
 import { cachedGatewaySecret, signEnvelope } from "../auth/gateway-signature";
-import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
+import { ChatRequestShape, envelopeText, isChatRequest, GATEWAY_RELAY_PATH, type OpenAIError, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEndpoint, type RelayEnvelope } from "../protocol/relay";
 import { describeIssues, internalError } from "../http/errors";
 import { loggedErrorId } from "../error-id";
 import { readBodyText } from "../http/body";
@@ -22,7 +22,7 @@ import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../protocol/relay-endpoint";
 import { routingPath } from "../http/path-token";
 import { claimGate, relayFailures } from "./claim-gates";
 import { CLAIM_KEY_SECRET_MISSING } from "../engine/episode-claims";
-import { openaiErrorBody, openaiErrorIn, openaiErrorResponse, refusedBehind, refusedBehindBody } from "./openai-errors";
+import { gatewayErrorResponse, openaiErrorBody, openaiErrorIn, openaiErrorResponse } from "./openai-errors";
 import { relayStream } from "./sse";
 import { asksStreamUsage } from "./completion-chunk";
 import { DeadlineWatch } from "./deadline-watch";
@@ -160,7 +160,8 @@ async function relayClaim(
     });
 
   if (request?.["stream"] === true) {
-    // A stream already keeps a timer of its own (the keep-alives), and its deadline covers every token.
+    // A stream already keeps a timer of its own (the keep-alives), and its deadline covers every
+    // token. Its status waits for the gateway until the first keep-alive is due (sse.ts).
     return relayStream(send(AbortSignal.timeout(deadline * 1000)), numberVar(env.RELAY_KEEPALIVE_MS, DEFAULT_KEEP_ALIVE_MS), (e) => describeFailure(e, deadline), asksStreamUsage(request), failed);
   }
   // A whole answer waits under the isolate's deadline watch, not a timer of its own (deadline-watch.ts).
@@ -173,17 +174,11 @@ async function relayClaim(
   }
   const { res, text } = answer;
   if (text === null) return res;
-  if (refusedBehind(res.status)) return Response.json(refusedBehindBody(res.status, text), { status: 502 });
-  let json: unknown;
+  if (!res.ok) return gatewayErrorResponse(res, text);
   try {
-    json = JSON.parse(text);
+    JSON.parse(text);
   } catch {
     return openaiErrorResponse(502, `The inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage");
-  }
-  if (!res.ok) {
-    const err = OpenAIError.safeParse(json);
-    const status = res.status >= 400 && res.status < 600 ? res.status : 502;
-    return err.success ? Response.json(err.data, { status }) : openaiErrorResponse(status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error");
   }
   return new Response(text, { status: 200, headers: { "content-type": "application/json" } });
 }

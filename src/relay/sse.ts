@@ -1,9 +1,11 @@
 /**
- * Streaming answers for the relay. The stream opens at once and carries SSE comments as
- * keep-alives while the answer is pending (proxies and clients drop silent connections), then
- * the upstream's events. A whole ChatCompletion (what a ZeroMQ runner answers) becomes one
- * chunk; an upstream error or a broken stream becomes an error event, since the status line
- * has already been sent.
+ * Streaming answers for the relay. The stream opens when the gateway's answer begins, or when
+ * the first keep-alive is due if that comes first, and carries SSE comments as keep-alives while
+ * the answer is pending (proxies and clients drop silent connections), then the upstream's
+ * events. A refusal that comes before the stream opens (a 400 for a context too long, a 429) is
+ * answered as a whole call's error, with its status: OpenAI's SDKs classify and retry by status.
+ * A whole ChatCompletion (what a ZeroMQ runner answers) becomes one chunk; a later upstream
+ * error or a broken stream becomes an error event, since the status line has been sent.
  *
  * The stream is workerd's native IdentityTransformStream, and an SSE upstream is piped into it
  * with pipeTo, so workerd moves the tokens without running JavaScript per chunk. A read/write
@@ -12,7 +14,7 @@
  */
 import { completionToChunks } from "./completion-chunk";
 import type { OpenAIError } from "../protocol/relay";
-import { openaiErrorBody, openaiErrorIn, refusedBehind, refusedBehindBody } from "./openai-errors";
+import { gatewayErrorResponse, openaiErrorBody, openaiErrorIn, refusedBehind, refusedBehindBody } from "./openai-errors";
 
 const enc = new TextEncoder();
 export const KEEP_ALIVE = ": keep-alive\n\n";
@@ -29,13 +31,13 @@ function errorFromUpstream(status: number, text: string): { status: number; erro
  * `includeUsage`: the client asked for usage in its stream (a whole completion's goes in a last
  * chunk then). `failed` hears each error event the stream ends with, and the status it stands for.
  */
-export function relayStream(
+export async function relayStream(
   upstream: Promise<Response>,
   keepAliveMs: number,
   describeFailure: (e: unknown) => { status: number; message: string; code: string },
   includeUsage = false,
   failed: (status: number, error: OpenAIError) => void = () => undefined,
-): Response {
+): Promise<Response> {
   const { readable, writable } = new IdentityTransformStream();
   let writer = writable.getWriter();
   const errorEvent = (status: number, error: OpenAIError): Uint8Array => {
@@ -56,11 +58,17 @@ export function relayStream(
       return null;
     }
   };
-  const pump = async (): Promise<void> => {
-    const timer = setInterval(() => void writer.write(enc.encode(KEEP_ALIVE)).catch(() => clearInterval(timer)), keepAliveMs);
+  let keepAliveDue = (): void => undefined;
+  const due = new Promise<null>((resolve) => (keepAliveDue = () => resolve(null)));
+  const timer = setInterval(() => {
+    keepAliveDue();
+    void writer.write(enc.encode(KEEP_ALIVE)).catch(() => clearInterval(timer));
+  }, keepAliveMs);
+  /** `head`: the gateway's 2xx answer when it came before the stream opened, else null (then awaited here). */
+  const pump = async (head: Response | null): Promise<void> => {
     let res: Response;
     try {
-      res = await upstream;
+      res = head ?? (await upstream);
     } catch (e) {
       clearInterval(timer);
       const f = describeFailure(e);
@@ -106,8 +114,21 @@ export function relayStream(
     for (const chunk of completionToChunks(completion as Record<string, unknown>, includeUsage)) await writer.write(event(chunk));
     await writer.write(event("[DONE]"));
   };
-  void pump()
-    .catch(() => undefined)
-    .finally(() => writer.close().catch(() => undefined));
-  return new Response(readable, { status: 200, headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+  const streamed = (work: Promise<void>): Response => {
+    void work.catch(() => undefined).finally(() => writer.close().catch(() => undefined));
+    return new Response(readable, { status: 200, headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+  };
+
+  // The status line can wait until the first keep-alive is due, and no longer. A failure to send
+  // is left to the stream (null), which tells it as it always has, the deadline's 504 included.
+  const head = await Promise.race([upstream.catch(() => null), due]);
+  if (head === null || head.ok) return streamed(pump(head));
+  clearInterval(timer);
+  let text: string;
+  try {
+    text = await head.text();
+  } catch (e) {
+    return streamed(writer.write(brokeOff(e)));
+  }
+  return gatewayErrorResponse(head, text);
 }

@@ -6,27 +6,27 @@
 import type { ServerResponse } from "node:http";
 import { openaiErrorBody } from "../../../src/relay/openai-errors";
 
-export function sendError(res: ServerResponse, status: number, message: string, code: string | null): void {
+/** `headers`: the upstream's retryHeaders, for an error that passes on the upstream's own. */
+export function sendError(res: ServerResponse, status: number, message: string, code: string | null, headers?: Record<string, string>): void {
   if (res.headersSent) {
     // A stream is already open: the status line is gone, so the error becomes its last event.
     if (!res.writableEnded) res.end(`data: ${JSON.stringify(openaiErrorBody(status, message, code))}\n\n`);
     return;
   }
-  const body = JSON.stringify(openaiErrorBody(status, message, code));
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) }).end(body);
+  sendJson(res, status, JSON.stringify(openaiErrorBody(status, message, code)), headers);
 }
 
 /** What a failed call's answer is recorded with (the ledger's CallTap), when the call is recorded. */
 export type FailureTap = { failed(status: number, code: string | null, message: string): void };
 
 /** sendError, noting the failure on the call's tap first. */
-export function sendFailure(res: ServerResponse, tap: FailureTap | null, status: number, message: string, code: string | null): void {
+export function sendFailure(res: ServerResponse, tap: FailureTap | null, status: number, message: string, code: string | null, headers?: Record<string, string>): void {
   tap?.failed(status, code, message);
-  sendError(res, status, message, code);
+  sendError(res, status, message, code, headers);
 }
 
-export function sendJson(res: ServerResponse, status: number, text: string): void {
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
+export function sendJson(res: ServerResponse, status: number, text: string, headers?: Record<string, string>): void {
+  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
 }
 
 /** An object with an `error` object carrying a message: what OpenAI-compatible servers send. */

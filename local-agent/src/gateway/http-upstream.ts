@@ -10,9 +10,11 @@ import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
 import { addressForms, credentialForms, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isErrorAnswer, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 import { SseRedaction } from "./sse-redaction";
+import { StreamEnd } from "./stream-end";
 import type { UpstreamErrors } from "./upstream-errors";
 import { isRecord } from "../../../src/protocol/record";
 import { headOf } from "../../../src/protocol/limits";
+import { retryHeaders } from "../../../src/relay/openai-errors";
 
 export type UpstreamOptions = {
   /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
@@ -54,7 +56,7 @@ export async function forwardHttp(
   tap: CallTap | null = null,
 ): Promise<void> {
   const url = upstreamUrl(env, o);
-  const fail = (status: number, message: string, code: string): void => sendFailure(res, tap, status, message, code);
+  const fail = (status: number, message: string, code: string, headers?: Record<string, string>): void => sendFailure(res, tap, status, message, code, headers);
   if (url === null) {
     fail( 502, "no inference upstream: the episode registered no http(s) openai_base_url that is a URL, and the agent has no inferenceUpstream", "no_upstream");
     return;
@@ -98,10 +100,12 @@ export async function forwardHttp(
     // An error event is `shown` as a whole error answer is; the ledger's tap records what the
     // client gets (as upstreamFailed does), so it reads the stream after the redaction.
     const redaction = new SseRedaction(shown, hiddenTextProbe(addresses(), secrets()));
+    const end = new StreamEnd();
     try {
       for await (const chunk of up.body) {
         const told = redaction.push(chunk as Buffer);
         if (told.length === 0) continue;
+        end.saw(told);
         const piece = tap === null ? told : tap.chunk(told);
         if (piece.length === 0) continue;
         batch.open();
@@ -111,12 +115,23 @@ export async function forwardHttp(
         if (res.destroyed) return;
       }
       const last = redaction.end();
+      end.saw(last);
       const tail = last.length === 0 || tap === null ? last : tap.chunk(last);
       if (tail.length > 0) res.write(tail);
       const rest = tap?.endStream() ?? "";
       if (rest !== "") res.write(rest);
       batch.flush();
-      res.end();
+      if (end.ended()) {
+        res.end();
+        return;
+      }
+      // A clean end without [DONE] or a finish_reason is a model server or proxy that died or
+      // timed out: the client hears so, and the ledger records no turn of the half answer.
+      const why = "its stream stopped with neither a finish_reason nor its end-of-stream event";
+      o.logger.warn(`gateway: episode ${env.episode_uuid}: the inference upstream ${withoutCredentials(url)} broke off mid-stream: ${why}`);
+      // A last event without its blank line would run into the error event.
+      if (last.length > 0) res.write("\n\n");
+      fail(502, `the inference upstream broke off mid-stream: ${why} (episode ${env.episode_uuid})`, "upstream_stream_broken");
     } catch (e) {
       batch.flush();
       tap?.endStream();
@@ -138,15 +153,21 @@ export async function forwardHttp(
   /**
    * The upstream's own error: an OpenAI error goes through as it is, but for the upstream's own
    * address and the trainer's key, should it name them; anything else is worded as `answered`.
+   * Either way with the upstream's word on when to try again (a 429's Retry-After).
    */
   const passError = (status: number, errorText: string, answered: string): void => {
     const told = shown(errorText);
     // Named without the episode a session path puts in it: one line per upstream, not per episode.
     errors.note(withoutCredentials(o.sessionPath ? (upstreamUrl(env, { ...o, sessionPath: false }) ?? url) : url), status, told);
+    const retry = retryHeaders((name) => {
+      const v = up.headers[name];
+      // Sent twice, it says nothing certain.
+      return typeof v === "string" ? v : undefined;
+    });
     if (isOpenAIErrorText(told)) {
       tap?.upstreamFailed(status, told);
-      sendJson(res, status, told);
-    } else fail(status, `the inference upstream answered ${answered}: ${headOf(told, 300)}`, "upstream_error");
+      sendJson(res, status, told, retry);
+    } else fail(status, `the inference upstream answered ${answered}: ${headOf(told, 300)}`, "upstream_error", retry);
   };
   if (!ok) {
     // A 404 for a model it does not serve, a 400 for a bad request.

@@ -445,6 +445,38 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
   });
 });
 
+describe("gateway: an HTTP upstream's 200 event stream that stops short", () => {
+  const streamed = (base: string) => envelope({ trainer_base_url: `${base}/v1`, request: { model: "m", stream: true, n: 2, messages: [{ role: "user", content: "hi" }] } });
+  const chunk = (index: number, content: string, finish: string | null) => `data: ${JSON.stringify({ choices: [{ index, delta: { content }, finish_reason: finish }] })}\n\n`;
+  const lastEvent = (text: string): unknown => JSON.parse(text.trim().split("\n\n").at(-1)!.replace(/^data: /, ""));
+
+  it("ends a stream that stopped without [DONE] or choice 0's finish_reason with an upstream_stream_broken event, and says so in the log", async () => {
+    // Choice 1's finish_reason does not finish choice 0's answer.
+    const base = await sseUpstream(() => [chunk(0, "The answer", null), chunk(1, "Other", "stop")]);
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    expect(r.status).toBe(200);
+    expect(r.text.startsWith(chunk(0, "The answer", null) + chunk(1, "Other", "stop"))).toBe(true);
+    expect(lastEvent(r.text)).toMatchObject({ error: { code: "upstream_stream_broken", type: "api_error", message: expect.stringMatching(/^the inference upstream broke off mid-stream: .*\(episode ep-1\)$/) } });
+    expect(logged.some((l) => l.includes("ep-1") && l.includes(new URL(base).host) && l.includes("broke off mid-stream"))).toBe(true);
+  });
+
+  it("keeps the error event apart from a last event that came without its blank line", async () => {
+    const base = await sseUpstream(() => [chunk(0, "The", null), `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: " answer" }, finish_reason: null }] })}\n`]);
+    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const events = r.text.split(/\n\n+/).filter((e) => e.startsWith("data: "));
+    expect(events.map((e) => JSON.parse(e.slice(6)) as unknown)).toMatchObject([{ choices: [{ delta: { content: "The" } }] }, { choices: [{ delta: { content: " answer" } }] }, { error: { code: "upstream_stream_broken" } }]);
+  });
+
+  it("passes a stream that ended after choice 0's finish_reason without [DONE], or with [DONE] alone, as it came", async () => {
+    const finished = [chunk(0, "ok", null), chunk(1, "fine", null), chunk(0, "", "stop"), chunk(1, "", "length")];
+    const noDone = await post(await ownGateway(), streamed(await sseUpstream(() => finished)), SECRET);
+    expect(noDone.text).toBe(finished.join(""));
+    const doneOnly = [chunk(0, "ok", null), "data: [DONE]\n\n"];
+    const done = await post(await ownGateway(), streamed(await sseUpstream(() => doneOnly)), SECRET);
+    expect(done.text).toBe(doneOnly.join(""));
+  });
+});
+
 describe("gateway: a client that hangs up while the gateway fetches its secret", () => {
   it("is not called upstream for once the secret arrives", async () => {
     let upstreamCalls = 0;

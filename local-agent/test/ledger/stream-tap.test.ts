@@ -4,7 +4,8 @@
  * answer the gateway streams itself (SGLang's whole answer, with capture tokens) carries what
  * the upstream's own stream would have: the client's logprobs, usage only when asked. A stream's
  * usage is asked for to be recorded, and the client that did not ask gets the stream it would
- * have got without it, byte for byte.
+ * have got without it, byte for byte. A stream that stops without ending as OpenAI streams end
+ * is recorded as broken off.
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -14,7 +15,7 @@ import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { CallTap } from "../../src/ledger/call-tap";
 import { envelope, post } from "../gateway/envelope";
 import { bodyText, serveHttp } from "../support/http-server";
-import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
+import { callContext, recordingGateway, recordingGatewayOnModel, recordOf, type RecordingGateway } from "./recording-gateway";
 import { startTokenModel, type TokenModel } from "./token-model";
 
 const SECRET = "stream-tap-secret";
@@ -171,5 +172,56 @@ describe("gateway tap: capture off reads a stream only for its error", () => {
       return tap.finish(false).error;
     });
     expect(errors).toEqual(["500: the model crashed", "500: the model crashed"]);
+  });
+});
+
+describe("streams that do not end as OpenAI streams end", () => {
+  const base = { id: "c", object: "chat.completion.chunk", created: 1, model: "tiny" };
+  const ev = (o: unknown): string => `data: ${JSON.stringify(o)}\n\n`;
+  /**
+   * A vLLM-shaped model. Model "cut": its stream stops cleanly (the HTTP response ends) after two
+   * content chunks, with no finish_reason and no [DONE], as a proxy in front of vLLM does when its
+   * engine is killed or its read timeout fires. Model "no-done": a finish_reason, then no [DONE]
+   * (servers that leave it out).
+   */
+  const m = recordingGatewayOnModel("stream-end-secret", async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const r = JSON.parse(await bodyText(req)) as Record<string, unknown>;
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write(ev({ ...base, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] }));
+    if (r["model"] === "cut") {
+      res.write(ev({ ...base, choices: [{ index: 0, delta: { content: "The answer is" }, logprobs: null, finish_reason: null }] }));
+      res.end();
+      return;
+    }
+    res.write(ev({ ...base, choices: [{ index: 0, delta: { content: "ok" }, logprobs: null, finish_reason: "stop" }] }));
+    res.end(r["model"] === "no-done" ? "" : "data: [DONE]\n\n");
+  });
+
+  // What the user sees: the stream stops after "The answer is" with no finish_reason and no
+  // `data: [DONE]` (the model server or a proxy in front of it died or timed out, closing the
+  // response cleanly). The ledger records the call as a success (status 200, error null), so the
+  // half answer is a turn of `training`, its tokens in the loss as if the model had chosen to stop
+  // there, and the trajectory reads as complete. The gateway knows the stream ended without its
+  // terminator and without a finish_reason; it should record the call as broken off
+  // (`upstream_stream_broken`), as it does when the connection breaks, so it is no turn.
+  it("records a stream that ended without [DONE] or a finish_reason as broken, not as a turn", async () => {
+    const env = m.call(`ep-${randomUUID()}`, { model: "cut", messages: [{ role: "user", content: "hi" }], stream: true }, "messages");
+    const on = await m.post(env);
+    expect(on.status).toBe(200);
+    expect(on.text).not.toContain("[DONE]");
+    expect(dataEvents(on.text).at(-1)).toMatchObject({ error: { code: "upstream_stream_broken", type: "api_error" } });
+    const rec = await m.recordOf(env);
+    expect(rec.body.answer).toEqual({ role: "assistant", content: "The answer is" });
+    expect(rec.finish_reason).toBeNull();
+    expect(rec.error).toMatch(/^upstream_stream_broken: the inference upstream broke off mid-stream: /);
+  });
+
+  it("records a stream with a finish_reason but no [DONE] as the success it is, and passes it on as it came", async () => {
+    const env = m.call(`ep-${randomUUID()}`, { model: "no-done", messages: [{ role: "user", content: "hi" }], stream: true }, "messages");
+    const on = await m.post(env);
+    expect(on.text).not.toContain("error");
+    const rec = await m.recordOf(env);
+    expect(rec).toMatchObject({ status: 200, error: null, finish_reason: "stop" });
+    expect(rec.body.answer).toEqual({ role: "assistant", content: "ok" });
   });
 });
