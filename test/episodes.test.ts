@@ -1,10 +1,10 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ExchangeError } from "../src/client";
+import { EngineClient, ExchangeError } from "../src/client";
 import type { EngineObject } from "../src/engine/engine-object";
 import { NO_EPISODES_CAUSE, notReadyCause } from "../src/engine/rules";
 import { ENGINE_STATUSES } from "../src/protocol/status";
-import { ORIGIN, claimKeyFields, createEngine, endBody, engineStats, reconnect, rollingWith } from "./support/harness";
+import { ORIGIN, admin as adminApi, claimKeyFields, createEngine, endBody, engineStats, reconnect, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 type Sign = SubtleCrypto["sign"];
 
@@ -261,6 +261,108 @@ describe("end, abort, continue", () => {
     expect(again).toMatchObject({ success: true, episode_uuid: c.episode_uuid, fence: 2 });
     await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     expect((await e.as("viewer").getRewardHistory()).history).toEqual([]);
+  });
+});
+
+describe("a claim belongs to the token that made it", () => {
+  /** A second client token of the engine, as a lab issues one per rollout host. */
+  async function secondClient(e: TestEngine): Promise<EngineClient> {
+    const issued = await adminApi.issueToken(e.name, "client", "host B");
+    return new EngineClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: issued.token, fetch: workerFetch });
+  }
+
+  // What a user saw (review): a lab gives each rollout host (or team) of an engine its own client
+  // token, as docs/security.md advises, so that one can be revoked alone. Host B's token, reading
+  // running_episodes (open to every role), learned host A's client_uuid, episode and fence, and
+  // ended host A's live claim with a reward of its choosing: the engine took it, host A's own
+  // end was then refused, and the trainer trained on B's made-up reward. The claim already
+  // recorded the token that made it (claimed_by); end_episode never compared it.
+  it("refuses to end a claim made with another client token", async () => {
+    const e = await createEngine("iso-claim");
+    await rollingWith(e, 1);
+    const a = e.as("client");
+    const b = await secondClient(e);
+
+    const claim = await a.claimEpisode({ client_uuid: "host-a", discard_episode_timeout: 600 });
+    expect(claim.success).toBe(true);
+    // Everything B needs is in a view every role may read.
+    const running = await b.runningEpisodes();
+    const seen = running.episodes[0]!;
+    expect(seen).toMatchObject({ client_uuid: "host-a", episode_uuid: claim.episode_uuid });
+
+    // Refused as another client's end is (AgentJet's client reads 409 claim_lost), with and without the fence.
+    const forged = endBody(seen.client_uuid, seen.episode_uuid, 1.0);
+    await expect(b.endEpisode({ ...forged, fence: seen.fence }), "host B's token ended host A's claim with its own reward").rejects.toMatchObject({
+      status: 409,
+      code: "claim_lost",
+      detail: expect.stringContaining("claimed by a different client"),
+    });
+    await expect(b.endEpisode(forged)).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    expect(await b.canContinueEpisode({ client_uuid: "host-a", episode_uuid: claim.episode_uuid })).toEqual({ can_continue: false });
+    // Host A's claim is untouched: it goes on, and its own reward is the one counted.
+    expect(await a.canContinueEpisode({ client_uuid: "host-a", episode_uuid: claim.episode_uuid })).toEqual({ can_continue: true });
+    const own = { ...endBody("host-a", claim.episode_uuid, 0.25), fence: claim.fence };
+    expect(await a.endEpisode(own)).toEqual({ success: true });
+    // B sending A's end again once it ended is answered as the repeat it looks like (the ends keep
+    // no token; the pool's views show every token that the claim ended) and changes nothing.
+    expect(await b.endEpisode({ ...forged, fence: seen.fence })).toEqual({ success: true });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, mean_reward: 0.25, count: 1 })]);
+  });
+
+  // What a user saw (review): the same, for abort: B threw A's work away mid-episode (A's calls
+  // through the relay then failed, its per-claim key dead), with nothing in the engine tying the
+  // abort to the wrong token.
+  it("refuses to abort a claim made with another client token", async () => {
+    const e = await createEngine("iso-abort");
+    await rollingWith(e, 1);
+    const a = e.as("client");
+    const b = await secondClient(e);
+    const claim = await a.claimEpisode({ client_uuid: "host-a", discard_episode_timeout: 600 });
+    expect(claim.success).toBe(true);
+    const seen = (await b.runningEpisodes()).episodes[0]!;
+    const abort = { client_uuid: seen.client_uuid, episode_uuid: seen.episode_uuid, fence: seen.fence };
+    await expect(b.abortEpisode(abort), "host B's token aborted host A's claim").rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    await expect(b.abortEpisode({ ...abort, fence: undefined })).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    expect((await a.canContinueEpisode({ client_uuid: "host-a", episode_uuid: claim.episode_uuid })).can_continue).toBe(true);
+    expect(await engineStats(e)).toMatchObject({ claimed: 1, registered: 0 });
+    // A's own abort still works, and so does its repeat.
+    expect(await a.abortEpisode(abort)).toEqual({ success: true });
+    expect(await a.abortEpisode(abort)).toEqual({ success: true });
+    expect(await engineStats(e)).toMatchObject({ claimed: 0, registered: 1 });
+  });
+
+  it("answers the same token's end sent again (its answer lost) as the first, with its fence and without, counted once", async () => {
+    const e = await createEngine("iso-repeat");
+    await rollingWith(e, 2);
+    const a = e.as("client");
+    await secondClient(e);
+    const claim = await a.claimEpisode({ client_uuid: "host-a", discard_episode_timeout: 600 });
+    const end = { ...endBody("host-a", claim.episode_uuid, 0.75), fence: claim.fence };
+    expect(await a.endEpisode(end)).toEqual({ success: true });
+    expect(await a.endEpisode(end)).toEqual({ success: true });
+    expect(await a.endEpisode({ ...end, fence: undefined })).toEqual({ success: true });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 0, mean_reward: 0.75, count: 1 })]);
+  });
+
+  it("leaves a claim tied to no token (the admin's, or made before claims recorded theirs) to any token, and lets the admin act on any claim, as before", async () => {
+    const e = await createEngine("iso-admin");
+    await rollingWith(e, 3);
+    const b = await secondClient(e);
+    // Made with the admin token: claimed_by is null, any token of the engine may end it.
+    const byAdmin = await e.as("admin").claimEpisode({ client_uuid: "ops", discard_episode_timeout: 600 });
+    expect(await b.endEpisode(endBody("ops", byAdmin.episode_uuid, 1))).toEqual({ success: true });
+    // Made before engine migration 17: no token recorded either.
+    const old = await e.as("client").claimEpisode({ client_uuid: "old", discard_episode_timeout: 600 });
+    await runInDurableObject(e.stub, (_: EngineObject, state) => {
+      state.storage.sql.exec("UPDATE episodes SET claimed_by = NULL WHERE episode_uuid = ?", old.episode_uuid);
+    });
+    expect(await b.canContinueEpisode({ client_uuid: "old", episode_uuid: old.episode_uuid })).toEqual({ can_continue: true });
+    expect(await b.abortEpisode({ client_uuid: "old", episode_uuid: old.episode_uuid })).toEqual({ success: true });
+    // The admin may end a token's claim (it could revoke the token, which releases the claim).
+    const mine = await e.as("client").claimEpisode({ client_uuid: "host-a", discard_episode_timeout: 600 });
+    expect(await e.as("admin").endEpisode(endBody("host-a", mine.episode_uuid, 0.5))).toEqual({ success: true });
   });
 });
 

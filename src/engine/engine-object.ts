@@ -51,7 +51,7 @@ import { seesTrainerSecrets, type EngineOp } from "../auth/roles";
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { gatewaySecret } from "../auth/gateway-signature";
 import type { EngineEnv } from "./engine-env";
-import type { Caller, CallerRole } from "./caller";
+import { callerToken, type Caller, type CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { migrateEngine } from "./schema";
 import { EngineStore } from "./engine-store";
@@ -310,7 +310,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   async claimEpisode(caller: Caller, req: ClaimEpisodeRequest, origin: string): Promise<Reply<ClaimEpisodeResponse>> {
     return this.guardedInSharedTurn(caller, "claim_episode", () =>
       this.episodes.claim(req, origin, this.env.CLAIM_KEY_SECRET, {
-        tokenHash: caller.admin ? null : caller.tokenHash,
+        tokenHash: callerToken(caller),
         refusal: () => {
           const role = this.provisioning.authorize(caller, "claim_episode");
           return typeof role === "string" ? null : role;
@@ -326,7 +326,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       if (full !== null) return full;
       const payload = this.episodes.endPayload(req);
       if (!payload.ok) return payload;
-      const done = this.inTurn(() => this.episodes.end(req, payload.body));
+      const done = this.inTurn(() => this.episodes.end(req, payload.body, callerToken(caller)));
       return done.ok ? this.afterCommands(done) : done;
     });
   }
@@ -335,12 +335,12 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, "abort_episode", () => {
       // An abort without outputs frees its claim and records little: only one that carries them is refused.
       const full = req.workflow_output !== undefined ? this.storage.refusal("aborting an episode with its outputs") : null;
-      return full ?? this.afterCommands(this.tx(() => this.episodes.abort(req)));
+      return full ?? this.afterCommands(this.tx(() => this.episodes.abort(req, callerToken(caller))));
     });
   }
 
   async canContinueEpisode(caller: Caller, clientUuid: string, episodeUuid: string): Promise<Reply<{ can_continue: boolean }>> {
-    return this.guarded(caller, "can_continue_episode", () => ok(this.episodes.canContinue(clientUuid, episodeUuid)));
+    return this.guarded(caller, "can_continue_episode", () => ok(this.episodes.canContinue(clientUuid, episodeUuid, callerToken(caller))));
   }
 
   // ---------------------------------------------------------------- views

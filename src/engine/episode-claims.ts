@@ -4,7 +4,7 @@
  */
 import type { ClaimEpisodeRequest, ClaimEpisodeResponse } from "../protocol/swarm";
 import { signClaimKey } from "../auth/claim-key";
-import type { EpisodeState } from "./episode-state";
+import { mayActOn, type EpisodeState } from "./episode-state";
 import { olderVersion, paceAdmits } from "./pacing";
 import { fail, ok, type Failure, type Reply } from "./reply";
 import { NO_EPISODES_CAUSE, notReadyCause, PACED_CAUSE } from "./rules";
@@ -174,9 +174,10 @@ function endedUnconsumed(e: EpisodeState): number {
     .one().n;
 }
 
-export function canContinue(e: EpisodeState, clientUuid: string, episodeUuid: string): { can_continue: boolean } {
+/** Whether the claim lives and is the caller's: by its client_uuid, and its token (`actor`, mayActOn), as its end is judged. */
+export function canContinue(e: EpisodeState, clientUuid: string, episodeUuid: string, actor: string | null): { can_continue: boolean } {
   if (!e.live()) return { can_continue: false };
   const ep = e.episode(episodeUuid);
-  return { can_continue: ep !== null && ep.state === "claimed" && ep.client_uuid === clientUuid };
+  return { can_continue: ep !== null && ep.state === "claimed" && ep.client_uuid === clientUuid && mayActOn(ep.claimed_by, actor) };
 }
 

@@ -10,7 +10,7 @@ import { storedStringTooLarge } from "../protocol/limits";
 import type { EpisodeRow } from "./episode-views";
 import { CLEARED_CLAIM, KNOWN_ENDS, latestEnd, release } from "./episode-queue";
 import { isFailedInfra, joinBuffer, recordFailure, recordTrajectory, recordUnfinished } from "./episode-records";
-import { CLAIM_ROW_COLUMNS, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
+import { CLAIM_ROW_COLUMNS, mayActOn, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
 import { fail, ok, type Reply } from "./reply";
 import { rewardValues, scalarReward } from "./rules";
 
@@ -34,16 +34,19 @@ export function endPayload(e: EpisodeState, req: EndEpisodeRequest): Reply<strin
   return ok(payload);
 }
 
-/** Ends a claim with its result (checked by endPayload): kept, sent to D1, and delivered to the runner. */
-export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): Reply<{ success: boolean }> {
+/**
+ * Ends a claim with its result (checked by endPayload): kept, sent to D1, and delivered to the
+ * runner. `actor` is the caller's token hash (null: the admin): only the claim's own token may end it.
+ */
+export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string, actor: string | null): Reply<{ success: boolean }> {
   const meta = e.store.meta;
   const now = e.host.now();
   // A train episode ended by its live claim is taken (deleted) in one statement. Anything
   // else is judged by ownedClaim, which says what went wrong; the only claim it accepts
   // that was not taken is an eval one, which is released below, not deleted.
-  let ep = takeTrainClaim(e, req);
+  let ep = takeTrainClaim(e, req, actor);
   if (ep === null) {
-    const owned = ownedClaim(e, req);
+    const owned = ownedClaim(e, req, actor);
     if (!owned.ok) return owned;
     if (owned.body === "already_ended") return ok({ success: true });
     ep = owned.body;
@@ -86,7 +89,8 @@ export function end(e: EpisodeState, req: EndEpisodeRequest, payload: string): R
   return ok({ success: true });
 }
 
-export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ success: boolean }> {
+/** Gives a claim back unended; `actor` as for end. */
+export function abort(e: EpisodeState, req: AbortEpisodeRequest, actor: string | null): Reply<{ success: boolean }> {
   if (!e.live()) return ok({ success: true });
   // workflow_output is optional here, and JSON.stringify(undefined) is no JSON: the row's NOT NULL column refused it forever.
   const payload = JSON.stringify(req.workflow_output ?? {});
@@ -95,7 +99,7 @@ export function abort(e: EpisodeState, req: AbortEpisodeRequest): Reply<{ succes
   if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);
   const ep = e.episode(req.episode_uuid);
   if (ep === null) return ok({ success: true });
-  const owned = ownedClaim(e, req);
+  const owned = ownedClaim(e, req, actor);
   if (!owned.ok) return abortedBefore(e, req, ep) ? ok({ success: true }) : owned;
   if (owned.body !== "already_ended") {
     e.store.sql.exec("INSERT OR REPLACE INTO aborts (episode_uuid, fence, client_uuid) VALUES (?, ?, ?)", req.episode_uuid, owned.body.fence, req.client_uuid);
@@ -114,21 +118,24 @@ export function delivered(e: EpisodeState, body: Extract<CommandBody, { kind: "d
 }
 
 /**
- * Deletes and returns the episode if `req` is the live claim of a train episode; else changes
- * nothing. Only the columns an end reads come back: workerd builds each returned row property
- * by property, and `RETURNING *` (14 columns) cost several percent of an end's instructions
- * (counted with valgrind's callgrind; BENCHMARKS.md).
+ * Deletes and returns the episode if `req` is the live claim of a train episode and `actor` may
+ * act on it (mayActOn); else changes nothing. Only the columns an end reads come back: workerd
+ * builds each returned row property by property, and `RETURNING *` (14 columns) cost several
+ * percent of an end's instructions (counted with valgrind's callgrind; BENCHMARKS.md).
  */
-function takeTrainClaim(e: EpisodeState, req: ClaimRef): ClaimRow | null {
+function takeTrainClaim(e: EpisodeState, req: ClaimRef, actor: string | null): ClaimRow | null {
   const fence = req.fence ?? null;
+  // mayActOn, in SQL: a condition on the row the statement reads anyway, no extra probe.
   return (
     e.store.sql
       .exec<ClaimRow>(
         `DELETE FROM episodes WHERE episode_uuid = ? AND state = 'claimed' AND client_uuid = ? AND episode_type = 'train' AND (?3 IS NULL OR fence = ?3)
+           AND (claimed_by IS NULL OR ?4 IS NULL OR claimed_by = ?4)
          RETURNING ${CLAIM_ROW_COLUMNS}`,
         req.episode_uuid,
         req.client_uuid,
         fence,
+        actor,
       )
       .toArray()[0] ?? null
   );
@@ -144,12 +151,18 @@ function abortedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow): boolean 
   return req.fence !== undefined ? req.fence === last.fence : last.fence >= ep.fence;
 }
 
-/** Checks that `req` comes from the live claim of its episode, or repeats a claim that already ended. */
-function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already_ended"> {
+/**
+ * Checks that `req` comes from the live claim of its episode, sent with a token that may act on
+ * it (`actor`, mayActOn), or repeats a claim that already ended. Another token's request for a
+ * claim it did not make gets the answer of another client's (409 claim_lost), which tells it
+ * nothing running_episodes does not. A repeat of an ended claim's end or abort is not checked
+ * for its token: the ends keep none (no schema change for it), and such a repeat changes nothing
+ * and answers only that the claim ended, which the pool's views show every token.
+ */
+function ownedClaim(e: EpisodeState, req: ClaimRef, actor: string | null): Reply<EpisodeRow | "already_ended"> {
   const ep = e.episode(req.episode_uuid);
-  if (ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && (req.fence === undefined || req.fence === ep.fence)) {
-    return ok(ep);
-  }
+  const held = ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && mayActOn(ep.claimed_by, actor);
+  if (held && (req.fence === undefined || req.fence === ep.fence)) return ok(ep);
   if (endedBefore(e, req, ep)) return ok("already_ended");
   if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
   if (ep.state !== "claimed") {
@@ -159,7 +172,7 @@ function ownedClaim(e: EpisodeState, req: ClaimRef): Reply<EpisodeRow | "already
       `Episode ${req.episode_uuid} is not in claimed status, maybe you take **too long** to submit the workflow output, try increase \`discard_episode_timeout\` when \`begin_episode\`. Its claim was reaped or aborted; this result is not counted.`,
     );
   }
-  if (ep.client_uuid !== req.client_uuid) {
+  if (!held) {
     return fail(409, "claim_lost", `Episode ${req.episode_uuid} is claimed by a different client; this result is not counted.`);
   }
   return fail(409, "claim_lost", `Episode ${req.episode_uuid}: fence ${req.fence} belongs to a superseded claim (current fence ${ep.fence}); this result is not counted.`);

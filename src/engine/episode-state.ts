@@ -16,6 +16,18 @@ export const CLAIM_ROW_COLUMNS = "episode_uuid, fence, client_uuid, task_id, epi
 /** A claim's identity as its client names it; the fence is ours, AgentJet's clients omit it. */
 export type ClaimRef = { client_uuid: string; episode_uuid: string; fence?: number | undefined };
 
+/**
+ * Whether the caller whose token hash is `actor` (null: the admin) may act on a claim made with
+ * the token `claimedBy` (episodes.claimed_by). A claim is its token's: every token of an engine
+ * reads running_episodes, which shows each claim's client_uuid and fence, so those alone would
+ * let one rollout host end or abort another's claim. A claim tied to no token (the admin's, or
+ * made before engine migration 17) is open to every caller, as before; the admin, who may
+ * revoke any token (which releases its claims) or stop the engine, may act on every claim.
+ */
+export function mayActOn(claimedBy: string | null, actor: string | null): boolean {
+  return claimedBy === null || actor === null || claimedBy === actor;
+}
+
 export type EpisodesHost = {
   now(): number;
   armBy(t: number | null): void;

@@ -65,16 +65,20 @@ export class Episodes {
     return endPayload(this.state, req);
   }
 
-  end(req: EndEpisodeRequest, payload: string): Reply<{ success: boolean }> {
-    return end(this.state, req, payload);
+  /**
+   * For end, abort and canContinue, `actor` is the caller's token hash, null for the admin
+   * (caller.ts callerToken): a claim is its token's (episode-state.ts mayActOn).
+   */
+  end(req: EndEpisodeRequest, payload: string, actor: string | null): Reply<{ success: boolean }> {
+    return end(this.state, req, payload, actor);
   }
 
-  abort(req: AbortEpisodeRequest): Reply<{ success: boolean }> {
-    return abort(this.state, req);
+  abort(req: AbortEpisodeRequest, actor: string | null): Reply<{ success: boolean }> {
+    return abort(this.state, req, actor);
   }
 
-  canContinue(clientUuid: string, episodeUuid: string): { can_continue: boolean } {
-    return canContinue(this.state, clientUuid, episodeUuid);
+  canContinue(clientUuid: string, episodeUuid: string, actor: string | null): { can_continue: boolean } {
+    return canContinue(this.state, clientUuid, episodeUuid, actor);
   }
 
   // ---------------------------------------------------------------- leases, the agent's acks, clearing
