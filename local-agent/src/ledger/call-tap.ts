@@ -126,7 +126,11 @@ export class CallTap {
     const tokens = call.capture === "tokens";
     this.statusOnly = call.capture === "off";
     this.collector = tokens ? new TokenCollector() : null;
-    this.rewrite = tokens && dialect !== null ? { dialect, asked: clientAsked(dialect, env.endpoint, env.request) } : null;
+    // An echo asked with token ids comes back without its prompt's text (vLLM): the client's answer
+    // would not be the one it asked for. Such a call is recorded without tokens, unless its client
+    // asked for them itself.
+    const echo = env.endpoint === "/v1/completions" && env.request["echo"] === true;
+    this.rewrite = tokens && dialect !== null && !echo ? { dialect, asked: clientAsked(dialect, env.endpoint, env.request) } : null;
     this.addsUsage = !this.statusOnly && env.request["stream"] === true && !asksStreamUsage(env.request) && !this.streamsItself;
   }
 

@@ -76,13 +76,17 @@ export class TokenCollector {
     if (Array.isArray(lp["content"])) {
       for (const e of lp["content"]) if (isRecord(e) && typeof e["logprob"] === "number") this.logprobs.push(e["logprob"]);
     } else if (Array.isArray(lp["token_logprobs"])) {
-      for (const v of lp["token_logprobs"]) if (typeof v === "number") this.logprobs.push(v);
+      // By position: an echo's prompt comes first, its first token without a logprob (null).
+      for (const v of lp["token_logprobs"]) this.logprobs.push(typeof v === "number" ? v : 0);
     }
   }
 
   /** The tokens to record; null when the upstream gave no prompt ids (it did not understand the request). */
   result(): { prompt: number[]; completion: number[]; logprobs: number[] } | null {
-    return this.prompt === null ? null : { prompt: this.prompt, completion: this.completion, logprobs: this.logprobs };
+    if (this.prompt === null) return null;
+    // An echo's logprobs cover its prompt, then the completion: the completion's are the last ones.
+    const extra = this.logprobs.length - this.completion.length;
+    return { prompt: this.prompt, completion: this.completion, logprobs: extra > 0 ? this.logprobs.slice(extra) : this.logprobs };
   }
 }
 

@@ -192,6 +192,31 @@ describe("ledger: vLLM, capture tokens", () => {
   });
 });
 
+describe("ledger: vLLM, capture tokens, a /v1/completions echo", () => {
+  // What a user saw: with capture tokens the gateway asked vLLM for token ids, and vLLM then
+  // answers an echo without its prompt's text: the client's answer lost the prompt it asked back.
+  it("answers an echo with its prompt's text, as the model does without the gateway, and records it without tokens", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", prompt: "once upon", echo: true }, "tokens", { endpoint: "/v1/completions" });
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.status).toBe(200);
+    expect((JSON.parse(a.text) as { choices: Array<{ text: string }> }).choices[0]?.text).toBe("once uponecho: once upon");
+    expect(vllm.requests.at(-1)).toEqual({ model: "tiny", prompt: "once upon", echo: true });
+    const rec = await recordOf(onVllm, env);
+    expect(rec).toMatchObject({ status: 200, error: null });
+    expect(rec.body).toMatchObject({ params: { model: "tiny", prompt: "once upon", echo: true }, tokens: null });
+  });
+
+  // What a user saw: an echo's logprobs cover its prompt first, so the recorded completion's
+  // logprobs were the prompt's (shifted by its length less one): rollout_log_probs trained on wrong values.
+  it("records the completion's own logprobs when the client asked an echo with token ids and logprobs itself", async () => {
+    const env = call(vllm, `ep-${randomUUID()}`, { model: "tiny", prompt: "once upon", echo: true, return_token_ids: true, logprobs: 1 }, "tokens", { endpoint: "/v1/completions" });
+    const a = await post(onVllm.url, env, SECRET);
+    expect(a.status).toBe(200);
+    const s = vllm.served.at(-1)!;
+    expectTokens(await recordOf(onVllm, env), s.prompt, s.completion);
+  });
+});
+
 describe("ledger: SGLang, capture tokens", () => {
   it("asks whole with its fields, streams to a streaming client itself, and reads meta_info", async () => {
     const run = await threeTurns(onSglang, sglang, true);

@@ -97,9 +97,15 @@ export async function startTokenModel(dialect: "vllm" | "sglang"): Promise<Token
       let out: Record<string, unknown>;
       if (dialect === "vllm") {
         const wantIds = r["return_token_ids"] === true;
-        const lp = completions ? (typeof r["logprobs"] === "number" ? { text_offset: completion.map((_, i) => i), token_logprobs: completion.map(logprobOf), tokens: completion.map((id) => String(id)), top_logprobs: null } : null) : r["logprobs"] === true ? { content: completion.map(lpEntry) } : null;
+        // vLLM's echo: the logprobs cover the prompt (its first token's null), then the completion;
+        // the text begins with the prompt's, unless token ids were asked (then only the answer's).
+        const echo = completions && r["echo"] === true;
+        const lpIds = echo ? [...prompt, ...completion] : completion;
+        const lpValues = echo ? [null, ...prompt.slice(1).map(logprobOf), ...completion.map(logprobOf)] : completion.map(logprobOf);
+        const lp = completions ? (typeof r["logprobs"] === "number" ? { text_offset: lpIds.map((_, i) => i), token_logprobs: lpValues, tokens: lpIds.map((id) => String(id)), top_logprobs: null } : null) : r["logprobs"] === true ? { content: completion.map(lpEntry) } : null;
+        const text = `${echo && !wantIds ? String(given) : ""}${answer.text ?? ""}`;
         const choice = completions
-          ? { index: 0, text: answer.text ?? "", logprobs: lp, finish_reason: finish, stop_reason: null, prompt_logprobs: null, prompt_token_ids: wantIds ? prompt : null, token_ids: wantIds ? completion : null }
+          ? { index: 0, text, logprobs: lp, finish_reason: finish, stop_reason: null, prompt_logprobs: null, prompt_token_ids: wantIds ? prompt : null, token_ids: wantIds ? completion : null }
           : { index: 0, message, logprobs: lp, finish_reason: finish, stop_reason: null, token_ids: wantIds ? completion : null };
         out = { ...base, object: completions ? "text_completion" : "chat.completion", choices: [choice], service_tier: null, system_fingerprint: null, usage, prompt_logprobs: null, ...(completions ? {} : { prompt_token_ids: wantIds ? prompt : null }), kv_transfer_params: null };
       } else {
