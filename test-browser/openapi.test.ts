@@ -128,6 +128,14 @@ describe("/openapi.json", () => {
     // Claims, pulls and acks go on while the store is full: no refusal by design there.
     for (const path of ["/claim_episode", "/get_rollout_data", "/agent/ack"]) expect(refusal(`/e/{engine}${path}`), path).toBeUndefined();
     expect(refusal("/e/{engine}/atropos/batch", "get")).toBeUndefined();
+    // The ledger's and the admin's, which docs/operations.md lists among the refusals to retry,
+    // were documented as bare 503s: a client reading the codes from the document did not learn
+    // that these are to be sent again.
+    for (const prefix of ["/e/{engine}", "/e/{engine}/t/{token}"]) {
+      expect(refusal(`${prefix}/agent/calls`)?.["x-refusal-codes"]).toEqual(["ledger_unavailable"]);
+      expect(refusal(`${prefix}/agent/media/{sha256}`, "put")?.["x-refusal-codes"]).toEqual(["ledger_unavailable"]);
+    }
+    expect(refusal("/admin/engines/{name}", "delete")?.["x-refusal-codes"]).toEqual(["history_not_written"]);
   });
 
   it("describes refusals with their hints: a runs refusal matches the documented error body", async () => {
@@ -232,7 +240,17 @@ describe("/openapi.json", () => {
         expect(promised?.kind).toBe("json");
         if (promised?.kind === "json") expect(promised.schema.safeParse(await res.json()).error, url).toBeUndefined();
       }
+      // The relay's own bound (RELAY_MAX_BODY_BYTES, 16 MiB by default), which a vision agent's
+      // calls need: the document said 4 MiB, the exchange's API's, so clients split calls it takes.
+      for (const endpoint of ["/v1/chat/completions", "/v1/completions"]) {
+        const too = (doc as unknown as ReadDoc).paths[prefix + endpoint]?.post?.responses["413"] as { description?: string } | undefined;
+        expect(too?.description, prefix + endpoint).toContain("RELAY_MAX_BODY_BYTES`, 16 MiB");
+      }
     }
+    // And it takes such a body: a 5 MiB call is refused for its key, not its size.
+    const big = JSON.stringify({ model: "m", messages: [{ role: "user", content: "x".repeat(5 * 2 ** 20) }] });
+    const res = await fetch(`${ex.url}/v1/chat/completions`, { method: "POST", headers: { authorization: "Bearer not-a-claim-key", "content-type": "application/json" }, body: big });
+    expect(res.status).toBe(401);
   });
 
   it("describes the admin routes as they answer", async () => {

@@ -7,7 +7,7 @@
 import type { Context } from "hono";
 import { z } from "zod";
 import type { EngineOp } from "../auth/roles";
-import type { ErrorStatus } from "../openapi/error-responses";
+import type { ErrorStatus, Refusal } from "../openapi/error-responses";
 import {
   CallBatch,
   CallBatchResponse,
@@ -59,8 +59,12 @@ export type LedgerRouteSpec = {
   params: Record<string, LedgerParam>;
   input: LedgerInput;
   answer: LedgerAnswer;
-  /** Refusals besides 401, 403, 404 and 429 (which every route may give), each with when it happens; a 404 here says more of it. */
-  refusals: Partial<Record<ErrorStatus, string>>;
+  /**
+   * Refusals besides 401, 403, 404 and 429 (which every route may give), each with when it
+   * happens; a 404 here says more of it. A 503 is a refusal by design, its code marked in the
+   * document (x-refusal-codes) so that a client knows to send the same request again.
+   */
+  refusals: Partial<Record<Exclude<ErrorStatus, 503>, string>> & { 503?: Refusal };
   handle: (c: Context, who: Authorized, input: unknown, params: Record<string, string>) => Promise<Response>;
 };
 
@@ -170,7 +174,7 @@ export const LEDGER_API: LedgerRouteSpec[] = [
       409: "`media_missing`: the batch refers to media (`rx-media:sha256:<hex>`) not stored for today: upload them, then send the batch again; nothing of it is kept.",
       413: "The batch is larger than the exchange accepts (4 MiB), or a value in it is over its limit.",
       422: "The batch does not match CallBatch; nothing of it is recorded.",
-      503: "`ledger_unavailable`: D1 or R2 could not store the batch now; nothing is lost, send the same batch again later.",
+      503: { code: "ledger_unavailable", when: "D1 or R2 could not store the batch now; nothing is lost, send the same batch again later." },
     },
     handle: (c, who, batch) => postCalls(c, who, batch as CallBatch),
   },
@@ -188,7 +192,7 @@ export const LEDGER_API: LedgerRouteSpec[] = [
       404: "`unknown_media`: the path's digest is not 64 lowercase hex digits.",
       413: "`media_too_large`: the medium is over 4,000,000 bytes (the gateway keeps such a one inline), or the body over 4 MiB.",
       422: "`media_hash_mismatch`: the data's SHA-256 is not the path's; or the body does not match MediaUpload. Nothing is stored.",
-      503: "`ledger_unavailable`: R2 could not store it now; send it again later.",
+      503: { code: "ledger_unavailable", when: "R2 could not store it now; send it again later." },
     },
     handle: (c, who, body, p) => uploadMedia(c, who, body as MediaUpload, p["sha256"] as string),
   },

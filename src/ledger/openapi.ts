@@ -4,7 +4,7 @@
  * 3.1 has no way to give the schema of each line (3.2's `itemSchema` does), so its body is
  * documented as a string and the line's schema as the extension `x-itemSchema`.
  */
-import { errorRef, type ErrorStatus } from "../openapi/error-responses";
+import { errorRef, refusalResponse, type ErrorStatus } from "../openapi/error-responses";
 import { engineAuth, enginePrefix, rolesFor } from "../openapi/engine-paths";
 import { queryParameters, toJsonSchema, type JsonSchema } from "../openapi/json-schema";
 import { LEDGER_API, type LedgerAnswer, type LedgerRouteSpec } from "./api";
@@ -33,6 +33,11 @@ function responses(spec: LedgerRouteSpec): JsonSchema {
   // 429: these routes count against the token's request limit as the engine's do (http/rate-limit.ts).
   const statuses = new Set<ErrorStatus>([401, 403, 404, 429, ...(Object.keys(spec.refusals).map(Number) as ErrorStatus[])]);
   for (const s of [...statuses].sort()) {
+    if (s === 503) {
+      const refusal = spec.refusals[503];
+      out["503"] = refusal === undefined ? errorRef(503) : refusalResponse([refusal]);
+      continue;
+    }
     const when = spec.refusals[s];
     // A reference may carry its own description (OpenAPI 3.1): what this route means by the status.
     out[String(s)] = when === undefined ? errorRef(s) : { ...errorRef(s), description: when };

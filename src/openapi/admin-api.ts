@@ -16,6 +16,7 @@ import {
   IssuedToken,
   TokenListResponse,
 } from "../protocol/admin";
+import type { Refusal } from "./error-responses";
 
 export type AdminRouteSpec = {
   method: "get" | "post" | "delete";
@@ -32,6 +33,8 @@ export type AdminRouteSpec = {
   partialStatus?: 202;
   /** Error statuses this route answers besides 401/403 (which every admin route may answer). */
   errors: readonly (400 | 404 | 409 | 413 | 422 | 503)[];
+  /** The 503s it answers by design, marked in the document (x-refusal-codes): send the same request again. */
+  refusals?: readonly Refusal[];
 };
 
 const BODY_ERRORS = [400, 413, 422] as const;
@@ -98,5 +101,11 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     partialStatus: 202,
     // As revoking a token: no body is read, but one past the size limit is refused first.
     errors: [404, 409, 413, 422, 503],
+    refusals: [
+      {
+        code: "history_not_written",
+        when: "With keep_history, the engine's last results could not be written to D1 now: nothing was deleted. Send the same request again, or delete without keep_history.",
+      },
+    ],
   },
 ];

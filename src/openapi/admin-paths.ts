@@ -1,6 +1,6 @@
 /** OpenAPI path items for the deployment admin's routes and the health check. */
 import { ADMIN_API, type AdminRouteSpec } from "./admin-api";
-import { errorRef, type ErrorStatus } from "./error-responses";
+import { errorRef, refusalResponse, type ErrorStatus } from "./error-responses";
 import { queryParameters, toJsonSchema, type JsonSchema } from "./json-schema";
 
 export const ADMIN_TAG = "admin";
@@ -21,7 +21,7 @@ function operation(spec: AdminRouteSpec): JsonSchema {
     ...(spec.partialStatus ? { [String(spec.partialStatus)]: { description: "Done in part: repeat the request to carry on.", content } } : {}),
   };
   const statuses: ErrorStatus[] = [401, 403, ...spec.errors];
-  for (const s of statuses.sort()) responses[String(s)] = errorRef(s);
+  for (const s of statuses.sort()) responses[String(s)] = s === 503 && spec.refusals !== undefined ? refusalResponse(spec.refusals) : errorRef(s);
   return {
     operationId: spec.operationId,
     summary: spec.summary,

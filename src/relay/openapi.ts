@@ -7,6 +7,7 @@
 import type { JsonSchema } from "../openapi/json-schema";
 import { toJsonSchema } from "../openapi/json-schema";
 import { ChatRequestShape, OpenAIError, RELAY_ENDPOINTS, type RelayEndpoint } from "../protocol/relay";
+import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../protocol/relay-endpoint";
 
 export const RELAY_TAG = "LLM relay";
 export const RELAY_TAG_DESCRIPTION =
@@ -27,7 +28,7 @@ const REFUSALS: [status: number, when: string, forBodies: boolean][] = [
   [400, "The body is not JSON, or not a request with a `model` (and a boolean `stream`, if any).", true],
   [401, "No key, a key this exchange did not issue, a key of another engine, or one whose claim is no longer live.", false],
   [404, "No such engine.", false],
-  [413, "The body is larger than the exchange accepts (4 MiB).", true],
+  [413, `The body is larger than the relay accepts (\`RELAY_MAX_BODY_BYTES\`, ${DEFAULT_RELAY_MAX_BODY_BYTES / 2 ** 20} MiB unless the deployment sets it: docs/deploy.md).`, true],
   [502, "The engine's gateway could not be reached, or the model answered something that is not JSON.", false],
   [503, "The engine is not rolling, is syncing weights longer than a call waits, or has no gateway; or the engine could not be reached. Try again.", false],
   [504, "The model did not answer within the relay's deadline (RELAY_DEADLINE_SECONDS).", false],
