@@ -114,7 +114,7 @@ async function main(): Promise<void> {
     // The exchange cut the answer off (the token revoked or the engine deleted meanwhile, or a failure on the way): the file is not the export.
     await new Promise<void>((resolve) => file.end(() => resolve()));
     draw(true);
-    fail(`the export broke off after ${lines.toLocaleString("en")} of ${total.toLocaleString("en")} trajectories (${e instanceof Error ? e.message : String(e)}); ${opts["out"]} holds only those. The token may have been revoked or the engine deleted meanwhile: see docs/ledger.md.`);
+    fail(`the export broke off after ${lines.toLocaleString("en")} of ${total.toLocaleString("en")} trajectories (${e instanceof Error ? e.message : String(e)}); ${opts["out"]} holds what came before the break, its last line perhaps cut. The token may have been revoked or the engine deleted meanwhile: see docs/ledger.md.`);
   }
   await new Promise<void>((resolve, reject) => file.end((e?: Error | null) => (e ? reject(e) : resolve())));
   draw(true);

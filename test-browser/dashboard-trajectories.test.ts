@@ -374,6 +374,34 @@ describe("trajectories on the dashboard", () => {
     expect(reads).toEqual([]);
   });
 
+  // A live computer-use episode whose history held more screenshots than the page kept (24) had
+  // all of them read again at every refresh: each draw evicted what the same draw needed next.
+  it("reads a live conversation's 30 screenshots once, however many refreshes redraw it", async () => {
+    const screens = await createEngine(ex, "ledger-screens");
+    await screens.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const shots = Array.from({ length: 30 }, (_, i) => noisePngDataUrl(8, 8, i + 1));
+    const shas = shots.map((s) => createHash("sha256").update(s).digest("hex"));
+    for (const [i, data] of shots.entries()) {
+      const res = await fetch(`${ex.url}/e/${screens.name}/agent/media/${shas[i]}`, { method: "PUT", headers: { authorization: `Bearer ${screens.tokens.trainer}`, "content-type": "application/json" }, body: JSON.stringify({ data }) });
+      expect(res.status).toBe(200);
+    }
+    const live = await claim(screens, "ep-screens", "client-s", "browse");
+    const steps = shas.map((sha, i) => ({ role: "user", content: [{ type: "text", text: `step ${i}` }, { type: "image_url", image_url: { url: `rx-media:sha256:${sha}` } }] }));
+    await record(ex, screens, [callClock(Date.now() - 60_000)(live, { capture: "messages", body: { messages: [sys, ...steps], answer: { role: "assistant", content: "click" } } })]);
+
+    const reads: string[] = [];
+    page.on("request", (r) => {
+      if (r.url().includes("/trajectories/media/")) reads.push(r.url());
+    });
+    await page.goto(`${ex.url}/dashboard?engine=${screens.name}&token=${screens.tokens.viewer}&episode=ep-screens&refresh=0.3`);
+    await page.waitForFunction(() => document.querySelectorAll('#episode-messages figure[data-media-state="shown"]').length === 30);
+    const first = reads.length;
+    // The claim is live: each refresh reads the episode again and redraws its conversation.
+    await refreshesLater(page, 4);
+    expect(await page.locator('#episode-messages figure[data-media-state="shown"]').count()).toBe(30);
+    expect({ firstDraw: first, afterRefreshes: reads.length - first }).toEqual({ firstDraw: 30, afterRefreshes: 0 });
+  });
+
   it("logged no error in the browser", () => {
     expect(errors).toEqual([]);
   });

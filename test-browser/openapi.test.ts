@@ -136,6 +136,15 @@ describe("/openapi.json", () => {
       expect(refusal(`${prefix}/agent/media/{sha256}`, "put")?.["x-refusal-codes"]).toEqual(["ledger_unavailable"]);
     }
     expect(refusal("/admin/engines/{name}", "delete")?.["x-refusal-codes"]).toEqual(["history_not_written"]);
+    // The relay's, in its three forms: the engine is not rolling or syncing, or has no gateway.
+    for (const prefix of ["", "/e/{engine}", "/e/{engine}/t/{token}"]) {
+      for (const [endpoint, method] of [
+        ["/v1/chat/completions", "post"],
+        ["/v1/models", "get"],
+      ] as const) {
+        expect(refusal(prefix + endpoint, method)?.["x-refusal-codes"], prefix + endpoint).toEqual(["engine_not_rolling", "sync_hold_expired", "no_gateway", "engine_unreachable", "admission_unsettled"]);
+      }
+    }
   });
 
   it("describes refusals with their hints: a runs refusal matches the documented error body", async () => {

@@ -34,6 +34,9 @@ const REFUSALS: [status: number, when: string, forBodies: boolean][] = [
   [504, "The model did not answer within the relay's deadline (RELAY_DEADLINE_SECONDS).", false],
 ];
 
+/** The codes of the relay's 503s (claim-gate.ts, relay-routes.ts): the engine is busy elsewhere, not broken. */
+const RELAY_REFUSAL_CODES = ["engine_not_rolling", "sync_hold_expired", "no_gateway", "engine_unreachable", "admission_unsettled"] as const;
+
 const openAiError = (description: string): JsonSchema => ({ description, content: { "application/json": { schema: { $ref: "#/components/schemas/OpenAIError" } } } });
 
 function operation(endpoint: RelayEndpoint, prefix: string): JsonSchema {
@@ -47,7 +50,11 @@ function operation(endpoint: RelayEndpoint, prefix: string): JsonSchema {
         }
       : { description: "The model list, in OpenAI's form.", content: { "application/json": { schema: { type: "object" } } } },
   };
-  for (const [status, when, forBodies] of REFUSALS) if (post || !forBodies) responses[String(status)] = openAiError(when);
+  for (const [status, when, forBodies] of REFUSALS) {
+    if (!post && forBodies) continue;
+    // The 503s are refusals by design, to be sent again (docs/operations.md): their codes, as the OpenAI error body gives them.
+    responses[String(status)] = status === 503 ? { ...openAiError(when), "x-refusal-codes": [...RELAY_REFUSAL_CODES] } : openAiError(when);
+  }
   responses["4XX"] = openAiError("The model's own refusal, passed on with its status.");
   responses["5XX"] = openAiError("The model's own failure, passed on with its status.");
   return {

@@ -212,6 +212,9 @@ export class CallShipper {
         if (e instanceof ExchangeError && e.status === 409 && e.code === "media_missing") {
           // The exchange's day is not the one they were uploaded on: upload them again, then the batch.
           for (const d of out.media.keys()) this.uploaded.delete(d);
+          // Only an exchange with the media route checks a batch's media: a 404 seen before came
+          // from elsewhere (a request of a gradual deployment served by the previous version).
+          this.noMediaRouteUntil = -Infinity;
         } else if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);

@@ -329,6 +329,24 @@ describe("ledger shipper", () => {
       expect(media).toEqual([{ sha256: a, data: dataA }]);
     });
 
+    // One upload served by the previous Worker version during a gradual deployment answered 404;
+    // the current version then refused every batch naming a medium (409 media_missing) while the
+    // shipper skipped uploads for 10 minutes, and the calls queued behind waited or were dropped.
+    it("uploads again at once when an exchange that answered an upload 404 refuses the batch for its media", async () => {
+      start();
+      mediaRoute = false;
+      const [a, dataA] = shot(5000);
+      script = [{ status: 409, body: { error: "media_missing", detail: `The batch refers to media not stored today (${a})` } }];
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => received.length === 1, "the refused batch");
+      mediaRoute = true;
+      await waitUntil(() => clock.pending.length > 0, "the backoff");
+      await clock.advance(2000);
+      await waitUntil(() => shipper.status.sent === 1, "the batch after its medium");
+      expect(order).toEqual(["media 404", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
+    });
+
     it("drops a batch whose medium the exchange refuses (a 4xx other than 409), saying why, and goes on", async () => {
       start();
       const [a, dataA] = shot(5000);

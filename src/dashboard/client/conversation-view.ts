@@ -16,7 +16,7 @@ export function conversationViewModule(dom: Dom) {
   const { h } = dom;
   const ROLES = ["system", "user", "assistant", "tool"];
   // Raster only: an SVG is a document, and what a client sent is never run as one.
-  const RASTER = /^data:image\/(png|jpeg|gif|webp|avif|bmp);base64,/;
+  const RASTER = /^data:image\/(png|jpe?g|gif|webp|avif|bmp);base64,/;
   const REF = /^rx-media:sha256:([0-9a-f]{64})$/;
 
   const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

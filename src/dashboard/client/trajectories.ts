@@ -38,24 +38,38 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
   let listTicket = 0;
   let episodeTicket = 0;
   let bound = false;
-  /** Media read for the open conversations, newest last: a redraw or another call's view draws them again without reading. */
-  const media = new Map<string, Promise<Result<string>>>();
+  /**
+   * Media read for the conversations drawn, least recently drawn first: a redraw (each refresh
+   * of a live episode) or another call's view draws them again without reading. What the last
+   * draw named is kept whatever its number (a computer-use agent's history holds dozens of
+   * screenshots); others up to MEDIA_KEPT in all, dropped as a draw begins. Only the exchange's
+   * lasting answers are kept: the medium, or 404 (retention removed it).
+   */
+  const media = new Map<string, { read: Promise<Result<string>>; draw: number }>();
   const MEDIA_KEPT = 24;
+  let draw = 0;
 
   function loadMedia(sha256: string): Promise<Result<string>> {
     const key = `${engine ?? ""}/${sha256}`;
-    let read = media.get(key);
+    const kept = media.get(key);
     media.delete(key);
-    if (read === undefined) {
-      read = engine === null ? Promise.resolve({ ok: false, problem: { status: 0, error: "no_engine", detail: "" } }) : d.api.media(engine, token, sha256);
-      // A network failure is read again at the next draw; the exchange's answers are kept.
+    const read = kept?.read ?? (engine === null ? Promise.resolve<Result<string>>({ ok: false, problem: { status: 0, error: "no_engine", detail: "" } }) : d.api.media(engine, token, sha256));
+    media.set(key, { read, draw });
+    if (kept === undefined) {
       void read.then((r) => {
-        if (!r.ok && r.problem.status === 0) media.delete(key);
+        if (!r.ok && r.problem.status !== 404 && media.get(key)?.read === read) media.delete(key);
       });
     }
-    media.set(key, read);
-    if (media.size > MEDIA_KEPT) media.delete(media.keys().next().value as string);
     return read;
+  }
+
+  /** A draw begins: what the previous one named stays, the rest give way down to MEDIA_KEPT. */
+  function beginDraw(): void {
+    for (const [k, v] of media) {
+      if (media.size <= MEDIA_KEPT) break;
+      if (v.draw < draw) media.delete(k);
+    }
+    draw++;
   }
 
   function syncUrl(): void {
@@ -112,6 +126,7 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
       byId("episode").replaceChildren(d.empty("episode-none", "No LLM call recorded for this claim", "Its calls appear here as the relay records them (when the engine's capture is on), and its outcome once it ends."));
       return;
     }
+    beginDraw();
     d.panel.draw("episode", "trajectories", r, (t) =>
       d.episodeView.render(t, shownCall, {
         onShowCall: (i) => {
