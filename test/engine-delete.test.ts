@@ -3,8 +3,8 @@
  * object's state, its tokens, every D1 row of the engine) and what stays with keep_history; the
  * refusal while the agent is connected; routes, open long-polls and per-claim keys answering 404
  * afterwards; the name made again from nothing; a big engine deleted over several requests; its
- * call bodies in R2, every one of its incarnation's; and a delete in the middle of claims, ends,
- * registrations and outbox flushes.
+ * call bodies in R2, every one of its incarnation's; a delete in the middle of claims, ends,
+ * registrations and outbox flushes, of the alarm's retention sweep, and of another delete.
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -20,6 +20,7 @@ import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
 import { LedgerClient } from "../src/client";
 import { namePrefix } from "../src/ledger/keys";
+import { SWEEP_EVERY_MS } from "../src/engine/retention-schedule";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
 /** Every D1 table that holds rows of an engine by name, and those that hold rows of its runs. */
@@ -68,6 +69,39 @@ function objectState(stub: DurableObjectStub<EngineObject>) {
     }
     return { rows, alarm: await state.storage.getAlarm() };
   });
+}
+
+/**
+ * The engine's D1 as a slow network makes it: the sweep's DELETE statements wait for `gate` (the
+ * real D1 runs them then). `reached` is a flag to poll, not a promise the object resolves: the
+ * test's code after awaiting that would run in the object's request.
+ */
+async function slowSweeps(e: TestEngine): Promise<{ reached: () => boolean; release: () => void }> {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let reached = false;
+  await runInDurableObject(e.stub, (instance: EngineObject) => {
+    const self = instance as unknown as { env: { DB: D1Database } };
+    const real = self.env.DB;
+    const slow = {
+      prepare: (q: string) => {
+        const stmt = real.prepare(q);
+        if (!q.startsWith("DELETE FROM buffer_steps")) return stmt;
+        return {
+          bind: (...args: unknown[]) => ({
+            run: async () => {
+              reached = true;
+              await gate;
+              return stmt.bind(...args).run();
+            },
+          }),
+        };
+      },
+      batch: (s: D1PreparedStatement[]) => real.batch(s),
+    } as unknown as D1Database;
+    self.env = { ...self.env, DB: slow };
+  });
+  return { reached: () => reached, release };
 }
 
 /**
@@ -484,5 +518,108 @@ describe("deleting an engine", () => {
       bucket.put = put;
       release();
     }
+  });
+
+  // What a user saw: an operator deletes an engine (DELETE /admin/engines/<name>?force=true)
+  // while its hourly retention sweep is waiting on D1. The delete answers 200, yet the deleted
+  // engine's Durable Object keeps a stored row (kv ledger_sweep_at) and an alarm an hour out.
+  // When that alarm fires on a fresh instance (name null), sweepIfDue returns at once without
+  // moving its time, and rearm() sets the alarm to that past time again: the deleted engine's
+  // object wakes itself in a tight loop for ever (billed alarms, log noise), and an engine made
+  // again under the name inherits the stale sweep schedule.
+  it("leaves nothing in the object, and no alarm, when the engine is deleted during the alarm's retention sweep", async () => {
+    const e = await createEngine("rr-ret");
+    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+    // A stored step: from now on the buffer's D1 rows are swept hourly.
+    await e.as("client").postSteps({ steps: [{ session_id: "s1", group_id: "g1", step_index: 0, messages: [], response: "r", reward: 1, is_session_completed: false }] });
+    // The outbox's copy goes to D1 first, so that the next alarm only sweeps.
+    e.clock.t += 5_000;
+    expect(await runDurableObjectAlarm(e.stub)).toBe(true);
+
+    const { reached, release } = await slowSweeps(e);
+    e.clock.t += SWEEP_EVERY_MS;
+    const alarm = runDurableObjectAlarm(e.stub);
+    await vi.waitFor(() => expect(reached()).toBe(true)); // the alarm is inside sweepIfDue, waiting on D1
+    const deleted = await env.ENGINE.get(env.ENGINE.idFromName(e.name)).destroy({ force: true, keepHistory: false });
+    expect(deleted.ok).toBe(true);
+    release();
+    await alarm;
+
+    expect(await objectState(env.ENGINE.get(env.ENGINE.idFromName(e.name)))).toEqual({ rows: {}, alarm: null });
+  });
+
+  // What a user saw (the loop above, from the other end): an object holding a sweep time but no
+  // engine, as a delete raced by a sweep left it, set its alarm to that past time after every
+  // run of it, and so fired for ever.
+  it("sets no alarm for a sweep time left in an object that holds no engine", async () => {
+    const stub = env.ENGINE.get(env.ENGINE.idFromName("rr-ret-orphan"));
+    await runInDurableObject(stub, async (instance: EngineObject, state) => {
+      state.storage.sql.exec("INSERT INTO kv (k, v) VALUES ('ledger_sweep_at', ?), ('retention_uses', ?)", JSON.stringify(1_000), JSON.stringify(["buffer"]));
+      // As the instance that starts over this storage reads it.
+      (instance as unknown as { retention: { reload(): void } }).retention.reload();
+      // Far out, so that only the run below fires it.
+      await state.storage.setAlarm(Date.now() + HOUR);
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).toBeNull();
+  });
+
+  // What a user saw: an operator's DELETE ...?keep_history=true is slow (D1 is slow), so they
+  // send DELETE ...?force=true; it answered 200 and the engine was gone. The first one then failed
+  // (D1 unreachable) with 503 "nothing was deleted", which was false, and its failure path
+  // reopened the deleted instance. The operator made the engine again under the same name: it
+  // kept the deleted engine's incarnation (provision() renews it only for a null name, and the
+  // name was still in memory), so its gateway secret was the deleted engine's: the old engine's
+  // agent, still running on its GPU host, accepted the new engine's relayed calls and its acks
+  // carried an incarnation the new engine took as its own. Fences also carried on from the old
+  // engine's (fenceHigh in memory), and the old agent's heartbeat record stayed in memory.
+  it("makes the engine again with a new incarnation after a keep_history delete failed under a forced one", async () => {
+    const e = await createEngine("rr-2del");
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const old = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    await client.endEpisode(endBody("c", old.episode_uuid, 1));
+    const oldSecret = (await e.as("trainer").gatewaySecret()).secret;
+
+    // D1 is slow for the keep_history drain, then unreachable.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // A flag the test polls, not a promise the object resolves: the test's code after awaiting
+    // that would run in the object's request, which provision() below ends (ctx.abort).
+    let inDrain = false;
+    await runInDurableObject(e.stub, (instance: EngineObject) => {
+      const self = instance as unknown as { env: { DB: D1Database } };
+      const real = self.env.DB;
+      const failing = {
+        prepare: (q: string) => real.prepare(q),
+        batch: async () => {
+          inDrain = true;
+          await gate;
+          throw new Error("D1_ERROR: Network connection lost.");
+        },
+      } as unknown as D1Database;
+      self.env = { ...self.env, DB: failing };
+    });
+
+    const first = env.ENGINE.get(env.ENGINE.idFromName(e.name)).destroy({ force: true, keepHistory: true });
+    await vi.waitFor(() => expect(inDrain).toBe(true));
+    // The second delete, through the admin route, while the first waits on D1. Given time to
+    // run: side by side with the first it would wipe the object now; it waits for the first instead.
+    const second = admin.deleteEngine(e.name, { force: true });
+    await Promise.race([second, new Promise((r) => setTimeout(r, 200))]);
+    release();
+    // Both answers are true when given: the first's 503 "nothing was deleted" comes before the
+    // second deletes anything (deletes run one at a time), and the second, now alone, deletes it all.
+    expect(await first).toMatchObject({ ok: false, status: 503, error: "history_not_written", detail: expect.stringContaining("nothing was deleted") });
+    expect((await second).done).toBe(true);
+    expect(await objectState(env.ENGINE.get(env.ENGINE.idFromName(e.name)))).toEqual({ rows: {}, alarm: null });
+
+    // The name made again; a client claims one of its episodes.
+    const again = await createEngine(undefined, { name: e.name });
+    await rollingWith(again, 1);
+    const fresh = await again.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    // The new engine is a new incarnation: the deleted engine's keys and its agent's gateway secret do not fit it.
+    expect((await claimKeyFields(fresh.openai_api_key)).incarnation).not.toBe((await claimKeyFields(old.openai_api_key)).incarnation);
+    expect((await again.as("trainer").gatewaySecret()).secret).not.toBe(oldSecret);
   });
 });

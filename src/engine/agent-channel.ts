@@ -136,6 +136,12 @@ export class AgentChannel {
     return ok({ success: true, first_ack: true });
   }
 
+  /** Drops what memory holds of the agent: the storage was wiped (EngineObject.destroy), and a deleted engine's agent is no new engine's. */
+  forget(): void {
+    this.agentMemo = undefined;
+    this.pollSession = null;
+  }
+
   heartbeat(req: AgentHeartbeatRequest): { success: true; server_time: number } {
     const now = this.host.now();
     const record = { ...req, last_seen: now / 1000 };

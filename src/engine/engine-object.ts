@@ -115,6 +115,10 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly sharedTurn = new SharedTurn();
   /** Set by destroy(): the engine is deleted, and everything answers 404 until this instance is gone. */
   private closed = false;
+  /** Set once destroy() wiped the storage: this instance's memory is of a deleted engine for good, and it never reopens. */
+  private wiped = false;
+  /** The delete under way, settled once it is over: the next one waits for it (destroy). */
+  private deleting: Promise<void> = Promise.resolve();
 
   constructor(ctx: DurableObjectState, env: EngineEnv) {
     super(ctx, env);
@@ -214,8 +218,31 @@ export class EngineObject extends DurableObject<EngineEnv> {
    * after this returns; with `keepHistory` the whole outbox is written to D1 first. This instance
    * then stays closed, since its memory still holds the deleted engine: the next provision()
    * resets it. Repeatable: deleting a deleted (or never made) engine changes nothing.
+   *
+   * One at a time: a delete sent while another is under way (an operator's forced one, after a
+   * keep_history one slow on D1) waits for its outcome, then runs as if alone: it finishes the
+   * work if the first failed, and finds it done (nothing left to wipe: 200) if the first
+   * succeeded. Side by side, the second would wipe the object while the first's drain still
+   * writes to D1 under the engine's name, and the first's failure would then reopen this
+   * instance over the wiped storage with the deleted engine's memory (its name and incarnation,
+   * hence its gateway secret, its tokens, fences and agent record), for a re-created engine to
+   * keep. Waiting also keeps each answer true when it is given: the first's 503 "nothing was
+   * deleted" is said before the second deletes anything. (Not waited for: the alarm's retention
+   * sweep. It only deletes rows past retention, which the delete removes or archives anyway, and
+   * writes nothing here once a delete began: RetentionSchedule.sweepIfDue.)
    */
   async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
+    const run = this.deleting.then(() => this.deleteNow(opts));
+    // The next delete waits for this one however it ends, a throw (deleteAll failing) included.
+    this.deleting = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  /** destroy(), once those sent before it are over. */
+  private async deleteNow(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
     if (!this.closed && !opts.force) {
       const agent = this.channel.status();
       if (agent.connected) {
@@ -232,9 +259,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
       const r = await this.outbox.drain(this.env.DB, this.now());
       written = r.written;
       if (r.error !== null) {
-        this.closed = wasClosed;
+        // Reopened only over the storage its memory describes: never once it was wiped (deletes
+        // run one at a time, so none did meanwhile; this holds should that ever change).
+        this.closed = wasClosed || this.wiped;
         // An alarm that fired during the drain found the engine closed and set none again.
-        if (!wasClosed) this.rearm(this.now());
+        if (!this.closed) this.rearm(this.now());
         // D1's error may name its tables and SQL: it goes to the log, the answer carries its id.
         const id = loggedErrorId("engine: writing the last results to D1 before a delete failed, error", r.error);
         return fail(503, "history_not_written", `The engine's last results could not be written to D1 (error id ${id}); nothing was deleted. Try again, or delete without keep_history.`);
@@ -242,10 +271,29 @@ export class EngineObject extends DurableObject<EngineEnv> {
     }
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
+    this.wiped = true;
     this.schedule.cleared();
     // Timers and requests of this instance still under way find empty tables, not missing ones.
     this.ctx.storage.transactionSync(() => migrateEngine(this.ctx.storage.sql));
+    this.forgetDeleted();
     return ok({ outbox_written: written });
+  }
+
+  /**
+   * Drops what memory holds of the deleted engine, read again from the wiped storage. The
+   * instance stays closed and provision() replaces it; this is for should it ever serve again:
+   * a null name makes provision() draw a new incarnation (so a new gateway secret), and no
+   * token, agent record, poll session or retention time of the deleted engine lingers. A
+   * request still under way that writes meta writes the null name, not the deleted one's.
+   * (The episode queue's memory, its fences among it, is not reread: only a new instance is
+   * rid of it, which is why this one never reopens.)
+   */
+  private forgetDeleted(): void {
+    this.store.reload();
+    this.provisioning.reload();
+    this.retention.reload();
+    this.buffer.forget();
+    this.channel.forget();
   }
 
   // ---------------------------------------------------------------- engine status
@@ -646,7 +694,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
-    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now);
+    // The sweep waits on D1 and R2: a delete may begin meanwhile, and it writes nothing after one did.
+    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now, () => this.closed);
     if (this.closed) return;
     this.rearm(now);
   }

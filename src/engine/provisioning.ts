@@ -16,7 +16,13 @@ export class Provisioning {
   private readonly tokens = new Map<string, Role>();
 
   constructor(private readonly store: EngineStore) {
-    for (const r of store.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
+    this.reload();
+  }
+
+  /** Reads the token hashes again: the storage was wiped (EngineObject.destroy), and none of the deleted engine's may let anyone in. */
+  reload(): void {
+    this.tokens.clear();
+    for (const r of this.store.sql.exec<{ hash: string; role: Role }>("SELECT hash, role FROM tokens")) this.tokens.set(r.hash, r.role);
   }
 
   /**

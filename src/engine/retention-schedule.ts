@@ -46,12 +46,21 @@ export class RetentionSchedule {
     if (this.nextAt === null) this.set(now + SWEEP_EVERY_MS);
   }
 
-  /** The next sweep, for the alarm's schedule; null while nothing is kept. */
+  /**
+   * The next sweep, for the alarm's schedule; null while nothing is kept, and while the engine
+   * has no name (an object whose engine was deleted, with a time left over): sweepIfDue does not
+   * move the time then, so a past one would have the alarm fire again at once, for ever.
+   */
   next(): number | null {
-    return this.nextAt;
+    return this.store.meta.name === null ? null : this.nextAt;
   }
 
-  async sweepIfDue(db: D1Database, bucket: R2Bucket, retentionDays: Record<Kept, number>, now: number): Promise<void> {
+  /**
+   * Sweeps what is due. `deleted` says the engine's delete began (EngineObject.destroy): the
+   * sweep then stops, and writes no next time, since that write and its alarm would land in the
+   * deleted engine's wiped storage, for an engine made again under the name to inherit.
+   */
+  async sweepIfDue(db: D1Database, bucket: R2Bucket, retentionDays: Record<Kept, number>, now: number, deleted: () => boolean): Promise<void> {
     if (this.nextAt === null || now < this.nextAt) return;
     const { name, incarnation } = this.store.meta;
     if (name === null) return;
@@ -59,6 +68,8 @@ export class RetentionSchedule {
     let left = SWEEP_STEPS;
     let done = true;
     for (const [i, k] of kept.entries()) {
+      // What is left is the delete's to remove.
+      if (deleted()) return;
       // Each gets its share of the run's statements and what those before it left: a long backlog of one does not stop the other's sweep.
       const budget: Budget = { left: Math.ceil(left / (kept.length - i)) };
       const share = budget.left;
@@ -72,6 +83,8 @@ export class RetentionSchedule {
       }
       left -= share - budget.left;
     }
+    // Checked after the last await: a delete that began during it may have wiped the storage already.
+    if (deleted()) return;
     this.set(now + (done ? SWEEP_EVERY_MS : CARRY_ON_MS));
   }
 
