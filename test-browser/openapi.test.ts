@@ -265,12 +265,16 @@ describe("/openapi.json", () => {
   it("describes the admin routes as they answer", async () => {
     const name = "documented";
     const bodies: Record<string, unknown> = { admin_create_engine: { name }, admin_issue_token: { role: "viewer", label: "doc test" } };
+    // The engine is deleted keeping its history, so that the archive routes have an archive to list and delete.
+    const queries: Record<string, string> = { admin_delete_engine: "?keep_history=true" };
     let tokenId = "";
+    let archive = "";
     for (const spec of ADMIN_API) {
       const op = doc.paths[spec.path]?.[spec.method];
       expect(op?.security).toEqual([{ adminToken: [] }]);
       expect(Object.keys(op?.responses ?? {})).toContain(String(spec.successStatus));
-      const url = ex.url + spec.path.replace("{name}", name).replace("{id}", tokenId);
+      const named = spec.path.startsWith("/admin/archives/") ? archive : name;
+      const url = ex.url + spec.path.replace("{name}", encodeURIComponent(named)).replace("{id}", tokenId) + (queries[spec.operationId] ?? "");
       const body = bodies[spec.operationId];
       const res = await fetch(url, {
         method: spec.method.toUpperCase(),
@@ -281,6 +285,8 @@ describe("/openapi.json", () => {
       const json: unknown = await res.json();
       expect(() => spec.response.parse(json), spec.operationId).not.toThrow();
       if (spec.operationId === "admin_issue_token") tokenId = (json as { id: string }).id;
+      if (spec.operationId === "admin_delete_engine") archive = (json as { history_kept_as: string }).history_kept_as;
+      if (spec.operationId === "admin_list_archives") expect((json as { archives: { name: string }[] }).archives.map((a) => a.name)).toContain(archive);
       // Without the admin token: the documented 401, with the documented body.
       const anon = await fetch(url, { method: spec.method.toUpperCase() });
       expect(anon.status).toBe(401);

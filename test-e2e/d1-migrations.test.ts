@@ -78,3 +78,45 @@ describe("0008: buffer_steps keyed by the engine's uid", () => {
     expect(indexes.results).toEqual([{ name: "buffer_steps_group_idx" }]);
   });
 });
+
+describe("0011: archives, backfilled", () => {
+  it("records every history kept under an archive name before it, with its engine, time and calls' incarnation, and nothing else", async () => {
+    const db = await mf.getD1Database("DB");
+    // Whatever the cases before left applied, up to 0011.
+    stage("0011");
+    await applyMigrations(db, dir);
+    const trajectory = (engine: string) =>
+      db
+        .prepare("INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, workflow_output, ended_at) VALUES (?, 'ep', 1, 'c', 't', 'train', '{}', 1)")
+        .bind(engine);
+    const call = (engine: string, id: string, key: string) =>
+      db
+        .prepare(
+          `INSERT INTO llm_calls (engine, call_id, episode_uuid, fence, run, client_uuid, task_id, endpoint, model, stream, admitted_at, started_at, done_at, status, truncated, body_key, body_offset, body_length)
+           VALUES (?, ?, 'ep', 1, 1, 'c', 't', '/v1/chat/completions', 'm', 0, 1, 1, 1, 200, 0, ?, 0, 1)`,
+        )
+        .bind(engine, id, key);
+    const run = (engine: string, id: string) =>
+      db
+        .prepare("INSERT INTO runs (id, engine, environment, environment_file, status, config_yaml, edits, created_at, updated_at) VALUES (?, ?, 'env', 'f', 'stopped', '', '{}', 1, 1)")
+        .bind(id, engine);
+    await db.batch([
+      // An archive with trajectories and calls (of one incarnation), another with a run only, and live engines.
+      trajectory("nightly@1735689600000"),
+      call("nightly@1735689600000", "c1", "ledger/nightly/inc-a/2025-01-01/b-0.jsonl"),
+      call("nightly@1735689600000", "c2", "ledger/nightly/inc-a/2025-01-01/b-1.jsonl"),
+      run("other@1735776000000", "r1"),
+      trajectory("nightly"),
+      call("nightly", "c1", "ledger/nightly/inc-b/2025-01-02/b-0.jsonl"),
+      run("other", "r2"),
+    ]);
+
+    stage(null);
+    expect(await applyMigrations(db, dir)).toEqual(["0011_archives.sql"]);
+    const rows = await db.prepare("SELECT name, from_engine, body_prefix, created_at FROM archives ORDER BY name").all();
+    expect(rows.results).toEqual([
+      { name: "nightly@1735689600000", from_engine: "nightly", body_prefix: "ledger/nightly/inc-a/", created_at: 1735689600000 },
+      { name: "other@1735776000000", from_engine: "other", body_prefix: null, created_at: 1735776000000 },
+    ]);
+  });
+});

@@ -5,6 +5,7 @@
  * afterwards; the name made again from nothing; a big engine deleted over several requests; its
  * call bodies in R2, every one of its incarnation's; a delete in the middle of claims, ends,
  * registrations and outbox flushes, of the alarm's retention sweep, and of another delete.
+ * The histories kept under archive names: listed, and deleted the same bounded way.
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -13,11 +14,13 @@ import { SQLiteTable } from "drizzle-orm/sqlite-core";
 import { describe, expect, it, vi } from "vitest";
 import * as schema from "../src/db/schema";
 import type { EngineObject } from "../src/engine/engine-object";
-import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
+import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, uniqueName, withGateway, workerFetch, type TestEngine } from "./support/harness";
 import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
+import { INCARNATION_NAMES_SQL } from "../src/http/engine-rows";
+import { DeleteArchiveResponse } from "../src/protocol/admin";
 import { LedgerClient } from "../src/client";
 import { namePrefix } from "../src/ledger/keys";
 import { SWEEP_EVERY_MS } from "../src/engine/retention-schedule";
@@ -621,5 +624,192 @@ describe("deleting an engine", () => {
     // The new engine is a new incarnation: the deleted engine's keys and its agent's gateway secret do not fit it.
     expect((await claimKeyFields(fresh.openai_api_key)).incarnation).not.toBe((await claimKeyFields(old.openai_api_key)).incarnation);
     expect((await again.as("trainer").gatewaySecret()).secret).not.toBe(oldSecret);
+  });
+});
+
+/** One ledger call of `name` (an engine's or an archive's), as a keep_history delete leaves it in llm_calls, its body at `bodyKey`. */
+async function insertCall(name: string, callId: string, at: number, bodyKey: string): Promise<void> {
+  await env.DB.prepare(
+    `INSERT INTO llm_calls (engine, call_id, episode_uuid, fence, run, client_uuid, task_id, endpoint, model, stream, weight_version,
+       admitted_at, started_at, first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, truncated, body_key, body_offset, body_length)
+     VALUES (?1, ?4, 'ep-0', 1, 1, 'c1', 't', '/v1/chat/completions', 'm', 0, NULL, ?2, ?2, NULL, ?2, 200, NULL, 'stop', 1, 1, 0, ?3, 0, 10)`,
+  )
+    .bind(name, at, bodyKey, callId)
+    .run();
+}
+
+/** `n` trajectories of `name` written straight to D1: an engine or archive too big for one request to delete. */
+async function insertTrajectories(name: string, n: number): Promise<void> {
+  await env.DB.prepare(
+    `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+     INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output, ended_at)
+     SELECT ?1, 'ep-' || i, 1, 'c', 't', 'train', 0, 0.5, 1, '{}', i FROM n`,
+  )
+    .bind(name, n)
+    .run();
+}
+
+/** Rows of `name` in every history table, and of its runs in theirs. */
+async function historyRows(name: string): Promise<number> {
+  let n = 0;
+  for (const t of HISTORY_TABLES) n += await count(`SELECT COUNT(*) AS n FROM ${t} WHERE engine = ?`, name);
+  for (const t of RUN_TABLES) n += await count(`SELECT COUNT(*) AS n FROM ${t} WHERE run_id IN (SELECT id FROM runs WHERE engine = ?)`, name);
+  return n;
+}
+
+describe("histories kept under an archive name", () => {
+  // What a user sees: a lab runs its nightly experiment as engine "nightly", deleted each morning
+  // with keep_history=true (its ledger kept). After ~40 nights, deleting "nightly" WITHOUT
+  // keep_history answers 202 `done: false` for ever: every repeated DELETE spends its whole budget
+  // of 40 statements stepping through the archive names (one D1 query per archive) before it
+  // deletes anything, so `AdminClient.deleteEngine` loops for ever, the name stays taken (409
+  // "being deleted") and the engine can never be created again.
+  // The 40 archives are the rows a keep_history delete leaves in llm_calls (one call each),
+  // written directly to keep the test fast; the engine and its deletes are real.
+  it("finishes deleting an engine whose name has 40 histories kept under archive names", async () => {
+    const name = uniqueName("nightly");
+    const first = Date.UTC(2025, 0, 1);
+    for (let i = 0; i < 40; i++) {
+      const at = first + i * DAY;
+      await insertCall(`${name}@${at}`, "call-1", at, `ledger/${name}/inc${i}/2025-01-01/batch-0.jsonl`);
+    }
+    await createEngine(undefined, { name });
+
+    // An engine with nothing in it: one request should do; allow ten.
+    let done = false;
+    for (let i = 0; i < 10 && !done; i++) done = (await admin.deleteEngineOnce(name, { force: true })).done;
+    expect(done).toBe(true);
+    expect(await count("SELECT COUNT(*) AS n FROM engines WHERE name = ?", name)).toBe(0);
+  });
+
+  it("finds the archives' incarnations with one statement that seeks through llm_calls' engine index, never scanning calls", async () => {
+    const name = uniqueName("plan");
+    const plan = await env.DB.prepare(`EXPLAIN QUERY PLAN ${INCARNATION_NAMES_SQL}`).bind(name, `${name}@`, `${name}A`).all<{ detail: string }>();
+    const details = plan.results.map((r) => r.detail);
+    const onCalls = details.filter((d) => /\bllm_calls\b/.test(d));
+    // The start of the walk, each step from one archive name to the next, and one call of each name.
+    expect(onCalls.length, details.join("\n")).toBeGreaterThanOrEqual(3);
+    for (const d of onCalls) expect(d, details.join("\n")).toMatch(/^SEARCH llm_calls USING (COVERING )?INDEX \S+ \(engine[=>]/);
+    expect(details.some((d) => /SEARCH archives USING INDEX archives_from_engine_idx/.test(d)), details.join("\n")).toBe(true);
+  });
+
+  // What a user sees: the DELETE that kept the history answers `history_kept_as: "<name>@<ms>"`,
+  // and from then on that history can never be removed: DELETE /admin/engines/<archive> answers
+  // 404 unknown_engine, no other route takes an archive name, GET /admin/engines does not list it,
+  // and no engine's alarm sweeps its ledger calls (retention_days no longer applies). A lab that
+  // deletes engines daily with keep_history fills the deployment's one 10 GB D1 (and R2) with
+  // histories it has no way to delete short of hand-written SQL.
+  it("deletes a history kept under an archive name when it is no longer wanted", async () => {
+    const e = await createEngine("exp");
+    await rollingWith(e, 1);
+    await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 600 });
+    await e.as("client").endEpisode(endBody("c1", "ep-0", 1));
+    const archive = (await admin.deleteEngine(e.name, { keep_history: true, force: true })).history_kept_as!;
+    expect(archive).toMatch(/@\d+$/);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", archive)).toBe(1);
+    expect((await admin.archives({ after: `${e.name}@0` })).archives[0]).toMatchObject({ name: archive, engine: e.name });
+
+    // The engine route points to the archive's.
+    const wrong = await raw(`/admin/engines/${encodeURIComponent(archive)}?force=true`, { method: "DELETE", token: ADMIN_TOKEN });
+    expect(wrong.status).toBe(404);
+    expect(wrong.text).toContain(`DELETE /admin/archives/${archive}`);
+
+    const del = await raw(`/admin/archives/${encodeURIComponent(archive)}`, { method: "DELETE", token: ADMIN_TOKEN });
+    expect(del.status, del.text).toBe(200);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", archive)).toBe(0);
+    expect(await historyRows(archive)).toBe(0);
+    expect((await admin.archives({ after: `${e.name}@0` })).archives.find((a) => a.name === archive)).toBeUndefined();
+    // Gone: a second delete finds nothing; a name that is no archive's is refused.
+    await expect(admin.deleteArchiveOnce(archive)).rejects.toMatchObject({ status: 404, code: "unknown_archive" });
+    await expect(admin.deleteArchiveOnce(e.name)).rejects.toMatchObject({ status: 422 });
+    expect((await raw(`/admin/archives/${encodeURIComponent(archive)}`, { method: "DELETE" })).status).toBe(401);
+  });
+
+  it("lists each archive once, in pages, however many requests the delete that kept it took", async () => {
+    const e = await createEngine("listed");
+    const N = 45_000;
+    await insertTrajectories(e.name, N);
+    const partial = await admin.deleteEngineOnce(e.name, { keep_history: true });
+    expect(partial.done).toBe(false);
+    const archive = partial.history_kept_as!;
+    // Listed from the first request on; not deletable until the delete that keeps it is done.
+    expect((await admin.archives({ after: `${e.name}@0`, limit: 1 })).archives).toEqual([{ name: archive, engine: e.name, created_at: Number(archive.split("@")[1]) / 1000 }]);
+    await expect(admin.deleteArchiveOnce(archive)).rejects.toMatchObject({ status: 409, code: "archive_incomplete" });
+    expect((await admin.deleteEngine(e.name, { keep_history: true })).history_kept_as).toBe(archive);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", archive)).toBe(N);
+
+    // Two more of the name's, a page of two at a time: in name order, the oldest first.
+    const names = [archive];
+    for (let i = 0; i < 2; i++) {
+      await createEngine(undefined, { name: e.name });
+      names.push((await admin.deleteEngine(e.name, { keep_history: true })).history_kept_as!);
+    }
+    expect(await count("SELECT COUNT(*) AS n FROM archives WHERE from_engine = ?", e.name)).toBe(3);
+    const page1 = await admin.archives({ after: `${e.name}@0`, limit: 2 });
+    expect(page1.archives.map((a) => a.name)).toEqual(names.slice(0, 2));
+    expect(page1.next).toBe(names[1]);
+    const page2 = await admin.archives({ after: page1.next!, limit: 2 });
+    expect(page2.archives[0]?.name).toBe(names[2]);
+    await expect(admin.archives({ limit: 0 })).rejects.toMatchObject({ status: 422 });
+  });
+
+  it("deletes a big archive in bounded requests, and its call bodies, but not those of another archive or of the engine made again under the name", async () => {
+    const first = await createEngine("archived");
+    await rollingWith(first, 1);
+    await withGateway(first);
+    await recordOne(first, "c1");
+    const doomed = (await admin.deleteEngine(first.name, { keep_history: true, force: true })).history_kept_as!;
+    const doomedKeys = await ledgerKeys(first.name);
+    expect(doomedKeys).toHaveLength(1);
+    const second = await createEngine(undefined, { name: first.name });
+    await rollingWith(second, 1);
+    await withGateway(second);
+    await recordOne(second, "c1");
+    const kept = (await admin.deleteEngine(second.name, { keep_history: true, force: true })).history_kept_as!;
+    const live = await createEngine(undefined, { name: first.name });
+    await rollingWith(live, 1);
+    await withGateway(live);
+    await recordOne(live, "c1");
+    const otherKeys = (await ledgerKeys(first.name)).filter((k) => !doomedKeys.includes(k));
+    expect(otherKeys).toHaveLength(2);
+    const N = 45_000;
+    await insertTrajectories(doomed, N);
+
+    const once = await raw(`/admin/archives/${encodeURIComponent(doomed)}`, { method: "DELETE", token: ADMIN_TOKEN });
+    expect(once.status, once.text).toBe(202);
+    const partial = DeleteArchiveResponse.parse(once.json);
+    expect(partial.done).toBe(false);
+    expect(partial.rows["trajectories"]).toBeGreaterThan(0);
+    expect(partial.rows["trajectories"]).toBeLessThan(N);
+    // Its bodies went first; it is still listed until its last row is gone.
+    expect(await ledgerKeys(first.name)).toEqual(otherKeys);
+    expect((await admin.archives({ after: `${first.name}@0` })).archives.map((a) => a.name)).toContain(doomed);
+
+    const rest = await admin.deleteArchive(doomed);
+    expect(rest.done).toBe(true);
+    expect((partial.rows["trajectories"] ?? 0) + (rest.rows["trajectories"] ?? 0)).toBe(N);
+    expect(await historyRows(doomed)).toBe(0);
+    expect(await count("SELECT COUNT(*) AS n FROM archives WHERE name = ?", doomed)).toBe(0);
+    expect((await admin.archives({ after: `${first.name}@0` })).archives.filter((a) => a.engine === first.name).map((a) => a.name)).toEqual([kept]);
+    // The other archive and the live engine keep their calls and bodies.
+    expect(await ledgerKeys(first.name)).toEqual(otherKeys);
+    expect(await count("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?", kept)).toBe(1);
+    expect(await count("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?", live.name)).toBe(1);
+  });
+
+  it("deletes an archive made before the archives table by its name, and keeps its bodies when the engine of the name is deleted", async () => {
+    // What an older Worker's keep_history delete left: rows under the archive name, no record.
+    const name = uniqueName("older");
+    const archive = `${name}@${Date.UTC(2025, 0, 1)}`;
+    const key = `ledger/${name}/old-inc/2025-01-01/batch-0.jsonl`;
+    await insertCall(archive, "call-1", Date.UTC(2025, 0, 1), key);
+    await env.LEDGER.put(key, "body");
+    await createEngine(undefined, { name });
+    expect((await admin.deleteEngine(name, { force: true })).done).toBe(true);
+    expect(await ledgerKeys(name)).toEqual([key]);
+
+    expect((await admin.deleteArchive(archive)).rows).toEqual({ llm_calls: 1 });
+    expect(await ledgerKeys(name)).toEqual([]);
+    await expect(admin.deleteArchiveOnce(archive)).rejects.toMatchObject({ status: 404, code: "unknown_archive" });
   });
 });

@@ -1,7 +1,9 @@
-/** A typed client for the deployment admin's API (engines and tokens). */
+/** A typed client for the deployment admin's API (engines, tokens, and the histories kept under archive names). */
 import { z } from "zod";
 import {
+  ArchiveListResponse,
   CreateEngineResponse,
+  DeleteArchiveResponse,
   DeleteEngineResponse,
   EngineListResponse,
   IssuedToken,
@@ -46,6 +48,29 @@ export class AdminClient {
     const rows: Record<string, number> = {};
     for (;;) {
       const r = await this.deleteEngineOnce(engine, opts);
+      for (const [table, n] of Object.entries(r.rows)) rows[table] = (rows[table] ?? 0) + n;
+      if (r.done) return { ...r, rows };
+    }
+  }
+
+  /** A page of the histories kept under archive names (keep_history); pass its `next` as `after` for the next page. */
+  archives = (opts: { after?: string; limit?: number } = {}) => {
+    const q = new URLSearchParams();
+    if (opts.after !== undefined) q.set("after", opts.after);
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    const qs = q.toString();
+    return requestJson(this.fetchFn, `${this.base}/archives${qs === "" ? "" : `?${qs}`}`, ArchiveListResponse, { method: "GET", token: this.token });
+  };
+
+  /** One DELETE of an archive: it may end with work left (`done: false`, a 202), which the next one carries on. */
+  deleteArchiveOnce = (name: string) =>
+    requestJson(this.fetchFn, `${this.base}/archives/${encodeURIComponent(name)}`, DeleteArchiveResponse, { method: "DELETE", token: this.token });
+
+  /** Deletes an archive, repeating the DELETE until it is done; answers the rows deleted by table. */
+  async deleteArchive(name: string): Promise<DeleteArchiveResponse> {
+    const rows: Record<string, number> = {};
+    for (;;) {
+      const r = await this.deleteArchiveOnce(name);
       for (const [table, n] of Object.entries(r.rows)) rows[table] = (rows[table] ?? 0) + n;
       if (r.done) return { ...r, rows };
     }

@@ -354,3 +354,27 @@ export const inferenceTests = sqliteTable(
   },
   (t) => [index("inference_tests_engine_idx").on(t.engine, t.createdAt)],
 );
+
+/**
+ * The histories kept under an archive name by a keep_history delete (src/http/engine-rows.ts):
+ * their rows stay in the history tables under `name`; this row is what lists them and what a
+ * delete of the archive finds its call bodies by. The engine it came from is not in a column
+ * called `engine`: that column means "rows deleted with the engine", and this row is not.
+ */
+export const archives = sqliteTable(
+  "archives",
+  {
+    /** `<engine>@<ms when the delete began>` (archiveName). */
+    name: text("name").primaryKey(),
+    fromEngine: text("from_engine").notNull(),
+    /**
+     * Where the archive's call bodies are in R2: its incarnation's prefix,
+     * `ledger/<engine>/<incarnation>/` (ledger/keys.ts); null when it has no calls.
+     */
+    bodyPrefix: text("body_prefix"),
+    /** When the delete that made it began, ms. */
+    createdAt: integer("created_at").notNull(),
+  },
+  // An engine's delete reads its name's archives, to leave their bodies be.
+  (t) => [index("archives_from_engine_idx").on(t.fromEngine)],
+);

@@ -3,18 +3,23 @@
  * each engine's Durable Object holds the hashes it checks on every request, so D1 is written
  * first and the engine is told second (a token the engine knows is always on record). Deleting
  * goes the other way round: the engine's object first, its D1 rows after (engine-rows.ts).
+ * The histories a keep_history delete kept under an archive name are listed and deleted here too.
  */
 import { Hono } from "hono";
-import { and, eq, isNull } from "drizzle-orm";
+import { and, asc, eq, gt, isNull } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
 import type { Env } from "../env";
-import { engines, tokens } from "../db/schema";
+import { archives, engines, tokens } from "../db/schema";
 import {
   ROLES,
+  ArchiveListQuery,
+  ArchiveName,
   CreateEngineRequest,
   DeleteEngineQuery,
   IssueTokenRequest,
+  type ArchiveListResponse,
   type CreateEngineResponse,
+  type DeleteArchiveResponse,
   type DeleteEngineResponse,
   type IssuedToken,
   type Role,
@@ -22,10 +27,10 @@ import {
 import { constantTimeEqual, hashToken, newTokenId, newTokenSecret } from "../auth/tokens";
 import type { EngineObject } from "../engine/engine-object";
 import { errorResponse, replyResponse } from "./errors";
-import { readJson, readQuery } from "./validate";
+import { checkInput, readJson, readQuery } from "./validate";
 import { forgetClaims } from "../relay/claim-gates";
 import { engineStub, forgetEngine, placedEngineStub, type EnginePlacement } from "./engine-stub";
-import { archiveName, deleteEngineRows } from "./engine-rows";
+import { archiveName, deleteArchiveRows, deleteEngineRows } from "./engine-rows";
 
 export const adminRoutes = new Hono<{ Bindings: Env }>();
 
@@ -48,7 +53,9 @@ async function mint(engine: string, role: Role, label: string, now: number) {
   return { token, row: { id: newTokenId(), engine, role, tokenHash: hash, label, createdAt: now, revokedAt: null } };
 }
 
-const unknownEngine = (name: string) => errorResponse(404, "unknown_engine", `No such engine '${name}'.`);
+// A name with "@" is no engine's but may be an archive's: say where those are deleted.
+const unknownEngine = (name: string) =>
+  errorResponse(404, "unknown_engine", `No such engine '${name}'.${name.includes("@") ? ` A history kept under an archive name is deleted with DELETE /admin/archives/${name}.` : ""}`);
 
 /**
  * Tells the engine's object its name and tokens. The object of an engine deleted under the same
@@ -173,5 +180,48 @@ adminRoutes.delete("/engines/:name", async (c) => {
   const archive = q.value.keep_history ? { name: archiveName(name, since), at: since } : null;
   const result = await deleteEngineRows(c.env.DB, name, archive, c.env.LEDGER);
   const body: DeleteEngineResponse = { engine: name, done: result.done, history_kept_as: archive?.name ?? null, rows: result.rows };
+  return c.json(body, result.done ? 200 : 202);
+});
+
+/**
+ * The histories kept under an archive name, a page at a time in name order (each engine's
+ * together, oldest first): a deployment that deletes engines daily has as many as it has days.
+ * No row counts: counting an archive's calls would read every one of them.
+ */
+adminRoutes.get("/archives", async (c) => {
+  const q = readQuery(c, ArchiveListQuery);
+  if (!q.ok) return q.response;
+  const { after, limit } = q.value;
+  const rows = await drizzle(c.env.DB)
+    .select()
+    .from(archives)
+    .where(after === undefined ? undefined : gt(archives.name, after))
+    .orderBy(asc(archives.name))
+    .limit(limit + 1);
+  const page = rows.slice(0, limit);
+  const body: ArchiveListResponse = {
+    archives: page.map((r) => ({ name: r.name, engine: r.fromEngine, created_at: r.createdAt / 1000 })),
+    next: rows.length > limit ? (page.at(-1)?.name ?? null) : null,
+  };
+  return c.json(body);
+});
+
+/**
+ * Deletes an archive: its call bodies, its rows and its record, in the bounded chunks of an
+ * engine's delete (engine-rows.ts), so a big one answers 202 until a repeated request finishes it.
+ */
+adminRoutes.delete("/archives/:name", async (c) => {
+  const parsed = checkInput(ArchiveName, c.req.param("name"));
+  if (!parsed.ok) return parsed.response;
+  const name = parsed.value;
+  const engine = name.slice(0, name.indexOf("@"));
+  // The delete that keeps it may still be re-filing rows under its name, and would record it again.
+  const since = (await drizzle(c.env.DB).select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, engine)).limit(1))[0]?.since;
+  if (since !== undefined && since !== null && archiveName(engine, since) === name) {
+    return errorResponse(409, "archive_incomplete", `Archive '${name}' is still being made: repeat DELETE /admin/engines/${engine}?keep_history=true until it is done, then delete the archive.`);
+  }
+  const result = await deleteArchiveRows(c.env.DB, { name, engine }, c.env.LEDGER);
+  if (result === null) return errorResponse(404, "unknown_archive", `No such archive '${name}' (GET /admin/archives lists them).`);
+  const body: DeleteArchiveResponse = { archive: name, done: result.done, rows: result.rows };
   return c.json(body, result.done ? 200 : 202);
 });

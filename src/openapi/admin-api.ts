@@ -7,7 +7,10 @@
  */
 import { z } from "zod";
 import {
+  ArchiveListQuery,
+  ArchiveListResponse,
   CreateEngineRequest,
+  DeleteArchiveResponse,
   CreateEngineResponse,
   DeleteEngineQuery,
   DeleteEngineResponse,
@@ -107,5 +110,28 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
         when: "With keep_history, the engine's last results could not be written to D1 now: nothing was deleted. Send the same request again, or delete without keep_history.",
       },
     ],
+  },
+  {
+    method: "get",
+    path: "/admin/archives",
+    operationId: "admin_list_archives",
+    summary:
+      "The histories kept under an archive name by deletes with keep_history (kept until deleted), a page at a time in name order; `next` is the `after` of the next page.",
+    query: ArchiveListQuery,
+    response: ArchiveListResponse,
+    successStatus: 200,
+    errors: [422],
+  },
+  {
+    method: "delete",
+    path: "/admin/archives/{name}",
+    operationId: "admin_delete_archive",
+    summary:
+      "Delete a history kept under an archive name: its trajectories, calls (and their bodies in R2), reward history, training runs and inference tests. 409 while the engine's delete that keeps it is unfinished. Answers 202 when work is left: repeat the request.",
+    response: DeleteArchiveResponse,
+    successStatus: 200,
+    partialStatus: 202,
+    // As an engine's delete: no body is read, but one past the size limit is refused first.
+    errors: [404, 409, 413, 422],
   },
 ];

@@ -5,12 +5,20 @@ import { queryParameters, toJsonSchema, type JsonSchema } from "./json-schema";
 
 export const ADMIN_TAG = "admin";
 
+/** What a path parameter is: `{name}` names an archive under /admin/archives, an engine elsewhere. */
+function paramDescription(path: string, param: string | undefined): string {
+  if (param !== "name") return "The token's id (from the token list), not its secret.";
+  return path.startsWith("/admin/archives/")
+    ? "The archive's name, `<engine>@<ms>` (from the archive list, or the `history_kept_as` of the delete that kept it)."
+    : "The engine's name.";
+}
+
 const pathParams = (path: string): JsonSchema[] =>
   [...path.matchAll(/\{(\w+)\}/g)].map((m) => ({
     name: m[1],
     in: "path",
     required: true,
-    description: m[1] === "name" ? "The engine's name." : "The token's id (from the token list), not its secret.",
+    description: paramDescription(path, m[1]),
     schema: { type: "string" },
   }));
 

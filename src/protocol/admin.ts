@@ -89,6 +89,48 @@ export const DeleteEngineResponse = z.object({
 });
 export type DeleteEngineResponse = z.infer<typeof DeleteEngineResponse>;
 
+/**
+ * Where a keep_history delete filed an engine's history: `<engine>@<ms since the epoch when the
+ * delete began>` (DeleteEngineResponse.history_kept_as). "@" is in no engine's name.
+ */
+export const ArchiveName = z
+  .string()
+  .regex(
+    new RegExp(`^${ENGINE_NAME_PATTERN.source.slice(1, -1)}@\\d{1,16}$`),
+    "archive names are <engine>@<ms>, as a keep_history delete answers them (history_kept_as)",
+  );
+
+export const ArchiveInfo = z.object({
+  name: z.string(),
+  /** The engine whose history it is (another engine may have that name since). */
+  engine: z.string(),
+  /** When the delete that kept it began, seconds since the epoch. */
+  created_at: z.number(),
+});
+export type ArchiveInfo = z.infer<typeof ArchiveInfo>;
+
+/** At most this many archives per page of the list. */
+export const MAX_ARCHIVES_PAGE = 1000;
+
+export const ArchiveListQuery = z.object({
+  after: ArchiveName.optional().describe("The `next` of the page before: the list goes on after this name."),
+  limit: z.coerce.number().int().min(1).max(MAX_ARCHIVES_PAGE).default(100).describe(`Archives per page, 1 to ${MAX_ARCHIVES_PAGE}.`),
+});
+export type ArchiveListQuery = z.infer<typeof ArchiveListQuery>;
+
+/** A page of archives in name order (an engine's together, oldest first); `next` is null on the last. */
+export const ArchiveListResponse = z.object({ archives: z.array(ArchiveInfo), next: ArchiveName.nullable() });
+export type ArchiveListResponse = z.infer<typeof ArchiveListResponse>;
+
+/** 200 once the archive is gone; 202 (`done: false`) when the request ran out of its share of work: repeat it. */
+export const DeleteArchiveResponse = z.object({
+  archive: z.string(),
+  done: z.boolean(),
+  /** D1 rows this request deleted, by table. */
+  rows: z.record(z.string(), z.number()),
+});
+export type DeleteArchiveResponse = z.infer<typeof DeleteArchiveResponse>;
+
 /** Every 4xx/5xx body the exchange produces. `detail` matches FastAPI's shape, which AgentJet logs. */
 export const ErrorResponse = z.object({ error: z.string(), detail: z.string() });
 export type ErrorResponse = z.infer<typeof ErrorResponse>;
