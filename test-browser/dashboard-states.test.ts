@@ -202,3 +202,92 @@ describe("dashboard without usable data", () => {
     }
   });
 });
+
+// Last in the file: it adds 150 engines to the exchange, which the admin token's list above would show.
+describe("the engine switcher with hundreds of engines", () => {
+  const ENGINES = 150;
+  const name = (i: number) => `exp-${String(i).padStart(3, "0")}-gsm8k-grpo`;
+  /** Its delete has begun and not finished: the admin list says so (deleting_since) and it answers 404. */
+  const DELETING = name(7);
+
+  beforeAll(async () => {
+    const names = Array.from({ length: ENGINES }, (_, i) => name(i));
+    for (let i = 0; i < names.length; i += 20) await Promise.all(names.slice(i, i + 20).map((n) => ex.admin.createEngine(n)));
+  }, 180_000);
+
+  // What a user saw (a lab with one engine per experiment, the dashboard opened with the admin
+  // token): the switcher drew one tab per engine of the deployment, all of them, wrapping over
+  // the top of the page: with 150 engines the engine's own overview (status, rewards, episodes)
+  // started 1417 px down a 900 px window, on every page load and every engine switch; there was
+  // no search, no scrolling list, no limit. It also listed engines being deleted, and engines
+  // whose saved tokens belonged to deleted engines.
+  it("keeps the switcher on one line and finds an engine by part of its name", async () => {
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage();
+      const errors = watchErrors(page);
+      // A delete under way, as the admin list reports it (making one stay half-done needs more data than a test has).
+      await page.route(/\/admin\/engines$/, async (route) => {
+        const res = await route.fetch();
+        const body = (await res.json()) as { engines: Array<{ name: string; deleting_since: number | null }> };
+        for (const e of body.engines) if (e.name === DELETING) e.deleting_since = Date.now() / 1000 - 60;
+        await route.fulfill({ response: res, json: body });
+      });
+      // This browser also kept a token of an engine deleted since.
+      await page.addInitScript(() => {
+        const key = "rollout-exchange.dashboard.v1";
+        if (localStorage.getItem(key) === null) localStorage.setItem(key, JSON.stringify({ tokens: { "deleted-long-ago": "rx_viewer_gone" }, admin: null }));
+      });
+      await page.goto(`${ex.url}/dashboard?engine=${name(0)}&token=${ADMIN_TOKEN}&refresh=3600`);
+      await page.waitForFunction(() => document.querySelector("#engines [data-engine]") !== null && !(document.getElementById("engine-view") as HTMLElement).hidden);
+
+      // One line: the overview on the first screen; in the bar, the current engine's tab and the search box.
+      const top = await page.evaluate(() => (document.getElementById("overview") as HTMLElement).getBoundingClientRect().top);
+      const viewport = page.viewportSize()!.height;
+      expect(top, `the overview starts ${Math.round(top)} px down a ${viewport} px window`).toBeLessThan(viewport / 3);
+      const bar = await page.evaluate(() => (document.getElementById("engines") as HTMLElement).getBoundingClientRect().height);
+      expect(bar).toBeLessThan(40);
+      expect(await page.$$eval("#engines .engine-tab[data-engine]", (els) => els.map((e) => e.getAttribute("data-engine")))).toEqual([name(0)]);
+      expect(await page.isVisible("#engine-search")).toBe(true);
+
+      // The list: every engine but the one being deleted and the one only a stale token knew.
+      const search = page.getByRole("combobox", { name: "Find an engine" });
+      await search.focus();
+      const listed = () => page.$$eval("#engine-options [role=option]", (els) => els.map((e) => e.getAttribute("data-engine")));
+      const live = [fresh, other, slime, atroposOnly].map((e) => e.name);
+      for (let i = 0; i < ENGINES; i++) if (name(i) !== DELETING) live.push(name(i));
+      live.sort();
+      const all = await listed();
+      expect(all).toEqual(live);
+      expect(all).not.toContain(DELETING);
+      expect(all).not.toContain("deleted-long-ago");
+      expect(await page.textContent("#engine-count")).toBe(`${live.length} engines`);
+
+      // Words typed in any order narrow it; Enter opens the first match.
+      await search.pressSequentially("grpo exp-04");
+      expect(await listed()).toEqual(Array.from({ length: 10 }, (_, i) => name(40 + i)));
+      expect(await page.textContent("#engine-count")).toBe(`10 of ${live.length} engines`);
+      await search.fill("042");
+      expect(await listed()).toEqual([name(42)]);
+      await search.press("Enter");
+      await page.waitForFunction((n) => document.getElementById("engine-name")?.textContent === n && document.querySelector("#engine-tabs .current")?.getAttribute("data-engine") === n, name(42));
+      expect(page.url()).toContain(`engine=${name(42)}`);
+      expect(await page.isVisible("#engine-popup")).toBe(false);
+      expect(await search.inputValue()).toBe("");
+
+      // The arrow keys pick among the matches; the deleting engine is not one of them.
+      await search.focus();
+      await search.fill("exp-00");
+      expect(await listed()).toEqual([0, 1, 2, 3, 4, 5, 6, 8, 9].map(name));
+      await search.press("ArrowDown");
+      await search.press("ArrowDown");
+      expect(await search.getAttribute("aria-activedescendant")).toBe("engine-option-1");
+      await search.press("Enter");
+      await page.waitForFunction((n) => document.getElementById("engine-name")?.textContent === n, name(1));
+      await page.waitForFunction(() => !(document.getElementById("engine-view") as HTMLElement).hidden);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+});

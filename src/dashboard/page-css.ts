@@ -13,8 +13,25 @@ body { margin: 0; }
 .top { display: flex; align-items: center; gap: 16px; padding: 10px 24px; background: #151b28; color: #fff; }
 .brand { color: #fff; text-decoration: none; font-weight: 650; font-size: 15px; display: flex; align-items: center; gap: 8px; white-space: nowrap; }
 .logo { width: 14px; height: 14px; border-radius: 4px; background: linear-gradient(135deg, #5b8cff, #2f6fed 55%, #12a150); }
-#engines { display: flex; gap: 6px; flex-wrap: wrap; flex: 1; }
-.engine-tab { display: flex; align-items: center; gap: 6px; border: 1px solid #2c3548; background: #1e2637; color: #d0d5dd; border-radius: 999px; padding: 4px 12px; font: inherit; cursor: pointer; }
+#engines { display: flex; align-items: center; gap: 6px; flex: 1; min-width: 0; }
+.engine-tabs { display: flex; gap: 6px; min-width: 0; overflow: hidden; }
+.engine-tab { display: flex; align-items: center; gap: 6px; flex: none; max-width: 24em; white-space: nowrap; border: 1px solid #2c3548; background: #1e2637; color: #d0d5dd; border-radius: 999px; padding: 4px 12px; font: inherit; cursor: pointer; }
+.tab-name { overflow: hidden; text-overflow: ellipsis; }
+.engine-tabs.picking .engine-tab { flex: 0 1 auto; min-width: 0; }
+.engine-tabs.picking .tab-name { min-width: 4em; }
+.engine-picker { position: relative; flex: 0 1 240px; min-width: 120px; }
+#engine-search { width: 100%; border: 1px solid #2c3548; background: #1e2637; color: #fff; border-radius: 999px; padding: 4px 12px; font: inherit; }
+#engine-search::placeholder { color: #98a2b3; }
+#engine-search:focus { outline: 2px solid var(--accent); outline-offset: 1px; }
+.engine-popup { position: absolute; top: calc(100% + 6px); left: 0; z-index: 20; width: 360px; max-width: calc(100vw - 32px); background: var(--card); color: var(--text); border: 1px solid var(--line); border-radius: 10px; box-shadow: 0 10px 28px rgba(16, 24, 40, 0.22); overflow: hidden; }
+#engine-options { list-style: none; margin: 0; padding: 4px; max-height: min(420px, 60vh); overflow-y: auto; }
+.engine-option { display: flex; align-items: center; gap: 8px; padding: 6px 10px; border-radius: 6px; cursor: pointer; white-space: nowrap; }
+.engine-option:hover { background: var(--bg); }
+.engine-option[aria-selected="true"] { background: var(--accent-soft); }
+.engine-option.current { font-weight: 600; }
+.option-name { flex: 1; overflow: hidden; text-overflow: ellipsis; }
+.engine-option .tab-status { color: var(--muted); opacity: 1; }
+.engine-count { margin: 0; padding: 6px 14px; border-top: 1px solid var(--line); color: var(--muted); font-size: 12px; }
 .engine-tab.current { background: #fff; color: var(--text); border-color: #fff; }
 a.engine-tab { text-decoration: none; }
 .engine-tab.add { color: #98a2b3; border-style: dashed; background: transparent; }

@@ -23,7 +23,17 @@ export const DASHBOARD_HTML = `${pageHead("Rollout Exchange", "/dashboard")}
 <body>
 <header class="top">
   <a class="brand" href="/dashboard"><span class="logo" aria-hidden="true"></span>Rollout Exchange</a>
-  <nav id="engines" aria-label="Engines"></nav>
+  <nav id="engines" aria-label="Engines">
+    <span id="engine-tabs" class="engine-tabs"></span>
+    <div id="engine-picker" class="engine-picker" hidden>
+      <input id="engine-search" type="search" role="combobox" aria-label="Find an engine" aria-autocomplete="list" aria-expanded="false" aria-controls="engine-options" autocomplete="off" spellcheck="false" placeholder="Find an engine…">
+      <div id="engine-popup" class="engine-popup" hidden>
+        <ul id="engine-options" role="listbox" aria-label="Engines"></ul>
+        <p id="engine-count" class="engine-count" aria-live="polite"></p>
+      </div>
+    </div>
+    <button type="button" class="engine-tab add" id="add-engine">+ engine</button>
+  </nav>
   <span id="updated" class="updated" data-refreshes="0">loading…</span>
 </header>
 <main>

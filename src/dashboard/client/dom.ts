@@ -8,14 +8,23 @@ export interface DomEvent {
   preventDefault(): void;
 }
 
+/** A keydown's key: "ArrowDown", "Enter", "Escape", "a", ... */
+export interface DomKeyEvent extends DomEvent {
+  readonly key: string;
+}
+
 export interface DomElement {
   id: string;
   className: string;
   textContent: string | null;
   hidden: boolean;
   readonly childElementCount: number;
+  /** The width of the content, overflow included, and the width shown: more content than room when the first is larger. */
+  readonly scrollWidth: number;
+  readonly clientWidth: number;
   setAttribute(name: string, value: string): void;
   getAttribute(name: string): string | null;
+  removeAttribute(name: string): void;
   append(...nodes: Array<DomElement | string>): void;
   replaceChildren(...nodes: Array<DomElement | string>): void;
   addEventListener(type: string, listener: (ev: DomEvent) => void): void;
@@ -26,6 +35,7 @@ export interface DomElement {
 export interface DomInput extends DomElement {
   value: string;
   focus(): void;
+  blur(): void;
 }
 
 export interface DomDocument {

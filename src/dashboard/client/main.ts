@@ -108,10 +108,13 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
 
   async function drawNav(currentStatus: string | null): Promise<void> {
     const saved = d.creds.load();
+    // The engines this browser has a token for: all it knows without the admin list...
     let names = Object.keys(saved.tokens);
     if (saved.admin !== null) {
       const listed = await d.api.engines(saved.admin);
-      if (listed.ok) names = [...new Set([...listed.value.engines.map((e) => e.name), ...names])];
+      // ...unless the admin list, which holds every engine of the deployment, proves them gone: an
+      // engine it does not hold, or one whose delete is under way (it answers 404 meanwhile).
+      if (listed.ok) names = listed.value.engines.filter((e) => typeof e.deleting_since !== "number").map((e) => e.name);
     }
     if (!names.includes(engine)) names.unshift(engine);
     names.sort();
