@@ -1,9 +1,10 @@
 /**
  * `npm start` (scripts/start.ts) as a newcomer meets it: started for real, in a copy of the
- * repository, and stopped as people stop it. Each test has ports of its own (8911-8918, outside
+ * repository, and stopped as people stop it. Each test has ports of its own (8911-8920, outside
  * the range the system hands out for port 0) and its copy's own .dev.vars and .local/.
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { unstable_getVarsForDev } from "wrangler";
@@ -98,13 +99,13 @@ describe("one npm start per .local/state", () => {
     const dir = repo("two-starts", `ADMIN_TOKEN=${ADMIN}\nCLAIM_KEY_SECRET=two-starts-claim\n`);
     const a = start(nodeStart(dir, { PORT: "8912" }));
     expect(await a.waitFor(READY)).toBe(true);
-    expect(readFileSync(lockPath(dir), "utf8").trim()).toBe(String(a.child.pid));
+    expect(readFileSync(lockPath(dir), "utf8").split(" ")[0]).toBe(String(a.child.pid));
 
     const b = start(nodeStart(dir, { PORT: "8913" }));
     expect(await b.exited()).toBe(1);
     expect(b.failure()).toContain(`in use by another npm start (pid ${a.child.pid})`);
     expect(readCreds(dir).url).toBe("http://127.0.0.1:8912");
-    expect(readFileSync(lockPath(dir), "utf8").trim()).toBe(String(a.child.pid));
+    expect(readFileSync(lockPath(dir), "utf8").split(" ")[0]).toBe(String(a.child.pid));
 
     const early = await issue(8912);
     expect((await fetch(`http://127.0.0.1:8912/admin/engines/default/tokens/${early.id}`, { method: "DELETE", headers: admin })).status).toBe(200);
@@ -119,6 +120,46 @@ describe("one npm start per .local/state", () => {
     expect({ revoked: await status(8914, early.token), issued: await status(8914, late.token) }).toEqual({ revoked: 401, issued: 200 });
     await stop(c);
     expect(existsSync(lockPath(dir))).toBe(false);
+  }, 300_000);
+
+  // The laptop or dev container rebooted while `npm start` ran; the next day's start was refused
+  // ("in use by another npm start (pid N)") although none ran: pid N was now an unrelated
+  // process's (a container's pids come out the same every boot).
+  it("takes over a lock whose pid is now another process's, whether the lock names its start time or is an older start's pid alone", async () => {
+    const dir = repo("lock-reused-pid", `ADMIN_TOKEN=${ADMIN}\nCLAIM_KEY_SECRET=lock-reused-claim\n`);
+    const unrelated = spawn("sleep", ["600"], { stdio: "ignore" });
+    try {
+      const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+      mkdirSync(join(dir, ".local"), { recursive: true });
+      for (const lock of [`${unrelated.pid} ${boot} 1\n`, `${unrelated.pid}\n`]) {
+        writeFileSync(lockPath(dir), lock);
+        const s = start(nodeStart(dir, { PORT: "8919" }));
+        expect({ up: await s.waitFor(READY), failure: s.failure() }, lock).toEqual({ up: true, failure: "" });
+        expect(s.output()).toContain(`its npm start (pid ${unrelated.pid}) is gone`);
+        await stop(s);
+      }
+    } finally {
+      unrelated.kill("SIGKILL");
+    }
+  }, 300_000);
+});
+
+describe("what a killed start leaves", () => {
+  // Each start that ended by SIGKILL (the OOM killer, kill -9, a closed container) left a
+  // rollout-exchange-build-* directory, a copy of the bundled Worker, in $TMPDIR for good.
+  it("a start removes the build directory a SIGKILLed earlier start left in TMPDIR", async () => {
+    const dir = repo("build-left", "ADMIN_TOKEN=build-left-admin\nCLAIM_KEY_SECRET=build-left-claim\n");
+    const builds = () => readdirSync(join(dir, "tmp")).filter((f) => f.startsWith("rollout-exchange-build-"));
+    const first = start(nodeStart(dir, { PORT: "8920" }));
+    expect(await first.waitFor(READY)).toBe(true);
+    first.kill();
+    await first.exited();
+    expect(builds()).toHaveLength(1);
+    const second = start(nodeStart(dir, { PORT: "8920" }));
+    expect(await second.waitFor(READY)).toBe(true);
+    expect(builds()).toHaveLength(1);
+    await stop(second);
+    expect(builds()).toEqual([]);
   }, 300_000);
 });
 

@@ -10,7 +10,7 @@
  *   await fetch(`${ex.url}/health`);
  *   await ex.stop();
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
@@ -77,18 +77,47 @@ function assertNode22(): void {
   }
 }
 
+const BUILD_PREFIX = "rollout-exchange-build-";
+
 /**
- * Makes a build directory that goes away with the process, however it ends: Miniflare ends
- * the process itself on SIGINT/SIGTERM (after killing workerd), so no async cleanup would run.
+ * Makes a build directory that goes away with the process, however it ends short of SIGKILL:
+ * Miniflare ends the process itself on SIGINT/SIGTERM (after killing workerd), so no async
+ * cleanup would run. Its name holds the pid, so that the next start removes what a SIGKILLed one
+ * (the OOM killer, a closed container) left: each a copy of the bundled Worker.
  */
 function buildDirectory(): { path: string; remove(): void } {
-  const path = mkdtempSync(join(tmpdir(), "rollout-exchange-build-"));
+  removeLeftBuilds();
+  const path = mkdtempSync(join(tmpdir(), `${BUILD_PREFIX}${process.pid}-`));
   const remove = () => {
     process.off("exit", remove);
     rmSync(path, { recursive: true, force: true });
   };
   process.on("exit", remove);
   return { path, remove };
+}
+
+/** Removes the build directories of processes that are gone (their pid in the name; a reused pid keeps one a while longer). */
+function removeLeftBuilds(): void {
+  let names: string[];
+  try {
+    names = readdirSync(tmpdir());
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    const pid = name.startsWith(BUILD_PREFIX) ? /^(\d+)-/.exec(name.slice(BUILD_PREFIX.length))?.[1] : undefined;
+    if (pid === undefined || alive(Number(pid))) continue;
+    rmSync(join(tmpdir(), name), { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 /**
