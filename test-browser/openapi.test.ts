@@ -135,7 +135,7 @@ describe("/openapi.json", () => {
       expect(refusal(`${prefix}/agent/calls`)?.["x-refusal-codes"]).toEqual(["ledger_unavailable"]);
       expect(refusal(`${prefix}/agent/media/{sha256}`, "put")?.["x-refusal-codes"]).toEqual(["ledger_unavailable"]);
     }
-    expect(refusal("/admin/engines/{name}", "delete")?.["x-refusal-codes"]).toEqual(["history_not_written"]);
+    expect(refusal("/admin/engines/{name}", "delete")?.["x-refusal-codes"]).toEqual(["history_not_written", "delete_in_progress"]);
     // The relay's, in its three forms: the engine is not rolling or syncing, or has no gateway.
     for (const prefix of ["", "/e/{engine}", "/e/{engine}/t/{token}"]) {
       for (const [endpoint, method] of [

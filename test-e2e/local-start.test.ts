@@ -4,7 +4,7 @@
  * the range the system hands out for port 0) and its copy's own .dev.vars and .local/.
  */
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { unstable_getVarsForDev } from "wrangler";
@@ -99,13 +99,13 @@ describe("one npm start per .local/state", () => {
     const dir = repo("two-starts", `ADMIN_TOKEN=${ADMIN}\nCLAIM_KEY_SECRET=two-starts-claim\n`);
     const a = start(nodeStart(dir, { PORT: "8912" }));
     expect(await a.waitFor(READY)).toBe(true);
-    expect(readFileSync(lockPath(dir), "utf8").split(" ")[0]).toBe(String(a.child.pid));
+    expect(readFileSync(lockPath(dir), "utf8").trim()).toBe(String(a.child.pid));
 
     const b = start(nodeStart(dir, { PORT: "8913" }));
     expect(await b.exited()).toBe(1);
     expect(b.failure()).toContain(`in use by another npm start (pid ${a.child.pid})`);
     expect(readCreds(dir).url).toBe("http://127.0.0.1:8912");
-    expect(readFileSync(lockPath(dir), "utf8").split(" ")[0]).toBe(String(a.child.pid));
+    expect(readFileSync(lockPath(dir), "utf8").trim()).toBe(String(a.child.pid));
 
     const early = await issue(8912);
     expect((await fetch(`http://127.0.0.1:8912/admin/engines/default/tokens/${early.id}`, { method: "DELETE", headers: admin })).status).toBe(200);
@@ -120,6 +120,7 @@ describe("one npm start per .local/state", () => {
     expect({ revoked: await status(8914, early.token), issued: await status(8914, late.token) }).toEqual({ revoked: 401, issued: 200 });
     await stop(c);
     expect(existsSync(lockPath(dir))).toBe(false);
+    expect(existsSync(`${lockPath(dir)}.owner`)).toBe(false);
   }, 300_000);
 
   // The laptop or dev container rebooted while `npm start` ran; the next day's start was refused
@@ -131,11 +132,16 @@ describe("one npm start per .local/state", () => {
     try {
       const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
       mkdirSync(join(dir, ".local"), { recursive: true });
-      for (const lock of [`${unrelated.pid} ${boot} 1\n`, `${unrelated.pid}\n`]) {
-        writeFileSync(lockPath(dir), lock);
+      // This start's lock names the process's start time beside it; an older start's, the pid alone.
+      for (const lock of [`${unrelated.pid} ${boot} 1\n`, null]) {
+        writeFileSync(lockPath(dir), `${unrelated.pid}\n`);
+        if (lock === null) rmSync(`${lockPath(dir)}.owner`, { force: true });
+        else writeFileSync(`${lockPath(dir)}.owner`, lock);
         const s = start(nodeStart(dir, { PORT: "8919" }));
-        expect({ up: await s.waitFor(READY), failure: s.failure() }, lock).toEqual({ up: true, failure: "" });
+        expect({ up: await s.waitFor(READY), failure: s.failure() }, String(lock)).toEqual({ up: true, failure: "" });
         expect(s.output()).toContain(`its npm start (pid ${unrelated.pid}) is gone`);
+        // Still the pid alone in the lock, which is what an older checkout's start reads (a bisect over the same state).
+        expect(readFileSync(lockPath(dir), "utf8")).toMatch(/^\d+\n$/);
         await stop(s);
       }
     } finally {

@@ -813,3 +813,55 @@ describe("histories kept under an archive name", () => {
     await expect(admin.deleteArchiveOnce(archive)).rejects.toMatchObject({ status: 404, code: "unknown_archive" });
   });
 });
+
+describe("a forced delete behind a keep_history delete whose D1 call never returns", () => {
+  // What a user sees: an operator's DELETE /admin/engines/<name>?keep_history=true hangs because
+  // D1 never answers its drain (a stuck connection). They send DELETE ...?force=true, the documented
+  // way out. Before deae1f1 the forced delete wiped the engine at once; now it waits on the first
+  // delete's promise chain, which never settles: the forced request never answers, the engine's
+  // row is never marked as being deleted (GET /admin/engines still shows it live), and every
+  // later delete of the name queues behind it too, until the object's instance is evicted.
+  it("answers the forced delete within seconds instead of queueing it for ever", async () => {
+    const e = await createEngine("rr2-hang");
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const ep = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
+    await client.endEpisode(endBody("c", ep.episode_uuid, 1));
+
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let inDrain = false;
+    await runInDurableObject(e.stub, (instance: EngineObject) => {
+      const self = instance as unknown as { env: { DB: D1Database } };
+      const real = self.env.DB;
+      const stuck = {
+        prepare: (q: string) => real.prepare(q),
+        // D1 never answers the drain's batch (until the test ends).
+        batch: async (s: D1PreparedStatement[]) => {
+          inDrain = true;
+          await gate;
+          return real.batch(s);
+        },
+      } as unknown as D1Database;
+      self.env = { ...self.env, DB: stuck };
+    });
+
+    const first = env.ENGINE.get(env.ENGINE.idFromName(e.name)).destroy({ force: true, keepHistory: true });
+    first.catch(() => undefined);
+    await vi.waitFor(() => expect(inDrain).toBe(true));
+    try {
+      const forced = admin.deleteEngine(e.name, { force: true }).then(
+        (r) => ({ answered: true as const, r }),
+        (err: unknown) => ({ answered: true as const, err }),
+      );
+      const outcome = await Promise.race([forced, new Promise<{ answered: false }>((r) => setTimeout(() => r({ answered: false }), 5_000))]);
+      expect(outcome.answered, "the forced delete got no answer within 5 s: it waits behind the stuck delete").toBe(true);
+      expect(outcome).toMatchObject({ err: { status: 503, code: "delete_in_progress" } });
+    } finally {
+      release();
+      await first.catch(() => undefined);
+    }
+    // Once the first has ended, the same forced delete goes through.
+    expect((await admin.deleteEngine(e.name, { force: true })).done).toBe(true);
+  }, 20_000);
+});

@@ -6,11 +6,13 @@
  * The lock is a file beside the directory (`<dir>.lock`) holding its owner's pid, created
  * exclusively. A lock whose process is gone (SIGKILL, a crash, a reboot) is taken over; the
  * owner removes it when its process exits, however it exits short of SIGKILL. After a reboot the
- * pid may well be another process's (a container's pids come out the same every boot), so the
- * lock also holds the boot's id and the process's start time (Linux's /proc): a pid alive under
- * another boot or start time is not the owner.
+ * pid may well be another process's (a container's pids come out the same every boot), so a
+ * second file, `<dir>.lock.owner`, holds the pid with the boot's id and the process's start time
+ * (Linux's /proc): a pid alive under another boot or start time is not the owner. The lock itself
+ * keeps holding the pid alone, which is what an older checkout's start reads (a bisect over the
+ * same state directory).
  */
-import { mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 
 export type StateLock = {
@@ -42,11 +44,14 @@ function startTime(pid: number): string | null {
   }
 }
 
-/** Creates the lock naming this process; false if a lock is there already. */
+const ownerPath = (path: string): string => `${path}.owner`;
+
+/** Creates the lock naming this process, and its owner file; false if a lock is there already. */
 function create(path: string): boolean {
-  const me = [process.pid, bootId(), startTime(process.pid)].filter((v) => v !== null).join(" ");
   try {
-    writeFileSync(path, `${me}\n`, { flag: "wx" });
+    writeFileSync(path, `${process.pid}\n`, { flag: "wx" });
+    // "-" for what /proc does not tell, so that the fields keep their places.
+    writeFileSync(ownerPath(path), `${process.pid} ${bootId() ?? "-"} ${startTime(process.pid) ?? "-"}\n`);
     return true;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "EEXIST") return false;
@@ -63,9 +68,17 @@ function owner(path: string): Owner | null | undefined {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw err;
   }
-  // A lock of an older start holds the pid alone.
-  const m = /^(\d+)(?: (\S+) (\d+))?\s*$/.exec(text);
-  return m === null ? null : { pid: Number(m[1]), boot: m[2] ?? null, started: m[3] ?? null };
+  if (!/^\d+\s*$/.test(text)) return null;
+  const pid = Number(text);
+  // The owner file counts only if it names the same pid: an older start that took the lock over wrote none.
+  let who: string[] = [];
+  try {
+    who = readFileSync(ownerPath(path), "utf8").trim().split(" ");
+  } catch {
+    // None: an older start's lock.
+  }
+  const known = (v: string | undefined): string | null => (v === undefined || v === "-" ? null : v);
+  return who[0] === String(pid) ? { pid, boot: known(who[1]), started: known(who[2]) } : { pid, boot: null, started: null };
 }
 
 /**
@@ -79,13 +92,13 @@ function running(o: Owner): boolean {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "EPERM") return false;
   }
-  if (o.boot === null) return isStart(o.pid);
-  if (bootId() !== null && o.boot !== bootId()) return false;
+  if (o.boot === null && o.started === null) return isStart(o.pid);
+  if (o.boot !== null && bootId() !== null && o.boot !== bootId()) return false;
   const started = startTime(o.pid);
   return o.started === null || started === null || o.started === started;
 }
 
-/** For a lock that names a pid alone (an older start's): whether that process is a start at all, where /proc tells. */
+/** For a lock whose owner is not otherwise known (an older start's): whether that process is a start at all, where /proc tells. */
 function isStart(pid: number): boolean {
   try {
     return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("start.ts");
@@ -97,7 +110,9 @@ function isStart(pid: number): boolean {
 /** Removes the lock if it still names `pid`; gone already is as good. */
 function removeIfOwnedBy(path: string, pid: number): void {
   try {
-    if (owner(path)?.pid === pid) unlinkSync(path);
+    if (owner(path)?.pid !== pid) return;
+    rmSync(ownerPath(path), { force: true });
+    unlinkSync(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }

@@ -90,6 +90,9 @@ function addsAtroposData(call: AtroposCall): boolean {
   return call.route === "register_env" || (call.route === "scored_data" && call.groups.length > 0);
 }
 
+/** How long a delete waits for one already under way before it answers 503 delete_in_progress. */
+export const DELETE_QUEUE_WAIT_MS = 3000;
+
 export class EngineObject extends DurableObject<EngineEnv> {
   /** The engine's clock in ms. Tests replace it to move time without sleeping. */
   now: () => number = () => Date.now();
@@ -227,18 +230,37 @@ export class EngineObject extends DurableObject<EngineEnv> {
    * instance over the wiped storage with the deleted engine's memory (its name and incarnation,
    * hence its gateway secret, its tokens, fences and agent record), for a re-created engine to
    * keep. Waiting also keeps each answer true when it is given: the first's 503 "nothing was
-   * deleted" is said before the second deletes anything. (Not waited for: the alarm's retention
+   * deleted" is said before the second deletes anything. A delete waits DELETE_QUEUE_WAIT_MS at
+   * most, then answers 503 delete_in_progress, so that one stuck on D1 holds no other unanswered.
+   * (Not waited for: the alarm's retention
    * sweep. It only deletes rows past retention, which the delete removes or archives anyway, and
    * writes nothing here once a delete began: RetentionSchedule.sweepIfDue.)
    */
   async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
-    const run = this.deleting.then(() => this.deleteNow(opts));
-    // The next delete waits for this one however it ends, a throw (deleteAll failing) included.
-    this.deleting = run.then(
-      () => undefined,
-      () => undefined,
+    const before = this.deleting;
+    const run = this.afterDeletes(before).then((over) =>
+      over
+        ? this.deleteNow(opts)
+        : fail(503, "delete_in_progress", `Another delete of this engine is under way (writing its last results to D1 has taken over ${DELETE_QUEUE_WAIT_MS / 1000} s); nothing was done. Send this one again once it has ended.`),
     );
+    // The next delete waits for this one and those before it however they end, a throw (deleteAll failing) included.
+    this.deleting = Promise.allSettled([before, run]).then(() => undefined);
     return run;
+  }
+
+  /**
+   * Whether the deletes sent before have ended, waiting DELETE_QUEUE_WAIT_MS at most: one stuck on
+   * D1 (a drain that never returns) would otherwise hold every later delete, the operator's forced
+   * one too, unanswered until the instance went.
+   */
+  private async afterDeletes(before: Promise<void>): Promise<boolean> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), DELETE_QUEUE_WAIT_MS)));
+    try {
+      return await Promise.race([before.then(() => true as const), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** destroy(), once those sent before it are over. */

@@ -109,6 +109,10 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
         code: "history_not_written",
         when: "With keep_history, the engine's last results could not be written to D1 now: nothing was deleted. Send the same request again, or delete without keep_history.",
       },
+      {
+        code: "delete_in_progress",
+        when: "Another delete of the engine is under way and has not ended within seconds (its last results still being written to D1): nothing was done. Send the same request again.",
+      },
     ],
   },
   {
