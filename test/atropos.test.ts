@@ -495,3 +495,54 @@ describe("Atropos's API: any body", () => {
     );
   });
 });
+
+describe("Atropos's API: what Python environments send", () => {
+  // An environment whose numbers come out of numpy float32 through json.dumps(default=str) sends
+  // group_size "2.0" and max_token_length "1024.0". Atropos's RegisterEnv (group_size: int) takes
+  // them: pydantic v2 parses "2.0" as 2 (it strips a zero fraction). The Worker: 422 int_parsing.
+  it("register-env takes \"2.0\" for an int field, as pydantic does", async () => {
+    const e = await createEngine("pya");
+    await running(e, [ENV]);
+    const r = await atropos(e, "client", "POST", "/register-env", { ...ENV, group_size: "2.0", max_token_length: "1024.0" });
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ status: "success" });
+    // "2." too (pydantic strips any fraction of zeros); "2.5" and "2.0_0" are no ints to pydantic either.
+    expect((await atropos(e, "client", "POST", "/register-env", { ...ENV, group_size: " 2. " })).status).toBe(200);
+    for (const group_size of ["2.5", "2.0_0", "2.0e0", ".0"]) {
+      const bad = await atropos(e, "client", "POST", "/register-env", { ...ENV, group_size });
+      expect([group_size, bad.status, bad.json.detail?.[0]?.type]).toEqual([group_size, 422, "int_parsing"]);
+    }
+  });
+
+  // BaseEnv sends scored data with json.dumps (atroposlib/envs/base.py _post_json_with_compression),
+  // which writes NaN for a float("nan") score. Atropos took it (pydantic float allows NaN). The
+  // Worker refuses non-finite scores by design (pyFloat: "finite_number"), but a literal NaN was
+  // answered "JSON decode error" at a byte offset instead of finite_number at body.scores.0.
+  it("a NaN score is refused as finite_number at its field, not as a JSON decode error", async () => {
+    const e = await createEngine("pya");
+    await running(e, [ENV]);
+    const text = JSON.stringify(group(1, 2)).replace('"scores":[1,0]', '"scores":[NaN,0]');
+    const r = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: text, headers: { "content-type": "application/json" } });
+    expect(r.status).toBe(422);
+    expect(r.json.detail[0]).toMatchObject({ type: "finite_number", loc: ["body", "scores", 0] });
+    // Infinity and -Infinity alike, and nothing was queued.
+    const inf = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: text.replace("[NaN,0]", "[Infinity,-Infinity]"), headers: { "content-type": "application/json" } });
+    expect(inf.status).toBe(422);
+    expect(inf.json.detail[0]).toMatchObject({ type: "finite_number", loc: ["body", "scores", 0] });
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ queue_size: 0 });
+  });
+
+  // POST {rollout_server_url}/scored_data/ : Atropos (FastAPI) 307s to /scored_data, which aiohttp
+  // follows with the body. The Worker: 404.
+  it("POST /atropos/scored_data/ reaches /scored_data (or redirects there)", async () => {
+    const e = await createEngine("pya");
+    await running(e, [ENV]);
+    const r = await atropos(e, "client", "POST", "/scored_data/", group(1, 2));
+    expect(r.status === 200 || r.status === 307 || r.status === 308).toBe(true);
+    // Served as the route itself (bearer URLs too, and GETs); one slash only; a HEAD of a GET that changes state is still not served.
+    expect((await atropos(e, "viewer", "GET", "/status/", undefined, { bearer: true })).json).toMatchObject({ queue_size: 1 });
+    expect((await atropos(e, "client", "POST", "/scored_data//", group(2, 2))).status).toBe(404);
+    expect((await atropos(e, "trainer", "HEAD", "/batch/")).status).toBe(404);
+    expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ queue_size: 1 });
+  });
+});

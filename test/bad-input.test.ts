@@ -6,6 +6,7 @@
 import { env, exports } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cachedTokenHash } from "../src/http/engine-caller";
+import { parseRequestJson } from "../src/http/python-json";
 import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../src/protocol/relay-endpoint";
 import { admin, ADMIN_TOKEN, createEngine, engineStats, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
@@ -77,6 +78,45 @@ describe("nesting", () => {
     const metrics = `${"[".repeat(125)}"[[[{{{"${"]".repeat(125)}`;
     const body = `{"client_uuid": "c", "episode_uuid": "ep-0", "task_id": "t", "workflow_output": {"reward": 1, "metadata": {"task_id": "t"}, "log_metrics": {"deep": ${metrics}, "text": "${"[".repeat(1000)}"}}}`;
     expect(await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body })).toMatchObject({ status: 200, json: { success: true } });
+  });
+});
+
+describe("Python's NaN and Infinity, as json.dumps writes them", () => {
+  // reward=float("nan") from a Python client: the seed's pydantic float took it (allow_inf_nan).
+  // The Worker may refuse a non-finite reward (it cannot average it), but must then say which
+  // field and why; instead it says the body "is not valid JSON", which Python's json contradicts.
+  it("end_episode with reward NaN is refused as a bad reward, not as malformed JSON", async () => {
+    const e = await createEngine("py");
+    await rollingWith(e, 2);
+    const { episode_uuid } = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const before = await snapshot(e);
+    for (const reward of ["NaN", "Infinity", "-Infinity", "[1.0, NaN]"]) {
+      const body = `{"client_uuid": "c1", "episode_uuid": "${episode_uuid}", "task_id": "t1", "workflow_output": {"reward": ${reward}, "is_success": false, "metadata": {"task_id": "t1"}, "log_metrics": {}}}`;
+      const r = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body });
+      expect([reward, r.status, r.json?.["error"]]).toEqual([reward, 422, "invalid_request"]);
+      expect(String(r.json?.["detail"])).toContain("workflow_output.reward");
+    }
+    expect(await snapshot(e)).toEqual(before);
+  });
+
+  it("reads the bare tokens only where a value goes, outside strings: anything else stays malformed JSON", async () => {
+    const e = await createEngine("py");
+    for (const body of ["{NaN: 1}", '{"a": 1, NaN: 2}', '{"a": 1NaN}', '{"a": 1Infinity}', '{"a": 1.Infinity}', '{"a": -NaN}', '{"a": nan}', '{"a": NaNa}', '{"a": "NaN" NaN}']) {
+      const r = await raw(`/e/${e.name}/start_engine`, { token: e.tokens.operator, body });
+      expect([body, r.status, r.json?.["error"]]).toEqual([body, 400, "malformed_json"]);
+    }
+  });
+
+  it("gives back every other value as sent: strings that spell the tokens, escaped quotes, and the characters NaN's stand-in could be", () => {
+    const text = String.raw`{"s": "a \" NaN, Infinity \\", "k\u007f": "\u0080\u0081", "raw": "` + "\u0082\u007f" + String.raw`", "v": [NaN, Infinity, -Infinity, 1e999, -0.5, null], "n": {"x": NaN}}`;
+    const v = parseRequestJson(text) as Record<string, unknown>;
+    expect(v).toEqual({ s: 'a " NaN, Infinity \\', "k\u007f": "\u0080\u0081", raw: "\u0082\u007f", v: [Number.NaN, Infinity, -Infinity, Infinity, -0.5, null], n: { x: Number.NaN } });
+    // The text holds every character the stand-in could be: its NaN cannot be told apart, and the text stays refused.
+    const all = Array.from({ length: 0x9f - 0x7f + 1 }, (_, i) => String.fromCharCode(0x7f + i)).join("");
+    expect(() => parseRequestJson(`{"s": "${all}", "v": NaN}`)).toThrow(SyntaxError);
+    expect(parseRequestJson(`{"s": "${all}", "v": Infinity}`)).toEqual({ s: all, v: Infinity });
+    // Valid JSON is JSON.parse's alone.
+    expect(parseRequestJson('{"NaN": "Infinity"}')).toEqual({ NaN: "Infinity" });
   });
 });
 

@@ -1483,3 +1483,76 @@ describe("a slime-style trainer loop", () => {
     expect(health).toMatchObject({ status: 200, json: { status: "healthy", buffer: { delivered_groups: 3, pending_groups: 0 } } });
   });
 });
+
+describe("the rollout buffer's own coercions (buffer_server.py)", () => {
+  const pull = async (e: TestEngine, body: string) => {
+    const r = await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.trainer, body });
+    return { status: r.status, groups: (r.json?.["data"] as { meta_info: { finished_groups: string[] } } | undefined)?.meta_info.finished_groups.length };
+  };
+  let made = 0;
+  /** `n` ready groups of one session each, never made before. */
+  const ready = async (e: TestEngine, n: number) => {
+    const ids = Array.from({ length: n }, () => made++);
+    await e.as("client").postSteps({ steps: ids.map((i) => step(`s${i}`, `g${i}`, 0, 1, true)) });
+  };
+
+  // slime's trainer posts max_groups as it has it: "2" (from config text), 2.7, or -1 for "all".
+  // The seed did int(max_groups) in a try/except and treated <= 0 or unparsable as no limit
+  // (buffer_server.py.txt:433-438). The Worker answered 422 for each.
+  it("get_rollout_data takes max_groups \"2\", 2.7 and -1 as the seed's int() did", async () => {
+    const e = await createEngine("py");
+    for (const max_groups of ["2", 2.7, -1, "all"]) {
+      const r = await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.trainer, body: JSON.stringify({ max_groups }) });
+      expect([max_groups, r.status]).toEqual([max_groups, 200]);
+    }
+    // As limits: "2" and 2.7 are two groups, true one (int(True)), -1 and "all" none.
+    const b = await buffered(1);
+    await ready(b, 7);
+    const pulls = [];
+    for (const max_groups of ["2", 2.7, " 1 ", true, -1]) pulls.push((await pull(b, JSON.stringify({ max_groups }))).groups);
+    expect(pulls).toEqual([2, 2, 1, 1, 1]);
+    await ready(b, 3);
+    expect(await pull(b, '{"max_groups": "all"}')).toEqual({ status: 200, groups: 3 });
+    // A cursor (the exchange's own) is still checked.
+    expect((await pull(b, '{"cursor": "1"}')).status).toBe(422);
+  });
+
+  // A body that is not JSON, or JSON that is not an object (null, []): the seed read it as {}
+  // (buffer_server.py.txt:427-432) and served the pull. The Worker answered 400 / 422.
+  it("get_rollout_data with a body that is not a JSON object is a pull with no limit, as in the seed", async () => {
+    const e = await createEngine("py");
+    for (const body of ["null", "[]", "max_groups=2"]) {
+      const r = await raw(`/e/${e.name}/get_rollout_data`, { token: e.tokens.trainer, body });
+      expect([body, r.status]).toEqual([body, 200]);
+    }
+    const b = await buffered(1);
+    for (const body of ["max_groups=2", "[2]", `${"[".repeat(200)}${"]".repeat(200)}`]) {
+      await ready(b, 3);
+      expect([body.slice(0, 12), await pull(b, body)]).toEqual([body.slice(0, 12), { status: 200, groups: 3 }]);
+    }
+  });
+
+  // start_rollout: the seed did group_size = max(1, int(data.get("num_repeat_per_sample", 16))) and
+  // restart_training by truthiness, job_session = str(...) (buffer_server.py.txt:528-539).
+  // "8" and restart_training 1 from a launcher script: the Worker answered 422.
+  it("start_rollout takes num_repeat_per_sample \"8\" and restart_training 1", async () => {
+    const e = await createEngine("py");
+    const r = await raw(`/e/${e.name}/start_rollout`, { token: e.tokens.trainer, body: JSON.stringify({ num_repeat_per_sample: "8", restart_training: 1 }) });
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ group_size: 8 });
+    const start = (body: Record<string, unknown>) => raw(`/e/${e.name}/start_rollout`, { token: e.tokens.trainer, body: JSON.stringify(body) });
+    expect((await start({ num_repeat_per_sample: 2.7, job_session: 42 })).json).toMatchObject({ group_size: 2, job_session: "42" });
+    expect((await start({ num_repeat_per_sample: 0, job_session: "" })).json).toMatchObject({ group_size: 1, job_session: expect.stringMatching(/.+/) });
+    // restart_training by truthiness: 1 drops the pending groups, 0 keeps them.
+    await e.as("client").postSteps({ steps: [step("s1", "g1", 0, 1)] });
+    await start({ num_repeat_per_sample: 2, restart_training: 0, job_session: "j-0" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1 });
+    await start({ num_repeat_per_sample: 2, restart_training: 1, job_session: "j-1" });
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 0 });
+    // What the seed's int() raised on is still refused, naming the field.
+    for (const num_repeat_per_sample of ["eight", "2.5", null, [8]]) {
+      const bad = await start({ num_repeat_per_sample });
+      expect([num_repeat_per_sample, bad.status, String(bad.json?.["detail"])]).toEqual([num_repeat_per_sample, 422, expect.stringContaining("num_repeat_per_sample")]);
+    }
+  });
+});

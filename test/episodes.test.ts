@@ -1,10 +1,11 @@
 import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { EngineClient, ExchangeError } from "../src/client";
 import type { EngineObject } from "../src/engine/engine-object";
 import { NO_EPISODES_CAUSE, notReadyCause } from "../src/engine/rules";
 import { ENGINE_STATUSES } from "../src/protocol/status";
-import { ORIGIN, admin as adminApi, claimKeyFields, createEngine, endBody, engineStats, reconnect, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+import { ORIGIN, admin as adminApi, advance, claimKeyFields, createEngine, endBody, engineStats, raw, reconnect, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 type Sign = SubtleCrypto["sign"];
 
@@ -479,5 +480,47 @@ describe("completed tasks of the current step", () => {
         { task_id: "t2", episodes: 1, clients: 1, mean_reward: 0.5, failed: 0 },
       ],
     });
+  });
+});
+
+describe("what Python clients send", () => {
+  const claimBody = (c = "c1") => JSON.stringify({ client_uuid: c, episode_type: "train", discard_episode_timeout: 60 });
+
+  // A Python user's workflow logs log_metrics={"acc": float("nan")} (np.mean of an empty list) and
+  // calls end_episode through httpx < 0.28 or aiohttp, whose json.dumps writes `NaN`. The seed
+  // parsed it (Starlette's request.json is json.loads), pydantic took it (log_metrics: dict), and
+  // sent the trainer the output (swarm_server.py.txt:226, model_dump_json writes null). The Worker
+  // answered 400 malformed_json: the SwarmClient raised RuntimeError, the episode stayed claimed.
+  it("end_episode with NaN in log_metrics is accepted, as the seed accepted it", async () => {
+    const e = await createEngine("py");
+    await rollingWith(e, 4);
+    const claim = await raw(`/e/${e.name}/claim_episode`, { token: e.tokens.client, body: claimBody() });
+    expect(claim.json).toMatchObject({ success: true });
+    const ep = claim.json!["episode_uuid"] as string;
+    const wo = `{"reward": 1.0, "is_success": true, "metadata": {"task_id": "t1", "loss": -Infinity}, "log_metrics": {"acc": NaN, "loss": Infinity}}`;
+    const r = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: `{"client_uuid": "c1", "episode_uuid": "${ep}", "task_id": "t1", "workflow_output": ${wo}}` });
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({ success: true });
+    // Stored as model_dump_json wrote it: the non-finite numbers as null.
+    await advance(e, 1_000);
+    const row = await env.DB.prepare("SELECT workflow_output FROM trajectories WHERE engine = ? AND episode_uuid = ?").bind(e.name, ep).first<{ workflow_output: string }>();
+    expect(JSON.parse(row!.workflow_output)).toMatchObject({ metadata: { task_id: "t1", loss: null }, log_metrics: { acc: null, loss: null } });
+  });
+
+  // A user's base URL template writes f"{url}/get_rollout_data/" or "/claim_episode/". FastAPI
+  // (redirect_slashes=True, the default in both seeds: buffer_server.py.txt:65) answers 307 to the
+  // path without the slash, which requests and aiohttp follow with the body. The Worker: 404.
+  it("POST /claim_episode/ and /get_rollout_data/ reach their routes (or redirect there, as FastAPI does)", async () => {
+    const e = await createEngine("py");
+    await rollingWith(e, 4);
+    for (const [path, token] of [["claim_episode/", e.tokens.client], ["get_rollout_data/", e.tokens.trainer]] as const) {
+      const r = await raw(`/e/${e.name}/${path}`, { token, body: path.startsWith("claim") ? claimBody() : "{}" });
+      expect([path, r.status === 200 || r.status === 307 || r.status === 308]).toEqual([path, true]);
+    }
+    // Served as the route itself, token-in-path URLs and GETs too; one slash only, and never a route's HEAD.
+    expect((await raw(`/e/${e.name}/t/${e.tokens.client}/claim_episode/`, { body: claimBody("c2") })).json).toMatchObject({ success: true, client_uuid: "c2" });
+    expect((await raw(`/e/${e.name}/get_engine_status/`, { token: e.tokens.viewer })).json).toMatchObject({ engine_status: "ENGINE.ROLLING" });
+    expect((await raw(`/e/${e.name}/claim_episode//`, { token: e.tokens.client, body: claimBody() })).status).toBe(404);
+    expect((await raw(`/e/${e.name}/agent/commands/`, { method: "HEAD", token: e.tokens.trainer })).status).toBe(404);
   });
 });

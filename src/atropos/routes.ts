@@ -15,6 +15,7 @@ import { engineCaller } from "../http/engine-caller";
 import { errorResponse, replyResponse } from "../http/errors";
 import { MAX_BODY_BYTES, readStream, routedBody } from "../http/body";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
+import { parseRequestJson } from "../http/python-json";
 import { AtroposConfig, AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
 import type { Reply } from "../engine/reply";
@@ -194,7 +195,8 @@ async function readInput(c: Context, spec: NonNullable<AtroposRouteSpec["body"]>
   if (type === null || /^application\/([\w.+-]*\+)?json\b/i.test(type.trim())) {
     if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, response: unprocessable([{ type: "json_invalid", loc: ["body"], msg: tooDeep, input: {} }]) };
     try {
-      raw = JSON.parse(text);
+      // Python's NaN and ±Infinity too, as BaseEnv's json.dumps writes them: pyFloat then refuses them at their field (finite_number).
+      raw = parseRequestJson(text);
     } catch (e) {
       return { ok: false, response: jsonInvalid(text, e) };
     }
@@ -241,5 +243,17 @@ async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
 
 /** Registers Atropos's routes under `${prefix}/atropos` (token-in-path URLs route the same: http/path-token.ts). */
 export function atroposRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
-  for (const spec of ATROPOS_API) app.on(spec.method, `${prefix}/atropos${spec.path}`, (c) => handle(c, spec));
+  for (const spec of ATROPOS_API) {
+    const path = `${prefix}/atropos${spec.path}`;
+    app.on(spec.method, path, (c) => handle(c, spec));
+    // The path with a trailing slash is served as the route: Atropos (FastAPI, redirect_slashes)
+    // answers it with a 307 to the route, which aiohttp and requests follow with the body, and
+    // httpx does not. Only for routing: the document lists each route once, from ATROPOS_API.
+    if (spec.path === "" || spec.path.endsWith("/")) continue;
+    app.on(spec.method, `${path}/`, (c) => {
+      // hono answers HEAD with a GET's route; unsafeHead refuses HEAD of a GET that changes state by its exact path only.
+      if (c.req.raw.method === "HEAD" && spec.changesState === true) return c.notFound();
+      return handle(c, spec);
+    });
+  }
 }

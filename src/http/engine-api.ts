@@ -70,7 +70,8 @@ export type RouteSpec = {
   op: EngineOp;
   summary: string;
   /** Where the input comes from: a JSON body, the query string, or nothing. */
-  input: { from: "body"; schema: z.ZodType; emptyAs?: unknown } | { from: "query"; schema: z.ZodType } | { from: "none" };
+  /** `emptyAs`: what an empty body counts as; `unparsableAs`: what a body that is no JSON counts as (parseJsonText). */
+  input: { from: "body"; schema: z.ZodType; emptyAs?: unknown; unparsableAs?: unknown } | { from: "query"; schema: z.ZodType } | { from: "none" };
   response: z.ZodType;
   /** `url` is the request's, for answers that name the exchange's origin. */
   call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
@@ -94,13 +95,14 @@ function post<S extends z.ZodType>(
   response: z.ZodType,
   call: (stub: Stub, caller: Caller, input: z.output<S>, url: string) => Promise<Reply<unknown>>,
   emptyAs?: unknown,
+  unparsableAs?: unknown,
 ): RouteSpec {
   return {
     method: "post",
     path,
     op,
     summary,
-    input: { from: "body", schema, ...(emptyAs !== undefined ? { emptyAs } : {}) },
+    input: { from: "body", schema, ...(emptyAs !== undefined ? { emptyAs } : {}), ...(unparsableAs !== undefined ? { unparsableAs } : {}) },
     response,
     call: (stub, caller, input, url) => call(stub, caller, input as z.output<S>, url),
   };
@@ -241,6 +243,8 @@ export const ENGINE_API: RouteSpec[] = [
       GetRolloutDataRequest,
       GetRolloutDataResponse,
       (s, who, b) => s.getRolloutData(who, b),
+      {},
+      // As the seed: a body it could not read as JSON was `{}`, a pull with no limit (buffer_server.py.txt:427-430).
       {},
     ),
     after: async (env, engine, reply) => (reply.ok ? ok(await withTrainingTokens(env.DB, env.LEDGER, engine, reply.body as GetRolloutDataResponse)) : reply),

@@ -28,6 +28,19 @@ export const ENGINE_PATH = /^\/e\/([^/]+)(\/.+)$/;
 const routes = new Map<string, RouteSpec>(ENGINE_API.map((s) => [`${s.method.toUpperCase()} ${s.path}`, s]));
 
 /**
+ * The route of a method and path. A path with one trailing slash is its route's too: FastAPI
+ * (redirect_slashes, on in both seeds) answers `POST /claim_episode/` with a 307 to
+ * `/claim_episode`, which requests and aiohttp follow with the body; served here directly, so
+ * that httpx, which does not follow it, is served as well. Not for HEAD, which no client of the
+ * seeds sends: unsafeHead refuses HEAD of a GET that changes state by its exact path only.
+ */
+function routeOf(sent: string, method: string, path: string): RouteSpec | undefined {
+  const exact = routes.get(`${method} ${path}`);
+  if (exact !== undefined || sent === "HEAD" || path.length < 2 || !path.endsWith("/")) return exact;
+  return routes.get(`${method} ${path.slice(0, -1)}`);
+}
+
+/**
  * The answer to an engine API request, or null for any other request (hono serves those). A
  * HEAD is answered as its GET without the body, as hono does.
  */
@@ -36,7 +49,7 @@ export function serveEngineApi(request: Request, env: Env): Promise<Response> | 
   if (method !== "GET" && method !== "POST") return null;
   // What hono would route on: the path without its query or token, percent-decoded.
   const m = ENGINE_PATH.exec(routingPath(request));
-  const spec = m ? routes.get(`${method} ${m[2]}`) : undefined;
+  const spec = m ? routeOf(request.method, method, m[2] ?? "") : undefined;
   if (m === null || spec === undefined) return null;
   const engine = tryDecodeURIComponent(m[1] ?? "");
   const answer = serve(request, env, engine, spec).catch(internalError);
@@ -53,7 +66,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
   if (!who.ok) return replyResponse(who);
   const parsed =
     input.from === "body"
-      ? parseJsonText(text, input.schema, input.emptyAs)
+      ? parseJsonText(text, input.schema, input.emptyAs, input.unparsableAs)
       : input.from === "query"
         ? checkInput(input.schema, getQueryParam(url))
         : { ok: true as const, value: undefined };

@@ -36,7 +36,8 @@ function counter(env: Env, role: string | undefined, op: string): { limiter: Rat
     return { limiter: env.RATE_LIMIT_TRAINER, suffix: op.startsWith("/agent/") || op.startsWith("/runs/agent/") ? ":agent" : "" };
   }
   if (env.RATE_LIMIT_CLIENT === undefined) return null;
-  return { limiter: env.RATE_LIMIT_CLIENT, suffix: COUNTED_APART.has(op) ? ":end" : "" };
+  // With one trailing slash the route is the same (engine-routes.ts), and so is its counter.
+  return { limiter: env.RATE_LIMIT_CLIENT, suffix: COUNTED_APART.has(op.replace(/(.)\/$/, "$1")) ? ":end" : "" };
 }
 
 /**

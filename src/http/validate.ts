@@ -3,6 +3,7 @@ import type { z } from "zod";
 import { isTooLargeIssue } from "../protocol/limits";
 import { routedBodyText } from "./body";
 import { describeIssues, errorResponse } from "./errors";
+import { parseRequestJson } from "./python-json";
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; response: Response };
 
@@ -37,19 +38,26 @@ export const tooDeep = `body: nests arrays and objects deeper than ${MAX_JSON_DE
 /**
  * Validates a JSON body's text. Malformed JSON is a 400, a body of the wrong shape a 422 (as
  * FastAPI answers), each with a message that says what was wrong. An empty body counts as
- * `emptyAs` when one is given.
+ * `emptyAs` when one is given; a body that is no JSON (or nests too deep to be read) as
+ * `unparsableAs` when one is given, for the routes whose seed read such a body as a default.
+ * Python's NaN and ±Infinity are read (parseRequestJson).
  */
-export function parseJsonText<S extends z.ZodType>(text: string, schema: S, emptyAs?: unknown): Parsed<z.output<S>> {
+export function parseJsonText<S extends z.ZodType>(text: string, schema: S, emptyAs?: unknown, unparsableAs?: unknown): Parsed<z.output<S>> {
   let raw: unknown;
   if (text.trim() === "" && emptyAs !== undefined) {
     raw = emptyAs;
+  } else if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+    if (unparsableAs === undefined) return { ok: false, response: errorResponse(422, "invalid_request", tooDeep) };
+    raw = unparsableAs;
   } else {
-    if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, response: errorResponse(422, "invalid_request", tooDeep) };
     try {
-      raw = JSON.parse(text);
+      raw = parseRequestJson(text);
     } catch (e) {
-      const why = e instanceof Error ? e.message : String(e);
-      return { ok: false, response: errorResponse(400, "malformed_json", `The request body is not valid JSON: ${why}`) };
+      if (unparsableAs === undefined) {
+        const why = e instanceof Error ? e.message : String(e);
+        return { ok: false, response: errorResponse(400, "malformed_json", `The request body is not valid JSON: ${why}`) };
+      }
+      raw = unparsableAs;
     }
   }
   return checkInput(schema, raw);

@@ -17,7 +17,8 @@ type Refusal = PydanticIssue & { at: number[] };
 type Parsed<T> = { ok: true; value: T } | { ok: false; issue: Refusal };
 const refuse = (type: string, msg: string, input: unknown): Parsed<never> => ({ ok: false, issue: { type, msg, input, at: [] } });
 
-const INT_TEXT = /^\s*[+-]?\d+(_\d+)*\s*$/;
+/** pydantic's int from text: digits, and a fraction of zeros only ("2.0", "2.") stripped, as pydantic-core does. */
+const INT_TEXT = /^\s*[+-]?\d+(_\d+)*(\.0*)?\s*$/;
 const FLOAT_TEXT = /^\s*[+-]?(\d+(_\d+)*(\.(\d+(_\d+)*)?)?|\.\d+(_\d+)*)([eE][+-]?\d+)?\s*$|^\s*[+-]?(inf|infinity|nan)\s*$/i;
 
 /**

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS } from "./ledger";
 import { idText, storableByteLimit } from "./limits";
 import { openEnum } from "./open-enum";
+import { isRecord } from "./record";
 import { Reward } from "./swarm";
 
 /** Bytes of UTF-8 in a row's messages (as JSON) and response together. */
@@ -94,12 +95,53 @@ export const PostStepsResponse = z.object({
 });
 export type PostStepsResponse = z.infer<typeof PostStepsResponse>;
 
-export const GetRolloutDataRequest = z.object({
-  /** As in the seed, 0 or null means no limit of the trainer's; a pull hands out at most 1000 groups either way. */
-  max_groups: z.number().int().nonnegative().nullable().optional(),
-  /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
-  cursor: z.number().int().positive().optional(),
-});
+/**
+ * `schema` read after `coerce`, as the seed read the value before using it. The input type stays
+ * the schema's own, so typed clients (src/client) still send what the schema documents, and the
+ * OpenAPI document describes the schema itself (zod documents a preprocess by what it feeds).
+ */
+function seedCoerced<S extends z.ZodType>(coerce: (v: unknown) => unknown, schema: S) {
+  return z.preprocess((v: z.input<S>) => coerce(v), schema);
+}
+
+/** Python's int() of an int, a float (truncated) or a bool: the number, or null for any other value (or ±Infinity, NaN). */
+function pyIntOf(v: unknown): number | null {
+  if (typeof v === "boolean") return v ? 1 : 0;
+  if (typeof v === "number") return Number.isFinite(v) ? Math.trunc(v) : null;
+  // int("8"), int(" -3 "), int("1_000"); int("2.5") and int("all") raise.
+  if (typeof v === "string" && /^\s*[+-]?\d+(_\d+)*\s*$/.test(v)) return Number(v.trim().replace(/_/g, ""));
+  return null;
+}
+
+/** Python's truthiness: None, False, 0, "", [] and {} are false, anything else (NaN, "false") true. */
+function pyTruthy(v: unknown): boolean {
+  if (v === null || v === undefined || v === false || v === 0 || v === "") return false;
+  if (Array.isArray(v)) return v.length > 0;
+  if (typeof v === "object") return Object.keys(v).length > 0;
+  return true;
+}
+
+/**
+ * max_groups as the seed read it (buffer_server.py.txt:433-438): int(max_groups) in a try, and
+ * anything int() refuses ("all", [], "2.5"), 0 or less, as no limit: "2" is 2, 2.7 is 2, -1 is
+ * none. Absent stays absent.
+ */
+const seedMaxGroups = (v: unknown): unknown => {
+  if (v === undefined) return undefined;
+  const n = pyIntOf(v);
+  return n === null || n <= 0 ? null : n;
+};
+
+export const GetRolloutDataRequest = seedCoerced(
+  // The seed read a body that is not a JSON object (null, [], a string) as {} (buffer_server.py.txt:431-432).
+  (v) => (isRecord(v) ? v : {}),
+  z.object({
+    /** As in the seed, 0 or null means no limit of the trainer's; a pull hands out at most 1000 groups either way. */
+    max_groups: seedCoerced(seedMaxGroups, z.number().int().nonnegative().nullable().optional()),
+    /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
+    cursor: z.number().int().positive().optional(),
+  }),
+);
 export type GetRolloutDataRequest = z.infer<typeof GetRolloutDataRequest>;
 
 export const RolloutItem = z.object({
@@ -235,11 +277,35 @@ export const UpdateBufferConfigRequest = BufferConfig.partial().strict();
  */
 export const BufferConfigView = BufferConfig.extend({ staleness_policy: openEnum(STALENESS_POLICIES), partial_groups: openEnum(PARTIAL_GROUPS_POLICIES) });
 
+/**
+ * start_rollout's fields as the seed read them (buffer_server.py.txt:528-539). What the seed's
+ * int() raised on (a 500 there) is left to the schema, which refuses it with a 422.
+ */
+const seedStart = {
+  // group_size = max(1, int(data.get("num_repeat_per_sample", 16))): "8" is 8, 2.7 is 2, 0 is 1.
+  num_repeat_per_sample: (v: unknown): unknown => {
+    if (v === undefined) return undefined;
+    const n = pyIntOf(v);
+    return n === null ? v : Math.max(1, n);
+  },
+  // if restart_training: by truthiness, so 1 and "yes" restart (and, as in the seed, "false" too).
+  restart_training: (v: unknown): unknown => (v === undefined ? undefined : pyTruthy(v)),
+  // str(data.get("job_session") or uuid4().hex): a falsy one is none (a new session); a number or a bool is its text.
+  job_session: (v: unknown): unknown => {
+    if (!pyTruthy(v)) return undefined;
+    if (typeof v === "number") return String(v);
+    // Python's str() of a bool; false was falsy above.
+    if (typeof v === "boolean") return "True";
+    // A list or an object is refused rather than named after its Python repr.
+    return v;
+  },
+};
+
 export const StartRolloutRequest = z
   .object({
-    num_repeat_per_sample: z.number().int().min(1).max(4096).default(16),
-    restart_training: z.boolean().default(false),
-    job_session: z.string().min(1).max(256).optional(),
+    num_repeat_per_sample: seedCoerced(seedStart.num_repeat_per_sample, z.number().int().min(1).max(4096).default(16)),
+    restart_training: seedCoerced(seedStart.restart_training, z.boolean().default(false)),
+    job_session: seedCoerced(seedStart.job_session, z.string().min(1).max(256).optional()),
   })
   .loose();
 export type StartRolloutRequest = z.infer<typeof StartRolloutRequest>;

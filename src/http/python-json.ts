@@ -1,0 +1,122 @@
+/**
+ * JSON as Python writes it: json.dumps's default (allow_nan=True) writes float("nan") and
+ * float("inf") as the bare tokens NaN, Infinity and -Infinity, which the seeds' servers read
+ * (json.loads) and JSON.parse refuses. Read here only once JSON.parse has refused a body.
+ */
+const isJsonSpace = (c: number): boolean => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+/** What may come before a value in JSON text: the start, whitespace, `[`, `,` or `:`. */
+const opensValue = (c: number): boolean => Number.isNaN(c) || isJsonSpace(c) || c === 0x5b || c === 0x2c || c === 0x3a;
+/** What may come after one: the end, whitespace, `,`, `]` or `}`. */
+const closesValue = (c: number): boolean => Number.isNaN(c) || isJsonSpace(c) || c === 0x2c || c === 0x5d || c === 0x7d;
+
+/**
+ * NaN's stand-in is a one-character string of a character the text holds nowhere, raw or
+ * escaped: DEL or a C1 control (U+007F to U+009F), which JSON strings may hold raw and no real
+ * text does. One character keeps the rewritten text no longer than the original, and Latin-1
+ * keeps it a one-byte string.
+ */
+const SENTINEL_FIRST = 0x7f;
+const SENTINEL_LAST = 0x9f;
+
+/**
+ * A stand-in for NaN that no string of the text can equal, or null if the text holds every
+ * candidate. Any occurrence counts, in a string or not, and so does anything that looks like an
+ * escape of one (`\\u0080` too, which is a backslash and text): only the candidates are fewer.
+ */
+function freeSentinel(text: string): string | null {
+  const seen = new Uint8Array(SENTINEL_LAST - SENTINEL_FIRST + 1);
+  const see = (c: number): void => {
+    if (c >= SENTINEL_FIRST && c <= SENTINEL_LAST) seen[c - SENTINEL_FIRST] = 1;
+  };
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x5c && text.charCodeAt(i + 1) === 0x75) {
+      const hex = text.slice(i + 2, i + 6);
+      if (/^[0-9a-fA-F]{4}$/.test(hex)) see(parseInt(hex, 16));
+    } else see(c);
+  }
+  const free = seen.indexOf(0);
+  return free < 0 ? null : String.fromCharCode(SENTINEL_FIRST + free);
+}
+
+/** Pieces of the rewritten text joined into it every so often: a body of a million NaNs holds no array of millions of strings. */
+const JOIN_EVERY = 4096;
+
+/**
+ * JSON text as Python's json.dumps writes it (allow_nan=True, its default): float("nan") and
+ * float("inf") as the bare tokens NaN, Infinity and -Infinity. aiohttp, httpx before 0.28 and
+ * Atropos's BaseEnv send them, and the seeds read them (json.loads); JSON.parse refuses them.
+ * Called only once JSON.parse has refused the text: two passes (linear; brackets were already
+ * bounded by nestsDeeperThan, and the rewritten text is no longer than the original) rewrite each
+ * such token outside strings, between a value's delimiters, and JSON.parse reads the result.
+ * Infinity and -Infinity become 1e999 and -1e999, which JSON.parse itself reads as ±Infinity;
+ * NaN becomes a string no value of the text can equal, which a reviver turns back into NaN. Then
+ * the schemas decide: a typed number refuses NaN and ±Infinity (zod's z.number(), Atropos's
+ * pyFloat) with a 422 naming its field, and free-form JSON keeps them, written as null wherever
+ * it is stored (JSON.stringify), as the seeds' pydantic model_dump_json did. Null when the text
+ * is not JSON even so (its first error stands).
+ */
+export function parsePythonJson(text: string): { value: unknown } | null {
+  let sentinel: string | null | undefined;
+  let out = "";
+  let parts: string[] = [];
+  let from = 0;
+  let rewritten = false;
+  let nans = false;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) {
+      inString = true;
+      continue;
+    }
+    const token = c === 0x4e ? "NaN" : c === 0x49 ? "Infinity" : c === 0x2d ? "-Infinity" : null;
+    if (token === null || !text.startsWith(token, i)) continue;
+    // A token inside another (1Infinity would become the number 11e999) is left for JSON.parse to refuse.
+    if (!opensValue(text.charCodeAt(i - 1)) || !closesValue(text.charCodeAt(i + token.length))) continue;
+    if (token === "NaN") {
+      sentinel ??= freeSentinel(text);
+      // Every candidate is in the text (which no client writes): its NaN could not be told apart.
+      if (sentinel === null) return null;
+      nans = true;
+    }
+    parts.push(text.slice(from, i), token === "NaN" ? `"${sentinel}"` : token === "Infinity" ? "1e999" : "-1e999");
+    rewritten = true;
+    from = i + token.length;
+    i = from - 1;
+    if (parts.length >= JOIN_EVERY) {
+      out += parts.join("");
+      parts = [];
+    }
+  }
+  if (!rewritten) return null;
+  out += parts.join("") + text.slice(from);
+  try {
+    if (!nans) return { value: JSON.parse(out) as unknown };
+    return {
+      value: JSON.parse(out, (key, value: unknown) => {
+        // NaN where a key goes ({"a": 1, NaN: 2}) is no JSON, in Python's either.
+        if (key === sentinel) throw new SyntaxError("NaN as a key");
+        return value === sentinel ? Number.NaN : value;
+      }) as unknown,
+    };
+  } catch {
+    return null;
+  }
+}
+
+/** JSON.parse, and Python's NaN and ±Infinity (parsePythonJson) when JSON.parse refuses the text; throws JSON.parse's error for text that is neither. */
+export function parseRequestJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    const python = parsePythonJson(text);
+    if (python === null) throw e;
+    return python.value;
+  }
+}
