@@ -108,6 +108,32 @@ async function slowSweeps(e: TestEngine): Promise<{ reached: () => boolean; rele
 }
 
 /**
+ * The engine's D1 as a stuck connection makes it for the delete's drain (its outbox batch): the
+ * batch waits for `release`, then fails as D1 unreachable (`then: "fail"`) or runs on the real D1.
+ * `reached` is a flag to poll, as slowSweeps's.
+ */
+async function gatedDrain(e: TestEngine, then: "fail" | "answer"): Promise<{ reached: () => boolean; release: () => void }> {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let reached = false;
+  await runInDurableObject(e.stub, (instance: EngineObject) => {
+    const self = instance as unknown as { env: { DB: D1Database } };
+    const real = self.env.DB;
+    const gated = {
+      prepare: (q: string) => real.prepare(q),
+      batch: async (s: D1PreparedStatement[]) => {
+        reached = true;
+        await gate;
+        if (then === "fail") throw new Error("D1_ERROR: Network connection lost.");
+        return real.batch(s);
+      },
+    } as unknown as D1Database;
+    self.env = { ...self.env, DB: gated };
+  });
+  return { reached: () => reached, release };
+}
+
+/**
  * An engine with a row in every D1 table, each made the way production makes it: ended
  * episodes and a finished step (trajectories, reward history, through the outbox), a pulled
  * buffer group, the runs catalog, locked fields, a selection and an edit, a run with processes,
@@ -585,27 +611,9 @@ describe("deleting an engine", () => {
     const oldSecret = (await e.as("trainer").gatewaySecret()).secret;
 
     // D1 is slow for the keep_history drain, then unreachable.
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    // A flag the test polls, not a promise the object resolves: the test's code after awaiting
-    // that would run in the object's request, which provision() below ends (ctx.abort).
-    let inDrain = false;
-    await runInDurableObject(e.stub, (instance: EngineObject) => {
-      const self = instance as unknown as { env: { DB: D1Database } };
-      const real = self.env.DB;
-      const failing = {
-        prepare: (q: string) => real.prepare(q),
-        batch: async () => {
-          inDrain = true;
-          await gate;
-          throw new Error("D1_ERROR: Network connection lost.");
-        },
-      } as unknown as D1Database;
-      self.env = { ...self.env, DB: failing };
-    });
-
+    const { reached, release } = await gatedDrain(e, "fail");
     const first = env.ENGINE.get(env.ENGINE.idFromName(e.name)).destroy({ force: true, keepHistory: true });
-    await vi.waitFor(() => expect(inDrain).toBe(true));
+    await vi.waitFor(() => expect(reached()).toBe(true));
     // The second delete, through the admin route, while the first waits on D1. Given time to
     // run: side by side with the first it would wipe the object now; it waits for the first instead.
     const second = admin.deleteEngine(e.name, { force: true });
@@ -828,27 +836,11 @@ describe("a forced delete behind a keep_history delete whose D1 call never retur
     const ep = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 600 });
     await client.endEpisode(endBody("c", ep.episode_uuid, 1));
 
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    let inDrain = false;
-    await runInDurableObject(e.stub, (instance: EngineObject) => {
-      const self = instance as unknown as { env: { DB: D1Database } };
-      const real = self.env.DB;
-      const stuck = {
-        prepare: (q: string) => real.prepare(q),
-        // D1 never answers the drain's batch (until the test ends).
-        batch: async (s: D1PreparedStatement[]) => {
-          inDrain = true;
-          await gate;
-          return real.batch(s);
-        },
-      } as unknown as D1Database;
-      self.env = { ...self.env, DB: stuck };
-    });
-
+    // D1 never answers the drain's batch (until the test ends).
+    const { reached, release } = await gatedDrain(e, "answer");
     const first = env.ENGINE.get(env.ENGINE.idFromName(e.name)).destroy({ force: true, keepHistory: true });
     first.catch(() => undefined);
-    await vi.waitFor(() => expect(inDrain).toBe(true));
+    await vi.waitFor(() => expect(reached()).toBe(true));
     try {
       const forced = admin.deleteEngine(e.name, { force: true }).then(
         (r) => ({ answered: true as const, r }),
