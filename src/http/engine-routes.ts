@@ -19,7 +19,7 @@ import { checkInput, parseJsonText } from "./validate";
 import { ENGINE_API, type RouteSpec } from "./engine-api";
 import { engineCaller } from "./engine-caller";
 import { isUnknownEngine, movedEngineStub } from "./engine-stub";
-import { routingPath } from "./path-token";
+import { routingPath, withoutTrailingSlash } from "./path-token";
 import { afterEngineOp, beforeEngineRead } from "../relay/claim-gates";
 
 /** `/e/<engine>/<operation path>`, once a `/t/<token>` part has been taken out (path-token.ts). */
@@ -36,8 +36,9 @@ const routes = new Map<string, RouteSpec>(ENGINE_API.map((s) => [`${s.method.toU
  */
 function routeOf(sent: string, method: string, path: string): RouteSpec | undefined {
   const exact = routes.get(`${method} ${path}`);
-  if (exact !== undefined || sent === "HEAD" || path.length < 2 || !path.endsWith("/")) return exact;
-  return routes.get(`${method} ${path.slice(0, -1)}`);
+  const route = withoutTrailingSlash(path);
+  if (exact !== undefined || sent === "HEAD" || route === path) return exact;
+  return routes.get(`${method} ${route}`);
 }
 
 /**

@@ -15,6 +15,14 @@ export function routingPath(request: Request): string {
   return m ? `/e/${m[1]}${m[3] ?? ""}` : path;
 }
 
+/**
+ * An engine operation's path without one trailing slash: the route it names (FastAPI's
+ * redirect_slashes, which the seeds' clients follow; engine-routes.ts), counted as it (rate-limit.ts).
+ */
+export function withoutTrailingSlash(path: string): string {
+  return path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path;
+}
+
 /** The token carried in the URL's path, or null. */
 export function pathToken(url: string): string | null {
   // The path starts at the first "/" after the authority; only the path is searched, never the query.

@@ -20,7 +20,7 @@
 import type { Env } from "../env";
 import { errorResponse } from "./errors";
 import { cachedTokenHash, hashAndCache } from "./engine-caller";
-import { requestToken, routingPath } from "./path-token";
+import { requestToken, routingPath, withoutTrailingSlash } from "./path-token";
 
 /** The bindings' period in wrangler.toml: a refused token has a fresh count at most this long after. */
 export const RATE_LIMIT_PERIOD_SECONDS = 10;
@@ -36,8 +36,7 @@ function counter(env: Env, role: string | undefined, op: string): { limiter: Rat
     return { limiter: env.RATE_LIMIT_TRAINER, suffix: op.startsWith("/agent/") || op.startsWith("/runs/agent/") ? ":agent" : "" };
   }
   if (env.RATE_LIMIT_CLIENT === undefined) return null;
-  // With one trailing slash the route is the same (engine-routes.ts), and so is its counter.
-  return { limiter: env.RATE_LIMIT_CLIENT, suffix: COUNTED_APART.has(op.replace(/(.)\/$/, "$1")) ? ":end" : "" };
+  return { limiter: env.RATE_LIMIT_CLIENT, suffix: COUNTED_APART.has(withoutTrailingSlash(op)) ? ":end" : "" };
 }
 
 /**
