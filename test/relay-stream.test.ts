@@ -143,6 +143,28 @@ describe("a streamed call the model refuses", () => {
     expect(r.type).toContain("application/json");
   });
 
+  // A gateway that cannot be reached (the agent down, its tunnel gone) or a deadline shorter than
+  // the first keep-alive used to be HTTP 200 and one error event: not retried by the SDKs.
+  it("answers a streamed call whose gateway cannot be reached with 502 gateway_unreachable, not 200", async () => {
+    const unreachable = { fetch: () => Promise.reject(new Error("connect ECONNREFUSED 10.0.0.7:8000")), connect: () => { throw new Error("the relay opens no sockets"); } } as unknown as Fetcher;
+    const r = await streamedCall(unreachable);
+    expect(r.status).toBe(502);
+    expect(r.type).toContain("application/json");
+    expect(JSON.parse(r.text)).toMatchObject({ error: { code: "gateway_unreachable", type: "api_error" } });
+    expect(r.text).not.toContain("10.0.0.7");
+  });
+
+  it("answers a streamed call that meets its deadline before the first keep-alive with 504 upstream_timeout", async () => {
+    // Answers only when the Worker's deadline (50 ms) aborts the request.
+    const silent = {
+      fetch: (_url: string, init?: RequestInit) => new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason))),
+      connect: () => { throw new Error("the relay opens no sockets"); },
+    } as unknown as Fetcher;
+    const r = await streamedCall(silent, { RELAY_DEADLINE_SECONDS: "0.05" });
+    expect(r.status).toBe(504);
+    expect(JSON.parse(r.text)).toMatchObject({ error: { code: "upstream_timeout", message: "the inference upstream did not answer within 0.05 s" } });
+  });
+
   it("streams a refusal that comes after the first keep-alive was due as before: 200, the keep-alive, then the error event", async () => {
     const r = await streamedCall(refusingGateway(429, LIMIT, 300), { RELAY_KEEPALIVE_MS: "50" });
     expect(r.status).toBe(200);

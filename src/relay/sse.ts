@@ -2,8 +2,9 @@
  * Streaming answers for the relay. The stream opens when the gateway's answer begins, or when
  * the first keep-alive is due if that comes first, and carries SSE comments as keep-alives while
  * the answer is pending (proxies and clients drop silent connections), then the upstream's
- * events. A refusal that comes before the stream opens (a 400 for a context too long, a 429) is
- * answered as a whole call's error, with its status: OpenAI's SDKs classify and retry by status.
+ * events. A refusal that comes before the stream opens (a 400 for a context too long, a 429), a
+ * gateway that cannot be reached and a deadline met by then are answered as a whole call's error,
+ * with its status: OpenAI's SDKs classify and retry by status, and never retry an error event.
  * A whole ChatCompletion (what a ZeroMQ runner answers) becomes one chunk; a later upstream
  * error or a broken stream becomes an error event, since the status line has been sent.
  *
@@ -14,7 +15,7 @@
  */
 import { completionToChunks } from "./completion-chunk";
 import type { OpenAIError } from "../protocol/relay";
-import { gatewayErrorResponse, openaiErrorBody, openaiErrorIn, refusedBehind, refusedBehindBody } from "./openai-errors";
+import { gatewayErrorResponse, openaiErrorBody, openaiErrorIn, openaiErrorResponse, refusedBehind, refusedBehindBody } from "./openai-errors";
 
 const enc = new TextEncoder();
 export const KEEP_ALIVE = ": keep-alive\n\n";
@@ -119,10 +120,16 @@ export async function relayStream(
     return new Response(readable, { status: 200, headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
   };
 
-  // The status line can wait until the first keep-alive is due, and no longer. A failure to send
-  // is left to the stream (null), which tells it as it always has, the deadline's 504 included.
-  const head = await Promise.race([upstream.catch(() => null), due]);
-  if (head === null || head.ok) return streamed(pump(head));
+  // The status line can wait until the first keep-alive is due, and no longer. A call that could
+  // not be sent (the gateway unreachable) or met its deadline by then is told with its status too.
+  const head = await Promise.race([upstream.catch((e: unknown) => ({ unsent: e })), due]);
+  if (head === null) return streamed(pump(null));
+  if (!(head instanceof Response)) {
+    clearInterval(timer);
+    const f = describeFailure(head.unsent);
+    return openaiErrorResponse(f.status, f.message, f.code);
+  }
+  if (head.ok) return streamed(pump(head));
   clearInterval(timer);
   let text: string;
   try {
