@@ -43,6 +43,7 @@ import {
 } from "../protocol/agent";
 
 import { formatBytes, MAX_STORED_BYTES } from "../protocol/limits";
+import { engineMetrics, EXPOSITION_TYPE } from "../metrics/prometheus";
 import { STORAGE_FULL, type Refusal } from "../openapi/error-responses";
 import { BUFFER_FULL_RETRY_SECONDS } from "../engine/buffer-bytes";
 import { GatewaySecretResponse } from "../protocol/relay";
@@ -81,6 +82,8 @@ export type RouteSpec = {
   changesState?: true;
   /** The 503s the route answers by design (their error codes, and when), not failures: documented with `x-refusal-codes`. */
   unavailable?: Refusal[];
+  /** The answer is text of this content type (the call's body, a string), not JSON. */
+  text?: string;
 };
 
 const Success = z.object({ success: z.boolean() });
@@ -203,6 +206,22 @@ export const ENGINE_API: RouteSpec[] = [
     {},
   ),
   get("/overview", "get_overview", "Counts of episodes, deliveries and commands, and the agent's presence.", EngineOverview, (s, who) => s.overview(who)),
+
+  {
+    ...get(
+      "/metrics",
+      "get_overview",
+      "The overview's and the buffer's figures in Prometheus's text format (0.0.4), for a scraper; docs/operations.md, \"Monitoring\".",
+      z.string(),
+      async (s, who) => {
+        const [o, h] = await Promise.all([s.overview(who), s.health(who)]);
+        if (!o.ok) return o;
+        if (!h.ok) return h;
+        return ok(engineMetrics(o.body, h.body));
+      },
+    ),
+    text: EXPOSITION_TYPE,
+  },
 
   getQuery(
     "/running_episodes",

@@ -82,6 +82,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
   }
   afterEngineOp(env, engine, spec.op, parsed.value, reply);
   if (spec.after !== undefined) reply = await spec.after(env, engine, reply);
+  if (spec.text !== undefined && reply.ok && typeof reply.body === "string") return new Response(reply.body, { headers: { "content-type": spec.text } });
   return replyResponse(reply);
 }
 

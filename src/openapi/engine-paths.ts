@@ -52,7 +52,7 @@ function errorStatuses(spec: RouteSpec): ErrorStatus[] {
 function operation(spec: RouteSpec, tokenInPath: boolean): JsonSchema {
   const roles = rolesFor(spec);
   const responses: JsonSchema = {
-    "200": { description: "Success.", content: { "application/json": { schema: toJsonSchema(spec.response, "output") } } },
+    "200": { description: "Success.", content: { [spec.text ?? "application/json"]: { schema: toJsonSchema(spec.response, "output") } } },
   };
   for (const s of errorStatuses(spec)) responses[String(s)] = errorRef(s);
   // A 5xx that is an answer, not a failure (docs/dashboard.md).

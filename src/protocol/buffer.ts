@@ -358,3 +358,4 @@ export const HealthResponse = z.object({
   buffer: BufferStats.extend({ config: BufferConfigView, last_pull: LastPull.nullable() }),
   agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
 });
+export type HealthResponse = z.infer<typeof HealthResponse>;

@@ -1,0 +1,112 @@
+/**
+ * `GET /e/<engine>/metrics`: the engine's overview and buffer figures in Prometheus's text
+ * format, read here by an independent parser of that format (parse-prometheus-text-format, a
+ * port of the Python client's parser), through the Worker, against the real engine and D1.
+ */
+import { createExecutionContext } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import parsePrometheusTextFormat from "parse-prometheus-text-format";
+import { describe, expect, it } from "vitest";
+import { beforeEngineRead } from "../src/relay/claim-gates";
+import { serveRelay } from "../src/relay/relay-routes";
+import { createEngine, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
+
+type Family = ReturnType<typeof parsePrometheusTextFormat>[number];
+
+async function scrape(e: TestEngine, role: "viewer" | "client" | "trainer" = "viewer"): Promise<{ families: Map<string, Family>; type: string | null }> {
+  const res = await workerFetch(`${ORIGIN}/e/${e.name}/metrics`, { headers: { authorization: `Bearer ${e.tokens[role]}` } });
+  expect(res.status).toBe(200);
+  const families = parsePrometheusTextFormat(await res.text());
+  return { families: new Map(families.map((f) => [f.name, f])), type: res.headers.get("content-type") };
+}
+
+/** The value of `name`'s sample whose labels include `labels`, as a number; undefined without one. */
+function value(families: Map<string, Family>, name: string, labels: Record<string, string> = {}): number | undefined {
+  const sample = families.get(name)?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
+  return sample === undefined ? undefined : Number(sample.value);
+}
+
+describe("the engine's metrics for Prometheus", () => {
+  it("says what the overview says, each sample labelled with the engine, in the text format a scraper reads", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 3, { step: 7 });
+    await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const { families, type } = await scrape(e);
+    expect(type).toBe("text/plain; version=0.0.4; charset=utf-8");
+    const o = await e.as("viewer").overview();
+
+    expect(families.get("rx_engine_status")).toMatchObject({ type: "GAUGE", metrics: [{ value: "1", labels: { engine: e.name, status: "ENGINE.ROLLING" } }] });
+    expect(value(families, "rx_global_step")).toBe(7);
+    expect(value(families, "rx_episodes", { state: "claimed" })).toBe(1);
+    expect(value(families, "rx_episodes", { state: "registered" })).toBe(o.episodes.registered);
+    expect(value(families, "rx_pending_commands")).toBe(o.pending_commands);
+    expect(value(families, "rx_agent_connected")).toBe(0);
+    // No row waits for D1 and none failed: no sample for their times, which alerts take as none.
+    expect(families.has("rx_outbox_oldest_row_timestamp_seconds")).toBe(o.outbox.oldest_at !== null);
+    expect(value(families, "rx_storage_used_bytes")).toBe(o.storage.used_bytes);
+    expect(value(families, "rx_storage_used_bytes")).toBeGreaterThan(0);
+    expect(value(families, "rx_atropos_registered")).toBe(0);
+    expect(families.get("rx_relay_calls_total")?.type).toBe("COUNTER");
+    for (const f of families.values()) {
+      expect(f.help.length).toBeGreaterThan(0);
+      for (const m of f.metrics) expect(m.labels?.["engine"]).toBe(e.name);
+    }
+  });
+
+  it("counts relayed calls' failures by status and code, whatever characters the upstream's code holds", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const code = 'quota "exceeded"\\ for\nteam';
+    const refusing = {
+      fetch: async (): Promise<Response> => Response.json({ error: { message: "no", type: "invalid_request_error", param: null, code } }, { status: 400 }),
+      connect: () => {
+        throw new Error("the relay opens no sockets");
+      },
+    } as unknown as Fetcher;
+    for (let i = 0; i < 2; i++) {
+      const req = new Request(`${ORIGIN}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${c.openai_api_key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }),
+      });
+      expect((await serveRelay(req, { ...env, RELAY_NETWORK: refusing }, createExecutionContext())!).status).toBe(400);
+    }
+    await beforeEngineRead(env, e.name);
+    const { families } = await scrape(e);
+    expect(families.get("rx_relay_failures_total")?.metrics).toEqual([{ value: "2", labels: { engine: e.name, status: "400", code } }]);
+    expect(value(families, "rx_relay_calls_total")).toBe(2);
+  });
+
+  it("shows the buffer's groups and refusals as its health does", async () => {
+    const e = await createEngine();
+    const steps = [0, 1].map((i) => ({ session_id: `s${i}`, group_id: "g", step_index: 0, is_session_completed: true, reward: 1, messages: [] }));
+    const posted = await raw(`/e/${e.name}/steps`, { token: e.tokens.trainer, body: JSON.stringify({ steps }) });
+    expect(posted.status).toBe(200);
+    const { families } = await scrape(e);
+    const health = await raw(`/e/${e.name}/health`, { token: e.tokens.viewer });
+    const buffer = (health.json as { buffer: { pending_groups: number; ready_groups: number; stored_bytes: number } }).buffer;
+    expect(value(families, "rx_buffer_groups", { state: "pending" })).toBe(buffer.pending_groups);
+    expect(value(families, "rx_buffer_groups", { state: "ready" })).toBe(buffer.ready_groups);
+    expect(buffer.pending_groups + buffer.ready_groups).toBeGreaterThan(0);
+    expect(value(families, "rx_buffer_stored_bytes")).toBe(buffer.stored_bytes);
+    expect(value(families, "rx_buffer_refusals_total", { reason: "buffer_full" })).toBe(0);
+  });
+
+  it("is every role's to read, and no one's without a token of the engine", async () => {
+    const e = await createEngine();
+    const other = await createEngine();
+    for (const role of ["client", "trainer"] as const) expect((await scrape(e, role)).families.size).toBeGreaterThan(0);
+    expect((await raw(`/e/${e.name}/metrics`)).status).toBe(401);
+    const foreign = await raw(`/e/${e.name}/metrics`, { token: other.tokens.viewer });
+    expect(foreign.status).toBe(401);
+    expect(foreign.text).not.toContain("rx_");
+  });
+
+  it("is in the OpenAPI document as text", async () => {
+    const doc = (await (await workerFetch(`${ORIGIN}/openapi.json`)).json()) as { paths: Record<string, { get?: { responses: Record<string, { content?: Record<string, unknown> }> } }> };
+    const op = doc.paths["/e/{engine}/metrics"]?.get;
+    expect(Object.keys(op?.responses["200"]?.content ?? {})).toEqual(["text/plain; version=0.0.4; charset=utf-8"]);
+  });
+});
