@@ -70,22 +70,29 @@ export class LedgerClient {
       throw refusalOf(res.status, await res.text(), "export_failed");
     }
     const decoder = new TextDecoder();
-    let pending = "";
+    // A line (one trajectory) may be many MB: its pieces are kept apart and joined once, and only
+    // each new piece is searched for the line's end. Appending to one string and searching it
+    // whole took time quadratic in the line's bytes (6 s for a 14.6 MB line).
+    const pieces: string[] = [];
     let sent = 0;
     for await (const chunk of exportChunks(res.body, url, () => sent)) {
-      pending += decoder.decode(chunk, { stream: true });
+      const text = decoder.decode(chunk, { stream: true });
+      let from = 0;
       let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
+      while ((nl = text.indexOf("\n", from)) >= 0) {
+        pieces.push(text.slice(from, nl));
+        from = nl + 1;
+        const line = pieces.join("");
+        pieces.length = 0;
         if (line !== "") {
           sent++;
           yield exportedLine(line, url);
         }
       }
+      if (from < text.length) pieces.push(text.slice(from));
     }
-    pending += decoder.decode();
-    if (pending.trim() !== "") yield exportedLine(pending, url);
+    const rest = pieces.join("") + decoder.decode();
+    if (rest.trim() !== "") yield exportedLine(rest, url);
   }
 }
 
