@@ -8,7 +8,10 @@ import { unpackFloats, unpackInts } from "../protocol/packed";
 import { continuation, extendsMessages, extendsTokens, isPromptDelta, promptContinuation, rebuild, rebuildPrompt, sequencePrompt, type PromptDelta, type SequencePrompt } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
-/** The most calls one trajectory answers with; a claim with more is cut there (docs/ledger.md). */
+/**
+ * The most calls one trajectory answers with; a claim with more is cut there, and says so
+ * (`calls_cut`, its `training` stopping at the bound: docs/ledger.md).
+ */
 export const MAX_CALLS_PER_TRAJECTORY = 2000;
 
 export type ReadRefusal = { ok: false; status: 400 | 404; error: string; detail: string };
@@ -385,33 +388,46 @@ async function latestFence(db: D1Database, engine: string, episode: string): Pro
 const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, run, endpoint, model, stream, weight_version, admitted_at, started_at,
   first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, truncated, body_key, body_offset, body_length`;
 
+/** A claim's first calls, at most MAX_CALLS_PER_TRAJECTORY, and how many it has in all. */
+type ClaimCalls = { rows: CallRow[]; recorded: number };
+
 /**
  * The calls of many claims in one query (D1 allows 1,000 queries per Worker invocation, and an
- * export reads thousands of claims), at most MAX_CALLS_PER_TRAJECTORY each.
+ * export reads thousands of claims), at most MAX_CALLS_PER_TRAJECTORY each. Each claim's count
+ * comes with them, so that a claim cut at the bound is known to be: its first calls alone read
+ * as a whole claim, and their tokens as its whole training sequence.
  */
-async function callsOf(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, CallRow[]>> {
+async function callsOf(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimCalls>> {
   const { results } = await db
     .prepare(
-      `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY admitted_at, started_at, call_id) AS n
+      `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY admitted_at, started_at, call_id) AS n,
+           COUNT(*) OVER (PARTITION BY episode_uuid, fence) AS recorded
          FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
        WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
     )
     .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
-    .all<CallRow & { episode_uuid: string; fence: number }>();
-  const out = new Map<string, CallRow[]>();
+    .all<CallRow & { episode_uuid: string; fence: number; recorded: number }>();
+  const out = new Map<string, ClaimCalls>();
   for (const r of results) {
     const k = claimKey(r.episode_uuid, r.fence);
-    let list = out.get(k);
-    if (list === undefined) out.set(k, (list = []));
-    list.push(r);
+    let claim = out.get(k);
+    if (claim === undefined) out.set(k, (claim = { rows: [], recorded: r.recorded }));
+    claim.rows.push(r);
   }
   return out;
 }
 
+const NO_CALLS: ClaimCalls = { rows: [], recorded: 0 };
+
 const claimKey = (episode: string, fence: number): string => `${fence}\n${episode}`;
 
-function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, calls: readonly CallRow[], bodies: Map<string, CallBody | null>): Trajectory {
+function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, claim: ClaimCalls, bodies: Map<string, CallBody | null>): Trajectory {
+  const calls = claim.rows;
   const built = rebuildCalls(calls, bodies, row?.ended_at ?? null);
+  const cut = claim.recorded > calls.length;
+  // The calls past the bound are turns whose tokens the trajectory does not have, as a truncated
+  // call's: the sequence stops at the first of them, and the rollout buffer gives it no tokens.
+  const turns: TokenTurn[] = cut ? [...built.turns, { index: calls.length, prompt: null, unknown: true }] : built.turns;
   const first = calls[0];
   // A live claim has no row yet: its calls name its client, task and run.
   const head: TrajectorySummary =
@@ -441,7 +457,9 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, ca
     completion_tokens: built.calls.reduce((n, c) => n + (c.usage?.completion_tokens ?? 0), 0),
     workflow_output: row === null ? null : (JSON.parse(row.workflow_output) as Record<string, unknown>),
     calls: built.calls,
-    training: trainingSequence(built.turns),
+    calls_recorded: claim.recorded,
+    calls_cut: cut,
+    training: trainingSequence(turns),
   };
 }
 
@@ -451,13 +469,13 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, ca
  * time, since whole conversations are far larger than their deltas.
  */
 export async function loadPage(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[]): Promise<{ build(i: number): Trajectory }> {
-  const calls = rows.length === 0 ? new Map<string, CallRow[]>() : await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
-  const bodies = await readBodies(bucket, [...calls.values()].flat());
+  const calls = rows.length === 0 ? new Map<string, ClaimCalls>() : await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
+  const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
   return {
     build: (i) => {
       const r = rows[i];
       if (r === undefined) throw new Error(`no row ${i} in this page`);
-      return trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? [], bodies);
+      return trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? NO_CALLS, bodies);
     },
   };
 }
@@ -470,26 +488,27 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
     db.prepare(`SELECT ${SUMMARY_COLUMNS} FROM trajectories t WHERE t.engine = ? AND t.episode_uuid = ? AND t.fence = ?`).bind(engine, episode, f).first<SummaryRow>(),
     callsOf(db, engine, [{ episode, fence: f }]),
   ]);
-  const list = calls.get(claimKey(episode, f)) ?? [];
-  if (row === null && list.length === 0) return missing;
-  return trajectoryOf(episode, f, row, list, await readBodies(bucket, list));
+  const claim = calls.get(claimKey(episode, f)) ?? NO_CALLS;
+  if (row === null && claim.rows.length === 0) return missing;
+  return trajectoryOf(episode, f, row, claim, await readBodies(bucket, claim.rows));
 }
 
 /**
  * The training sequences of claims, for the rollout buffer's items (rollout-tokens.ts): the
  * claims' calls and bodies read at once, one sequence built at a time; a claim without token
- * ids has none. One that stops at a call (`drift_at_call`) is there too, to say so.
+ * ids has none. One that stops at a call (`drift_at_call`; a claim cut at MAX_CALLS_PER_TRAJECTORY
+ * stops at the bound) is there too, to say so.
  */
 export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, TrainingSequence>> {
   const out = new Map<string, TrainingSequence>();
   if (claims.length === 0) return out;
   const calls = await callsOf(db, engine, claims);
   if (calls.size === 0) return out;
-  const bodies = await readBodies(bucket, [...calls.values()].flat());
+  const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
   for (const c of claims) {
-    const list = calls.get(claimKey(c.episode, c.fence));
-    if (list === undefined) continue;
-    const training = trajectoryOf(c.episode, c.fence, null, list, bodies).training;
+    const claim = calls.get(claimKey(c.episode, c.fence));
+    if (claim === undefined) continue;
+    const training = trajectoryOf(c.episode, c.fence, null, claim, bodies).training;
     if (training !== null) out.set(claimKey(c.episode, c.fence), training);
   }
   return out;

@@ -6,10 +6,10 @@
  * and only when the pull holds such items. A claim whose calls are not recorded yet (the gateway
  * sends its records within a second or so) or carried no token ids is left as it is. So is one
  * whose sequence stops before its last turn (`drift_at_call`: a turn re-tokenized, or without
- * known tokens): its reward is the whole claim's, and the turns up to the drift are not the
- * claim. Its item says so instead, in `extra_info.drift_at_call` (as the tokens, it may first show
- * on a re-read, once the records of the claim's last calls arrive); the trajectory
- * (docs/ledger.md) has the sequence up to there.
+ * known tokens, or past the 2,000 calls a trajectory answers): its reward is the whole claim's,
+ * and the turns up to the drift are not the claim. Its item says so instead, in
+ * `extra_info.drift_at_call` (as the tokens, it may first show on a re-read, once the records of
+ * the claim's last calls arrive); the trajectory (docs/ledger.md) has the sequence up to there.
  *
  * The mark can be trusted because only the engine sets it: the buffer refuses a posted row that
  * carries it (engine/buffer-ingest.ts), and a session named like a claim without it matches

@@ -338,8 +338,8 @@ export const TrainingSequence = z.object({
   segments: z.array(z.object({ start: z.number().int(), length: z.number().int(), weight_version: z.number().int().nullable() })),
   /**
    * Index of the first successful call whose prompt did not begin with the sequence so far, or
-   * whose tokens are not known (truncated, recorded without them, uncaptured, prefix_missing);
-   * null when all spliced.
+   * whose tokens are not known (truncated, recorded without them, uncaptured, prefix_missing), or
+   * of the first call past those the trajectory answers (`calls_cut`); null when all spliced.
    */
   drift_at_call: z.number().int().nullable(),
 });
@@ -352,6 +352,18 @@ export const Trajectory = z.object({
   ended_at: z.number().int().nullable(),
   workflow_output: z.record(z.string(), z.unknown()).nullable(),
   calls: z.array(TrajectoryCall),
+  /**
+   * How many calls the ledger holds for the claim: more than `calls` when the claim has more than
+   * a trajectory answers (2,000). (Absent from an exchange from before the field.)
+   */
+  calls_recorded: z.number().int().nonnegative().optional(),
+  /**
+   * `calls` are the claim's first 2,000 calls, not all of them: `prompt_tokens` and
+   * `completion_tokens` are theirs, and `training` stops at the first call left out
+   * (`drift_at_call` 2000). (Defaults to false for the typed client reading an exchange from
+   * before the field.)
+   */
+  calls_cut: z.boolean().default(false),
   training: TrainingSequence.nullable(),
 });
 export type Trajectory = z.infer<typeof Trajectory>;
