@@ -24,12 +24,14 @@ export class Acker {
   /** By commandKey: one engine name's seqs repeat across its incarnations. */
   private readonly sending = new Set<string>();
   private readonly inflight = new InFlight();
+  /** Why the journal last could not be written (its error code), null while it can: said once, not per command. */
+  private journalFailing: string | null = null;
 
   constructor(private readonly d: AckerDeps) {}
 
-  /** Records the outcome of a command of `incarnation` durably, then acks it. */
+  /** Records the outcome of a command of `incarnation` durably (if the disk lets it), then acks it. */
   finish(seq: number, incarnation: Incarnation, outcome: Outcome): Promise<void> {
-    this.d.journal.record(seq, incarnation, outcome);
+    this.journaled(() => this.d.journal.record(seq, incarnation, outcome), "finished commands are acked without it (one whose ack a crash loses runs again)");
     return this.send(seq, incarnation, outcome);
   }
 
@@ -65,14 +67,10 @@ export class Acker {
     const backoff = new Backoff(this.d.backoff);
     let refusedFor: string | null = null;
     while (!this.d.stop.aborted) {
+      let firstAck: boolean;
       try {
         // Null (an outcome of no known incarnation) is left out, and the engine takes the ack unchecked.
-        const r = await this.d.link.client.ackCommand({ seq, ok: outcome.ok, detail: outcome.detail, ...(incarnation === null ? {} : { incarnation }) });
-        this.d.reach.succeeded();
-        this.d.journal.acked(seq, incarnation);
-        if (!r.first_ack) this.d.logger.info(`command ${seq} had already been acked; the engine ignored the repeat`);
-        else if (refusedFor !== null) this.d.logger.info(`the exchange took the ack of command ${seq} it had refused`);
-        return;
+        firstAck = (await this.d.link.client.ackCommand({ seq, ok: outcome.ok, detail: outcome.detail, ...(incarnation === null ? {} : { incarnation }) })).first_ack;
       } catch (e) {
         if (this.d.stop.aborted) return;
         if (isTransient(e)) {
@@ -81,7 +79,7 @@ export class Acker {
           const why = e instanceof ExchangeError ? e.message : describeError(e);
           if (neverTaken(e)) {
             this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}) and can never take it; dropping it`);
-            this.d.journal.acked(seq, incarnation);
+            this.journaled(() => this.d.journal.acked(seq, incarnation), DONE_UNJOURNALED);
             return;
           }
           // Logged once per reason: the ack is retried (and kept in the journal) until it is taken.
@@ -89,10 +87,38 @@ export class Acker {
           refusedFor = why;
         }
         await this.d.reach.pause(backoff.next(), this.d.stop);
+        continue;
       }
+      this.d.reach.succeeded();
+      // Outside the try: the exchange took the ack, and a local disk error is not an exchange outage.
+      this.journaled(() => this.d.journal.acked(seq, incarnation), DONE_UNJOURNALED);
+      if (!firstAck) this.d.logger.info(`command ${seq} had already been acked; the engine ignored the repeat`);
+      else if (refusedFor !== null) this.d.logger.info(`the exchange took the ack of command ${seq} it had refused`);
+      return;
     }
   }
+
+  /**
+   * The journal is a safeguard against a crash, not a gate: a write it cannot make (a full disk)
+   * does not hold an ack back, which would leave the engine waiting out the command's lease. Said
+   * once per kind of failure, and once more when the journal can be written again.
+   */
+  private journaled(write: () => void, consequence: string): void {
+    try {
+      write();
+    } catch (e) {
+      const kind = (e as NodeJS.ErrnoException).code ?? describeError(e);
+      if (this.journalFailing !== kind) this.d.logger.warn(`cannot write ${this.d.journal.path} (${describeError(e)}): ${consequence}; free space on that disk`);
+      this.journalFailing = kind;
+      return;
+    }
+    if (this.journalFailing !== null) this.d.logger.info(`${this.d.journal.path} can be written again`);
+    this.journalFailing = null;
+  }
 }
+
+/** Why a failed "acked" line does no harm. */
+const DONE_UNJOURNALED = "acks the engine took are not noted (after a restart they are sent again, and ignored)";
 
 /**
  * Whether the engine said an ack can never be taken, so that keeping it would only retry for

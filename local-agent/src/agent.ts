@@ -19,7 +19,7 @@ import type { Logger } from "./log";
 import { OutcomeJournal } from "./outcome-journal";
 import { Reachability } from "./reachability";
 import { Reports } from "./reports";
-import { TrainerLog } from "./trainer-log";
+import { TrainerLog, rotateLog } from "./trainer-log";
 import { TrainerSupervisor } from "./trainer";
 import { RunsClient } from "../../src/client";
 import { RunCommands, loadRunsConfig, type RunCommandsDeps } from "./runs/run-commands";
@@ -73,7 +73,7 @@ export async function startAgent(
   const reach = new Reachability(logger, clock, link.baseUrl);
   link.onAnswered = () => reach.succeeded();
   // As URL spells it (host lowercased, default port dropped): another spelling would lose the journal.
-  const journal = new OutcomeJournal(config.stateDir, new URL(link.baseUrl).href);
+  const journal = new OutcomeJournal(config.stateDir, new URL(link.baseUrl).href, logger);
   if (journal.ignoredUnkeyed > 0) logger.warn(`ignored ${journal.ignoredUnkeyed} unacked outcome${journal.ignoredUnkeyed === 1 ? "" : "s"} in ${config.stateDir}/outcomes.jsonl written without an engine's name (by an older agent): they may be another engine's, so their commands will run again if handed out`);
   const acker = new Acker({ link, journal, reach, logger, backoff, stop });
   const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
@@ -212,7 +212,8 @@ export async function startAgent(
       }),
     ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
-    rotateLoop(trainerLog, logger, clock, stop),
+    // Every log a child writes straight to (a file, not a pipe, so it outlives the agent): one left unrotated fills the host's disk.
+    rotateLoop(() => [trainerLog.path, rolloutWorkers.logPath, ...(runs.supervisor?.logPaths ?? [])], config, logger, clock, stop),
     // Scan the environments and find the runs a previous agent left; a run's processes outlive the agent.
     runs.startup().catch((e: unknown) => logger.error(`training runs: startup failed: ${(e as Error).message}`)),
   ];
@@ -254,12 +255,19 @@ export async function startAgent(
   };
 }
 
-async function rotateLoop(log: TrainerLog, logger: Logger, clock: Clock, stop: AbortSignal): Promise<void> {
+async function rotateLoop(logs: () => string[], limits: Pick<AgentConfig, "logMaxBytes" | "logFiles">, logger: Logger, clock: Clock, stop: AbortSignal): Promise<void> {
+  /** By log, why its rotation last failed: a full disk fails every check, and is said once per kind of failure. */
+  const failing = new Map<string, string>();
   while (!stop.aborted) {
-    try {
-      if (log.rotateIfNeeded()) logger.info(`rotated ${log.path}`);
-    } catch (e) {
-      logger.warn(`could not rotate ${log.path}: ${(e as Error).message}`);
+    for (const path of logs()) {
+      try {
+        if (rotateLog(path, limits.logMaxBytes, limits.logFiles)) logger.info(`rotated ${path}`);
+        failing.delete(path);
+      } catch (e) {
+        const kind = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+        if (failing.get(path) !== kind) logger.warn(`could not rotate ${path}: ${(e as Error).message}; retrying every ${LOG_ROTATE_CHECK_MS / 1000} s`);
+        failing.set(path, kind);
+      }
     }
     await clock.sleep(LOG_ROTATE_CHECK_MS, stop);
   }

@@ -56,11 +56,21 @@ export function writePrivateAtomic(path: string, text: string): void {
     fd = openSync(tmp, "wx", PRIVATE_FILE_MODE);
   }
   try {
-    writeFileSync(fd, text);
-  } finally {
-    closeSync(fd);
+    try {
+      writeFileSync(fd, text);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+  } catch (e) {
+    // On a full disk: a partial copy left behind holds space the disk lacks, and the next process (another pid) would never remove it.
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Gone already; the write's error is the one worth telling.
+    }
+    throw e;
   }
-  renameSync(tmp, path);
 }
 
 /** A file descriptor appending to `path`, created 0600; an existing file open to others (an older agent's) is made 0600. */

@@ -165,7 +165,7 @@ export const OPTIONS = {
     schema: z.string().min(1),
     arg: "DIR",
     default: "./rollout-agent/logs",
-    describe: "Where the trainer's output goes (trainer.log, rotated to trainer.log.1 ...).",
+    describe: "Where the trainer's and the rollout workers' output goes (trainer.log, rollout-workers.log; rotated to trainer.log.1 ...).",
   },
   logMaxBytes: {
     flag: "--log-max-bytes",
@@ -173,7 +173,7 @@ export const OPTIONS = {
     schema: positiveInt(2 ** 40),
     arg: "BYTES",
     default: 50 * 1024 * 1024,
-    describe: "Rotate trainer.log once it is larger than this.",
+    describe: "Rotate trainer.log, rollout-workers.log and a run's process logs once larger than this.",
   },
   logFiles: {
     flag: "--log-files",
@@ -181,7 +181,7 @@ export const OPTIONS = {
     schema: positiveInt(100),
     arg: "N",
     default: 5,
-    describe: "How many rotated trainer logs to keep.",
+    describe: "How many rotated copies of each log to keep.",
   },
   stateDir: {
     flag: "--state-dir",

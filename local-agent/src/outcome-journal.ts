@@ -48,10 +48,16 @@
  * appendFileSync reaches the kernel before it returns, so a SIGKILL of the agent right after
  * loses nothing (a host crash could; then the command is simply executed again). Rewritten
  * compactly on open and whenever it has grown past a threshold.
+ *
+ * On a full disk the journal is a safeguard that cannot be kept, not a reason to stop: a rewrite
+ * that fails leaves the file as it was and the journal appends to it; an append that fails throws
+ * (the acker warns and acks anyway) and may leave part of its line, so the next line starts on a
+ * line of its own rather than being glued to that part and lost with it.
  */
 import { appendFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { PRIVATE_FILE_MODE, privateDir, writePrivateAtomic } from "./host-files";
+import { describeError, type Logger } from "./log";
 
 export type Outcome = { ok: boolean; detail: string };
 /** The engine incarnation a poll answer named; null when it named none (a Worker before the field, or a line journaled before it). */
@@ -74,8 +80,10 @@ export class OutcomeJournal {
   private readonly others = new Map<string, Line>();
   /** Recently acked outcomes, oldest first. */
   private readonly ackedRecently = new Map<string, Outcome>();
-  private readonly path: string;
+  readonly path: string;
   private linesSinceCompact = 0;
+  /** The file may end in part of a line (a failed append, a crash mid-write): the next append starts a new line. */
+  private torn = false;
   /** Pending outcomes of lines that name no engine, found on open and dropped. */
   readonly ignoredUnkeyed: number;
 
@@ -83,11 +91,13 @@ export class OutcomeJournal {
     stateDir: string,
     /** The engine whose commands this agent runs: its base URL, EngineLink.baseUrl. */
     private readonly engine: string,
+    private readonly logger?: Logger,
   ) {
     privateDir(stateDir);
     this.path = join(stateDir, "outcomes.jsonl");
     this.ignoredUnkeyed = this.load();
-    this.compact();
+    // Not fatal: an agent that cannot start on a full disk is restarted by systemd in a loop, and serves nobody.
+    this.tryCompact("on open");
   }
 
   /** The outcome of a command of that incarnation this agent finished: not yet acknowledged by the engine, or acknowledged lately. */
@@ -117,8 +127,16 @@ export class OutcomeJournal {
   }
 
   private append(entry: object): void {
-    appendFileSync(this.path, JSON.stringify(entry) + "\n", { mode: PRIVATE_FILE_MODE });
-    if (++this.linesSinceCompact >= COMPACT_AFTER_LINES) this.compact();
+    const line = JSON.stringify(entry) + "\n";
+    try {
+      appendFileSync(this.path, this.torn ? "\n" + line : line, { mode: PRIVATE_FILE_MODE });
+    } catch (e) {
+      // What fit may be in the file: load() skips that part, and must not skip the next line with it.
+      this.torn = true;
+      throw e;
+    }
+    this.torn = false;
+    if (++this.linesSinceCompact >= COMPACT_AFTER_LINES) this.tryCompact(`after ${COMPACT_AFTER_LINES} lines`);
   }
 
   /** Reads the file; returns how many pending outcomes named no engine. */
@@ -129,6 +147,7 @@ export class OutcomeJournal {
     } catch {
       return 0;
     }
+    this.torn = text !== "" && !text.endsWith("\n");
     const unkeyed = new Set<number>();
     for (const line of text.split("\n")) {
       if (line.trim() === "") continue;
@@ -159,10 +178,18 @@ export class OutcomeJournal {
     return unkeyed.size;
   }
 
-  private compact(): void {
+  /** Rewrites the file compactly; one that cannot be rewritten (a full disk) is left as it is, which the next lines are appended to. */
+  private tryCompact(when: string): void {
     const lines: Line[] = [...this.others.values(), ...[...this.pending.values()].map((o) => ({ ...o, engine: this.engine }))];
-    writePrivateAtomic(this.path, lines.map((l) => JSON.stringify(lineOf(l)) + "\n").join(""));
+    // Tried again only after as many lines more: each try on a full disk writes the whole file for nothing.
     this.linesSinceCompact = 0;
+    try {
+      writePrivateAtomic(this.path, lines.map((l) => JSON.stringify(lineOf(l)) + "\n").join(""));
+    } catch (e) {
+      this.logger?.warn(`could not rewrite ${this.path} ${when} (${describeError(e)}); appending to it as it is`);
+      return;
+    }
+    this.torn = false;
   }
 }
 

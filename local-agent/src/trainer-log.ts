@@ -5,8 +5,11 @@
  * copy-then-truncate, like logrotate's copytruncate. Appends after the truncate land at the
  * new end of the file; lines written between the copy and the truncate can be lost, which is
  * acceptable for a log and is why rotation is checked only every few seconds.
+ *
+ * The rollout workers' and the runs' processes write their logs the same way (RunProcess), and
+ * are rotated the same way (rotateLog), at the same size: any of them left to grow fills the disk.
  */
-import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, statSync, unlinkSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { openPrivateAppend } from "./host-files";
 import { tailFile } from "./runs/process-group";
@@ -30,31 +33,42 @@ export class TrainerLog {
 
   /** Rotates trainer.log -> trainer.log.1 -> ... once it is larger than maxBytes. Returns whether it did. */
   rotateIfNeeded(): boolean {
-    let size: number;
-    try {
-      size = statSync(this.path).size;
-    } catch {
-      return false;
-    }
-    if (size <= this.maxBytes) return false;
-    const oldest = `${this.path}.${this.keep}`;
-    if (existsSync(oldest)) unlinkSync(oldest);
-    for (let i = this.keep - 1; i >= 1; i--) {
-      const from = `${this.path}.${i}`;
-      if (existsSync(from)) renameSync(from, `${this.path}.${i + 1}`);
-    }
-    copyFileSync(this.path, `${this.path}.1`);
-    const fd = openSync(this.path, "r+");
-    try {
-      ftruncateSync(fd, 0);
-    } finally {
-      closeSync(fd);
-    }
-    return true;
+    return rotateLog(this.path, this.maxBytes, this.keep);
   }
 
   /** The last `maxLines` lines of output (at most `maxBytes` bytes), for the engine's status detail. */
   tail(maxLines = 40, maxBytes = 8192): string {
     return tailFile(this.path, maxLines, maxBytes);
   }
+}
+
+/** Rotates the log at `path` -> `path`.1 -> ... -> `path`.`keep` once it is larger than maxBytes (copy, then truncate). Returns whether it did. */
+export function rotateLog(path: string, maxBytes: number, keep: number): boolean {
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch {
+    return false;
+  }
+  if (size <= maxBytes) return false;
+  const oldest = `${path}.${keep}`;
+  if (existsSync(oldest)) unlinkSync(oldest);
+  for (let i = keep - 1; i >= 1; i--) {
+    const from = `${path}.${i}`;
+    if (existsSync(from)) renameSync(from, `${path}.${i + 1}`);
+  }
+  try {
+    copyFileSync(path, `${path}.1`);
+  } catch (e) {
+    // A partial copy would hold what space a full disk has left; the next try has older copies fewer to make room.
+    rmSync(`${path}.1`, { force: true });
+    throw e;
+  }
+  const fd = openSync(path, "r+");
+  try {
+    ftruncateSync(fd, 0);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
 }

@@ -162,7 +162,14 @@ export class TrainerSupervisor {
     }
     privateDir(this.opts.stateDir, this.opts.logger);
     privateDir(this.opts.log.dir, this.opts.logger);
-    writePrivateAtomic(this.configFile, yaml);
+    try {
+      writePrivateAtomic(this.configFile, yaml);
+    } catch (e) {
+      // Answered, not thrown: a throw leaves the start unacked, handed out again after each lease for ever.
+      const detail = `cannot write ${this.configFile}: ${describeError(e)}`;
+      this.opts.logger.error(`not starting the trainer (command ${seq}): ${detail}`);
+      return { ok: false, detail };
+    }
 
     this.lastState = "starting";
     const fd = this.opts.log.openForChild();
@@ -200,9 +207,14 @@ export class TrainerSupervisor {
     const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
     const running: Running = { pid, startedAt, seq, child, exited, stopping: null };
     this.current = running;
-    const procStartedAt = processStartedAt(pid);
-    writePrivateAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
+    // Watched before anything can throw: a trainer nobody watches dies unnoticed, and every later start is refused as "already running".
     void exited.then((e) => this.onExit(running, e.code, e.signal));
+    const procStartedAt = processStartedAt(pid);
+    try {
+      writePrivateAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
+    } catch (e) {
+      this.opts.logger.warn(`cannot write ${this.pidFile} (${describeError(e)}): trainer pid ${pid} runs, but an agent restarted after a crash will not find it`);
+    }
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);
     this.opts.onChange?.();

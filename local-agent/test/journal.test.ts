@@ -1,9 +1,10 @@
-import { appendFileSync, readFileSync } from "node:fs";
+import { appendFileSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Backoff } from "../src/backoff";
 import { OutcomeJournal } from "../src/outcome-journal";
 import { Reachability } from "../src/reachability";
+import { runWithFileLimit, unwritable } from "./support/full-disk";
 import { MemoryLogger } from "./support/logger";
 import { ManualClock } from "./support/manual-clock";
 import { tempDir } from "./support/temp";
@@ -92,6 +93,43 @@ describe("OutcomeJournal", () => {
     expect(j.get(1, null)).toBeUndefined();
     expect(j.unacked()).toEqual([]);
     expect(readFileSync(join(dir.path, "outcomes.jsonl"), "utf8")).toBe("");
+  });
+});
+
+describe("OutcomeJournal on a disk that fills up", () => {
+  it("keeps an outcome journaled after a failed (torn) append across a restart", () => {
+    const src = join(import.meta.dirname, "..", "src", "outcome-journal.ts");
+    const out = runWithFileLimit(
+      dir.path,
+      150,
+      `
+      import { execFileSync } from "node:child_process";
+      import { OutcomeJournal } from ${JSON.stringify(src)};
+      const j = new OutcomeJournal(${JSON.stringify(dir.path)}, ${JSON.stringify(ENGINE_A)});
+      j.record(1, "I", { ok: true, detail: "delivered" });
+      // The disk fills up in the middle of this line: what fits is written, then the write fails.
+      try { j.record(2, "I", { ok: true, detail: "x".repeat(200) }); } catch (e) { console.log("2 failed " + (e as NodeJS.ErrnoException).code); }
+      // Space comes back; the next outcome is journaled, and the agent dies before its ack lands.
+      execFileSync("prlimit", ["--pid", String(process.pid), "--fsize=unlimited:unlimited"]);
+      j.record(3, "I", { ok: true, detail: "delivered after space came back" });
+      `,
+    );
+    expect(out).toContain("2 failed EFBIG");
+    // Seen: the restarted agent had forgotten 3, glued to the torn line, and delivered it again.
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked().map((o) => o.seq)).toEqual([1, 3]);
+  });
+
+  it("opens a file it cannot rewrite (a full disk), says so naming it, and appends to it as it is", () => {
+    const path = join(dir.path, "outcomes.jsonl");
+    new OutcomeJournal(dir.path, ENGINE_A).record(1, FIRST, { ok: true, detail: "delivered" });
+    unwritable(path);
+    const logger = new MemoryLogger();
+    // Seen: "cannot start: ENOSPC", exit 1, and systemd restarting the agent in a loop.
+    const j = new OutcomeJournal(dir.path, ENGINE_A, logger);
+    expect(logger.lines).toEqual([expect.stringMatching(new RegExp(`^warn could not rewrite ${path} on open \\(.+\\); appending to it as it is$`))]);
+    j.record(2, FIRST, { ok: true, detail: "delivered" });
+    rmSync(`${path}.tmp-${process.pid}`, { recursive: true });
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked().map((o) => o.seq)).toEqual([1, 2]);
   });
 });
 

@@ -7,6 +7,7 @@ import { realClock } from "../src/clock";
 import { TrainerLog } from "../src/trainer-log";
 import { groupAlive } from "../src/runs/process-group";
 import { TrainerSupervisor, type TrainerExit, type TrainerOptions } from "../src/trainer";
+import { unwritable } from "./support/full-disk";
 import { MemoryLogger } from "./support/logger";
 import { ManualClock } from "./support/manual-clock";
 import { tempDir } from "./support/temp";
@@ -335,6 +336,30 @@ describe("TrainerSupervisor", () => {
     } finally {
       process.kill(-pid, "SIGKILL");
     }
+  });
+});
+
+describe("TrainerSupervisor on a full state disk", () => {
+  it("refuses a start whose train-config.yaml cannot be written, saying why, instead of leaving it unanswered", async () => {
+    const s = supervisor();
+    const config = join(dir.path, "state", "train-config.yaml");
+    unwritable(config);
+    // Seen: the start never acked, handed out again after every lease.
+    const out = await s.start("x: 1", 1);
+    expect(out).toEqual({ ok: false, detail: expect.stringMatching(new RegExp(`^cannot write ${config}: E[A-Z]+: `)) as string });
+    expect(s.status().pid).toBeNull();
+  });
+
+  it("watches a trainer started while trainer.json cannot be written: its death is reported", async () => {
+    const s = supervisor({ command: ["sh", "-c", "echo training; sleep 0.3; kill -9 $$"] });
+    const pidFile = join(dir.path, "state", "trainer.json");
+    unwritable(pidFile);
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
+    expect(logger.has(new RegExp(`^warn cannot write ${pidFile} .*an agent restarted after a crash will not find it`))).toBe(true);
+    // Seen: the engine left ONLINE, and every later start refused "a trainer is already running".
+    const exit = await waitUntil(() => exits[0], "the trainer's death to be reported");
+    expect(exit.signal).toBe("SIGKILL");
+    expect(s.status().state).toBe("exited");
   });
 });
 

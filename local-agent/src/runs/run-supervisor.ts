@@ -90,6 +90,11 @@ export class RunSupervisor {
     return this.run === null ? null : { run_id: this.run.id, phase: this.run.phase };
   }
 
+  /** The current run's process logs, which the agent rotates (they grow while the run does). */
+  get logPaths(): string[] {
+    return this.run?.procs.map((p) => p.logPath) ?? [];
+  }
+
   /** Resolves once the current run (if any) is over, for tests and shutdown. */
   async settled(): Promise<void> {
     for (let run = this.run; run !== null; run = this.run) await (run.stopping ?? run.task);

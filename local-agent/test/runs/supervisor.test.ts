@@ -100,6 +100,8 @@ describe("starting a run", () => {
     await waitUntil(() => readFileSync(join(dir, "env.log"), "utf8").includes("serving"), "env's output in its log");
     expect(readFileSync(join(dir, "api.log"), "utf8")).toMatch(new RegExp(`api up: pid \\d+ run run_order1 config ${dir}/config.yaml`));
     expect(readJournal(config.runsDir, "run_order1")?.processes.map((p) => p.name)).toEqual(["api", "trainer", "env"]);
+    // The logs the agent rotates with trainer.log's: left alone, a chatty process filled the host's disk.
+    expect(sup.logPaths).toEqual(["api", "trainer", "env"].map((n) => join(dir, `${n}.log`)));
     // A redelivered start does not start it twice; another run is refused while this one runs.
     expect(await sup.start(startCommand("run_order1"))).toMatchObject({ ok: true, detail: expect.stringMatching(/already running/) });
     expect(await sup.start(startCommand("run_other1"))).toMatchObject({ ok: false, detail: expect.stringMatching(/another run \(run_order1\)/) });
