@@ -11,8 +11,8 @@
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
-import type { TrajectorySummary } from "../src/protocol/ledger";
-import { answer2, sys, threeTurns, user } from "../test/support/ledger-calls";
+import type { CallRecord, TrajectorySummary } from "../src/protocol/ledger";
+import { answer2, sys, threeTurns, user, type ClaimRef } from "../test/support/ledger-calls";
 import { createEngine, startExchange, type TestEngine, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
 import { attr, refreshesLater, trajectoryRows } from "./support/page-data";
@@ -92,6 +92,29 @@ afterAll(async () => {
   await browser?.close();
   await ex?.stop();
 });
+
+/** Turns of the long live claim: its trajectory's answer is about 3.6 MB. */
+const LONG_TURNS = 40;
+
+/** `turns` calls of an agent's claim: each reads one more 4 KB file, stored as a delta of the call before. */
+function longClaim(c: ClaimRef, call: ReturnType<typeof callClock>, turns: number): CallRecord[] {
+  const answerOf = (i: number) => ({ role: "assistant", content: null, tool_calls: [{ id: `c${i}`, type: "function", function: { name: "bash", arguments: `{"cmd":"cat f${i}.py"}` } }] });
+  const toolOf = (i: number) => ({ role: "tool", tool_call_id: `c${i}`, content: `f${i}.py\n${"y".repeat(4_000)}` });
+  const out: CallRecord[] = [];
+  for (let i = 0; i < turns; i++) {
+    const prev = out.at(-1);
+    out.push(
+      call(c, {
+        body: {
+          prefix: prev === undefined ? null : { call_id: prev.call_id, count: 2 * i + 1 },
+          messages: i === 0 ? [sys, user] : [toolOf(i - 1)],
+          answer: answerOf(i),
+        },
+      }),
+    );
+  }
+  return out;
+}
 
 /** Opens an episode by clicking its row in `table` and waits for its view. */
 async function openFrom(table: string, episode: string): Promise<void> {
@@ -376,7 +399,7 @@ describe("trajectories on the dashboard", () => {
 
   // A live computer-use episode whose history held more screenshots than the page kept (24) had
   // all of them read again at every refresh: each draw evicted what the same draw needed next.
-  it("reads a live conversation's 30 screenshots once, however many refreshes redraw it", async () => {
+  it("reads a live conversation's 30 screenshots once, however many of its calls redraw it", async () => {
     const screens = await createEngine(ex, "ledger-screens");
     await screens.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     const shots = Array.from({ length: 30 }, (_, i) => noisePngDataUrl(8, 8, i + 1));
@@ -387,7 +410,8 @@ describe("trajectories on the dashboard", () => {
     }
     const live = await claim(screens, "ep-screens", "client-s", "browse");
     const steps = shas.map((sha, i) => ({ role: "user", content: [{ type: "text", text: `step ${i}` }, { type: "image_url", image_url: { url: `rx-media:sha256:${sha}` } }] }));
-    await record(ex, screens, [callClock(Date.now() - 60_000)(live, { capture: "messages", body: { messages: [sys, ...steps], answer: { role: "assistant", content: "click" } } })]);
+    const screenCall = callClock(Date.now() - 60_000);
+    await record(ex, screens, [screenCall(live, { capture: "messages", body: { messages: [sys, ...steps], answer: { role: "assistant", content: "click" } } })]);
 
     const reads: string[] = [];
     page.on("request", (r) => {
@@ -396,10 +420,62 @@ describe("trajectories on the dashboard", () => {
     await page.goto(`${ex.url}/dashboard?engine=${screens.name}&token=${screens.tokens.viewer}&episode=ep-screens&refresh=0.3`);
     await page.waitForFunction(() => document.querySelectorAll('#episode-messages figure[data-media-state="shown"]').length === 30);
     const first = reads.length;
-    // The claim is live: each refresh reads the episode again and redraws its conversation.
+    // The claim goes on with the same screenshots: the view is drawn again, for its new last call.
+    await record(ex, screens, [screenCall(live, { capture: "messages", body: { messages: [sys, ...steps, { role: "user", content: "go on" }], answer: { role: "assistant", content: "scroll" } } })]);
+    await page.waitForSelector('#episode-view[data-calls="2"]');
     await refreshesLater(page, 4);
     expect(await page.locator('#episode-messages figure[data-media-state="shown"]').count()).toBe(30);
     expect({ firstDraw: first, afterRefreshes: reads.length - first }).toEqual({ firstDraw: 30, afterRefreshes: 0 });
+  });
+
+  it("sends a live episode's unchanged trajectory once, however many refreshes ask for it, and again once a call is added", async () => {
+    const longEngine = await createEngine(ex, "ledger-long");
+    await longEngine.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const c = await claim(longEngine, "ep-long-live", "client-a", "swe");
+    // An agent's claim as the gateway stores it: each call what it adds to the one before. Read
+    // back, each call holds its whole conversation, so the answer grows with the square of its length.
+    const calls = longClaim(c, callClock(Date.now() - 60 * 60_000), LONG_TURNS + 1);
+    for (let i = 0; i < LONG_TURNS; i += 20) await record(ex, longEngine, calls.slice(i, Math.min(i + 20, LONG_TURNS)));
+
+    const watcher = await browser.newPage();
+    const errs = watchErrors(watcher);
+    const answers: Promise<{ status: number; bytes: number }>[] = [];
+    watcher.on("response", (res) => {
+      if (!new URL(res.url()).pathname.endsWith("/trajectories/ep-long-live")) return;
+      answers.push(res.body().then((b) => ({ status: res.status(), bytes: b.length }), () => ({ status: res.status(), bytes: 0 })));
+    });
+    const seen = async () => Promise.all(answers);
+    await watcher.goto(`${ex.url}/dashboard?engine=${longEngine.name}&token=${longEngine.tokens.viewer}&episode=ep-long-live&refresh=0.3`);
+    await watcher.waitForSelector(`#episode-view[data-episode="ep-long-live"][data-calls="${LONG_TURNS}"]`);
+    const whole = (await seen())[0]?.bytes ?? 0;
+    expect(whole).toBeGreaterThan(1_000_000);
+    // Marks the view drawn: a redraw replaces it.
+    await watcher.evaluate(() => document.getElementById("episode-view")?.setAttribute("data-probe", "first-draw"));
+
+    // No call added: each refresh asks, and is told the page holds the current trajectory.
+    await refreshesLater(watcher, 5);
+    const unchanged = (await seen()).slice(1);
+    expect(unchanged.length).toBeGreaterThanOrEqual(4);
+    expect(unchanged.filter((a) => a.status !== 304 || a.bytes > 0)).toEqual([]);
+    expect(await attr(watcher, "#episode-view", "data-probe")).toBe("first-draw");
+
+    // A call added: the next refresh brings the whole trajectory with it, once.
+    const before = answers.length;
+    await record(ex, longEngine, calls.slice(LONG_TURNS));
+    await watcher.waitForSelector(`#episode-view[data-calls="${LONG_TURNS + 1}"]`);
+    await refreshesLater(watcher, 2);
+    const sent = (await seen()).slice(before);
+    // Twice only when the call landed between the tag's query and the read: the tag then is the older one's.
+    expect(sent.filter((a) => a.status === 200).length).toBeGreaterThanOrEqual(1);
+    expect(sent.filter((a) => a.status === 200).length).toBeLessThanOrEqual(2);
+    expect(sent.find((a) => a.status === 200)?.bytes).toBeGreaterThan(whole);
+    const settledAt = answers.length;
+    await refreshesLater(watcher, 3);
+    const after = (await seen()).slice(settledAt);
+    expect(after.length).toBeGreaterThanOrEqual(2);
+    expect(after.filter((a) => a.status !== 304 || a.bytes > 0)).toEqual([]);
+    await watcher.close();
+    expect(errs).toEqual([]);
   });
 
   it("logged no error in the browser", () => {

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEngine, startExchange, type TestExchange } from "./support/exchange";
 import { launchBrowser, watchErrors } from "./support/browser";
+import { callClock, record } from "./support/scripted-ledger";
 
 let ex: TestExchange;
 
@@ -61,6 +62,14 @@ describe("/docs", () => {
       await relay.locator("button.send").click();
       await page.waitForFunction(() => document.querySelector("#relay_models__engine .result")?.getAttribute("data-status") === "503");
       expect(await relay.locator(".result").textContent()).toContain('"code": "no_gateway"');
+      // A header parameter is sent as a header: If-None-Match `*` on a trajectory the engine holds is 304.
+      await record(ex, engine, [callClock(Date.now())({ episode: "ep-docs", fence: claim.fence ?? 0, client: "c-docs" }, { body: { messages: [{ role: "user", content: "hi" }] } })]);
+      const one = page.locator("#ledger_get_trajectories_episode_uuid");
+      await one.locator(":scope > summary").click();
+      await one.locator("input[name=episode_uuid]").fill("ep-docs");
+      await one.locator('input[name="If-None-Match"]').fill("*");
+      await one.locator("button.send").click();
+      await page.waitForFunction(() => document.querySelector("#ledger_get_trajectories_episode_uuid .result")?.getAttribute("data-status") === "304");
       // The 403 and the 503 are the answers the test asked for; Chromium logs them as failed resource loads.
       expect(errors.filter((e) => !e.includes("403") && !e.includes("503"))).toEqual([]);
     } finally {

@@ -86,6 +86,24 @@ describe("/openapi.json", () => {
     }
   });
 
+  it("documents a trajectory's ETag, If-None-Match and its 304, and only on the trajectory routes", () => {
+    type Conditional = { parameters?: { name: string; in: string }[]; responses: Record<string, { headers?: Record<string, unknown>; content?: unknown }> };
+    const conditional: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item as Record<string, Conditional>)) {
+        if (op.responses["304"] === undefined) continue;
+        conditional.push(`${method} ${path}`);
+        expect(op.parameters?.find((p) => p.name === "If-None-Match")?.in, path).toBe("header");
+        expect(Object.keys(op.responses["200"]?.headers ?? {}), path).toEqual(["ETag", "Cache-Control"]);
+        expect(Object.keys(op.responses["304"]?.headers ?? {}), path).toEqual(["ETag", "Cache-Control"]);
+        expect(op.responses["304"]?.content, path).toBeUndefined();
+      }
+    }
+    expect(conditional.sort()).toEqual(
+      ["/e/{engine}", "/e/{engine}/t/{token}"].flatMap((prefix) => [`get ${prefix}/trajectories/{episode_uuid}`, `get ${prefix}/trajectories/{episode_uuid}/{fence}`]).sort(),
+    );
+  });
+
   it("gives every 4xx the {error, detail} body", () => {
     for (const [path, item] of Object.entries(doc.paths)) {
       for (const op of Object.values(item)) {

@@ -27,6 +27,7 @@ import { recordCalls, utcDay } from "./ingest";
 import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
 import { trajectoryStream } from "./trajectory-json";
+import { noneMatch, trajectoryTag } from "./trajectory-tag";
 import { putMedia, readMedia } from "./media-store";
 import { SHA256_HEX } from "./media-refs";
 
@@ -43,8 +44,11 @@ export type Authorized = { engine: string; incarnation: string; checkedAt: numbe
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
 
-/** A JSON body, JSON lines of one item schema (a stream, `application/x-ndjson`), or text as stored (a medium). */
-export type LedgerAnswer = { kind: "json"; schema: z.ZodType } | { kind: "lines"; item: z.ZodType; description: string } | { kind: "text"; description: string };
+/**
+ * A JSON body, JSON lines of one item schema (a stream, `application/x-ndjson`), or text as stored
+ * (a medium). `etag`: the answer carries an ETag and is 304 to an If-None-Match that names it.
+ */
+export type LedgerAnswer = { kind: "json"; schema: z.ZodType; etag?: true } | { kind: "lines"; item: z.ZodType; description: string } | { kind: "text"; description: string };
 
 /** A path parameter: its format, and what a value that does not fit is told (a 404: it names nothing). */
 /** `notFound`: the 404's code; `passOn`: a value that does not fit is left to the next route that matches (another route's path). */
@@ -117,11 +121,22 @@ async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<R
   });
 }
 
+/**
+ * Asked again and again while its claim is live (the dashboard's refresh), and it grows with the
+ * square of the claim's length: a reader that holds the current answer is told so (304) after one
+ * D1 query, without the rest of D1, R2 or the rebuild. `no-cache`: a cache may keep it, but asks
+ * each time, since a live claim's answer changes.
+ */
 async function one(c: Context, who: Authorized, params: Record<string, string>): Promise<Response> {
-  const fence = params["fence"];
-  const t = await readTrajectory(envOf(c).DB, envOf(c).LEDGER, who.engine, params["episode_uuid"] as string, fence === undefined ? null : Number(fence));
+  const fenceText = params["fence"];
+  const episode = params["episode_uuid"] as string;
+  const fence = fenceText === undefined ? null : Number(fenceText);
+  const tag = await trajectoryTag(envOf(c).DB, { name: who.engine, incarnation: who.incarnation }, episode, fence);
+  const headers: Record<string, string> = tag === null ? {} : { etag: tag, "cache-control": "private, no-cache" };
+  if (tag !== null && noneMatch(c.req.header("if-none-match"), tag)) return new Response(null, { status: 304, headers });
+  const t = await readTrajectory(envOf(c).DB, envOf(c).LEDGER, who.engine, episode, fence);
   // Sent a call at a time: one string of a long episode's whole conversations may not fit the isolate.
-  return "ok" in t ? refusal(t) : new Response(trajectoryStream(t), { status: 200, headers: { "content-type": "application/json" } });
+  return "ok" in t ? refusal(t) : new Response(trajectoryStream(t), { status: 200, headers: { "content-type": "application/json", ...headers } });
 }
 
 const MediaParam: LedgerParam = {
@@ -155,7 +170,7 @@ const oneTrajectory = (path: string, summary: string, params: Record<string, Led
   summary,
   params,
   input: { from: "none" },
-  answer: { kind: "json", schema: Trajectory },
+  answer: { kind: "json", schema: Trajectory, etag: true },
   refusals: { 404: UNKNOWN_TRAJECTORY },
   handle: (c, who, _i, p) => one(c, who, p),
 });

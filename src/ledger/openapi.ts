@@ -19,8 +19,24 @@ const openApiPath = (path: string): string => path.replace(/:(\w+)/g, "{$1}");
 /** `get /trajectories/:episode_uuid` -> `ledger_get_trajectories_episode_uuid`. */
 const operationIdOf = (spec: LedgerRouteSpec): string => `ledger_${spec.method}_${spec.path.replace(/^\//, "").replace(/[/:]+/g, "_")}`;
 
+const ETAG_HEADERS: JsonSchema = {
+  ETag: { description: "A strong entity tag of this answer: it changes whenever the answer would (a call recorded, the claim ended, calls removed by retention, the engine made again). Send it back as If-None-Match.", schema: { type: "string" } },
+  "Cache-Control": { description: "`private, no-cache`: a cache may keep the answer but must ask again each time (a live claim's answer changes).", schema: { type: "string" } },
+};
+
+/** Asking again with the ETag held: unchanged costs one D1 query on the exchange and no body on the wire. */
+const IF_NONE_MATCH: JsonSchema = {
+  name: "If-None-Match",
+  in: "header",
+  required: false,
+  description: "The ETag of the answer held (or several, or `*`): when it is still the current one, the answer is 304 without a body. A value of no valid form is ignored.",
+  schema: { type: "string" },
+};
+
 function success(answer: LedgerAnswer): JsonSchema {
-  if (answer.kind === "json") return { description: "Success.", content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
+  if (answer.kind === "json") {
+    return { description: "Success.", ...(answer.etag === true ? { headers: ETAG_HEADERS } : {}), content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
+  }
   if (answer.kind === "text") return { description: answer.description, content: { "text/plain": { schema: { type: "string", description: answer.description } } } };
   return {
     description: answer.description,
@@ -30,6 +46,9 @@ function success(answer: LedgerAnswer): JsonSchema {
 
 function responses(spec: LedgerRouteSpec): JsonSchema {
   const out: JsonSchema = { "200": success(spec.answer) };
+  if (spec.answer.kind === "json" && spec.answer.etag === true) {
+    out["304"] = { description: "Not Modified: If-None-Match named the current answer's ETag; no body. The caller was checked first (401, 403 as for a 200).", headers: ETAG_HEADERS };
+  }
   // 429: these routes count against the token's request limit as the engine's do (http/rate-limit.ts).
   const statuses = new Set<ErrorStatus>([401, 403, 404, 429, ...(Object.keys(spec.refusals).map(Number) as ErrorStatus[])]);
   for (const s of [...statuses].sort()) {
@@ -56,7 +75,7 @@ function operation(spec: LedgerRouteSpec, tokenInPath: boolean): JsonSchema {
     tags: [LEDGER_TAG],
     "x-roles": roles,
     security: auth.security,
-    parameters: [...auth.parameters, ...params, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : [])],
+    parameters: [...auth.parameters, ...params, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : []), ...(spec.answer.kind === "json" && spec.answer.etag === true ? [IF_NONE_MATCH] : [])],
     ...(spec.input.from === "body" ? { requestBody: { required: true, content: { "application/json": { schema: toJsonSchema(spec.input.schema, "input") } } } } : {}),
     responses: responses(spec),
   };

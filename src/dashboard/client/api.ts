@@ -24,6 +24,8 @@ export type RunList = z.infer<typeof ListRunsResponse>;
 export type RecentRuns = { list: RunList; featured: RunStatusResponse | null };
 /** The trajectory list's filters the page sets: the reward chart's step (and the run it belongs to). */
 export type TrajectoryFilter = { run: number | null; global_step: number | null };
+/** A trajectory with the ETag it came with (null from an exchange that sends none): what the page asks again with. */
+export type TaggedTrajectory = { trajectory: Trajectory; etag: string | null };
 
 export function apiModule(win: BrowserWindow) {
   const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -34,12 +36,19 @@ export function apiModule(win: BrowserWindow) {
       isRecord(v) &&
       Object.entries(fields).every(([k, t]) => (t === "array" ? Array.isArray(v[k]) : t === "object" ? isRecord(v[k]) || v[k] === null : typeof v[k] === t));
 
-  type Answer = { status: number; text: string };
+  type Answer = { status: number; text: string; etag: string | null };
 
-  async function getText(path: string, token: string): Promise<Result<Answer>> {
+  /**
+   * `held`: a read the page revalidates itself, with the ETag of the answer it holds (null: none
+   * yet) sent as If-None-Match, answered 304 with no text while it is current. Kept out of the
+   * browser's cache, which would hold a second copy of a trajectory of many MB.
+   */
+  async function getText(path: string, token: string, held?: { etag: string | null }): Promise<Result<Answer>> {
     try {
-      const res = await win.fetch(path, { headers: { authorization: `Bearer ${token}` } });
-      return { ok: true, value: { status: res.status, text: await res.text() } };
+      const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+      if (held !== undefined && held.etag !== null) headers["if-none-match"] = held.etag;
+      const res = await win.fetch(path, { headers, ...(held === undefined ? {} : { cache: "no-store" as const }) });
+      return { ok: true, value: { status: res.status, text: await res.text(), etag: res.headers.get("etag") } };
     } catch (e) {
       return { ok: false, problem: { status: 0, error: "network", detail: e instanceof Error ? e.message : String(e) } };
     }
@@ -59,9 +68,13 @@ export function apiModule(win: BrowserWindow) {
 
   async function getJson<T>(path: string, token: string, guard: Guard<T>): Promise<Result<T>> {
     const r = await getText(path, token);
-    if (!r.ok) return r;
-    const { status, text } = r.value;
-    if (status < 200 || status > 299) return { ok: false, problem: refusal(r.value) };
+    return r.ok ? parsed(path, r.value, guard) : r;
+  }
+
+  /** A 2xx's JSON checked by `guard`, or the Problem it makes. */
+  function parsed<T>(path: string, answer: Answer, guard: Guard<T>): Result<T> {
+    const { status, text } = answer;
+    if (status < 200 || status > 299) return { ok: false, problem: refusal(answer) };
     let body: unknown;
     try {
       body = JSON.parse(text);
@@ -124,13 +137,19 @@ export function apiModule(win: BrowserWindow) {
       if (cursor !== null) q.set("cursor", cursor);
       return getJson<TrajectoryListResponse>(`${base(engine)}/trajectories?${q.toString()}`, token, shape({ trajectories: "array" }));
     },
-    /** One claim's trajectory with its calls: the episode's latest claim when `fence` is null. */
-    trajectory: (engine: string, token: string, episode: string, fence: number | null) =>
-      getJson<Trajectory>(
-        `${base(engine)}/trajectories/${encodeURIComponent(episode)}${fence === null ? "" : `/${fence}`}`,
-        token,
-        shape({ episode_uuid: "string", fence: "number", calls: "array" }),
-      ),
+    /**
+     * One claim's trajectory with its calls: the episode's latest claim when `fence` is null.
+     * "unchanged" when `held` (the ETag of the one the page holds) is still the current one: a
+     * live claim's trajectory is asked for on every refresh and grows past megabytes.
+     */
+    trajectory: async (engine: string, token: string, episode: string, fence: number | null, held: string | null): Promise<Result<TaggedTrajectory | "unchanged">> => {
+      const path = `${base(engine)}/trajectories/${encodeURIComponent(episode)}${fence === null ? "" : `/${fence}`}`;
+      const r = await getText(path, token, { etag: held });
+      if (!r.ok) return r;
+      if (r.value.status === 304) return { ok: true, value: "unchanged" };
+      const t = parsed(path, r.value, shape<Trajectory>({ episode_uuid: "string", fence: "number", calls: "array" }));
+      return t.ok ? { ok: true, value: { trajectory: t.value, etag: r.value.etag } } : t;
+    },
     /** One medium a trajectory's messages name by `rx-media:sha256:<hex>`: the string the client sent (a data: URL). */
     media: async (engine: string, token: string, sha256: string): Promise<Result<string>> => {
       const r = await getText(`${base(engine)}/trajectories/media/${sha256}`, token);

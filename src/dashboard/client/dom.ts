@@ -54,6 +54,7 @@ export interface DomStorage {
 export interface FetchAnswer {
   ok: boolean;
   status: number;
+  headers: { get(name: string): string | null };
   text(): Promise<string>;
 }
 
@@ -62,7 +63,7 @@ export interface BrowserWindow {
   localStorage: DomStorage;
   location: { href: string; origin: string; pathname: string; search: string };
   history: { replaceState(data: null, unused: string, url: string): void };
-  fetch(url: string, init?: { method?: string; headers?: Record<string, string>; body?: string }): Promise<FetchAnswer>;
+  fetch(url: string, init?: { method?: string; headers?: Record<string, string>; body?: string; cache?: "default" | "no-store" }): Promise<FetchAnswer>;
   setTimeout(handler: () => void, ms: number): number;
   clearTimeout(id: number): void;
 }

@@ -6,7 +6,7 @@
  * place (panel.ts) and the rest of the page carries on.
  */
 import type { Trajectory, TrajectorySummary } from "../../protocol/ledger";
-import type { Api, Result, TrajectoryFilter } from "./api";
+import type { Api, Result, TaggedTrajectory, TrajectoryFilter } from "./api";
 import type { BrowserWindow, Dom } from "./dom";
 import type { Panel } from "./panel";
 import type { TrajectoryListState, TrajectoryListView } from "./trajectory-list-view";
@@ -32,7 +32,8 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
   let rows: TrajectorySummary[] = [];
   let next: string | null = null;
   let pinned = false;
-  let shown: Trajectory | null = null;
+  /** The open episode's trajectory as drawn, with its ETag: a refresh asks whether it changed rather than for it again. */
+  let shown: TaggedTrajectory | null = null;
   let shownCall: number | null = null;
   /** Each read takes a ticket; an answer that is not the newest read's is dropped, so a slow one cannot draw over a later one. */
   let listTicket = 0;
@@ -141,10 +142,17 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
   async function readEpisode(): Promise<void> {
     if (engine === null || open === null) return;
     const ticket = ++episodeTicket;
-    const r = await d.api.trajectory(engine, token, open.episode, open.fence);
+    const r = await d.api.trajectory(engine, token, open.episode, open.fence, shown?.etag ?? null);
     if (ticket !== episodeTicket || open === null) return;
-    shown = r.ok ? r.value : null;
-    drawEpisode(r);
+    if (!r.ok) {
+      shown = null;
+      drawEpisode(r);
+      return;
+    }
+    // What is drawn is still the claim's whole trajectory: nothing to parse or draw again.
+    if (r.value === "unchanged") return;
+    shown = r.value;
+    drawEpisode({ ok: true, value: r.value.trajectory });
   }
 
   async function openEpisode(episode: string, fence: number | null): Promise<void> {
@@ -206,7 +214,7 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
     token = withToken;
     nowMs = now;
     drawEpisode(null);
-    await Promise.all([pinned ? Promise.resolve() : readList(null), open !== null && (shown === null || shown.outcome === null) ? readEpisode() : Promise.resolve()]);
+    await Promise.all([pinned ? Promise.resolve() : readList(null), open !== null && (shown === null || shown.trajectory.outcome === null) ? readEpisode() : Promise.resolve()]);
   }
 
   return { refresh, openEpisode, filterStep };

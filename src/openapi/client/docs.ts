@@ -32,7 +32,7 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
   }
 
   /** Sends the form's request. `key`: a claim's key, for the LLM relay's routes (their credential is not an engine token). */
-  async function send(method: string, path: string, inputs: Map<string, DomInput>, body: DomInput | null, out: DomElement, key: DomInput | null): Promise<void> {
+  async function send(method: string, path: string, inputs: Map<string, DomInput>, inHeader: ReadonlySet<string>, body: DomInput | null, out: DomElement, key: DomInput | null): Promise<void> {
     const auth = authValues();
     const missing: string[] = [];
     let url = path.replace(/\{(\w+)\}/g, (_m, name: string) => {
@@ -46,9 +46,13 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
       return;
     }
     const query = new URLSearchParams();
-    for (const [name, input] of inputs) if (!path.includes(`{${name}}`) && input.value.trim() !== "") query.set(name, input.value.trim());
-    if (query.toString() !== "") url += `?${query.toString()}`;
     const headers: Record<string, string> = {};
+    for (const [name, input] of inputs) {
+      if (path.includes(`{${name}}`) || input.value.trim() === "") continue;
+      if (inHeader.has(name)) headers[name.toLowerCase()] = input.value.trim();
+      else query.set(name, input.value.trim());
+    }
+    if (query.toString() !== "") url += `?${query.toString()}`;
     const claimKey = key?.value.trim() ?? "";
     if (claimKey !== "") headers["authorization"] = `Bearer ${claimKey}`;
     else if (auth.token !== "" && !path.includes("{token}")) headers["authorization"] = `Bearer ${auth.token}`;
@@ -76,6 +80,8 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
     const params = (Array.isArray(op["parameters"]) ? op["parameters"] : []).map(deref);
     const own = params.filter((p) => str(p["name"]) !== "engine" && str(p["name"]) !== "token");
     const inputs = new Map<string, DomInput>();
+    // If-None-Match on a trajectory: sent as a header, not in the query.
+    const inHeader = new Set(own.filter((p) => str(p["in"]) === "header").map((p) => str(p["name"])));
     const bodySchema = rec(rec(rec(rec(op["requestBody"])["content"])["application/json"])["schema"]);
     const hasBody = isRecord(op["requestBody"]);
     const takesClaimKey = (Array.isArray(op["security"]) ? op["security"] : []).some((s) => "claimKey" in rec(s));
@@ -116,7 +122,7 @@ export function docsModule(win: BrowserWindow, dom: Dom, ex: ExampleModule) {
         h(
           "div",
           { class: "send-row" },
-          h("button", { type: "button", class: "send", onclick: () => void send(method, path, inputs, bodyInput, out, keyInput) }, "Send"),
+          h("button", { type: "button", class: "send", onclick: () => void send(method, path, inputs, inHeader, bodyInput, out, keyInput) }, "Send"),
           h("span", { class: "sub" }, "Sends a real request to this exchange with the engine and token above."),
         ),
         out,
