@@ -17,6 +17,7 @@ import { createEngine, startExchange, type TestEngine, type TestExchange } from 
 import { launchBrowser, watchErrors, type TestBrowser } from "./support/browser";
 import { attr, refreshesLater, trajectoryRows } from "./support/page-data";
 import { noisePngDataUrl } from "./support/png";
+import { packFloats, packInts } from "../src/protocol/packed";
 import { abort, callClock, claim, end, ledgerOf, record, settled } from "./support/scripted-ledger";
 
 let ex: TestExchange;
@@ -476,6 +477,33 @@ describe("trajectories on the dashboard", () => {
     expect(after.filter((a) => a.status !== 304 || a.bytes > 0)).toEqual([]);
     await watcher.close();
     expect(errs).toEqual([]);
+  });
+
+  // A claim past the 2,000 calls a trajectory answers read "stops at call #2001, whose prompt
+  // tokens drifted": the ledger's reason (the bound) was not the one shown.
+  it("says a claim past the calls a trajectory answers is cut there, with how many it recorded", async () => {
+    const cut = await createEngine(ex, "ledger-cut-claim");
+    await cut.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    const c = await claim(cut, "ep-2001", "client-a", "swe");
+    const cutCall = callClock(Date.now() - 60 * 60_000);
+    // Each call its own one-message conversation, its prompt the one before's ids and one more: what matters is how many there are.
+    const calls: CallRecord[] = [];
+    for (let i = 0; i < 2001; i++) {
+      const prev = calls.at(-1);
+      const tokens = { prompt_prefix: prev === undefined ? null : { call_id: prev.call_id, count: 2 * i }, prompt_ids: packInts([i]), completion_ids: packInts([100_000 + i]), completion_logprobs: packFloats([-0.5]) };
+      calls.push(cutCall(c, { body: { messages: [{ role: "user", content: `step ${i}` }], answer: { role: "assistant", content: "ok" }, tokens } }));
+    }
+    for (let i = 0; i < calls.length; i += 500) await record(ex, cut, calls.slice(i, i + 500));
+    const t = await ledgerOf(ex, cut, "viewer").trajectory("ep-2001");
+    expect({ shown: t.calls.length, cut: t.calls_cut, recorded: t.calls_recorded, drift: t.training?.drift_at_call }).toEqual({ shown: 2000, cut: true, recorded: 2001, drift: 2000 });
+
+    await page.goto(`${ex.url}/dashboard?engine=${cut.name}&token=${cut.tokens.viewer}&episode=ep-2001&refresh=0.3`);
+    await page.waitForSelector('#episode-view[data-episode="ep-2001"][data-calls="2000"]');
+    expect(await attr(page, "#episode-training", "data-drift-at-call")).toBe("2000");
+    const line = await page.textContent("#episode-training");
+    expect(line).toContain("stops at call #2001, the first past the 2000 a trajectory answers (the claim has 2001)");
+    expect(line).not.toContain("drifted");
+    expect(await page.textContent("#episode-conversation h3")).toContain("Call #2000 of 2000 shown (2001 recorded)");
   });
 
   it("logged no error in the browser", () => {

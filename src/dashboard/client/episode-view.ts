@@ -149,7 +149,12 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
     const tr = t.training;
     if (tr === null) return null;
     const at = tr.drift_at_call === null ? undefined : t.calls[tr.drift_at_call];
-    const why = at !== undefined && tokensUnknown(at) ? "whose tokens are not known" : "whose prompt tokens drifted";
+    const why =
+      t.calls_cut && tr.drift_at_call === t.calls.length
+        ? `the first past the ${fmt.count(t.calls.length)} a trajectory answers (the claim has ${fmt.count(t.calls_recorded ?? t.calls.length)})`
+        : at !== undefined && tokensUnknown(at)
+          ? "whose tokens are not known"
+          : "whose prompt tokens drifted";
     const drift = tr.drift_at_call === null ? "every turn spliced" : `stops at call #${tr.drift_at_call + 1}, ${why}`;
     return h(
       "p",
@@ -168,7 +173,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
       h(
         "h3",
         {},
-        `Call #${shown + 1} of ${t.calls.length}${shown === t.calls.length - 1 ? " (the last)" : ""}: the ${c.messages.length} message${c.messages.length === 1 ? "" : "s"} it was given, then its answer`,
+        `Call #${shown + 1} of ${t.calls.length}${t.calls_cut ? ` shown (${fmt.count(t.calls_recorded ?? t.calls.length)} recorded)` : shown === t.calls.length - 1 ? " (the last)" : ""}: the ${c.messages.length} message${c.messages.length === 1 ? "" : "s"} it was given, then its answer`,
       ),
       rewritten
         ? h("p", { class: "mark-note", "data-mark": "rewritten" }, `These messages do not continue call #${shown}'s conversation: the client rewrote or trimmed its history before this call.`)
