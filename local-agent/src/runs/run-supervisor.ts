@@ -18,7 +18,7 @@ import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
 import { privateDir, writePrivateAtomic } from "../host-files";
-import type { Logger } from "../log";
+import { describeError, type Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { MetricsReader } from "./metrics-reader";
 import { hideToken, withAtroposUrl } from "./atropos-url";
@@ -130,10 +130,15 @@ export class RunSupervisor {
       return this.refuseStart(cmd.run_id, `the runs config's commands: ${e.message}`);
     }
     if (procs.length === 0) return this.refuseStart(cmd.run_id, "this host's runs config lists no processes to start");
-    privateDir(this.d.config.runsDir, this.d.logger);
-    privateDir(dir, this.d.logger);
-    // Owner-only: it holds the trainer token, in the Atropos URL.
-    writePrivateAtomic(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
+    try {
+      privateDir(this.d.config.runsDir, this.d.logger);
+      privateDir(dir, this.d.logger);
+      // Owner-only: it holds the trainer token, in the Atropos URL.
+      writePrivateAtomic(configPath, this.d.atropos === undefined ? cmd.config_yaml : withAtroposUrl(cmd.config_yaml, this.d.atropos.engine, this.d.atropos.url));
+    } catch (e) {
+      // Refused, not thrown: a throw leaves the start unacked, handed out again after each lease (a full disk).
+      return this.refuseStart(cmd.run_id, `cannot write ${configPath}: ${describeError(e)}`);
+    }
     const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now(), this.d.logger), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);

@@ -27,6 +27,7 @@ import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { processAlive, waitUntil } from "../support/wait";
 import { RecordingReporter, freePort, proc, runsConfig, startCommand } from "./support";
+import { unwritable } from "../support/full-disk";
 
 const cleanups: Array<() => void | Promise<void>> = [];
 afterEach(async () => {
@@ -152,6 +153,20 @@ describe("starting a run", () => {
     reporter.status.set("run_gone01", "stopped");
     expect(await sup.start(startCommand("run_gone01"))).toEqual({ ok: true, detail: "run run_gone01 was stopped before it started; nothing was started" });
     expect(reporter.last("run_gone01")?.processes?.every((p) => p.pid === null)).toBe(true);
+  });
+});
+
+describe("a run on a full disk", () => {
+  // A start whose config.yaml could not be written threw: never answered, handed out again after each lease.
+  it("refuses a start whose config.yaml cannot be written, saying why, and starts nothing", async () => {
+    const { sup, reporter, config } = setup([proc("api", "")]);
+    const configPath = join(runDir(config.runsDir, "run_full01"), "config.yaml");
+    unwritable(configPath);
+    const outcome = await sup.start(startCommand("run_full01"));
+    expect(outcome.ok).toBe(false);
+    expect(outcome.detail.startsWith(`cannot write ${configPath}: `), outcome.detail).toBe(true);
+    expect(reporter.last("run_full01")).toMatchObject({ status: "failed" });
+    expect(reporter.last("run_full01")?.processes?.every((p) => p.pid === null) ?? true).toBe(true);
   });
 });
 
