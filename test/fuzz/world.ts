@@ -218,7 +218,7 @@ type ReadRoute = { path: string; method: "GET" | "POST"; op: Operation; query: s
  * page by page to the end. GETs the document marks `x-changes-state` are left out (the agent's
  * command poll leases what it returns; Atropos's /batch, /status-env, /reset_data), and so is
  * the relay's /v1/models (a claim's key
- * reads it, not the admin's token). The ledger's export is read once, whole: it is
+ * reads it, not the admin's token), and the metrics (below). The ledger's export is read once, whole: it is
  * every trajectory the list pages through, and its filters are the list's.
  */
 export function readRoutes(doc: Doc): ReadRoute[] {
@@ -229,6 +229,9 @@ export function readRoutes(doc: Doc): ReadRoute[] {
     if (bearerForm && path.endsWith("/get_episode_buffer") && post) reads.push({ path, method: "POST", op: post, query: "", pages: false });
     const op = item["get"];
     if (!op || op["x-changes-state"] === true || isRelayPath(path) || !(bearerForm || path === "/admin/engines" || path === "/admin/engines/{name}/tokens")) continue;
+    // The metrics are the overview's and the buffer's health in another format (both read here),
+    // with the relay's refusals among them by design, as withoutRefusalCounts takes them out of those.
+    if (path.endsWith("/metrics")) continue;
     const query = parametersOf(doc, op).filter((p) => p.in === "query");
     const lines = op.responses["200"]?.content?.[JSON_LINES] !== undefined;
     const pages = !lines && query.some((p) => p.name === "cursor");
