@@ -9,7 +9,7 @@
  * The rollout workers' and the runs' processes write their logs the same way (RunProcess), and
  * are rotated the same way (rotateLog), at the same size: any of them left to grow fills the disk.
  */
-import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { openPrivateAppend } from "./host-files";
 import { tailFile } from "./runs/process-group";
@@ -42,6 +42,18 @@ export class TrainerLog {
   }
 }
 
+/**
+ * The line a log gets before each start of its process. Not a gate: on a full log disk the
+ * process starts all the same (a throw here left its start unanswered, handed out again).
+ */
+export function startBanner(fd: number, now: number, command: string): void {
+  try {
+    writeSync(fd, `\n===== ${new Date(now).toISOString()} rollout-agent starts: ${command}\n`);
+  } catch {
+    // The disk refuses the banner as it will the process's output: nothing to add to that.
+  }
+}
+
 /** Rotates the log at `path` -> `path`.1 -> ... -> `path`.`keep` once it is larger than maxBytes (copy, then truncate). Returns whether it did. */
 export function rotateLog(path: string, maxBytes: number, keep: number): boolean {
   let size: number;
@@ -51,19 +63,23 @@ export function rotateLog(path: string, maxBytes: number, keep: number): boolean
     return false;
   }
   if (size <= maxBytes) return false;
+  // Copied aside before any older copy is dropped: on a disk something else filled, a copy that
+  // fails at every try must not delete one older copy each time (they hold the crash output an
+  // operator looks for). A partial copy is removed, as it holds what space is left.
+  const fresh = `${path}.rotating`;
+  try {
+    copyFileSync(path, fresh);
+  } catch (e) {
+    rmSync(fresh, { force: true });
+    throw e;
+  }
   const oldest = `${path}.${keep}`;
   if (existsSync(oldest)) unlinkSync(oldest);
   for (let i = keep - 1; i >= 1; i--) {
     const from = `${path}.${i}`;
     if (existsSync(from)) renameSync(from, `${path}.${i + 1}`);
   }
-  try {
-    copyFileSync(path, `${path}.1`);
-  } catch (e) {
-    // A partial copy would hold what space a full disk has left; the next try has older copies fewer to make room.
-    rmSync(`${path}.1`, { force: true });
-    throw e;
-  }
+  renameSync(fresh, `${path}.1`);
   const fd = openSync(path, "r+");
   try {
     ftruncateSync(fd, 0);

@@ -9,7 +9,7 @@
  * has made sure the pid is still that trainer's (process-group.ts's isOurGroup).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
+import { closeSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { TrainerState } from "../../src/protocol";
 import type { Clock } from "./clock";
@@ -20,7 +20,7 @@ import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
 import { groupAlive, isOurGroup, notedStart, processStartedAt, signalGroup, stopGroup } from "./runs/process-group";
-import type { TrainerLog } from "./trainer-log";
+import { startBanner, type TrainerLog } from "./trainer-log";
 
 
 /** `start_seq`: the start command that launched the trainer, null when unknown (a pid file of an older agent). */
@@ -175,7 +175,7 @@ export class TrainerSupervisor {
     const fd = this.opts.log.openForChild();
     let child: ChildProcess;
     try {
-      writeSync(fd, `\n===== ${new Date(this.opts.clock.now()).toISOString()} rollout-agent starts: ${argv.map(quoteForLog).join(" ")}\n`);
+      startBanner(fd, this.opts.clock.now(), argv.map(quoteForLog).join(" "));
       child = spawn(argv[0] as string, argv.slice(1), {
         cwd: this.opts.cwd ?? undefined,
         env: childEnv({ ...this.opts.env, ROLLOUT_TRAIN_CONFIG: this.configFile }),

@@ -108,6 +108,51 @@ describe("the outcome journal's disk is full", () => {
 });
 
 describe("chatty children", () => {
+  // A rotation whose copy failed at every try (a disk something else filled) deleted one older
+  // copy each time: within seconds every rotated log, with the crash output in it, was gone.
+  it("keeps the older copies when the rotation's copy fails for lack of space", () => {
+    const log = join(t.dir, "copies.log");
+    writeFileSync(log, "x".repeat(64 * 1024));
+    for (const i of [1, 2, 3]) writeFileSync(`${log}.${i}`, `copy ${i}`);
+    const out = runWithFileLimit(
+      t.dir,
+      16 * 1024,
+      `import { existsSync, readFileSync } from "node:fs";
+       import { rotateLog } from ${JSON.stringify(join(SRC, "trainer-log.ts"))};
+       const log = ${JSON.stringify(log)};
+       let failed = null;
+       try { rotateLog(log, 1024, 3); } catch (e) { failed = e.code; }
+       console.log(JSON.stringify({ failed, copies: [1, 2, 3].map((i) => existsSync(log + "." + i) ? readFileSync(log + "." + i, "utf8") : null), partial: existsSync(log + ".rotating") }));`,
+    );
+    expect(JSON.parse(out)).toEqual({ failed: "EFBIG", copies: ["copy 1", "copy 2", "copy 3"], partial: false });
+    expect(statSync(log).size).toBe(64 * 1024);
+  });
+
+  // The start's banner line in trainer.log threw on a full log disk: the start was never answered.
+  it("starts the trainer when its log cannot be written, and answers the start", () => {
+    const logs = join(t.dir, "full-logs");
+    mkdirSync(logs, { recursive: true });
+    writeFileSync(join(logs, "trainer.log"), "x".repeat(32 * 1024));
+    const out = runWithFileLimit(
+      t.dir,
+      16 * 1024,
+      `import { TrainerSupervisor } from ${JSON.stringify(join(SRC, "trainer.ts"))};
+       import { TrainerLog } from ${JSON.stringify(join(SRC, "trainer-log.ts"))};
+       import { realClock } from ${JSON.stringify(join(SRC, "clock.ts"))};
+       const quiet = { debug() {}, info() {}, warn() {}, error() {} };
+       let exited = null;
+       const s = new TrainerSupervisor({ command: ["sh", "-c", "exit 3"], cwd: null, stateDir: ${JSON.stringify(join(t.dir, "full-state"))},
+         log: new TrainerLog(${JSON.stringify(logs)}, 1 << 20, 2), graceMs: 1000, placeholders: {}, env: {}, logger: quiet, clock: realClock,
+         onUnexpectedExit: (e) => { exited = e.exit_code; } });
+       void (async () => {
+         const outcome = await s.start("x: 1", 1);
+         while (exited === null) await new Promise((r) => setTimeout(r, 20));
+         console.log(JSON.stringify({ ok: outcome.ok, exited }));
+       })();`,
+    );
+    expect(JSON.parse(out)).toEqual({ ok: true, exited: 3 });
+  });
+
   it("rotates the rollout workers' log past logMaxBytes, as trainer.log", async () => {
     const max = 64 * 1024;
     const clock = new ManualClock(Date.now());

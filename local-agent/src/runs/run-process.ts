@@ -7,7 +7,8 @@
  * polling its group, and its exit status cannot be known.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, writeSync } from "node:fs";
+import { closeSync } from "node:fs";
+import { startBanner } from "../trainer-log";
 import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
 import { childEnv } from "../child-env";
 import type { Clock } from "../clock";
@@ -70,7 +71,7 @@ export class RunProcess {
   async spawn(opts: { cwd: string | null; env: Record<string, string> }): Promise<string | null> {
     const fd = openPrivateAppend(this.logPath);
     try {
-      writeSync(fd, `\n===== ${new Date(this.clock.now()).toISOString()} rollout-agent starts: ${this.reported(this.argv.join(" "))}\n`);
+      startBanner(fd, this.clock.now(), this.reported(this.argv.join(" ")));
       const child = spawn(this.argv[0] as string, this.argv.slice(1), {
         cwd: opts.cwd ?? undefined,
         env: childEnv(opts.env),

@@ -226,7 +226,7 @@ export class RunSupervisor {
     for (const j of openJournals(this.d.config.runsDir)) {
       if (known.has(j.run_id) || j.run_id === this.run?.id) continue;
       for (const p of j.processes) if (isOurGroup(p.pid, notedStart(p.proc_started_at))) signalGroup(p.pid, "SIGKILL");
-      writeJournal(this.d.config.runsDir, { ...j, closed: true });
+      this.noted(j.run_id, () => writeJournal(this.d.config.runsDir, { ...j, closed: true }));
     }
   }
 
@@ -319,7 +319,7 @@ export class RunSupervisor {
     const dir = runDir(this.d.config.runsDir, runId);
     const procs = (journal?.processes ?? []).map((p) => RunProcess.adopt(p.name, p.order, p.pid, notedStart(p.proc_started_at), join(dir, `${p.name}.log`), this.d.clock, this.reported)).filter((p) => !p.gone);
     for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
-    if (journal !== null) writeJournal(this.d.config.runsDir, { ...journal, closed: true });
+    if (journal !== null) this.noted(runId, () => writeJournal(this.d.config.runsDir, { ...journal, closed: true }));
     const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;
     await this.d.reporter.report(runId, { status: "stopped", detail, processes: procs.map((p) => p.report(true)), agent_id: this.d.agentId });
     return { ok: true, detail };
@@ -375,16 +375,31 @@ export class RunSupervisor {
   }
 
   private note(run: Run): void {
-    writeJournal(this.d.config.runsDir, {
-      run_id: run.id,
-      closed: false,
-      processes: run.procs.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order, ...(p.procStartedAt === null ? {} : { proc_started_at: p.procStartedAt }) }])),
-    });
+    this.noted(run.id, () =>
+      writeJournal(this.d.config.runsDir, {
+        run_id: run.id,
+        closed: false,
+        processes: run.procs.flatMap((p) => (p.pid === null ? [] : [{ name: p.name, pid: p.pid, order: p.order, ...(p.procStartedAt === null ? {} : { proc_started_at: p.procStartedAt }) }])),
+      }),
+    );
   }
 
   private closeJournal(run: Run): void {
     const j = readJournal(this.d.config.runsDir, run.id);
-    if (j !== null) writeJournal(this.d.config.runsDir, { ...j, closed: true });
+    if (j !== null) this.noted(run.id, () => writeJournal(this.d.config.runsDir, { ...j, closed: true }));
+  }
+
+  /**
+   * A run's note is for adopting its processes after an agent restart, not a gate: a write the
+   * disk refuses (a run that filled it with checkpoints) is warned about, and the run goes on or
+   * ends as it would. Thrown, it rejected the run's task, which nobody awaits: the agent exited.
+   */
+  private noted(runId: string, write: () => void): void {
+    try {
+      write();
+    } catch (e) {
+      this.d.logger.warn(`run ${runId}: cannot write its note in ${runDir(this.d.config.runsDir, runId)} (${describeError(e)}): an agent restarted meanwhile may not adopt or close its processes`);
+    }
   }
 
   private finish(run: Run): void {

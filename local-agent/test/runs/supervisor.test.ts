@@ -168,6 +168,22 @@ describe("a run on a full disk", () => {
     expect(reporter.last("run_full01")).toMatchObject({ status: "failed" });
     expect(reporter.last("run_full01")?.processes?.every((p) => p.pid === null) ?? true).toBe(true);
   });
+
+  // A run that filled the disk with checkpoints ended, and the agent wrote run.json closed: the
+  // write threw inside the run's task, which nobody awaits, and the agent process exited.
+  it("ends a run whose note cannot be written as any other, with a warning, and takes the next start", async () => {
+    const { sup, reporter, config, logger } = setup([proc("trainer", "--exit-after 0.3")]);
+    const note = join(runDir(config.runsDir, "run_full02"), "run.json");
+    unwritable(note);
+    expect((await sup.start(startCommand("run_full02"))).ok).toBe(true);
+    await sup.settled();
+    expect(reporter.last("run_full02")).toMatchObject({ status: "completed" });
+    expect(logger.has(/^warn run run_full02: cannot write its note in .*an agent restarted meanwhile may not adopt or close its processes/)).toBe(true);
+    // Not held as a run still going: the next one starts.
+    const next = await sup.start(startCommand("run_full03"));
+    expect(next.ok, next.detail).toBe(true);
+    await sup.settled();
+  });
 });
 
 describe("a running run", () => {
