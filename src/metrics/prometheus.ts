@@ -7,6 +7,7 @@
  */
 import type { EngineOverview } from "../protocol/agent";
 import type { HealthResponse } from "../protocol/buffer";
+import { ENGINE_STATUSES } from "../protocol/status";
 
 /** The content type of the text format, as scrapers ask for it. */
 export const EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -20,6 +21,9 @@ const quoted = (v: string): string => `"${v.replace(/\\/g, "\\\\").replace(/"/g,
 /** HELP text escapes backslash and line feed only. */
 const helpText = (v: string): string => v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
 
+/** A value as the format spells it: Go's float syntax, with +Inf, -Inf and NaN. */
+const sampleValue = (v: number): string => (Number.isNaN(v) ? "NaN" : v === Infinity ? "+Inf" : v === -Infinity ? "-Inf" : String(v));
+
 function render(families: Family[], engine: string): string {
   const lines: string[] = [];
   for (const f of families) {
@@ -27,7 +31,7 @@ function render(families: Family[], engine: string): string {
     lines.push(`# HELP ${f.name} ${helpText(f.help)}`, `# TYPE ${f.name} ${f.type}`);
     for (const [labels, value] of f.samples) {
       const all = Object.entries({ engine, ...labels }).map(([k, v]) => `${k}=${quoted(v)}`);
-      lines.push(`${f.name}{${all.join(",")}} ${Number.isFinite(value) ? String(value) : "NaN"}`);
+      lines.push(`${f.name}{${all.join(",")}} ${sampleValue(value)}`);
     }
   }
   return lines.join("\n") + "\n";
@@ -61,6 +65,13 @@ function relayFailures(failures: Record<string, number>): Family {
   };
 }
 
+/** 1 for `current`, 0 for every other status AgentJet knows (and `current` kept, should it be one no list names). */
+function engineStatuses(current: string): Record<string, number> {
+  const all: Record<string, number> = Object.fromEntries(ENGINE_STATUSES.map((s) => [s, 0]));
+  all[current] = 1;
+  return all;
+}
+
 export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
   const b = h.buffer;
   const a = o.atropos;
@@ -68,7 +79,8 @@ export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
   for (const s of a.stalls) stalls[s.kind] = (stalls[s.kind] ?? 0) + s.groups;
   return render(
     [
-      gauge("rx_engine_status", "The engine's status: 1 for the status it is in.", 1, { status: o.engine_status }),
+      // Every status, 1 for the one it is in (a state set): a status's series drops to 0 rather than vanishing.
+      byLabel("rx_engine_status", "gauge", "The engine's status: 1 for the status it is in, 0 for the others.", "status", engineStatuses(o.engine_status)),
       gauge("rx_engine_status_since_timestamp_seconds", "When the engine entered its status.", seconds(o.engine_status_since)),
       gauge("rx_global_step", "The trainer's global step.", o.global_step),
       byLabel("rx_episodes", "gauge", "Live episodes by state.", "state", o.episodes),
@@ -89,11 +101,12 @@ export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
       gauge("rx_buffer_pending_steps", "Step rows of groups still filling.", b.pending_steps),
       gauge("rx_buffer_stored_bytes", "Bytes of the buffer's rows held, kept pulls included.", b.stored_bytes),
       gauge("rx_buffer_max_stored_bytes", "The bound on the bytes of rows waiting to be pulled.", b.config.max_stored_bytes),
-      byLabel("rx_buffer_groups_decided_total", "counter", "Groups the buffer delivered, dropped at their TTL, or dropped as stale.", "outcome", {
+      byLabel("rx_buffer_groups_decided_total", "counter", "Groups the buffer delivered, or dropped (at their TTL, as stale, or discarded by a restart).", "outcome", {
         delivered: b.delivered_groups,
         dropped: b.dropped_groups,
-        stale: b.stale_groups,
       }),
+      // Apart: a stale group is also among the delivered (flagged) or the dropped.
+      counter("rx_buffer_stale_groups_total", "Groups found stale when pulled, delivered flagged or dropped by the staleness policy (also counted in rx_buffer_groups_decided_total).", b.stale_groups),
       byLabel("rx_buffer_partial_groups_total", "counter", "Groups decided at their TTL short of group_size usable sessions.", "outcome", {
         delivered: b.partial_groups_delivered,
         dropped: b.partial_groups_dropped,
