@@ -5,6 +5,7 @@
  * the caller is checked before any of it: a token that may not read gets 401 or 403, never a 304
  * that would tell it the trajectory is there.
  */
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import type { Trajectory } from "../src/protocol/ledger";
@@ -114,6 +115,24 @@ describe("a trajectory's ETag", () => {
     expect(after.status).toBe(200);
     expect(after.etag).not.toBe(before.etag);
     expect(callsOf(after.text)).toBe(1);
+  });
+
+  // Retention deletes in chunks of rows, not in the answer's order: a middle call can go while a
+  // late batch brings an earlier one. Count, first and last call then stay as they were.
+  it("changes when one call is removed and another recorded between the same first and last", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    const c = await claimOne(e);
+    const at = (t: number) => call(c, { admitted_at: Date.UTC(2098, 11, 1) + t, body: { messages: [user] } });
+    const [first, middle, last] = [at(1000), at(2000), at(4000)];
+    await post(e, batchOf([first, middle, last]));
+    const before = await read(e, `/trajectories/${c.episode}`);
+    await env.DB.prepare("DELETE FROM llm_calls WHERE engine = ? AND call_id = ?").bind(e.name, middle.call_id).run();
+    await post(e, batchOf([at(3000)]));
+    const after = await read(e, `/trajectories/${c.episode}`, { "if-none-match": before.etag as string });
+    expect(after.status).toBe(200);
+    expect(callsOf(after.text)).toBe(3);
+    expect(after.etag).not.toBe(before.etag);
   });
 
   it("sends the whole answer for an If-None-Match of no valid form", async () => {

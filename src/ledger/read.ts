@@ -373,15 +373,19 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
  */
 const finishedAt = (r: { admitted_at: number; started_at: number; done_at: number }): number => r.admitted_at + Math.max(0, r.done_at - r.started_at);
 
-/** The claim's latest fence among its ended rows and its recorded calls (a live claim has only calls). */
+/**
+ * The episode's latest fence among its ended rows and its recorded calls (a live claim has only
+ * calls), for engine ?1 and episode ?2. Shared with the trajectory's tag (trajectory-tag.ts),
+ * which must name the claim this read answers.
+ */
+export const LATEST_FENCE_SQL = `SELECT MAX(f) AS f FROM (SELECT MAX(fence) AS f FROM trajectories WHERE engine = ?1 AND episode_uuid = ?2
+         UNION ALL SELECT MAX(fence) AS f FROM llm_calls WHERE engine = ?1 AND episode_uuid = ?2)`;
+
+/** The order of a claim's calls in its trajectory; the tag's first and last call are taken in it too. */
+export const CALL_ORDER = "admitted_at, started_at, call_id";
+
 async function latestFence(db: D1Database, engine: string, episode: string): Promise<number | null> {
-  const row = await db
-    .prepare(
-      `SELECT MAX(f) AS f FROM (SELECT MAX(fence) AS f FROM trajectories WHERE engine = ?1 AND episode_uuid = ?2
-         UNION ALL SELECT MAX(fence) AS f FROM llm_calls WHERE engine = ?1 AND episode_uuid = ?2)`,
-    )
-    .bind(engine, episode)
-    .first<{ f: number | null }>();
+  const row = await db.prepare(LATEST_FENCE_SQL).bind(engine, episode).first<{ f: number | null }>();
   return row?.f ?? null;
 }
 
@@ -400,7 +404,7 @@ type ClaimCalls = { rows: CallRow[]; recorded: number };
 async function callsOf(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimCalls>> {
   const { results } = await db
     .prepare(
-      `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY admitted_at, started_at, call_id) AS n,
+      `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY ${CALL_ORDER}) AS n,
            COUNT(*) OVER (PARTITION BY episode_uuid, fence) AS recorded
          FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
        WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
