@@ -261,7 +261,7 @@ async function rotateLoop(logs: () => string[], limits: Pick<AgentConfig, "logMa
   while (!stop.aborted) {
     for (const path of logs()) {
       try {
-        if (rotateLog(path, limits.logMaxBytes, limits.logFiles)) logger.info(`rotated ${path}`);
+        if (await rotateLog(path, limits.logMaxBytes, limits.logFiles)) logger.info(`rotated ${path}`);
         failing.delete(path);
       } catch (e) {
         const kind = (e as NodeJS.ErrnoException).code ?? (e as Error).message;

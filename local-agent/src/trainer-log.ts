@@ -9,7 +9,8 @@
  * The rollout workers' and the runs' processes write their logs the same way (RunProcess), and
  * are rotated the same way (rotateLog), at the same size: any of them left to grow fills the disk.
  */
-import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { copyFile } from "node:fs/promises";
+import { closeSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { openPrivateAppend } from "./host-files";
 import { tailFile } from "./runs/process-group";
@@ -32,7 +33,7 @@ export class TrainerLog {
   }
 
   /** Rotates trainer.log -> trainer.log.1 -> ... once it is larger than maxBytes. Returns whether it did. */
-  rotateIfNeeded(): boolean {
+  rotateIfNeeded(): Promise<boolean> {
     return rotateLog(this.path, this.maxBytes, this.keep);
   }
 
@@ -55,7 +56,7 @@ export function startBanner(fd: number, now: number, command: string): void {
 }
 
 /** Rotates the log at `path` -> `path`.1 -> ... -> `path`.`keep` once it is larger than maxBytes (copy, then truncate). Returns whether it did. */
-export function rotateLog(path: string, maxBytes: number, keep: number): boolean {
+export async function rotateLog(path: string, maxBytes: number, keep: number): Promise<boolean> {
   let size: number;
   try {
     size = statSync(path).size;
@@ -65,10 +66,11 @@ export function rotateLog(path: string, maxBytes: number, keep: number): boolean
   if (size <= maxBytes) return false;
   // Copied aside before any older copy is dropped: on a disk something else filled, a copy that
   // fails at every try must not delete one older copy each time (they hold the crash output an
-  // operator looks for). A partial copy is removed, as it holds what space is left.
+  // operator looks for). A partial copy is removed, as it holds what space is left. Copied on
+  // libuv's threads, not the event loop: a log of 50 MB copied in place held the gateway's calls.
   const fresh = `${path}.rotating`;
   try {
-    copyFileSync(path, fresh);
+    await copyFile(path, fresh);
   } catch (e) {
     rmSync(fresh, { force: true });
     throw e;

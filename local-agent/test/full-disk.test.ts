@@ -120,9 +120,11 @@ describe("chatty children", () => {
       `import { existsSync, readFileSync } from "node:fs";
        import { rotateLog } from ${JSON.stringify(join(SRC, "trainer-log.ts"))};
        const log = ${JSON.stringify(log)};
-       let failed = null;
-       try { rotateLog(log, 1024, 3); } catch (e) { failed = e.code; }
-       console.log(JSON.stringify({ failed, copies: [1, 2, 3].map((i) => existsSync(log + "." + i) ? readFileSync(log + "." + i, "utf8") : null), partial: existsSync(log + ".rotating") }));`,
+       void (async () => {
+         let failed = null;
+         try { await rotateLog(log, 1024, 3); } catch (e) { failed = e.code; }
+         console.log(JSON.stringify({ failed, copies: [1, 2, 3].map((i) => existsSync(log + "." + i) ? readFileSync(log + "." + i, "utf8") : null), partial: existsSync(log + ".rotating") }));
+       })();`,
     );
     expect(JSON.parse(out)).toEqual({ failed: "EFBIG", copies: ["copy 1", "copy 2", "copy 3"], partial: false });
     expect(statSync(log).size).toBe(64 * 1024);

@@ -364,20 +364,20 @@ describe("TrainerSupervisor on a full state disk", () => {
 });
 
 describe("TrainerLog", () => {
-  it("rotates by copy-and-truncate and keeps a bounded number of files", () => {
+  it("rotates by copy-and-truncate and keeps a bounded number of files", async () => {
     const log = new TrainerLog(dir.path, 100, 2);
     const write = (text: string): void => writeFileSync(log.path, text, { flag: "a" });
     write("a".repeat(150) + "\n");
-    expect(log.rotateIfNeeded()).toBe(true);
+    expect(await log.rotateIfNeeded()).toBe(true);
     expect(readFileSync(log.path, "utf8")).toBe("");
     write("b".repeat(150) + "\n");
-    log.rotateIfNeeded();
+    await log.rotateIfNeeded();
     write("c".repeat(150) + "\n");
-    log.rotateIfNeeded();
+    await log.rotateIfNeeded();
     expect(readFileSync(`${log.path}.1`, "utf8")[0]).toBe("c");
     expect(readFileSync(`${log.path}.2`, "utf8")[0]).toBe("b");
     expect(existsSync(`${log.path}.3`)).toBe(false);
-    expect(log.rotateIfNeeded()).toBe(false);
+    expect(await log.rotateIfNeeded()).toBe(false);
   });
 
   it("tails the last lines, dropping a partial first line", () => {
