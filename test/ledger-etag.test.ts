@@ -135,6 +135,22 @@ describe("a trajectory's ETag", () => {
     expect(after.etag).not.toBe(before.etag);
   });
 
+  it("lets LedgerClient watch a live claim: read once, then unchanged until a call is added", async () => {
+    const { e, c } = await liveClaim();
+    const ledger = (role: "viewer" | "client") => new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens[role], fetch: workerFetch });
+    const first = await ledger("viewer").trajectoryIfChanged(c.episode, null);
+    if (first === "unchanged") throw new Error("a first read with no tag cannot be unchanged");
+    expect(first.trajectory.calls).toHaveLength(1);
+    expect(first.etag).toMatch(/^"[0-9a-f]{32}"$/);
+    expect(await ledger("viewer").trajectoryIfChanged(c.episode, first.etag)).toBe("unchanged");
+    expect(await ledger("viewer").trajectoryIfChanged(c.episode, first.etag, c.fence)).not.toBe("unchanged");
+    await post(e, batchOf([call(c, { body: { messages: [user] } })]));
+    const second = await ledger("viewer").trajectoryIfChanged(c.episode, first.etag);
+    expect(second === "unchanged" ? 0 : second.trajectory.calls.length).toBe(2);
+    // A client token may not read trajectories: refused, with or without a tag.
+    await expect(ledger("client").trajectoryIfChanged(c.episode, first.etag)).rejects.toMatchObject({ status: 403 });
+  });
+
   it("sends the whole answer for an If-None-Match of no valid form", async () => {
     const { e, c } = await liveClaim();
     const { etag } = await read(e, `/trajectories/${c.episode}`);

@@ -42,6 +42,29 @@ export class LedgerClient {
   trajectory = (episodeUuid: string, fence?: number) =>
     this.get(`/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`, Trajectory);
 
+  /**
+   * The trajectory, unless the one the caller holds (by the `etag` it came with) is still the
+   * claim's whole trajectory: then "unchanged", and nothing is sent or parsed. For a trainer that
+   * watches live claims (async RL): a claim of an hour is tens of MB, and its answer is read again
+   * only once a call is added or the claim ends. `etag` null: read it (the first time).
+   */
+  async trajectoryIfChanged(episodeUuid: string, etag: string | null, fence?: number): Promise<{ trajectory: Trajectory; etag: string | null } | "unchanged"> {
+    const url = `${this.base}/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`;
+    const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
+    if (etag !== null) headers["if-none-match"] = etag;
+    const res = await this.fetchFn(url, { headers });
+    if (res.status === 304) return "unchanged";
+    const text = await res.text();
+    if (!res.ok) throw refusalOf(res.status, text);
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
+    }
+    return { trajectory: readAnswer(Trajectory, json, res.status, url), etag: res.headers.get("etag") };
+  }
+
   /** The medium a trajectory's messages name as `rx-media:sha256:<sha256>`: the string the client sent, exactly. */
   async media(sha256: string): Promise<string> {
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
