@@ -76,7 +76,7 @@ export async function startAgent(
   const journal = new OutcomeJournal(config.stateDir, new URL(link.baseUrl).href, logger);
   if (journal.ignoredUnkeyed > 0) logger.warn(`ignored ${journal.ignoredUnkeyed} unacked outcome${journal.ignoredUnkeyed === 1 ? "" : "s"} in ${config.stateDir}/outcomes.jsonl written without an engine's name (by an older agent): they may be another engine's, so their commands will run again if handed out`);
   const acker = new Acker({ link, journal, reach, logger, backoff, stop });
-  const trainerLog = new TrainerLog(config.logDir, config.logMaxBytes, config.logFiles);
+  const trainerLog = new TrainerLog(config.logDir);
 
   // The facade's port is known only after listen (it may be 0), and the trainer needs it.
   const facade = new Facade({

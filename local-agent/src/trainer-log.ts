@@ -19,22 +19,13 @@ export const TRAINER_LOG = "trainer.log";
 
 export class TrainerLog {
   readonly path: string;
-  constructor(
-    readonly dir: string,
-    private readonly maxBytes: number,
-    private readonly keep: number,
-  ) {
+  constructor(readonly dir: string) {
     this.path = join(dir, TRAINER_LOG);
   }
 
   /** A file descriptor for a child's stdout and stderr; the caller closes it once spawned. */
   openForChild(): number {
     return openPrivateAppend(this.path);
-  }
-
-  /** Rotates trainer.log -> trainer.log.1 -> ... once it is larger than maxBytes. Returns whether it did. */
-  rotateIfNeeded(): Promise<boolean> {
-    return rotateLog(this.path, this.maxBytes, this.keep);
   }
 
   /** The last `maxLines` lines of output (at most `maxBytes` bytes), for the engine's status detail. */

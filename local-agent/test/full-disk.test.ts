@@ -144,7 +144,7 @@ describe("chatty children", () => {
        const quiet = { debug() {}, info() {}, warn() {}, error() {} };
        let exited = null;
        const s = new TrainerSupervisor({ command: ["sh", "-c", "exit 3"], cwd: null, stateDir: ${JSON.stringify(join(t.dir, "full-state"))},
-         log: new TrainerLog(${JSON.stringify(logs)}, 1 << 20, 2), graceMs: 1000, placeholders: {}, env: {}, logger: quiet, clock: realClock,
+         log: new TrainerLog(${JSON.stringify(logs)}), graceMs: 1000, placeholders: {}, env: {}, logger: quiet, clock: realClock,
          onUnexpectedExit: (e) => { exited = e.exit_code; } });
        void (async () => {
          const outcome = await s.start("x: 1", 1);

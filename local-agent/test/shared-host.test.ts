@@ -44,7 +44,7 @@ function trainer(stateDir: string, logDir: string, command: string[]): TrainerSu
     command,
     cwd: null,
     stateDir,
-    log: new TrainerLog(logDir, 1 << 20, 2),
+    log: new TrainerLog(logDir),
     graceMs: 2000,
     placeholders: { facade_url: "http://127.0.0.1:1", facade_port: "1", engine: "e" },
     env: { ROLLOUT_FACADE_URL: "http://127.0.0.1:1" },

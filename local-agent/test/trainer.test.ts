@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { realClock } from "../src/clock";
-import { TrainerLog } from "../src/trainer-log";
+import { TrainerLog, rotateLog } from "../src/trainer-log";
 import { groupAlive } from "../src/runs/process-group";
 import { TrainerSupervisor, type TrainerExit, type TrainerOptions } from "../src/trainer";
 import { unwritable } from "./support/full-disk";
@@ -26,7 +26,7 @@ function supervisor(over: Partial<TrainerOptions> = {}): TrainerSupervisor {
     command: script("trainer-graceful.sh"),
     cwd: null,
     stateDir: join(dir.path, "state"),
-    log: new TrainerLog(join(dir.path, "logs"), 1 << 20, 3),
+    log: new TrainerLog(join(dir.path, "logs")),
     graceMs: 5000,
     placeholders: { facade_url: "http://127.0.0.1:10086", facade_port: "10086", engine: "e1" },
     env: { ROLLOUT_FACADE_URL: "http://127.0.0.1:10086", AJET_DAT_INTERCHANGE_PORT: "10086" },
@@ -365,26 +365,27 @@ describe("TrainerSupervisor on a full state disk", () => {
 
 describe("TrainerLog", () => {
   it("rotates by copy-and-truncate and keeps a bounded number of files", async () => {
-    const log = new TrainerLog(dir.path, 100, 2);
+    const log = new TrainerLog(dir.path);
+    const rotate = () => rotateLog(log.path, 100, 2);
     const write = (text: string): void => writeFileSync(log.path, text, { flag: "a" });
     write("a".repeat(150) + "\n");
-    expect(await log.rotateIfNeeded()).toBe(true);
+    expect(await rotate()).toBe(true);
     expect(readFileSync(log.path, "utf8")).toBe("");
     write("b".repeat(150) + "\n");
-    await log.rotateIfNeeded();
+    await rotate();
     write("c".repeat(150) + "\n");
-    await log.rotateIfNeeded();
+    await rotate();
     expect(readFileSync(`${log.path}.1`, "utf8")[0]).toBe("c");
     expect(readFileSync(`${log.path}.2`, "utf8")[0]).toBe("b");
     expect(existsSync(`${log.path}.3`)).toBe(false);
-    expect(await log.rotateIfNeeded()).toBe(false);
+    expect(await rotate()).toBe(false);
   });
 
   it("tails the last lines, dropping a partial first line", () => {
-    const log = new TrainerLog(dir.path, 1 << 20, 2);
+    const log = new TrainerLog(dir.path);
     writeFileSync(log.path, Array.from({ length: 100 }, (_, i) => `line ${i}`).join("\n") + "\n");
     expect(log.tail(3)).toBe("line 97\nline 98\nline 99");
     expect(log.tail(100, 20)).toBe("line 98\nline 99");
-    expect(new TrainerLog(join(dir.path, "none"), 1, 1).tail()).toBe("");
+    expect(new TrainerLog(join(dir.path, "none")).tail()).toBe("");
   });
 });
