@@ -8,7 +8,7 @@
  * read) owner-only too, and a umask tightens nothing an older agent already made.
  */
 import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, renameSync, statSync, unlinkSync, writeFileSync } from "node:fs";
-import type { Logger } from "./log";
+import { describeError, type Logger } from "./log";
 
 export const PRIVATE_DIR_MODE = 0o700;
 export const PRIVATE_FILE_MODE = 0o600;
@@ -70,6 +70,20 @@ export function writePrivateAtomic(path: string, text: string): void {
       // Gone already; the write's error is the one worth telling.
     }
     throw e;
+  }
+}
+
+/**
+ * writePrivateAtomic for a pid file: the note that lets an agent restarted after a crash adopt a
+ * process, not a gate on starting it. A write the disk refuses is warned about (`what`: that the
+ * process runs) and the process runs and is watched all the same: a throw would leave its start
+ * unanswered, handed out again after each lease.
+ */
+export function notePid(path: string, text: string, what: string, logger: Logger): void {
+  try {
+    writePrivateAtomic(path, text);
+  } catch (e) {
+    logger.warn(`cannot write ${path} (${describeError(e)}): ${what}, but an agent restarted after a crash will not find it`);
   }
 }
 

@@ -15,7 +15,7 @@ import type { TrainerState } from "../../src/protocol";
 import type { Clock } from "./clock";
 import { TemplateError, expandCommand } from "./command-template";
 import { childEnv } from "./child-env";
-import { privateDir, writePrivateAtomic } from "./host-files";
+import { notePid, privateDir, writePrivateAtomic } from "./host-files";
 import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import type { Outcome } from "./outcome-journal";
@@ -210,11 +210,7 @@ export class TrainerSupervisor {
     // Watched before anything can throw: a trainer nobody watches dies unnoticed, and every later start is refused as "already running".
     void exited.then((e) => this.onExit(running, e.code, e.signal));
     const procStartedAt = processStartedAt(pid);
-    try {
-      writePrivateAtomic(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile));
-    } catch (e) {
-      this.opts.logger.warn(`cannot write ${this.pidFile} (${describeError(e)}): trainer pid ${pid} runs, but an agent restarted after a crash will not find it`);
-    }
+    notePid(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile), `trainer pid ${pid} runs`, this.opts.logger);
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);
     this.opts.onChange?.();

@@ -17,11 +17,11 @@ import type { RolloutWorkersStatus } from "../../../src/protocol/agent";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
 import { InFlight } from "../in-flight";
-import { describeError, type Logger } from "../log";
+import type { Logger } from "../log";
 import type { Outcome } from "../outcome-journal";
 import { groupAlive, notedStart } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
-import { privateDir, writePrivateAtomic } from "../host-files";
+import { notePid, privateDir } from "../host-files";
 import { isDirectory } from "../trainer";
 import { headOf } from "../../../src/protocol/limits";
 
@@ -140,12 +140,7 @@ export class RolloutWorkers {
     this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
     this.endedAlone = null;
     const noted = proc.procStartedAt === null ? {} : { proc_started_at: proc.procStartedAt };
-    try {
-      writePrivateAtomic(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile));
-    } catch (e) {
-      // Not thrown: the workers run and are watched, and a throw would leave the start unacked until its lease ran out.
-      this.o.logger.warn(`cannot write ${this.pidFile} (${describeError(e)}): rollout workers pid ${pid} run, but an agent restarted after a crash will not find them`);
-    }
+    notePid(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile), `rollout workers pid ${pid} run`, this.o.logger);
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
   }
