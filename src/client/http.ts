@@ -28,6 +28,9 @@ export class ExchangeError extends Error {
   }
 }
 
+/** Builds the error for a non-2xx JSON answer, for callers that keep more than code and detail; null falls back to the default. */
+type RefusalReader = (status: number, json: unknown, retryAfterSeconds: number | null) => ExchangeError | null;
+
 /** Sends one JSON request and validates the answer against `schema`. */
 export async function requestJson<S extends z.ZodType>(
   fetchFn: FetchLike,
@@ -38,8 +41,7 @@ export async function requestJson<S extends z.ZodType>(
     body?: unknown;
     token?: string | undefined;
     signal?: AbortSignal | undefined;
-    /** Builds the error for a non-2xx JSON answer, for callers that keep more than code and detail; null falls back to the default. */
-    refusal?: (status: number, json: unknown, retryAfterSeconds: number | null) => ExchangeError | null;
+    refusal?: RefusalReader;
   },
 ): Promise<z.output<S>> {
   const headers: Record<string, string> = {};
@@ -51,7 +53,17 @@ export async function requestJson<S extends z.ZodType>(
     body: init.body === undefined ? null : JSON.stringify(init.body),
     ...(init.signal ? { signal: init.signal } : {}),
   });
-  const text = await res.text();
+  return jsonAnswer(res, await res.text(), schema, url, init.refusal);
+}
+
+/** `text`, the body of `res` from `url`: read with `schema` when a 2xx, else thrown as the ExchangeError it says. */
+export function jsonAnswer<S extends z.ZodType>(
+  res: { status: number; ok: boolean; headers: { get(name: string): string | null } },
+  text: string,
+  schema: S,
+  url: string,
+  refusal?: RefusalReader,
+): z.output<S> {
   let json: unknown;
   try {
     json = JSON.parse(text);
@@ -60,7 +72,7 @@ export async function requestJson<S extends z.ZodType>(
   }
   if (!res.ok) {
     const retryAfter = retryAfterSeconds(res.headers.get("retry-after"));
-    const custom = init.refusal?.(res.status, json, retryAfter);
+    const custom = refusal?.(res.status, json, retryAfter);
     if (custom) throw custom;
     const err = ErrorResponse.safeParse(json);
     throw err.success ? new ExchangeError(res.status, err.data.error, err.data.detail, retryAfter) : new ExchangeError(res.status, "http_error", text.slice(0, 500), retryAfter);

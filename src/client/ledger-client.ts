@@ -12,7 +12,7 @@ import {
   type TrajectoryListQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
-import { ExchangeError, queryString, readAnswer, requestJson, type FetchLike } from "./http";
+import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
@@ -54,15 +54,7 @@ export class LedgerClient {
     if (etag !== null) headers["if-none-match"] = etag;
     const res = await this.fetchFn(url, { headers });
     if (res.status === 304) return "unchanged";
-    const text = await res.text();
-    if (!res.ok) throw refusalOf(res.status, text);
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
-    }
-    return { trajectory: readAnswer(Trajectory, json, res.status, url), etag: res.headers.get("etag") };
+    return { trajectory: jsonAnswer(res, await res.text(), Trajectory, url), etag: res.headers.get("etag") };
   }
 
   /** The medium a trajectory's messages name as `rx-media:sha256:<sha256>`: the string the client sent, exactly. */

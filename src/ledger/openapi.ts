@@ -33,9 +33,12 @@ const IF_NONE_MATCH: JsonSchema = {
   schema: { type: "string" },
 };
 
+/** Whether the route's answer carries an ETag (and so takes If-None-Match, and may be a 304). */
+const tagged = (answer: LedgerAnswer): boolean => answer.kind === "json" && answer.etag === true;
+
 function success(answer: LedgerAnswer): JsonSchema {
   if (answer.kind === "json") {
-    return { description: "Success.", ...(answer.etag === true ? { headers: ETAG_HEADERS } : {}), content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
+    return { description: "Success.", ...(tagged(answer) ? { headers: ETAG_HEADERS } : {}), content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
   }
   if (answer.kind === "text") return { description: answer.description, content: { "text/plain": { schema: { type: "string", description: answer.description } } } };
   return {
@@ -46,7 +49,7 @@ function success(answer: LedgerAnswer): JsonSchema {
 
 function responses(spec: LedgerRouteSpec): JsonSchema {
   const out: JsonSchema = { "200": success(spec.answer) };
-  if (spec.answer.kind === "json" && spec.answer.etag === true) {
+  if (tagged(spec.answer)) {
     out["304"] = { description: "Not Modified: If-None-Match named the current answer's ETag; no body. The caller was checked first (401, 403 as for a 200).", headers: ETAG_HEADERS };
   }
   // 429: these routes count against the token's request limit as the engine's do (http/rate-limit.ts).
@@ -75,7 +78,7 @@ function operation(spec: LedgerRouteSpec, tokenInPath: boolean): JsonSchema {
     tags: [LEDGER_TAG],
     "x-roles": roles,
     security: auth.security,
-    parameters: [...auth.parameters, ...params, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : []), ...(spec.answer.kind === "json" && spec.answer.etag === true ? [IF_NONE_MATCH] : [])],
+    parameters: [...auth.parameters, ...params, ...(spec.input.from === "query" ? queryParameters(spec.input.schema) : []), ...(tagged(spec.answer) ? [IF_NONE_MATCH] : [])],
     ...(spec.input.from === "body" ? { requestBody: { required: true, content: { "application/json": { schema: toJsonSchema(spec.input.schema, "input") } } } } : {}),
     responses: responses(spec),
   };
