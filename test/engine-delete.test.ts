@@ -74,64 +74,64 @@ function objectState(stub: DurableObjectStub<EngineObject>) {
   });
 }
 
-/**
- * The engine's D1 as a slow network makes it: the sweep's DELETE statements wait for `gate` (the
- * real D1 runs them then). `reached` is a flag to poll, not a promise the object resolves: the
- * test's code after awaiting that would run in the object's request.
- */
-async function slowSweeps(e: TestEngine): Promise<{ reached: () => boolean; release: () => void }> {
+/** A gate the engine's D1 waits at: `reached` is a flag to poll (not a promise the object resolves: the test's code after awaiting that would run in the object's request), `release` opens it. */
+type Gate = { reached: () => boolean; release: () => void };
+
+/** Puts `wrap(real D1, wait)` in place of the engine's D1; `wait` marks the gate reached and waits until it is released. */
+async function gatedD1(e: TestEngine, wrap: (real: D1Database, wait: () => Promise<void>) => D1Database): Promise<Gate> {
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   let reached = false;
+  const wait = async (): Promise<void> => {
+    reached = true;
+    await gate;
+  };
   await runInDurableObject(e.stub, (instance: EngineObject) => {
     const self = instance as unknown as { env: { DB: D1Database } };
-    const real = self.env.DB;
-    const slow = {
-      prepare: (q: string) => {
-        const stmt = real.prepare(q);
-        if (!q.startsWith("DELETE FROM buffer_steps")) return stmt;
-        return {
-          bind: (...args: unknown[]) => ({
-            run: async () => {
-              reached = true;
-              await gate;
-              return stmt.bind(...args).run();
-            },
-          }),
-        };
-      },
-      batch: (s: D1PreparedStatement[]) => real.batch(s),
-    } as unknown as D1Database;
-    self.env = { ...self.env, DB: slow };
+    self.env = { ...self.env, DB: wrap(self.env.DB, wait) };
   });
   return { reached: () => reached, release };
 }
 
+/** The engine's D1 as a slow network makes it: the sweep's DELETE statements wait at the gate (the real D1 runs them then). */
+const slowSweeps = (e: TestEngine): Promise<Gate> =>
+  gatedD1(
+    e,
+    (real, wait) =>
+      ({
+        prepare: (q: string) => {
+          const stmt = real.prepare(q);
+          if (!q.startsWith("DELETE FROM buffer_steps")) return stmt;
+          return {
+            bind: (...args: unknown[]) => ({
+              run: async () => {
+                await wait();
+                return stmt.bind(...args).run();
+              },
+            }),
+          };
+        },
+        batch: (s: D1PreparedStatement[]) => real.batch(s),
+      }) as unknown as D1Database,
+  );
+
 /**
  * The engine's D1 as a stuck connection makes it for the delete's drain (its outbox batch): the
- * batch waits for `release`, then fails as D1 unreachable (`then: "fail"`) or runs on the real D1.
- * `reached` is a flag to poll, as slowSweeps's.
+ * batch waits at the gate, then fails as D1 unreachable (`then: "fail"`) or runs on the real D1.
  */
-async function gatedDrain(e: TestEngine, then: "fail" | "answer"): Promise<{ reached: () => boolean; release: () => void }> {
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let reached = false;
-  await runInDurableObject(e.stub, (instance: EngineObject) => {
-    const self = instance as unknown as { env: { DB: D1Database } };
-    const real = self.env.DB;
-    const gated = {
-      prepare: (q: string) => real.prepare(q),
-      batch: async (s: D1PreparedStatement[]) => {
-        reached = true;
-        await gate;
-        if (then === "fail") throw new Error("D1_ERROR: Network connection lost.");
-        return real.batch(s);
-      },
-    } as unknown as D1Database;
-    self.env = { ...self.env, DB: gated };
-  });
-  return { reached: () => reached, release };
-}
+const gatedDrain = (e: TestEngine, then: "fail" | "answer"): Promise<Gate> =>
+  gatedD1(
+    e,
+    (real, wait) =>
+      ({
+        prepare: (q: string) => real.prepare(q),
+        batch: async (s: D1PreparedStatement[]) => {
+          await wait();
+          if (then === "fail") throw new Error("D1_ERROR: Network connection lost.");
+          return real.batch(s);
+        },
+      }) as unknown as D1Database,
+  );
 
 /**
  * An engine with a row in every D1 table, each made the way production makes it: ended
