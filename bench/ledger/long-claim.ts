@@ -1,0 +1,162 @@
+/**
+ * npm run bench:ledger-long [-- --turns 100,200,300,400] [-- --new-ids N] [-- --completion-ids N] [-- --isolate-mb MB] [-- --out FILE.json]
+ *
+ * What reading one long claim's trajectory costs the exchange's memory: for each number of turns,
+ * a fresh local exchange (Miniflare) records one claim of that many calls with capture `tokens`
+ * (each call adds N prompt ids and a completion to the one before, as an agent's tool loop does:
+ * ./workload.ts), then reads its trajectory whole, sampling workerd's resident memory every 20 ms.
+ * The answer itself grows with the square of the turns (every call carries its whole prompt), and
+ * the exchange streams it call by call; what it holds while it does should grow with the turns
+ * only. An isolate on Cloudflare has 128 MB: workerd's V8 heap is held to `--isolate-mb` (128;
+ * 0 for no limit) through Miniflare's MINIFLARE_WORKERD_V8_FLAGS, so a read that would not fit
+ * there crashes here too, and is reported as failed. Prints one JSON document; --out writes it
+ * and FILE.svg, the peak per number of turns (beside an earlier run's: --before FILE.json NAME).
+ */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import type { CallRecord } from "../../src/protocol/ledger";
+import { createEngine, serveExchange } from "../serve/exchange";
+import { renderLongClaimChart, type LongClaimPoint } from "./long-claim-chart";
+import { claimCalls } from "./workload";
+
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const TURNS = (arg("--turns") ?? "100,200,300,400").split(",").map(Number);
+const ISOLATE_MB = Number(arg("--isolate-mb") ?? 128);
+const NEW_IDS = Number(arg("--new-ids") ?? 400);
+const COMPLETION_IDS = Number(arg("--completion-ids") ?? 100);
+const ADMIN = "bench-ledger-long-admin";
+const log = (m: string): void => void process.stderr.write(`[bench:ledger-long] ${m}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+
+function rssMb(pids: number[]): number {
+  let kb = 0;
+  for (const pid of pids) {
+    try {
+      kb += Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+    } catch {
+      // gone
+    }
+  }
+  return round(kb / 1024);
+}
+
+/** The records in batches of at most ~1.2 MB of JSON and 500 calls, as the gateway's shipper sends them. */
+function batchesOf(records: CallRecord[]): string[] {
+  const out: string[] = [];
+  let batch: CallRecord[] = [];
+  let bytes = 0;
+  const flush = () => {
+    if (batch.length > 0) out.push(JSON.stringify({ batch_id: `long-claim-${String(out.length).padStart(4, "0")}`, calls: batch }));
+    batch = [];
+    bytes = 0;
+  };
+  for (const r of records) {
+    const n = JSON.stringify(r).length;
+    if (bytes + n > 1_200_000 || batch.length === 500) flush();
+    batch.push(r);
+    bytes += n;
+  }
+  flush();
+  return out;
+}
+
+type Point = { turns: number; last_prompt_ids: number; prompt_ids_in_answer: number; answer_mb: number; seconds: number; workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
+type Failed = { turns: number; failed: string };
+
+async function measure(turns: number): Promise<Point | Failed> {
+  const base = mkdtempSync(join(tmpdir(), "bench-ledger-long-"));
+  const ex = await serveExchange({ persistDir: join(base, "state"), adminToken: ADMIN, claimKeySecret: "bench-ledger-long-claim-secret", log: (l) => (/error|fatal|crash/i.test(l) ? log(l) : undefined) });
+  try {
+    const engine = await createEngine(ex.url, ADMIN, "bench-long");
+    const trainer = engine.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    await trainer.batchRegisterEpisodes({ episodes: [{ episode_uuid: "long" }] });
+    const c = await engine.as("client").claimEpisode({ client_uuid: "long-client", discard_episode_timeout: 36_000 });
+    if (!c.success || c.fence === undefined) throw new Error(`claim: ${c.fail_cause}`);
+    const shape = { firstPromptTokens: 2_000, newPromptTokens: NEW_IDS, completionTokens: COMPLETION_IDS, answerChars: 200 };
+    const records = claimCalls({ episode_uuid: c.episode_uuid, fence: c.fence, client_uuid: "long-client" }, turns, shape);
+    const auth = { authorization: `Bearer ${engine.trainerToken}` };
+    for (const body of batchesOf(records)) {
+      const res = await fetch(`${engine.baseUrl}/agent/calls`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
+      if (res.status !== 200) throw new Error(`POST agent/calls: ${res.status} ${(await res.text()).slice(0, 300)}`);
+      await res.body?.cancel();
+    }
+    const lastPrompt = records.at(-1)?.usage?.prompt_tokens ?? 0;
+    const promptIds = records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);
+    await sleep(1000);
+    const rss: number[] = [];
+    const timer = setInterval(() => rss.push(rssMb(ex.pids)), 20);
+    rss.push(rssMb(ex.pids));
+    const t0 = performance.now();
+    // A heap past the isolate's limit crashes workerd: the read fails, and that is the figure.
+    const res = await fetch(`${engine.baseUrl}/trajectories/${c.episode_uuid}`, { headers: auth }).catch((e: unknown) => e as Error);
+    if (res instanceof Error || res.status !== 200 || res.body === null) {
+      clearInterval(timer);
+      const failed = res instanceof Error ? `the read failed (${res.message}): workerd's heap past ${ISOLATE_MB} MB` : `${res.status} ${await res.text()}`;
+      log(`${turns} turns: ${failed}`);
+      return { turns, failed };
+    }
+    let bytes = 0;
+    // The answer kept to check it is whole once read (its calls and their order).
+    const chunks: Uint8Array[] = [];
+    const reader = res.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      bytes += value.byteLength;
+      chunks.push(value);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    clearInterval(timer);
+    rss.push(rssMb(ex.pids));
+    const answer = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { calls: { call_id: string; tokens: { prompt_ids: number[] } | null }[] };
+    const got = answer.calls.map((k) => `${k.call_id}:${k.tokens?.prompt_ids.length ?? -1}`).join();
+    const want = records.map((r) => `${r.call_id}:${r.usage?.prompt_tokens ?? 0}`).join();
+    if (got !== want) throw new Error(`the trajectory of ${turns} turns is not its calls with their whole prompts`);
+    const start = rss[0] ?? 0;
+    const peak = Math.max(...rss);
+    const p: Point = { turns, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
+    log(`${turns} turns: ${p.answer_mb} MB in ${p.seconds} s (${promptIds.toLocaleString("en")} prompt ids); workerd RSS ${start} -> peak ${peak} MB`);
+    return p;
+  } finally {
+    await ex.stop();
+    rmSync(base, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const startedAt = new Date().toISOString();
+  if (ISOLATE_MB > 0) process.env["MINIFLARE_WORKERD_V8_FLAGS"] = `--max-old-space-size=${ISOLATE_MB}`;
+  const points: (Point | Failed)[] = [];
+  for (const t of TURNS) points.push(await measure(t));
+  const doc = {
+    started_at: startedAt,
+    machine: { cpus: cpus().length, load_average_1m: round(loadavg()[0] ?? 0, 2), node: process.version },
+    shape: { first_prompt_ids: 2_000, new_prompt_ids_per_turn: NEW_IDS, completion_ids: COMPLETION_IDS, capture: "tokens" },
+    isolate_heap_mb: ISOLATE_MB > 0 ? ISOLATE_MB : null,
+    points,
+  };
+  process.stdout.write(`${JSON.stringify(doc, null, 2)}\n`);
+  const out = arg("--out");
+  if (out) {
+    writeFileSync(out, `${JSON.stringify(doc, null, 2)}\n`);
+    const svg = out.replace(/\.json$/, ".svg");
+    const before = arg("--before");
+    const runs: { name: string; points: LongClaimPoint[] }[] = [{ name: arg("--name") ?? "this tree", points }];
+    if (before !== undefined) runs.push({ name: process.argv[process.argv.indexOf("--before") + 2] ?? "before", points: (JSON.parse(readFileSync(before, "utf8")) as { points: LongClaimPoint[] }).points });
+    const limit = ISOLATE_MB > 0 ? `V8 heap held to ${ISOLATE_MB} MB` : "no heap limit";
+    const shape = `first prompt 2,000 ids, +${NEW_IDS} prompt ids and ${COMPLETION_IDS} completion ids a turn`;
+    writeFileSync(svg, renderLongClaimChart({ title: "Reading one long claim's trajectory: workerd's memory at peak", summary: `capture tokens; ${shape}; ${limit}`, runs }));
+    log(`chart: ${svg}`);
+  }
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench:ledger-long failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});
