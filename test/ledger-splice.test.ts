@@ -1,10 +1,13 @@
 /**
  * The ledger's splice rules for messages (src/ledger/splice.ts): which messages make the same
  * conversation, and what a call stores of its messages so that a reader, rebuilding it from the
- * call it continues, gives back exactly the form this call sent.
+ * call it continues (as chains, src/ledger/chain.ts), gives back exactly the form this call sent.
  */
 import { describe, expect, it } from "vitest";
-import { continuation, extendsMessages, messageDelta, messageKey, rebuild } from "../src/ledger/splice";
+import { chainBeginsWith, chained, chainOf, itemsOf, textOf, type Chain } from "../src/ledger/chain";
+import { continuation, messageDelta, messageKey, sameMessage, sameToken } from "../src/ledger/splice";
+
+const extendsMessages = (messages: unknown[], base: unknown[]): boolean => chainBeginsWith(chainOf(messages), chainOf(base), sameMessage);
 
 const text = (t: string) => [{ type: "text", text: t }];
 const shot = { type: "image_url", image_url: { url: "data:image/png;base64,AAAA", detail: "high" } };
@@ -12,7 +15,8 @@ const shot = { type: "image_url", image_url: { url: "data:image/png;base64,AAAA"
 /** What a reader gives back for `messages` stored against `base` (the previous call's continuation). */
 function roundTrip(messages: unknown[], base: unknown[]): { stored: ReturnType<typeof messageDelta>; rebuilt: unknown[] | null } {
   const stored = messageDelta(messages, base);
-  return { stored, rebuilt: rebuild(stored.prefixCount === null ? null : { base, count: stored.prefixCount }, stored.rest) };
+  const rebuilt = stored.prefixCount === null ? chainOf(stored.rest) : chained(chainOf(base), stored.prefixCount, stored.rest);
+  return { stored, rebuilt: rebuilt === null ? null : itemsOf(rebuilt) };
 }
 
 describe("messageKey", () => {
@@ -38,7 +42,7 @@ describe("messageKey", () => {
   });
 });
 
-describe("messageDelta and rebuild", () => {
+describe("messageDelta and its rebuild", () => {
   const first = [{ role: "system", content: text("desk") }, { role: "user", content: [...text("look"), shot] }];
   const answer = { role: "assistant", content: "click" };
 
@@ -75,5 +79,68 @@ describe("messageDelta and rebuild", () => {
     const base = continuation(first, answer);
     const messages = [...first, { role: "assistant", content: "type" }, { role: "user", content: "next" }];
     expect(messageDelta(messages, base)).toEqual({ prefixCount: null, rest: messages });
+  });
+});
+
+describe("chains: a claim's calls sharing its history", () => {
+  /** `turns` calls, each continuing the one before whole with `added` ids, as a tool loop does. */
+  const loop = (turns: number, added: number): Chain<readonly number[]>[] => {
+    const calls: Chain<readonly number[]>[] = [chainOf(Array.from({ length: added }, (_, i) => i))];
+    for (let t = 1; t < turns; t++) {
+      const before = calls[t - 1] as Chain<readonly number[]>;
+      calls.push(chained(before, before.length, Array.from({ length: added }, (_, i) => t * added + i)) as Chain<readonly number[]>);
+    }
+    return calls;
+  };
+
+  it("gives back each call's items whole, or its first n, and a text whole", () => {
+    const calls = loop(4, 3);
+    expect(calls.map((c) => itemsOf(c))).toEqual([[0, 1, 2], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]);
+    expect(itemsOf(calls[3] as Chain<readonly number[]>, 7)).toEqual([0, 1, 2, 3, 4, 5, 6]);
+    // A call that keeps only part of the one before (a history trimmed), then its own.
+    const trimmed = chained(calls[2] as Chain<readonly number[]>, 4, [40, 41]);
+    expect(trimmed === null ? null : itemsOf(trimmed)).toEqual([0, 1, 2, 3, 40, 41]);
+    const text = chained(chainOf("You are"), 7, " an agent.");
+    const next = text && chained(text, 10, "\nuser: hi");
+    expect(next && textOf(next)).toBe("You are an\nuser: hi");
+  });
+
+  it("refuses a prefix longer than the call it names, and takes a prefix of none as no prefix", () => {
+    const base = chainOf([1, 2, 3]);
+    expect(chained(base, 4, [9])).toBeNull();
+    expect(chained(base, 0, [9])).toEqual({ base: null, head: 0, own: [9], length: 1 });
+  });
+
+  it("tells a call made from its base extends it without making either whole, and compares any other item by item", () => {
+    const calls = loop(50, 2);
+    const last = calls[49] as Chain<readonly number[]>;
+    let compared = 0;
+    const counting = (a: number, b: number): boolean => {
+      compared++;
+      return sameToken(a, b);
+    };
+    expect(chainBeginsWith(last, calls[10] as Chain<readonly number[]>, counting)).toBe(true);
+    expect(compared).toBe(0);
+    // The same items, made apart from the base: compared, and found to extend it.
+    expect(chainBeginsWith(chainOf(itemsOf(last)), calls[10] as Chain<readonly number[]>, counting)).toBe(true);
+    expect(compared).toBe(22);
+    // Made from the base but keeping less of it (a trimmed history), then other items: not an extension.
+    const rewritten = chained(calls[10] as Chain<readonly number[]>, 21, [99]) as Chain<readonly number[]>;
+    expect(chainBeginsWith(rewritten, calls[10] as Chain<readonly number[]>, sameToken)).toBe(false);
+    // ... unless its own items happen to be the ones it dropped.
+    const same = chained(calls[10] as Chain<readonly number[]>, 21, [21]) as Chain<readonly number[]>;
+    expect(chainBeginsWith(same, calls[10] as Chain<readonly number[]>, sameToken)).toBe(true);
+    expect(chainBeginsWith(calls[10] as Chain<readonly number[]>, last, sameToken)).toBe(false);
+  });
+
+  it("holds each item once however long the claim, and reads a chain as deep as a claim of 100,000 calls", () => {
+    const calls = loop(100_000, 1);
+    const last = calls[99_999] as Chain<readonly number[]>;
+    // Every call's own items together are the last call's items: nothing is held twice.
+    expect(calls.reduce((n, c) => n + c.own.length, 0)).toBe(last.length);
+    const items = itemsOf(last);
+    expect(items.length).toBe(100_000);
+    expect(items[99_999]).toBe(99_999);
+    expect(itemsOf(last, 3)).toEqual([0, 1, 2]);
   });
 });

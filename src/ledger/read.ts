@@ -5,7 +5,8 @@
  */
 import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
-import { continuation, extendsMessages, extendsTokens, isPromptDelta, promptContinuation, rebuild, rebuildPrompt, sequencePrompt, type PromptDelta, type SequencePrompt } from "./splice";
+import { chainBeginsWith, chained, chainOf, itemsOf, textOf, type Chain } from "./chain";
+import { isPromptDelta, sameMessage, sameToken, sequencePrompt, type PromptDelta, type SequencePrompt } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
 /**
@@ -202,30 +203,59 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
 /**
  * A call as its successors continue it. `messages` and `prompt` are null when they are not known
  * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
- * be rebuilt from them no more than this call could. `added` is the prompt ids it stored. `text`
- * is a /v1/completions call's prompt as sent (a string, or token ids), null for another call, a
- * batch of prompts, or one not known whole.
+ * be rebuilt from them no more than this call could. `next` is its messages then its answer, and
+ * `sequence` its prompt ids then its completion's: what a successor continues. `added` is the
+ * prompt ids it stored. `text` is a /v1/completions call's prompt as sent (a text, or token ids),
+ * null for another call, a batch of prompts, or one not known whole. Each is a chain (chain.ts),
+ * sharing the claim's history with the call it continues.
  */
-type Rebuilt = { messages: unknown[] | null; answer: unknown | null; tools: unknown[] | null; prompt: number[] | null; completion: number[] | null; added: number[] | null; text: SequencePrompt | null };
+type Rebuilt = {
+  messages: Chain<readonly unknown[]> | null;
+  next: Chain<readonly unknown[]> | null;
+  answer: unknown | null;
+  tools: unknown[] | null;
+  prompt: Chain<readonly number[]> | null;
+  completion: number[] | null;
+  sequence: Chain<readonly number[]> | null;
+  added: number[] | null;
+  text: PromptChain | null;
+};
 
-const UNKNOWN: Rebuilt = { messages: null, answer: null, tools: null, prompt: null, completion: null, added: null, text: null };
+/** A /v1/completions prompt: text after text, ids after ids. */
+type PromptChain = { text: Chain<string> } | { ids: Chain<readonly number[]> };
+
+const UNKNOWN: Rebuilt = { messages: null, next: null, answer: null, tools: null, prompt: null, completion: null, sequence: null, added: null, text: null };
 
 /** `rest` after the first `prefix.count` items of `base` of the call `prefix` names; null when those are not known. */
-function continued<T>(prefix: PrefixRef | null, rest: T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => T[] | null): T[] | null {
-  if (prefix === null) return rest;
+function continued<T>(prefix: PrefixRef | null, rest: readonly T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => Chain<readonly T[]> | null): Chain<readonly T[]> | null {
+  if (prefix === null) return chainOf(rest);
   const ref = byId.get(prefix.call_id);
   const b = ref === undefined ? null : base(ref);
-  return b === null ? null : rebuild({ base: b, count: prefix.count }, rest);
+  return b === null ? null : chained(b, prefix.count, rest);
 }
+
+const promptChain = (p: SequencePrompt): PromptChain => (typeof p === "string" ? { text: chainOf(p) } : { ids: chainOf(p) });
+
+/** A /v1/completions prompt whole, as the call sent it. */
+const promptOf = (p: PromptChain): SequencePrompt => ("text" in p ? textOf(p.text) : itemsOf(p.ids));
 
 /**
  * A /v1/completions prompt stored as what it adds to the prompt and answer (text, or completion
- * ids) of the call it names; null when those are not known.
+ * ids) of the call it names (splice.ts promptContinuation); null when those are not known.
  */
-function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): SequencePrompt | null {
+function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): PromptChain | null {
   const base = byId.get(delta.prefix.call_id);
   if (base === undefined || base.text === null) return null;
-  return rebuildPrompt(delta, promptContinuation(base.text, base.answer as Record<string, unknown> | null, base.completion).text);
+  const { count } = delta.prefix;
+  if ("text" in base.text) {
+    const answered = (base.answer as Record<string, unknown> | null)?.["content"];
+    const head = typeof answered === "string" ? chained(base.text.text, base.text.text.length, answered) : base.text.text;
+    const text = typeof delta.rest === "string" && head !== null ? chained(head, count, delta.rest) : null;
+    return text === null ? null : { text };
+  }
+  const head = base.completion === null ? base.text.ids : chained(base.text.ids, base.text.ids.length, base.completion);
+  const ids = typeof delta.rest !== "string" && head !== null ? chained(head, count, delta.rest) : null;
+  return ids === null ? null : { ids };
 }
 
 /** One call whole, from its stored delta and the calls its prefixes name, rebuilt already (or not known). */
@@ -233,17 +263,24 @@ function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt 
   if (body === null) return UNKNOWN;
   const t = body.tokens ?? null;
   const added = t === null ? null : unpackInts(t.prompt_ids);
+  const completion = t === null ? null : unpackInts(t.completion_ids);
+  const answer = body.answer ?? null;
+  const messages = continued(body.prefix, body.messages, byId, (c) => c.next);
+  const prompt = t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.sequence);
   const stored = body.params["prompt"];
+  const whole = isPromptDelta(stored) ? null : sequencePrompt(stored);
   return {
-    messages: continued(body.prefix, body.messages, byId, (c) => c.messages && continuation(c.messages, c.answer)),
-    answer: body.answer ?? null,
+    messages,
+    next: messages === null ? null : chained(messages, messages.length, answer === null ? [] : [answer]),
+    answer,
     // The tools of the call the prefix names. A truncated record keeps tools_from_prefix but drops
     // its prefix (recorder.ts fitBody): its tools are not known.
     tools: !body.tools_from_prefix ? body.tools : body.prefix === null ? null : (byId.get(body.prefix.call_id)?.tools ?? null),
-    prompt: t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.prompt && c.completion && [...c.prompt, ...c.completion]),
-    completion: t === null ? null : unpackInts(t.completion_ids),
+    prompt,
+    completion,
+    sequence: prompt === null || completion === null ? null : chained(prompt, prompt.length, completion),
     added,
-    text: isPromptDelta(stored) ? continuedText(stored, byId) : sequencePrompt(stored),
+    text: isPromptDelta(stored) ? continuedText(stored, byId) : whole === null ? null : promptChain(whole),
   };
 }
 
@@ -300,12 +337,20 @@ function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt
   return { index, prompt: null, unknown: body === null || r.truncated === 1 || (body.tokens ?? null) !== null };
 }
 
-/** Whole calls from the stored deltas, in order, each checked against the successful call before it. */
+/** What the next call is checked against: a successful call's messages then answer, its prompt ids then completion's, as shown. */
+type Shown = { next: Chain<readonly unknown[]>; sequence: Chain<readonly number[]> | null };
+
+/**
+ * Whole calls from the stored deltas, in order, each checked against the successful call before
+ * it. A call's messages, prompt ids and /v1/completions prompt are made whole only when read
+ * (each a getter, so JSON.stringify writes them): the trajectory's answer is written call by call
+ * (trajectory-json.ts), and holds one call's history whole at a time.
+ */
 function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
   const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null])));
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
-  let previous: TrajectoryCall | null = null;
+  let previous: Shown | null = null;
   rows.forEach((r, index) => {
     const body = bodies.get(r.call_id) ?? null;
     const whole = byId.get(r.call_id) ?? UNKNOWN;
@@ -318,17 +363,34 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     // Shown as what the call added, and said so, rather than as if it were the whole conversation.
     // A /v1/completions prompt stored as a delta is shown whole, or as what it added when that is not known.
     const storedPrompt = body?.params["prompt"];
-    const promptMissing = isPromptDelta(storedPrompt) && whole.text === null;
-    const params = !isPromptDelta(storedPrompt) ? (body?.params ?? {}) : { ...body?.params, prompt: whole.text ?? storedPrompt.rest };
+    const { text } = whole;
+    const promptMissing = isPromptDelta(storedPrompt) && text === null;
+    const params = !isPromptDelta(storedPrompt)
+      ? (body?.params ?? {})
+      : text === null
+        ? { ...body?.params, prompt: storedPrompt.rest }
+        : {
+            ...body?.params,
+            get prompt() {
+              return promptOf(text);
+            },
+          };
     const prefixMissing = body !== null && (messages === null || (t !== null && prompt === null) || promptMissing);
-    const shownMessages = messages ?? body?.messages ?? [];
-    const shownPrompt = prompt ?? whole.added;
-    const messagesSplice = previous === null ? "first" : uncaptured ? "extends" : extendsMessages(shownMessages, continuation(previous.messages, previous.answer)) ? "extends" : "rewritten";
+    const shownMessages = messages ?? chainOf(body?.messages ?? []);
+    const shownPrompt = prompt ?? (whole.added === null ? null : chainOf(whole.added));
+    const messagesSplice = previous === null ? "first" : uncaptured ? "extends" : chainBeginsWith(shownMessages, previous.next, sameMessage) ? "extends" : "rewritten";
     let tokenView: TrajectoryCall["tokens"] = null;
     if (shownPrompt !== null && completion !== null) {
-      const prevTokens = previous?.tokens ? [...previous.tokens.prompt_ids, ...previous.tokens.completion_ids] : null;
-      const splice = previous === null ? "first" : prevTokens !== null && extendsTokens(shownPrompt, prevTokens) ? "extends" : "rewritten";
-      tokenView = { prompt_ids: shownPrompt, completion_ids: completion, completion_logprobs: logprobs, splice };
+      const prevTokens = previous?.sequence ?? null;
+      const splice = previous === null ? "first" : prevTokens !== null && chainBeginsWith(shownPrompt, prevTokens, sameToken) ? "extends" : "rewritten";
+      tokenView = {
+        get prompt_ids() {
+          return itemsOf(shownPrompt);
+        },
+        completion_ids: completion,
+        completion_logprobs: logprobs,
+        splice,
+      };
     }
     // Only an answer the client got whole is a turn: a failed call (a stream broken after its
     // status line too) is what the client retried, and its partial completion was never said.
@@ -354,13 +416,22 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       prefix_missing: prefixMissing,
       params,
       tools: whole.tools,
-      messages: shownMessages,
+      get messages() {
+        return itemsOf(shownMessages);
+      },
       messages_splice: messagesSplice,
       answer: whole.answer as Record<string, unknown> | null,
       tokens: tokenView,
     };
     calls.push(call);
-    if (succeeded && !uncaptured) previous = call;
+    if (succeeded && !uncaptured) {
+      // The rebuilt call's own continuations when known, which the calls continuing it are chained
+      // from: chainBeginsWith tells those without making them whole.
+      previous = {
+        next: whole.next ?? chained(shownMessages, shownMessages.length, whole.answer === null ? [] : [whole.answer]) ?? shownMessages,
+        sequence: whole.sequence ?? (shownPrompt === null || completion === null ? null : chained(shownPrompt, shownPrompt.length, completion)),
+      };
+    }
   });
   return { calls, turns };
 }

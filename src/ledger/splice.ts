@@ -85,13 +85,8 @@ export function beginsWith<T>(items: readonly T[], base: readonly T[], same: (a:
   return true;
 }
 
-const sameMessage = (a: unknown, b: unknown): boolean => a === b || messageKey(a) === messageKey(b);
-const sameToken = (a: number, b: number): boolean => a === b;
-
-/** Whether `messages` extend the conversation `base` (a previous call's continuation). */
-export function extendsMessages(messages: readonly unknown[], base: readonly unknown[]): boolean {
-  return beginsWith(messages, base, sameMessage);
-}
+export const sameMessage = (a: unknown, b: unknown): boolean => a === b || messageKey(a) === messageKey(b);
+export const sameToken = (a: number, b: number): boolean => a === b;
 
 export function extendsTokens(ids: readonly number[], base: readonly number[]): boolean {
   return beginsWith(ids, base, sameToken);
@@ -151,13 +146,6 @@ export function messageDelta(messages: readonly unknown[], base: readonly unknow
 }
 
 export const tokenDelta = (ids: readonly number[], base: readonly number[] | null): Delta<number> => delta(ids, base, extendsTokens);
-
-/** Rebuilds a stored list: the referenced call's continuation cut to `count`, then the rest. */
-export function rebuild<T>(prefix: { base: readonly T[]; count: number } | null, rest: readonly T[]): T[] | null {
-  if (prefix === null) return [...rest];
-  if (prefix.base.length < prefix.count) return null;
-  return [...prefix.base.slice(0, prefix.count), ...rest];
-}
 
 /**
  * A /v1/completions prompt as one sequence: one string (an agent on that endpoint sends its whole
@@ -223,11 +211,4 @@ export function promptDelta(prompt: SequencePrompt, base: ({ call_id: string } &
   const count = base === null ? 0 : promptOverlap(prompt, base);
   if (base === null || count === 0) return prompt;
   return { prefix: { call_id: base.call_id, count }, rest: prompt.slice(count) };
-}
-
-/** A prompt stored as `delta` of `base` (the named call's continuation), whole; null when `base` is shorter than the prefix. */
-export function rebuildPrompt(delta: PromptDelta, base: SequencePrompt): SequencePrompt | null {
-  if (base.length < delta.prefix.count) return null;
-  if (typeof base === "string") return typeof delta.rest === "string" ? base.slice(0, delta.prefix.count) + delta.rest : null;
-  return typeof delta.rest === "string" ? null : rebuild({ base, count: delta.prefix.count }, delta.rest);
 }

@@ -6,6 +6,7 @@
  * tokens are not known, is not spliced in: the sequence stops before it and says at which call.
  */
 import type { TrainingSequence } from "../protocol/ledger";
+import { itemsOf, type Chain } from "./chain";
 import { extendsTokens } from "./splice";
 
 /**
@@ -13,7 +14,7 @@ import { extendsTokens } from "./splice";
  * tokens are not known. Those are `unknown` when they were lost (a truncated record, a body gone,
  * a prefix call the ledger does not have), not when the call was recorded without token ids.
  */
-export type TokenTurn = { index: number; prompt: number[]; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null; unknown: boolean };
+export type TokenTurn = { index: number; prompt: Chain<readonly number[]>; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null; unknown: boolean };
 
 export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence | null {
   // None with token ids: nothing to train on, not a sequence that stops.
@@ -25,7 +26,7 @@ export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence 
   const first = turns[start];
   if (first === undefined) return null;
   if (first.prompt === null) return { tokens: [], response_length: 0, loss_mask: [], rollout_log_probs: [], segments: [], drift_at_call: first.index };
-  const tokens = [...first.prompt];
+  const tokens = itemsOf(first.prompt);
   const promptLength = tokens.length;
   const lossMask: number[] = [];
   const logprobs: number[] = [];
@@ -33,12 +34,14 @@ export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence 
   let driftAt: number | null = null;
   for (const t of turns.slice(start)) {
     // Without its tokens, the next prompt would bring this call's completion in as prompt tokens.
-    if (t.prompt === null || (t !== first && !extendsTokens(t.prompt, tokens))) {
+    // Each turn's prompt is made whole only for its own turn: together they are quadratic in turns.
+    const prompt = t.prompt === null || t === first ? null : itemsOf(t.prompt);
+    if (t.prompt === null || (prompt !== null && !extendsTokens(prompt, tokens))) {
       driftAt = t.index;
       break;
     }
-    if (t !== first) {
-      const between = t.prompt.slice(tokens.length);
+    if (prompt !== null) {
+      const between = prompt.slice(tokens.length);
       tokens.push(...between);
       for (let i = 0; i < between.length; i++) {
         lossMask.push(0);
