@@ -6,7 +6,7 @@
  *   npm run export -- --out trajectories.jsonl [--engine E] [--url URL] [--token T]
  *                     [--run N] [--global-step N] [--task-id T] [--outcome ended|aborted|reaped]
  *                     [--min-reward X] [--max-reward X] [--since MS] [--until MS]
- *                     [--credentials FILE]
+ *                     [--form whole|delta] [--credentials FILE]
  *
  * For the local exchange (no --url, or `npm start`'s own) the engine and the viewer's token
  * default to what `npm start` left in .local/credentials.json (or --credentials FILE); another
@@ -20,7 +20,8 @@ import { TrajectoryExportQuery } from "../src/protocol/ledger";
 import { readCredentials, engineBaseUrl } from "./local/credentials";
 import { REPO_ROOT } from "./local/exchange";
 
-const FILTERS = ["run", "global-step", "task-id", "outcome", "min-reward", "max-reward", "since", "until"] as const;
+/** The export's query, as flags: its filters, and the trajectories' form (docs/ledger.md, "Delta form"). */
+const QUERY_FLAGS = ["run", "global-step", "task-id", "outcome", "min-reward", "max-reward", "since", "until", "form"] as const;
 const TOTAL_HEADER = "x-trajectories-total";
 const WIDTH = 30;
 
@@ -38,9 +39,10 @@ function fail(why: string): never {
 const USAGE = `npm run export -- --out trajectories.jsonl [--engine E] [--url URL] [--token T]
                   [--run N] [--global-step N] [--task-id T] [--outcome ended|aborted|reaped]
                   [--min-reward X] [--max-reward X] [--since MS] [--until MS]
-                  [--credentials FILE]
+                  [--form whole|delta] [--credentials FILE]
 
-An engine's trajectories to a JSON-lines file (docs/ledger.md). Against the local exchange the
+An engine's trajectories to a JSON-lines file (docs/ledger.md). --form delta writes each call as
+what it added to the call it names: a file that grows with long agents' turns, not their square. Against the local exchange the
 engine and the viewer's token default to npm start's .local/credentials.json.
 `;
 
@@ -53,7 +55,7 @@ async function main(): Promise<void> {
       url: { type: "string" },
       token: { type: "string" },
       credentials: { type: "string" },
-      ...Object.fromEntries(FILTERS.map((f) => [f, { type: "string" as const }])),
+      ...Object.fromEntries(QUERY_FLAGS.map((f) => [f, { type: "string" as const }])),
     },
   });
   if (a.help === true) {
@@ -70,7 +72,7 @@ async function main(): Promise<void> {
   const engine = opts["engine"] ?? local?.engine ?? fail("no --engine");
   const token = opts["token"] ?? local?.tokens.viewer ?? fail(`no --token for ${url}`);
 
-  const raw = Object.fromEntries(FILTERS.filter((f) => opts[f] !== undefined).map((f) => [f.replace(/-/g, "_"), opts[f] as string]));
+  const raw = Object.fromEntries(QUERY_FLAGS.filter((f) => opts[f] !== undefined).map((f) => [f.replace(/-/g, "_"), opts[f] as string]));
   const query = TrajectoryExportQuery.safeParse(raw);
   if (!query.success) fail(query.error.issues.map((i) => `--${String(i.path[0]).replace(/_/g, "-")}: ${i.message}`).join("; "));
   const qs = new URLSearchParams({ format: "jsonl", ...raw }).toString();

@@ -72,6 +72,14 @@ describe("npm run export", () => {
     const r = await runExport(["--out", join(dir, "bad.jsonl"), "--min-reward", "lots"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("--min-reward");
+    const form = await runExport(["--out", join(dir, "bad.jsonl"), "--form", "diff"]);
+    expect(form.code).toBe(1);
+    expect(form.stderr).toContain("--form");
     expect(local.seen.length).toBe(before);
+  });
+
+  it("asks for the delta form with --form delta", async () => {
+    expect((await runExport(["--out", join(dir, "delta.jsonl"), "--form", "delta"])).code).toBe(0);
+    expect(local.seen.at(-1)?.path).toBe("/e/default/trajectories/export?format=jsonl&form=delta");
   });
 });

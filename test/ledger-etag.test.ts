@@ -151,6 +151,23 @@ describe("a trajectory's ETag", () => {
     await expect(ledger("client").trajectoryIfChanged(c.episode, first.etag)).rejects.toMatchObject({ status: 403 });
   });
 
+  it("tags each form of the answer apart: a tag of the whole form is no tag of the delta form", async () => {
+    const { e, c } = await liveClaim();
+    const whole = await read(e, `/trajectories/${c.episode}`);
+    const delta = await read(e, `/trajectories/${c.episode}?form=delta`);
+    expect(delta.status).toBe(200);
+    expect((JSON.parse(delta.text) as Trajectory).form).toBe("delta");
+    expect(delta.etag).toMatch(/^"[0-9a-f]{32}"$/);
+    expect(delta.etag).not.toBe(whole.etag);
+    expect((await read(e, `/trajectories/${c.episode}?form=whole`)).etag).toBe(whole.etag);
+    expect((await read(e, `/trajectories/${c.episode}?form=delta`, { "if-none-match": delta.etag as string })).status).toBe(304);
+    const crossed = await read(e, `/trajectories/${c.episode}?form=delta`, { "if-none-match": whole.etag as string });
+    expect(crossed.status).toBe(200);
+    expect(crossed.text).toBe(delta.text);
+    // A form of no name is refused before any tag is told.
+    expect((await read(e, `/trajectories/${c.episode}?form=diff`, { "if-none-match": "*" })).status).toBe(422);
+  });
+
   it("sends the whole answer for an If-None-Match of no valid form", async () => {
     const { e, c } = await liveClaim();
     const { etag } = await read(e, `/trajectories/${c.episode}`);

@@ -10,7 +10,7 @@ import { LedgerClient } from "../src/client";
 import { MAX_CALLS_PER_TRAJECTORY } from "../src/ledger/read";
 import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
-import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
+import { batchOf, callRecord as call, checkingDeltaForm, postCalls as post } from "./support/ledger";
 import { advance, claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
 type Claim = { episode: string; fence: number; client: string };
@@ -106,25 +106,29 @@ async function r2Bytes(engine: string): Promise<number> {
   return total;
 }
 
-const ledgerOf = (e: TestEngine) => new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.viewer, fetch: workerFetch });
+const ledgerOf = (e: TestEngine) => checkingDeltaForm(new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.viewer, fetch: workerFetch }));
 
 describe("ledger: one very long episode", () => {
-  it("stores a long claim in R2 and D1 linearly in its turns (N and 2N turns)", async () => {
-    const sizes: { turns: number; r2: number; rows: number }[] = [];
+  it("stores a long claim in R2 and D1, and answers it in the delta form, linearly in its turns (N and 2N turns)", async () => {
+    const sizes: { turns: number; r2: number; rows: number; delta: number; whole: number }[] = [];
     for (const turns of [60, 120]) {
       const e = await createEngine("longlin");
       await rollingWith(e, 1);
       const c = await claimOne(e, "c1");
       await ship(e, longEpisode(c, turns, 4_000, 300, 30).records);
       const rows = (await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(e.name).first<{ n: number }>())?.n ?? 0;
-      sizes.push({ turns, r2: await r2Bytes(e.name), rows });
+      const answer = async (form: string) => (await (await workerFetch(`${ORIGIN}/e/${e.name}/trajectories/${c.episode}?form=${form}`, { headers: { authorization: `Bearer ${e.tokens.viewer}` } })).arrayBuffer()).byteLength;
+      sizes.push({ turns, r2: await r2Bytes(e.name), rows, delta: await answer("delta"), whole: await answer("whole") });
     }
-    console.log("ledger long episode: storage", JSON.stringify(sizes));
+    console.log("ledger long episode: storage and answers", JSON.stringify(sizes));
     const [a, b] = sizes as [(typeof sizes)[0], (typeof sizes)[0]];
     expect(a.rows).toBe(60);
     expect(b.rows).toBe(120);
-    // Linear: twice the turns, about twice the bytes (quadratic would be four times).
+    // Linear: twice the turns, about twice the bytes (quadratic would be four times), as the
+    // delta form's answer; the whole form's is quadratic by its form.
     expect(b.r2 / a.r2, JSON.stringify(sizes)).toBeLessThan(2.2);
+    expect(b.delta / a.delta, JSON.stringify(sizes)).toBeLessThan(2.2);
+    expect(b.whole / a.whole, JSON.stringify(sizes)).toBeGreaterThan(3.5);
   });
 
   it("reads a 150-turn claim back exactly: every call's messages, prompt ids, completion ids, logprobs and the training sequence", async () => {

@@ -5,19 +5,19 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { LedgerClient } from "../src/client";
+import { LedgerClient, wholeTrajectory } from "../src/client";
 import { recordCalls } from "../src/ledger/ingest";
 import { summaryPage } from "../src/ledger/read";
-import { MAX_CALLS_PER_BATCH, type CallRecord } from "../src/protocol/ledger";
+import { MAX_CALLS_PER_BATCH, type CallRecord, type Trajectory } from "../src/protocol/ledger";
 import { D1_MAX_ROW_BYTES, utf8Bytes } from "../src/protocol/limits";
 import { packFloats, packInts } from "../src/protocol/packed";
-import { batchOf, callRecord as call, postCalls as post } from "./support/ledger";
+import { batchOf, callRecord as call, checkingDeltaForm, postCalls as post } from "./support/ledger";
 import { answer2, answer3, sys, threeTurns as threeTurnsOf, toolCall, toolResult, tools, user, user3 } from "./support/ledger-calls";
 import { EXPORT_INTERRUPTED } from "../src/client/ledger-client";
 import { ADMIN_TOKEN, admin, advance, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
 
 const ledgerOf = (e: TestEngine, role: "viewer" | "operator" | "trainer" | "client" | "admin") =>
-  new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch });
+  checkingDeltaForm(new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: role === "admin" ? ADMIN_TOKEN : e.tokens[role], fetch: workerFetch }));
 
 type Claim = { episode: string; fence: number; client: string; key?: Awaited<ReturnType<typeof claimKeyFields>> };
 
@@ -656,6 +656,42 @@ describe("trajectory ledger", () => {
     const foreign = await raw(`/e/${other.name}/trajectories/export?cursor=${page.next_cursor}`, { token: other.tokens.viewer });
     expect(foreign.status).toBe(400);
     expect((await raw(`/e/${e.name}/trajectories/export?format=csv`, { token: e.tokens.viewer })).status).toBe(422);
+  });
+
+  it("exports and reads in the delta form: each call what it added, made whole again the same trajectories, and a form of no name refused", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 2);
+    const claims = [await claimOne(e, "c1"), await claimOne(e, "c2")];
+    for (const c of claims) {
+      await post(e, batchOf(threeTurns(c)));
+      await endAndFlush(e, c, 1);
+    }
+    const v = ledgerOf(e, "viewer");
+    const whole: Trajectory[] = [];
+    for await (const t of v.export()) whole.push(t);
+    const delta: Trajectory[] = [];
+    for await (const t of v.export({ form: "delta" })) delta.push(t);
+    expect(whole.map((t) => t.form)).toEqual(["whole", "whole"]);
+    expect(delta.map((t) => t.form)).toEqual(["delta", "delta"]);
+    expect(delta.map(wholeTrajectory)).toEqual(whole);
+    // The third call as stored: the messages and prompt ids it added to the second, which it names.
+    const [, second, third] = delta[0]?.calls ?? [];
+    expect(third?.messages_from).toEqual({ call_id: second?.call_id, count: 5 });
+    expect(third?.messages).toEqual([user3]);
+    expect(third?.tokens?.prompt_from).toEqual({ call_id: second?.call_id, count: 8 });
+    expect(third?.tokens?.prompt_ids).toEqual([30, 31, 32]);
+    expect(delta[0]?.calls[0]?.messages_from).toBeNull();
+    // The whole form names no call: those fields are the delta form's only.
+    expect(whole[0]?.calls[2]).not.toHaveProperty("messages_from");
+    expect(whole[0]?.calls[2]?.tokens).not.toHaveProperty("prompt_from");
+    // The one trajectory's read takes the same form; ledgerOf checks it made whole is the whole read.
+    expect((await v.trajectory(claims[0]?.episode as string, undefined, { form: "delta" })).calls[2]?.messages).toEqual([user3]);
+
+    for (const path of [`/trajectories/export?form=diff`, `/trajectories/${claims[0]?.episode}?form=Delta`, `/trajectories/${claims[0]?.episode}?forms=delta`]) {
+      const res = await raw(`/e/${e.name}${path}`, { token: e.tokens.viewer });
+      expect(res.status, path).toBe(422);
+      expect((res.json as { error: string }).error, path).toBe("invalid_request");
+    }
   });
 
   it("says an export line it cannot read is the exchange's answer (ExchangeError), not a bare parse error", async () => {

@@ -3,3 +3,4 @@ export { AdminClient } from "./admin-client";
 export { ExchangeError, UNREADABLE_ANSWER, type FetchLike } from "./http";
 export { RunsClient, RunsRefusal, type RunsClientOptions } from "./runs-client";
 export { EXPORT_INTERRUPTED, LedgerClient } from "./ledger-client";
+export { wholeTrajectory } from "./ledger-delta";

@@ -10,6 +10,7 @@ import {
   TrajectoryListResponse,
   type TrajectoryExportQuery,
   type TrajectoryListQuery,
+  type TrajectoryReadQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
 import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, type FetchLike } from "./http";
@@ -38,9 +39,12 @@ export class LedgerClient {
 
   list = (q: z.input<typeof TrajectoryListQuery> = {}) => this.get(`/trajectories${queryString(q as Query)}`, TrajectoryListResponse);
 
-  /** The episode's latest claim, or the claim of `fence`. */
-  trajectory = (episodeUuid: string, fence?: number) =>
-    this.get(`/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`, Trajectory);
+  /**
+   * The episode's latest claim, or the claim of `fence`. `{ form: "delta" }`: each call as what it
+   * added to the call it names, an answer that grows with the claim's turns rather than their
+   * square; `wholeTrajectory()` makes it whole.
+   */
+  trajectory = (episodeUuid: string, fence?: number, q: TrajectoryReadQuery = {}) => this.get(trajectoryPath(episodeUuid, fence, q), Trajectory);
 
   /**
    * The trajectory, unless the one the caller holds (by the `etag` it came with) is still the
@@ -48,8 +52,8 @@ export class LedgerClient {
    * watches live claims (async RL): a claim of an hour is tens of MB, and its answer is read again
    * only once a call is added or the claim ends. `etag` null: read it (the first time).
    */
-  async trajectoryIfChanged(episodeUuid: string, etag: string | null, fence?: number): Promise<{ trajectory: Trajectory; etag: string | null } | "unchanged"> {
-    const url = `${this.base}/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}`;
+  async trajectoryIfChanged(episodeUuid: string, etag: string | null, fence?: number, q: TrajectoryReadQuery = {}): Promise<{ trajectory: Trajectory; etag: string | null } | "unchanged"> {
+    const url = this.base + trajectoryPath(episodeUuid, fence, q);
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
     if (etag !== null) headers["if-none-match"] = etag;
     const res = await this.fetchFn(url, { headers });
@@ -110,6 +114,9 @@ export class LedgerClient {
     if (rest.trim() !== "") yield exportedLine(rest, url);
   }
 }
+
+const trajectoryPath = (episodeUuid: string, fence: number | undefined, q: TrajectoryReadQuery): string =>
+  `/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}${queryString(q as Query)}`;
 
 /** The code of the ExchangeError for an export whose stream broke off before its end. */
 export const EXPORT_INTERRUPTED = "export_interrupted";

@@ -17,7 +17,9 @@ import {
   TrajectoryExportQuery,
   TrajectoryListQuery,
   TrajectoryListResponse,
+  TrajectoryReadQuery,
   type TrajectoryExportQuery as ExportQuery,
+  type TrajectoryForm,
   type TrajectoryListQuery as ListQuery,
 } from "../protocol/ledger";
 import { envOf } from "../runs/context";
@@ -112,8 +114,8 @@ async function list(c: Context, who: Authorized, q: ListQuery): Promise<Response
 }
 
 async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<Response> {
-  const { cursor, format: _format, ...filters } = q;
-  const exported = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor, who.recheck);
+  const { cursor, format: _format, form, ...filters } = q;
+  const exported = await exportTrajectories(envOf(c).DB, envOf(c).LEDGER, who.engine, filters, cursor, form ?? "whole", who.recheck);
   if ("ok" in exported) return refusal(exported);
   return new Response(exported.stream, {
     status: 200,
@@ -127,14 +129,14 @@ async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<R
  * D1 query, without the rest of D1, R2 or the rebuild. `no-cache`: a cache may keep it, but asks
  * each time, since a live claim's answer changes.
  */
-async function one(c: Context, who: Authorized, params: Record<string, string>): Promise<Response> {
+async function one(c: Context, who: Authorized, params: Record<string, string>, form: TrajectoryForm): Promise<Response> {
   const fenceText = params["fence"];
   const episode = params["episode_uuid"] as string;
   const fence = fenceText === undefined ? null : Number(fenceText);
-  const tag = await trajectoryTag(envOf(c).DB, { name: who.engine, incarnation: who.incarnation }, episode, fence);
+  const tag = await trajectoryTag(envOf(c).DB, { name: who.engine, incarnation: who.incarnation }, episode, fence, form);
   const headers: Record<string, string> = tag === null ? {} : { etag: tag, "cache-control": "private, no-cache" };
   if (tag !== null && noneMatch(c.req.header("if-none-match"), tag)) return new Response(null, { status: 304, headers });
-  const t = await readTrajectory(envOf(c).DB, envOf(c).LEDGER, who.engine, episode, fence);
+  const t = await readTrajectory(envOf(c).DB, envOf(c).LEDGER, who.engine, episode, fence, form);
   // Sent a call at a time: one string of a long episode's whole conversations may not fit the isolate.
   return "ok" in t ? refusal(t) : new Response(trajectoryStream(t), { status: 200, headers: { "content-type": "application/json", ...headers } });
 }
@@ -169,10 +171,10 @@ const oneTrajectory = (path: string, summary: string, params: Record<string, Led
   op: "read_trajectories",
   summary,
   params,
-  input: { from: "none" },
+  input: { from: "query", schema: TrajectoryReadQuery },
   answer: { kind: "json", schema: Trajectory, etag: true },
-  refusals: { 404: UNKNOWN_TRAJECTORY },
-  handle: (c, who, _i, p) => one(c, who, p),
+  refusals: { 404: UNKNOWN_TRAJECTORY, 422: "A form or parameter the query does not take." },
+  handle: (c, who, q, p) => one(c, who, p, (q as TrajectoryReadQuery).form ?? "whole"),
 });
 
 export const LEDGER_API: LedgerRouteSpec[] = [
@@ -231,7 +233,7 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     params: {},
     input: { from: "query", schema: TrajectoryExportQuery },
     answer: { kind: "lines", item: Trajectory, description: "JSON lines: one whole Trajectory (its calls included) per line, each ended by a newline." },
-    refusals: { 400: BAD_CURSOR, 422: "A filter, format or parameter the query does not take." },
+    refusals: { 400: BAD_CURSOR, 422: "A filter, format, form or parameter the query does not take." },
     handle: (c, who, q) => exportAll(c, who, q as ExportQuery),
   },
   // Before `/trajectories/:episode_uuid/:fence`, which would otherwise also match it (a digest is no fence).

@@ -4,7 +4,7 @@
  * isolate has 128 MB). Each page costs two D1 queries, one R2 read per object it touches and,
  * from the second page on, one RPC to the engine's object to check the caller again.
  */
-import type { TrajectoryFilters } from "../protocol/ledger";
+import type { TrajectoryFilters, TrajectoryForm } from "../protocol/ledger";
 import { countTrajectories, loadPage, summaryPage, type ReadRefusal, type SummaryPage } from "./read";
 import { trajectoryJsonPieces } from "./trajectory-json";
 
@@ -45,6 +45,7 @@ export async function exportTrajectories(
   engine: string,
   filters: TrajectoryFilters,
   cursor: string | undefined,
+  form: TrajectoryForm,
   recheck: () => Promise<string | null>,
 ): Promise<{ stream: ReadableStream<Uint8Array>; total: number } | ReadRefusal> {
   const [first, total] = await Promise.all([summaryPage(db, engine, filters, cursor, EXPORT_PAGE), countTrajectories(db, engine, filters)]);
@@ -71,7 +72,7 @@ export async function exportTrajectories(
           // reads means the rows are that incarnation's (incarnations never come back), and a
           // token still valid then may be sent what they hold. An empty page is checked too, so
           // that a refused export never ends as if it were whole.
-          loaded = page.rows.length === 0 ? null : await loadPage(db, bucket, engine, page.rows);
+          loaded = page.rows.length === 0 ? null : await loadPage(db, bucket, engine, page.rows, form);
           const refused = await recheck();
           if (refused !== null) throw new ExportRefused(refused);
           if (page.rows.length === 0) {
@@ -79,7 +80,7 @@ export async function exportTrajectories(
             return;
           }
         }
-        loaded ??= await loadPage(db, bucket, engine, page.rows);
+        loaded ??= await loadPage(db, bucket, engine, page.rows, form);
         pieces ??= trajectoryJsonPieces(loaded.build(at));
         const next = pieces.next();
         if (next.done !== true) {

@@ -3,10 +3,11 @@
  * whole trajectories (a claim's calls from D1, their bodies from R2, conversations rebuilt from
  * the stored deltas and checked again turn by turn).
  */
-import type { CallBody, PrefixRef, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
+import type { CallBody, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryForm, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
-import { chainBeginsWith, chained, chainOf, itemsOf, textOf, type Chain } from "./chain";
-import { isPromptDelta, sameMessage, sameToken, sequencePrompt, type PromptDelta, type SequencePrompt } from "./splice";
+import { chainBeginsWith, chained, chainOf, itemsOf, type Chain } from "./chain";
+import { promptOf, rebuildAll, UNKNOWN, type Rebuilt, type StoredCall } from "./rebuild";
+import { isPromptDelta, sameMessage, sameToken, sequencePrompt } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
 
 /**
@@ -201,132 +202,6 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
 }
 
 /**
- * A call as its successors continue it. `messages` and `prompt` are null when they are not known
- * whole (no body, no token ids, or a prefix call the ledger does not have): a successor can then
- * be rebuilt from them no more than this call could. `next` is its messages then its answer, and
- * `sequence` its prompt ids then its completion's: what a successor continues. `added` is the
- * prompt ids it stored. `text` is a /v1/completions call's prompt as sent (a text, or token ids),
- * null for another call, a batch of prompts, or one not known whole. Each is a chain (chain.ts),
- * sharing the claim's history with the call it continues.
- */
-type Rebuilt = {
-  messages: Chain<readonly unknown[]> | null;
-  next: Chain<readonly unknown[]> | null;
-  answer: unknown | null;
-  tools: unknown[] | null;
-  prompt: Chain<readonly number[]> | null;
-  completion: number[] | null;
-  sequence: Chain<readonly number[]> | null;
-  added: number[] | null;
-  text: PromptChain | null;
-};
-
-/** A /v1/completions prompt: text after text, ids after ids. */
-type PromptChain = { text: Chain<string> } | { ids: Chain<readonly number[]> };
-
-const UNKNOWN: Rebuilt = { messages: null, next: null, answer: null, tools: null, prompt: null, completion: null, sequence: null, added: null, text: null };
-
-/** `rest` after the first `prefix.count` items of `base` of the call `prefix` names; null when those are not known. */
-function continued<T>(prefix: PrefixRef | null, rest: readonly T[], byId: Map<string, Rebuilt>, base: (ref: Rebuilt) => Chain<readonly T[]> | null): Chain<readonly T[]> | null {
-  if (prefix === null) return chainOf(rest);
-  const ref = byId.get(prefix.call_id);
-  const b = ref === undefined ? null : base(ref);
-  return b === null ? null : chained(b, prefix.count, rest);
-}
-
-const promptChain = (p: SequencePrompt): PromptChain => (typeof p === "string" ? { text: chainOf(p) } : { ids: chainOf(p) });
-
-/** A /v1/completions prompt whole, as the call sent it. */
-const promptOf = (p: PromptChain): SequencePrompt => ("text" in p ? textOf(p.text) : itemsOf(p.ids));
-
-/**
- * A /v1/completions prompt stored as what it adds to the prompt and answer (text, or completion
- * ids) of the call it names (splice.ts promptContinuation); null when those are not known.
- */
-function continuedText(delta: PromptDelta, byId: Map<string, Rebuilt>): PromptChain | null {
-  const base = byId.get(delta.prefix.call_id);
-  if (base === undefined || base.text === null) return null;
-  const { count } = delta.prefix;
-  if ("text" in base.text) {
-    const answered = (base.answer as Record<string, unknown> | null)?.["content"];
-    const head = typeof answered === "string" ? chained(base.text.text, base.text.text.length, answered) : base.text.text;
-    const text = typeof delta.rest === "string" && head !== null ? chained(head, count, delta.rest) : null;
-    return text === null ? null : { text };
-  }
-  const head = base.completion === null ? base.text.ids : chained(base.text.ids, base.text.ids.length, base.completion);
-  const ids = typeof delta.rest !== "string" && head !== null ? chained(head, count, delta.rest) : null;
-  return ids === null ? null : { ids };
-}
-
-/** One call whole, from its stored delta and the calls its prefixes name, rebuilt already (or not known). */
-function rebuildOne(body: CallBody | null, byId: Map<string, Rebuilt>): Rebuilt {
-  if (body === null) return UNKNOWN;
-  const t = body.tokens ?? null;
-  const added = t === null ? null : unpackInts(t.prompt_ids);
-  const completion = t === null ? null : unpackInts(t.completion_ids);
-  const answer = body.answer ?? null;
-  const messages = continued(body.prefix, body.messages, byId, (c) => c.next);
-  const prompt = t === null || added === null ? null : continued(t.prompt_prefix ?? null, added, byId, (c) => c.sequence);
-  const stored = body.params["prompt"];
-  const whole = isPromptDelta(stored) ? null : sequencePrompt(stored);
-  return {
-    messages,
-    next: messages === null ? null : chained(messages, messages.length, answer === null ? [] : [answer]),
-    answer,
-    // The tools of the call the prefix names. A truncated record keeps tools_from_prefix but drops
-    // its prefix (recorder.ts fitBody): its tools are not known.
-    tools: !body.tools_from_prefix ? body.tools : body.prefix === null ? null : (byId.get(body.prefix.call_id)?.tools ?? null),
-    prompt,
-    completion,
-    sequence: prompt === null || completion === null ? null : chained(prompt, prompt.length, completion),
-    added,
-    text: isPromptDelta(stored) ? continuedText(stored, byId) : whole === null ? null : promptChain(whole),
-  };
-}
-
-/** The calls a stored delta continues: its messages' prefix call, its prompt ids', and its prompt text's. */
-const prefixCalls = (body: CallBody | null): string[] => {
-  const prompt = body?.params["prompt"];
-  return [body?.prefix?.call_id, body?.tokens?.prompt_prefix?.call_id, isPromptDelta(prompt) ? prompt.prefix.call_id : undefined].filter((id): id is string => id !== undefined);
-};
-
-/**
- * Every call of the claim whole, each once. A delta names a call of its claim by id, not the one
- * admitted before it: concurrent calls are stored against whichever finished last, so a prefix
- * may be a call admitted later. Depth first, each call after those it names, without recursion
- * (a chain can be as long as the claim); a prefix the claim does not hold, or one that leads back
- * to the call (a cycle, which no recorder makes but stored data may hold), is not known.
- */
-function rebuildAll(bodies: ReadonlyMap<string, CallBody | null>): Map<string, Rebuilt> {
-  const byId = new Map<string, Rebuilt>();
-  // The calls on the path being rebuilt: one that names any of them closes a cycle.
-  const open = new Set<string>();
-  for (const root of bodies.keys()) {
-    const stack = [root];
-    while (stack.length > 0) {
-      const id = stack[stack.length - 1] as string;
-      if (byId.has(id)) {
-        stack.pop();
-        continue;
-      }
-      const body = bodies.get(id) ?? null;
-      if (!open.has(id)) {
-        open.add(id);
-        const pending = prefixCalls(body).filter((p) => bodies.has(p) && !byId.has(p) && !open.has(p));
-        if (pending.length > 0) {
-          stack.push(...pending);
-          continue;
-        }
-      }
-      byId.set(id, rebuildOne(body, byId));
-      open.delete(id);
-      stack.pop();
-    }
-  }
-  return byId;
-}
-
-/**
  * What a successful call is to the training sequence: its tokens, or why it has none. "unknown"
  * when they were recorded and are lost (a truncated record, a body gone, a prefix call the ledger
  * does not have), unlike a call recorded without token ids (capture was `messages` then, or off:
@@ -337,17 +212,37 @@ function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt
   return { index, prompt: null, unknown: body === null || r.truncated === 1 || (body.tokens ?? null) !== null };
 }
 
+/** A stored body as the rebuild reads it. */
+function storedOf(body: CallBody | null): StoredCall | null {
+  if (body === null) return null;
+  const t = body.tokens ?? null;
+  const prompt = body.params["prompt"];
+  return {
+    prefix: body.prefix,
+    messages: body.messages,
+    answer: body.answer ?? null,
+    tokens: t === null ? null : { promptPrefix: t.prompt_prefix ?? null, added: unpackInts(t.prompt_ids), completion: unpackInts(t.completion_ids) },
+    prompt: isPromptDelta(prompt) ? prompt : sequencePrompt(prompt),
+    tools: body.tools,
+    toolsFromPrefix: body.tools_from_prefix,
+  };
+}
+
 /** What the next call is checked against: a successful call's messages then answer, its prompt ids then completion's, as shown. */
 type Shown = { next: Chain<readonly unknown[]>; sequence: Chain<readonly number[]> | null };
 
 /**
- * Whole calls from the stored deltas, in order, each checked against the successful call before
- * it. A call's messages, prompt ids and /v1/completions prompt are made whole only when read
- * (each a getter, so JSON.stringify writes them): the trajectory's answer is written call by call
- * (trajectory-json.ts), and holds one call's history whole at a time.
+ * The calls from the stored deltas, in order, each checked against the successful call before it.
+ * Whole form: a call's messages, prompt ids and /v1/completions prompt are made whole only when
+ * read (each a getter, so JSON.stringify writes them): the trajectory's answer is written call by
+ * call (trajectory-json.ts), and holds one call's history whole at a time. Delta form: each is
+ * what the call stored, after what it shares with the call its `*_from` names, named only when
+ * that call is known whole (so a reader can rebuild it: client/ledger-delta.ts); unnamed, it is
+ * whole, or with `prefix_missing` only what the call added, as in the whole form.
  */
-function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
-  const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, bodies.get(r.call_id) ?? null])));
+function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null, form: TrajectoryForm): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
+  const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, storedOf(bodies.get(r.call_id) ?? null)])));
+  const delta = form === "delta";
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
   let previous: Shown | null = null;
@@ -367,7 +262,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     const promptMissing = isPromptDelta(storedPrompt) && text === null;
     const params = !isPromptDelta(storedPrompt)
       ? (body?.params ?? {})
-      : text === null
+      : text === null || delta
         ? { ...body?.params, prompt: storedPrompt.rest }
         : {
             ...body?.params,
@@ -383,14 +278,16 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     if (shownPrompt !== null && completion !== null) {
       const prevTokens = previous?.sequence ?? null;
       const splice = previous === null ? "first" : prevTokens !== null && chainBeginsWith(shownPrompt, prevTokens, sameToken) ? "extends" : "rewritten";
-      tokenView = {
-        get prompt_ids() {
-          return itemsOf(shownPrompt);
-        },
-        completion_ids: completion,
-        completion_logprobs: logprobs,
-        splice,
-      };
+      tokenView = delta
+        ? { prompt_from: prompt === null ? null : (t?.prompt_prefix ?? null), prompt_ids: whole.added ?? [], completion_ids: completion, completion_logprobs: logprobs, splice }
+        : {
+            get prompt_ids() {
+              return itemsOf(shownPrompt);
+            },
+            completion_ids: completion,
+            completion_logprobs: logprobs,
+            splice,
+          };
     }
     // Only an answer the client got whole is a turn: a failed call (a stream broken after its
     // status line too) is what the client retried, and its partial completion was never said.
@@ -415,9 +312,11 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       uncaptured,
       prefix_missing: prefixMissing,
       params,
+      ...(delta ? { prompt_from: isPromptDelta(storedPrompt) && text !== null ? storedPrompt.prefix : null } : {}),
       tools: whole.tools,
+      ...(delta ? { messages_from: messages === null ? null : (body?.prefix ?? null) } : {}),
       get messages() {
-        return itemsOf(shownMessages);
+        return delta ? (body?.messages ?? []) : itemsOf(shownMessages);
       },
       messages_splice: messagesSplice,
       answer: whole.answer as Record<string, unknown> | null,
@@ -496,9 +395,9 @@ const NO_CALLS: ClaimCalls = { rows: [], recorded: 0 };
 
 const claimKey = (episode: string, fence: number): string => `${fence}\n${episode}`;
 
-function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, claim: ClaimCalls, bodies: Map<string, CallBody | null>): Trajectory {
+function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, claim: ClaimCalls, bodies: Map<string, CallBody | null>, form: TrajectoryForm): Trajectory {
   const calls = claim.rows;
-  const built = rebuildCalls(calls, bodies, row?.ended_at ?? null);
+  const built = rebuildCalls(calls, bodies, row?.ended_at ?? null, form);
   const cut = claim.recorded > calls.length;
   // The calls past the bound are turns whose tokens the trajectory does not have, as a truncated
   // call's: the sequence stops at the first of them, and the rollout buffer gives it no tokens.
@@ -534,6 +433,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
     calls: built.calls,
     calls_recorded: claim.recorded,
     calls_cut: cut,
+    form,
     training: trainingSequence(turns),
   };
 }
@@ -543,19 +443,19 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
  * one D1 query and one R2 read per object. `build(i)` makes the i-th whole trajectory, one at a
  * time, since whole conversations are far larger than their deltas.
  */
-export async function loadPage(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[]): Promise<{ build(i: number): Trajectory }> {
+export async function loadPage(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[], form: TrajectoryForm): Promise<{ build(i: number): Trajectory }> {
   const calls = rows.length === 0 ? new Map<string, ClaimCalls>() : await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
   const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
   return {
     build: (i) => {
       const r = rows[i];
       if (r === undefined) throw new Error(`no row ${i} in this page`);
-      return trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? NO_CALLS, bodies);
+      return trajectoryOf(r.episode_uuid, r.fence, r, calls.get(claimKey(r.episode_uuid, r.fence)) ?? NO_CALLS, bodies, form);
     },
   };
 }
 
-export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: string, episode: string, fence: number | null): Promise<Trajectory | ReadRefusal> {
+export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: string, episode: string, fence: number | null, form: TrajectoryForm): Promise<Trajectory | ReadRefusal> {
   const f = fence ?? (await latestFence(db, engine, episode));
   const missing = refuse(404, "unknown_trajectory", `No trajectory of episode '${episode}'${fence === null ? "" : ` with fence ${fence}`} on engine '${engine}'.`);
   if (f === null) return missing;
@@ -565,7 +465,7 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
   ]);
   const claim = calls.get(claimKey(episode, f)) ?? NO_CALLS;
   if (row === null && claim.rows.length === 0) return missing;
-  return trajectoryOf(episode, f, row, claim, await readBodies(bucket, claim.rows));
+  return trajectoryOf(episode, f, row, claim, await readBodies(bucket, claim.rows), form);
 }
 
 /**
@@ -583,7 +483,7 @@ export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine
   for (const c of claims) {
     const claim = calls.get(claimKey(c.episode, c.fence));
     if (claim === undefined) continue;
-    const training = trajectoryOf(c.episode, c.fence, null, claim, bodies).training;
+    const training = trajectoryOf(c.episode, c.fence, null, claim, bodies, "whole").training;
     if (training !== null) out.set(claimKey(c.episode, c.fence), training);
   }
   return out;

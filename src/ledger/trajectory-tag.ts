@@ -17,13 +17,14 @@
  * - the engine's incarnation: an engine made again under the name starts its fences over.
  */
 import { hex } from "../auth/tokens";
+import type { TrajectoryForm } from "../protocol/ledger";
 import { CALL_ORDER, LATEST_FENCE_SQL, MAX_CALLS_PER_TRAJECTORY } from "./read";
 
 /**
- * The answer's form. Raised when the same rows come to be answered otherwise (read.ts,
+ * The answers' version. Raised when the same rows come to be answered otherwise (read.ts,
  * trajectory-json.ts), so that what a reader held before a deploy is not confirmed after it.
  */
-const FORM = 1;
+const ANSWER_VERSION = 2;
 
 type TagRow = { fence: number | null; row_id: number | null; calls: number; rowids: number; first_call: string | null; last_call: string | null };
 
@@ -38,16 +39,16 @@ const TAG_SQL = `WITH f(fence) AS (SELECT COALESCE(?3, (${LATEST_FENCE_SQL}))),
     (SELECT call_id FROM w WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY n DESC LIMIT 1) AS last_call`;
 
 /**
- * The strong ETag (quoted) of the trajectory `fence` names (the latest when null), or null when
+ * The strong ETag (quoted) of the trajectory `fence` names (the latest when null) in `form`, or null when
  * the engine holds nothing of it (the read answers 404). Taken before the trajectory is read: a
  * call recorded in between makes the answer newer than its tag, so the reader's next request
  * finds the tag changed and reads again; the other order could confirm an answer that is stale.
  */
-export async function trajectoryTag(db: D1Database, engine: { name: string; incarnation: string }, episode: string, fence: number | null): Promise<string | null> {
+export async function trajectoryTag(db: D1Database, engine: { name: string; incarnation: string }, episode: string, fence: number | null, form: TrajectoryForm): Promise<string | null> {
   const r = await db.prepare(TAG_SQL).bind(engine.name, episode, fence).first<TagRow>();
   if (r === null || r.fence === null || (r.row_id === null && r.calls === 0)) return null;
   // Hashed: the episode and call ids are the clients' strings, of any length and characters an ETag may not hold.
-  const parts = JSON.stringify([FORM, engine.name, engine.incarnation, episode, fence, r.fence, r.row_id, r.calls, r.rowids, r.first_call, r.last_call]);
+  const parts = JSON.stringify([ANSWER_VERSION, form, engine.name, engine.incarnation, episode, fence, r.fence, r.row_id, r.calls, r.rowids, r.first_call, r.last_call]);
   return `"${hex(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(parts))).subarray(0, 16))}"`;
 }
 

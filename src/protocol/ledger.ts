@@ -235,8 +235,28 @@ export const TrajectoryListQuery = z.strictObject({
 });
 export type TrajectoryListQuery = z.infer<typeof TrajectoryListQuery>;
 
+/**
+ * How a trajectory's calls are written. `whole`: every call with its whole conversation, prompt
+ * ids and /v1/completions prompt, so the answer grows with the square of the claim's turns.
+ * `delta`: each call with what it added to the call its `messages_from`, `tokens.prompt_from` and
+ * `prompt_from` name, as the ledger stores it, so the answer grows with the turns;
+ * `LedgerClient`'s `wholeTrajectory()` gives the whole form back (docs/ledger.md, "Delta form").
+ */
+export const TRAJECTORY_FORMS = ["whole", "delta"] as const;
+export const TrajectoryForm = z.enum(TRAJECTORY_FORMS);
+export type TrajectoryForm = z.infer<typeof TrajectoryForm>;
+
+/** The query of one trajectory's read. */
+export const TrajectoryReadQuery = z.strictObject({
+  /** `whole` when absent. */
+  form: TrajectoryForm.optional(),
+});
+export type TrajectoryReadQuery = z.infer<typeof TrajectoryReadQuery>;
+
 export const TrajectoryExportQuery = z.strictObject({
   ...TrajectoryFilters.shape,
+  /** Each line's form (`whole` when absent). */
+  form: TrajectoryForm.optional(),
   /** JSON lines, one trajectory each (the only format so far; named so that others can follow). */
   format: z.literal("jsonl").optional(),
   /** Resume an export after the trajectory a list page's next_cursor names. */
@@ -307,13 +327,28 @@ export const TrajectoryCall = z.object({
    */
   prefix_missing: z.boolean(),
   params: z.record(z.string(), z.unknown()),
+  /**
+   * Delta form only: a /v1/completions `params.prompt` is what follows the first `count` of the
+   * named call's prompt and answer (text after text; after ids, its completion's ids); null when
+   * it is whole, or (with prefix_missing) what it added to a call not known.
+   */
+  prompt_from: PrefixRef.nullable().optional(),
   tools: z.array(z.unknown()).nullable(),
+  /**
+   * Delta form only: `messages` are what follows the first `count` of the named call's messages
+   * and answer; null when they are whole, or (with prefix_missing) what the call added to a call
+   * not known. The named call is of this trajectory (it may come later in `calls`: concurrent
+   * calls are stored against whichever finished last).
+   */
+  messages_from: PrefixRef.nullable().optional(),
   messages: z.array(z.unknown()),
   /** Whether `messages` begin with the previous successful call's messages and answer. */
   messages_splice: SpliceView,
   answer: z.record(z.string(), z.unknown()).nullable(),
   tokens: z
     .object({
+      /** Delta form only: `prompt_ids` follow the first `count` of the named call's prompt and completion ids, as `messages_from`. */
+      prompt_from: PrefixRef.nullable().optional(),
       prompt_ids: z.array(z.number().int()),
       completion_ids: z.array(z.number().int()),
       completion_logprobs: z.array(z.number()),
@@ -364,6 +399,8 @@ export const Trajectory = z.object({
    * before the field.)
    */
   calls_cut: z.boolean().default(false),
+  /** How the calls are written: `whole`, or `delta` (TrajectoryForm). (Defaults to `whole` for the typed client reading an exchange from before the field.) */
+  form: TrajectoryForm.default("whole"),
   training: TrainingSequence.nullable(),
 });
 export type Trajectory = z.infer<typeof Trajectory>;

@@ -1,4 +1,6 @@
 /** Call records as the engine's gateway sends them (protocol/ledger.ts), for tests that need the ledger to hold something. */
+import { expect } from "vitest";
+import { wholeTrajectory, type LedgerClient } from "../../src/client";
 import type { CallRecord } from "../../src/protocol/ledger";
 import { callAt, type CallOverrides, type ClaimRef } from "./ledger-calls";
 import { raw, type TestEngine } from "./harness";
@@ -17,3 +19,20 @@ export function callRecord(c: LedgerClaim, over: CallOverrides): CallRecord {
 /** POST <engine>/agent/calls, as the agent sends it (with the trainer's token unless told otherwise). */
 export const postCalls = (e: TestEngine, batch: unknown, role: "trainer" | "client" = "trainer") =>
   raw(`/e/${e.name}/agent/calls`, { token: e.tokens[role], body: JSON.stringify(batch) });
+
+/**
+ * `l`, its trajectory() reading the delta form beside the form asked for and checking that, made
+ * whole again (wholeTrajectory), it is the whole form exactly: each ledger test that reads a
+ * trajectory (drift, rewrites, truncated and uncaptured calls, missing and later-admitted prefix
+ * calls, prefix cycles, /v1/completions prompts) checks the delta form on its own calls too.
+ */
+export function checkingDeltaForm(l: LedgerClient): LedgerClient {
+  const read = l.trajectory;
+  l.trajectory = async (episode, fence, q = {}) => {
+    const [whole, delta] = await Promise.all([read(episode, fence, { form: "whole" }), read(episode, fence, { form: "delta" })]);
+    expect(delta.form).toBe("delta");
+    expect(wholeTrajectory(delta)).toEqual(whole);
+    return q.form === "delta" ? delta : whole;
+  };
+  return l;
+}
