@@ -29,7 +29,10 @@ function withToolCallIndexes(message: unknown): unknown {
   if (typeof message !== "object" || message === null) return {};
   const calls = (message as { tool_calls?: unknown }).tool_calls;
   if (!Array.isArray(calls)) return message;
-  return { ...message, tool_calls: calls.map((c: unknown, i) => (typeof c === "object" && c !== null ? { index: i, ...c } : c)) };
+  // The call's place in the list, over any index the server gave: SGLang's whole answers give
+  // each call its tool's place in `tools`, so two calls of one tool would both say 0 and a
+  // client's stream assembly would merge them into one.
+  return { ...message, tool_calls: calls.map((c: unknown, i) => (typeof c === "object" && c !== null ? { ...c, index: i } : c)) };
 }
 
 /** Whether a request asked for usage in its stream (OpenAI's `stream_options.include_usage`). */
