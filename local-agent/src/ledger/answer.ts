@@ -38,13 +38,16 @@ export function wholeAnswer(endpoint: RelayEndpoint, answer: Obj): AnswerParts {
   return { message, finishReason: typeof finish === "string" ? finish : null, usage: usageOf(answer["usage"]), error: errorOf(answer) };
 }
 
+const REASONING_FIELDS = ["reasoning_content", "reasoning"] as const;
+
 type ToolCallParts = { id: string; type: string | null; name: string; arguments: string };
 
 /** Chunks of a stream, assembled: content concatenated, tool calls merged by index. */
 export class StreamAssembly {
   private role: string | null = null;
   private content = "";
-  private reasoning: string | null = null;
+  /** A thinking model's reasoning, by the field it came in: vLLM's `reasoning_content`, or `reasoning` (vLLM's newer name, OpenRouter's). */
+  private readonly reasoning = new Map<string, string>();
   private readonly toolCalls = new Map<number, ToolCallParts>();
   private finishReason: string | null = null;
   private usage: Usage | null = null;
@@ -68,8 +71,10 @@ export class StreamAssembly {
     if (!isRecord(delta)) return;
     if (typeof delta["role"] === "string") this.role = delta["role"];
     if (typeof delta["content"] === "string") this.content += delta["content"];
-    const r = delta["reasoning_content"] ?? delta["reasoning"];
-    if (typeof r === "string") this.reasoning = (this.reasoning ?? "") + r;
+    for (const field of REASONING_FIELDS) {
+      const r = delta[field];
+      if (typeof r === "string") this.reasoning.set(field, (this.reasoning.get(field) ?? "") + r);
+    }
     if (Array.isArray(delta["tool_calls"])) for (const tc of delta["tool_calls"]) this.mergeToolCall(tc);
   }
 
@@ -93,7 +98,7 @@ export class StreamAssembly {
     const calls = [...this.toolCalls.entries()].sort((a, b) => a[0] - b[0]).map(([, c]) => ({ id: c.id, type: c.type ?? "function", function: { name: c.name, arguments: c.arguments } }));
     // As a whole answer has it: no text beside tool calls is null content.
     message["content"] = this.content === "" && calls.length > 0 ? null : this.content;
-    if (this.reasoning !== null) message["reasoning_content"] = this.reasoning;
+    for (const [field, text] of this.reasoning) message[field] = text;
     if (calls.length > 0) message["tool_calls"] = calls;
     return { message, finishReason: this.finishReason, usage: this.usage, error: this.error };
   }
