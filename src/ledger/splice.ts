@@ -49,10 +49,16 @@ function onlyText(content: unknown[]): string | null {
 
 const keyOf = (m: Record<string, unknown>, content: Json, calls: Json): string => JSON.stringify([m["role"] ?? null, content, m["name"] ?? null, m["tool_call_id"] ?? null, calls]);
 
+/** Fields whose string values `key` holds whole: a message of only these has no form but its key. */
+const KEYED = new Set(["role", "content", "name", "tool_call_id"]);
+
 /**
  * A message's two keys: `key` compares equal for messages that make the same conversation (a
- * string and its one text part alike); `form` also tells those two apart, so that a stored prefix
- * gives back the form a call sent. The same string when the content has no other form.
+ * string and its one text part alike, an answer with or without a server's extra fields); `form`
+ * is the whole message as sent, its keys in one order, so that a stored prefix gives back exactly
+ * what a call sent: never a field it left out (a thinking model's reasoning, `refusal: null`), nor
+ * another reasoning than the one it sent back, nor null content for "". A message of only string
+ * role, content, name and tool_call_id (users' and tools' messages, mostly) has its key as form.
  */
 export function messageKeys(m: unknown): { key: string; form: string } {
   if (!isRecord(m)) {
@@ -61,13 +67,11 @@ export function messageKeys(m: unknown): { key: string; form: string } {
   }
   const content = m["content"] ?? "";
   const calls = Array.isArray(m["tool_calls"]) && m["tool_calls"].length > 0 ? m["tool_calls"].map(toolCallKey) : null;
-  if (!Array.isArray(content)) {
-    const key = keyOf(m, content, calls);
-    return { key, form: key };
-  }
-  const text = onlyText(content);
-  const form = keyOf(m, canonical(content), calls);
-  return { key: text === null ? form : keyOf(m, text, calls), form };
+  const text = Array.isArray(content) ? onlyText(content) : null;
+  const key = keyOf(m, Array.isArray(content) ? (text ?? canonical(content)) : content, calls);
+  // Told from a whole message's form by its shape: a key is a JSON array, a message an object.
+  const plain = Object.keys(m).every((k) => KEYED.has(k) && typeof m[k] === "string");
+  return { key, form: plain ? key : JSON.stringify(canonical(m)) };
 }
 
 /** A message reduced to what makes the conversation, as a string that compares equal when they do. */

@@ -7,6 +7,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { isDeepStrictEqual } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { unpackFloats, unpackInts } from "../../../src/protocol/packed";
 import type { CallRecord, CaptureMode } from "../../../src/protocol/ledger";
@@ -115,13 +116,17 @@ function expectSpliced(run: Awaited<ReturnType<typeof threeTurns>>, model: Token
   expect(r1.first_byte_at!).toBeLessThanOrEqual(r1.done_at);
 
   // The second: the first call's messages and answer are its prefix; only the tool's answer is new.
-  expect(r2.body).toMatchObject({ prefix: { call_id: r1.call_id, count: 3 }, messages: [run.messages[1]![3]], tools: null, tools_from_prefix: true });
+  // An answer the client sends back in another form than recorded (a whole answer's null fields
+  // left out) ends the prefix before it, and is stored as the client sent it.
+  const kept2 = isDeepStrictEqual(r1.body.answer, run.messages[1]![2]) ? 3 : 2;
+  expect(r2.body).toMatchObject({ prefix: { call_id: r1.call_id, count: kept2 }, messages: run.messages[1]!.slice(kept2), tools: null, tools_from_prefix: true });
   expect(r2.body.tokens!.prompt_prefix).toEqual({ call_id: r1.call_id, count: s1.prompt.length + s1.completion.length });
   expectTokens(r2, s2.prompt.slice(s1.prompt.length + s1.completion.length), s2.completion);
   expect(r2.body.answer).toMatchObject({ role: "assistant", content: "echo: sunny" });
 
   // The third likewise, on the second.
-  expect(r3.body).toMatchObject({ prefix: { call_id: r2.call_id, count: 5 }, messages: [run.messages[2]![5]], tools: null, tools_from_prefix: true });
+  const kept3 = isDeepStrictEqual(r2.body.answer, run.messages[2]![4]) ? 5 : 4;
+  expect(r3.body).toMatchObject({ prefix: { call_id: r2.call_id, count: kept3 }, messages: run.messages[2]!.slice(kept3), tools: null, tools_from_prefix: true });
   expect(r3.body.params).toMatchObject({ logprobs: true, top_logprobs: 2 });
   expect(r3.body.tokens!.prompt_prefix).toEqual({ call_id: r2.call_id, count: s2.prompt.length + s2.completion.length });
   expectTokens(r3, s3.prompt.slice(s2.prompt.length + s2.completion.length), s3.completion);
@@ -134,6 +139,10 @@ describe("ledger: vLLM, capture tokens", () => {
   it("records a three-turn conversation with a tool call as deltas, whole answers", async () => {
     const run = await threeTurns(onVllm, vllm, false);
     expectSpliced(run, vllm);
+    // vLLM's whole answers carry refusal, annotations and reasoning_content as null; the client
+    // sends its answers back without them, and they are stored as it sent them.
+    expect(run.records[0]!.body.answer).toMatchObject({ refusal: null, reasoning_content: null });
+    expect(run.records[1]!.body.messages[0]).toEqual(run.messages[1]![2]);
     // The upstream was asked for the tokens; the client's answers carry none it did not ask for.
     const asked = vllm.requests.slice(-3);
     for (const req of asked) expect(req).toMatchObject({ return_token_ids: true, logprobs: true });
@@ -152,6 +161,8 @@ describe("ledger: vLLM, capture tokens", () => {
     const run = await threeTurns(onVllm, vllm, true);
     expectSpliced(run, vllm);
     for (const r of run.records) expect(r.stream).toBe(true);
+    // Assembled answers are what the client sends back: the prefixes take them in.
+    expect(run.records.map((r) => r.body.prefix?.count ?? null)).toEqual([null, 3, 5]);
     expect(run.records[0]!.body.answer).toEqual({ role: "assistant", content: null, tool_calls: [{ id: "chatcmpl-tool-1", type: "function", function: { name: "lookup", arguments: '{"q":"weather"}' } }] });
     for (const a of run.answers) {
       expect(a.type).toContain("text/event-stream");
@@ -171,7 +182,8 @@ describe("ledger: vLLM, capture tokens", () => {
     const r3 = run.records[2]!;
     const s3 = vllm.served.at(-1)!;
     expect(r3.model).toBe("drift");
-    expect(r3.body.prefix).toEqual({ call_id: run.records[1]!.call_id, count: 5 });
+    // The second answer as the client sent it back (without the whole answer's null fields) is stored again.
+    expect(r3.body.prefix).toEqual({ call_id: run.records[1]!.call_id, count: 4 });
     expect(r3.body.tokens!.prompt_prefix).toBeNull();
     expectTokens(r3, s3.prompt, s3.completion);
   });
@@ -292,7 +304,8 @@ describe("ledger: what is not recorded, and faults", () => {
     const next = call(vllm, episode, { model: "tiny", messages: [{ role: "user", content: "first" }, { role: "assistant", content: "echo: first" }, { role: "user", content: "again" }] });
     await post(onVllm.url, next, SECRET);
     const rec = await recordOf(onVllm, next);
-    expect(rec.body.prefix).toEqual({ call_id: captured.call?.call_id, count: 2 });
+    // The captured call's user message; its answer, sent back without the whole answer's null fields, is stored as sent.
+    expect(rec.body.prefix).toEqual({ call_id: captured.call?.call_id, count: 1 });
     expect(rec.body.tokens?.prompt_prefix?.call_id).toBe(captured.call?.call_id);
     expect(onVllm.records.slice(before).map((r) => r.call_id)).not.toContain(refused.call?.call_id);
     expect(onVllm.records.slice(before).map((r) => r.call_id)).not.toContain(broken.call?.call_id);
