@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { chainBeginsWith, chained, chainOf, itemsOf, textOf, type Chain } from "../src/ledger/chain";
-import { continuation, messageDelta, messageKey, sameMessage, sameToken } from "../src/ledger/splice";
+import { continuation, messageDelta, messageKey, messageKeys, sameMessage, sameToken } from "../src/ledger/splice";
 
 const extendsMessages = (messages: unknown[], base: unknown[]): boolean => chainBeginsWith(chainOf(messages), chainOf(base), sameMessage);
 
@@ -23,6 +23,19 @@ describe("messageKey", () => {
   it("makes a string and a list of one text part holding it the same message", () => {
     expect(messageKey({ role: "assistant", content: "click" })).toBe(messageKey({ role: "assistant", content: text("click") }));
     expect(messageKey({ role: "assistant", content: "click" })).toBe(messageKey({ content: [{ text: "click", type: "text" }], role: "assistant" }));
+  });
+
+  it("gives a message's whole form: a server's extra fields, another reasoning, null content and none are other forms of the same message", () => {
+    const sent = { role: "assistant", content: "4" };
+    for (const other of [{ ...sent, reasoning_content: "2+2" }, { ...sent, refusal: null }, { role: "assistant", content: "4", reasoning_content: "think" }]) {
+      expect(messageKeys(other).key).toBe(messageKeys(sent).key);
+      expect(messageKeys(other).form).not.toBe(messageKeys(sent).form);
+    }
+    expect(messageKeys({ role: "assistant", content: null, tool_calls: [] }).form).not.toBe(messageKeys({ role: "assistant", content: "" }).form);
+    expect(messageKeys({ role: "user" }).key).toBe(messageKeys({ role: "user", content: "" }).key);
+    expect(messageKeys({ role: "user" }).form).not.toBe(messageKeys({ role: "user", content: "" }).form);
+    // The same message with its keys in another order is the same form.
+    expect(messageKeys({ content: "hi", role: "user", name: "a" }).form).toBe(messageKeys({ role: "user", name: "a", content: "hi" }).form);
   });
 
   it("compares content parts whatever the order of their keys, nested keys too", () => {
@@ -124,12 +137,16 @@ describe("chains: a claim's calls sharing its history", () => {
     // The same items, made apart from the base: compared, and found to extend it.
     expect(chainBeginsWith(chainOf(itemsOf(last)), calls[10] as Chain<readonly number[]>, counting)).toBe(true);
     expect(compared).toBe(22);
-    // Made from the base but keeping less of it (a trimmed history), then other items: not an extension.
+    // Made from the base but keeping less of it (a trimmed history, an answer stored again as the
+    // client sent it), then other items: only the items it did not keep are compared.
+    compared = 0;
     const rewritten = chained(calls[10] as Chain<readonly number[]>, 21, [99]) as Chain<readonly number[]>;
-    expect(chainBeginsWith(rewritten, calls[10] as Chain<readonly number[]>, sameToken)).toBe(false);
+    expect(chainBeginsWith(rewritten, calls[10] as Chain<readonly number[]>, counting)).toBe(false);
+    expect(compared).toBe(1);
     // ... unless its own items happen to be the ones it dropped.
     const same = chained(calls[10] as Chain<readonly number[]>, 21, [21]) as Chain<readonly number[]>;
     expect(chainBeginsWith(same, calls[10] as Chain<readonly number[]>, sameToken)).toBe(true);
+    expect(itemsOf(last, 7, 3)).toEqual([3, 4, 5, 6]);
     expect(chainBeginsWith(calls[10] as Chain<readonly number[]>, last, sameToken)).toBe(false);
   });
 

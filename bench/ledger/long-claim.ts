@@ -104,12 +104,19 @@ async function measure(turns: number): Promise<Point | Failed> {
     let bytes = 0;
     // The answer kept to check it is whole once read (its calls and their order).
     const chunks: Uint8Array[] = [];
+    // The status line goes before the calls are built: a heap past the limit breaks the stream.
     const reader = res.body.getReader();
     for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      bytes += value.byteLength;
-      chunks.push(value);
+      const read = await reader.read().catch((e: unknown) => e as Error);
+      if (read instanceof Error) {
+        clearInterval(timer);
+        const failed = `the answer broke off after ${bytes} bytes (${read.message}): workerd's heap past ${ISOLATE_MB} MB`;
+        log(`${turns} turns: ${failed}`);
+        return { turns, failed };
+      }
+      if (read.done) break;
+      bytes += read.value.byteLength;
+      chunks.push(read.value);
     }
     const seconds = (performance.now() - t0) / 1000;
     clearInterval(timer);
@@ -145,7 +152,7 @@ async function main(): Promise<void> {
   const out = arg("--out");
   if (out) {
     writeFileSync(out, `${JSON.stringify(doc, null, 2)}\n`);
-    const svg = out.replace(/\.json$/, ".svg");
+    const svg = out.endsWith(".json") ? out.replace(/\.json$/, ".svg") : `${out}.svg`;
     const before = arg("--before");
     const runs: { name: string; points: LongClaimPoint[] }[] = [{ name: arg("--name") ?? "this tree", points }];
     if (before !== undefined) runs.push({ name: process.argv[process.argv.indexOf("--before") + 2] ?? "before", points: (JSON.parse(readFileSync(before, "utf8")) as { points: LongClaimPoint[] }).points });

@@ -229,10 +229,10 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     method: "get",
     path: "/trajectories/export",
     op: "read_trajectories",
-    summary: "Every trajectory the filters pass, newest first, as JSON lines (one whole Trajectory a line), streamed: memory stays flat whatever the size.",
+    summary: "Every trajectory the filters pass, newest first, as JSON lines (one Trajectory a line, whole or in its delta form), streamed: memory stays flat whatever the size.",
     params: {},
     input: { from: "query", schema: TrajectoryExportQuery },
-    answer: { kind: "lines", item: Trajectory, description: "JSON lines: one whole Trajectory (its calls included) per line, each ended by a newline." },
+    answer: { kind: "lines", item: Trajectory, description: "JSON lines: one Trajectory (its calls included, in the form asked for) per line, each ended by a newline." },
     refusals: { 400: BAD_CURSOR, 422: "A filter, format, form or parameter the query does not take." },
     handle: (c, who, q) => exportAll(c, who, q as ExportQuery),
   },
@@ -250,7 +250,7 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     refusals: { 404: "`unknown_media`: the engine holds no such medium (never stored, or removed by retention). A path that is no digest is read as an episode's (`unknown_trajectory`)." },
     handle: (c, who, _i, p) => media(c, who, p["sha256"] as string),
   },
-  oneTrajectory("/trajectories/:episode_uuid", "An episode's trajectory, of its latest claim: its calls in order with whole messages (and token ids), its reward and how the claim ended.", {
+  oneTrajectory("/trajectories/:episode_uuid", "An episode's trajectory, of its latest claim: its calls in order with their messages (and token ids), whole or in the delta form, its reward and how the claim ended.", {
     episode_uuid: EpisodeParam,
   }),
   oneTrajectory("/trajectories/:episode_uuid/:fence", "The trajectory of one claim of an episode (its fence).", { episode_uuid: EpisodeParam, fence: FenceParam }),

@@ -17,44 +17,50 @@ export function chained<P extends Piece>(base: Chain<P>, count: number, own: P):
   return count === 0 ? chainOf(own) : { base, head: count, own, length: count + own.length };
 }
 
-/** The pieces the chain's first `n` items are made of, in order: how many of each piece's own. */
-function piecesOf<P extends Piece>(c: Chain<P>, n: number): { own: P; take: number }[] {
+/** The pieces the chain's items from `from` to `to` are made of, in order: each piece's own, from where to where. */
+function piecesOf<P extends Piece>(c: Chain<P>, from: number, to: number): { own: P; start: number; end: number }[] {
   // From the end back (a chain is as deep as the claim is long, so not by recursion), then turned.
-  const pieces: { own: P; take: number }[] = [];
-  let want = Math.min(n, c.length);
-  for (let cur: Chain<P> | null = c; cur !== null && want > 0; cur = cur.base) {
-    if (want > cur.head) pieces.push({ own: cur.own, take: want - cur.head });
+  // A link's own items are at [head, head + own.length) of the chain, for the items it keeps.
+  const pieces: { own: P; start: number; end: number }[] = [];
+  let want = Math.min(to, c.length);
+  for (let cur: Chain<P> | null = c; cur !== null && want > from; cur = cur.base) {
+    if (want > cur.head) pieces.push({ own: cur.own, start: Math.max(from, cur.head) - cur.head, end: want - cur.head });
     want = Math.min(want, cur.head);
   }
   return pieces.reverse();
 }
 
-/** The first `n` items (all by default) as one array. */
-export function itemsOf<T>(c: Chain<readonly T[]>, n = c.length): T[] {
+/** The items from `from` (0 by default) to `to` (the end by default) as one array. */
+export function itemsOf<T>(c: Chain<readonly T[]>, to = c.length, from = 0): T[] {
   const out: T[] = [];
-  for (const { own, take } of piecesOf(c, n)) for (let k = 0; k < take; k++) out.push(own[k] as T);
+  for (const { own, start, end } of piecesOf(c, from, to)) for (let k = start; k < end; k++) out.push(own[k] as T);
   return out;
 }
 
 /** The text whole. */
 export const textOf = (c: Chain<string>): string =>
-  piecesOf(c, c.length)
-    .map(({ own, take }) => own.slice(0, take))
+  piecesOf(c, 0, c.length)
+    .map(({ own, start, end }) => own.slice(start, end))
     .join("");
 
 /**
- * Whether `c` begins with all of `base`. A chain made from `base` (every link down to it keeping
- * at least its length) does, told without making either whole; another is compared item by item.
+ * Whether `c` begins with all of `base`. A chain made from `base` keeps its first items as they
+ * are (each link down to it keeping `kept` of them): only the rest of `base` is compared, none
+ * when it kept all (a call that extends the one before). Another chain is compared item by item.
  */
 export function chainBeginsWith<T>(c: Chain<readonly T[]>, base: Chain<readonly T[]>, same: (a: T, b: T) => boolean): boolean {
   if (c.length < base.length) return false;
   let kept = c.length;
-  for (let cur: Chain<readonly T[]> | null = c; cur !== null && kept >= base.length; cur = cur.base) {
-    if (cur === base) return true;
+  let from = 0;
+  for (let cur: Chain<readonly T[]> | null = c; cur !== null && kept > 0; cur = cur.base) {
+    if (cur === base) {
+      from = Math.min(kept, base.length);
+      break;
+    }
     kept = Math.min(kept, cur.head);
   }
-  const items = itemsOf(c, base.length);
-  const prefix = itemsOf(base);
+  const items = itemsOf(c, base.length, from);
+  const prefix = itemsOf(base, base.length, from);
   for (let i = 0; i < prefix.length; i++) if (!same(items[i] as T, prefix[i] as T)) return false;
   return true;
 }

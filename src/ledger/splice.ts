@@ -49,8 +49,16 @@ function onlyText(content: unknown[]): string | null {
 
 const keyOf = (m: Record<string, unknown>, content: Json, calls: Json): string => JSON.stringify([m["role"] ?? null, content, m["name"] ?? null, m["tool_call_id"] ?? null, calls]);
 
-/** Fields whose string values `key` holds whole: a message of only these has no form but its key. */
+/** Fields whose string values `key` holds whole: a message of only these (role and content among them) has no form but its key. */
 const KEYED = new Set(["role", "content", "name", "tool_call_id"]);
+
+/** What makes the conversation of a record (not any other value): see messageKeys. */
+function conversationKey(m: Record<string, unknown>): string {
+  const content = m["content"] ?? "";
+  const calls = Array.isArray(m["tool_calls"]) && m["tool_calls"].length > 0 ? m["tool_calls"].map(toolCallKey) : null;
+  const text = Array.isArray(content) ? onlyText(content) : null;
+  return keyOf(m, Array.isArray(content) ? (text ?? canonical(content)) : content, calls);
+}
 
 /**
  * A message's two keys: `key` compares equal for messages that make the same conversation (a
@@ -65,17 +73,15 @@ export function messageKeys(m: unknown): { key: string; form: string } {
     const key = JSON.stringify(m) ?? "undefined";
     return { key, form: key };
   }
-  const content = m["content"] ?? "";
-  const calls = Array.isArray(m["tool_calls"]) && m["tool_calls"].length > 0 ? m["tool_calls"].map(toolCallKey) : null;
-  const text = Array.isArray(content) ? onlyText(content) : null;
-  const key = keyOf(m, Array.isArray(content) ? (text ?? canonical(content)) : content, calls);
+  const key = conversationKey(m);
   // Told from a whole message's form by its shape: a key is a JSON array, a message an object.
-  const plain = Object.keys(m).every((k) => KEYED.has(k) && typeof m[k] === "string");
+  // Without role or content a key stands for other messages too (content "" and none alike).
+  const plain = "role" in m && "content" in m && Object.keys(m).every((k) => KEYED.has(k) && typeof m[k] === "string");
   return { key, form: plain ? key : JSON.stringify(canonical(m)) };
 }
 
 /** A message reduced to what makes the conversation, as a string that compares equal when they do. */
-export const messageKey = (m: unknown): string => messageKeys(m).key;
+export const messageKey = (m: unknown): string => (isRecord(m) ? conversationKey(m) : (JSON.stringify(m) ?? "undefined"));
 
 /** The conversation a call's successor extends: its messages, then its answer when it had one. */
 export function continuation(messages: readonly unknown[], answer: unknown | null): unknown[] {

@@ -240,9 +240,9 @@ export type TrajectoryListQuery = z.infer<typeof TrajectoryListQuery>;
  * ids and /v1/completions prompt, so the answer grows with the square of the claim's turns.
  * `delta`: each call with what it added to the call its `messages_from`, `tokens.prompt_from` and
  * `prompt_from` name, as the ledger stores it, so the answer grows with the turns;
- * `LedgerClient`'s `wholeTrajectory()` gives the whole form back (docs/ledger.md, "Delta form").
+ * `wholeTrajectory()` (exported with `LedgerClient`) gives the whole form back (docs/ledger.md, "Delta form").
  */
-export const TRAJECTORY_FORMS = ["whole", "delta"] as const;
+const TRAJECTORY_FORMS = ["whole", "delta"] as const;
 export const TrajectoryForm = z.enum(TRAJECTORY_FORMS);
 export type TrajectoryForm = z.infer<typeof TrajectoryForm>;
 
