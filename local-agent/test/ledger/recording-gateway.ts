@@ -45,16 +45,16 @@ export const callContext = (capture: CaptureMode): CallContext => ({ call_id: ra
 export const recordOf = (r: RecordingGateway, env: RelayEnvelope): Promise<CallRecord> => waitUntil(() => r.records.find((x) => x.call_id === env.call?.call_id), `the record of ${env.call?.call_id}`);
 
 /**
- * An HTTP model answering with `answer` and a recording gateway (vLLM dialect) whose secret is
- * `secret`, started before the file's tests and closed after. `call` makes a claim's call to that
+ * An HTTP model answering with `answer` and a recording gateway (of `dialect`, vLLM's unless told)
+ * whose secret is `secret`, started before the file's tests and closed after. `call` makes a claim's call to that
  * model with `callContext(capture)`; `post` sends it to the gateway signed; `recordOf` waits for its record.
  */
-export function recordingGatewayOnModel(secret: string, answer: (req: IncomingMessage, res: ServerResponse) => Promise<void>) {
+export function recordingGatewayOnModel(secret: string, answer: (req: IncomingMessage, res: ServerResponse) => Promise<void>, dialect: "vllm" | "sglang" = "vllm") {
   let model: TestServer | undefined;
   let gw: RecordingGateway | undefined;
   beforeAll(async () => {
     model = await serveHttp(answer);
-    gw = await recordingGateway(secret, "vllm");
+    gw = await recordingGateway(secret, dialect);
   });
   afterAll(async () => {
     await gw?.gateway.close();

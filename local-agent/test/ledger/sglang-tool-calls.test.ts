@@ -8,14 +8,9 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { envelope, post } from "../gateway/envelope";
-import { bodyText, serveHttp, type TestServer } from "../support/http-server";
-import { callContext, recordingGateway, recordOf, type RecordingGateway } from "./recording-gateway";
-
-const SECRET = "sglang-tool-calls";
-let model: TestServer;
-let gw: RecordingGateway;
+import { describe, expect, it } from "vitest";
+import { bodyText } from "../support/http-server";
+import { recordingGatewayOnModel } from "./recording-gateway";
 
 const TOOLS = [
   { type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } },
@@ -42,14 +37,7 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "sg", object: "chat.completion", created: 1, model: "policy", choices: [choice], usage }));
 }
 
-beforeAll(async () => {
-  model = await serveHttp(answer);
-  gw = await recordingGateway(SECRET, "sglang");
-});
-afterAll(async () => {
-  await gw?.gateway.close();
-  await model?.close();
-});
+const m = recordingGatewayOnModel("sglang-tool-calls", answer, "sglang");
 
 /** The stream's tool-call deltas merged by index, as OpenAI clients merge them. */
 function toolCallsOf(text: string): { id: string; function: { name: string; arguments: string } }[] {
@@ -70,10 +58,10 @@ function toolCallsOf(text: string): { id: string; function: { name: string; argu
 
 describe("SGLang's parallel tool calls streamed by the gateway", () => {
   it("streams two parallel calls of one tool as two tool calls, as the ledger records them", async () => {
-    const env = envelope({ episode_uuid: `ep-${randomUUID()}`, trainer_base_url: `${model.origin}/v1`, request: { model: "policy", messages: [{ role: "user", content: "Weather in Paris and Rome?" }], tools: TOOLS, stream: true }, call: callContext("tokens") });
-    const got = await post(gw.url, env, SECRET);
+    const env = m.call(`ep-${randomUUID()}`, { model: "policy", messages: [{ role: "user", content: "Weather in Paris and Rome?" }], tools: TOOLS, stream: true }, "tokens");
+    const got = await m.post(env);
     expect(got.status).toBe(200);
-    const rec = await recordOf(gw, env);
+    const rec = await m.recordOf(env);
     const recorded = (rec.body.answer?.["tool_calls"] as { id: string; function: unknown }[]).map((c) => ({ id: c.id, function: c.function }));
     // Context: the ledger has both calls, as SGLang answered them.
     expect(recorded).toHaveLength(2);
