@@ -56,8 +56,12 @@ beforeAll(async () => {
   // The client trimmed its history before the second call: stored whole, marked rewritten.
   const trimmed = await claim(engine, "ep-trimmed", "client-b", "summarize");
   await record(ex, engine, [
-    call(trimmed, { body: { messages: [sys, user], answer: answer2 } }),
-    call(trimmed, { body: { messages: [sys, { role: "user", content: "Summary so far: the answer was 4. Go on." }], answer: { role: "assistant", content: "Done." } } }),
+    // A thinking model behind a prefix cache: its usage with details, the second call's without the reasoning's.
+    call(trimmed, { usage: { prompt_tokens: 1200, completion_tokens: 300, cached_tokens: 0, reasoning_tokens: 250 }, body: { messages: [sys, user], answer: answer2 } }),
+    call(trimmed, {
+      usage: { prompt_tokens: 1500, completion_tokens: 40, cached_tokens: 1024 },
+      body: { messages: [sys, { role: "user", content: "Summary so far: the answer was 4. Go on." }], answer: { role: "assistant", content: "Done." } },
+    }),
   ]);
   await end(engine, trimmed, "summarize", 1);
   // The third prompt re-tokenized the second answer: the token sequence stops at that call.
@@ -193,6 +197,9 @@ describe("trajectories on the dashboard", () => {
     expect(await page.locator('#episode-timeline tr.call[data-call="1"] [data-mark="rewritten"]').count()).toBe(1);
     expect(await page.locator('#episode-timeline tr.call[data-call="0"] [data-mark]').count()).toBe(0);
     expect(await page.textContent('#episode-conversation [data-mark="rewritten"]')).toContain("rewrote or trimmed its history");
+    // Its usage's details: the prefix cache's share of the prompt, the thinking's of the completion.
+    expect(await page.textContent('[data-fact="tokens"] dd')).toBe("2700 in (1024 cached) · 340 out (250 thinking)");
+    expect(await attr(page, '#episode-timeline tr.call[data-call="1"] td.tokens', "title")).toBe("1500 in (1024 cached) · 40 out");
 
     await openFrom("#trajectories-table", "ep-drift");
     const t = await ledgerOf(ex, engine, "viewer").trajectory("ep-drift");

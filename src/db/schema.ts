@@ -99,6 +99,8 @@ export const llmCalls = sqliteTable(
     finishReason: text("finish_reason"),
     promptTokens: integer("prompt_tokens"),
     completionTokens: integer("completion_tokens"),
+    cachedTokens: integer("cached_tokens"),
+    reasoningTokens: integer("reasoning_tokens"),
     truncated: integer("truncated", { mode: "boolean" }).notNull(),
     bodyKey: text("body_key").notNull(),
     bodyOffset: integer("body_offset").notNull(),

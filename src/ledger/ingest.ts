@@ -36,6 +36,8 @@ export type IndexRow = {
   finish_reason: string | null;
   prompt_tokens: number | null;
   completion_tokens: number | null;
+  cached_tokens: number | null;
+  reasoning_tokens: number | null;
   truncated: number;
   body_offset: number;
   body_length: number;
@@ -61,6 +63,8 @@ const COLUMNS: (keyof IndexRow)[] = [
   "finish_reason",
   "prompt_tokens",
   "completion_tokens",
+  "cached_tokens",
+  "reasoning_tokens",
   "truncated",
   "body_offset",
   "body_length",
@@ -144,6 +148,8 @@ export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: Reco
       finish_reason: c.finish_reason,
       prompt_tokens: c.usage?.prompt_tokens ?? null,
       completion_tokens: c.usage?.completion_tokens ?? null,
+      cached_tokens: c.usage?.cached_tokens ?? null,
+      reasoning_tokens: c.usage?.reasoning_tokens ?? null,
       truncated: c.truncated ? 1 : 0,
       body_offset: offset,
       body_length: line.length,

@@ -68,6 +68,8 @@ type SummaryRow = {
   calls: number;
   prompt_tokens: number;
   completion_tokens: number;
+  cached_tokens: number;
+  reasoning_tokens: number;
 };
 
 function whereFilters(f: TrajectoryFilters): { sql: string; args: unknown[] } {
@@ -95,9 +97,26 @@ const SUMMARY_COLUMNS = `t.id, t.episode_uuid, t.fence, t.client_uuid, t.task_id
 /** A page of one query: the page's trajectories first (by the ended_at index), then their calls counted. */
 function summarySql(where: string, limit: number): string {
   return `WITH page AS (SELECT ${SUMMARY_COLUMNS} FROM trajectories t WHERE t.engine = ?${where} ORDER BY t.ended_at DESC, t.id DESC LIMIT ${limit})
-    SELECT page.*, COUNT(c.call_id) AS calls, COALESCE(SUM(c.prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(c.completion_tokens), 0) AS completion_tokens
+    SELECT page.*, COUNT(c.call_id) AS calls, COALESCE(SUM(c.prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(c.completion_tokens), 0) AS completion_tokens,
+      COALESCE(SUM(c.cached_tokens), 0) AS cached_tokens, COALESCE(SUM(c.reasoning_tokens), 0) AS reasoning_tokens
     FROM page LEFT JOIN llm_calls c ON c.engine = ? AND c.episode_uuid = page.episode_uuid AND c.fence = page.fence
     GROUP BY page.id ORDER BY page.ended_at DESC, page.id DESC`;
+}
+
+type TokenSums = Pick<TrajectorySummary, "prompt_tokens" | "completion_tokens" | "cached_tokens" | "reasoning_tokens">;
+const NO_TOKENS: TokenSums = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, reasoning_tokens: 0 };
+
+/** As the list's query sums them: a call without usage, or without a detail, adds nothing. */
+function tokenSums(calls: readonly Pick<TrajectoryCall, "usage">[]): TokenSums {
+  const sums = { ...NO_TOKENS };
+  for (const { usage: u } of calls) {
+    if (u === null) continue;
+    sums.prompt_tokens += u.prompt_tokens;
+    sums.completion_tokens += u.completion_tokens;
+    sums.cached_tokens += u.cached_tokens ?? 0;
+    sums.reasoning_tokens += u.reasoning_tokens ?? 0;
+  }
+  return sums;
 }
 
 function summary(r: SummaryRow): TrajectorySummary {
@@ -116,6 +135,8 @@ function summary(r: SummaryRow): TrajectorySummary {
     calls: r.calls,
     prompt_tokens: r.prompt_tokens,
     completion_tokens: r.completion_tokens,
+    cached_tokens: r.cached_tokens,
+    reasoning_tokens: r.reasoning_tokens,
   };
 }
 
@@ -169,6 +190,8 @@ type CallRow = {
   finish_reason: string | null;
   prompt_tokens: number | null;
   completion_tokens: number | null;
+  cached_tokens: number | null;
+  reasoning_tokens: number | null;
   truncated: number;
   body_key: string;
   body_offset: number;
@@ -306,7 +329,10 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       status: r.status,
       error: r.error,
       finish_reason: r.finish_reason,
-      usage: r.prompt_tokens === null || r.completion_tokens === null ? null : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens },
+      usage:
+        r.prompt_tokens === null || r.completion_tokens === null
+          ? null
+          : { prompt_tokens: r.prompt_tokens, completion_tokens: r.completion_tokens, cached_tokens: r.cached_tokens, reasoning_tokens: r.reasoning_tokens },
       truncated: r.truncated === 1,
       after_claim_end: endedAt !== null && finishedAt(r) > endedAt,
       uncaptured,
@@ -360,7 +386,7 @@ async function latestFence(db: D1Database, engine: string, episode: string): Pro
 }
 
 const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, run, endpoint, model, stream, weight_version, admitted_at, started_at,
-  first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, truncated, body_key, body_offset, body_length`;
+  first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, truncated, body_key, body_offset, body_length`;
 
 /** A claim's first calls, at most MAX_CALLS_PER_TRAJECTORY, and how many it has in all. */
 type ClaimCalls = { rows: CallRow[]; recorded: number };
@@ -406,7 +432,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
   // A live claim has no row yet: its calls name its client, task and run.
   const head: TrajectorySummary =
     row !== null
-      ? summary({ ...row, calls: 0, prompt_tokens: 0, completion_tokens: 0 })
+      ? summary({ ...row, ...NO_TOKENS, calls: 0 })
       : {
           episode_uuid: episode,
           fence,
@@ -420,15 +446,13 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
           is_success: null,
           ended_at: 0,
           calls: 0,
-          prompt_tokens: 0,
-          completion_tokens: 0,
+          ...NO_TOKENS,
         };
   return {
     ...head,
     outcome: row === null ? null : head.outcome,
     ended_at: row === null ? null : head.ended_at,
-    prompt_tokens: built.calls.reduce((n, c) => n + (c.usage?.prompt_tokens ?? 0), 0),
-    completion_tokens: built.calls.reduce((n, c) => n + (c.usage?.completion_tokens ?? 0), 0),
+    ...tokenSums(built.calls),
     workflow_output: row === null ? null : (JSON.parse(row.workflow_output) as Record<string, unknown>),
     calls: built.calls,
     calls_recorded: claim.recorded,

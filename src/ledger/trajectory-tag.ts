@@ -24,7 +24,7 @@ import { CALL_ORDER, LATEST_FENCE_SQL, MAX_CALLS_PER_TRAJECTORY } from "./read";
  * The answers' version. Raised when the same rows come to be answered otherwise (read.ts,
  * trajectory-json.ts), so that what a reader held before a deploy is not confirmed after it.
  */
-const ANSWER_VERSION = 2;
+const ANSWER_VERSION = 3;
 
 type TagRow = { fence: number | null; row_id: number | null; calls: number; rowids: number; first_call: string | null; last_call: string | null };
 

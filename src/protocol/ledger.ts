@@ -137,6 +137,23 @@ export type CallBody = z.infer<typeof CallBody>;
 export const CallUsage = z.object({
   prompt_tokens: z.number().int().nonnegative(),
   completion_tokens: z.number().int().nonnegative(),
+  /**
+   * Of the usage's details, when the upstream gave them (OpenAI's names; vLLM and SGLang give
+   * cached_tokens with prompt token details on): prompt tokens served from the prefix cache, and
+   * completion tokens spent thinking. Absent from an agent older than these fields.
+   */
+  cached_tokens: z.number().int().nonnegative().optional(),
+  reasoning_tokens: z.number().int().nonnegative().optional(),
+});
+export type CallUsage = z.infer<typeof CallUsage>;
+
+/** A call's usage as read: the details null when the upstream did not give them. */
+export const CallUsageView = z.object({
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  // Optional in the view too, for the typed client reading an exchange from before them.
+  cached_tokens: z.number().int().nonnegative().nullable().default(null),
+  reasoning_tokens: z.number().int().nonnegative().nullable().default(null),
 });
 
 /** One relayed call as the gateway records it. */
@@ -279,6 +296,9 @@ export const TrajectorySummary = z.object({
   calls: z.number().int().nonnegative(),
   prompt_tokens: z.number().int().nonnegative(),
   completion_tokens: z.number().int().nonnegative(),
+  /** Sums over the calls whose upstream gave them (CallUsage); 0 when none did. */
+  cached_tokens: z.number().int().nonnegative().default(0),
+  reasoning_tokens: z.number().int().nonnegative().default(0),
 });
 export type TrajectorySummary = z.infer<typeof TrajectorySummary>;
 
@@ -309,7 +329,7 @@ export const TrajectoryCall = z.object({
   status: z.number().int(),
   error: z.string().nullable(),
   finish_reason: z.string().nullable(),
-  usage: CallUsage.nullable(),
+  usage: CallUsageView.nullable(),
   truncated: z.boolean(),
   /** The claim had ended (or been superseded) before the call finished. */
   after_claim_end: z.boolean(),

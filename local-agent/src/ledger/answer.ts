@@ -6,18 +6,29 @@
 import type { RelayEndpoint } from "../../../src/protocol/relay";
 import { firstChoice } from "./token-fields";
 import { isRecord } from "../../../src/protocol/record";
+import type { CallUsage } from "../../../src/protocol/ledger";
 
 type Obj = Record<string, unknown>;
 
-export type Usage = { prompt_tokens: number; completion_tokens: number };
+export type Usage = CallUsage;
 
 export type AnswerParts = { message: Obj | null; finishReason: string | null; usage: Usage | null; error: string | null };
 
+const count = (v: unknown): number | null => (Number.isInteger(v) && (v as number) >= 0 ? (v as number) : null);
+
+/** A usage's detail, `details.field` (OpenAI's prompt_tokens_details and completion_tokens_details). */
+function detail(details: unknown, field: string): number | null {
+  return isRecord(details) ? count(details[field]) : null;
+}
+
 function usageOf(v: unknown): Usage | null {
   if (!isRecord(v)) return null;
-  const p = v["prompt_tokens"];
-  const c = v["completion_tokens"];
-  return Number.isInteger(p) && Number.isInteger(c) && (p as number) >= 0 && (c as number) >= 0 ? { prompt_tokens: p as number, completion_tokens: c as number } : null;
+  const p = count(v["prompt_tokens"]);
+  const c = count(v["completion_tokens"]);
+  if (p === null || c === null) return null;
+  const cached = detail(v["prompt_tokens_details"], "cached_tokens");
+  const reasoning = detail(v["completion_tokens_details"], "reasoning_tokens");
+  return { prompt_tokens: p, completion_tokens: c, ...(cached === null ? {} : { cached_tokens: cached }), ...(reasoning === null ? {} : { reasoning_tokens: reasoning }) };
 }
 
 /** An OpenAI error object in an answer or an event: `code: message`. */

@@ -12,7 +12,8 @@ import { recordingGatewayOnModel } from "./recording-gateway";
 
 const base = { id: "chatcmpl-r", object: "chat.completion.chunk", created: 1, model: "policy" };
 const ev = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
-const USAGE = { prompt_tokens: 12, completion_tokens: 30, total_tokens: 42 };
+// With OpenAI's details, as vLLM sends them with --enable-prompt-tokens-details.
+const USAGE = { prompt_tokens: 12, completion_tokens: 30, total_tokens: 42, prompt_tokens_details: { cached_tokens: 8 }, completion_tokens_details: { reasoning_tokens: 20 } };
 
 const m = recordingGatewayOnModel("thinking-answers", async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
   const r = JSON.parse(await bodyText(req)) as Record<string, unknown>;
@@ -29,7 +30,8 @@ const m = recordingGatewayOnModel("thinking-answers", async (req: IncomingMessag
   res.end("data: [DONE]\n\n");
 });
 
-const ask = (stream: boolean) => m.call(`ep-${randomUUID()}`, { model: "policy", messages: [{ role: "user", content: "2+2?" }], stream, ...(stream ? { stream_options: { include_usage: true } } : {}) }, "messages");
+const ask = (stream: boolean, askUsage = stream) =>
+  m.call(`ep-${randomUUID()}`, { model: "policy", messages: [{ role: "user", content: "2+2?" }], stream, ...(askUsage ? { stream_options: { include_usage: true } } : {}) }, "messages");
 
 /** The streamed deltas assembled as an OpenAI client does: every string field concatenated. */
 function assembled(text: string): Record<string, unknown> {
@@ -58,4 +60,15 @@ describe("a thinking model's answer as recorded against what the client got", ()
     expect(rec.body.answer).toEqual({ role: "assistant", content: "4", reasoning: "2+2 is 4." });
   });
 
+  it("records the usage's cached and reasoning tokens, of a whole answer and of a stream whether or not the client asked for its usage", async () => {
+    const details = { prompt_tokens: 12, completion_tokens: 30, cached_tokens: 8, reasoning_tokens: 20 };
+    for (const [stream, askUsage] of [[false, false], [true, true], [true, false]] as const) {
+      const call = ask(stream, askUsage);
+      const got = await m.post(call);
+      expect(got.status).toBe(200);
+      // The gateway asked for the usage itself, and took its chunk out again: the client gets what it asked for.
+      if (stream) expect(got.text.includes('"usage"')).toBe(askUsage);
+      expect((await m.recordOf(call)).usage, `stream ${stream}, usage asked ${askUsage}`).toEqual(details);
+    }
+  });
 });

@@ -19,6 +19,12 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
 
   const outcomeTone = (o: Trajectory["outcome"]): string => (o === "ended" ? "good" : o === "reaped" ? "bad" : o === "aborted" ? "busy" : "");
 
+  /** In and out, with the prefix cache's share of the prompt and the thinking's of the completion when the model said them. */
+  function tokensText(u: { prompt_tokens: number; completion_tokens: number; cached_tokens: number | null; reasoning_tokens: number | null }): string {
+    const part = (n: number, what: string, of: number | null): string => (of ? `${fmt.count(n)} ${what} (${fmt.count(of)} ${what === "in" ? "cached" : "thinking"})` : `${fmt.count(n)} ${what}`);
+    return `${part(u.prompt_tokens, "in", u.cached_tokens)} · ${part(u.completion_tokens, "out", u.reasoning_tokens)}`;
+  }
+
   function fact(label: string, value: DomElement | string, attrs: Record<string, string | number> = {}): DomElement {
     return h("div", attrs, h("dt", {}, label), h("dd", {}, value));
   }
@@ -35,7 +41,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
       fact("Client", h("span", { class: "mono", title: t.client_uuid }, fmt.shortId(t.client_uuid)), { "data-fact": "client" }),
       fact("Claim", `fence ${t.fence} · ${t.episode_type}`, { "data-fact": "fence" }),
       fact("LLM calls", String(t.calls.length), { "data-fact": "calls" }),
-      fact("Tokens", `${fmt.count(t.prompt_tokens)} in · ${fmt.count(t.completion_tokens)} out`, { "data-fact": "tokens" }),
+      fact("Tokens", tokensText(t), { "data-fact": "tokens" }),
     );
   }
 
@@ -90,7 +96,7 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
       h("td", {}, spanBar(c, t0, span)),
       h("td", { class: "num" }, fmt.ms(c.done_at - c.started_at)),
       h("td", { class: "num" }, c.first_byte_at === null ? "–" : fmt.ms(c.first_byte_at - c.started_at)),
-      h("td", { class: "num" }, c.usage === null ? "–" : `${fmt.count(c.usage.prompt_tokens)} / ${fmt.count(c.usage.completion_tokens)}`),
+      h("td", { class: "num tokens", title: c.usage === null ? "" : tokensText(c.usage) }, c.usage === null ? "–" : `${fmt.count(c.usage.prompt_tokens)} / ${fmt.count(c.usage.completion_tokens)}`),
       h("td", { class: "num" }, c.weight_version === null ? "–" : String(c.weight_version)),
       h(
         "td",

@@ -60,7 +60,7 @@ export function trajectoryListViewModule(dom: Dom, fmt: Format, empty: ActivityV
       h("td", {}, h("span", { class: `pill ${tone(t.outcome)}` }, t.outcome)),
       h("td", { class: "num" }, t.reward === null ? "–" : fmt.num(t.reward)),
       h("td", { class: "num" }, String(t.calls)),
-      h("td", { class: "num", title: `${t.prompt_tokens} prompt / ${t.completion_tokens} completion tokens` }, `${fmt.count(t.prompt_tokens)} / ${fmt.count(t.completion_tokens)}`),
+      h("td", { class: "num", title: `${t.prompt_tokens} prompt (${t.cached_tokens} cached) / ${t.completion_tokens} completion (${t.reasoning_tokens} thinking) tokens` }, `${fmt.count(t.prompt_tokens)} / ${fmt.count(t.completion_tokens)}`),
       h("td", { class: "when", title: fmt.at(t.ended_at) }, fmt.ago(t.ended_at / 1000, nowMs)),
     );
   }
