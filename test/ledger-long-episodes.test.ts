@@ -288,4 +288,16 @@ describe("ledger: a claim of more calls than a trajectory answers", () => {
     expect((item as { tokens?: number[] }).tokens).toBeUndefined();
     expect(item?.extra_info["drift_at_call"]).toBe(MAX_CALLS_PER_TRAJECTORY);
   }, 120_000);
+
+  it("gives the same pull turn by turn: each of the 2,000 calls it answers a sample, and where the turns stop", async () => {
+    const { e, c, ep } = await recorded(turns, true);
+    expect((await e.as("client").endEpisode(endBody(c.client, c.episode, 1, "task-7"))).success).toBe(true);
+    const [item] = (await e.as("trainer").getRolloutData({ training: "turns" })).data.data;
+    expect(item?.extra_info).toMatchObject({ turns_cut_at: MAX_CALLS_PER_TRAJECTORY });
+    expect(item?.extra_info).not.toHaveProperty("turns_without_tokens");
+    expect(item?.turns).toHaveLength(MAX_CALLS_PER_TRAJECTORY);
+    const last = MAX_CALLS_PER_TRAJECTORY - 1;
+    for (const i of [0, 1, last]) expect(item?.turns?.[i]?.tokens, `turn ${i}`).toEqual([...ep.prompts[i]!, ...ep.completions[i]!]);
+    expect(item?.turns?.every((t, i) => t.call_index === i && t.response_length === ep.completions[i]!.length)).toBe(true);
+  }, 120_000);
 });

@@ -3,9 +3,67 @@
  * group carries its trajectory's sequence from the ledger, in slime's Sample field names.
  */
 import { describe, expect, it } from "vitest";
+import { GetRolloutDataResponse } from "../src/protocol/buffer";
+import type { CallRecord } from "../src/protocol/ledger";
+import { packFloats, packInts } from "../src/protocol/packed";
 import { callRecord, postCalls, batchOf } from "./support/ledger";
-import { threeTurns } from "./support/ledger-calls";
-import { claimKeyFields, createEngine, endBody, raw, rollingWith } from "./support/harness";
+import { sys, threeTurns, user } from "./support/ledger-calls";
+import { claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
+
+type ClaimRef = { episode: string; fence: number; client: string };
+
+const tokensOf = (prompt: number[], completion: number[], logprobs: number[], prefix: { call_id: string; count: number } | null = null) => ({
+  prompt_prefix: prefix,
+  prompt_ids: packInts(prompt),
+  completion_ids: packInts(completion),
+  completion_logprobs: packFloats(logprobs),
+});
+
+/**
+ * A thinking model's claim whose template drops earlier thinking (Qwen3's): each prompt keeps
+ * the answers without their thinking (50, 60), so no prompt begins with the one before and its
+ * completion, and the sequence stops at call 1. Call 2 failed (no turn); call 4 was truncated
+ * (its tokens lost) when `lost` is set.
+ */
+function thinkingClaim(c: ClaimRef, lost = false): CallRecord[] {
+  const first = callRecord(c, { body: { messages: [sys, user], answer: { role: "assistant", content: "a" }, tokens: tokensOf([1, 2, 3], [50, 51, 10], [-0.125, -0.25, -0.375]) } });
+  // Prompt [1, 2, 3, 51, 10, 20]: the first prompt, the answer without its thinking, the next user turn.
+  const second = callRecord(c, { weight_version: 4, body: { messages: [sys, user], answer: { role: "assistant", content: "b" }, tokens: tokensOf([51, 10, 20], [60, 61, 11], [-1, -1.5, -2], { call_id: first.call_id, count: 3 }) } });
+  const failed = callRecord(c, { status: 502, error: "upstream_error: reset", finish_reason: null, usage: null, body: { messages: [sys, user], answer: null } });
+  const third = callRecord(c, { body: { messages: [sys, user], answer: { role: "assistant", content: "c" }, tokens: tokensOf([61, 11, 30], [12], [-0.5], { call_id: second.call_id, count: 6 }) } });
+  const fourth = callRecord(c, {
+    truncated: lost,
+    body: lost ? { messages: [], answer: null, tokens: null } : { messages: [sys, user], answer: { role: "assistant", content: "d" }, tokens: tokensOf([1, 2, 3, 99], [13], [-0.25]) },
+  });
+  return [first, second, failed, third, fourth];
+}
+
+const THINKING_TURNS = [
+  { call_index: 0, tokens: [1, 2, 3, 50, 51, 10], response_length: 3, loss_mask: [1, 1, 1], rollout_log_probs: [-0.125, -0.25, -0.375], weight_version: 3 },
+  { call_index: 1, tokens: [1, 2, 3, 51, 10, 20, 60, 61, 11], response_length: 3, loss_mask: [1, 1, 1], rollout_log_probs: [-1, -1.5, -2], weight_version: 4 },
+  { call_index: 3, tokens: [1, 2, 3, 51, 10, 20, 61, 11, 30, 12], response_length: 1, loss_mask: [1], rollout_log_probs: [-0.5], weight_version: 3 },
+];
+/** Its last call, a new history: a sample as any other. */
+const FOURTH = { call_index: 4, tokens: [1, 2, 3, 99, 13], response_length: 1, loss_mask: [1], rollout_log_probs: [-0.25], weight_version: 3 };
+
+async function rolloutEngine(name: string, repeats: number): Promise<TestEngine> {
+  const e = await createEngine(name);
+  await e.as("trainer").startRollout({ num_repeat_per_sample: repeats, job_session: "job-1" });
+  await rollingWith(e, repeats);
+  return e;
+}
+
+async function claimAndRecord(e: TestEngine, client: string, calls: (c: ClaimRef) => CallRecord[], reward = 1): Promise<ClaimRef> {
+  const claim = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 60 });
+  const k = await claimKeyFields(claim.openai_api_key);
+  const c = { episode: k.episode_uuid, fence: k.fence, client };
+  const records = calls(c);
+  if (records.length > 0) expect((await postCalls(e, batchOf(records))).status).toBe(200);
+  expect((await e.as("client").endEpisode(endBody(client, c.episode, reward, "task-7"))).success).toBe(true);
+  return c;
+}
+
+const pull = (e: TestEngine, body: unknown) => workerFetch(`${ORIGIN}/e/${e.name}/get_rollout_data`, { method: "POST", headers: { authorization: `Bearer ${e.tokens.trainer}` }, body: JSON.stringify(body) });
 
 describe("rollout data with the ledger's tokens", () => {
   it("gives an AgentJet claim's item its tokens, loss mask and logprobs; leaves one without recorded calls as it was", async () => {
@@ -74,5 +132,69 @@ describe("rollout data with the ledger's tokens", () => {
       ["mine", "forged"],
     ]);
     for (const item of items) expect(item).not.toHaveProperty("tokens");
+  });
+
+  it("gives each turn of a thinking model's claim as a sample of its own with training: turns, where its one sequence stops at call 1", async () => {
+    const e = await rolloutEngine("rtok-turns", 1);
+    await claimAndRecord(e, "c1", (c) => thinkingClaim(c));
+
+    const pulled = await e.as("trainer").getRolloutData();
+    const [item] = pulled.data.data;
+    // Context: the one sequence cannot be made, and says so.
+    expect(item?.extra_info["drift_at_call"]).toBe(1);
+    expect(item).not.toHaveProperty("tokens");
+
+    // The same pull, read again turn by turn: each successful call (not the failed one), whole.
+    const cursor = pulled.data.meta_info.cursor ?? 0;
+    const turned = await e.as("trainer").getRolloutData({ cursor, training: "turns" });
+    const [t] = turned.data.data;
+    expect(t?.turns).toEqual([...THINKING_TURNS, FOURTH]);
+    for (const field of ["tokens", "response_length", "loss_mask", "rollout_log_probs"]) expect(t).not.toHaveProperty(field);
+    expect(t?.extra_info).not.toHaveProperty("drift_at_call");
+    expect(t?.extra_info).not.toHaveProperty("turns_without_tokens");
+    // Everything else is the pull's as it was, but for the sequence's stop, which is not this form's.
+    const { turns: _turns, ...rest } = t ?? { turns: undefined };
+    const { drift_at_call: _drift, ...extra } = item?.extra_info ?? {};
+    expect(rest).toEqual({ ...item, extra_info: extra });
+    expect(turned.data.meta_info).toEqual(pulled.data.meta_info);
+  });
+
+  it("writes the turns' answer a sample at a time, and names the calls whose tokens are not known; leaves other items as they were", async () => {
+    const e = await rolloutEngine("rtok-turns-lost", 3);
+    const lost = await claimAndRecord(e, "c1", (c) => thinkingClaim(c, true));
+    // Recorded with capture messages: no token ids, no turns.
+    await claimAndRecord(e, "c2", (c) => [callRecord(c, { capture: "messages", body: { messages: [sys, user], answer: { role: "assistant", content: "x" } } })]);
+    await claimAndRecord(e, "c3", () => [], 0);
+
+    const res = await pull(e, { training: "turns" });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toContain("application/json");
+    const chunks: string[] = [];
+    const dec = new TextDecoder();
+    for await (const chunk of res.body as ReadableStream<Uint8Array>) chunks.push(dec.decode(chunk, { stream: true }));
+    // A piece per turn at least: never the answer as one string.
+    expect(chunks.length).toBeGreaterThanOrEqual(THINKING_TURNS.length);
+    const answer = GetRolloutDataResponse.parse(JSON.parse(chunks.join("")));
+    const items = answer.data.data;
+    expect(items.map((i) => i.extra_info["client_uuid"])).toEqual(["c1", "c2", "c3"]);
+    expect(items[0]?.extra_info).toMatchObject({ session_id: `${lost.episode}#${lost.fence}`, turns_without_tokens: [4] });
+    expect(items[0]?.extra_info).not.toHaveProperty("turns_cut_at");
+    expect(items[0]?.turns).toEqual(THINKING_TURNS);
+    for (const other of items.slice(1)) {
+      expect(other).not.toHaveProperty("turns");
+      expect(other.extra_info).not.toHaveProperty("turns_without_tokens");
+    }
+  });
+
+  it("refuses a training form of no name (422) and hands out nothing: the group is the next pull's", async () => {
+    const e = await rolloutEngine("rtok-turns-bad", 1);
+    await claimAndRecord(e, "c1", (c) => thinkingClaim(c));
+    for (const training of ["turn", "", 1, null]) {
+      const res = await pull(e, { training });
+      expect(res.status, JSON.stringify(training)).toBe(422);
+      expect(await res.json()).toMatchObject({ error: "invalid_request", detail: expect.stringContaining("training") });
+    }
+    const [item] = (await e.as("trainer").getRolloutData({ training: "turns" })).data.data;
+    expect(item?.turns).toEqual([...THINKING_TURNS, FOURTH]);
   });
 });

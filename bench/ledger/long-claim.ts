@@ -1,5 +1,5 @@
 /**
- * npm run bench:ledger-long [-- --turns 100,200,300,400] [-- --new-ids N] [-- --completion-ids N] [-- --isolate-mb MB] [-- --out FILE.json]
+ * npm run bench:ledger-long [-- --turns 100,200,300,400] [-- --new-ids N] [-- --completion-ids N] [-- --isolate-mb MB] [-- --read trajectory|turns] [-- --out FILE.json]
  *
  * What reading one long claim's trajectory costs the exchange's memory: for each number of turns,
  * a fresh local exchange (Miniflare) records one claim of that many calls with capture `tokens`
@@ -9,7 +9,9 @@
  * the exchange streams it call by call; what it holds while it does should grow with the turns
  * only. An isolate on Cloudflare has 128 MB: workerd's V8 heap is held to `--isolate-mb` (128;
  * 0 for no limit) through Miniflare's MINIFLARE_WORKERD_V8_FLAGS, so a read that would not fit
- * there crashes here too, and is reported as failed. Prints one JSON document; --out writes it
+ * there crashes here too, and is reported as failed. `--read turns` reads the claim instead as
+ * the rollout buffer gives it turn by turn (get_rollout_data with `training: "turns"`: each
+ * call's whole prompt and completion, as quadratic as the trajectory). Prints one JSON document; --out writes it
  * and FILE.svg, the peak per number of turns (beside an earlier run's: --before FILE.json NAME).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -28,6 +30,8 @@ const TURNS = (arg("--turns") ?? "100,200,300,400").split(",").map(Number);
 const ISOLATE_MB = Number(arg("--isolate-mb") ?? 128);
 const NEW_IDS = Number(arg("--new-ids") ?? 400);
 const COMPLETION_IDS = Number(arg("--completion-ids") ?? 100);
+const READ = arg("--read") ?? "trajectory";
+if (READ !== "trajectory" && READ !== "turns") throw new Error(`--read trajectory or turns, not ${READ}`);
 const ADMIN = "bench-ledger-long-admin";
 const log = (m: string): void => void process.stderr.write(`[bench:ledger-long] ${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -65,6 +69,16 @@ function batchesOf(records: CallRecord[]): string[] {
   return out;
 }
 
+/** Each call's index and its tokens' count, as the answer read gives them: a trajectory's calls, or the pulled item's turns. */
+function wholeAnswer(text: string, records: readonly CallRecord[]): string {
+  if (READ === "turns") {
+    const pulled = JSON.parse(text) as { data: { data: { turns?: { call_index: number; tokens: number[] }[] }[] } };
+    return (pulled.data.data[0]?.turns ?? []).map((t) => `${t.call_index}:${t.tokens.length}`).join();
+  }
+  const answer = JSON.parse(text) as { calls: { call_id: string; tokens: { prompt_ids: number[]; completion_ids: number[] } | null }[] };
+  return answer.calls.map((k, i) => (k.call_id === records[i]?.call_id ? `${i}:${(k.tokens?.prompt_ids.length ?? -1) + (k.tokens?.completion_ids.length ?? 0)}` : "other call")).join();
+}
+
 type Point = { turns: number; last_prompt_ids: number; prompt_ids_in_answer: number; answer_mb: number; seconds: number; workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
 type Failed = { turns: number; failed: string };
 
@@ -74,6 +88,8 @@ async function measure(turns: number): Promise<Point | Failed> {
   try {
     const engine = await createEngine(ex.url, ADMIN, "bench-long");
     const trainer = engine.as("trainer");
+    // The claim joins a buffer group of one, to be pulled once ended.
+    if (READ === "turns") await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "bench-long" });
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
     await trainer.batchRegisterEpisodes({ episodes: [{ episode_uuid: "long" }] });
     const c = await engine.as("client").claimEpisode({ client_uuid: "long-client", discard_episode_timeout: 36_000 });
@@ -88,13 +104,20 @@ async function measure(turns: number): Promise<Point | Failed> {
     }
     const lastPrompt = records.at(-1)?.usage?.prompt_tokens ?? 0;
     const promptIds = records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);
+    if (READ === "turns") {
+      const ended = await engine.as("client").endEpisode({ client_uuid: "long-client", episode_uuid: c.episode_uuid, task_id: "long", workflow_output: { reward: 1, metadata: { task_id: "long" } } });
+      if (!ended.success) throw new Error("end_episode did not succeed");
+    }
     await sleep(1000);
     const rss: number[] = [];
     const timer = setInterval(() => rss.push(rssMb(ex.pids)), 20);
     rss.push(rssMb(ex.pids));
     const t0 = performance.now();
     // A heap past the isolate's limit crashes workerd: the read fails, and that is the figure.
-    const res = await fetch(`${engine.baseUrl}/trajectories/${c.episode_uuid}`, { headers: auth }).catch((e: unknown) => e as Error);
+    const res = await (READ === "turns"
+      ? fetch(`${engine.baseUrl}/get_rollout_data`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ training: "turns" }) })
+      : fetch(`${engine.baseUrl}/trajectories/${c.episode_uuid}`, { headers: auth })
+    ).catch((e: unknown) => e as Error);
     if (res instanceof Error || res.status !== 200 || res.body === null) {
       clearInterval(timer);
       const failed = res instanceof Error ? `the read failed (${res.message}): workerd's heap past ${ISOLATE_MB} MB` : `${res.status} ${await res.text()}`;
@@ -121,10 +144,9 @@ async function measure(turns: number): Promise<Point | Failed> {
     const seconds = (performance.now() - t0) / 1000;
     clearInterval(timer);
     rss.push(rssMb(ex.pids));
-    const answer = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { calls: { call_id: string; tokens: { prompt_ids: number[] } | null }[] };
-    const got = answer.calls.map((k) => `${k.call_id}:${k.tokens?.prompt_ids.length ?? -1}`).join();
-    const want = records.map((r) => `${r.call_id}:${r.usage?.prompt_tokens ?? 0}`).join();
-    if (got !== want) throw new Error(`the trajectory of ${turns} turns is not its calls with their whole prompts`);
+    if (wholeAnswer(Buffer.concat(chunks).toString("utf8"), records) !== records.map((r, i) => `${i}:${(r.usage?.prompt_tokens ?? 0) + (r.usage?.completion_tokens ?? 0)}`).join()) {
+      throw new Error(`the ${READ === "turns" ? "pull" : "trajectory"} of ${turns} turns is not its calls with their whole prompts`);
+    }
     const start = rss[0] ?? 0;
     const peak = Math.max(...rss);
     const p: Point = { turns, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
@@ -145,6 +167,7 @@ async function main(): Promise<void> {
     started_at: startedAt,
     machine: { cpus: cpus().length, load_average_1m: round(loadavg()[0] ?? 0, 2), node: process.version },
     shape: { first_prompt_ids: 2_000, new_prompt_ids_per_turn: NEW_IDS, completion_ids: COMPLETION_IDS, capture: "tokens" },
+    read: READ === "turns" ? "get_rollout_data, training turns" : "the trajectory, whole",
     isolate_heap_mb: ISOLATE_MB > 0 ? ISOLATE_MB : null,
     points,
   };
@@ -158,7 +181,7 @@ async function main(): Promise<void> {
     if (before !== undefined) runs.push({ name: process.argv[process.argv.indexOf("--before") + 2] ?? "before", points: (JSON.parse(readFileSync(before, "utf8")) as { points: LongClaimPoint[] }).points });
     const limit = ISOLATE_MB > 0 ? `V8 heap held to ${ISOLATE_MB} MB` : "no heap limit";
     const shape = `first prompt 2,000 ids, +${NEW_IDS} prompt ids and ${COMPLETION_IDS} completion ids a turn`;
-    writeFileSync(svg, renderLongClaimChart({ title: "Reading one long claim's trajectory: workerd's memory at peak", summary: `capture tokens; ${shape}; ${limit}`, runs }));
+    writeFileSync(svg, renderLongClaimChart({ title: READ === "turns" ? "Pulling one long claim turn by turn (get_rollout_data): workerd's memory at peak" : "Reading one long claim's trajectory: workerd's memory at peak", summary: `capture tokens; ${shape}; ${limit}`, runs }));
     log(`chart: ${svg}`);
   }
 }

@@ -76,8 +76,11 @@ export type RouteSpec = {
   response: z.ZodType;
   /** `url` is the request's, for answers that name the exchange's origin. */
   call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
-  /** What the Worker adds to the engine's answer from D1 and R2, for the few routes that need it. */
-  after?: (env: Env, engine: string, reply: Reply<unknown>) => Promise<Reply<unknown>>;
+  /**
+   * What the Worker adds to the engine's answer from D1 and R2, for the few routes that need it
+   * (`input` the request's, validated): an answer, or the response itself when it is written as a stream.
+   */
+  after?: (env: Env, engine: string, reply: Reply<unknown>, input: unknown) => Promise<Reply<unknown> | Response>;
   /** A GET that changes the engine's state (the agent's poll leases what it returns): `x-changes-state` in the document. */
   changesState?: true;
   /** The 503s the route answers by design (their error codes, and when), not failures: documented with `x-refusal-codes`. */
@@ -266,7 +269,11 @@ export const ENGINE_API: RouteSpec[] = [
       // As the seed: a body it could not read as JSON was `{}`, a pull with no limit (buffer_server.py.txt:427-430).
       {},
     ),
-    after: async (env, engine, reply) => (reply.ok ? ok(await withTrainingTokens(env.DB, env.LEDGER, engine, reply.body as GetRolloutDataResponse)) : reply),
+    after: async (env, engine, reply, input) => {
+      if (!reply.ok) return reply;
+      const answer = await withTrainingTokens(env.DB, env.LEDGER, engine, reply.body as GetRolloutDataResponse, (input as GetRolloutDataRequest).training);
+      return answer instanceof ReadableStream ? new Response(answer, { headers: { "content-type": "application/json" } }) : ok(answer);
+    },
   },
   post("/start_rollout", "start_rollout", "Set the group size, optionally reset pending groups, and queue the agent's start_rollout command.", StartRolloutRequest, StartRolloutResponse, (s, who, b) =>
     s.startRollout(who, b),

@@ -81,7 +81,11 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
     if (moved !== null) reply = await spec.call(moved, caller, parsed.value, url);
   }
   afterEngineOp(env, engine, spec.op, parsed.value, reply);
-  if (spec.after !== undefined) reply = await spec.after(env, engine, reply);
+  if (spec.after !== undefined) {
+    const after = await spec.after(env, engine, reply, parsed.value);
+    if (after instanceof Response) return after;
+    reply = after;
+  }
   if (spec.text !== undefined && reply.ok && typeof reply.body === "string") return new Response(reply.body, { headers: { "content-type": spec.text } });
   return replyResponse(reply);
 }

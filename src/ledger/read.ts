@@ -425,9 +425,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
   const calls = claim.rows;
   const built = rebuildCalls(calls, bodies, row?.ended_at ?? null, form);
   const cut = claim.recorded > calls.length;
-  // The calls past the bound are turns whose tokens the trajectory does not have, as a truncated
-  // call's: the sequence stops at the first of them, and the rollout buffer gives it no tokens.
-  const turns: TokenTurn[] = cut ? [...built.turns, { index: calls.length, prompt: null, unknown: true }] : built.turns;
+  const turns = sequenceTurns({ turns: built.turns, calls: calls.length, cut });
   const first = calls[0];
   // A live claim has no row yet: its calls name its client, task and run.
   const head: TrajectorySummary =
@@ -492,14 +490,17 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
   return trajectoryOf(episode, f, row, claim, await readBodies(bucket, claim.rows), form);
 }
 
+/** A claim's successful calls as the training reads them, of its `calls` first calls; `cut` when it has more (MAX_CALLS_PER_TRAJECTORY). */
+export type ClaimTurns = { turns: TokenTurn[]; calls: number; cut: boolean };
+
 /**
- * The training sequences of claims, for the rollout buffer's items (rollout-tokens.ts): the
- * claims' calls and bodies read at once, one sequence built at a time; a claim without token
- * ids has none. One that stops at a call (`drift_at_call`; a claim cut at MAX_CALLS_PER_TRAJECTORY
- * stops at the bound) is there too, to say so.
+ * The turns of claims, for the rollout buffer's items (rollout-tokens.ts): the claims' calls and
+ * bodies read at once, one claim's calls rebuilt at a time; a claim without recorded calls has
+ * none. The turns' prompts are chains sharing the claim's history (chain.ts): linear in the
+ * claim, made whole only when read.
  */
-export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, TrainingSequence>> {
-  const out = new Map<string, TrainingSequence>();
+export async function claimTurns(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
+  const out = new Map<string, ClaimTurns>();
   if (claims.length === 0) return out;
   const calls = await callsOf(db, engine, claims);
   if (calls.size === 0) return out;
@@ -507,10 +508,16 @@ export async function trainingSequences(db: D1Database, bucket: R2Bucket, engine
   for (const c of claims) {
     const claim = calls.get(claimKey(c.episode, c.fence));
     if (claim === undefined) continue;
-    const training = trajectoryOf(c.episode, c.fence, null, claim, bodies, "whole").training;
-    if (training !== null) out.set(claimKey(c.episode, c.fence), training);
+    out.set(claimKey(c.episode, c.fence), { turns: rebuildCalls(claim.rows, bodies, null, "whole").turns, calls: claim.rows.length, cut: claim.recorded > claim.rows.length });
   }
   return out;
 }
+
+/**
+ * The turns the training sequence reads: the calls past the bound are turns whose tokens the
+ * trajectory does not have, as a truncated call's, so the sequence stops at the first of them
+ * (`drift_at_call`), and the rollout buffer gives it no tokens.
+ */
+export const sequenceTurns = (c: ClaimTurns): TokenTurn[] => (c.cut ? [...c.turns, { index: c.calls, prompt: null, unknown: true }] : c.turns);
 
 export { claimKey };

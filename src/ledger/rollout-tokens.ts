@@ -11,31 +11,69 @@
  * `extra_info.drift_at_call` (as the tokens, it may first show on a re-read, once the records of
  * the claim's last calls arrive); the trajectory (docs/ledger.md) has the sequence up to there.
  *
+ * With `training: "turns"` each such item gets instead each successful call's own sample, in
+ * `turns` (its whole prompt and completion: the way to train a thinking model whose template drops
+ * earlier thinking, and whose turns never make one sequence), and `extra_info.turns_without_tokens`
+ * names its successful calls without known tokens (`turns_cut_at` the first call past those a
+ * trajectory answers). Those samples together are quadratic in the claim's turns, so that answer
+ * is written a sample at a time (trajectory-json.ts), never held whole.
+ *
  * The mark can be trusted because only the engine sets it: the buffer refuses a posted row that
  * carries it (engine/buffer-ingest.ts), and a session named like a claim without it matches
  * nothing, so no client can have another claim's tokens put in its own group.
  */
-import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse } from "../protocol/buffer";
-import { claimKey, trainingSequences } from "./read";
+import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type TrainingForm } from "../protocol/buffer";
+import type { TurnSample } from "../protocol/ledger";
+import { claimKey, claimTurns, sequenceTurns, type ClaimTurns } from "./read";
+import { trainingSequence, turnSamples } from "./training-sequence";
+import { jsonStream, listJsonPieces } from "./trajectory-json";
 
 const CLAIM_SESSION = /^(.+)#(0|[1-9][0-9]{0,14})$/;
 
-export async function withTrainingTokens(db: D1Database, bucket: R2Bucket, engine: string, pulled: GetRolloutDataResponse): Promise<GetRolloutDataResponse> {
-  const claims: { episode: string; fence: number }[] = [];
-  for (const item of pulled.data.data) {
-    const session = item.extra_info["session_id"];
-    const m = item.extra_info["source"] === CLAIM_ROW_SOURCE && typeof session === "string" ? CLAIM_SESSION.exec(session) : null;
-    if (m) claims.push({ episode: m[1] as string, fence: Number(m[2]) });
+/** The claim an item is, when the engine made it from an AgentJet claim (the mark only the engine sets). */
+function claimOf(item: RolloutItem): { episode: string; fence: number } | null {
+  const session = item.extra_info["session_id"];
+  const m = item.extra_info["source"] === CLAIM_ROW_SOURCE && typeof session === "string" ? CLAIM_SESSION.exec(session) : null;
+  return m === null ? null : { episode: m[1] as string, fence: Number(m[2]) };
+}
+
+type Turned = { item: RolloutItem; turns?: TurnSample[] };
+
+/** `item` with what `claim` gives it to train on, in `form`. */
+function trained(item: RolloutItem, claim: ClaimTurns | undefined, form: TrainingForm): Turned {
+  if (claim === undefined) return { item };
+  if (form === "turns") {
+    const t = turnSamples(claim.turns);
+    if (t === null) return { item };
+    const said = { ...(t.withoutTokens.length > 0 ? { turns_without_tokens: t.withoutTokens } : {}), ...(claim.cut ? { turns_cut_at: claim.calls } : {}) };
+    return { item: Object.keys(said).length === 0 ? item : { ...item, extra_info: { ...item.extra_info, ...said } }, turns: t.samples };
   }
-  if (claims.length === 0) return pulled;
-  const sequences = await trainingSequences(db, bucket, engine, claims);
-  if (sequences.size === 0) return pulled;
-  const data = pulled.data.data.map((item) => {
-    const m = CLAIM_SESSION.exec(String(item.extra_info["session_id"] ?? ""));
-    const t = m && item.extra_info["source"] === CLAIM_ROW_SOURCE ? sequences.get(claimKey(m[1] as string, Number(m[2]))) : undefined;
-    if (t === undefined) return item;
-    if (t.drift_at_call !== null) return { ...item, extra_info: { ...item.extra_info, drift_at_call: t.drift_at_call } };
-    return { ...item, tokens: t.tokens, response_length: t.response_length, loss_mask: t.loss_mask, rollout_log_probs: t.rollout_log_probs };
+  const s = trainingSequence(sequenceTurns(claim));
+  if (s === null) return { item };
+  if (s.drift_at_call !== null) return { item: { ...item, extra_info: { ...item.extra_info, drift_at_call: s.drift_at_call } } };
+  return { item: { ...item, tokens: s.tokens, response_length: s.response_length, loss_mask: s.loss_mask, rollout_log_probs: s.rollout_log_probs } };
+}
+
+/** The pull with its claims' tokens: as an object, or (turns) as a JSON stream written a sample at a time. */
+export async function withTrainingTokens(
+  db: D1Database,
+  bucket: R2Bucket,
+  engine: string,
+  pulled: GetRolloutDataResponse,
+  form: TrainingForm = "sequence",
+): Promise<GetRolloutDataResponse | ReadableStream<Uint8Array>> {
+  const claims = pulled.data.data.map(claimOf);
+  const named = claims.filter((c) => c !== null);
+  const turns = named.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, named);
+  const items = pulled.data.data.map((item, i) => {
+    const c = claims[i];
+    return trained(item, c === null || c === undefined ? undefined : turns.get(claimKey(c.episode, c.fence)), form);
   });
-  return { ...pulled, data: { ...pulled.data, data } };
+  if (form === "sequence") return { ...pulled, data: { ...pulled.data, data: items.map((t) => t.item) } };
+  const pieces = listJsonPieces(
+    (data) => ({ ...pulled, data: { ...pulled.data, data } }),
+    items,
+    ({ item, turns }) => (turns === undefined ? [JSON.stringify(item)] : listJsonPieces((list) => ({ ...item, turns: list }), turns)),
+  );
+  return jsonStream(pieces);
 }

@@ -5,7 +5,7 @@
  * with the sequence so far (history trimmed or rewritten, text re-tokenized differently), or whose
  * tokens are not known, is not spliced in: the sequence stops before it and says at which call.
  */
-import type { TrainingSequence } from "../protocol/ledger";
+import type { TrainingSequence, TurnSample } from "../protocol/ledger";
 import { itemsOf, type Chain } from "./chain";
 import { extendsTokens } from "./splice";
 
@@ -56,4 +56,34 @@ export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence 
     }
   }
   return { tokens, response_length: tokens.length - promptLength, loss_mask: lossMask, rollout_log_probs: logprobs, segments, drift_at_call: driftAt };
+}
+
+/**
+ * Each turn with known tokens as a sample of its own (docs/ledger.md, "Training turn by turn"),
+ * and the indexes of the successful calls without known tokens. Each sample's `tokens` are made
+ * whole when read (a getter, for JSON.stringify): together they are quadratic in turns, so a
+ * reader writes one sample at a time. Null when no turn has tokens.
+ */
+export function turnSamples(turns: readonly TokenTurn[]): { samples: TurnSample[]; withoutTokens: number[] } | null {
+  if (!turns.some((t) => t.prompt !== null)) return null;
+  const samples: TurnSample[] = [];
+  const withoutTokens: number[] = [];
+  for (const t of turns) {
+    if (t.prompt === null) {
+      withoutTokens.push(t.index);
+      continue;
+    }
+    const { prompt, completion } = t;
+    samples.push({
+      call_index: t.index,
+      get tokens() {
+        return itemsOf(prompt).concat(completion);
+      },
+      response_length: completion.length,
+      loss_mask: completion.map(() => 1),
+      rollout_log_probs: completion.map((_, i) => t.logprobs[i] ?? 0),
+      weight_version: t.weightVersion,
+    });
+  }
+  return { samples, withoutTokens };
 }

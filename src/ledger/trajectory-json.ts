@@ -1,29 +1,41 @@
 /**
- * A trajectory's JSON in pieces: its head, then each call, then its training sequence, so that a
- * reader sends it call by call and never holds it as one string. Each call's conversation is
- * whole, so a long episode's JSON grows with the square of its length (150 turns over 4 MB of
+ * JSON in pieces, so that a reader sends it a piece at a time and never holds it as one string.
+ * A trajectory's: its head, then each call, then its training sequence. Each call's conversation
+ * is whole, so a long episode's JSON grows with the square of its length (150 turns over 4 MB of
  * history were 585 MB: past V8's longest string, and far past an isolate's 128 MB); the built
- * calls share their messages, so the trajectory as objects stays small. The pieces joined are
- * what JSON.stringify of the whole gives.
+ * calls share their messages, so the trajectory as objects stays small. A rollout pull's with
+ * each claim's turns (rollout-tokens.ts) is quadratic the same way. The pieces joined are what
+ * JSON.stringify of the whole gives.
  */
 import type { Trajectory } from "../protocol/ledger";
 
 const enc = new TextEncoder();
 
-export function* trajectoryJsonPieces(t: Trajectory): Generator<string> {
-  // The calls' place is kept where JSON.stringify puts them, so the pieces are its text exactly.
-  const marker = `rx-calls-${crypto.randomUUID()}`;
-  const shell = JSON.stringify({ ...t, calls: marker });
+/**
+ * JSON.stringify(shellOf(list)) in pieces: the shell around the list, and each item's pieces
+ * (`piecesOf`). The list's place is kept where JSON.stringify puts it (a marker in its stead),
+ * so the pieces are its text exactly.
+ */
+export function* listJsonPieces<T>(shellOf: (list: string) => unknown, items: readonly T[], piecesOf: (item: T) => Iterable<string> = (item) => [JSON.stringify(item)]): Generator<string> {
+  const marker = `rx-list-${crypto.randomUUID()}`;
+  const shell = JSON.stringify(shellOf(marker));
   const at = shell.indexOf(`"${marker}"`);
   yield `${shell.slice(0, at)}[`;
-  const { calls } = t;
-  for (let i = 0; i < calls.length; i++) yield `${i === 0 ? "" : ","}${JSON.stringify(calls[i])}`;
+  for (let i = 0; i < items.length; i++) {
+    // The comma goes with the item's first piece: one piece per call of a trajectory.
+    let comma = i > 0;
+    for (const piece of piecesOf(items[i] as T)) {
+      yield comma ? `,${piece}` : piece;
+      comma = false;
+    }
+  }
   yield `]${shell.slice(at + marker.length + 2)}`;
 }
 
-/** One trajectory as a stream of its pieces, each encoded when the reader pulls it. */
-export function trajectoryStream(t: Trajectory): ReadableStream<Uint8Array> {
-  const pieces = trajectoryJsonPieces(t);
+export const trajectoryJsonPieces = (t: Trajectory): Generator<string> => listJsonPieces((calls) => ({ ...t, calls }), t.calls);
+
+/** JSON pieces as a stream, each encoded when the reader pulls it. */
+export function jsonStream(pieces: Iterator<string>): ReadableStream<Uint8Array> {
   return new ReadableStream<Uint8Array>(
     {
       pull(controller) {
@@ -35,3 +47,6 @@ export function trajectoryStream(t: Trajectory): ReadableStream<Uint8Array> {
     { highWaterMark: 0 },
   );
 }
+
+/** One trajectory as a stream of its pieces. */
+export const trajectoryStream = (t: Trajectory): ReadableStream<Uint8Array> => jsonStream(trajectoryJsonPieces(t));

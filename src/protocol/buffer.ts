@@ -4,7 +4,7 @@
  * completed; the trainer pulls whole ready groups.
  */
 import { z } from "zod";
-import { DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS } from "./ledger";
+import { DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS, TurnSample } from "./ledger";
 import { idText, storableByteLimit } from "./limits";
 import { openEnum } from "./open-enum";
 import { isRecord } from "./record";
@@ -132,6 +132,9 @@ const seedMaxGroups = (v: unknown): unknown => {
   return n === null || n <= 0 ? null : n;
 };
 
+export const TRAINING_FORMS = ["sequence", "turns"] as const;
+export type TrainingForm = (typeof TRAINING_FORMS)[number];
+
 export const GetRolloutDataRequest = seedCoerced(
   // The seed read a body that is not a JSON object (null, [], a string) as {} (buffer_server.py.txt:431-432).
   (v) => (isRecord(v) ? v : {}),
@@ -140,6 +143,12 @@ export const GetRolloutDataRequest = seedCoerced(
     max_groups: seedCoerced(seedMaxGroups, z.number().int().nonnegative().nullable().optional()),
     /** Re-read an earlier pull (after a trainer crash) by the cursor its meta_info carried. */
     cursor: z.number().int().positive().optional(),
+    /**
+     * Our addition: how an AgentJet claim's tokens are given. `sequence` (the default): one
+     * sequence over all its turns, top-level `tokens` etc. `turns`: each successful call a sample
+     * of its own, in `turns` (docs/ledger.md, "Training turn by turn").
+     */
+    training: z.enum(TRAINING_FORMS).optional(),
   }),
 );
 export type GetRolloutDataRequest = z.infer<typeof GetRolloutDataRequest>;
@@ -159,6 +168,8 @@ export const RolloutItem = z.object({
   response_length: z.number().int().optional(),
   loss_mask: z.array(z.number().int()).optional(),
   rollout_log_probs: z.array(z.number()).optional(),
+  /** Our addition: with `training: "turns"`, each successful call whose tokens are known, in order (extra_info.turns_without_tokens names the others). */
+  turns: z.array(TurnSample).optional(),
 });
 export type RolloutItem = z.infer<typeof RolloutItem>;
 

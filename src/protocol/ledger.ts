@@ -400,6 +400,25 @@ export const TrainingSequence = z.object({
 });
 export type TrainingSequence = z.infer<typeof TrainingSequence>;
 
+/**
+ * One successful call as a sample of its own, in slime's Sample field names: its whole prompt and
+ * its completion, the loss over the completion. For a thinking model whose template drops earlier
+ * thinking from the next prompt, whose turns never make one sequence (docs/ledger.md).
+ */
+export const TurnSample = z.object({
+  /** The call's index among the claim's calls. */
+  call_index: z.number().int().nonnegative(),
+  /** The call's prompt ids, then its completion's. */
+  tokens: z.array(z.number().int()),
+  /** The completion's length: the last tokens. */
+  response_length: z.number().int().nonnegative(),
+  /** Over the completion: all 1. */
+  loss_mask: z.array(z.number().int()),
+  rollout_log_probs: z.array(z.number()),
+  weight_version: z.number().int().nullable(),
+});
+export type TurnSample = z.infer<typeof TurnSample>;
+
 export const Trajectory = z.object({
   ...TrajectorySummary.shape,
   /** null while the claim is live: its calls so far. */
