@@ -4,7 +4,7 @@
  * body is read against it, whatever its Content-Length says).
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { utf8Bytes } from "../protocol/limits";
+import { MAX_REQUEST_BODY_BYTES, utf8Bytes } from "../protocol/limits";
 import { errorResponse } from "./errors";
 
 /**
@@ -12,7 +12,7 @@ import { errorResponse } from "./errors";
  * Object storage hold 2,000,000 bytes per row, so what a body holds is checked against that
  * value by value where it is stored (protocol/limits.ts).
  */
-export const MAX_BODY_BYTES = 4 * 1024 * 1024;
+export const MAX_BODY_BYTES = MAX_REQUEST_BODY_BYTES;
 
 export const tooLarge = (): Response => errorResponse(413, "payload_too_large", `The request body exceeds ${MAX_BODY_BYTES} bytes.`);
 

@@ -35,6 +35,12 @@ export const DO_MAX_DATABASE_BYTES = 10_000_000_000;
  */
 export const MAX_STORED_BYTES = Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES) - 100_000;
 
+/**
+ * The exchange's request bodies, as sent (http/body.ts): a transfer limit, not a store's. The
+ * gateway sizes its biggest call record to fit a batch of one under it.
+ */
+export const MAX_REQUEST_BODY_BYTES = 4 * 1024 * 1024;
+
 /** Bytes of `s` in UTF-8, counted without encoding it. A lone surrogate counts as U+FFFD (3 bytes). */
 export function utf8Bytes(s: string): number {
   let n = s.length;

@@ -9,17 +9,23 @@
 import { packFloats, packInts } from "../../../src/protocol/packed";
 import { continuation, messageDelta, promptContinuation, promptDelta, sequencePrompt, tokenDelta } from "../../../src/ledger/splice";
 import { CallRecord, type CallBody, type CaptureMode } from "../../../src/protocol/ledger";
-import { headOf } from "../../../src/protocol/limits";
+import { headOf, MAX_REQUEST_BODY_BYTES } from "../../../src/protocol/limits";
 import { describeError, type Logger } from "../log";
 import type { FinishedCall } from "./call-tap";
 import { CapturedClaims, ClaimHistory, continuedHead, type LastCall } from "./claim-history";
 import { mediaOf, NO_MEDIA, takeMedia, type MediaSet } from "./media";
 
-/** A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut). */
-export const RECORD_BODY_CAP_BYTES = 1_500_000;
-export const DEFAULT_HISTORY_BYTES = 256 * 1024 * 1024;
 /** What a record's fields besides its body take, at most, as JSON. */
 const RECORD_FIELDS_BYTES = 2048;
+/**
+ * A body whose JSON is larger is recorded truncated (no messages, no tokens, the answer cut).
+ * As large as a batch of one record can be (the shipper sends a larger record alone): whole
+ * about 400k tokens of context with their ids, where 1.5 MB cut a 150k-token agent's every
+ * call after its gateway restarted, its history was evicted or rewritten. The rest of the
+ * request is headroom for the record's fields, however escaped, and the batch's.
+ */
+export const RECORD_BODY_CAP_BYTES = MAX_REQUEST_BODY_BYTES - 64 * 1024;
+export const DEFAULT_HISTORY_BYTES = 256 * 1024 * 1024;
 
 /** A record, its size, and the media its messages refer to (uploaded before the batch that carries it: media.ts). */
 export type RecordSink = (record: CallRecord, bytes: number, media: MediaSet) => void;

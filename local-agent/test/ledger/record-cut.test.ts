@@ -24,7 +24,7 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
     return;
   }
   // A long answer of emoji (4 bytes of UTF-8, two UTF-16 units each) behind `lead` ASCII characters: over the record cap.
-  const content = "a".repeat(lead) + "😀".repeat(400_000);
+  const content = "a".repeat(lead) + "😀".repeat(1_200_000);
   res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: "length" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
 }
 
