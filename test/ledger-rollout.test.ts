@@ -174,7 +174,10 @@ describe("rollout data with the ledger's tokens", () => {
     for await (const chunk of res.body as ReadableStream<Uint8Array>) chunks.push(dec.decode(chunk, { stream: true }));
     // A piece per turn at least: never the answer as one string.
     expect(chunks.length).toBeGreaterThanOrEqual(THINKING_TURNS.length);
-    const answer = GetRolloutDataResponse.parse(JSON.parse(chunks.join("")));
+    const text = chunks.join("");
+    // The cursor comes before the items: an answer that broke off still says how to read it again.
+    expect(text.indexOf('"cursor"')).toBeLessThan(text.indexOf('"turns"'));
+    const answer = GetRolloutDataResponse.parse(JSON.parse(text));
     const items = answer.data.data;
     expect(items.map((i) => i.extra_info["client_uuid"])).toEqual(["c1", "c2", "c3"]);
     expect(items[0]?.extra_info).toMatchObject({ session_id: `${lost.episode}#${lost.fence}`, turns_without_tokens: [4] });
@@ -196,5 +199,30 @@ describe("rollout data with the ledger's tokens", () => {
     }
     const [item] = (await e.as("trainer").getRolloutData({ training: "turns" })).data.data;
     expect(item?.turns).toEqual([...THINKING_TURNS, FOURTH]);
+  });
+
+  it("says so of a claim whose token ids were recorded and all lost: no sample, each call named, and the one sequence stopping at call 0", async () => {
+    const e = await rolloutEngine("rtok-turns-all-lost", 1);
+    // The first call's record was truncated (its tokens lost, and whether it had ids not told);
+    // the second's prompt continues a call the ledger does not have, so it had ids.
+    await claimAndRecord(e, "c1", (c) => [
+      callRecord(c, { truncated: true, body: { messages: [], answer: null, tokens: null } }),
+      callRecord(c, { body: { messages: [sys, user], answer: { role: "assistant", content: "b" }, tokens: tokensOf([20], [60], [-1], { call_id: "call-never-recorded", count: 3 }) } }),
+    ]);
+    const pulled = await e.as("trainer").getRolloutData({ training: "turns" });
+    const [item] = pulled.data.data;
+    expect(item?.turns).toEqual([]);
+    expect(item?.extra_info["turns_without_tokens"]).toEqual([0, 1]);
+    const [again] = (await e.as("trainer").getRolloutData({ cursor: pulled.data.meta_info.cursor ?? 0 })).data.data;
+    expect(again?.extra_info["drift_at_call"]).toBe(0);
+    expect(again).not.toHaveProperty("tokens");
+  });
+
+  it("says nothing of a claim whose calls were truncated with capture messages: no ids were recorded", async () => {
+    const e = await rolloutEngine("rtok-turns-messages-cut", 1);
+    await claimAndRecord(e, "c1", (c) => [callRecord(c, { capture: "messages", truncated: true, body: { messages: [], answer: null, tokens: null } })]);
+    const [item] = (await e.as("trainer").getRolloutData({ training: "turns" })).data.data;
+    expect(item).not.toHaveProperty("turns");
+    expect(item?.extra_info).not.toHaveProperty("turns_without_tokens");
   });
 });

@@ -106,7 +106,7 @@ function summarySql(where: string, limit: number): string {
 type TokenSums = Pick<TrajectorySummary, "prompt_tokens" | "completion_tokens" | "cached_tokens" | "reasoning_tokens">;
 const NO_TOKENS: TokenSums = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, reasoning_tokens: 0 };
 
-/** As the list's query sums them: a call without usage, or without a detail, adds nothing. */
+/** A call without usage, or without a detail, adds nothing, as in the list's query (which sums all of a claim's calls, not the first 2,000). */
 function tokenSums(calls: readonly Pick<TrajectoryCall, "usage">[]): TokenSums {
   const sums = { ...NO_TOKENS };
   for (const { usage: u } of calls) {
@@ -232,7 +232,8 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
  */
 function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt, logprobs: number[]): TokenTurn {
   if (whole.prompt !== null && whole.completion !== null) return { index, prompt: whole.prompt, completion: whole.completion, logprobs, weightVersion: r.weight_version };
-  return { index, prompt: null, unknown: body === null || r.truncated === 1 || (body.tokens ?? null) !== null };
+  const idsLost = body !== null && (body.tokens ?? null) !== null;
+  return { index, prompt: null, unknown: body === null || r.truncated === 1 || idsLost, idsLost };
 }
 
 /** A stored body as the rebuild reads it. */
@@ -518,6 +519,6 @@ export async function claimTurns(db: D1Database, bucket: R2Bucket, engine: strin
  * trajectory does not have, as a truncated call's, so the sequence stops at the first of them
  * (`drift_at_call`), and the rollout buffer gives it no tokens.
  */
-export const sequenceTurns = (c: ClaimTurns): TokenTurn[] => (c.cut ? [...c.turns, { index: c.calls, prompt: null, unknown: true }] : c.turns);
+export const sequenceTurns = (c: ClaimTurns): TokenTurn[] => (c.cut ? [...c.turns, { index: c.calls, prompt: null, unknown: true, idsLost: false }] : c.turns);
 
 export { claimKey };

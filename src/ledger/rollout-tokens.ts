@@ -70,8 +70,9 @@ export async function withTrainingTokens(
     return trained(item, c === null || c === undefined ? undefined : turns.get(claimKey(c.episode, c.fence)), form);
   });
   if (form === "sequence") return { ...pulled, data: { ...pulled.data, data: items.map((t) => t.item) } };
+  // meta_info before the items: a reader whose answer broke off has the cursor to read the pull again by.
   const pieces = listJsonPieces(
-    (data) => ({ ...pulled, data: { ...pulled.data, data } }),
+    (data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }),
     items,
     ({ item, turns }) => (turns === undefined ? [JSON.stringify(item)] : listJsonPieces((list) => ({ ...item, turns: list }), turns)),
   );

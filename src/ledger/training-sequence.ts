@@ -12,13 +12,20 @@ import { extendsTokens } from "./splice";
 /**
  * A successful call of the claim, by its index among the claim's calls; `prompt` null when its
  * tokens are not known. Those are `unknown` when they were lost (a truncated record, a body gone,
- * a prefix call the ledger does not have), not when the call was recorded without token ids.
+ * a prefix call the ledger does not have), not when the call was recorded without token ids;
+ * `idsLost` when its record is known to have carried ids (a prefix call missing), which a
+ * truncated record or a body gone do not tell.
  */
-export type TokenTurn = { index: number; prompt: Chain<readonly number[]>; completion: number[]; logprobs: number[]; weightVersion: number | null } | { index: number; prompt: null; unknown: boolean };
+export type TokenTurn =
+  | { index: number; prompt: Chain<readonly number[]>; completion: number[]; logprobs: number[]; weightVersion: number | null }
+  | { index: number; prompt: null; unknown: boolean; idsLost: boolean };
+
+/** The claim was recorded with token ids: a turn has them, or had them and they were lost. */
+const withIds = (turns: readonly TokenTurn[]): boolean => turns.some((t) => t.prompt !== null || t.idsLost);
 
 export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence | null {
   // None with token ids: nothing to train on, not a sequence that stops.
-  if (!turns.some((t) => t.prompt !== null)) return null;
+  if (!withIds(turns)) return null;
   // Calls recorded without token ids before the first with them (capture turned on mid-claim) are
   // in its prompt, not spliced. One whose tokens were lost is not: its completion, the model's
   // own tokens, would be taken for prompt.
@@ -62,10 +69,10 @@ export function trainingSequence(turns: readonly TokenTurn[]): TrainingSequence 
  * Each turn with known tokens as a sample of its own (docs/ledger.md, "Training turn by turn"),
  * and the indexes of the successful calls without known tokens. Each sample's `tokens` are made
  * whole when read (a getter, for JSON.stringify): together they are quadratic in turns, so a
- * reader writes one sample at a time. Null when no turn has tokens.
+ * reader writes one sample at a time. Null when the claim was not recorded with token ids.
  */
 export function turnSamples(turns: readonly TokenTurn[]): { samples: TurnSample[]; withoutTokens: number[] } | null {
-  if (!turns.some((t) => t.prompt !== null)) return null;
+  if (!withIds(turns)) return null;
   const samples: TurnSample[] = [];
   const withoutTokens: number[] = [];
   for (const t of turns) {

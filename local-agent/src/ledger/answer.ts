@@ -27,7 +27,8 @@ function usageOf(v: unknown): Usage | null {
   const c = count(v["completion_tokens"]);
   if (p === null || c === null) return null;
   const cached = detail(v["prompt_tokens_details"], "cached_tokens");
-  const reasoning = detail(v["completion_tokens_details"], "reasoning_tokens");
+  // SGLang says it at the top of its usage (UsageInfo.reasoning_tokens; its completion details hold speculative decoding's counts).
+  const reasoning = detail(v["completion_tokens_details"], "reasoning_tokens") ?? count(v["reasoning_tokens"]);
   return { prompt_tokens: p, completion_tokens: c, ...(cached === null ? {} : { cached_tokens: cached }), ...(reasoning === null ? {} : { reasoning_tokens: reasoning }) };
 }
 
