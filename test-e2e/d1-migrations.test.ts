@@ -111,12 +111,25 @@ describe("0011: archives, backfilled", () => {
       run("other", "r2"),
     ]);
 
-    stage(null);
+    stage("0012");
     expect(await applyMigrations(db, dir)).toEqual(["0011_archives.sql"]);
     const rows = await db.prepare("SELECT name, from_engine, body_prefix, created_at FROM archives ORDER BY name").all();
     expect(rows.results).toEqual([
       { name: "nightly@1735689600000", from_engine: "nightly", body_prefix: "ledger/nightly/inc-a/", created_at: 1735689600000 },
       { name: "other@1735776000000", from_engine: "other", body_prefix: null, created_at: 1735776000000 },
     ]);
+  });
+});
+
+describe("0012: usage details", () => {
+  it("adds the columns to the calls already recorded, not known on each", async () => {
+    const db = await mf.getD1Database("DB");
+    const before = await db.prepare("SELECT COUNT(*) AS n FROM llm_calls").first<{ n: number }>();
+    expect(before?.n).toBeGreaterThan(0);
+    stage(null);
+    expect(await applyMigrations(db, dir)).toEqual(["0012_usage_details.sql"]);
+    const rows = await db.prepare("SELECT call_id, prompt_tokens, cached_tokens, reasoning_tokens FROM llm_calls").all<{ cached_tokens: number | null; reasoning_tokens: number | null }>();
+    expect(rows.results.length).toBe(before?.n);
+    expect(rows.results.every((r) => r.cached_tokens === null && r.reasoning_tokens === null)).toBe(true);
   });
 });
