@@ -91,6 +91,16 @@ describe("rollout data with the ledger's tokens", () => {
     // Re-reading the pull by its cursor gives the same.
     const again = await e.as("trainer").getRolloutData({ cursor: pulled.data.meta_info.cursor ?? 0 });
     expect(again.data.data[0]?.tokens).toEqual(items[0]?.tokens);
+
+    // Written an item at a time (each item's sequence made as it is written), the cursor first.
+    const res = await pull(e, { cursor: pulled.data.meta_info.cursor ?? 0 });
+    const chunks: string[] = [];
+    const dec = new TextDecoder();
+    for await (const chunk of res.body as ReadableStream<Uint8Array>) chunks.push(dec.decode(chunk, { stream: true }));
+    expect(chunks.length).toBeGreaterThanOrEqual(items.length);
+    const text = chunks.join("");
+    expect(GetRolloutDataResponse.parse(JSON.parse(text))).toEqual(again);
+    expect(text.indexOf('"cursor"')).toBeLessThan(text.indexOf('"data":['));
   });
 
   it("gives a claim whose training sequence stops before its end no tokens, and says where it stopped", async () => {
@@ -224,5 +234,28 @@ describe("rollout data with the ledger's tokens", () => {
     const [item] = (await e.as("trainer").getRolloutData({ training: "turns" })).data.data;
     expect(item).not.toHaveProperty("turns");
     expect(item?.extra_info).not.toHaveProperty("turns_without_tokens");
+  });
+
+  it("gives each of a pull's 40 claims its own tokens, their calls read a run of 16 claims at a time", async () => {
+    const e = await rolloutEngine("rtok-runs", 40);
+    const sent = new Map<string, number[]>();
+    for (let k = 0; k < 40; k++) {
+      // Every fourth claim was recorded without token ids: an item as it was, between those with tokens.
+      const c = await claimAndRecord(e, `c${k}`, (c) => [
+        callRecord(c, { capture: k % 4 === 3 ? "messages" : "tokens", body: { messages: [sys, user], answer: { role: "assistant", content: `${k}` }, tokens: k % 4 === 3 ? null : tokensOf([1000 + k, 7], [k], [-0.5]) } }),
+      ]);
+      if (k % 4 !== 3) sent.set(`${c.episode}#${c.fence}`, [1000 + k, 7, k]);
+    }
+    const pulled = await e.as("trainer").getRolloutData();
+    const cursor = pulled.data.meta_info.cursor ?? 0;
+    for (const [training, items] of [
+      ["sequence", pulled.data.data],
+      ["turns", (await e.as("trainer").getRolloutData({ cursor, training: "turns" })).data.data],
+    ] as const) {
+      expect(items).toHaveLength(40);
+      const got = new Map(items.map((i) => [String(i.extra_info["session_id"]), training === "turns" ? i.turns?.[0]?.tokens : i.tokens]));
+      expect([...got.values()].filter((t) => t !== undefined)).toHaveLength(30);
+      for (const [session, tokens] of got) expect(tokens, `${training}: ${session}`).toEqual(sent.get(session));
+    }
   });
 });

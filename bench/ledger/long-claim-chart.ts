@@ -3,14 +3,17 @@
  * number of turns, as bars, this tree beside an earlier run when one is given; a read that
  * crashed workerd (its heap past the limit) is marked as such.
  */
-export type LongClaimPoint = { turns: number; answer_mb: number; workerd_rss_mb: { peak_minus_start: number } } | { turns: number; failed: string };
-export type LongClaimChartInput = { title: string; summary: string; runs: { name: string; points: LongClaimPoint[] }[] };
+export type LongClaimPoint = { turns: number; claims?: number; answer_mb: number; workerd_rss_mb: { peak_minus_start: number } } | { turns: number; claims?: number; failed: string };
+/** `by`: what the bars are per, the claim's turns (the default) or the claims of a pull. */
+export type LongClaimChartInput = { title: string; summary: string; by?: "turns" | "claims"; runs: { name: string; points: LongClaimPoint[] }[] };
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 const COLORS = ["#2a6ebb", "#f38020", "#6a9f3a"];
 
 export function renderLongClaimChart(r: LongClaimChartInput): string {
-  const turns = [...new Set(r.runs.flatMap((run) => run.points.map((p) => p.turns)))].sort((a, b) => a - b);
+  const by = r.by ?? "turns";
+  const keyOf = (p: LongClaimPoint): number => (by === "claims" ? (p.claims ?? 1) : p.turns);
+  const turns = [...new Set(r.runs.flatMap((run) => run.points.map(keyOf)))].sort((a, b) => a - b);
   const W = 760;
   const left = 110;
   const right = 40;
@@ -27,9 +30,9 @@ export function renderLongClaimChart(r: LongClaimChartInput): string {
   out.push(`<text x="${left}" y="40" fill="#555">${esc(r.summary)}</text>`);
   turns.forEach((t, g) => {
     const y0 = top + g * groupH;
-    out.push(`<text x="${left - 8}" y="${y0 + (r.runs.length * barH) / 2 + 4}" text-anchor="end">${t} turns</text>`);
+    out.push(`<text x="${left - 8}" y="${y0 + (r.runs.length * barH) / 2 + 4}" text-anchor="end">${t} ${by}</text>`);
     r.runs.forEach((run, k) => {
-      const p = run.points.find((q) => q.turns === t);
+      const p = run.points.find((q) => keyOf(q) === t);
       if (p === undefined) return;
       const y = y0 + k * barH;
       if ("failed" in p) {

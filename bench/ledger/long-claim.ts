@@ -1,5 +1,5 @@
 /**
- * npm run bench:ledger-long [-- --turns 100,200,300,400] [-- --new-ids N] [-- --completion-ids N] [-- --isolate-mb MB] [-- --read trajectory|turns] [-- --out FILE.json]
+ * npm run bench:ledger-long [-- --turns 100,200,300,400] [-- --new-ids N] [-- --completion-ids N] [-- --isolate-mb MB] [-- --read trajectory|turns|sequence] [-- --claims N] [-- --out FILE.json]
  *
  * What reading one long claim's trajectory costs the exchange's memory: for each number of turns,
  * a fresh local exchange (Miniflare) records one claim of that many calls with capture `tokens`
@@ -11,7 +11,9 @@
  * 0 for no limit) through Miniflare's MINIFLARE_WORKERD_V8_FLAGS, so a read that would not fit
  * there crashes here too, and is reported as failed. `--read turns` reads the claim instead as
  * the rollout buffer gives it turn by turn (get_rollout_data with `training: "turns"`: each
- * call's whole prompt and completion, as quadratic as the trajectory). Prints one JSON document; --out writes it
+ * call's whole prompt and completion, as quadratic as the trajectory); `--read sequence` pulls
+ * it as the one training sequence (linear in the claim), and `--claims N` pulls N such claims of
+ * one group at once (a trainer's pull of long agents). Prints one JSON document; --out writes it
  * and FILE.svg, the peak per number of turns (beside an earlier run's: --before FILE.json NAME).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -31,7 +33,14 @@ const ISOLATE_MB = Number(arg("--isolate-mb") ?? 128);
 const NEW_IDS = Number(arg("--new-ids") ?? 400);
 const COMPLETION_IDS = Number(arg("--completion-ids") ?? 100);
 const READ = arg("--read") ?? "trajectory";
-if (READ !== "trajectory" && READ !== "turns") throw new Error(`--read trajectory or turns, not ${READ}`);
+if (READ !== "trajectory" && READ !== "turns" && READ !== "sequence") throw new Error(`--read trajectory, turns or sequence, not ${READ}`);
+const PULL = READ !== "trajectory";
+/** Claims pulled at once: several counts measure each at the one number of turns given. */
+const CLAIM_COUNTS = (arg("--claims") ?? "1").split(",").map(Number);
+if (!PULL && CLAIM_COUNTS.some((n) => n !== 1)) throw new Error("--claims is for a pull (--read turns or sequence)");
+if (CLAIM_COUNTS.length > 1 && TURNS.length > 1) throw new Error("several --claims counts take one --turns");
+const BY_CLAIMS = CLAIM_COUNTS.length > 1;
+let CLAIMS = CLAIM_COUNTS[0] ?? 1;
 const ADMIN = "bench-ledger-long-admin";
 const log = (m: string): void => void process.stderr.write(`[bench:ledger-long] ${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -69,18 +78,30 @@ function batchesOf(records: CallRecord[]): string[] {
   return out;
 }
 
-/** Each call's index and its tokens' count, as the answer read gives them: a trajectory's calls, or the pulled item's turns. */
-function wholeAnswer(text: string, records: readonly CallRecord[]): string {
-  if (READ === "turns") {
-    const pulled = JSON.parse(text) as { data: { data: { turns?: { call_index: number; tokens: number[] }[] }[] } };
-    return (pulled.data.data[0]?.turns ?? []).map((t) => `${t.call_index}:${t.tokens.length}`).join();
+/**
+ * What is wrong with the answer read, null when nothing: each call's index and its tokens' count,
+ * as a trajectory's calls or every pulled item's turns give them; or every item's one sequence,
+ * as long as the last call's prompt and completion (each turn extends the one before).
+ */
+function wrongIn(text: string, records: readonly CallRecord[]): string | null {
+  const want = records.map((r, i) => `${i}:${(r.usage?.prompt_tokens ?? 0) + (r.usage?.completion_tokens ?? 0)}`).join();
+  if (READ === "trajectory") {
+    const answer = JSON.parse(text) as { calls: { call_id: string; tokens: { prompt_ids: number[]; completion_ids: number[] } | null }[] };
+    const got = answer.calls.map((k, i) => (k.call_id === records[i]?.call_id ? `${i}:${(k.tokens?.prompt_ids.length ?? -1) + (k.tokens?.completion_ids.length ?? 0)}` : "other call")).join();
+    return got === want ? null : "the trajectory is not its calls with their whole prompts";
   }
-  const answer = JSON.parse(text) as { calls: { call_id: string; tokens: { prompt_ids: number[]; completion_ids: number[] } | null }[] };
-  return answer.calls.map((k, i) => (k.call_id === records[i]?.call_id ? `${i}:${(k.tokens?.prompt_ids.length ?? -1) + (k.tokens?.completion_ids.length ?? 0)}` : "other call")).join();
+  const items = (JSON.parse(text) as { data: { data: { tokens?: number[]; turns?: { call_index: number; tokens: number[] }[] }[] } }).data.data;
+  if (items.length !== CLAIMS) return `${items.length} items pulled, not ${CLAIMS}`;
+  const last = records.at(-1)?.usage;
+  for (const item of items) {
+    if (READ === "turns" && (item.turns ?? []).map((t) => `${t.call_index}:${t.tokens.length}`).join() !== want) return "an item's turns are not its calls with their whole prompts";
+    if (READ === "sequence" && item.tokens?.length !== (last?.prompt_tokens ?? 0) + (last?.completion_tokens ?? 0)) return "an item's sequence is not its whole claim";
+  }
+  return null;
 }
 
-type Point = { turns: number; last_prompt_ids: number; prompt_ids_in_answer: number; answer_mb: number; seconds: number; workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
-type Failed = { turns: number; failed: string };
+type Point = { turns: number; claims: number; last_prompt_ids: number; prompt_ids_in_answer: number; answer_mb: number; seconds: number; workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
+type Failed = { turns: number; claims: number; failed: string };
 
 async function measure(turns: number): Promise<Point | Failed> {
   const base = mkdtempSync(join(tmpdir(), "bench-ledger-long-"));
@@ -88,41 +109,47 @@ async function measure(turns: number): Promise<Point | Failed> {
   try {
     const engine = await createEngine(ex.url, ADMIN, "bench-long");
     const trainer = engine.as("trainer");
-    // The claim joins a buffer group of one, to be pulled once ended.
-    if (READ === "turns") await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "bench-long" });
+    // The claims join one buffer group, to be pulled once ended.
+    if (PULL) await trainer.startRollout({ num_repeat_per_sample: CLAIMS, job_session: "bench-long" });
     await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
-    await trainer.batchRegisterEpisodes({ episodes: [{ episode_uuid: "long" }] });
-    const c = await engine.as("client").claimEpisode({ client_uuid: "long-client", discard_episode_timeout: 36_000 });
-    if (!c.success || c.fence === undefined) throw new Error(`claim: ${c.fail_cause}`);
+    await trainer.batchRegisterEpisodes({ episodes: Array.from({ length: CLAIMS }, (_, i) => ({ episode_uuid: `long-${i}` })) });
     const shape = { firstPromptTokens: 2_000, newPromptTokens: NEW_IDS, completionTokens: COMPLETION_IDS, answerChars: 200 };
-    const records = claimCalls({ episode_uuid: c.episode_uuid, fence: c.fence, client_uuid: "long-client" }, turns, shape);
     const auth = { authorization: `Bearer ${engine.trainerToken}` };
-    for (const body of batchesOf(records)) {
-      const res = await fetch(`${engine.baseUrl}/agent/calls`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
-      if (res.status !== 200) throw new Error(`POST agent/calls: ${res.status} ${(await res.text()).slice(0, 300)}`);
-      await res.body?.cancel();
+    let records: CallRecord[] = [];
+    let episode = "";
+    for (let k = 0; k < CLAIMS; k++) {
+      const client = `long-client-${k}`;
+      const c = await engine.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 36_000 });
+      if (!c.success || c.fence === undefined) throw new Error(`claim: ${c.fail_cause}`);
+      episode = c.episode_uuid;
+      records = claimCalls({ episode_uuid: c.episode_uuid, fence: c.fence, client_uuid: client }, turns, shape);
+      for (const body of batchesOf(records)) {
+        const res = await fetch(`${engine.baseUrl}/agent/calls`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
+        if (res.status !== 200) throw new Error(`POST agent/calls: ${res.status} ${(await res.text()).slice(0, 300)}`);
+        await res.body?.cancel();
+      }
+      if (PULL) {
+        const ended = await engine.as("client").endEpisode({ client_uuid: client, episode_uuid: c.episode_uuid, task_id: "long", workflow_output: { reward: 1, metadata: { task_id: "long" } } });
+        if (!ended.success) throw new Error("end_episode did not succeed");
+      }
     }
     const lastPrompt = records.at(-1)?.usage?.prompt_tokens ?? 0;
-    const promptIds = records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);
-    if (READ === "turns") {
-      const ended = await engine.as("client").endEpisode({ client_uuid: "long-client", episode_uuid: c.episode_uuid, task_id: "long", workflow_output: { reward: 1, metadata: { task_id: "long" } } });
-      if (!ended.success) throw new Error("end_episode did not succeed");
-    }
+    const promptIds = CLAIMS * records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);
     await sleep(1000);
     const rss: number[] = [];
     const timer = setInterval(() => rss.push(rssMb(ex.pids)), 20);
     rss.push(rssMb(ex.pids));
     const t0 = performance.now();
     // A heap past the isolate's limit crashes workerd: the read fails, and that is the figure.
-    const res = await (READ === "turns"
-      ? fetch(`${engine.baseUrl}/get_rollout_data`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ training: "turns" }) })
-      : fetch(`${engine.baseUrl}/trajectories/${c.episode_uuid}`, { headers: auth })
+    const res = await (PULL
+      ? fetch(`${engine.baseUrl}/get_rollout_data`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ training: READ }) })
+      : fetch(`${engine.baseUrl}/trajectories/${episode}`, { headers: auth })
     ).catch((e: unknown) => e as Error);
     if (res instanceof Error || res.status !== 200 || res.body === null) {
       clearInterval(timer);
       const failed = res instanceof Error ? `the read failed (${res.message}): workerd's heap past ${ISOLATE_MB} MB` : `${res.status} ${await res.text()}`;
-      log(`${turns} turns: ${failed}`);
-      return { turns, failed };
+      log(`${turns} turns, ${CLAIMS} claim(s): ${failed}`);
+      return { turns, claims: CLAIMS, failed };
     }
     let bytes = 0;
     // The answer kept to check it is whole once read (its calls and their order).
@@ -134,8 +161,8 @@ async function measure(turns: number): Promise<Point | Failed> {
       if (read instanceof Error) {
         clearInterval(timer);
         const failed = `the answer broke off after ${bytes} bytes (${read.message}): workerd's heap past ${ISOLATE_MB} MB`;
-        log(`${turns} turns: ${failed}`);
-        return { turns, failed };
+        log(`${turns} turns, ${CLAIMS} claim(s): ${failed}`);
+        return { turns, claims: CLAIMS, failed };
       }
       if (read.done) break;
       bytes += read.value.byteLength;
@@ -144,13 +171,12 @@ async function measure(turns: number): Promise<Point | Failed> {
     const seconds = (performance.now() - t0) / 1000;
     clearInterval(timer);
     rss.push(rssMb(ex.pids));
-    if (wholeAnswer(Buffer.concat(chunks).toString("utf8"), records) !== records.map((r, i) => `${i}:${(r.usage?.prompt_tokens ?? 0) + (r.usage?.completion_tokens ?? 0)}`).join()) {
-      throw new Error(`the ${READ === "turns" ? "pull" : "trajectory"} of ${turns} turns is not its calls with their whole prompts`);
-    }
+    const wrong = wrongIn(Buffer.concat(chunks).toString("utf8"), records);
+    if (wrong !== null) throw new Error(`${turns} turns: ${wrong}`);
     const start = rss[0] ?? 0;
     const peak = Math.max(...rss);
-    const p: Point = { turns, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
-    log(`${turns} turns: ${p.answer_mb} MB in ${p.seconds} s (${promptIds.toLocaleString("en")} prompt ids); workerd RSS ${start} -> peak ${peak} MB`);
+    const p: Point = { turns, claims: CLAIMS, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
+    log(`${turns} turns, ${CLAIMS} claim(s): ${p.answer_mb} MB in ${p.seconds} s (${promptIds.toLocaleString("en")} prompt ids); workerd RSS ${start} -> peak ${peak} MB`);
     return p;
   } finally {
     await ex.stop();
@@ -162,12 +188,17 @@ async function main(): Promise<void> {
   const startedAt = new Date().toISOString();
   if (ISOLATE_MB > 0) process.env["MINIFLARE_WORKERD_V8_FLAGS"] = `--max-old-space-size=${ISOLATE_MB}`;
   const points: (Point | Failed)[] = [];
-  for (const t of TURNS) points.push(await measure(t));
+  if (BY_CLAIMS) {
+    for (const n of CLAIM_COUNTS) {
+      CLAIMS = n;
+      points.push(await measure(TURNS[0] ?? 100));
+    }
+  } else for (const t of TURNS) points.push(await measure(t));
   const doc = {
     started_at: startedAt,
     machine: { cpus: cpus().length, load_average_1m: round(loadavg()[0] ?? 0, 2), node: process.version },
     shape: { first_prompt_ids: 2_000, new_prompt_ids_per_turn: NEW_IDS, completion_ids: COMPLETION_IDS, capture: "tokens" },
-    read: READ === "turns" ? "get_rollout_data, training turns" : "the trajectory, whole",
+    read: PULL ? `get_rollout_data of the claims of one group, training ${READ}` : "the trajectory, whole",
     isolate_heap_mb: ISOLATE_MB > 0 ? ISOLATE_MB : null,
     points,
   };
@@ -181,7 +212,12 @@ async function main(): Promise<void> {
     if (before !== undefined) runs.push({ name: process.argv[process.argv.indexOf("--before") + 2] ?? "before", points: (JSON.parse(readFileSync(before, "utf8")) as { points: LongClaimPoint[] }).points });
     const limit = ISOLATE_MB > 0 ? `V8 heap held to ${ISOLATE_MB} MB` : "no heap limit";
     const shape = `first prompt 2,000 ids, +${NEW_IDS} prompt ids and ${COMPLETION_IDS} completion ids a turn`;
-    writeFileSync(svg, renderLongClaimChart({ title: READ === "turns" ? "Pulling one long claim turn by turn (get_rollout_data): workerd's memory at peak" : "Reading one long claim's trajectory: workerd's memory at peak", summary: `capture tokens; ${shape}; ${limit}`, runs }));
+    const title = !PULL
+      ? "Reading one long claim's trajectory: workerd's memory at peak"
+      : BY_CLAIMS
+        ? `Pulling long claims of ${TURNS[0] ?? 100} turns ${READ === "turns" ? "turn by turn" : "as one sequence each"} (get_rollout_data): workerd's memory at peak`
+        : `Pulling one long claim ${READ === "turns" ? "turn by turn" : "as one sequence"} (get_rollout_data): workerd's memory at peak`;
+    writeFileSync(svg, renderLongClaimChart({ title, summary: `capture tokens; ${shape}; ${limit}`, by: BY_CLAIMS ? "claims" : "turns", runs }));
     log(`chart: ${svg}`);
   }
 }

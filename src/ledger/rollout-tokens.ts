@@ -15,8 +15,10 @@
  * `turns` (its whole prompt and completion: the way to train a thinking model whose template drops
  * earlier thinking, and whose turns never make one sequence), and `extra_info.turns_without_tokens`
  * names its successful calls without known tokens (`turns_cut_at` the first call past those a
- * trajectory answers). Those samples together are quadratic in the claim's turns, so that answer
- * is written a sample at a time (trajectory-json.ts), never held whole.
+ * trajectory answers). Those samples together are quadratic in the claim's turns.
+ *
+ * A pull that holds such items is written as a stream (withTrainingTokens below): a trainer's
+ * pull of many long agents' claims would not fit an isolate's 128 MB whole.
  *
  * The mark can be trusted because only the engine sets it: the buffer refuses a posted row that
  * carries it (engine/buffer-ingest.ts), and a session named like a claim without it matches
@@ -26,7 +28,7 @@ import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type T
 import type { TurnSample } from "../protocol/ledger";
 import { claimKey, claimTurns, sequenceTurns, type ClaimTurns } from "./read";
 import { trainingSequence, turnSamples } from "./training-sequence";
-import { jsonStream, listJsonPieces } from "./trajectory-json";
+import { aroundList, jsonStream, listed, listJsonPieces } from "./trajectory-json";
 
 const CLAIM_SESSION = /^(.+)#(0|[1-9][0-9]{0,14})$/;
 
@@ -54,7 +56,53 @@ function trained(item: RolloutItem, claim: ClaimTurns | undefined, form: Trainin
   return { item: { ...item, tokens: s.tokens, response_length: s.response_length, loss_mask: s.loss_mask, rollout_log_probs: s.rollout_log_probs } };
 }
 
-/** The pull with its claims' tokens: as an object, or (turns) as a JSON stream written a sample at a time. */
+/** Claims whose calls are read at once: a chunk's bodies are held while its items are written. */
+const CLAIMS_PER_READ = 16;
+/** D1 gives an invocation 1,000 queries: a pull of more claims reads more of them at once. */
+const MAX_READS = 500;
+
+type Named = { item: RolloutItem; claim: { episode: string; fence: number } | null };
+
+/** The items in runs of about `per` claims, each run read from D1 and R2 when its first item is written. */
+function runsOf(items: readonly Named[], per: number): Named[][] {
+  const runs: Named[][] = [];
+  let run: Named[] = [];
+  let claims = 0;
+  for (const n of items) {
+    if (n.claim !== null && claims === per) {
+      runs.push(run);
+      run = [];
+      claims = 0;
+    }
+    run.push(n);
+    if (n.claim !== null) claims++;
+  }
+  if (run.length > 0) runs.push(run);
+  return runs;
+}
+
+/** Each item's pieces (its sequence or samples made as it is written), the claims' calls read a run at a time. */
+async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
+  let i = 0;
+  for (const [r, run] of runs.entries()) {
+    const named = run.flatMap((n) => (n.claim === null ? [] : [n.claim]));
+    const turns = r === 0 ? first : named.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, named);
+    for (const { item, claim } of run) {
+      const t = trained(item, claim === null ? undefined : turns.get(claimKey(claim.episode, claim.fence)), form);
+      yield* listed(i++, t.turns === undefined ? [JSON.stringify(t.item)] : listJsonPieces((list) => ({ ...t.item, turns: list }), t.turns));
+    }
+  }
+}
+
+/**
+ * The pull with its claims' tokens, as a JSON stream written an item at a time (a sample at a
+ * time with turns): each item's sequence or samples made as it is written, and the claims' calls
+ * read a run of 16 at a time, so that a trainer's pull of hundreds of long agents' claims fits an
+ * isolate's memory. The pull as it was when it holds no claim. The first run is read before the
+ * answer starts, so that a failure to read it is a 500 as before; a later one breaks the answer
+ * off. meta_info, with the pull's cursor, comes before the items, so that a reader whose answer
+ * broke off can read the pull again.
+ */
 export async function withTrainingTokens(
   db: D1Database,
   bucket: R2Bucket,
@@ -62,19 +110,17 @@ export async function withTrainingTokens(
   pulled: GetRolloutDataResponse,
   form: TrainingForm = "sequence",
 ): Promise<GetRolloutDataResponse | ReadableStream<Uint8Array>> {
-  const claims = pulled.data.data.map(claimOf);
-  const named = claims.filter((c) => c !== null);
-  const turns = named.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, named);
-  const items = pulled.data.data.map((item, i) => {
-    const c = claims[i];
-    return trained(item, c === null || c === undefined ? undefined : turns.get(claimKey(c.episode, c.fence)), form);
-  });
-  if (form === "sequence") return { ...pulled, data: { ...pulled.data, data: items.map((t) => t.item) } };
-  // meta_info before the items: a reader whose answer broke off has the cursor to read the pull again by.
-  const pieces = listJsonPieces(
-    (data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }),
-    items,
-    ({ item, turns }) => (turns === undefined ? [JSON.stringify(item)] : listJsonPieces((list) => ({ ...item, turns: list }), turns)),
-  );
-  return jsonStream(pieces);
+  const items = pulled.data.data.map((item) => ({ item, claim: claimOf(item) }));
+  const claims = items.filter((n) => n.claim !== null).length;
+  if (claims === 0) return pulled;
+  const runs = runsOf(items, Math.max(CLAIMS_PER_READ, Math.ceil(claims / MAX_READS)));
+  const firstNamed = (runs[0] ?? []).flatMap((n) => (n.claim === null ? [] : [n.claim]));
+  const first = firstNamed.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, firstNamed);
+  const [head, tail] = aroundList((data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }));
+  async function* pieces(): AsyncGenerator<string> {
+    yield head;
+    yield* itemPieces(db, bucket, engine, runs, form, first);
+    yield tail;
+  }
+  return jsonStream(pieces());
 }
