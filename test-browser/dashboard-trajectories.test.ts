@@ -455,8 +455,26 @@ describe("trajectories on the dashboard", () => {
     const seen = async () => Promise.all(answers);
     await watcher.goto(`${ex.url}/dashboard?engine=${longEngine.name}&token=${longEngine.tokens.viewer}&episode=ep-long-live&refresh=0.3`);
     await watcher.waitForSelector(`#episode-view[data-episode="ep-long-live"][data-calls="${LONG_TURNS}"]`);
-    const whole = (await seen())[0]?.bytes ?? 0;
-    expect(whole).toBeGreaterThan(1_000_000);
+    const first = (await seen())[0]?.bytes ?? 0;
+    // The page reads the delta form (what each call added), not every call's whole conversation.
+    const whole = await ledgerOf(ex, longEngine, "viewer").trajectory("ep-long-live");
+    const wholeBytes = JSON.stringify(whole).length;
+    expect(wholeBytes).toBeGreaterThan(1_000_000);
+    expect(first).toBeLessThan(wholeBytes / 5);
+    // Yet the call shown is whole: the last, and one picked from the timeline.
+    for (const i of [LONG_TURNS - 1, 7]) {
+      if (i !== LONG_TURNS - 1) {
+        await watcher.click(`#episode-timeline tr.call[data-call="${i}"]`);
+        await watcher.waitForSelector(`#episode-conversation[data-call="${i}"]`);
+      }
+      const shown = await watcher.$$eval("#episode-messages .msg:not([data-answer])", (els) => els.map((e) => [e.getAttribute("data-role"), e.querySelector(".msg-text")?.textContent ?? ""]));
+      const want = (whole.calls[i]?.messages ?? []) as { role: string; content: string | null }[];
+      expect(shown.map(([role]) => role), `call ${i}`).toEqual(want.map((m) => m.role));
+      // Its last message is the file it read last (f<i-1>.py), not another call's.
+      expect(String(shown.at(-1)?.[1]).slice(0, 8), `call ${i}`).toBe(String(want.at(-1)?.content).slice(0, 8));
+    }
+    await watcher.click(`#episode-timeline tr.call[data-call="${LONG_TURNS - 1}"]`);
+    await watcher.waitForSelector(`#episode-conversation[data-call="${LONG_TURNS - 1}"]`);
     // Marks the view drawn: a redraw replaces it.
     await watcher.evaluate(() => document.getElementById("episode-view")?.setAttribute("data-probe", "first-draw"));
 
@@ -476,7 +494,7 @@ describe("trajectories on the dashboard", () => {
     // Twice only when the call landed between the tag's query and the read: the tag then is the older one's.
     expect(sent.filter((a) => a.status === 200).length).toBeGreaterThanOrEqual(1);
     expect(sent.filter((a) => a.status === 200).length).toBeLessThanOrEqual(2);
-    expect(sent.find((a) => a.status === 200)?.bytes).toBeGreaterThan(whole);
+    expect(sent.find((a) => a.status === 200)?.bytes).toBeGreaterThan(first);
     const settledAt = answers.length;
     await refreshesLater(watcher, 3);
     const after = (await seen()).slice(settledAt);

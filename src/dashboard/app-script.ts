@@ -14,6 +14,7 @@ import { bufferViewModule } from "./client/buffer-view";
 import { runsViewModule } from "./client/runs-view";
 import { panelModule } from "./client/panel";
 import { conversationViewModule } from "./client/conversation-view";
+import { deltaMessagesModule } from "./client/delta-messages";
 import { episodeViewModule } from "./client/episode-view";
 import { trajectoryListViewModule } from "./client/trajectory-list-view";
 import { trajectoriesModule } from "./client/trajectories";
@@ -38,7 +39,8 @@ export function dashboardScript(): string {
       { name: "panel", factory: panelModule, deps: ["dom", "activityView.empty"] },
       { name: "frame", factory: frameViewModule, deps: ["dom", "fmt"] },
       { name: "conversationView", factory: conversationViewModule, deps: ["dom"] },
-      { name: "episodeView", factory: episodeViewModule, deps: ["dom", "fmt", "conversationView"] },
+      { name: "deltaMessages", factory: deltaMessagesModule },
+      { name: "episodeView", factory: episodeViewModule, deps: ["dom", "fmt", "conversationView", "deltaMessages"] },
       { name: "listView", factory: trajectoryListViewModule, deps: ["dom", "fmt", "activityView.empty"] },
       { name: "trajectories", factory: trajectoriesModule, deps: ["window", "{ dom, api, panel, listView, episodeView, empty: activityView.empty }"] },
       { name: "app", factory: mainModule, deps: ["window", "{ dom, api, creds, statusView, activityView, bufferView, runsView, panel, frame, trajectories }"] },

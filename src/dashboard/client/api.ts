@@ -138,12 +138,13 @@ export function apiModule(win: BrowserWindow) {
       return getJson<TrajectoryListResponse>(`${base(engine)}/trajectories?${q.toString()}`, token, shape({ trajectories: "array" }));
     },
     /**
-     * One claim's trajectory with its calls: the episode's latest claim when `fence` is null.
+     * One claim's trajectory with its calls, in the delta form: the episode's latest claim when `fence` is null.
      * "unchanged" when `held` (the ETag of the one the page holds) is still the current one: a
      * live claim's trajectory is asked for on every refresh and grows past megabytes.
      */
     trajectory: async (engine: string, token: string, episode: string, fence: number | null, held: string | null): Promise<Result<TaggedTrajectory | "unchanged">> => {
-      const path = `${base(engine)}/trajectories/${encodeURIComponent(episode)}${fence === null ? "" : `/${fence}`}`;
+      // The delta form: linear in the claim's turns (delta-messages.ts makes the call shown whole).
+      const path = `${base(engine)}/trajectories/${encodeURIComponent(episode)}${fence === null ? "" : `/${fence}`}?form=delta`;
       const r = await getText(path, token, { etag: held });
       if (!r.ok) return r;
       if (r.value.status === 304) return { ok: true, value: "unchanged" };

@@ -9,11 +9,12 @@ import type { Trajectory } from "../../protocol/ledger";
 import type { Dom, DomElement } from "./dom";
 import type { Format } from "./format";
 import type { ConversationView, MediaLoader } from "./conversation-view";
+import type { DeltaMessages } from "./delta-messages";
 
 type Call = Trajectory["calls"][number];
 export type EpisodeHandlers = { onShowCall: (index: number) => void; loadMedia: MediaLoader };
 
-export function episodeViewModule(dom: Dom, fmt: Format, conversation: ConversationView) {
+export function episodeViewModule(dom: Dom, fmt: Format, conversation: ConversationView, delta: DeltaMessages) {
   const { h, s } = dom;
   const BAR = { width: 160, height: 10 };
 
@@ -173,19 +174,21 @@ export function episodeViewModule(dom: Dom, fmt: Format, conversation: Conversat
     const c = t.calls[shown];
     if (c === undefined) return h("p", { class: "sub" }, "No conversation: no LLM call was recorded for this claim.");
     const rewritten = c.messages_splice === "rewritten";
+    // The page reads the delta form: only the call shown is made whole.
+    const messages = delta.messagesOf(t, shown);
     return h(
       "div",
       { id: "episode-conversation", "data-call": shown },
       h(
         "h3",
         {},
-        `Call #${shown + 1} of ${t.calls.length}${t.calls_cut ? ` shown (${fmt.count(t.calls_recorded ?? t.calls.length)} recorded)` : shown === t.calls.length - 1 ? " (the last)" : ""}: the ${c.messages.length} message${c.messages.length === 1 ? "" : "s"} it was given, then its answer`,
+        `Call #${shown + 1} of ${t.calls.length}${t.calls_cut ? ` shown (${fmt.count(t.calls_recorded ?? t.calls.length)} recorded)` : shown === t.calls.length - 1 ? " (the last)" : ""}: the ${messages.length} message${messages.length === 1 ? "" : "s"} it was given, then its answer`,
       ),
       rewritten
         ? h("p", { class: "mark-note", "data-mark": "rewritten" }, `These messages do not continue call #${shown}'s conversation: the client rewrote or trimmed its history before this call.`)
         : null,
       c.truncated ? h("p", { class: "mark-note" }, "This call was over the record cap: its messages were left out and its answer cut short.") : null,
-      conversation.render(c.messages, c.answer, loadMedia),
+      conversation.render(messages, c.answer, loadMedia),
       c.answer === null ? h("p", { class: "call-error" }, c.error === null ? "No answer was recorded." : `No answer: ${c.error}`) : null,
     );
   }
