@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import { LedgerClient } from "../src/client";
 import { namePrefix } from "../src/ledger/keys";
 import { MAX_MEDIA_BYTES, isMediaCandidate, mediaRef } from "../src/ledger/media-refs";
+import { MAX_MEDIA_UPLOAD_BODY_BYTES, MAX_REQUEST_BODY_BYTES } from "../src/protocol/limits";
 import { trajectoryJsonPieces } from "../src/ledger/trajectory-json";
 import { ADMIN_TOKEN, advance, claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
@@ -36,9 +37,9 @@ describe("ledger media", () => {
   it("takes out of a record only a medium whose upload the Worker stores, its JSON escapes counted", async () => {
     const e = await createEngine("media");
     const sha256 = async (t: string) => [...new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(t)))].map((b) => b.toString(16).padStart(2, "0")).join("");
-    // 3.2 MB of UTF-8 each: JSON text (quotes, newlines) doubles in an upload's JSON body, past the Worker's 4 MiB; base64-like text does not.
-    const escaped = `data:application/json,${'{"k":"v"}\n'.repeat(320_000)}`;
-    const plain = `data:application/json,${"kvkvkvkvkv".repeat(320_000)}`;
+    // 9 MB of UTF-8 each (a 4K screenshot's base64 is 8 to 11 MB): JSON text (quotes, newlines) grows by half in an upload's JSON body, past the media route's 12 MiB; base64-like text does not.
+    const escaped = `data:application/json,${'{"k":"v"}\n'.repeat(900_000)}`;
+    const plain = `data:application/json,${"kvkvkvkvkv".repeat(900_000)}`;
     expect(isMediaCandidate(escaped, "image_url.url", new TextEncoder().encode(escaped).length)).toBe(false);
     expect(isMediaCandidate(plain, "image_url.url", new TextEncoder().encode(plain).length)).toBe(true);
     const put = await raw(`/e/${e.name}/agent/media/${await sha256(plain)}`, { method: "PUT", token: e.tokens.trainer, body: JSON.stringify({ data: plain }) });
@@ -79,6 +80,11 @@ describe("ledger media", () => {
     expect(await put(e, wrong, data)).toMatchObject({ status: 422, json: { error: "media_hash_mismatch" } });
     const big = screenshot(MAX_MEDIA_BYTES + 1);
     expect(await put(e, await sha256(big), big)).toMatchObject({ status: 413, json: { error: "media_too_large" } });
+    // A body past the route's own limit is not read whole.
+    const huge = screenshot(MAX_MEDIA_UPLOAD_BODY_BYTES);
+    expect(await put(e, await sha256(huge), huge)).toMatchObject({ status: 413, json: { error: "payload_too_large", detail: expect.stringContaining(String(MAX_MEDIA_UPLOAD_BODY_BYTES)) } });
+    // Another route keeps the exchange's 4 MiB.
+    expect(await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: JSON.stringify({ pad: "x".repeat(MAX_REQUEST_BODY_BYTES) }) })).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
     expect(await put(e, "ABC", data)).toMatchObject({ status: 404, json: { error: "unknown_media" } });
     expect(await put(e, sha.toUpperCase(), data)).toMatchObject({ status: 404, json: { error: "unknown_media" } });
     expect((await put(e, sha, data, "client")).status).toBe(403);

@@ -4,7 +4,7 @@
  * body is read against it, whatever its Content-Length says).
  */
 import type { Context, MiddlewareHandler } from "hono";
-import { MAX_REQUEST_BODY_BYTES, utf8Bytes } from "../protocol/limits";
+import { MAX_MEDIA_UPLOAD_BODY_BYTES, MAX_REQUEST_BODY_BYTES, utf8Bytes } from "../protocol/limits";
 import { errorResponse } from "./errors";
 
 /**
@@ -14,7 +14,10 @@ import { errorResponse } from "./errors";
  */
 export const MAX_BODY_BYTES = MAX_REQUEST_BODY_BYTES;
 
-export const tooLarge = (): Response => errorResponse(413, "payload_too_large", `The request body exceeds ${MAX_BODY_BYTES} bytes.`);
+export const tooLarge = (max: number = MAX_BODY_BYTES): Response => errorResponse(413, "payload_too_large", `The request body exceeds ${max} bytes.`);
+
+/** The gateway's media uploads (ledger/api.ts), whose bodies are one screenshot each: the one route with a larger limit. */
+const MEDIA_UPLOAD = /^\/e\/[^/]+\/agent\/media\/[^/]+$/;
 
 /**
  * The Content-Length as a number when it is one (digits only), else null. "abc" parses to NaN
@@ -75,8 +78,9 @@ const routedBodies = new WeakMap<Request, Uint8Array>();
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;
   if (request.body === null) return next();
-  const bytes = await readBodyBytes(request);
-  if (bytes === null) return tooLarge();
+  const max = request.method === "PUT" && MEDIA_UPLOAD.test(new URL(request.url).pathname) ? MAX_MEDIA_UPLOAD_BODY_BYTES : MAX_BODY_BYTES;
+  const bytes = await readBodyBytes(request, max);
+  if (bytes === null) return tooLarge(max);
   routedBodies.set(request, bytes);
   await next();
 };

@@ -207,7 +207,7 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     refusals: {
       400: "Malformed JSON.",
       404: "`unknown_media`: the path's digest is not 64 lowercase hex digits.",
-      413: "`media_too_large`: the medium is over 4,000,000 bytes (the gateway keeps such a one inline), or the body over 4 MiB.",
+      413: "`media_too_large`: the medium is over 12,000,000 bytes (the gateway keeps such a one inline); or `payload_too_large`: the body is over 12 MiB.",
       422: "`media_hash_mismatch`: the data's SHA-256 is not the path's; or the body does not match MediaUpload. Nothing is stored.",
       503: { code: "ledger_unavailable", when: "R2 could not store it now; send it again later." },
     },

@@ -19,8 +19,8 @@ export const MEDIA_SCHEME = "rx-media:";
 export const MEDIA_REF_PREFIX = `${MEDIA_SCHEME}sha256:`;
 /** Smaller media stay inline: a reference and an upload cost more than they save. */
 export const MEDIA_MIN_BYTES = 8 * 1024;
-/** The most one media upload holds (its JSON body within the Worker's 4 MiB); a larger one stays inline. */
-export const MAX_MEDIA_BYTES = 4_000_000;
+/** The most one media upload holds (its JSON body within MAX_MEDIA_UPLOAD_BODY_BYTES); a larger one stays inline. */
+export const MAX_MEDIA_BYTES = 12_000_000;
 
 export const SHA256_HEX = /^[0-9a-f]{64}$/;
 const REF = /^rx-media:sha256:([0-9a-f]{64})$/;
@@ -43,7 +43,7 @@ export function isMediaCandidate(s: string, key: string, bytes: number): boolean
 
 /**
  * Bytes of `s` in its upload's JSON body (`{"data": s}`), its escapes counted: a data: URL of
- * JSON text doubles there, past the Worker's body bound, and a medium the Worker refuses would
+ * JSON text doubles there, past the upload's body bound, and a medium the Worker refuses would
  * cost its records. Base64, the common case, needs no escape and is not stringified.
  */
 function uploadBytes(s: string, bytes: number): number {

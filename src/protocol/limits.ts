@@ -41,6 +41,13 @@ export const MAX_STORED_BYTES = Math.min(D1_MAX_ROW_BYTES, DO_MAX_ROW_BYTES) - 1
  */
 export const MAX_REQUEST_BODY_BYTES = 4 * 1024 * 1024;
 
+/**
+ * A media upload's body (`PUT <engine>/agent/media/<sha256>`): one screenshot as base64 (a 4K
+ * one is 8 to 11 MB), under the relay's 16 MiB for the call that carried it. Read whole, hashed
+ * and stored, it takes about four times itself of an isolate's 128 MB.
+ */
+export const MAX_MEDIA_UPLOAD_BODY_BYTES = 12 * 1024 * 1024;
+
 /** Bytes of `s` in UTF-8, counted without encoding it. A lone surrogate counts as U+FFFD (3 bytes). */
 export function utf8Bytes(s: string): number {
   let n = s.length;

@@ -55,8 +55,9 @@ const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.str
 describe("ledger media, end to end", () => {
   it("records a call whose data: URL of JSON text would be refused as an upload: left in the record, which is cut to its cap", async () => {
     const { end, send, ended } = await setup();
-    // 3.2 MB of JSON text: its upload's JSON body, escapes counted, would be over the Worker's 4 MiB.
-    await send([{ role: "user", content: [{ type: "text", text: "What does this file hold?" }, { type: "image_url", image_url: { url: `data:application/json,${'{"k":"v"}\n'.repeat(320_000)}` } }] }]);
+    // 9 MB of JSON text: its upload's JSON body, escapes counted (13.5 MB), would be over the media
+    // route's 12 MiB, though the call (escaped the same) is within the relay's 16 MiB.
+    await send([{ role: "user", content: [{ type: "text", text: "What does this file hold?" }, { type: "image_url", image_url: { url: `data:application/json,${'{"k":"v"}\n'.repeat(900_000)}` } }] }]);
     expect((await end()).success).toBe(true);
     const t = await ended(1);
     expect(t.calls[0]).toMatchObject({ truncated: true, status: 200 });
