@@ -117,21 +117,27 @@ async function measure(turns: number): Promise<Point | Failed> {
     const auth = { authorization: `Bearer ${engine.trainerToken}` };
     let records: CallRecord[] = [];
     let episode = "";
+    const perClaim: CallRecord[][] = [];
     for (let k = 0; k < CLAIMS; k++) {
       const client = `long-client-${k}`;
       const c = await engine.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 36_000 });
       if (!c.success || c.fence === undefined) throw new Error(`claim: ${c.fail_cause}`);
       episode = c.episode_uuid;
       records = claimCalls({ episode_uuid: c.episode_uuid, fence: c.fence, client_uuid: client }, turns, shape);
-      for (const body of batchesOf(records)) {
-        const res = await fetch(`${engine.baseUrl}/agent/calls`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
-        if (res.status !== 200) throw new Error(`POST agent/calls: ${res.status} ${(await res.text()).slice(0, 300)}`);
-        await res.body?.cancel();
-      }
-      if (PULL) {
-        const ended = await engine.as("client").endEpisode({ client_uuid: client, episode_uuid: c.episode_uuid, task_id: "long", workflow_output: { reward: 1, metadata: { task_id: "long" } } });
-        if (!ended.success) throw new Error("end_episode did not succeed");
-      }
+      perClaim.push(records);
+    }
+    // As one gateway relaying all the claims at once ships them: each batch holds the calls of
+    // every claim that finished within it, turn by turn, not one claim's calls alone.
+    const interleaved = Array.from({ length: turns }, (_, i) => perClaim.map((r) => r[i] as CallRecord)).flat();
+    for (const body of batchesOf(interleaved)) {
+      const res = await fetch(`${engine.baseUrl}/agent/calls`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
+      if (res.status !== 200) throw new Error(`POST agent/calls: ${res.status} ${(await res.text()).slice(0, 300)}`);
+      await res.body?.cancel();
+    }
+    for (let k = 0; PULL && k < CLAIMS; k++) {
+      const r = perClaim[k]?.[0];
+      const ended = await engine.as("client").endEpisode({ client_uuid: `long-client-${k}`, episode_uuid: r?.episode_uuid ?? "", task_id: "long", workflow_output: { reward: 1, metadata: { task_id: "long" } } });
+      if (!ended.success) throw new Error("end_episode did not succeed");
     }
     const lastPrompt = records.at(-1)?.usage?.prompt_tokens ?? 0;
     const promptIds = CLAIMS * records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);

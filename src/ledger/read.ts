@@ -200,7 +200,14 @@ type CallRow = {
 
 const dec = new TextDecoder();
 
-/** The bodies of `calls`, one R2 read per object (a claim's calls of one batch are read together). */
+/** Objects read at once: each read's bytes are held until its calls' bodies are parsed out of them. */
+const READS_AT_ONCE = 4;
+
+/**
+ * The bodies of `calls`, one R2 read per object (a claim's calls of one batch are read together),
+ * READS_AT_ONCE at a time: an object holds the calls of every claim its gateway relayed within a
+ * second, so a read of a few claims' calls can span most of it.
+ */
 async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<Map<string, CallBody | null>> {
   const byKey = new Map<string, CallRow[]>();
   for (const c of calls) {
@@ -209,19 +216,24 @@ async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<
     list.push(c);
   }
   const out = new Map<string, CallBody | null>();
+  const objects = [...byKey];
   await Promise.all(
-    [...byKey].map(async ([key, list]) => {
-      const from = Math.min(...list.map((c) => c.body_offset));
-      const to = Math.max(...list.map((c) => c.body_offset + c.body_length));
-      const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
-      const bytes = obj === null ? null : new Uint8Array(await obj.arrayBuffer());
-      for (const c of list) {
-        // A body that retention or an operator removed reads as null: the call's index row still says what it was.
-        out.set(c.call_id, bytes === null ? null : (JSON.parse(dec.decode(bytes.subarray(c.body_offset - from, c.body_offset - from + c.body_length))) as CallBody));
-      }
+    Array.from({ length: Math.min(READS_AT_ONCE, objects.length) }, async () => {
+      for (let next = objects.pop(); next !== undefined; next = objects.pop()) await readObject(next[0], next[1]);
     }),
   );
   return out;
+
+  async function readObject(key: string, list: CallRow[]): Promise<void> {
+    const from = Math.min(...list.map((c) => c.body_offset));
+    const to = Math.max(...list.map((c) => c.body_offset + c.body_length));
+    const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
+    const bytes = obj === null ? null : new Uint8Array(await obj.arrayBuffer());
+    for (const c of list) {
+      // A body that retention or an operator removed reads as null: the call's index row still says what it was.
+      out.set(c.call_id, bytes === null ? null : (JSON.parse(dec.decode(bytes.subarray(c.body_offset - from, c.body_offset - from + c.body_length))) as CallBody));
+    }
+  }
 }
 
 /**
@@ -494,16 +506,30 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
 /** A claim's successful calls as the training reads them, of its `calls` first calls; `cut` when it has more (MAX_CALLS_PER_TRAJECTORY). */
 export type ClaimTurns = { turns: TokenTurn[]; calls: number; cut: boolean };
 
+/** The calls' index rows of claims, one D1 query (at most MAX_CALLS_PER_TRAJECTORY each); what turnsOf reads. */
+export async function claimCalls(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<ClaimCallsMap> {
+  return { byClaim: claims.length === 0 ? new Map() : await callsOf(db, engine, claims) };
+}
+
+/** The R2 objects the calls' bodies are in. */
+export const bodyObjects = (calls: ClaimCallsMap): number => new Set([...calls.byClaim.values()].flatMap((c) => c.rows.map((r) => r.body_key))).size;
+
+/** Opaque to callers: the rows of claimCalls. */
+export type ClaimCallsMap = { readonly byClaim: Map<string, ClaimCalls> };
+
 /**
- * The turns of claims, for the rollout buffer's items (rollout-tokens.ts): the claims' calls and
- * bodies read at once, one claim's calls rebuilt at a time; a claim without recorded calls has
- * none. The turns' prompts are chains sharing the claim's history (chain.ts): linear in the
- * claim, made whole only when read.
+ * The turns of `claims`, whose index rows `all` holds, for the rollout buffer's items
+ * (rollout-tokens.ts): their bodies read from R2, one claim rebuilt at a time; a claim without
+ * recorded calls has none. The turns' prompts are chains sharing the claim's history (chain.ts):
+ * linear in the claim, made whole only when read.
  */
-export async function claimTurns(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
+export async function turnsOf(bucket: R2Bucket, all: ClaimCallsMap, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
   const out = new Map<string, ClaimTurns>();
-  if (claims.length === 0) return out;
-  const calls = await callsOf(db, engine, claims);
+  const calls = new Map(claims.flatMap((c) => {
+    const k = claimKey(c.episode, c.fence);
+    const claim = all.byClaim.get(k);
+    return claim === undefined ? [] : [[k, claim] as const];
+  }));
   if (calls.size === 0) return out;
   const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
   for (const c of claims) {

@@ -26,7 +26,7 @@
  */
 import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type TrainingForm } from "../protocol/buffer";
 import type { TurnSample } from "../protocol/ledger";
-import { claimKey, claimTurns, sequenceTurns, type ClaimTurns } from "./read";
+import { bodyObjects, claimCalls, claimKey, sequenceTurns, turnsOf, type ClaimCallsMap, type ClaimTurns } from "./read";
 import { trainingSequence, turnSamples } from "./training-sequence";
 import { aroundList, jsonStream, listed, listJsonPieces } from "./trajectory-json";
 
@@ -56,10 +56,14 @@ function trained(item: RolloutItem, claim: ClaimTurns | undefined, form: Trainin
   return { item: { ...item, tokens: s.tokens, response_length: s.response_length, loss_mask: s.loss_mask, rollout_log_probs: s.rollout_log_probs } };
 }
 
-/** Claims whose calls are read at once: a chunk's bodies are held while its items are written. */
+/** Claims whose calls are read at once, at least: a run's bodies are held while its items are written. */
 const CLAIMS_PER_READ = 16;
-/** D1 gives an invocation 1,000 queries: a pull of more claims reads more of them at once. */
-const MAX_READS = 500;
+/**
+ * R2 reads one pull may make (an invocation makes at most 1,000 requests to other services). Each
+ * run reads every object its claims' calls are in, and a batch object holds the calls of all the
+ * claims its gateway relayed within a second: with many objects, runs are fewer and longer.
+ */
+const MAX_R2_READS = 800;
 
 type Named = { item: RolloutItem; claim: { episode: string; fence: number } | null };
 
@@ -81,12 +85,13 @@ function runsOf(items: readonly Named[], per: number): Named[][] {
   return runs;
 }
 
-/** Each item's pieces (its sequence or samples made as it is written), the claims' calls read a run at a time. */
-async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
+const claimsIn = (run: readonly Named[]) => run.flatMap((n) => (n.claim === null ? [] : [n.claim]));
+
+/** Each item's pieces (its sequence or samples made as it is written), the claims' bodies read a run at a time. */
+async function* itemPieces(bucket: R2Bucket, calls: ClaimCallsMap, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
   let i = 0;
   for (const [r, run] of runs.entries()) {
-    const named = run.flatMap((n) => (n.claim === null ? [] : [n.claim]));
-    const turns = r === 0 ? first : named.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, named);
+    const turns = r === 0 ? first : await turnsOf(bucket, calls, claimsIn(run));
     for (const { item, claim } of run) {
       const t = trained(item, claim === null ? undefined : turns.get(claimKey(claim.episode, claim.fence)), form);
       yield* listed(i++, t.turns === undefined ? [JSON.stringify(t.item)] : listJsonPieces((list) => ({ ...t.item, turns: list }), t.turns));
@@ -96,12 +101,13 @@ async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, run
 
 /**
  * The pull with its claims' tokens, as a JSON stream written an item at a time (a sample at a
- * time with turns): each item's sequence or samples made as it is written, and the claims' calls
- * read a run of 16 at a time, so that a trainer's pull of hundreds of long agents' claims fits an
- * isolate's memory. The pull as it was when it holds no claim. The first run is read before the
- * answer starts, so that a failure to read it is a 500 as before; a later one breaks the answer
- * off. meta_info, with the pull's cursor, comes before the items, so that a reader whose answer
- * broke off can read the pull again.
+ * time with turns): each item's sequence or samples made as it is written, and the claims' bodies
+ * read a run of 16 claims at a time (more when the reads would pass MAX_R2_READS), so that a
+ * trainer's pull of hundreds of long agents' claims fits an isolate's memory. The claims' index
+ * rows are one D1 query. The pull as it was when it holds no claim. The first run is read before
+ * the answer starts, so that a failure to read it is a 500 as before; a later one breaks the
+ * answer off. meta_info, with the pull's cursor, comes before the items, so that a reader whose
+ * answer broke off can read the pull again.
  */
 export async function withTrainingTokens(
   db: D1Database,
@@ -109,17 +115,19 @@ export async function withTrainingTokens(
   engine: string,
   pulled: GetRolloutDataResponse,
   form: TrainingForm = "sequence",
+  maxR2Reads = MAX_R2_READS,
 ): Promise<GetRolloutDataResponse | ReadableStream<Uint8Array>> {
   const items = pulled.data.data.map((item) => ({ item, claim: claimOf(item) }));
-  const claims = items.filter((n) => n.claim !== null).length;
-  if (claims === 0) return pulled;
-  const runs = runsOf(items, Math.max(CLAIMS_PER_READ, Math.ceil(claims / MAX_READS)));
-  const firstNamed = (runs[0] ?? []).flatMap((n) => (n.claim === null ? [] : [n.claim]));
-  const first = firstNamed.length === 0 ? new Map<string, ClaimTurns>() : await claimTurns(db, bucket, engine, firstNamed);
+  const named = claimsIn(items);
+  if (named.length === 0) return pulled;
+  const calls = await claimCalls(db, engine, named);
+  const runsAllowed = Math.max(1, Math.floor(maxR2Reads / Math.max(1, bodyObjects(calls))));
+  const runs = runsOf(items, Math.max(CLAIMS_PER_READ, Math.ceil(named.length / runsAllowed)));
+  const first = await turnsOf(bucket, calls, claimsIn(runs[0] ?? []));
   const [head, tail] = aroundList((data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }));
   async function* pieces(): AsyncGenerator<string> {
     yield head;
-    yield* itemPieces(db, bucket, engine, runs, form, first);
+    yield* itemPieces(bucket, calls, runs, form, first);
     yield tail;
   }
   return jsonStream(pieces());
