@@ -6,7 +6,7 @@
  * (runs x objects, within an invocation's budget), and each item still gets its own claim's tokens.
  */
 import { env } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { GetRolloutDataResponse } from "../src/protocol/buffer";
 import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
@@ -110,5 +110,34 @@ describe("a pull's claims read a run at a time from interleaved batches", () => 
       return [[p, c1], [p, c1, n, c2]];
     }));
     expect(r2.reads).toHaveLength(2);
+  });
+
+  it("breaks the answer off when a later run's read fails, the cursor already sent and the cause logged with an id", async () => {
+    const { e, raw } = await interleavedPull();
+    let gets = 0;
+    const failing = {
+      get: async (key: string, opts?: R2GetOptions) => {
+        if (++gets > 1) throw new Error("R2 is down");
+        return env.LEDGER.get(key, opts);
+      },
+    } as unknown as R2Bucket;
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const answer = await withTrainingTokens(env.DB, failing, e.name, raw, "sequence");
+      const reader = (answer as ReadableStream<Uint8Array>).getReader();
+      const dec = new TextDecoder();
+      let text = "";
+      let broke: unknown = null;
+      for (;;) {
+        const r = await reader.read().catch((err: unknown) => ((broke = err), null));
+        if (r === null || r.done) break;
+        text += dec.decode(r.value, { stream: true });
+      }
+      expect(String(broke)).toContain("R2 is down");
+      expect(text).toContain(`"cursor":${raw.data.meta_info.cursor}`);
+      expect(logged.mock.calls.some((c) => String(c[0]).startsWith("internal error (get_rollout_data, answer broken off)"))).toBe(true);
+    } finally {
+      logged.mockRestore();
+    }
   });
 });

@@ -24,6 +24,7 @@
  * carries it (engine/buffer-ingest.ts), and a session named like a claim without it matches
  * nothing, so no client can have another claim's tokens put in its own group.
  */
+import { loggedErrorId } from "../error-id";
 import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type TrainingForm } from "../protocol/buffer";
 import type { TurnSample } from "../protocol/ledger";
 import { bodyObjects, claimCalls, claimKey, sequenceTurns, turnsOf, type ClaimCallsMap, type ClaimTurns } from "./read";
@@ -127,7 +128,14 @@ export async function withTrainingTokens(
   const [head, tail] = aroundList((data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }));
   async function* pieces(): AsyncGenerator<string> {
     yield head;
-    yield* itemPieces(bucket, calls, runs, form, first);
+    try {
+      yield* itemPieces(bucket, calls, runs, form, first);
+    } catch (err) {
+      // The status line is sent: the answer breaks off (the trainer reads the pull again by its
+      // cursor), and the operator finds the cause in the log as for a 500.
+      loggedErrorId("internal error (get_rollout_data, answer broken off)", err);
+      throw err;
+    }
     yield tail;
   }
   return jsonStream(pieces());
