@@ -7,6 +7,7 @@ import { createExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { describe, expect, it } from "vitest";
+import { RELAY_OWN_FAILURE_KINDS } from "../src/protocol/relay";
 import { beforeEngineRead } from "../src/relay/claim-gates";
 import { serveRelay } from "../src/relay/relay-routes";
 import { createEngine, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
@@ -24,6 +25,16 @@ async function scrape(e: TestEngine, role: "viewer" | "client" | "trainer" = "vi
 function value(families: Map<string, Family>, name: string, labels: Record<string, string> = {}): number | undefined {
   const sample = families.get(name)?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
   return sample === undefined ? undefined : Number(sample.value);
+}
+
+/** A chat call of the claim whose key is `key`, relayed over `network` (the gateway's side): its status. */
+async function relayStatus(key: string, network: Fetcher): Promise<number> {
+  const req = new Request(`${ORIGIN}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }),
+  });
+  return (await serveRelay(req, { ...env, RELAY_NETWORK: network }, createExecutionContext()))!.status;
 }
 
 describe("the engine's metrics for Prometheus", () => {
@@ -68,18 +79,34 @@ describe("the engine's metrics for Prometheus", () => {
         throw new Error("the relay opens no sockets");
       },
     } as unknown as Fetcher;
-    for (let i = 0; i < 2; i++) {
-      const req = new Request(`${ORIGIN}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${c.openai_api_key}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }),
-      });
-      expect((await serveRelay(req, { ...env, RELAY_NETWORK: refusing }, createExecutionContext())!).status).toBe(400);
-    }
+    for (let i = 0; i < 2; i++) expect(await relayStatus(c.openai_api_key, refusing)).toBe(400);
     await beforeEngineRead(env, e.name);
     const { families } = await scrape(e);
-    expect(families.get("rx_relay_failures_total")?.metrics).toEqual([{ value: "2", labels: { engine: e.name, status: "400", code } }]);
+    // The upstream's own code shows once it came; the exchange's own kinds are there from 0, so that rate() sees their first burst.
+    const own = RELAY_OWN_FAILURE_KINDS.map((k) => ({ value: "0", labels: { engine: e.name, status: k.slice(0, 3), code: k.slice(4) } }));
+    expect(families.get("rx_relay_failures_total")?.metrics).toEqual([...own, { value: "2", labels: { engine: e.name, status: "400", code } }]);
     expect(value(families, "rx_relay_calls_total")).toBe(2);
+  });
+
+  it("counts a failure of the exchange's own on the series it showed at 0, not on a second one", async () => {
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
+    const before = (await scrape(e)).families.get("rx_relay_failures_total")?.metrics.filter((m) => m.labels?.["code"] === "gateway_unreachable");
+    expect(before).toEqual([{ value: "0", labels: { engine: e.name, status: "502", code: "gateway_unreachable" } }]);
+    const unreachable = {
+      fetch: async (): Promise<Response> => {
+        throw new Error("connection refused");
+      },
+      connect: () => {
+        throw new Error("the relay opens no sockets");
+      },
+    } as unknown as Fetcher;
+    expect(await relayStatus(c.openai_api_key, unreachable)).toBe(502);
+    await beforeEngineRead(env, e.name);
+    const after = (await scrape(e)).families.get("rx_relay_failures_total")?.metrics.filter((m) => m.labels?.["code"] === "gateway_unreachable");
+    expect(after).toEqual([{ value: "1", labels: { engine: e.name, status: "502", code: "gateway_unreachable" } }]);
   });
 
   it("shows the buffer's groups and refusals as its health does", async () => {

@@ -7,6 +7,7 @@
  */
 import type { EngineOverview } from "../protocol/agent";
 import type { HealthResponse } from "../protocol/buffer";
+import { RELAY_OWN_FAILURE_KINDS } from "../protocol/relay";
 import { ENGINE_STATUSES } from "../protocol/status";
 
 /** The content type of the text format, as scrapers ask for it. */
@@ -52,13 +53,18 @@ const byLabel = (name: string, type: Family["type"], help: string, label: string
 });
 const seconds = (ms: number | null): number | null => (ms === null ? null : ms / 1000);
 
-/** The relay's failure kinds are "<status> <code>": a label each, so that alerts can sum 5xx by code. */
+/**
+ * The relay's failure kinds are "<status> <code>": a label each, so that alerts can sum 5xx by
+ * code. The exchange's own are there from 0 (a series that first shows above 0 hides its first
+ * burst from rate()); the upstream's own codes show when they first come.
+ */
 function relayFailures(failures: Record<string, number>): Family {
+  const all: Record<string, number> = { ...Object.fromEntries(RELAY_OWN_FAILURE_KINDS.map((k) => [k, 0])), ...failures };
   return {
     name: "rx_relay_failures_total",
     type: "counter",
     help: "Relayed LLM calls that failed as their clients got them, since the engine's object started, by status and error code.",
-    samples: Object.entries(failures).map(([kind, n]) => {
+    samples: Object.entries(all).map(([kind, n]) => {
       const space = kind.indexOf(" ");
       return [space < 0 ? { status: kind, code: "" } : { status: kind.slice(0, space), code: kind.slice(space + 1) }, n];
     }),

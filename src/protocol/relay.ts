@@ -155,6 +155,23 @@ export function isChatRequest(v: unknown): v is ChatRequestShape {
  * Relayed calls that failed as their clients got them, counted by one isolate of the Worker
  * since its last report (src/relay/relay-failures.ts): by kind ("<status> <code>"), and the latest.
  */
+/** The codes of the relay's 503s (claim-gate.ts, relay-routes.ts): the engine is busy elsewhere, not broken. */
+export const RELAY_REFUSAL_CODES = ["engine_not_rolling", "sync_hold_expired", "no_gateway", "engine_unreachable", "admission_unsettled"] as const;
+
+/**
+ * The failure kinds ("<status> <code>") the exchange itself answers with a 5xx: its refusals, and
+ * the gateway or upstream not reached, refusing its credentials, answering no JSON, too slow. The
+ * metrics give each from 0, so that a rate over them sees a kind's first burst.
+ */
+export const RELAY_OWN_FAILURE_KINDS = [
+  ...RELAY_REFUSAL_CODES.map((c) => `503 ${c}`),
+  "502 gateway_unreachable",
+  "502 gateway_refused",
+  "502 upstream_refused",
+  "502 upstream_garbage",
+  "504 upstream_timeout",
+] as const;
+
 export type RelayFailureReport = { counts: Record<string, number>; last: { kind: string; message: string; at: number } };
 
 /** Adds `n` failures of `kind` to `counts`, which names at most `maxKinds` kinds: past that, the rest count as "other". */

@@ -6,7 +6,7 @@
  */
 import type { JsonSchema } from "../openapi/json-schema";
 import { toJsonSchema } from "../openapi/json-schema";
-import { ChatRequestShape, OpenAIError, RELAY_ENDPOINTS, type RelayEndpoint } from "../protocol/relay";
+import { ChatRequestShape, OpenAIError, RELAY_ENDPOINTS, RELAY_REFUSAL_CODES, type RelayEndpoint } from "../protocol/relay";
 import { DEFAULT_RELAY_MAX_BODY_BYTES } from "../protocol/relay-endpoint";
 
 export const RELAY_TAG = "LLM relay";
@@ -34,8 +34,6 @@ const REFUSALS: [status: number, when: string, forBodies: boolean][] = [
   [504, "The model did not answer within the relay's deadline (RELAY_DEADLINE_SECONDS).", false],
 ];
 
-/** The codes of the relay's 503s (claim-gate.ts, relay-routes.ts): the engine is busy elsewhere, not broken. */
-const RELAY_REFUSAL_CODES = ["engine_not_rolling", "sync_hold_expired", "no_gateway", "engine_unreachable", "admission_unsettled"] as const;
 
 const openAiError = (description: string): JsonSchema => ({ description, content: { "application/json": { schema: { $ref: "#/components/schemas/OpenAIError" } } } });
 
