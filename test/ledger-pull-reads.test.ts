@@ -11,9 +11,9 @@ import { GetRolloutDataResponse } from "../src/protocol/buffer";
 import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
 import { withTrainingTokens } from "../src/ledger/rollout-tokens";
-import { callRecord, postCalls } from "./support/ledger";
+import { callRecord, groupOfClaims, postCalls } from "./support/ledger";
 import { sys, user } from "./support/ledger-calls";
-import { claimKeyFields, createEngine, endBody, rollingWith } from "./support/harness";
+import { endBody } from "./support/harness";
 
 const CLAIMS = 64;
 
@@ -40,15 +40,7 @@ function counting(bucket: R2Bucket) {
 }
 
 async function interleavedPull() {
-  const e = await createEngine("pull-reads");
-  await e.as("trainer").startRollout({ num_repeat_per_sample: CLAIMS, job_session: "job-1" });
-  await rollingWith(e, CLAIMS);
-  const claims: { episode: string; fence: number; client: string }[] = [];
-  for (let k = 0; k < CLAIMS; k++) {
-    const claim = await e.as("client").claimEpisode({ client_uuid: `c${k}`, discard_episode_timeout: 600 });
-    const f = await claimKeyFields(claim.openai_api_key);
-    claims.push({ episode: f.episode_uuid, fence: f.fence, client: `c${k}` });
-  }
+  const { e, claims } = await groupOfClaims("pull-reads", CLAIMS);
   // Two turns of every claim, as a gateway relaying 64 agents at once ships them: one batch, in the order they finished.
   const pad = "x".repeat(4000);
   const firsts = claims.map((c, k) =>

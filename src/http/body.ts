@@ -6,6 +6,7 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { MAX_MEDIA_UPLOAD_BODY_BYTES, MAX_REQUEST_BODY_BYTES, utf8Bytes } from "../protocol/limits";
 import { errorResponse } from "./errors";
+import { routingPath } from "./path-token";
 
 /**
  * Bytes as sent, here and in the router's bodyLimit. A transfer limit only: D1 and Durable
@@ -78,7 +79,8 @@ const routedBodies = new WeakMap<Request, Uint8Array>();
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;
   if (request.body === null) return next();
-  const max = request.method === "PUT" && MEDIA_UPLOAD.test(new URL(request.url).pathname) ? MAX_MEDIA_UPLOAD_BODY_BYTES : MAX_BODY_BYTES;
+  // The path the router routes by: a token in the path (/e/<engine>/t/<token>/...) taken out.
+  const max = request.method === "PUT" && MEDIA_UPLOAD.test(routingPath(request)) ? MAX_MEDIA_UPLOAD_BODY_BYTES : MAX_BODY_BYTES;
   const bytes = await readBodyBytes(request, max);
   if (bytes === null) return tooLarge(max);
   routedBodies.set(request, bytes);

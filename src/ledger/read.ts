@@ -511,8 +511,28 @@ export async function claimCalls(db: D1Database, engine: string, claims: readonl
   return { byClaim: claims.length === 0 ? new Map() : await callsOf(db, engine, claims) };
 }
 
-/** The R2 objects the calls' bodies are in. */
-export const bodyObjects = (calls: ClaimCallsMap): number => new Set([...calls.byClaim.values()].flatMap((c) => c.rows.map((r) => r.body_key))).size;
+/**
+ * The R2 objects each claim's call bodies are in (by claimKey), one D1 query of distinct pairs: a
+ * claim whose calls went out with other claims' shares its objects with them.
+ */
+export async function claimObjects(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, string[]>> {
+  const out = new Map<string, string[]>();
+  if (claims.length === 0) return out;
+  const { results } = await db
+    .prepare(
+      `SELECT DISTINCT episode_uuid, fence, body_key FROM llm_calls
+       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))`,
+    )
+    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .all<{ episode_uuid: string; fence: number; body_key: string }>();
+  for (const r of results) {
+    const k = claimKey(r.episode_uuid, r.fence);
+    let keys = out.get(k);
+    if (keys === undefined) out.set(k, (keys = []));
+    keys.push(r.body_key);
+  }
+  return out;
+}
 
 /** Opaque to callers: the rows of claimCalls. */
 export type ClaimCallsMap = { readonly byClaim: Map<string, ClaimCalls> };

@@ -27,7 +27,7 @@
 import { loggedErrorId } from "../error-id";
 import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type TrainingForm } from "../protocol/buffer";
 import type { TurnSample } from "../protocol/ledger";
-import { bodyObjects, claimCalls, claimKey, sequenceTurns, turnsOf, type ClaimCallsMap, type ClaimTurns } from "./read";
+import { claimCalls, claimKey, claimObjects, sequenceTurns, turnsOf, type ClaimTurns } from "./read";
 import { trainingSequence, turnSamples } from "./training-sequence";
 import { aroundList, jsonStream, listed, listJsonPieces } from "./trajectory-json";
 
@@ -60,11 +60,14 @@ function trained(item: RolloutItem, claim: ClaimTurns | undefined, form: Trainin
 /** Claims whose calls are read at once, at least: a run's bodies are held while its items are written. */
 const CLAIMS_PER_READ = 16;
 /**
- * R2 reads one pull may make (an invocation makes at most 1,000 requests to other services). Each
- * run reads every object its claims' calls are in, and a batch object holds the calls of all the
- * claims its gateway relayed within a second: with many objects, runs are fewer and longer.
+ * R2 reads one pull may make (an invocation makes at most 1,000 requests to other services, on
+ * some plans). Each run reads every object its claims' calls are in, and a batch object holds the
+ * calls of all the claims its gateway relayed within a second: when the runs' reads would pass
+ * this, runs are longer (fewer runs read a shared object fewer times).
  */
 const MAX_R2_READS = 800;
+/** D1 queries one pull may make (1,000 an invocation): one for the claims' objects, one a run. */
+const MAX_RUNS = 900;
 
 type Named = { item: RolloutItem; claim: { episode: string; fence: number } | null };
 
@@ -88,11 +91,31 @@ function runsOf(items: readonly Named[], per: number): Named[][] {
 
 const claimsIn = (run: readonly Named[]) => run.flatMap((n) => (n.claim === null ? [] : [n.claim]));
 
+/** One run's claims' turns: their index rows (one D1 query), then their bodies. */
+async function runTurns(db: D1Database, bucket: R2Bucket, engine: string, run: readonly Named[]): Promise<Map<string, ClaimTurns>> {
+  const claims = claimsIn(run);
+  return claims.length === 0 ? new Map() : await turnsOf(bucket, await claimCalls(db, engine, claims), claims);
+}
+
+/**
+ * Claims a run: CLAIMS_PER_READ, or doubled until the runs' reads (each run the distinct objects of
+ * its claims) are within `maxR2Reads`. When even one run would pass it (more objects than that),
+ * runs stay short: longer ones would read no fewer objects, and hold more.
+ */
+function claimsPerRun(items: readonly Named[], objects: Map<string, string[]>, maxR2Reads: number): number {
+  const claims = claimsIn(items).length;
+  const reads = (per: number): number =>
+    runsOf(items, per).reduce((n, run) => n + new Set(claimsIn(run).flatMap((c) => objects.get(claimKey(c.episode, c.fence)) ?? [])).size, 0);
+  const floor = Math.max(CLAIMS_PER_READ, Math.ceil(claims / MAX_RUNS));
+  for (let per = floor; per < claims * 2; per *= 2) if (reads(per) <= maxR2Reads) return per;
+  return floor;
+}
+
 /** Each item's pieces (its sequence or samples made as it is written), the claims' bodies read a run at a time. */
-async function* itemPieces(bucket: R2Bucket, calls: ClaimCallsMap, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
+async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
   let i = 0;
   for (const [r, run] of runs.entries()) {
-    const turns = r === 0 ? first : await turnsOf(bucket, calls, claimsIn(run));
+    const turns = r === 0 ? first : await runTurns(db, bucket, engine, run);
     for (const { item, claim } of run) {
       const t = trained(item, claim === null ? undefined : turns.get(claimKey(claim.episode, claim.fence)), form);
       yield* listed(i++, t.turns === undefined ? [JSON.stringify(t.item)] : listJsonPieces((list) => ({ ...t.item, turns: list }), t.turns));
@@ -103,9 +126,10 @@ async function* itemPieces(bucket: R2Bucket, calls: ClaimCallsMap, runs: readonl
 /**
  * The pull with its claims' tokens, as a JSON stream written an item at a time (a sample at a
  * time with turns): each item's sequence or samples made as it is written, and the claims' bodies
- * read a run of 16 claims at a time (more when the reads would pass MAX_R2_READS), so that a
- * trainer's pull of hundreds of long agents' claims fits an isolate's memory. The claims' index
- * rows are one D1 query. The pull as it was when it holds no claim. The first run is read before
+ * read a run of 16 claims at a time (more when the reads would pass MAX_R2_READS: claimsPerRun),
+ * so that a trainer's pull of hundreds of long agents' claims fits an isolate's memory: a run's
+ * index rows (one D1 query) and bodies are held while its items are written. The pull as it was
+ * when it holds no claim. The first run is read before
  * the answer starts, so that a failure to read it is a 500 as before; a later one breaks the
  * answer off. meta_info, with the pull's cursor, comes before the items, so that a reader whose
  * answer broke off can read the pull again.
@@ -121,15 +145,13 @@ export async function withTrainingTokens(
   const items = pulled.data.data.map((item) => ({ item, claim: claimOf(item) }));
   const named = claimsIn(items);
   if (named.length === 0) return pulled;
-  const calls = await claimCalls(db, engine, named);
-  const runsAllowed = Math.max(1, Math.floor(maxR2Reads / Math.max(1, bodyObjects(calls))));
-  const runs = runsOf(items, Math.max(CLAIMS_PER_READ, Math.ceil(named.length / runsAllowed)));
-  const first = await turnsOf(bucket, calls, claimsIn(runs[0] ?? []));
+  const runs = runsOf(items, claimsPerRun(items, await claimObjects(db, engine, named), maxR2Reads));
+  const first = await runTurns(db, bucket, engine, runs[0] ?? []);
   const [head, tail] = aroundList((data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }));
   async function* pieces(): AsyncGenerator<string> {
     yield head;
     try {
-      yield* itemPieces(bucket, calls, runs, form, first);
+      yield* itemPieces(db, bucket, engine, runs, form, first);
     } catch (err) {
       // The status line is sent: the answer breaks off (the trainer reads the pull again by its
       // cursor), and the operator finds the cause in the log as for a 500.

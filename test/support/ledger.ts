@@ -3,7 +3,7 @@ import { expect } from "vitest";
 import { wholeTrajectory, type LedgerClient } from "../../src/client";
 import type { CallRecord } from "../../src/protocol/ledger";
 import { callAt, type CallOverrides, type ClaimRef } from "./ledger-calls";
-import { raw, type TestEngine } from "./harness";
+import { claimKeyFields, createEngine, raw, rollingWith, type TestEngine } from "./harness";
 
 export { batchOf } from "./ledger-calls";
 export type LedgerClaim = ClaimRef;
@@ -35,4 +35,18 @@ export function checkingDeltaForm(l: LedgerClient): LedgerClient {
     return q.form === "delta" ? delta : whole;
   };
   return l;
+}
+
+/** An engine whose rollout groups `n` claims, and `n` claims of it. */
+export async function groupOfClaims(name: string, n: number) {
+  const e = await createEngine(name);
+  await e.as("trainer").startRollout({ num_repeat_per_sample: n, job_session: "job-1" });
+  await rollingWith(e, n);
+  const claims: { episode: string; fence: number; client: string }[] = [];
+  for (let k = 0; k < n; k++) {
+    const claim = await e.as("client").claimEpisode({ client_uuid: `c${k}`, discard_episode_timeout: 600 });
+    const f = await claimKeyFields(claim.openai_api_key);
+    claims.push({ episode: f.episode_uuid, fence: f.fence, client: `c${k}` });
+  }
+  return { e, claims };
 }

@@ -21,6 +21,7 @@ import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallR
 import { Backoff, type BackoffOptions } from "../backoff";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
+import { mediaRef } from "../../../src/ledger/media-refs";
 import { NO_MEDIA, type MediaSet } from "./media";
 
 export const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
@@ -78,6 +79,8 @@ export class CallShipper {
   private readonly uploaded = new Map<string, string>();
   /** Until when uploads are skipped: the exchange said it has no media route (an older Worker). */
   private noMediaRouteUntil = -Infinity;
+  /** Media the exchange refused as too large (an older Worker's smaller limit), each until it is tried again. */
+  private readonly tooLarge = new Map<string, number>();
 
   constructor(private readonly o: ShipperOptions) {
     this.backoff = new Backoff(o.backoff);
@@ -176,9 +179,17 @@ export class CallShipper {
       if (this.o.clock.now() < this.noMediaRouteUntil) return;
       const today = utcDay(this.o.clock.now());
       if (this.uploaded.get(d) === today) continue;
+      if ((this.tooLarge.get(d) ?? -Infinity) > this.o.clock.now()) continue;
       try {
         await this.o.putMedia(d, data);
       } catch (e) {
+        if (e instanceof ExchangeError && e.status === 413) {
+          // An exchange older than this agent, whose media are smaller: its records are sent truncated (below).
+          if (this.tooLarge.size >= MAX_UPLOADED_MEDIA) this.tooLarge.delete(this.tooLarge.keys().next().value as string);
+          this.tooLarge.set(d, this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS);
+          this.o.logger.warn(`ledger: the exchange refused a medium of ${data.length} bytes as too large (${e.code}: it is older than this agent); the calls naming it are recorded truncated, as over the record cap`);
+          continue;
+        }
         if (!(e instanceof ExchangeError && e.status === 404 && e.code === "not_found")) throw e;
         // An older exchange, which would store the batch without looking for its media.
         this.noMediaRouteUntil = this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS;
@@ -191,12 +202,31 @@ export class CallShipper {
     }
   }
 
+  /**
+   * `batch` with the records naming a medium the exchange refused as too large made as the
+   * recorder makes a record over its cap (truncated: no messages, tokens or prefix), rather than
+   * refused whole for a medium it does not hold.
+   */
+  private withoutRefused(batch: CallBatch, media: ReadonlyMap<string, string>): CallBatch {
+    const refs = [...media.keys()].filter((d) => (this.tooLarge.get(d) ?? -Infinity) > this.o.clock.now()).map(mediaRef);
+    if (refs.length === 0) return batch;
+    const names = (v: unknown): boolean => {
+      const text = JSON.stringify(v);
+      return refs.some((ref) => text.includes(ref));
+    };
+    const calls = batch.calls.map((r): CallRecord =>
+      names(r.body) ? { ...r, truncated: true, body: { ...r.body, prefix: null, messages: [], tokens: null, answer: names(r.body.answer) ? null : r.body.answer } } : r,
+    );
+    return { ...batch, calls };
+  }
+
   private async send(out: Outgoing): Promise<void> {
-    const batch = out.batch;
+    let batch = out.batch;
     for (;;) {
       if (this.stopper.signal.aborted) return;
       try {
         await this.upload(out.media);
+        batch = this.withoutRefused(batch, out.media);
         const r = await this.o.post(batch);
         this.stats.sent += r.recorded;
         this.stats.duplicates += r.duplicates;
