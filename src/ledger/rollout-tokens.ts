@@ -129,10 +129,9 @@ async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, run
  * read a run of 16 claims at a time (more when the reads would pass MAX_R2_READS: claimsPerRun),
  * so that a trainer's pull of hundreds of long agents' claims fits an isolate's memory: a run's
  * index rows (one D1 query) and bodies are held while its items are written. The pull as it was
- * when it holds no claim. The first run is read before
- * the answer starts, so that a failure to read it is a 500 as before; a later one breaks the
- * answer off. meta_info, with the pull's cursor, comes before the items, so that a reader whose
- * answer broke off can read the pull again.
+ * when it holds no claim. The first run is read before the answer starts, so that a failure to
+ * read it is a 500 as before; a later one breaks the answer off. meta_info, with the pull's
+ * cursor, comes before the items, so that a reader whose answer broke off can read it again.
  */
 export async function withTrainingTokens(
   db: D1Database,
