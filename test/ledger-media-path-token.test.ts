@@ -4,7 +4,7 @@
  * (the token in the path, as a base URL carries it) takes what the bearer form takes.
  */
 import { describe, expect, it } from "vitest";
-import { MAX_REQUEST_BODY_BYTES } from "../src/protocol/limits";
+import { MAX_MEDIA_UPLOAD_BODY_BYTES, MAX_REQUEST_BODY_BYTES } from "../src/protocol/limits";
 import { MAX_MEDIA_BYTES } from "../src/ledger/media-refs";
 import { createEngine, raw } from "./support/harness";
 
@@ -23,5 +23,18 @@ describe("media upload body limit by route", () => {
     // The same route, its token in the path (as an AgentJet base URL carries it): routed to uploadMedia, but limitBody held it to 4 MiB.
     const inPath = await raw(`/e/${e.name}/t/${e.tokens.trainer}/agent/media/${sha}`, { method: "PUT", body });
     expect(inPath.status, inPath.text.slice(0, 200)).toBe(200);
+  });
+
+  it("checks the caller before it reads a large body: no token, or one the engine does not know, is a 401", async () => {
+    const e = await createEngine("rvmedia");
+    // Past even the route's 12 MiB: read first, it would be a 413.
+    const data = screenshot(MAX_MEDIA_UPLOAD_BODY_BYTES + 1_000_000);
+    const sha = await sha256(data);
+    const body = JSON.stringify({ data });
+    expect((await raw(`/e/${e.name}/agent/media/${sha}`, { method: "PUT", body })).status).toBe(401);
+    expect((await raw(`/e/${e.name}/agent/media/${sha}`, { method: "PUT", token: "rx-not-a-token", body })).status).toBe(401);
+    // A client's token is known, and may not upload: 403, the body never read.
+    expect((await raw(`/e/${e.name}/agent/media/${sha}`, { method: "PUT", token: e.tokens.client, body })).status).toBe(403);
+    expect(await raw(`/e/${e.name}/agent/media/${sha}`, { method: "PUT", token: e.tokens.trainer, body })).toMatchObject({ status: 413, json: { error: "payload_too_large" } });
   });
 });

@@ -79,17 +79,34 @@ const routedBodies = new WeakMap<Request, Uint8Array>();
 export const limitBody: MiddlewareHandler = async (c, next) => {
   const request = c.req.raw;
   if (request.body === null) return next();
-  // The path the router routes by: a token in the path (/e/<engine>/t/<token>/...) taken out.
-  const max = request.method === "PUT" && MEDIA_UPLOAD.test(routingPath(request)) ? MAX_MEDIA_UPLOAD_BODY_BYTES : MAX_BODY_BYTES;
-  const bytes = await readBodyBytes(request, max);
-  if (bytes === null) return tooLarge(max);
+  // A media upload's larger body is read by its route once the caller is checked (routedBodyChecked):
+  // no one without a token makes the Worker hold 12 MiB.
+  if (isMediaUpload(request)) return next();
+  const bytes = await readBodyBytes(request);
+  if (bytes === null) return tooLarge();
   routedBodies.set(request, bytes);
   await next();
 };
 
+/** A media upload (ledger/api.ts), by the path the router routes by: a token in the path (/e/<engine>/t/<token>/...) taken out. */
+const isMediaUpload = (request: Request): boolean => request.method === "PUT" && MEDIA_UPLOAD.test(routingPath(request));
+
 /** The body of a request the router serves, as limitBody read it (empty when it had none). */
 export function routedBody(c: Context): Uint8Array {
   return routedBodies.get(c.req.raw) ?? new Uint8Array(0);
+}
+
+/**
+ * The body as text, for a route that checked its caller first: as limitBody read it, or a media
+ * upload's, read now against MAX_MEDIA_UPLOAD_BODY_BYTES; null when it is larger than that.
+ */
+export async function routedBodyChecked(c: Context): Promise<string | null> {
+  const request = c.req.raw;
+  if (routedBodies.has(request) || request.body === null || !isMediaUpload(request)) return routedBodyText(c);
+  const bytes = await readBodyBytes(request, MAX_MEDIA_UPLOAD_BODY_BYTES);
+  if (bytes === null) return null;
+  routedBodies.set(request, bytes);
+  return routedBodyText(c);
 }
 
 /** The same body as text. */

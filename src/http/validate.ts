@@ -1,7 +1,7 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import { isTooLargeIssue } from "../protocol/limits";
-import { routedBodyText } from "./body";
+import { isTooLargeIssue, MAX_MEDIA_UPLOAD_BODY_BYTES } from "../protocol/limits";
+import { routedBodyChecked, tooLarge } from "./body";
 import { describeIssues, errorResponse } from "./errors";
 import { parseRequestJson } from "./python-json";
 
@@ -77,7 +77,10 @@ export function checkInput<S extends z.ZodType>(schema: S, raw: unknown): Parsed
 }
 
 export async function readJson<S extends z.ZodType>(c: Context, schema: S, emptyAs?: unknown): Promise<Parsed<z.output<S>>> {
-  return parseJsonText(routedBodyText(c), schema, emptyAs);
+  const text = await routedBodyChecked(c);
+  // Only a media upload's body is read here (limitBody read the others): past its own limit.
+  if (text === null) return { ok: false, response: tooLarge(MAX_MEDIA_UPLOAD_BODY_BYTES) };
+  return parseJsonText(text, schema, emptyAs);
 }
 
 export function readQuery<S extends z.ZodType>(c: Context, schema: S): Parsed<z.output<S>> {
