@@ -506,11 +506,6 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
 /** A claim's successful calls as the training reads them, of its `calls` first calls; `cut` when it has more (MAX_CALLS_PER_TRAJECTORY). */
 export type ClaimTurns = { turns: TokenTurn[]; calls: number; cut: boolean };
 
-/** The calls' index rows of claims, one D1 query (at most MAX_CALLS_PER_TRAJECTORY each); what turnsOf reads. */
-export async function claimCalls(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<ClaimCallsMap> {
-  return { byClaim: claims.length === 0 ? new Map() : await callsOf(db, engine, claims) };
-}
-
 /**
  * The R2 objects each claim's call bodies are in (by claimKey), one D1 query of distinct pairs: a
  * claim whose calls went out with other claims' shares its objects with them.
@@ -534,22 +529,16 @@ export async function claimObjects(db: D1Database, engine: string, claims: reado
   return out;
 }
 
-/** Opaque to callers: the rows of claimCalls. */
-export type ClaimCallsMap = { readonly byClaim: Map<string, ClaimCalls> };
-
 /**
- * The turns of `claims`, whose index rows `all` holds, for the rollout buffer's items
- * (rollout-tokens.ts): their bodies read from R2, one claim rebuilt at a time; a claim without
- * recorded calls has none. The turns' prompts are chains sharing the claim's history (chain.ts):
- * linear in the claim, made whole only when read.
+ * The turns of claims, for the rollout buffer's items (rollout-tokens.ts): their index rows (one
+ * D1 query, at most MAX_CALLS_PER_TRAJECTORY a claim) and bodies read at once, one claim rebuilt
+ * at a time; a claim without recorded calls has none. The turns' prompts are chains sharing the
+ * claim's history (chain.ts): linear in the claim, made whole only when read.
  */
-export async function turnsOf(bucket: R2Bucket, all: ClaimCallsMap, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
+export async function claimTurns(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
   const out = new Map<string, ClaimTurns>();
-  const calls = new Map(claims.flatMap((c) => {
-    const k = claimKey(c.episode, c.fence);
-    const claim = all.byClaim.get(k);
-    return claim === undefined ? [] : [[k, claim] as const];
-  }));
+  if (claims.length === 0) return out;
+  const calls = await callsOf(db, engine, claims);
   if (calls.size === 0) return out;
   const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
   for (const c of claims) {

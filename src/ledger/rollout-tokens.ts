@@ -27,7 +27,7 @@
 import { loggedErrorId } from "../error-id";
 import { CLAIM_ROW_SOURCE, type GetRolloutDataResponse, type RolloutItem, type TrainingForm } from "../protocol/buffer";
 import type { TurnSample } from "../protocol/ledger";
-import { claimCalls, claimKey, claimObjects, sequenceTurns, turnsOf, type ClaimTurns } from "./read";
+import { claimKey, claimObjects, claimTurns, sequenceTurns, type ClaimTurns } from "./read";
 import { trainingSequence, turnSamples } from "./training-sequence";
 import { aroundList, jsonStream, listed, listJsonPieces } from "./trajectory-json";
 
@@ -92,10 +92,7 @@ function runsOf(items: readonly Named[], per: number): Named[][] {
 const claimsIn = (run: readonly Named[]) => run.flatMap((n) => (n.claim === null ? [] : [n.claim]));
 
 /** One run's claims' turns: their index rows (one D1 query), then their bodies. */
-async function runTurns(db: D1Database, bucket: R2Bucket, engine: string, run: readonly Named[]): Promise<Map<string, ClaimTurns>> {
-  const claims = claimsIn(run);
-  return claims.length === 0 ? new Map() : await turnsOf(bucket, await claimCalls(db, engine, claims), claims);
-}
+const runTurns = (db: D1Database, bucket: R2Bucket, engine: string, run: readonly Named[]): Promise<Map<string, ClaimTurns>> => claimTurns(db, bucket, engine, claimsIn(run));
 
 /**
  * Claims a run: CLAIMS_PER_READ, or doubled until the runs' reads (each run the distinct objects of
