@@ -100,7 +100,16 @@ function wrongIn(text: string, records: readonly CallRecord[]): string | null {
   return null;
 }
 
-type Point = { turns: number; claims: number; last_prompt_ids: number; prompt_ids_in_answer: number; answer_mb: number; seconds: number; workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
+type Point = {
+  turns: number;
+  claims: number;
+  last_prompt_ids: number;
+  prompt_ids_in_answer: number;
+  answer_mb: number;
+  seconds: number;
+  /** From the claims' ends until the engine had gathered each one's calls into one object (a pull; null otherwise). */
+  gathered_after_seconds: number | null;
+  workerd_rss_mb: { start: number; peak: number; peak_minus_start: number } };
 type Failed = { turns: number; claims: number; failed: string };
 
 async function measure(turns: number): Promise<Point | Failed> {
@@ -141,7 +150,13 @@ async function measure(turns: number): Promise<Point | Failed> {
     }
     const lastPrompt = records.at(-1)?.usage?.prompt_tokens ?? 0;
     const promptIds = CLAIMS * records.reduce((n, r) => n + (r.usage?.prompt_tokens ?? 0), 0);
+    // The engine gathers each ended claim's calls into one object of its own a few seconds after
+    // its end (ledger/compaction.ts): the pull is timed once it has, as a trainer's pull of claims
+    // that ended a while ago finds them.
+    const gatherStart = performance.now();
     await sleep(1000);
+    while (PULL && (await trainer.overview()).ledger.claims_to_gather > 0) await sleep(500);
+    const gatherSeconds = round((performance.now() - gatherStart) / 1000, 1);
     const rss: number[] = [];
     const timer = setInterval(() => rss.push(rssMb(ex.pids)), 20);
     rss.push(rssMb(ex.pids));
@@ -181,8 +196,8 @@ async function measure(turns: number): Promise<Point | Failed> {
     if (wrong !== null) throw new Error(`${turns} turns: ${wrong}`);
     const start = rss[0] ?? 0;
     const peak = Math.max(...rss);
-    const p: Point = { turns, claims: CLAIMS, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
-    log(`${turns} turns, ${CLAIMS} claim(s): ${p.answer_mb} MB in ${p.seconds} s (${promptIds.toLocaleString("en")} prompt ids); workerd RSS ${start} -> peak ${peak} MB`);
+    const p: Point = { turns, claims: CLAIMS, last_prompt_ids: lastPrompt, prompt_ids_in_answer: promptIds, answer_mb: round(bytes / 1e6), seconds: round(seconds, 2), gathered_after_seconds: PULL ? gatherSeconds : null, workerd_rss_mb: { start, peak, peak_minus_start: round(peak - start) } };
+    log(`${turns} turns, ${CLAIMS} claim(s): ${PULL ? `gathered ${gatherSeconds} s after their ends; ` : ""}${p.answer_mb} MB in ${p.seconds} s (${promptIds.toLocaleString("en")} prompt ids); workerd RSS ${start} -> peak ${peak} MB`);
     return p;
   } finally {
     await ex.stop();

@@ -69,6 +69,8 @@ import { RelayFailureCounts } from "./relay-failure-counts";
 import type { RelayFailureReport } from "../protocol/relay";
 import { LedgerSettings } from "./ledger-settings";
 import { RetentionSchedule } from "./retention-schedule";
+import { LedgerCompactions } from "./ledger-compactions";
+import type { ClaimName } from "../ledger/compaction";
 import type { LedgerConfig, UpdateLedgerConfigRequest } from "../protocol/ledger";
 import type { SyncConfig, UpdateSyncConfigRequest } from "../protocol/sync";
 import { Provisioning, type TokenGrant } from "./provisioning";
@@ -112,6 +114,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   private readonly relayFailed = new RelayFailureCounts();
   private readonly ledger: LedgerSettings;
   private readonly retention: RetentionSchedule;
+  private readonly compactions: LedgerCompactions;
   private readonly provisioning: Provisioning;
   private readonly storage: StorageGuard;
   /** Where the hot writes wait to share a commit (shared-turn.ts). */
@@ -171,7 +174,17 @@ export class EngineObject extends DurableObject<EngineEnv> {
       now,
       outbox: addOutbox,
     });
-    this.episodes = new Episodes(store, this.buffer, { now, armBy: (t) => schedule.armBy(t), addOutbox, enqueue });
+    const compactions = (this.compactions = new LedgerCompactions(sql, {
+      now,
+      armBy: (t) => schedule.armBy(t),
+      live: (episode, fence) => {
+        const ep = this.episodes.episode(episode);
+        return ep !== null && ep.state === "claimed" && ep.fence === fence;
+      },
+      engine: () => store.meta,
+      closed,
+    }));
+    this.episodes = new Episodes(store, this.buffer, { now, armBy: (t) => schedule.armBy(t), addOutbox, enqueue, claimEnded: (episode, fence) => compactions.ended(episode, fence) });
     this.runs = new HistoryRuns(store);
     this.status = new StatusAndRewards(store, this.episodes, this.runs, { now, addOutbox, enqueue });
     this.tx(() => this.status.ensureRun());
@@ -490,6 +503,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         outbox: this.outbox.view(),
         agent: this.channel.status(),
         relay: { ...this.relay.counts(), ...this.relayFailed.view() },
+        ledger: { claims_to_gather: this.compactions.size() },
         atropos: this.atroposHub.overview(),
         storage: this.storage.view(),
       });
@@ -641,6 +655,18 @@ export class EngineObject extends DurableObject<EngineEnv> {
     return this.guarded(caller, op, (role) => ok({ role, engine: this.store.meta.name ?? "", incarnation: this.store.meta.incarnation }));
   }
 
+  /**
+   * The claims of a batch of calls the Worker just recorded (ledger/api.ts), for their bodies to be
+   * gathered into one object each once they are over (ledger-compactions.ts). `incarnation` is the
+   * one the batch was recorded under: an engine made again under the name meanwhile is not told.
+   */
+  async ledgerRecorded(caller: Caller, incarnation: string, claims: ClaimName[]): Promise<Reply<null>> {
+    return this.guarded(caller, "agent_record_calls", () => {
+      if (this.store.meta.incarnation === incarnation) this.tx(() => this.compactions.recorded(claims));
+      return ok(null);
+    });
+  }
+
   /** Queues a command for the agent on behalf of a Worker-side feature, after checking the caller. */
   async enqueueFor(caller: Caller, op: EngineOp, body: CommandBody): Promise<Reply<{ seq: number }>> {
     return this.guarded(caller, op, () => {
@@ -716,6 +742,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.channel.wake();
     await this.schedule.flushOutbox(this.env.DB, now);
     if (this.closed) return;
+    await this.compactions.runDue(this.env.DB, this.env.LEDGER);
+    if (this.closed) return;
     // The sweep waits on D1 and R2: a delete may begin meanwhile, and it writes nothing after one did.
     await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now, () => this.closed);
     if (this.closed) return;
@@ -725,7 +753,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the sweep of old ledger calls and buffer steps. */
   private rearm(now: number): void {
     const commands = this.channel.commands;
-    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next()]);
+    this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next(), this.compactions.next()]);
   }
 
   /** Diagnostics for tests: sizes of the engine's queues and when its alarm is set. */

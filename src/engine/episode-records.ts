@@ -49,6 +49,7 @@ export function recordTrajectory(
   end: { outcome: "ended" | "aborted" | "reaped"; reward: number | null; isSuccess: boolean | null | undefined; workflowOutput: string; endedAt: number },
 ): void {
   const meta = e.store.meta;
+  e.host.claimEnded(ep.episode_uuid, ep.fence);
   e.host.addOutbox({
     kind: "trajectory",
     row: {

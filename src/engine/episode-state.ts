@@ -33,6 +33,8 @@ export type EpisodesHost = {
   armBy(t: number | null): void;
   addOutbox(item: OutboxItem): void;
   enqueue(body: CommandBody): void;
+  /** A claim ended (with a result or without): its recorded calls can be gathered (ledger-compactions.ts). */
+  claimEnded(episode: string, fence: number): void;
 };
 
 export class EpisodeState {

@@ -354,6 +354,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // kept as its JSON, escaped, and read back exactly: SQLite's text is UTF-8, which has no form for
   // it, and stored raw it came back as U+FFFD. Messages are JSON already.
   "ALTER TABLE buf_steps ADD COLUMN response_escaped INTEGER NOT NULL DEFAULT 0;",
+  // 22: the claims whose recorded calls wait to be gathered into one R2 object each, and when
+  // (ledger-compactions.ts).
+  `CREATE TABLE IF NOT EXISTS ledger_compactions (
+     episode_uuid TEXT NOT NULL, fence INTEGER NOT NULL, due_at INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+     PRIMARY KEY (episode_uuid, fence)) WITHOUT ROWID;
+   CREATE INDEX IF NOT EXISTS ledger_compactions_due ON ledger_compactions (due_at);`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

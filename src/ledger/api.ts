@@ -26,6 +26,7 @@ import { envOf } from "../runs/context";
 import { errorResponse, jsonResponse } from "../http/errors";
 import { loggedErrorId } from "../error-id";
 import { recordCalls, utcDay } from "./ingest";
+import type { ClaimName } from "./compaction";
 import { exportTrajectories, TOTAL_HEADER } from "./export";
 import { listTrajectories, readTrajectory, type ReadRefusal } from "./read";
 import { trajectoryStream } from "./trajectory-json";
@@ -42,7 +43,14 @@ const DEFAULT_PAGE = 50;
  * same incarnation, else why not (the token was revoked, or the engine deleted and perhaps made
  * again under its name).
  */
-export type Authorized = { engine: string; incarnation: string; checkedAt: number; recheck: () => Promise<string | null> };
+export type Authorized = {
+  engine: string;
+  incarnation: string;
+  checkedAt: number;
+  recheck: () => Promise<string | null>;
+  /** Tells the engine the claims a batch recorded calls of (their bodies are gathered once they are over: compaction.ts). */
+  recorded: (claims: ClaimName[]) => Promise<void>;
+};
 
 export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query"; schema: z.ZodType } | { from: "none" };
 
@@ -99,11 +107,26 @@ async function postCalls(c: Context, who: Authorized, batch: CallBatch): Promise
     const recorded = await recordCalls(envOf(c).DB, envOf(c).LEDGER, { name: who.engine, incarnation: who.incarnation, checkedAt: who.checkedAt }, batch, Date.now());
     if (recorded === null) return errorResponse(404, "unknown_engine", `Engine '${who.engine}' was deleted while this batch was being recorded; nothing of it is kept.`);
     if ("missingMedia" in recorded) return errorResponse(409, "media_missing", `The batch refers to media not stored today (${recorded.missingMedia.slice(0, 5).join(", ")}${recorded.missingMedia.length > 5 ? ", ..." : ""}): upload them (PUT agent/media/<sha256>), then send the batch again; nothing of it is kept.`);
+    await noteClaims(who, batch);
     return jsonResponse(recorded, 200);
   } catch (e) {
     // D1 or R2 failed: nothing of the batch is lost, the gateway keeps it and sends it again.
     const id = loggedErrorId("ledger: recording a batch failed, error", e);
     return errorResponse(503, "ledger_unavailable", `The ledger could not store this batch now (error id ${id}); send it again later.`);
+  }
+}
+
+/**
+ * The engine is told which claims the batch holds calls of. The batch is stored whatever happens
+ * here: a claim the engine is not told of is only never gathered into one object (compaction.ts).
+ */
+async function noteClaims(who: Authorized, batch: CallBatch): Promise<void> {
+  const claims = new Map<string, ClaimName>();
+  for (const c of batch.calls) claims.set(`${c.fence}\n${c.episode_uuid}`, { episode: c.episode_uuid, fence: c.fence });
+  try {
+    await who.recorded([...claims.values()]);
+  } catch (e) {
+    loggedErrorId("ledger: telling the engine which claims a batch recorded failed (they stay in the batch's object), error", e);
   }
 }
 

@@ -98,7 +98,7 @@ const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
  * batch's rows point into, at offsets that would then cut another body. A true resend has the
  * same content, so the same name, and writes the same bytes again.
  */
-async function digestOf(bytes: Uint8Array): Promise<string> {
+export async function digestOf(bytes: Uint8Array): Promise<string> {
   return hex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)).subarray(0, 8));
 }
 

@@ -13,6 +13,7 @@ import { engineStub } from "../http/engine-stub";
 import { errorResponse, replyResponse } from "../http/errors";
 import { readJson, readQuery } from "../http/validate";
 import { LEDGER_API, type Authorized, type LedgerRouteSpec } from "./api";
+import type { ClaimName } from "./compaction";
 
 /** The caller checked for `op` by the engine, or the refusal to answer with. */
 async function authorized(c: Context, op: EngineOp): Promise<Authorized | Response> {
@@ -38,7 +39,11 @@ async function authorized(c: Context, op: EngineOp): Promise<Authorized | Respon
     if (again.body.incarnation !== incarnation) return `unknown_engine: engine '${engine}' was deleted; an engine of that name now is another one.`;
     return null;
   };
-  return { engine, incarnation, checkedAt, recheck };
+  const recorded = async (claims: ClaimName[]): Promise<void> => {
+    const told = await stub.ledgerRecorded(caller, incarnation, claims);
+    if (!told.ok) throw new Error(`${told.error}: ${told.detail}`);
+  };
+  return { engine, incarnation, checkedAt, recheck, recorded };
 }
 
 /** The caller first, then the path's parameters (a value that does not fit names nothing: 404), then the input. */

@@ -157,6 +157,11 @@ export const EngineOverview = z.object({
     failures: z.record(z.string(), z.number()),
     last_failure: z.object({ kind: z.string(), message: z.string(), at: z.number() }).nullable(),
   }),
+  /**
+   * The ledger's claims whose recorded calls wait to be gathered into one object each, once they
+   * are over (docs/ledger.md, "Where the bodies are").
+   */
+  ledger: z.object({ claims_to_gather: z.number() }),
   /** Atropos's trajectory API on this engine, what keeps its batches from being cut included. */
   atropos: AtroposOverview,
   /** How full the engine's store is, and the bound above which writes that add data are refused. */

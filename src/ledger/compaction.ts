@@ -1,0 +1,193 @@
+/**
+ * A claim's call bodies gathered into one R2 object of its own once the claim is over.
+ *
+ * The gateway ships whatever calls of all its concurrent claims finished within a second as one
+ * batch, one object (ingest.ts): a claim of 100 turns has its bodies in about 100 objects, each
+ * shared with every claim relayed beside it. Reading one claim then reads (a range of) each of
+ * them, and a trainer's pull of hundreds of such claims either makes more R2 reads than an
+ * invocation may or holds hundreds of claims' bodies at once (rollout-tokens.ts). Gathered, a
+ * claim is one read.
+ *
+ * The bytes are copied as they are, never parsed: each call's line keeps its length, and its
+ * index row its new key and offset. A row is moved only if it still points where it was read
+ * from, so a compaction racing another, or retention, moves nothing twice and loses nothing.
+ * The old objects stay until retention deletes their day; the new one is named in the latest of
+ * their days, so it outlives none of them and is deleted with the last (retention.ts).
+ */
+import { bodyPrefix } from "./keys";
+import { digestOf } from "./ingest";
+import { CALL_ORDER } from "./read";
+
+/** Bytes one gathered object holds at most: they are held in memory while it is written. */
+export const COMPACT_MAX_BYTES = 16 * 1024 * 1024;
+/** Objects read at once. */
+const READS_AT_ONCE = 4;
+
+type Row = { episode_uuid: string; fence: number; call_id: string; body_key: string; body_offset: number; body_length: number; order: number };
+export type ClaimName = { episode: string; fence: number };
+
+/** What became of a claim: `done` when nothing more can be gathered (one object, or the rest would not fit); `more` when the reads ran out first. */
+export type Gathered = { episode: string; fence: number; moved: number; state: "done" | "more" };
+
+/**
+ * `reads`: the R2 reads the compaction may still make, each object read takes one; `stop`: the
+ * engine's delete began, nothing more is written; `maxBytes`: COMPACT_MAX_BYTES unless told.
+ */
+export type CompactOptions = { reads: number; stop?: () => boolean; maxBytes?: number };
+
+const claimOf = (episode: string, fence: number): string => `${fence}\n${episode}`;
+
+/** A claim's part of a run: the objects it gathers (in the order of its calls) and their rows. */
+type Plan = { claim: ClaimName; rows: Row[]; objects: number; state: "done" | "more" };
+
+/**
+ * Gathers each claim's bodies into one object. The claims of one run share their reads: claims
+ * that ran side by side have their calls in the same batch objects, and each object is read
+ * once, a range spanning all the run's calls in it. At most `opts.reads` objects are read (it
+ * counts them down) and `opts.maxBytes` held; a claim that does not fit is gathered as far as it
+ * does, or waits (`more`). Only rows under the engine's own prefix are moved (an archived
+ * engine's are not its).
+ */
+export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { name: string; incarnation: string }, claims: readonly ClaimName[], opts: CompactOptions): Promise<Gathered[]> {
+  if (claims.length === 0) return [];
+  const { results } = await db
+    .prepare(
+      `SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length FROM llm_calls
+       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))
+       ORDER BY episode_uuid, fence, ${CALL_ORDER}`,
+    )
+    .bind(engine.name, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .all<Row>();
+  const prefix = bodyPrefix(engine.name, engine.incarnation);
+  const byClaim = new Map<string, Row[]>();
+  for (const [order, r] of results.entries()) {
+    if (!r.body_key.startsWith(prefix)) continue;
+    r.order = order;
+    const k = claimOf(r.episode_uuid, r.fence);
+    let rows = byClaim.get(k);
+    if (rows === undefined) byClaim.set(k, (rows = []));
+    rows.push(r);
+  }
+  const plans = plan(claims, byClaim, opts);
+  const wanted = plans.flatMap((p) => (p.objects >= 2 ? p.rows : []));
+  const stop = opts.stop ?? (() => false);
+  const bytes = wanted.length === 0 || stop() ? new Map<string, Uint8Array>() : await readRows(bucket, wanted);
+  const out: Gathered[] = [];
+  for (const p of plans) {
+    const moved = p.objects < 2 || stop() ? 0 : await writeClaim(db, bucket, engine.name, prefix, p.rows, bytes, stop);
+    out.push({ ...p.claim, moved, state: p.state });
+  }
+  return out;
+}
+
+/** Each claim's objects to gather, in the claims' order, within the reads and the bytes. */
+function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: CompactOptions): Plan[] {
+  const maxBytes = opts.maxBytes ?? COMPACT_MAX_BYTES;
+  const read = new Set<string>();
+  let bytes = 0;
+  return claims.map((claim) => {
+    const byObject = new Map<string, Row[]>();
+    for (const r of byClaim.get(claimOf(claim.episode, claim.fence)) ?? []) {
+      let list = byObject.get(r.body_key);
+      if (list === undefined) byObject.set(r.body_key, (list = []));
+      list.push(r);
+    }
+    if (byObject.size <= 1) return { claim, rows: [], objects: 0, state: "done" };
+    const rows: Row[] = [];
+    let objects = 0;
+    let short = false;
+    const others = bytes;
+    for (const [key, list] of byObject) {
+      if (!read.has(key) && opts.reads === 0) {
+        short = true;
+        break;
+      }
+      const size = list.reduce((n, r) => n + r.body_length, 0);
+      if (bytes + size > maxBytes) {
+        // Past the bytes a run holds: it waits for a run of its own if other claims' filled this one.
+        short ||= others > 0;
+        continue;
+      }
+      if (!read.has(key)) {
+        read.add(key);
+        opts.reads--;
+      }
+      rows.push(...list);
+      objects++;
+      bytes += size;
+    }
+    // One object is gathered already: its bytes are let go again.
+    if (objects < 2) bytes -= rows.reduce((n, r) => n + r.body_length, 0);
+    return { claim, rows: objects < 2 ? [] : rows, objects, state: short ? "more" : "done" };
+  });
+}
+
+/** One claim's rows that were read, one after the other, as an object of its own; the rows that point to it. */
+async function writeClaim(db: D1Database, bucket: R2Bucket, engine: string, prefix: string, rows: readonly Row[], bytes: Map<string, Uint8Array>, stop: () => boolean): Promise<number> {
+  const ordered = [...rows].sort((a, b) => a.order - b.order);
+  const kept = ordered.filter((r) => bytes.has(r.call_id));
+  if (new Set(kept.map((r) => r.body_key)).size < 2) return 0;
+  const object = new Uint8Array(kept.reduce((n, r) => n + r.body_length, 0));
+  const moves: [string, string, number, number][] = [];
+  let at = 0;
+  for (const r of kept) {
+    object.set(bytes.get(r.call_id) as Uint8Array, at);
+    moves.push([r.call_id, r.body_key, r.body_offset, at]);
+    at += r.body_length;
+  }
+  // Named in the latest day of those it gathers (`<prefix><day>/...`), so that retention deletes it with the last of them.
+  const day = kept.reduce((d, r) => (r.body_key.slice(prefix.length, prefix.length + 10) > d ? r.body_key.slice(prefix.length, prefix.length + 10) : d), "");
+  const key = `${prefix}${day}/claim-${await digestOf(object)}.jsonl`;
+  await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
+  if (stop()) {
+    await bucket.delete(key);
+    return 0;
+  }
+  const statements = [];
+  for (let i = 0; i < moves.length; i += MOVES_PER_STATEMENT) statements.push(db.prepare(MOVE_SQL).bind(engine, key, JSON.stringify(moves.slice(i, i + MOVES_PER_STATEMENT))));
+  // One claim's rows move together (one transaction), or none does.
+  return (await db.batch(statements)).reduce((n, r) => n + r.meta.changes, 0);
+}
+
+/**
+ * Moves rows `[call_id, old key, old offset, new offset]` (?3) to the object ?2, each only if it
+ * is still where it was read. Each row is found by its key (engine, call_id); an UPDATE ... FROM
+ * json_each would scan every call of the engine once per row. Its moves are looked up in ?3 by
+ * a scan each: MOVES_PER_STATEMENT keeps that quadratic part small.
+ */
+const MOVE_SQL = `UPDATE llm_calls SET body_key = ?2,
+    body_offset = (SELECT json_extract(m.value, '$[3]') FROM json_each(?3) AS m WHERE json_extract(m.value, '$[0]') = llm_calls.call_id)
+  WHERE engine = ?1 AND call_id IN (SELECT json_extract(value, '$[0]') FROM json_each(?3))
+    AND body_key || ' ' || body_offset = (SELECT json_extract(m.value, '$[1]') || ' ' || json_extract(m.value, '$[2]') FROM json_each(?3) AS m WHERE json_extract(m.value, '$[0]') = llm_calls.call_id)`;
+const MOVES_PER_STATEMENT = 200;
+
+/**
+ * Each row's bytes, copied out of one ranged read per object (the run's rows in it), so that no
+ * read is held past its rows; a row whose object is gone (retention, an operator) or shorter
+ * than its rows say is left out.
+ */
+async function readRows(bucket: R2Bucket, rows: readonly Row[]): Promise<Map<string, Uint8Array>> {
+  const byObject = new Map<string, Row[]>();
+  for (const r of rows) {
+    let list = byObject.get(r.body_key);
+    if (list === undefined) byObject.set(r.body_key, (list = []));
+    list.push(r);
+  }
+  const out = new Map<string, Uint8Array>();
+  const queue = [...byObject];
+  await Promise.all(
+    Array.from({ length: Math.min(READS_AT_ONCE, queue.length) }, async () => {
+      for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+        const [key, list] = next;
+        const from = Math.min(...list.map((r) => r.body_offset));
+        const to = Math.max(...list.map((r) => r.body_offset + r.body_length));
+        const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
+        if (obj === null) continue;
+        const got = new Uint8Array(await obj.arrayBuffer());
+        if (got.byteLength < to - from) continue;
+        for (const r of list) out.set(r.call_id, got.slice(r.body_offset - from, r.body_offset - from + r.body_length));
+      }
+    }),
+  );
+  return out;
+}
