@@ -125,6 +125,14 @@ describe("a claim's recorded calls gathered into one object once it is over", ()
     expect((await ledgerOf(e).trajectory(a.episode, a.fence)).training?.tokens).toEqual(sequence(0, 4));
   });
 
+  it("sets aside all the live claims that came due at once in one alarm, not one alarm per run", async () => {
+    const { e, claims } = await groupOfClaims("compact-many-live", 40);
+    await interleaved(e, claims, 2);
+    await advance(e, SETTLE_MS);
+    const dues = await runInDurableObject(e.stub, (_i, s) => s.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM ledger_compactions").toArray().map((r) => r.due_at));
+    expect(dues).toEqual(claims.map(() => e.clock.t + LIVE_WAIT_MS));
+  });
+
   it("gathers again what arrived after it was gathered, with what it gathered before", async () => {
     const { e, claims } = await groupOfClaims("compact-late", 1);
     const c = claims[0]!;

@@ -14,7 +14,8 @@ export function renderLongClaimChart(r: LongClaimChartInput): string {
   const by = r.by ?? "turns";
   const keyOf = (p: LongClaimPoint): number => (by === "claims" ? (p.claims ?? 1) : p.turns);
   const turns = [...new Set(r.runs.flatMap((run) => run.points.map(keyOf)))].sort((a, b) => a - b);
-  const W = 760;
+  // Wide enough for a pull's title on one line.
+  const W = 900;
   const left = 110;
   const right = 40;
   const top = 60;
@@ -26,8 +27,8 @@ export function renderLongClaimChart(r: LongClaimChartInput): string {
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
   out.push(`<rect width="${W}" height="${H}" fill="#fff"/>`);
-  out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">${esc(r.title)}</text>`);
-  out.push(`<text x="${left}" y="40" fill="#555">${esc(r.summary)}</text>`);
+  out.push(`<text x="12" y="22" font-size="15" font-weight="bold">${esc(r.title)}</text>`);
+  out.push(`<text x="12" y="40" fill="#555">${esc(r.summary)}</text>`);
   turns.forEach((t, g) => {
     const y0 = top + g * groupH;
     out.push(`<text x="${left - 8}" y="${y0 + (r.runs.length * barH) / 2 + 4}" text-anchor="end">${t} ${by}</text>`);
@@ -45,8 +46,8 @@ export function renderLongClaimChart(r: LongClaimChartInput): string {
     });
   });
   r.runs.forEach((run, k) => {
-    out.push(`<rect x="${left + k * 220}" y="${H - 24}" width="12" height="12" fill="${COLORS[k % COLORS.length]}"/>`);
-    out.push(`<text x="${left + k * 220 + 18}" y="${H - 14}">${esc(run.name)}</text>`);
+    out.push(`<rect x="${left + k * 300}" y="${H - 24}" width="12" height="12" fill="${COLORS[k % COLORS.length]}"/>`);
+    out.push(`<text x="${left + k * 300 + 18}" y="${H - 14}">${esc(run.name)}</text>`);
   });
   out.push(`</svg>`);
   return out.join("\n");
