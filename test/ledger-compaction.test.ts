@@ -225,6 +225,19 @@ describe("gathering's bounds and failures", () => {
     expect((await ledgerOf(e).trajectory(c.episode, c.fence)).training?.tokens).toEqual(sequence(0, 450));
   });
 
+  it("gathers a claim's first 2,000 calls, all that its readers read, and leaves the rest", async () => {
+    const { e, c, engine } = await spreadClaim("compact-capped", 0);
+    const calls = Array.from({ length: 2100 }, (_, t) => turn(c, 0, t));
+    for (let i = 0; i < calls.length; i += 420) expect((await postCalls(e, { batch_id: `capped-claim-${i}`, calls: calls.slice(i, i + 420) })).status).toBe(200);
+    const [g] = await compactClaims(env.DB, env.LEDGER, engine, [c], { reads: 10 });
+    expect(g).toMatchObject({ moved: 2000, state: "done" });
+    const rows = await placed(e, c);
+    expect(new Set(rows.slice(0, 2000).map((r) => r.body_key)).size).toBe(1);
+    // The last 100 stay in the batch they came in.
+    expect(new Set(rows.slice(2000).map((r) => r.body_key)).size).toBe(1);
+    expect(rows[2000]!.body_key).toMatch(/\/capped-claim-1680-[0-9a-f]+\.jsonl$/);
+  });
+
   it("leaves alone the calls whose object is gone, and those that would pass its bytes", async () => {
     const { e, c, engine } = await spreadClaim("compact-gone", 4);
     const rows = await placed(e, c);
@@ -246,7 +259,7 @@ describe("gathering's bounds and failures", () => {
     let checks = 0;
     // The delete begins while the gathered object is being written.
     const out = await compactClaims(env.DB, env.LEDGER, engine, [c], { reads: 10, stop: () => ++checks > 2 });
-    expect(out[0]).toMatchObject({ moved: 0 });
+    expect(out[0]).toMatchObject({ moved: 0, state: "stopped" });
     expect(await placed(e, c)).toEqual(rows);
     expect(await listed()).toEqual(objects);
   });
@@ -271,7 +284,23 @@ describe("gathering's bounds and failures", () => {
     expect((await placed(e, c))[0]).toMatchObject({ body_key: "elsewhere", body_offset: 0 });
   });
 
-  it("tries a failed gathering again later, and lets it go after five failures", async () => {
+  it("counts a claim whose object could not be written as failed, and gathers the others of its run", async () => {
+    const { e, claims } = await groupOfClaims("compact-one-fails", 2);
+    await interleaved(e, claims, 3);
+    const { incarnation } = await e.as("trainer").pollCommands({ wait: 0.01 });
+    let puts = 0;
+    const firstPutFails = {
+      get: (k: string, o?: R2GetOptions) => env.LEDGER.get(k, o),
+      put: async (k: string, v: Uint8Array, o?: R2PutOptions) => (++puts === 1 ? Promise.reject(new Error("R2 refused it")) : env.LEDGER.put(k, v, o)),
+    } as unknown as R2Bucket;
+    const out = await compactClaims(env.DB, firstPutFails, { name: e.name, incarnation: incarnation ?? "" }, claims, { reads: 10 });
+    expect(out.map((g) => [g.state, g.moved])).toEqual([["failed", 0], ["done", 3]]);
+    expect(String(out[0]!.error)).toContain("R2 refused it");
+    expect(await objectsOf(e, claims[0]!)).toHaveLength(3);
+    expect(await objectsOf(e, claims[1]!)).toHaveLength(1);
+  });
+
+  it("tries a failed gathering again, further apart each time, and lets it go after eight failures", async () => {
     const { e, c, engine } = await spreadClaim("compact-fail", 3);
     const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
     try {
@@ -280,16 +309,21 @@ describe("gathering's bounds and failures", () => {
         let t = e.clock.t;
         const q = new LedgerCompactions(state.storage.sql, { now: () => t, armBy: () => {}, live: () => false, engine: () => engine, closed: () => false });
         q.recorded([{ episode: c.episode, fence: c.fence }]);
-        const seen: number[] = [];
-        for (let k = 0; k < 5; k++) {
-          t += 60_000;
+        const seen: { queued: number; waits: number | null }[] = [];
+        t += SETTLE_MS;
+        for (let k = 0; k < 8; k++) {
           await q.runDue(env.DB, failingPut);
-          seen.push(q.size());
+          const next = q.next();
+          seen.push({ queued: q.size(), waits: next === null ? null : next - t });
+          if (next !== null) t = next;
         }
         return seen;
       });
-      expect(attempts).toEqual([1, 1, 1, 1, 0]);
-      expect(logged.mock.calls.filter((x) => String(x[0]).includes("gathering claims' recorded calls")).length).toBe(5);
+      expect(attempts).toEqual([
+        ...[1, 2, 4, 8, 16, 32, 64].map((k) => ({ queued: 1, waits: 30_000 * k })),
+        { queued: 0, waits: null },
+      ]);
+      expect(logged.mock.calls.filter((x) => String(x[0]).includes("gathering claims' recorded calls")).length).toBe(8);
       expect(await objectsOf(e, c)).toHaveLength(3);
     } finally {
       logged.mockRestore();

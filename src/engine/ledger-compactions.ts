@@ -7,7 +7,7 @@
  * Gathering only makes reads cheaper: a claim that is never gathered (its attempts spent, the
  * engine deleted first) reads as it always did.
  */
-import { compactClaims, type ClaimName } from "../ledger/compaction";
+import { compactClaims, type ClaimName, type Gathered } from "../ledger/compaction";
 
 /** A batch's records arrive within a second or so of their calls; a resent one within seconds more. */
 export const SETTLE_MS = 5_000;
@@ -18,8 +18,11 @@ export const CLAIMS_PER_ALARM = 32;
 export const READS_PER_ALARM = 200;
 /** Claims due that one alarm looks at, to set the live ones aside. */
 const LOOKED_AT_PER_ALARM = 1000;
-/** A claim whose gathering failed this many times is let go (it reads as it is). */
-const MAX_ATTEMPTS = 5;
+/**
+ * A claim whose gathering failed this many times is let go (it reads as it is), its tries 30 s,
+ * 1, 2, 4, ... min apart: about an hour of R2 or D1 failing.
+ */
+const MAX_ATTEMPTS = 8;
 const RETRY_MS = 30_000;
 
 export type CompactionHost = {
@@ -69,7 +72,11 @@ export class LedgerCompactions {
     return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM ledger_compactions").one().n;
   }
 
-  /** Gathers the claims due, CLAIMS_PER_ALARM at most; those still live wait. */
+  /**
+   * Gathers the claims due, CLAIMS_PER_ALARM at most; those still live wait. A claim is taken off
+   * the queue only if it was not queued again while it was gathered (a batch of its calls
+   * recorded meanwhile, which this run did not read).
+   */
   async runDue(db: D1Database, bucket: R2Bucket): Promise<void> {
     const { name, incarnation } = this.host.engine();
     if (name === null) return;
@@ -77,36 +84,48 @@ export class LedgerCompactions {
     // The live ones among many due at once (an engine of a thousand live claims, a minute after
     // their first calls) are set aside in one pass, not an alarm for each CLAIMS_PER_ALARM.
     const due = this.sql
-      .exec<{ episode_uuid: string; fence: number }>("SELECT episode_uuid, fence FROM ledger_compactions WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, LOOKED_AT_PER_ALARM)
+      .exec<{ episode_uuid: string; fence: number; due_at: number }>("SELECT episode_uuid, fence, due_at FROM ledger_compactions WHERE due_at <= ? ORDER BY due_at LIMIT ?", now, LOOKED_AT_PER_ALARM)
       .toArray();
-    const over: ClaimName[] = [];
+    const over: (ClaimName & { seen: number })[] = [];
     for (const d of due) {
       if (this.host.live(d.episode_uuid, d.fence)) this.sql.exec("UPDATE ledger_compactions SET due_at = ? WHERE episode_uuid = ? AND fence = ?", now + LIVE_WAIT_MS, d.episode_uuid, d.fence);
-      else if (over.length < CLAIMS_PER_ALARM) over.push({ episode: d.episode_uuid, fence: d.fence });
+      else if (over.length < CLAIMS_PER_ALARM) over.push({ episode: d.episode_uuid, fence: d.fence, seen: d.due_at });
     }
     if (over.length === 0) return;
+    let gathered: Gathered[];
     try {
-      const gathered = await compactClaims(db, bucket, { name, incarnation }, over, { reads: READS_PER_ALARM, stop: () => this.host.closed() });
-      // Written after the last await: a delete that began during it may have wiped the storage already.
-      if (this.host.closed()) return;
-      const at = this.host.now();
-      for (const g of gathered) {
-        if (g.state === "done") this.sql.exec("DELETE FROM ledger_compactions WHERE episode_uuid = ? AND fence = ?", g.episode, g.fence);
-        else this.sql.exec("UPDATE ledger_compactions SET due_at = ? WHERE episode_uuid = ? AND fence = ?", at, g.episode, g.fence);
-      }
+      gathered = await compactClaims(db, bucket, { name, incarnation }, over, { reads: READS_PER_ALARM, stop: () => this.host.closed() });
     } catch (e) {
-      if (this.host.closed()) return;
-      console.error(`engine ${name}: gathering claims' recorded calls into one object each failed; trying again later`, e);
-      const at = this.host.now();
-      for (const c of over) {
+      gathered = over.map((c) => ({ episode: c.episode, fence: c.fence, moved: 0, state: "failed", error: e }));
+    }
+    // Written after the last await: a delete that began during it may have wiped the storage already.
+    if (this.host.closed()) return;
+    const at = this.host.now();
+    const seen = new Map(over.map((c) => [`${c.fence}\n${c.episode}`, c.seen]));
+    let failure: unknown = null;
+    for (const g of gathered) {
+      const was = seen.get(`${g.fence}\n${g.episode}`) ?? 0;
+      if (g.state === "done") this.sql.exec("DELETE FROM ledger_compactions WHERE episode_uuid = ? AND fence = ? AND due_at = ?", g.episode, g.fence, was);
+      else if (g.state === "more") this.sql.exec("UPDATE ledger_compactions SET due_at = ? WHERE episode_uuid = ? AND fence = ? AND due_at = ?", at, g.episode, g.fence, was);
+      else if (g.state === "failed") {
+        failure ??= g.error;
         this.sql.exec(
-          `UPDATE ledger_compactions SET attempts = attempts + 1, due_at = ? WHERE episode_uuid = ? AND fence = ?`,
-          at + RETRY_MS,
-          c.episode,
-          c.fence,
+          "UPDATE ledger_compactions SET attempts = attempts + 1, due_at = MAX(due_at, ? + ?) WHERE episode_uuid = ? AND fence = ?",
+          at,
+          RETRY_MS * 2 ** Math.min(10, this.attempts(g)),
+          g.episode,
+          g.fence,
         );
       }
+      // `stopped`: a delete began and failed; the claim is still due, for the engine it reopened.
+    }
+    if (failure !== null) {
+      console.error(`engine ${name}: gathering claims' recorded calls into one object each failed; trying again later`, failure);
       this.sql.exec("DELETE FROM ledger_compactions WHERE attempts >= ?", MAX_ATTEMPTS);
     }
+  }
+
+  private attempts(c: ClaimName): number {
+    return this.sql.exec<{ n: number }>("SELECT attempts AS n FROM ledger_compactions WHERE episode_uuid = ? AND fence = ?", c.episode, c.fence).toArray()[0]?.n ?? 0;
   }
 }

@@ -16,7 +16,7 @@
  */
 import { bodyPrefix } from "./keys";
 import { digestOf } from "./ingest";
-import { CALL_ORDER } from "./read";
+import { CALL_ORDER, MAX_CALLS_PER_TRAJECTORY } from "./read";
 
 /** Bytes one gathered object holds at most: they are held in memory while it is written. */
 export const COMPACT_MAX_BYTES = 16 * 1024 * 1024;
@@ -26,8 +26,13 @@ const READS_AT_ONCE = 4;
 type Row = { episode_uuid: string; fence: number; call_id: string; body_key: string; body_offset: number; body_length: number; order: number };
 export type ClaimName = { episode: string; fence: number };
 
-/** What became of a claim: `done` when nothing more can be gathered (one object, or the rest would not fit); `more` when the reads ran out first. */
-export type Gathered = { episode: string; fence: number; moved: number; state: "done" | "more" };
+/**
+ * What became of a claim: `done` when nothing more can be gathered (one object, the rest would
+ * not fit, or its objects are gone); `more` when the run's reads or bytes ran out first;
+ * `stopped` when the engine's delete began before it was written; `failed` when writing it
+ * failed (`error`).
+ */
+export type Gathered = { episode: string; fence: number; moved: number; state: "done" | "more" | "stopped" | "failed"; error?: unknown };
 
 /**
  * `reads`: the R2 reads the compaction may still make, each object read takes one; `stop`: the
@@ -50,11 +55,13 @@ type Plan = { claim: ClaimName; rows: Row[]; objects: number; state: "done" | "m
  */
 export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { name: string; incarnation: string }, claims: readonly ClaimName[], opts: CompactOptions): Promise<Gathered[]> {
   if (claims.length === 0) return [];
+  // A claim's first MAX_CALLS_PER_TRAJECTORY calls: all that a trajectory or a pull reads of it.
   const { results } = await db
     .prepare(
-      `SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length FROM llm_calls
-       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))
-       ORDER BY episode_uuid, fence, ${CALL_ORDER}`,
+      `SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length FROM (
+         SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY ${CALL_ORDER}) AS n
+         FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
+       WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
     )
     .bind(engine.name, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
     .all<Row>();
@@ -71,11 +78,22 @@ export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { 
   const plans = plan(claims, byClaim, opts);
   const wanted = plans.flatMap((p) => (p.objects >= 2 ? p.rows : []));
   const stop = opts.stop ?? (() => false);
-  const bytes = wanted.length === 0 || stop() ? new Map<string, Uint8Array>() : await readRows(bucket, wanted);
+  // A delete that began may fail and reopen the engine: a claim a stop kept from being written says so, whatever stop() says later.
+  const stoppedFirst = wanted.length > 0 && stop();
+  const bytes = wanted.length === 0 || stoppedFirst ? new Map<string, Uint8Array>() : await readRows(bucket, wanted);
   const out: Gathered[] = [];
   for (const p of plans) {
-    const moved = p.objects < 2 || stop() ? 0 : await writeClaim(db, bucket, engine.name, prefix, p.rows, bytes, stop);
-    out.push({ ...p.claim, moved, state: p.state });
+    if (p.objects < 2) {
+      out.push({ ...p.claim, moved: 0, state: p.state });
+      continue;
+    }
+    try {
+      const moved = stoppedFirst || stop() ? null : await writeClaim(db, bucket, engine.name, prefix, p.rows, bytes, stop);
+      // Its objects gone (retention, an operator), a claim is left as it is: its reads would be spent on them again.
+      out.push({ ...p.claim, moved: moved ?? 0, state: moved === null ? "stopped" : moved === 0 ? "done" : p.state });
+    } catch (error) {
+      out.push({ ...p.claim, moved: 0, state: "failed", error });
+    }
   }
   return out;
 }
@@ -122,8 +140,8 @@ function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: C
   });
 }
 
-/** One claim's rows that were read, one after the other, as an object of its own; the rows that point to it. */
-async function writeClaim(db: D1Database, bucket: R2Bucket, engine: string, prefix: string, rows: readonly Row[], bytes: Map<string, Uint8Array>, stop: () => boolean): Promise<number> {
+/** One claim's rows that were read, one after the other, as an object of its own: the rows that now point to it; null when a stop came first. */
+async function writeClaim(db: D1Database, bucket: R2Bucket, engine: string, prefix: string, rows: readonly Row[], bytes: Map<string, Uint8Array>, stop: () => boolean): Promise<number | null> {
   const ordered = [...rows].sort((a, b) => a.order - b.order);
   const kept = ordered.filter((r) => bytes.has(r.call_id));
   if (new Set(kept.map((r) => r.body_key)).size < 2) return 0;
@@ -141,7 +159,7 @@ async function writeClaim(db: D1Database, bucket: R2Bucket, engine: string, pref
   await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
   if (stop()) {
     await bucket.delete(key);
-    return 0;
+    return null;
   }
   const statements = [];
   for (let i = 0; i < moves.length; i += MOVES_PER_STATEMENT) statements.push(db.prepare(MOVE_SQL).bind(engine, key, JSON.stringify(moves.slice(i, i + MOVES_PER_STATEMENT))));

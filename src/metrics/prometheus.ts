@@ -100,7 +100,7 @@ export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
       counter("rx_relay_calls_total", "Relayed LLM calls admitted since the engine's object started.", o.relay.calls),
       counter("rx_relay_engine_requests_total", "The relay's requests to the engine that carried those calls.", o.relay.engine_requests),
       relayFailures(o.relay.failures),
-      gauge("rx_ledger_claims_to_gather", "Ended claims whose recorded calls wait to be gathered into one object each.", o.ledger.claims_to_gather),
+      gauge("rx_ledger_claims_to_gather", "Claims whose recorded calls wait to be gathered into one object each, live ones included.", o.ledger.claims_to_gather),
       gauge("rx_storage_used_bytes", "Bytes of the engine's store in use.", o.storage.used_bytes),
       gauge("rx_storage_high_water_bytes", "Above this, requests that add data are refused 503 storage_full.", o.storage.high_water_bytes),
       gauge("rx_storage_max_bytes", "The most the engine's store holds.", o.storage.max_bytes),
