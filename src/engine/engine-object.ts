@@ -750,7 +750,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.rearm(now);
   }
 
-  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the sweep of old ledger calls and buffer steps. */
+  /** Sets the alarm to the earliest pending deadline: lease expiry, command redelivery, acked commands' deletion, outbox retry, group TTL, the sweep of old ledger calls and buffer steps, the claims' calls to gather. */
   private rearm(now: number): void {
     const commands = this.channel.commands;
     this.schedule.rearm([this.episodes.earliestLeaseExpiry(), commands.nextRedelivery(now), commands.nextSweep(), this.outbox.nextDue(), this.buffer.nextExpiry(), this.retention.next(), this.compactions.next()]);

@@ -42,6 +42,18 @@ export type CompactOptions = { reads: number; stop?: () => boolean; maxBytes?: n
 
 const claimOf = (episode: string, fence: number): string => `${fence}\n${episode}`;
 
+/** `items` by `key`, each list in the items' order, the keys in the order they first came. */
+function groupBy<T>(items: Iterable<T>, key: (t: T) => string): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const t of items) {
+    const k = key(t);
+    const list = out.get(k);
+    if (list === undefined) out.set(k, [t]);
+    else list.push(t);
+  }
+  return out;
+}
+
 /** A claim's part of a run: the objects it gathers (in the order of its calls) and their rows. */
 type Plan = { claim: ClaimName; rows: Row[]; objects: number; state: "done" | "more" };
 
@@ -66,15 +78,11 @@ export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { 
     .bind(engine.name, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
     .all<Row>();
   const prefix = bodyPrefix(engine.name, engine.incarnation);
-  const byClaim = new Map<string, Row[]>();
-  for (const [order, r] of results.entries()) {
-    if (!r.body_key.startsWith(prefix)) continue;
-    r.order = order;
-    const k = claimOf(r.episode_uuid, r.fence);
-    let rows = byClaim.get(k);
-    if (rows === undefined) byClaim.set(k, (rows = []));
-    rows.push(r);
-  }
+  for (const [order, r] of results.entries()) r.order = order;
+  const byClaim = groupBy(
+    results.filter((r) => r.body_key.startsWith(prefix)),
+    (r) => claimOf(r.episode_uuid, r.fence),
+  );
   const plans = plan(claims, byClaim, opts);
   const wanted = plans.flatMap((p) => (p.objects >= 2 ? p.rows : []));
   const stop = opts.stop ?? (() => false);
@@ -104,12 +112,7 @@ function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: C
   const read = new Set<string>();
   let bytes = 0;
   return claims.map((claim) => {
-    const byObject = new Map<string, Row[]>();
-    for (const r of byClaim.get(claimOf(claim.episode, claim.fence)) ?? []) {
-      let list = byObject.get(r.body_key);
-      if (list === undefined) byObject.set(r.body_key, (list = []));
-      list.push(r);
-    }
+    const byObject = groupBy(byClaim.get(claimOf(claim.episode, claim.fence)) ?? [], (r) => r.body_key);
     if (byObject.size <= 1) return { claim, rows: [], objects: 0, state: "done" };
     const rows: Row[] = [];
     let objects = 0;
@@ -154,7 +157,7 @@ async function writeClaim(db: D1Database, bucket: R2Bucket, engine: string, pref
     at += r.body_length;
   }
   // Named in the latest day of those it gathers (`<prefix><day>/...`), so that retention deletes it with the last of them.
-  const day = kept.reduce((d, r) => (r.body_key.slice(prefix.length, prefix.length + 10) > d ? r.body_key.slice(prefix.length, prefix.length + 10) : d), "");
+  const day = kept.map((r) => r.body_key.slice(prefix.length, prefix.length + "YYYY-MM-DD".length)).reduce((a, b) => (b > a ? b : a));
   const key = `${prefix}${day}/claim-${await digestOf(object)}.jsonl`;
   await bucket.put(key, object, { httpMetadata: { contentType: "application/x-ndjson" } });
   if (stop()) {
@@ -185,14 +188,8 @@ const MOVES_PER_STATEMENT = 200;
  * than its rows say is left out.
  */
 async function readRows(bucket: R2Bucket, rows: readonly Row[]): Promise<Map<string, Uint8Array>> {
-  const byObject = new Map<string, Row[]>();
-  for (const r of rows) {
-    let list = byObject.get(r.body_key);
-    if (list === undefined) byObject.set(r.body_key, (list = []));
-    list.push(r);
-  }
   const out = new Map<string, Uint8Array>();
-  const queue = [...byObject];
+  const queue = [...groupBy(rows, (r) => r.body_key)];
   await Promise.all(
     Array.from({ length: Math.min(READS_AT_ONCE, queue.length) }, async () => {
       for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
