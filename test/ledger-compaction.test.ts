@@ -113,6 +113,8 @@ describe("a claim's recorded calls gathered into one object once it is over", ()
     const [a, b] = claims as [Claim, Claim];
     const waiting = async () => (await e.as("viewer").overview()).ledger.claims_to_gather;
     expect(await waiting()).toBe(2);
+    // One engine request a recorded batch, whatever its calls.
+    expect((await e.as("viewer").overview()).ledger.engine_requests).toBe(3);
     expect((await end(e, a)).success).toBe(true);
     // The ended claim's last call's record arrives after its end, as a gateway ships it.
     await interleaved(e, [a], 1, 3);

@@ -57,6 +57,7 @@ describe("the engine's metrics for Prometheus", () => {
     expect(value(families, "rx_episodes", { state: "registered" })).toBe(o.episodes.registered);
     expect(value(families, "rx_pending_commands")).toBe(o.pending_commands);
     expect(value(families, "rx_ledger_claims_to_gather")).toBe(o.ledger.claims_to_gather);
+    expect(value(families, "rx_ledger_engine_requests_total")).toBe(o.ledger.engine_requests);
     expect(value(families, "rx_agent_connected")).toBe(0);
     expect(value(families, "rx_storage_used_bytes")).toBe(o.storage.used_bytes);
     expect(value(families, "rx_storage_used_bytes")).toBeGreaterThan(0);

@@ -92,13 +92,18 @@ export async function claimRelayed(engine: EngineAccess, o: { prefix: string; n:
   return out;
 }
 
-/** The engine's own counts of the calls its relay admitted and the requests that carried them, read loosely as gatewayUrl is. */
+/**
+ * The engine's own counts of the calls its relay admitted and the requests that carried them, with
+ * the ledger's (one a recorded batch, naming its claims; absent in a checkout from before them),
+ * read loosely as gatewayUrl is.
+ */
 export async function relayCounts(engine: EngineAccess): Promise<{ calls: number; engine_requests: number }> {
   const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
-  const body = (await res.json()) as { relay?: { calls?: unknown; engine_requests?: unknown } };
+  const body = (await res.json()) as { relay?: { calls?: unknown; engine_requests?: unknown }; ledger?: { engine_requests?: unknown } };
   const { calls, engine_requests } = body.relay ?? {};
   if (typeof calls !== "number" || typeof engine_requests !== "number") throw new Error(`the engine's overview has no relay counts (${res.status})`);
-  return { calls, engine_requests };
+  const ledger = body.ledger?.engine_requests;
+  return { calls, engine_requests: engine_requests + (typeof ledger === "number" ? ledger : 0) };
 }
 
 /** The gateway the engine's overview names, read loosely: an older checkout's overview lacks fields this tree's client requires. */

@@ -503,7 +503,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
         outbox: this.outbox.view(),
         agent: this.channel.status(),
         relay: { ...this.relay.counts(), ...this.relayFailed.view() },
-        ledger: { claims_to_gather: this.compactions.size() },
+        ledger: { claims_to_gather: this.compactions.size(), engine_requests: this.compactions.requests },
         atropos: this.atroposHub.overview(),
         storage: this.storage.view(),
       });
@@ -662,6 +662,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
    */
   async ledgerRecorded(caller: Caller, incarnation: string, claims: ClaimName[]): Promise<Reply<null>> {
     return this.guarded(caller, "agent_record_calls", () => {
+      this.compactions.requests++;
       if (this.store.meta.incarnation === incarnation) this.tx(() => this.compactions.recorded(claims));
       return ok(null);
     });

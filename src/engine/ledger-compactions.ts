@@ -37,6 +37,9 @@ export type CompactionHost = {
 };
 
 export class LedgerCompactions {
+  /** The Worker's requests naming the claims of a recorded batch, since this object started (the overview). */
+  requests = 0;
+
   constructor(
     private readonly sql: SqlStorage,
     private readonly host: CompactionHost,

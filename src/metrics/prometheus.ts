@@ -101,6 +101,7 @@ export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
       counter("rx_relay_engine_requests_total", "The relay's requests to the engine that carried those calls.", o.relay.engine_requests),
       relayFailures(o.relay.failures),
       gauge("rx_ledger_claims_to_gather", "Claims whose recorded calls wait to be gathered into one object each, live ones included.", o.ledger.claims_to_gather),
+      counter("rx_ledger_engine_requests_total", "The ledger's requests to the engine, one per batch of calls recorded, since the engine's object started.", o.ledger.engine_requests),
       gauge("rx_storage_used_bytes", "Bytes of the engine's store in use.", o.storage.used_bytes),
       gauge("rx_storage_high_water_bytes", "Above this, requests that add data are refused 503 storage_full.", o.storage.high_water_bytes),
       gauge("rx_storage_max_bytes", "The most the engine's store holds.", o.storage.max_bytes),

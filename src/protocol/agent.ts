@@ -158,10 +158,11 @@ export const EngineOverview = z.object({
     last_failure: z.object({ kind: z.string(), message: z.string(), at: z.number() }).nullable(),
   }),
   /**
-   * The ledger's claims whose recorded calls wait to be gathered into one object each, once they
-   * are over (docs/ledger.md, "Where the bodies are").
+   * The ledger's claims whose recorded calls wait to be gathered into one object each, live ones
+   * included (docs/ledger.md, "Gathered by claim"); and its requests to this engine since the
+   * engine's object last started, one per batch of calls recorded, naming the batch's claims.
    */
-  ledger: z.object({ claims_to_gather: z.number() }),
+  ledger: z.object({ claims_to_gather: z.number(), engine_requests: z.number() }),
   /** Atropos's trajectory API on this engine, what keeps its batches from being cut included. */
   atropos: AtroposOverview,
   /** How full the engine's store is, and the bound above which writes that add data are refused. */
