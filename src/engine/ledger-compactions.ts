@@ -109,7 +109,7 @@ export class LedgerCompactions {
     for (const g of gathered) {
       const was = seen.get(`${g.fence}\n${g.episode}`) ?? 0;
       if (g.state === "done") this.sql.exec("DELETE FROM ledger_compactions WHERE episode_uuid = ? AND fence = ? AND due_at = ?", g.episode, g.fence, was);
-      else if (g.state === "more") this.sql.exec("UPDATE ledger_compactions SET due_at = ? WHERE episode_uuid = ? AND fence = ? AND due_at = ?", at, g.episode, g.fence, was);
+      // `more` stays where it is in the queue, due: the next alarm, at once, takes it first.
       else if (g.state === "failed") {
         failure ??= g.error;
         this.sql.exec(

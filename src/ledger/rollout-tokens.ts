@@ -63,7 +63,8 @@ const CLAIMS_PER_READ = 16;
  * R2 reads one pull may make (an invocation makes at most 1,000 requests to other services, on
  * some plans). Each run reads every object its claims' calls are in, and a batch object holds the
  * calls of all the claims its gateway relayed within a second: when the runs' reads would pass
- * this, runs are longer (fewer runs read a shared object fewer times).
+ * this, runs are longer (fewer runs read a shared object fewer times). A claim over for a few
+ * seconds is one object of its own (compaction.ts), and its runs stay short.
  */
 const MAX_R2_READS = 800;
 /** D1 queries one pull may make (1,000 an invocation): one for the claims' objects, one a run. */
