@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { GetRolloutDataResponse } from "../src/protocol/buffer";
 import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
-import { callRecord, postCalls, batchOf } from "./support/ledger";
+import { callRecord, postCalls, batchOf, rolloutEngine } from "./support/ledger";
 import { sys, threeTurns, user } from "./support/ledger-calls";
 import { claimKeyFields, createEngine, endBody, ORIGIN, raw, rollingWith, workerFetch, type TestEngine } from "./support/harness";
 
@@ -46,13 +46,6 @@ const THINKING_TURNS = [
 /** Its last call, a new history: a sample as any other. */
 const FOURTH = { call_index: 4, tokens: [1, 2, 3, 99, 13], response_length: 1, loss_mask: [1], rollout_log_probs: [-0.25], weight_version: 3 };
 
-async function rolloutEngine(name: string, repeats: number): Promise<TestEngine> {
-  const e = await createEngine(name);
-  await e.as("trainer").startRollout({ num_repeat_per_sample: repeats, job_session: "job-1" });
-  await rollingWith(e, repeats);
-  return e;
-}
-
 async function claimAndRecord(e: TestEngine, client: string, calls: (c: ClaimRef) => CallRecord[], reward = 1): Promise<ClaimRef> {
   const claim = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 60 });
   const k = await claimKeyFields(claim.openai_api_key);
@@ -67,9 +60,7 @@ const pull = (e: TestEngine, body: unknown) => workerFetch(`${ORIGIN}/e/${e.name
 
 describe("rollout data with the ledger's tokens", () => {
   it("gives an AgentJet claim's item its tokens, loss mask and logprobs; leaves one without recorded calls as it was", async () => {
-    const e = await createEngine("rtok");
-    await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
-    await rollingWith(e, 2);
+    const e = await rolloutEngine("rtok", 2);
     const client = e.as("client");
     const recorded = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
     const k = await claimKeyFields(recorded.openai_api_key);
@@ -104,9 +95,7 @@ describe("rollout data with the ledger's tokens", () => {
   });
 
   it("gives a claim whose training sequence stops before its end no tokens, and says where it stopped", async () => {
-    const e = await createEngine("rtok-drift");
-    await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
-    await rollingWith(e, 1);
+    const e = await rolloutEngine("rtok-drift", 1);
     const client = e.as("client");
     const claim = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });
     const k = await claimKeyFields(claim.openai_api_key);

@@ -37,11 +37,17 @@ export function checkingDeltaForm(l: LedgerClient): LedgerClient {
   return l;
 }
 
+/** An engine whose rollout groups `repeats` claims of a task, rolling with that many episodes registered. */
+export async function rolloutEngine(name: string, repeats: number): Promise<TestEngine> {
+  const e = await createEngine(name);
+  await e.as("trainer").startRollout({ num_repeat_per_sample: repeats, job_session: "job-1" });
+  await rollingWith(e, repeats);
+  return e;
+}
+
 /** An engine whose rollout groups `n` claims, and `n` claims of it. */
 export async function groupOfClaims(name: string, n: number) {
-  const e = await createEngine(name);
-  await e.as("trainer").startRollout({ num_repeat_per_sample: n, job_session: "job-1" });
-  await rollingWith(e, n);
+  const e = await rolloutEngine(name, n);
   const claims: { episode: string; fence: number; client: string }[] = [];
   for (let k = 0; k < n; k++) {
     const claim = await e.as("client").claimEpisode({ client_uuid: `c${k}`, discard_episode_timeout: 600 });
