@@ -17,11 +17,10 @@
 import { bodyPrefix } from "./keys";
 import { digestOf } from "./ingest";
 import { CALL_ORDER, MAX_CALLS_PER_TRAJECTORY } from "./read";
+import { groupBy, readRanges } from "./ranged-reads";
 
 /** Bytes one gathered object holds at most: they are held in memory while it is written. */
 export const COMPACT_MAX_BYTES = 16 * 1024 * 1024;
-/** Objects read at once. */
-const READS_AT_ONCE = 4;
 
 type Row = { episode_uuid: string; fence: number; call_id: string; body_key: string; body_offset: number; body_length: number; order: number };
 export type ClaimName = { episode: string; fence: number };
@@ -41,18 +40,6 @@ export type Gathered = { episode: string; fence: number; moved: number; state: "
 export type CompactOptions = { reads: number; stop?: () => boolean; maxBytes?: number };
 
 const claimOf = (episode: string, fence: number): string => `${fence}\n${episode}`;
-
-/** `items` by `key`, each list in the items' order, the keys in the order they first came. */
-function groupBy<T>(items: Iterable<T>, key: (t: T) => string): Map<string, T[]> {
-  const out = new Map<string, T[]>();
-  for (const t of items) {
-    const k = key(t);
-    const list = out.get(k);
-    if (list === undefined) out.set(k, [t]);
-    else list.push(t);
-  }
-  return out;
-}
 
 /** A claim's part of a run: the objects it gathers (in the order of its calls) and their rows. */
 type Plan = { claim: ClaimName; rows: Row[]; objects: number; state: "done" | "more" };
@@ -183,26 +170,15 @@ const MOVE_SQL = `UPDATE llm_calls SET body_key = ?2,
 const MOVES_PER_STATEMENT = 200;
 
 /**
- * Each row's bytes, copied out of one ranged read per object (the run's rows in it), so that no
- * read is held past its rows; a row whose object is gone (retention, an operator) or shorter
- * than its rows say is left out.
+ * Each row's bytes, copied out of one ranged read per object (the run's rows in it: ranged-reads.ts),
+ * so that no read is held past its rows; a row whose object is gone (retention, an operator) or
+ * shorter than its rows say is left out.
  */
 async function readRows(bucket: R2Bucket, rows: readonly Row[]): Promise<Map<string, Uint8Array>> {
   const out = new Map<string, Uint8Array>();
-  const queue = [...groupBy(rows, (r) => r.body_key)];
-  await Promise.all(
-    Array.from({ length: Math.min(READS_AT_ONCE, queue.length) }, async () => {
-      for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
-        const [key, list] = next;
-        const from = Math.min(...list.map((r) => r.body_offset));
-        const to = Math.max(...list.map((r) => r.body_offset + r.body_length));
-        const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
-        if (obj === null) continue;
-        const got = new Uint8Array(await obj.arrayBuffer());
-        if (got.byteLength < to - from) continue;
-        for (const r of list) out.set(r.call_id, got.slice(r.body_offset - from, r.body_offset - from + r.body_length));
-      }
-    }),
-  );
+  await readRanges(bucket, rows, (list, got, from, length) => {
+    if (got === null || got.byteLength < length) return;
+    for (const r of list) out.set(r.call_id, got.slice(r.body_offset - from, r.body_offset - from + r.body_length));
+  });
   return out;
 }

@@ -9,6 +9,7 @@ import { chainBeginsWith, chained, chainOf, itemsOf, type Chain } from "./chain"
 import { promptOf, rebuildAll, UNKNOWN, type Rebuilt, type StoredCall } from "./rebuild";
 import { isPromptDelta, sameMessage, sameToken, sequencePrompt } from "./splice";
 import { trainingSequence, type TokenTurn } from "./training-sequence";
+import { groupBy, readRanges } from "./ranged-reads";
 
 /**
  * The most calls one trajectory answers with; a claim with more is cut there, and says so
@@ -200,40 +201,16 @@ type CallRow = {
 
 const dec = new TextDecoder();
 
-/** Objects read at once: each read's bytes are held until its calls' bodies are parsed out of them. */
-const READS_AT_ONCE = 4;
-
-/**
- * The bodies of `calls`, one R2 read per object (a claim's calls of one batch are read together),
- * READS_AT_ONCE at a time: an object holds the calls of every claim its gateway relayed within a
- * second, so a read of a few claims' calls can span most of it.
- */
+/** The bodies of `calls`, one R2 read per object (a claim's calls of one batch are read together: ranged-reads.ts). */
 async function readBodies(bucket: R2Bucket, calls: readonly CallRow[]): Promise<Map<string, CallBody | null>> {
-  const byKey = new Map<string, CallRow[]>();
-  for (const c of calls) {
-    let list = byKey.get(c.body_key);
-    if (list === undefined) byKey.set(c.body_key, (list = []));
-    list.push(c);
-  }
   const out = new Map<string, CallBody | null>();
-  const objects = [...byKey];
-  await Promise.all(
-    Array.from({ length: Math.min(READS_AT_ONCE, objects.length) }, async () => {
-      for (let next = objects.pop(); next !== undefined; next = objects.pop()) await readObject(next[0], next[1]);
-    }),
-  );
-  return out;
-
-  async function readObject(key: string, list: CallRow[]): Promise<void> {
-    const from = Math.min(...list.map((c) => c.body_offset));
-    const to = Math.max(...list.map((c) => c.body_offset + c.body_length));
-    const obj = await bucket.get(key, { range: { offset: from, length: to - from } });
-    const bytes = obj === null ? null : new Uint8Array(await obj.arrayBuffer());
+  await readRanges(bucket, calls, (list, bytes, from) => {
     for (const c of list) {
       // A body that retention or an operator removed reads as null: the call's index row still says what it was.
       out.set(c.call_id, bytes === null ? null : (JSON.parse(dec.decode(bytes.subarray(c.body_offset - from, c.body_offset - from + c.body_length))) as CallBody));
     }
-  }
+  });
+  return out;
 }
 
 /**
@@ -520,12 +497,7 @@ export async function claimObjects(db: D1Database, engine: string, claims: reado
     )
     .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
     .all<{ episode_uuid: string; fence: number; body_key: string }>();
-  for (const r of results) {
-    const k = claimKey(r.episode_uuid, r.fence);
-    let keys = out.get(k);
-    if (keys === undefined) out.set(k, (keys = []));
-    keys.push(r.body_key);
-  }
+  for (const [k, rows] of groupBy(results, (r) => claimKey(r.episode_uuid, r.fence))) out.set(k, rows.map((r) => r.body_key));
   return out;
 }
 
