@@ -151,10 +151,6 @@ export function isChatRequest(v: unknown): v is ChatRequestShape {
   return typeof model === "string" && model.length > 0 && (stream === undefined || typeof stream === "boolean");
 }
 
-/**
- * Relayed calls that failed as their clients got them, counted by one isolate of the Worker
- * since its last report (src/relay/relay-failures.ts): by kind ("<status> <code>"), and the latest.
- */
 /** The codes of the relay's 503s (claim-gate.ts, relay-routes.ts): the engine is busy elsewhere, not broken. */
 export const RELAY_REFUSAL_CODES = ["engine_not_rolling", "sync_hold_expired", "no_gateway", "engine_unreachable", "admission_unsettled"] as const;
 
@@ -172,6 +168,10 @@ export const RELAY_OWN_FAILURE_KINDS = [
   "504 upstream_timeout",
 ] as const;
 
+/**
+ * Relayed calls that failed as their clients got them, counted by one isolate of the Worker
+ * since its last report (src/relay/relay-failures.ts): by kind ("<status> <code>"), and the latest.
+ */
 export type RelayFailureReport = { counts: Record<string, number>; last: { kind: string; message: string; at: number } };
 
 /** Adds `n` failures of `kind` to `counts`, which names at most `maxKinds` kinds: past that, the rest count as "other". */
