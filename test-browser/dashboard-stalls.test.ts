@@ -148,3 +148,30 @@ describe("the relayed calls that failed", () => {
     await page.close();
   });
 });
+
+describe("the calls the agent recorded", () => {
+  it("says how many were stored and wait on the host, and in red how many were lost on the way, as the agent's heartbeat counts them", async () => {
+    const e = await createEngine(ex, "host-ledger");
+    const trainer = e.as("trainer");
+    const agent = { agent_id: "a", host: "gpu", pid: 1, trainer: { state: "running" as const, pid: 2, started_at: null } };
+    const ledger = { queued_calls: 12, queued_bytes: 40_960, oldest_queued_ms: 1_500, sent_calls: 3_400, duplicate_calls: 2, dropped_calls: 0, refused_calls: 0, unrecorded_calls: 0 };
+    await trainer.heartbeat({ ...agent, ledger });
+    const page = await browser.newPage();
+    const errors = watchErrors(page);
+    await page.goto(`${ex.url}/dashboard?engine=${e.name}&token=${e.tokens.viewer}&refresh=0.3`);
+    await page.waitForSelector("#host-ledger");
+    expect(await page.textContent("#host-ledger")).toBe("LLM calls recorded on the host: 3402 stored · 12 waiting (40 KiB, the oldest for 1.50 s)");
+    expect(await page.getAttribute("#host-ledger", "class")).toBe("sub host-ledger");
+
+    await trainer.heartbeat({ ...agent, ledger: { ...ledger, queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, dropped_calls: 5, unrecorded_calls: 1 } });
+    await page.waitForSelector('#host-ledger[data-lost="6"]', { timeout: 10_000 });
+    expect(await page.textContent("#host-ledger")).toBe("LLM calls recorded on the host: 3402 stored · 6 lost (dropped 5, unrecorded 1: the agent's log says why)");
+    expect(await page.getAttribute("#host-ledger", "class")).toBe("sub host-ledger lost");
+
+    // An agent that recorded nothing yet says nothing.
+    await trainer.heartbeat({ ...agent, ledger: { queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 0, duplicate_calls: 0, dropped_calls: 0, refused_calls: 0, unrecorded_calls: 0 } });
+    await page.waitForSelector("#host-ledger", { state: "detached", timeout: 10_000 });
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+});

@@ -29,6 +29,7 @@ describe("agent presence", () => {
       gateway_url: null,
       rollout_workers: null,
       runs_off_reason: null,
+      ledger: null,
       last_seen: e.clock.t / 1000,
     });
     e.clock.t += 44_000;
@@ -72,6 +73,21 @@ describe("agent presence", () => {
     const paused = { state: "paused", pid: 77, job_session: "job-1", detail: "paused by the operator" };
     await e.as("trainer").heartbeat({ ...heartbeat(), rollout_workers: paused });
     expect((await e.as("viewer").overview()).agent.rollout_workers).toEqual(paused);
+  });
+
+  it("shows what the agent's gateway recorded and lost on the way to the ledger, from each heartbeat; a bad count changes nothing", async () => {
+    const e = await createEngine();
+    const ledger = { queued_calls: 12, queued_bytes: 40_960, oldest_queued_ms: 1_500, sent_calls: 3_402, duplicate_calls: 2, dropped_calls: 5, refused_calls: 0, unrecorded_calls: 1 };
+    await e.as("trainer").heartbeat({ ...heartbeat(), ledger });
+    expect((await e.as("viewer").overview()).agent.ledger).toEqual(ledger);
+    for (const bad of [{ ...ledger, dropped_calls: -1 }, { ...ledger, sent_calls: 1.5 }, { ...ledger, oldest_queued_ms: "1500" }, { sent_calls: 1 }]) {
+      const r = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), ledger: bad }) });
+      expect(r.status).toBe(422);
+    }
+    expect((await e.as("viewer").overview()).agent.ledger).toEqual(ledger);
+    // An agent without a gateway, or one older than the report, says nothing of it.
+    await e.as("trainer").heartbeat(heartbeat());
+    expect((await e.as("viewer").overview()).agent.ledger).toBeNull();
   });
 
   it("takes the engine OFFLINE with the exit code and last log lines when the trainer dies", async () => {

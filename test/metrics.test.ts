@@ -69,6 +69,27 @@ describe("the engine's metrics for Prometheus", () => {
     }
   });
 
+  it("says what the agent's last heartbeat said of its recorded calls, and nothing of them before it reports", async () => {
+    const e = await createEngine();
+    const agent = { agent_id: "a", host: "gpu-1", pid: 1, trainer: { state: "running" as const } };
+    const before = (await scrape(e)).families;
+    expect([...before.keys()].filter((k) => k.startsWith("rx_agent_ledger"))).toEqual([]);
+    const ledger = { queued_calls: 12, queued_bytes: 40_960, oldest_queued_ms: 1_500, sent_calls: 3_402, duplicate_calls: 2, dropped_calls: 5, refused_calls: 3, unrecorded_calls: 1 };
+    await e.as("trainer").heartbeat({ ...agent, ledger });
+    const { families } = await scrape(e);
+    expect(value(families, "rx_agent_ledger_queued_calls")).toBe(12);
+    expect(value(families, "rx_agent_ledger_queued_bytes")).toBe(40_960);
+    expect(value(families, "rx_agent_ledger_oldest_queued_seconds")).toBe(1.5);
+    expect(families.get("rx_agent_ledger_calls_total")?.type).toBe("COUNTER");
+    const outcomes = Object.fromEntries((families.get("rx_agent_ledger_calls_total")?.metrics ?? []).map((m) => [m.labels?.["outcome"], Number(m.value)]));
+    expect(outcomes).toEqual({ sent: 3_402, duplicate: 2, dropped: 5, refused: 3, unrecorded: 1 });
+    // Nothing waiting: the oldest's wait is absent, not 0.
+    await e.as("trainer").heartbeat({ ...agent, ledger: { ...ledger, queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null } });
+    const after = (await scrape(e)).families;
+    expect(value(after, "rx_agent_ledger_queued_calls")).toBe(0);
+    expect(after.has("rx_agent_ledger_oldest_queued_seconds")).toBe(false);
+  });
+
   it("counts relayed calls' failures by status and code, whatever characters the upstream's code holds", async () => {
     const e = await createEngine();
     await rollingWith(e, 1);

@@ -157,6 +157,7 @@ export async function startAgent(
     gatewayUrl,
     rolloutWorkers: () => rolloutWorkers.report(),
     runsOffReason: () => runs.offReason,
+    ledger: () => ({ ...shipper.report(), unrecorded_calls: recorder.unrecorded }),
   });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),

@@ -5,7 +5,7 @@
  */
 import { hostname } from "node:os";
 import { ExchangeError } from "../../src/client";
-import type { RolloutWorkersStatus, TrainerExitRequest } from "../../src/protocol";
+import type { AgentLedgerReport, RolloutWorkersStatus, TrainerExitRequest } from "../../src/protocol";
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../../src/protocol/relay";
 import { Backoff, type BackoffOptions } from "./backoff";
 import type { Clock } from "./clock";
@@ -32,6 +32,8 @@ export type ReportDeps = {
   rolloutWorkers?: () => RolloutWorkersStatus | null;
   /** Why training runs are off on this host; null when they are on. */
   runsOffReason?: () => string | null;
+  /** The gateway's recorded calls on their way to the ledger, and what became of them. */
+  ledger?: () => AgentLedgerReport;
 };
 
 const MAX_LOG_TAIL = 16_384;
@@ -74,6 +76,7 @@ export class Reports {
         trainer: { state: t.state, pid: t.pid, started_at: t.started_at },
         rollout_workers: this.d.rolloutWorkers?.() ?? null,
         runs_off_reason: headOf(this.d.runsOffReason?.() ?? null, 2000),
+        ledger: this.d.ledger?.() ?? null,
       });
       this.noteClock(answer.server_time * 1000, sentAt, this.d.clock.now());
       this.d.reach.succeeded();

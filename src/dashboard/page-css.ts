@@ -53,7 +53,7 @@ h2 { margin: 0 0 10px; font-size: 12px; font-weight: 600; color: var(--muted); t
 .sub { color: var(--muted); margin: 6px 0 0; font-size: 13px; overflow-wrap: anywhere; }
 .sub.workers.exited { color: #b42318; font-weight: 600; }
 .sub.refusals { color: #b42318; padding-left: 18px; }
-.sub.full, .sub.outbox.stuck, .since.long, .sub.relay.failing { color: #b42318; font-weight: 600; }
+.sub.full, .sub.outbox.stuck, .since.long, .sub.relay.failing, .sub.host-ledger.lost { color: #b42318; font-weight: 600; }
 .since { color: var(--muted); margin-left: 8px; font-size: 13px; }
 .big { font-size: 30px; font-weight: 650; margin: 0; font-variant-numeric: tabular-nums; }
 .badge { display: inline-block; margin: 0; padding: 4px 12px; border-radius: 999px; font-weight: 650; font-size: 15px; letter-spacing: 0.02em; }

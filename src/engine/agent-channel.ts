@@ -153,7 +153,7 @@ export class AgentChannel {
   status(): AgentStatus {
     const a = this.record();
     if (a === null) {
-      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, rollout_workers: null, runs_off_reason: null, last_seen: null };
+      return { connected: false, agent_id: null, host: null, pid: null, version: null, trainer_state: null, trainer_pid: null, gateway_url: null, rollout_workers: null, runs_off_reason: null, ledger: null, last_seen: null };
     }
     return {
       connected: this.host.now() / 1000 - a.last_seen < AGENT_STALE_AFTER_SECONDS,
@@ -167,6 +167,7 @@ export class AgentChannel {
       // Records written before agents reported rollout workers have no such field.
       rollout_workers: a.rollout_workers ?? null,
       runs_off_reason: a.runs_off_reason ?? null,
+      ledger: a.ledger ?? null,
       last_seen: a.last_seen,
     };
   }

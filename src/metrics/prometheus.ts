@@ -71,6 +71,26 @@ function relayFailures(failures: Record<string, number>): Family {
   };
 }
 
+/**
+ * The agent's queue of recorded calls and what became of them, as of its last heartbeat; absent
+ * when it reported none. Its counts start over with the agent, as a process's counters do.
+ */
+function agentLedger(l: EngineOverview["agent"]["ledger"]): Family[] {
+  if (l === null) return [];
+  return [
+    gauge("rx_agent_ledger_queued_calls", "Calls the agent recorded and has not yet stored in the ledger.", l.queued_calls),
+    gauge("rx_agent_ledger_queued_bytes", "Bytes of those calls' records and media.", l.queued_bytes),
+    gauge("rx_agent_ledger_oldest_queued_seconds", "How long the oldest of them had waited at the agent's last heartbeat (absent when none waits).", l.oldest_queued_ms === null ? null : l.oldest_queued_ms / 1000),
+    byLabel("rx_agent_ledger_calls_total", "counter", "Calls the agent recorded, since it started, by what became of them: stored (sent, or duplicate when the exchange had them), or lost (dropped from a full queue, refused, unrecorded).", "outcome", {
+      sent: l.sent_calls,
+      duplicate: l.duplicate_calls,
+      dropped: l.dropped_calls,
+      refused: l.refused_calls,
+      unrecorded: l.unrecorded_calls,
+    }),
+  ];
+}
+
 /** 1 for `current`, 0 for every other status AgentJet knows (and `current` kept, should it be one no list names). */
 function engineStatuses(current: string): Record<string, number> {
   const all: Record<string, number> = Object.fromEntries(ENGINE_STATUSES.map((s) => [s, 0]));
@@ -97,6 +117,7 @@ export function engineMetrics(o: EngineOverview, h: HealthResponse): string {
       gauge("rx_outbox_last_error_timestamp_seconds", "When D1 last refused a row still waiting (absent when none failed).", seconds(o.outbox.last_error_at)),
       gauge("rx_agent_connected", "1 while the GPU host's agent calls in.", o.agent.connected ? 1 : 0),
       gauge("rx_agent_last_seen_timestamp_seconds", "The agent's last heartbeat.", o.agent.last_seen),
+      ...agentLedger(o.agent.ledger),
       counter("rx_relay_calls_total", "Relayed LLM calls admitted since the engine's object started.", o.relay.calls),
       counter("rx_relay_engine_requests_total", "The relay's requests to the engine that carried those calls.", o.relay.engine_requests),
       relayFailures(o.relay.failures),

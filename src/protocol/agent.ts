@@ -33,6 +33,30 @@ export const RolloutWorkersStatus = z.object({
 });
 export type RolloutWorkersStatus = z.infer<typeof RolloutWorkersStatus>;
 
+const Count = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+
+/**
+ * The agent's queue of recorded calls on their way to the ledger, and what became of the calls
+ * it recorded, counted since the agent started. Only the agent sees the calls it could not
+ * ship: without this a ledger short of calls would say so nowhere but in the agent's log.
+ */
+export const AgentLedgerReport = z.object({
+  queued_calls: Count,
+  queued_bytes: Count,
+  /** How long the oldest queued call has waited, as of the heartbeat (ms; a duration, so the hosts' clocks need not agree); null when none waits. */
+  oldest_queued_ms: Count.nullable(),
+  /** Stored by the exchange; `duplicate_calls` it had already (a batch sent again after its answer was lost). */
+  sent_calls: Count,
+  duplicate_calls: Count,
+  /** Lost: the oldest, dropped while the queue was over its bytes (the exchange did not take them fast enough). */
+  dropped_calls: Count,
+  /** Lost: in batches the exchange refused (a 4xx no retry changes). */
+  refused_calls: Count,
+  /** Lost: calls the gateway answered but could not make a record of (the agent's log says why). */
+  unrecorded_calls: Count,
+});
+export type AgentLedgerReport = z.infer<typeof AgentLedgerReport>;
+
 /**
  * Kept whole in the engine's kv as JSON: its strings are at most 3,776 UTF-16 units, 22,656
  * bytes escaped (6 per unit), far under what a row holds (protocol/limits.ts).
@@ -53,6 +77,8 @@ export const AgentHeartbeatRequest = z.object({
   rollout_workers: RolloutWorkersStatus.nullable().default(null),
   /** Why training runs are off on this host (no runs config, or one that does not load); null when they are on. */
   runs_off_reason: z.string().max(2000).nullable().default(null),
+  /** Null when the agent runs no gateway (or predates this report). */
+  ledger: AgentLedgerReport.nullable().default(null),
 });
 export type AgentHeartbeatRequest = z.infer<typeof AgentHeartbeatRequest>;
 
@@ -71,6 +97,8 @@ export const AgentStatus = z.object({
   rollout_workers: RolloutWorkersStatus.nullable(),
   /** Why training runs are off on the agent's host, in its words; null when they are on (or unknown). */
   runs_off_reason: z.string().nullable(),
+  /** The agent's recorded calls, as of its last heartbeat; null when it reported none. */
+  ledger: AgentLedgerReport.nullable(),
   /** Unix seconds of the last heartbeat; null if the agent never called in. */
   last_seen: z.number().nullable(),
 });

@@ -36,6 +36,7 @@ export class CallRecorder {
   readonly history: ClaimHistory;
   /** Claims with a call captured: their calls relayed with capture off are recorded as stubs. */
   private readonly captured: CapturedClaims;
+  private failed = 0;
 
   constructor(
     private readonly o: { historyBytes: number; sink: RecordSink; logger: Logger; capBytes?: number; maxCapturedClaims?: number },
@@ -57,11 +58,17 @@ export class CallRecorder {
     return true;
   }
 
+  /** Calls answered whose record could not be made (each logged), since the agent started. */
+  get unrecorded(): number {
+    return this.failed;
+  }
+
   record(call: FinishedCall): void {
     try {
       if (call.call.capture === "off") this.stub(call);
       else this.build(call);
     } catch (e) {
+      this.failed++;
       this.o.logger.warn(`ledger: could not record call ${call.call.call_id} of episode ${call.env.episode_uuid}: ${describeError(e)}`);
     }
   }

@@ -17,6 +17,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
+import type { AgentLedgerReport } from "../../../src/protocol/agent";
 import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallRecord } from "../../../src/protocol/ledger";
 import { Backoff, type BackoffOptions } from "../backoff";
 import type { Clock } from "../clock";
@@ -54,8 +55,8 @@ const MAX_UPLOADED_MEDIA = 10_000;
 
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
-/** A batch and the media its records refer to. */
-type Outgoing = { batch: CallBatch; media: Map<string, string> };
+/** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued. */
+type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number };
 
 export type ShipperStats = { queued: number; queuedBytes: number; sent: number; duplicates: number; dropped: number; refused: number };
 
@@ -74,7 +75,7 @@ export class CallShipper {
   /** Aborts waits when a shutdown's deadline passes. */
   private readonly stopper = new AbortController();
   private readonly backoff: Backoff;
-  private inFlight: CallBatch | null = null;
+  private inFlight: Outgoing | null = null;
   /** Media uploaded, each with the UTC day it was: uploaded again on another day. Oldest first out. */
   private readonly uploaded = new Map<string, string>();
   /** Until when uploads are skipped: the exchange said it has no media route (an older Worker). */
@@ -119,6 +120,21 @@ export class CallShipper {
     return { queued: this.queue.length, queuedBytes: this.queuedBytes, ...this.stats };
   }
 
+  /** What the heartbeat says of the shipper (AgentLedgerReport): the batch being sent counts as queued until it is stored. */
+  report(): Omit<AgentLedgerReport, "unrecorded_calls"> {
+    const sending = this.inFlight;
+    const oldest = sending?.at ?? this.queue[0]?.at;
+    return {
+      queued_calls: this.queue.length + (sending?.batch.calls.length ?? 0),
+      queued_bytes: this.queuedBytes + (sending?.bytes ?? 0),
+      oldest_queued_ms: oldest === undefined ? null : Math.max(0, this.o.clock.now() - oldest),
+      sent_calls: this.stats.sent,
+      duplicate_calls: this.stats.duplicates,
+      dropped_calls: this.stats.dropped,
+      refused_calls: this.stats.refused,
+    };
+  }
+
   /**
    * Sends what is queued without waiting for batches to fill, within `deadlineMs`; what is left
    * after it is counted lost. Calls recorded after this are dropped.
@@ -134,7 +150,7 @@ export class CallShipper {
       timeUp.abort();
     }
     this.stopper.abort();
-    const lost = this.queue.length + (this.inFlight?.calls.length ?? 0);
+    const lost = this.queue.length + (this.inFlight?.batch.calls.length ?? 0);
     if (lost > 0) this.o.logger.warn(`ledger: stopped with ${lost} recorded call${lost === 1 ? "" : "s"} not sent`);
     this.queue.length = 0;
     this.queuedBytes = 0;
@@ -151,7 +167,7 @@ export class CallShipper {
         continue;
       }
       const out = this.takeBatch();
-      this.inFlight = out.batch;
+      this.inFlight = out;
       await this.send(out);
       this.inFlight = null;
     }
@@ -160,6 +176,7 @@ export class CallShipper {
   private takeBatch(): Outgoing {
     const calls: CallRecord[] = [];
     const media = new Map<string, string>();
+    const at = this.queue[0]?.at ?? this.o.clock.now();
     let bytes = 0;
     while (this.queue.length > 0 && calls.length < this.batchCalls) {
       const next = this.queue[0] as Queued;
@@ -170,7 +187,7 @@ export class CallShipper {
       calls.push(next.record);
       for (const [d, data] of next.media) media.set(d, data);
     }
-    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media };
+    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media, bytes, at };
   }
 
   /** Uploads the media not uploaded today. */

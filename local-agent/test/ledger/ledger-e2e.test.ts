@@ -66,7 +66,7 @@ const tools = [{ type: "function", function: { name: "lookup", parameters: { typ
 
 describe("trajectory ledger, end to end", () => {
   it("records three relayed turns with a tool call, and gives back the exact tokens, loss mask and logprobs", async () => {
-    const { claim, ledger, end, recorded } = await setup();
+    const { claim, ledger, end, recorded, role } = await setup();
     const messages: Record<string, unknown>[] = [
       { role: "system", content: "Be brief." },
       { role: "user", content: "tool:weather" },
@@ -118,6 +118,13 @@ describe("trajectory ledger, end to end", () => {
     const listed = (await v.list()).trajectories[0];
     expect(listed).toMatchObject({ episode_uuid: "ep-1", outcome: "ended", reward: 1, calls: 3 });
     expect(listed?.completion_tokens).toBe(s1.completion.length + s2.completion.length + s3.completion.length);
+
+    // The agent's heartbeat tells the engine what became of the calls it recorded: all three stored, none waiting or lost.
+    const hostLedger = await waitUntil(async () => {
+      const l = (await role("viewer").overview()).agent.ledger;
+      return l?.sent_calls === 3 ? l : null;
+    }, "a heartbeat counting the three calls stored");
+    expect(hostLedger).toEqual({ queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 3, duplicate_calls: 0, dropped_calls: 0, refused_calls: 0, unrecorded_calls: 0 });
   });
 
   it("says where the server re-tokenized the history, instead of splicing it", async () => {

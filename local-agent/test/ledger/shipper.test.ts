@@ -221,6 +221,30 @@ describe("ledger shipper", () => {
     expect(ids(received[0]!.batch)).toEqual(all.slice(15).map((r) => r.call_id));
   });
 
+  it("reports to the heartbeat what waits (a batch being retried included, with its oldest call's wait) and what was stored or lost", async () => {
+    const one = Buffer.byteLength(JSON.stringify(record()));
+    start({ maxQueueBytes: one * 3 });
+    expect(shipper.report()).toEqual({ queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 0, duplicate_calls: 0, dropped_calls: 0, refused_calls: 0 });
+    script = [{ status: 503, body: { error: "unavailable", detail: "down for a moment" } }];
+    enqueue(record());
+    await clock.advance(400);
+    enqueue(record());
+    await clock.advance(600);
+    await waitUntil(() => clock.pending.includes(100), "the backoff after the 503");
+    // Both calls are in the batch being retried: neither is stored yet, and the first has waited 1 s.
+    expect(shipper.report()).toMatchObject({ queued_calls: 2, queued_bytes: 2 * one, oldest_queued_ms: 1000, sent_calls: 0 });
+    // Three more while it waits: the queue's bound is three calls' bytes beside the batch, so none is dropped yet; a fourth drops the oldest queued.
+    for (let i = 0; i < 4; i++) enqueue(record());
+    expect(shipper.report()).toMatchObject({ queued_calls: 5, queued_bytes: 5 * one, dropped_calls: 1 });
+    script = [{ status: 200, body: { recorded: 1, duplicates: 1 } }];
+    await clock.advance(100);
+    await waitUntil(() => shipper.report().duplicate_calls === 1, "the retried batch stored");
+    script = [{ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } }];
+    await clock.advance(1000);
+    await waitUntil(() => shipper.report().refused_calls === 3, "the next batch refused");
+    expect(shipper.report()).toEqual({ queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 1, duplicate_calls: 1, dropped_calls: 1, refused_calls: 3 });
+  });
+
   it("sends what is queued at once on close, and gives up at the deadline", async () => {
     start();
     const queued = [enqueue(record()), enqueue(record())];

@@ -41,7 +41,25 @@ export function statusViewModule(dom: Dom, fmt: Format, bars: BarsModule) {
       ...(a.rollout_workers ? [workersLine(a.rollout_workers)] : []),
       ...(refusals.length > 0 ? [refusalList(refusals, nowMs)] : []),
       relayLine(relay, nowMs),
+      ...(a.ledger ? [hostLedgerLine(a.ledger)] : []),
     );
+  }
+
+  /**
+   * The calls the gateway recorded, as the agent's last heartbeat counted them: stored, waiting
+   * on the host, and in red those lost on the way (the ledger has no other trace of them).
+   * Nothing until the gateway recorded a call.
+   */
+  function hostLedgerLine(l: NonNullable<EngineOverview["agent"]["ledger"]>): DomElement | null {
+    const lost = { dropped: l.dropped_calls, refused: l.refused_calls, unrecorded: l.unrecorded_calls };
+    const lostCount = lost.dropped + lost.refused + lost.unrecorded;
+    if (l.sent_calls + l.duplicate_calls + l.queued_calls + lostCount === 0) return null;
+    const kinds = Object.entries(lost).filter(([, n]) => n > 0);
+    const text =
+      `LLM calls recorded on the host: ${fmt.count(l.sent_calls + l.duplicate_calls)} stored` +
+      (l.queued_calls === 0 ? "" : ` · ${fmt.count(l.queued_calls)} waiting (${fmt.bytes(l.queued_bytes)}${l.oldest_queued_ms === null ? "" : `, the oldest for ${fmt.ms(l.oldest_queued_ms)}`})`) +
+      (lostCount === 0 ? "" : ` · ${fmt.count(lostCount)} lost (${kinds.map(([k, n]) => `${k} ${fmt.count(n)}`).join(", ")}: the agent's log says why)`);
+    return h("p", { id: "host-ledger", class: lostCount > 0 ? "sub host-ledger lost" : "sub host-ledger", "data-queued": l.queued_calls, "data-lost": lostCount }, text);
   }
 
   /** A failed relayed call this recent is news: the line is red until the relay has gone this long without one. */
