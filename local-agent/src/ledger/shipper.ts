@@ -58,8 +58,6 @@ const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 /** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued. */
 type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number };
 
-export type ShipperStats = { queued: number; queuedBytes: number; sent: number; duplicates: number; dropped: number; refused: number };
-
 export class CallShipper {
   private readonly queue: Queued[] = [];
   private queuedBytes = 0;
@@ -114,10 +112,6 @@ export class CallShipper {
     }
     if (this.queue.length >= this.batchCalls || this.queuedBytes >= this.batchBytes) this.wake.abort();
     this.running ??= this.loop().finally(() => (this.running = null));
-  }
-
-  get status(): ShipperStats {
-    return { queued: this.queue.length, queuedBytes: this.queuedBytes, ...this.stats };
   }
 
   /** What the heartbeat says of the shipper (AgentLedgerReport): the batch being sent counts as queued until it is stored. */

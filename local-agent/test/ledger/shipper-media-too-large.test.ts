@@ -50,8 +50,8 @@ describe("shipper against an exchange with the old 4 MiB media body limit", () =
     shipper.enqueue(naming, 100, new Map([[sha, data]]));
     shipper.enqueue(other, 100);
     await clock.advance(1000);
-    await waitUntil(() => shipper!.status.sent + shipper!.status.refused >= 2, "the batch sent or refused");
-    expect(shipper.status).toMatchObject({ refused: 0 });
+    await waitUntil(() => shipper!.report().sent_calls + shipper!.report().refused_calls >= 2, "the batch sent or refused");
+    expect(shipper.report()).toMatchObject({ refused_calls: 0 });
     const calls = sent.flatMap((b) => b.calls);
     expect(calls.map((c) => [c.call_id, c.truncated, c.body.messages.length, c.body.answer])).toEqual([
       [naming.call_id, true, 0, { role: "assistant", content: "ok" }],

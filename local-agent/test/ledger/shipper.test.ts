@@ -129,7 +129,7 @@ describe("ledger shipper", () => {
     await clock.advance(1000);
     await waitUntil(() => received.length === 4, "the rest");
     expect(received.slice(1).flatMap((r) => ids(r.batch))).toEqual(many.map((r) => r.call_id));
-    await waitUntil(() => shipper.status.sent === 1203, "all recorded");
+    await waitUntil(() => shipper.report().sent_calls === 1203, "all recorded");
   });
 
   it("keeps a batch to about 1.5 MB of JSON", async () => {
@@ -166,8 +166,8 @@ describe("ledger shipper", () => {
     await clock.advance(1);
     await waitUntil(() => received.length === 4, "the fourth try");
     expect(new Set(received.map((r) => r.batch.batch_id)).size).toBe(1);
-    await waitUntil(() => shipper.status.sent === 1, "recorded");
-    expect(shipper.status).toMatchObject({ refused: 0, dropped: 0, queued: 0 });
+    await waitUntil(() => shipper.report().sent_calls === 1, "recorded");
+    expect(shipper.report()).toMatchObject({ refused_calls: 0, dropped_calls: 0, queued_calls: 0 });
   });
 
   it("retries when the exchange cannot be reached at all", async () => {
@@ -192,7 +192,7 @@ describe("ledger shipper", () => {
     await waitUntil(() => logger.lines.some((l) => /ledger: the exchange took batch .* but its answer could not be read/.test(l)), "the warning");
     expect(received).toHaveLength(1);
     expect(clock.pending).toEqual([]);
-    expect(shipper.status).toMatchObject({ refused: 0, dropped: 0, queued: 0 });
+    expect(shipper.report()).toMatchObject({ refused_calls: 0, dropped_calls: 0, queued_calls: 0 });
   });
 
   it("drops a batch the exchange refuses with another 4xx, saying why, and goes on", async () => {
@@ -200,7 +200,7 @@ describe("ledger shipper", () => {
     script = [{ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } }];
     enqueue(record());
     await clock.advance(1000);
-    await waitUntil(() => shipper.status.refused === 1, "the refusal");
+    await waitUntil(() => shipper.report().refused_calls === 1, "the refusal");
     expect(logger.lines.join("\n")).toMatch(/ledger: the exchange refused a batch of 1 recorded call .*dropped: 422 invalid_request: calls\.0\.fence: Expected number/);
     const next = enqueue(record());
     await clock.advance(1000);
@@ -213,7 +213,7 @@ describe("ledger shipper", () => {
     const one = Buffer.byteLength(JSON.stringify(record()));
     start({ maxQueueBytes: one * 10 });
     const all = Array.from({ length: 25 }, () => enqueue(record()));
-    expect(shipper.status).toMatchObject({ queued: 10, dropped: 15 });
+    expect(shipper.report()).toMatchObject({ queued_calls: 10, dropped_calls: 15 });
     expect(logger.lines.filter((l) => l.includes("dropped the oldest"))).toHaveLength(1);
     expect(logger.lines.join("\n")).toContain("dropped the oldest 1 (1 in all)");
     await clock.advance(1000);
@@ -250,7 +250,7 @@ describe("ledger shipper", () => {
     const queued = [enqueue(record()), enqueue(record())];
     await shipper.close(5000);
     expect(received.flatMap((r) => ids(r.batch))).toEqual(queued.map((r) => r.call_id));
-    expect(shipper.status.sent).toBe(2);
+    expect(shipper.report().sent_calls).toBe(2);
 
     // An exchange that keeps failing: the close ends at its deadline and says what was lost.
     script = Array.from({ length: 100 }, () => ({ status: 503, body: { error: "down", detail: "down" } }));
@@ -276,7 +276,7 @@ describe("ledger shipper", () => {
     await waitUntil(() => received.length === 2, "the try on close");
     await closing;
     expect(received.map((r) => ids(r.batch))).toEqual([[queued.call_id], [queued.call_id]]);
-    expect(shipper.status.sent).toBe(1);
+    expect(shipper.report().sent_calls).toBe(1);
     expect(logger.lines.join("\n")).not.toContain("not sent");
   });
 
@@ -293,19 +293,19 @@ describe("ledger shipper", () => {
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       shipper.enqueue(record(), 100, new Map([[a, dataA], [b, dataB]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 2, "the first batch");
+      await waitUntil(() => shipper.report().sent_calls === 2, "the first batch");
       expect(order).toEqual([`media ${a.slice(0, 8)}`, `media ${b.slice(0, 8)}`, "batch 2"]);
       expect(media).toEqual([{ sha256: a, data: dataA }, { sha256: b, data: dataB }]);
       // The same medium in a later batch of the day: not uploaded again.
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 3, "the second batch");
+      await waitUntil(() => shipper.report().sent_calls === 3, "the second batch");
       expect(media).toHaveLength(2);
       // A day later: the exchange keeps media under the day of the batches naming them.
       await clock.advance(24 * 3600 * 1000);
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 4, "the next day's batch");
+      await waitUntil(() => shipper.report().sent_calls === 4, "the next day's batch");
       expect(media.map((m) => m.sha256)).toEqual([a, b, a]);
       expect(order.at(-2)).toBe(`media ${a.slice(0, 8)}`);
     });
@@ -315,17 +315,17 @@ describe("ledger shipper", () => {
       const [a, dataA] = shot(5000);
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 1, "the first batch");
+      await waitUntil(() => shipper.report().sent_calls === 1, "the first batch");
       script = [{ status: 409, body: { error: "media_missing", detail: `The batch refers to media not stored today (${a})` } }];
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
       await waitUntil(() => received.length === 2, "the refused batch");
       await waitUntil(() => clock.pending.length > 0, "the backoff");
       await clock.advance(2000);
-      await waitUntil(() => shipper.status.sent === 2, "the batch sent again");
+      await waitUntil(() => shipper.report().sent_calls === 2, "the batch sent again");
       expect(order).toEqual([`media ${a.slice(0, 8)}`, "batch 1", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
       expect(received[1]!.batch.batch_id).toBe(received[2]!.batch.batch_id);
-      expect(shipper.status).toMatchObject({ refused: 0 });
+      expect(shipper.report()).toMatchObject({ refused_calls: 0 });
     });
 
     // The agent upgraded before its Worker: dropping the batch lost the calls' tokens with their images.
@@ -336,19 +336,19 @@ describe("ledger shipper", () => {
       const [b, dataB] = shot(6000);
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 1, "the first batch");
+      await waitUntil(() => shipper.report().sent_calls === 1, "the first batch");
       shipper.enqueue(record(), 100, new Map([[b, dataB]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 2, "the second batch, without trying the route");
+      await waitUntil(() => shipper.report().sent_calls === 2, "the second batch, without trying the route");
       expect(order).toEqual(["media 404", "batch 1", "batch 1"]);
-      expect(shipper.status).toMatchObject({ refused: 0, dropped: 0 });
+      expect(shipper.report()).toMatchObject({ refused_calls: 0, dropped_calls: 0 });
       expect(logger.lines.filter((l) => l.includes("no media route"))).toHaveLength(1);
       // The Worker is upgraded; ten minutes on, the route is tried again and the media go.
       mediaRoute = true;
       await clock.advance(NO_MEDIA_ROUTE_RETRY_MS);
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.sent === 3, "the batch after the upgrade");
+      await waitUntil(() => shipper.report().sent_calls === 3, "the batch after the upgrade");
       expect(order.slice(3)).toEqual([`media ${a.slice(0, 8)}`, "batch 1"]);
       expect(media).toEqual([{ sha256: a, data: dataA }]);
     });
@@ -367,7 +367,7 @@ describe("ledger shipper", () => {
       mediaRoute = true;
       await waitUntil(() => clock.pending.length > 0, "the backoff");
       await clock.advance(2000);
-      await waitUntil(() => shipper.status.sent === 1, "the batch after its medium");
+      await waitUntil(() => shipper.report().sent_calls === 1, "the batch after its medium");
       expect(order).toEqual(["media 404", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
     });
 
@@ -379,7 +379,7 @@ describe("ledger shipper", () => {
       shipper = new CallShipper({ post: (b) => client.postCalls(b), putMedia: put, clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
       shipper.enqueue(record(), 100, new Map([[a, dataA]]));
       await clock.advance(1000);
-      await waitUntil(() => shipper.status.refused === 1, "the refusal");
+      await waitUntil(() => shipper.report().refused_calls === 1, "the refusal");
       expect(received).toHaveLength(0);
       expect(logger.lines.join("\n")).toContain("media_hash_mismatch");
     });
