@@ -228,4 +228,21 @@ describe("the rollout buffer's max_stored_bytes", () => {
     expect((await post(e, [row("c1", 400_000, true, "C")])).status).toBe(200);
     expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
   }, 60_000);
+
+  it("stores the rows of groups already open of a batch it refuses for opening a new one, so a worker that mixes them never stalls those groups", async () => {
+    const e = await bounded(2);
+    expect((await configure(e, { ttl_seconds: 0 })).status).toBe(200);
+    expect((await post(e, [row("a1", 400_000, true, "A")])).status).toBe(200);
+    expect((await post(e, [row("b1", 400_000, true, "B")])).status).toBe(200);
+    // A's last session and C's first in one batch: C would pass the bound, A's row is taken.
+    const mixed = [row("a2", 400_000, true, "A"), row("c1", 400_000, true, "C")];
+    const first = await post(e, mixed);
+    expect([first.status, first.json?.["error"]]).toEqual([503, "buffer_full"]);
+    expect(String(first.json?.["detail"])).toContain("Its 1 row of groups already begun was stored");
+    expect(await held(e)).toMatchObject({ ready_groups: 1, pending_groups: 1, full_refusals: 1 });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["A"]);
+    // Sent again once the pull made room: whole, A's row a duplicate.
+    expect((await post(e, mixed)).json).toMatchObject({ accepted: 1, duplicates: 1 });
+    expect((await held(e)).stored_bytes).toBe((await tableBytes(e)).b);
+  }, 60_000);
 });

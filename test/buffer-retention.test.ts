@@ -6,21 +6,9 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { z } from "zod";
-import type { StepRow } from "../src/protocol/buffer";
 import { SWEEP_EVERY_MS } from "../src/engine/retention-schedule";
+import { stepRow as step } from "./support/buffer";
 import { advance, createEngine, engineStats, raw, reconnect, type TestEngine } from "./support/harness";
-
-type Row = z.input<typeof StepRow>;
-const step = (session: string, group: string, index: number, done: boolean): Row => ({
-  session_id: session,
-  group_id: group,
-  step_index: index,
-  messages: [{ role: "user", content: `${session} step ${index}` }],
-  response: `answer ${session}/${index}`,
-  reward: 1,
-  is_session_completed: done,
-});
 
 const DAY_MS = 86_400_000;
 /** Long enough for the outbox to have written what the engine holds to D1. */

@@ -905,7 +905,7 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     expect((await claim("d")).success).toBe(true);
   });
 
-  it("refuses a batch opening new groups under pace (503, storing nothing), takes rows of groups begun, and delivers stale groups rather than dropping them", async () => {
+  it("refuses the rows of a batch that open new groups under pace (503), stores its rows of groups begun, and delivers stale groups rather than dropping them", async () => {
     const e = await buffered(2);
     await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 1, rollouts_per_version: 2 });
     const trainer = e.as("trainer");
@@ -914,15 +914,26 @@ describe("staleness as consumption lag, and pacing instead of discarding", () =>
     await w.postSteps({ steps: [step("s1", "g1", 0, 1, true), step("s2", "g1", 0, 1), step("s3", "g2", 0, 1)] });
     await trainer.updateEngineStatus({ engine_status: "ENGINE.OFFLINE", weight_version: 2 });
     const before = (await e.as("viewer").health()).buffer;
-    await expect(w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s9", "g9", 0, 1)] })).rejects.toMatchObject({ status: 503, code: "paced" });
+    // A new group alone: refused, nothing stored.
+    await expect(w.postSteps({ steps: [step("s9", "g9", 0, 1)] })).rejects.toMatchObject({ status: 503, code: "paced", detail: expect.stringContaining("none of its rows that open a new group was stored") });
     expect((await e.as("viewer").health()).buffer).toEqual({ ...before, paced_refusals: 1 });
+    // A worker's batch with the end of g1's last session and the start of a new group: the new
+    // group waits, and g1 completes (held back with it, g1 would keep pace refusing for ever).
+    const mixed = [step("s2", "g1", 1, 1, true), step("s9", "g9", 0, 1)];
+    await expect(w.postSteps({ steps: mixed })).rejects.toMatchObject({ status: 503, code: "paced", detail: expect.stringMatching(/Its 1 row of groups already begun was stored: sent again, it is answered as a duplicate/) });
+    let h = (await e.as("viewer").health()).buffer;
+    expect({ pending: h.pending_groups, ready: h.ready_groups, paced: h.paced_refusals, duplicates: h.duplicate_rows }).toEqual({ pending: 1, ready: 1, paced: 2, duplicates: 0 });
+    // Sent again while g2 still runs: still refused, its g1 row now a duplicate.
+    await expect(w.postSteps({ steps: mixed })).rejects.toMatchObject({ status: 503, code: "paced" });
+    h = (await e.as("viewer").health()).buffer;
+    expect({ pending: h.pending_groups, ready: h.ready_groups, paced: h.paced_refusals, duplicates: h.duplicate_rows }).toEqual({ pending: 1, ready: 1, paced: 3, duplicates: 1 });
     // The groups already begun complete; their work is delivered, flagged stale, not dropped.
-    await w.postSteps({ steps: [step("s2", "g1", 1, 1, true), step("s4", "g2", 0, 1, true), step("s3", "g2", 1, 1, true)] });
+    await w.postSteps({ steps: [step("s4", "g2", 0, 1, true), step("s3", "g2", 1, 1, true)] });
     const pulled = await trainer.getRolloutData();
     expect(pulled.data.meta_info).toMatchObject({ finished_groups: ["g1", "g2"], stale_groups: ["g1", "g2"] });
     expect((await e.as("viewer").health()).buffer).toMatchObject({ dropped_groups: 0, delivered_groups: 2 });
-    // Nothing is waiting now: new groups are taken again.
-    expect((await w.postSteps({ steps: [step("s9", "g9", 0, 1)] })).accepted).toBe(1);
+    // Nothing is waiting now: new groups are taken again, and the mixed batch sent once more is whole.
+    expect(await w.postSteps({ steps: mixed })).toMatchObject({ accepted: 1, duplicates: 1 });
   });
 
   it("counts a rollout that ended as outstanding until the trainer consumed it, with the buffer or without (AgentJet over ZeroMQ)", async () => {

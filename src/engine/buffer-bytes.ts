@@ -68,7 +68,8 @@ export function deletePulled(s: BufferState, cursor: number): void {
  * Why a batch may not be stored for the bytes it adds, or null. The bound is on rows still
  * waiting to be pulled (pending and ready groups): those of delivered groups, kept for re-reads,
  * go only as later pulls deliver something, so counting them could refuse for ever. Only a batch
- * that opens a new group is refused 503 for it: rows of groups already open are taken, or pending
+ * that opens a new group is refused 503 for it (its rows of groups already open are stored all the
+ * same: buffer-admission.ts): rows of groups already open are taken, or pending
  * groups filling the bound (with the TTL off, for ever) could never complete and be pulled; the
  * engine-wide storage guard still bounds the object. Rows more than the bound alone are a 413,
  * which no pull would resolve. Rows stored before, and late ones for groups decided, add nothing.
@@ -105,7 +106,7 @@ export function bytesRefusal(s: BufferState, rows: CheckedStep[]): Failure | nul
   s.bump((c) => ({ ...c, fullRefusals: c.fullRefusals + 1 }));
   return full(
     "buffer_full",
-    `This buffer holds ${formatBytes(waiting)} of rows waiting to be pulled and opens no new group past ${formatBytes(bound)} of them (max_stored_bytes); these rows are ${formatBytes(adding)} and open a new group: nothing was stored. Rows of groups already open are always taken. Room is made as the trainer pulls ready groups, as incomplete groups reach their TTL, or with restart_training; send the batch again then.`,
+    `This buffer holds ${formatBytes(waiting)} of rows waiting to be pulled and opens no new group past ${formatBytes(bound)} of them (max_stored_bytes); these rows are ${formatBytes(adding)} and open a new group: none of its rows that open a new group was stored. Rows of groups already open are always taken. Room is made as the trainer pulls ready groups, as incomplete groups reach their TTL, or with restart_training; send the batch again then.`,
     BUFFER_FULL_RETRY_SECONDS,
   );
 }

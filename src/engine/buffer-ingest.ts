@@ -20,8 +20,9 @@ export type RowSource = "worker" | "claim";
  * Checks a batch before anything is written: sizes, that no session changes group, and that a
  * worker's row does not pass for a claim's. Returns the rows with their JSON texts, made once
  * for the engine's row, its outbox record and D1, or the failure when any row may not be
- * stored. Pace is not asked here: a worker's batch is (paceRefusal, before it is stored), an
- * AgentJet rollout's end is not (its claim was, and what it finished is kept).
+ * stored. Pace and the bound on bytes are not asked here for a worker's batch: admitSteps is,
+ * before it is stored. An AgentJet rollout's end is not paced (its claim was, and what it
+ * finished is kept).
  */
 export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker"): Reply<CheckedStep[]> {
   const { max_message_bytes } = s.config();
@@ -48,8 +49,9 @@ export function check(s: BufferState, rows: StepRow[], from: RowSource = "worker
     groupOf.set(r.session_id, discarded ? known : r.group_id);
     checked.push(step);
   }
-  // Also for a claim's row: refused, its end logs it and keeps its trajectory (episode-records.ts joinBuffer).
-  return bytesRefusal(s, checked) ?? ok(checked);
+  // A claim's row refused for its bytes: its end logs it and keeps its trajectory (episode-records.ts
+  // joinBuffer). A worker's batch is weighed by admitSteps (buffer-admission.ts), which takes its rows of groups begun.
+  return (from === "claim" ? bytesRefusal(s, checked) : null) ?? ok(checked);
 }
 
 /** Stores a checked batch. Idempotent by (session_id, step_index). */

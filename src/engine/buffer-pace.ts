@@ -5,33 +5,32 @@
 import { DEFAULT_BUFFER_CONFIG, type StepRow } from "../protocol/buffer";
 import type { BufferState } from "./buffer-state";
 import { paceAdmits, paceAdmitsAlone, type PaceState } from "./pacing";
-import { fail, type Reply } from "./reply";
+import { fail, type Failure } from "./reply";
 
 /**
- * Under pace, a batch that opens new groups while the work under way could be consumed too
- * late is refused whole (503 paced, changing nothing; the worker sends it again). Sessions of
- * groups already begun are always taken: holding them back would stop those groups from
- * completing and so hold the oldest work back for good. A batch too big for the bound on its own
- * is taken once nothing else is outstanding (paceAdmitsAlone); a pending group gone silent no
- * longer is (paceSilenceMs).
+ * Under pace, the rows of a batch that open new groups (`opening`: each a session of no group
+ * begun yet) are refused while the work under way could be consumed too late (503 paced; the
+ * worker sends the batch again). A new group weighs as the group_size sessions it will bring, or
+ * as many as it opens with: its later sessions join a group begun, which is always taken. A
+ * batch too big for the bound on its own is taken once nothing else is outstanding
+ * (paceAdmitsAlone); a pending group gone silent no longer is (paceSilenceMs).
  */
-export function paceRefusal(s: BufferState, rows: StepRow[]): Reply<never> | null {
+export function paceRefusal(s: BufferState, opening: readonly StepRow[]): Failure | null {
   const cfg = s.config();
-  if (cfg.staleness_policy !== "pace") return null;
-  const opening = new Set<string>();
-  for (const r of rows) {
-    // A row of a session restart_training discarded opens nothing: it is late.
-    if (opening.has(r.session_id) || s.groupOfRow(r.session_id, r.group_id) !== null) continue;
-    opening.add(r.session_id);
+  if (cfg.staleness_policy !== "pace" || opening.length === 0) return null;
+  const sessions = new Map<string, Set<string>>();
+  for (const r of opening) {
+    const group = sessions.get(r.group_id) ?? new Set<string>();
+    sessions.set(r.group_id, group.add(r.session_id));
   }
-  if (opening.size === 0) return null;
+  const adding = [...sessions.values()].reduce((n, group) => n + Math.max(group.size, cfg.group_size), 0);
   const state = paceState(s, null, true);
-  if (paceAdmits(state, opening.size) || paceAdmitsAlone(state, opening.size)) return null;
+  if (paceAdmits(state, adding) || paceAdmitsAlone(state, adding)) return null;
   notePaced(s);
   return fail(
     503,
     "paced",
-    `Pacing (staleness_policy pace): the rollouts under way could be consumed up to ${state.maxStaleness} weight versions late already; new groups are taken again once the trainer consumes what is waiting. Send this batch again shortly; nothing of it was stored.`,
+    `Pacing (staleness_policy pace): the rollouts under way could be consumed up to ${state.maxStaleness} weight versions late already; new groups are taken again once the trainer consumes what is waiting. Send this batch again shortly; none of its rows that open a new group was stored.`,
   );
 }
 
@@ -51,21 +50,27 @@ function paceSilenceMs(cfg: { ttl_seconds: number }): number {
  * What pace weighs from the buffer: the sessions not yet consumed (failed ones never are)
  * and the oldest version among groups not yet consumed, with the claims under way that the
  * caller counts (`claims`). Ready groups always count; pending ones only while they get rows
- * (paceSilenceMs). `withPending`: pending groups count for the oldest version; not for claims,
- * whose refusal would stop a pending group from completing.
+ * (paceSilenceMs). `withPending` (a worker's batch): pending groups count for the oldest version,
+ * and as at least group_size sessions; not for claims, whose refusal would stop a pending group
+ * from completing.
  */
 export function paceState(s: BufferState, claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
   const cfg = s.config();
   const c = s.counters();
   const version = s.host.weightVersion();
   const heardSince = s.host.now() - paceSilenceMs(cfg);
+  // A pending group weighs, for a worker's batch, as the group_size sessions it will bring:
+  // those not come yet join a group begun, and are taken whatever pace says. For a claim, the
+  // rest of its group are claims, counted as they are claimed.
   const sessions = s.sql
-    .exec<{ n: number }>(
-      `SELECT COUNT(*) AS n FROM buf_sessions WHERE failed = 0 AND group_id IN
-         (SELECT group_id FROM buf_groups WHERE state = 'ready' OR (state = 'pending' AND last_row_at > ?))`,
+    .exec<{ n: number | null }>(
+      `SELECT SUM(CASE WHEN state = 'pending' THEN MAX(n, ?2) ELSE n END) AS n FROM (
+         SELECT state, (SELECT COUNT(*) FROM buf_sessions WHERE buf_sessions.group_id = buf_groups.group_id AND failed = 0) AS n
+         FROM buf_groups WHERE state = 'ready' OR (state = 'pending' AND last_row_at > ?1))`,
       heardSince,
+      withPending ? cfg.group_size : 0,
     )
-    .one().n;
+    .one().n ?? 0;
   const oldest = s.sql
     .exec<{ v: number | null }>(
       `SELECT MIN(min_weight_version) AS v FROM buf_groups WHERE state = 'ready'${withPending ? " OR (state = 'pending' AND last_row_at > ?)" : ""}`,

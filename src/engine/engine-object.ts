@@ -565,9 +565,11 @@ export class EngineObject extends DurableObject<EngineEnv> {
       if (full !== null) return full;
       const checked = this.buffer.check(steps);
       if (!checked.ok) return checked;
-      const paced = this.buffer.paceRefusal(steps);
-      if (paced !== null) return paced;
-      return this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(checked.body))));
+      // The rows of groups begun are stored also when the rest is refused (buffer-admission.ts).
+      const { take, refusal } = this.buffer.admit(checked.body);
+      const stored = take.length === 0 ? null : this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(take))));
+      // A refusal takes nothing from a batch without rows of groups begun; admitSteps takes all of a batch it does not refuse.
+      return refusal ?? (stored as Reply<PostStepsResponse>);
     });
   }
 

@@ -13,7 +13,8 @@ import type { BufferConfig, BufferStats, GetRolloutDataResponse, LastPull, PostS
 import { dropExpired, forgetDecided, nextExpiry } from "./buffer-expiry";
 import { check, ingest, type RowSource } from "./buffer-ingest";
 import { discardForRestart } from "./buffer-outcomes";
-import { notePaced, paceRefusal, paceState } from "./buffer-pace";
+import { admitSteps, type Admitted } from "./buffer-admission";
+import { notePaced, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
 import { BufferState, type BufferHost, type LastStart } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
@@ -111,9 +112,9 @@ export class RolloutBuffer {
     return check(this.state, rows, from);
   }
 
-  /** The 503 pace answers a worker's batch of steps that would open new groups now, or null. */
-  paceRefusal(rows: StepRow[]): Reply<never> | null {
-    return paceRefusal(this.state, rows);
+  /** What of a worker's checked batch is stored now, and the 503 that refuses the rest (admitSteps). */
+  admit(rows: CheckedStep[]): Admitted {
+    return admitSteps(this.state, rows);
   }
 
   paceState(claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
