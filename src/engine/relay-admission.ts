@@ -166,22 +166,31 @@ export class RelayAdmission {
    */
   sync(items: RelaySyncItem[]): Reply<RelaySyncAnswer> {
     const refusal = this.engineRefusal();
-    if (refusal !== null) return refusal;
+    if (refusal !== null) {
+      // Calls the Worker served from its cache before the engine left ROLLING count all the same; a call the batch carries to ask is refused.
+      if (refusal.error === "engine_not_rolling" && !this.isRepeat(items)) this.calls += items.reduce((n, it) => n + it.calls - (it.carries ? 1 : 0), 0);
+      return refusal;
+    }
     const hold = this.syncHold();
     const engine = this.engineTerms();
     const now = this.host.now();
     // One statement for the batch's claims, not a query each: a refresh asks about every claim in use.
     const rows = this.claimRows(items);
     // Noted as applied before its calls go into the tally: a write that fails keeps them there.
-    const id = items[0]?.batch;
-    const repeat = id !== undefined && this.batches.repeat(id);
+    const repeat = this.isRepeat(items);
     let counted = false;
     const live = items.map((it): Reply<{ ep: ClaimRow; expiresAt: number }> => {
       const ep = this.liveClaim(it.key, rows.get(it.key.episode_uuid) ?? null);
-      if (!ep.ok) return ep;
-      // Calls the Worker counted were served before any hold: they count whatever holds now.
-      if (!engine.ok && hold === null) return engine;
-      const calls = repeat ? 0 : hold !== null && it.carries ? it.calls - 1 : it.calls;
+      // The calls the Worker counted were served from its cache while the claim lived, before any
+      // hold, end or lost gateway: they count whatever stands now. The call a batch carries to ask
+      // counts only if admitted now.
+      const admitted = ep.ok && hold === null && engine.ok;
+      const calls = repeat ? 0 : it.carries && !admitted ? it.calls - 1 : it.calls;
+      if (!ep.ok) {
+        // Over (ended, aborted, reaped, claimed again): counted, but no activity for a lease that is gone.
+        this.calls += calls;
+        return ep;
+      }
       let expiresAt = ep.body.expires_at ?? now;
       if (calls > 0) {
         // The Worker says how long ago, not when: its clock is not this object's.
@@ -192,6 +201,7 @@ export class RelayAdmission {
         this.calls += calls;
         counted = true;
       }
+      if (!engine.ok && hold === null) return engine;
       return ok({ ep: ep.body, expiresAt });
     });
     if (counted) this.settle();
@@ -203,6 +213,12 @@ export class RelayAdmission {
     // A batch that admitted, counted or refreshed nothing was a refusal: it leaves no trace.
     if (counted || claims.some((c) => c.ok)) this.requests++;
     return ok({ engine: engine.ok && hold === null ? engine.body : null, hold, claims });
+  }
+
+  /** Whether the batch was applied before (its answer was lost): its calls are not counted again. Notes it applied. */
+  private isRepeat(items: readonly RelaySyncItem[]): boolean {
+    const id = items[0]?.batch;
+    return id !== undefined && this.batches.repeat(id);
   }
 
   counts(): { calls: number; engine_requests: number } {
