@@ -406,7 +406,8 @@ export class ClaimGate {
    * The calls counted here go to the engine within FLUSH_MS, in the refresh then due: while
    * calls come, this timer is what refreshes the claims in use, one request each FLUSH_MS for
    * both. Calls counted while it waits go with it; calls counted once its request has gone go
-   * with the next, which the first of them arms in its own request once that one is done. A
+   * with the next, which the first of them arms in its own request once that one is done, or
+   * send themselves FLUSH_MS after they were counted if its answer is that slow. A
    * request's background work ends with it (on Cloudflare, 30 s after its answer), so no one
    * request carries the flushes for long, and a flush that never ended (its request cut off)
    * is given up after FLUSH_STUCK_MS. A batch that got no answer is sent again by a flush
@@ -416,10 +417,14 @@ export class ClaimGate {
     if (this.flushing !== null && now - this.flushArmedAt < FLUSH_STUCK_MS) {
       if (this.flushSent && !this.flushOwed) {
         this.flushOwed = true;
+        const answered = this.flushing.then(() => true);
         background(
-          this.flushing.then(() => {
+          Promise.race([answered, this.clock.wait(FLUSH_MS).then(() => false)]).then(async (done) => {
             this.flushOwed = false;
-            this.flushAgain(background);
+            if (done) return this.flushAgain(background);
+            // That flush's answer is slow: these calls go now, beside it, so that their activity
+            // reaches the engine within FLUSH_MS, before the reaper could judge a lease they keep.
+            if (this.pending > 0) await this.send(false);
           }),
         );
       }
