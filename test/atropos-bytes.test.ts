@@ -7,7 +7,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_STORED_BYTES, MIN_ATROPOS_STORED_BYTES } from "../src/protocol/atropos";
-import { atropos, ENV, group, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
+import { ENV, REGISTRATION, atropos, group, gzipped, payloadBytes, running, tags } from "./support/atropos";
 import { createEngine, type TestEngine } from "./support/harness";
 
 const MIB = 1024 * 1024;
@@ -20,10 +20,6 @@ const sized = (tag: number, n: number, chars: number) =>
 
 const rows = (e: TestEngine) => runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM atropos_groups").one().n);
 const held = async (e: TestEngine) => (await e.as("viewer").overview()).atropos;
-
-async function gzipped(value: unknown): Promise<Uint8Array> {
-  return new Uint8Array(await new Response(new Blob([JSON.stringify(value)]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
-}
 
 describe("Atropos's API: the bytes an engine holds", () => {
   it("refuses a group that would pass max_stored_bytes with a 503 that names it and stores nothing; taken batches and /reset_data free the bytes", async () => {

@@ -270,19 +270,19 @@ export class AtroposHub {
     if (groups.length === 0) return ok(json(Answers.AtroposScoredListReceived, { status: "received", groups_processed: 0 }));
     const config = this.config();
     const max = config.max_groups;
-    // More than the bound alone, like the bytes below: no batch taken makes room for them.
+    const bytes = groups.reduce((a, g) => a + g.bytes, 0);
+    const maxBytes = config.max_stored_bytes;
+    // More than a bound alone, by count or by bytes: no batch taken makes room for them, so they
+    // are a 413 before any 503 (which BaseEnv retries, for ever here).
     if (groups.length > max) {
       return fail(413, "payload_too_large", `These ${groups.length} scored groups are more than this engine holds (${max}, max_groups): send fewer groups per request.`);
     }
-    if (s.stored + groups.length > max) {
-      return full("queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`, ATROPOS_RETRY_AFTER_SECONDS);
-    }
-    const bytes = groups.reduce((a, g) => a + g.bytes, 0);
-    const maxBytes = config.max_stored_bytes;
-    // More than the bound alone: no number of batches taken makes room, so a retry would never end.
     if (bytes > maxBytes) {
       const what = groups.length === 1 ? "This scored group is" : `These ${groups.length} scored groups are`;
       return fail(413, "payload_too_large", `${what} ${formatBytes(bytes)} as JSON; this engine holds at most ${formatBytes(maxBytes)} of Atropos groups (max_stored_bytes): send fewer groups per request.`);
+    }
+    if (s.stored + groups.length > max) {
+      return full("queue_full", `This engine holds ${s.stored} Atropos groups and takes at most ${max} (max_groups): retry once the trainer has taken batches.`, ATROPOS_RETRY_AFTER_SECONDS);
     }
     const envs = s.registered ? this.store.envs() : [];
     // The latest example's row stays after its batch is taken and goes only when a newer group

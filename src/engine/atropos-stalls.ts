@@ -20,8 +20,22 @@ export type StallCounts = {
   envs: readonly AtroposEnv[];
 };
 
-export function stallsOf(c: StallCounts): AtroposStall[] {
+export function stallsOf(counts: StallCounts): AtroposStall[] {
+  const c = asTheNextCutSees(counts);
   return [...largerThanBatch(c), ...neverPacked(c), ...stuckInBuffer(c), ...minimumUnmet(c), ...batchSizeUnreachable(c), ...noEnvId(c)];
+}
+
+/**
+ * The queue as the next cut packs it: a queued group larger than the batch is set aside first
+ * (holdLargerThan), never in a batch. Counted as queued, it would be the largest queued group
+ * that every pack is sized by, and the stalls would say of groups the next /batch does take
+ * that they wait for ever.
+ */
+function asTheNextCutSees(c: StallCounts): StallCounts {
+  if (c.batchSize <= 0 || !c.queued.some((q) => q.size > c.batchSize)) return c;
+  const held = new Map(c.held.map((h) => [h.size, h.n]));
+  for (const q of c.queued) if (q.size > c.batchSize) held.set(q.size, (held.get(q.size) ?? 0) + q.n);
+  return { ...c, queued: c.queued.filter((q) => q.size <= c.batchSize), held: [...held].map(([size, n]) => ({ size, n })) };
 }
 
 const groupsIn = (classes: readonly Counted[]): number => classes.reduce((a, c) => a + c.n, 0);

@@ -55,3 +55,8 @@ export async function running(e: TestEngine, envs = [ENV], registration = REGIST
 export async function payloadBytes(e: TestEngine): Promise<number> {
   return runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ b: number }>("SELECT COALESCE(SUM(octet_length(payload)), 0) AS b FROM atropos_groups").one().b);
 }
+
+/** `value` as JSON, gzipped, as BaseEnv sends a large list (Content-Encoding: gzip). */
+export async function gzipped(value: unknown): Promise<Uint8Array> {
+  return new Uint8Array(await new Response(new Blob([JSON.stringify(value)]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+}
