@@ -12,6 +12,7 @@ import type { z } from "zod";
 import type { Env } from "../env";
 import { envOf } from "../runs/context";
 import { engineCaller } from "../http/engine-caller";
+import { refusedCaller } from "../http/engine-routes";
 import { errorResponse, replyResponse } from "../http/errors";
 import { MAX_BODY_BYTES, readStream, routedBody } from "../http/body";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../http/validate";
@@ -19,7 +20,7 @@ import { parseRequestJson } from "../http/python-json";
 import { AtroposConfig, AtroposEnvIdentifier, AtroposRegisterEnv, AtroposRegistration, AtroposScoredData, AtroposScoredDataList, UpdateAtroposConfigRequest } from "../protocol/atropos";
 import * as Answers from "../protocol/atropos-answers";
 import type { Reply } from "../engine/reply";
-import type { AtroposCall, AtroposPlainRoute, AtroposSent } from "../engine/atropos-hub";
+import { atroposOp, type AtroposCall, type AtroposPlainRoute, type AtroposSent } from "../engine/atropos-hub";
 import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
 import { groupTooLarge, toGroup } from "./scored-json";
 
@@ -228,14 +229,16 @@ async function answer(c: Context, a: AtroposSent): Promise<Response> {
 async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   const who = await engineCaller(envOf(c), c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
   if (!who.ok) return replyResponse(who);
+  // Refused before the engine would check the caller: a bad token or role is answered first.
+  const refused = async (res: Response): Promise<Response> => (await refusedCaller(envOf(c), who.body, atroposOp(spec.route))) ?? res;
   let input: unknown = undefined;
   if (spec.body !== undefined) {
     const parsed = await readInput(c, spec.body);
-    if (!parsed.ok) return parsed.response;
+    if (!parsed.ok) return refused(parsed.response);
     input = parsed.value;
   }
   const call = spec.call(input);
-  if (call instanceof Response) return call;
+  if (call instanceof Response) return refused(call);
   const reply: Reply<AtroposSent> = await who.body.stub.atropos(who.body.caller, call);
   if (reply.ok) return answer(c, reply.body);
   return replyResponse(reply);

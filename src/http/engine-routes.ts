@@ -17,7 +17,8 @@ import { internalError, replyResponse } from "./errors";
 import { readBodyText, tooLarge } from "./body";
 import { checkInput, parseJsonText } from "./validate";
 import { ENGINE_API, type RouteSpec } from "./engine-api";
-import { engineCaller } from "./engine-caller";
+import { engineCaller, type Credentials } from "./engine-caller";
+import type { EngineOp } from "../auth/roles";
 import { isUnknownEngine, movedEngineStub } from "./engine-stub";
 import { routingPath, withoutTrailingSlash } from "./path-token";
 import { afterEngineOp, beforeEngineRead } from "../relay/claim-gates";
@@ -71,7 +72,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
       : input.from === "query"
         ? checkInput(input.schema, getQueryParam(url))
         : { ok: true as const, value: undefined };
-  if (!parsed.ok) return parsed.response;
+  if (!parsed.ok) return (await refusedCaller(env, who.body, spec.op)) ?? parsed.response;
   const { stub, caller } = who.body;
   if (spec.method === "get" || spec.op === "get_episode_buffer") await beforeEngineRead(env, engine);
   let reply = await spec.call(stub, caller, parsed.value, url);
@@ -99,16 +100,35 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
  */
 export function engineRouteGate<E extends { Bindings: Env }>(app: Hono<E>, prefix: string): void {
   app.use(`${prefix}/*`, async (c, next) => {
-    const engine = c.req.param("engine") ?? "";
-    const who = await engineCaller(c.env, engine, c.req.header("authorization"), c.req.url);
-    if (!who.ok) return replyResponse(who);
-    // Every role may read the engine's status: this authenticates the token, whatever its role.
-    let auth = await who.body.stub.authorizeOp(who.body.caller, "get_engine_status");
-    if (isUnknownEngine(auth)) {
-      const moved = await movedEngineStub(c.env, engine, who.body.stub);
-      if (moved !== null) auth = await moved.authorizeOp(who.body.caller, "get_engine_status");
-    }
-    if (!auth.ok) return replyResponse(auth);
+    const refused = await tokenRefusal(c.env, c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+    if (refused !== null) return refused;
     await next();
   });
+}
+
+/**
+ * The 401 or 404 a request under an engine gets before anything else is looked at (a missing,
+ * unknown or revoked token; no such engine), or null for a token of the engine, whatever its
+ * role: every role may read the engine's status. One RPC to the engine.
+ */
+export async function tokenRefusal(env: Env, engine: string, authorization: string | undefined, url: string): Promise<Response | null> {
+  const who = await engineCaller(env, engine, authorization, url);
+  if (!who.ok) return replyResponse(who);
+  return refusedCaller(env, who.body, "get_engine_status");
+}
+
+/**
+ * The engine's 401 or 403 for the caller and `op` (an unknown or revoked token, a role the route
+ * is not for), or null when it may. The engine checks the caller when it serves a request; a
+ * request refused before it reaches the engine (its input) asks first, so that such a caller
+ * is answered 401 or 403 whatever it sent, as on every path under an engine (docs/security.md):
+ * one RPC, on the refusal path alone.
+ */
+export async function refusedCaller(env: Env, who: Credentials, op: EngineOp): Promise<Response | null> {
+  let auth = await who.stub.authorizeOp(who.caller, op);
+  if (isUnknownEngine(auth)) {
+    const moved = await movedEngineStub(env, who.engine, who.stub);
+    if (moved !== null) auth = await moved.authorizeOp(who.caller, op);
+  }
+  return auth.ok ? null : replyResponse(auth);
 }

@@ -11,8 +11,10 @@
  * - trainer tokens count against RATE_LIMIT_TRAINER, and the agent's channel (`/agent/...`,
  *   `/runs/agent/...`) apart from the rest, so a busy trainer process that shares the agent's
  *   token cannot starve its polls and acks. Clients never touch the trainer's counters.
- * - the admin token, requests without a token (refused with 401 later) and LLM calls (which
- *   carry a per-claim key, not a token) are not counted.
+ * - the admin token, requests without a token (refused with 401 later) and LLM calls (the
+ *   relay's routes: their calls carry a per-claim key, not a token) are not counted. Any other
+ *   path under `/e/<engine>`, unknown ones and `/e/<engine>` itself included, is: the engine
+ *   checks its token before it answers even a 404.
  *
  * A refused request gets 429 with `Retry-After` and the usual error body, before it costs a
  * Durable Object call. A deployment without the bindings limits nothing.
@@ -21,12 +23,15 @@ import type { Env } from "../env";
 import { errorResponse } from "./errors";
 import { cachedTokenHash, hashAndCache } from "./engine-caller";
 import { requestToken, routingPath, withoutTrailingSlash } from "./path-token";
+import { RELAY_ENDPOINTS } from "../protocol/relay-endpoint";
 
 /** The bindings' period in wrangler.toml: a refused token has a fresh count at most this long after. */
 export const RATE_LIMIT_PERIOD_SECONDS = 10;
 
-/** The operation path of an engine route, `/e/<engine>` (and any `/t/<token>`) taken off. */
-const ENGINE_OP = /^\/e\/[^/]+(\/.*)$/;
+/** The operation path of an engine route, `/e/<engine>` (and any `/t/<token>`) taken off; "" for `/e/<engine>` itself. */
+const ENGINE_OP = /^\/e\/[^/]+(\/.*)?$/;
+/** The relay's own routes (relay-routes.ts): their calls carry a per-claim key, and never ask the engine about a token. */
+const RELAY_OPS: ReadonlySet<string> = new Set(RELAY_ENDPOINTS);
 const ROLE_PREFIX = /^rx_(operator|trainer|client|viewer)_/;
 const COUNTED_APART = new Set(["/end_episode", "/abort_episode"]);
 
@@ -45,8 +50,11 @@ function counter(env: Env, role: string | undefined, op: string): { limiter: Rat
  */
 export function rateLimited(request: Request, env: Env): Promise<Response | null> | null {
   if (env.RATE_LIMIT_CLIENT === undefined && env.RATE_LIMIT_TRAINER === undefined) return null;
-  const op = ENGINE_OP.exec(routingPath(request))?.[1];
-  if (op === undefined || op.startsWith("/v1/")) return null;
+  const m = ENGINE_OP.exec(routingPath(request));
+  if (m === null) return null;
+  // Any other path under the engine with an engine token costs the engine its token check.
+  const op = m[1] ?? "";
+  if (RELAY_OPS.has(op)) return null;
   const token = requestToken(request.headers.get("authorization") ?? undefined, request.url);
   if (token === null) return null;
   const c = counter(env, ROLE_PREFIX.exec(token)?.[1], op);

@@ -5,6 +5,7 @@
  */
 import type { Context, Hono } from "hono";
 import type { Env } from "../env";
+import { tokenRefusal } from "../http/engine-routes";
 import { readJson, readQuery } from "../http/validate";
 import { RUNS_API, type RunRouteSpec } from "./api";
 import { authorize, credentials, envOf } from "./context";
@@ -43,5 +44,9 @@ export function runRoutes<E extends { Bindings: Env }>(app: Hono<E>, prefix: str
   for (const spec of RUNS_API) app.on(spec.method.toUpperCase(), `${prefix}${spec.path}`, (c) => handle(c, spec));
   app.post(`${prefix}/mcp`, (c) => mcpHandler(c));
   // Streamable HTTP lets a server decline the GET event stream and session ends with 405.
-  app.on(["GET", "DELETE"], `${prefix}/mcp`, (c) => c.json({ error: "method_not_allowed", detail: "This MCP endpoint answers POST only (no server-sent event stream, no sessions)." }, 405, { allow: "POST" }));
+  // After the token check every path under an engine has (a 401 or 404 first).
+  app.on(["GET", "DELETE"], `${prefix}/mcp`, async (c) => {
+    const refused = await tokenRefusal(c.env, c.req.param("engine") ?? "", c.req.header("authorization"), c.req.url);
+    return refused ?? c.json({ error: "method_not_allowed", detail: "This MCP endpoint answers POST only (no server-sent event stream, no sessions)." }, 405, { allow: "POST" });
+  });
 }
