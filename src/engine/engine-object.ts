@@ -80,7 +80,7 @@ import { atroposBatchStream } from "./atropos-batch-stream";
 import { SharedTurn } from "./shared-turn";
 import { highWaterFrom, StorageGuard } from "./storage-guard";
 import { loggedErrorId } from "../error-id";
-import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable } from "./episode-views";
+import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable, withoutRunnerAddresses } from "./episode-views";
 
 function commandLeaseMs(env: EngineEnv): number {
   const s = Number(env.COMMAND_LEASE_SECONDS ?? "60");
@@ -489,16 +489,17 @@ export class EngineObject extends DurableObject<EngineEnv> {
   }
 
   async overview(caller: Caller): Promise<Reply<EngineOverview>> {
-    return this.guarded(caller, "get_overview", () => {
+    return this.guarded(caller, "get_overview", (role) => {
       this.relay.settle();
       const sql = this.store.sql;
+      const secrets = seesTrainerSecrets(role);
       return ok({
         engine: this.store.meta.name ?? "",
         ...this.status.overview(),
         episodes: this.episodes.counts(),
         deliveries: deliveryCounts(sql),
-        undeliverable: undeliverable(sql),
-        refusals: this.channel.outcomes.refusals(),
+        undeliverable: undeliverable(sql, secrets),
+        refusals: this.channel.outcomes.refusals().map((r) => (secrets ? r : { ...r, detail: withoutRunnerAddresses(r.detail) })),
         pending_commands: this.channel.commands.pendingCount(),
         outbox: this.outbox.view(),
         agent: this.channel.status(),

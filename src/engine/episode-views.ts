@@ -175,11 +175,23 @@ export function deliveryCounts(sql: SqlStorage): { pending: number; delivered: n
 }
 
 /** The newest results the agent could not deliver, with its reason. */
-export function undeliverable(sql: SqlStorage): { episode_uuid: string; fence: number; detail: string; ended_at: number }[] {
+export function undeliverable(sql: SqlStorage, secrets: boolean): { episode_uuid: string; fence: number; detail: string; ended_at: number }[] {
   return sql
     .exec<{ episode_uuid: string; fence: number; delivery_detail: string; ended_at: number }>(
       "SELECT episode_uuid, fence, delivery_detail, ended_at FROM finished WHERE delivery = 'undeliverable' ORDER BY ended_at DESC LIMIT 20",
     )
     .toArray()
-    .map((r) => ({ episode_uuid: r.episode_uuid, fence: r.fence, detail: r.delivery_detail, ended_at: r.ended_at / 1000 }));
+    .map((r) => ({ episode_uuid: r.episode_uuid, fence: r.fence, detail: secrets ? r.delivery_detail : withoutRunnerAddresses(r.delivery_detail), ended_at: r.ended_at / 1000 }));
+}
+
+/** A ZeroMQ endpoint (tcp://host:port, ipc:///path, ...), up to its last character that is not punctuation. */
+const ZMQ_ENDPOINT = /\b(?:tcp|ipc|inproc|pgm|epgm|udp|ws|wss|vmci|tipc):\/\/\S*[^\s:,;.)'"]/g;
+
+/**
+ * The agent's words for a result or reset it could not hand over name the runner's address
+ * ("runner at tcp://... did not ack"), which only the trainer and the admin see
+ * (docs/security.md): for the other roles' views the address is left out, the words kept.
+ */
+export function withoutRunnerAddresses(text: string): string {
+  return text.replace(ZMQ_ENDPOINT, "<runner address>");
 }
