@@ -24,9 +24,9 @@ import { MetricsReader } from "./metrics-reader";
 import { hideToken, withAtroposUrl } from "./atropos-url";
 import { checkReady, describeReady } from "./readiness";
 import { RunProcess } from "./run-process";
-import { openJournals, readJournal, runDir, writeJournal } from "./run-journal";
+import { openJournals, readJournal, runDir, writeJournal, type RunJournal } from "./run-journal";
 import type { RunsConfig } from "./runs-config";
-import { isOurGroup, notedStart, signalGroup, type NotedStart } from "./process-group";
+import { notedStart, type NotedStart } from "./process-group";
 
 export type ReportInput = z.input<typeof RunReport>;
 
@@ -100,7 +100,9 @@ export class RunSupervisor {
     for (let run = this.run; run !== null; run = this.run) await (run.stopping ?? run.task);
   }
 
-  async start(cmd: z.infer<typeof StartRunCommand>): Promise<Outcome> {
+  /** Null when the agent's shutdown comes first: nothing is started, and the command, not acked, goes to its next start. */
+  async start(cmd: z.infer<typeof StartRunCommand>): Promise<Outcome | null> {
+    if (this.d.stop.aborted) return null;
     const busy = this.run;
     if (busy !== null) {
       if (busy.id === cmd.run_id) return { ok: true, detail: `run ${cmd.run_id} is already ${busy.phase} on this host` };
@@ -142,6 +144,11 @@ export class RunSupervisor {
     const run: Run = { id: cmd.run_id, dir, procs, metrics: new MetricsReader(metricsPath, () => this.d.clock.now(), this.d.logger), unsent: [], said: "starting", phase: "starting", halt: new AbortController(), task: Promise.resolve(), stopping: null };
     this.run = run;
     const first = await this.send(run, "starting", `starting ${procs.length} processes: ${procs.map((p) => p.name).join(", ")}`);
+    // Stopping with the exchange not told: started now, the processes would belong to a run it has pending, which no agent adopts.
+    if (first === null && this.d.stop.aborted) {
+      this.finish(run);
+      return null;
+    }
     if (first?.must_stop) {
       this.finish(run);
       return { ok: true, detail: `run ${run.id} was stopped before it started; nothing was started` };
@@ -222,11 +229,11 @@ export class RunSupervisor {
       await this.send(run, r.status === "stopping" ? "stopped" : "failed", detail, true);
       this.closeJournal(run);
     }
-    // Processes of runs the exchange no longer counts as active must not keep GPUs busy.
+    // Processes of runs the exchange no longer counts as active (force-stopped while no agent ran)
+    // must not keep GPUs busy; they are stopped as every stop does, a trainer given its grace to save.
     for (const j of openJournals(this.d.config.runsDir)) {
       if (known.has(j.run_id) || j.run_id === this.run?.id) continue;
-      for (const p of j.processes) if (isOurGroup(p.pid, notedStart(p.proc_started_at))) signalGroup(p.pid, "SIGKILL");
-      this.noted(j.run_id, () => writeJournal(this.d.config.runsDir, { ...j, closed: true }));
+      await this.stopNoted(j.run_id, j);
     }
   }
 
@@ -251,7 +258,9 @@ export class RunSupervisor {
       const deadline = this.d.clock.now() + spec.readyTimeoutSeconds * 1000;
       for (;;) {
         if (run.halt.signal.aborted) return;
-        if (proc.ended()) return this.fail(run, proc, `${proc.name} ${proc.howItEnded()} while starting`);
+        // Any process started so far: one already ready may die while a later one gets ready.
+        const gone = run.procs.slice(0, i + 1).find((p) => p.ended());
+        if (gone !== undefined) return this.fail(run, gone, `${gone.name} ${gone.howItEnded()} while ${gone === proc ? "starting" : `${proc.name} was starting`}`);
         if (spec.ready === undefined || (await checkReady(spec.ready))) break;
         if (this.d.clock.now() >= deadline) {
           proc.state = "failed";
@@ -315,15 +324,20 @@ export class RunSupervisor {
 
   /** A stop_run for a run not running here: stop whatever its note says is left, and say so. */
   private async stopLeftovers(runId: string, reason: string): Promise<Outcome> {
-    const journal = readJournal(this.d.config.runsDir, runId);
-    const dir = runDir(this.d.config.runsDir, runId);
-    const procs = (journal?.processes ?? []).map((p) => RunProcess.adopt(p.name, p.order, p.pid, notedStart(p.proc_started_at), join(dir, `${p.name}.log`), this.d.clock, this.reported)).filter((p) => !p.gone);
-    for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
-    if (journal !== null) this.noted(runId, () => writeJournal(this.d.config.runsDir, { ...journal, closed: true }));
+    const procs = await this.stopNoted(runId, readJournal(this.d.config.runsDir, runId));
     const detail = procs.length ? `stopped ${procs.length} leftover processes of run ${runId} (${reason})` : `run ${runId} was not running on this host`;
     await this.d.reporter.report(runId, { status: "stopped", detail, processes: procs.map((p) => p.report(true)), agent_id: this.d.agentId });
     return { ok: true, detail };
   }
+  /** The processes a run's note lists that are still ours, stopped in reverse start order (SIGTERM, then SIGKILL after the grace); the note closed. */
+  private async stopNoted(runId: string, journal: RunJournal | null): Promise<RunProcess[]> {
+    const dir = runDir(this.d.config.runsDir, runId);
+    const procs = (journal?.processes ?? []).map((p) => RunProcess.adopt(p.name, p.order, p.pid, notedStart(p.proc_started_at), join(dir, `${p.name}.log`), this.d.clock, this.reported)).filter((p) => !p.gone);
+    for (const p of procs.reverse()) await p.stop(this.d.config.stopGraceSeconds * 1000);
+    if (journal !== null) this.noted(runId, () => writeJournal(this.d.config.runsDir, { ...journal, closed: true }));
+    return procs;
+  }
+
 
   /**
    * Reports the run with the metrics not sent yet, in reports the exchange takes (at most

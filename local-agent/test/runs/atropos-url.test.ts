@@ -61,7 +61,7 @@ describe("the engine's Atropos URL in a run", () => {
     const reporter = new RecordingReporter();
     const sup = new RunSupervisor({ config, reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: stop.signal, atropos: { engine: "eng-1", url: URL_WITH_TOKEN } });
     const cmd = { ...startCommand("run_atropos1"), config_yaml: 'env:\n  rollout_server_url: "https://exchange.example/e/eng-1/atropos"\n' };
-    expect((await sup.start(cmd)).ok).toBe(true);
+    expect((await sup.start(cmd))?.ok).toBe(true);
     await sup.settled();
     const dir = join(config.runsDir, "run_atropos1");
     expect(readFileSync(join(dir, "config.yaml"), "utf8")).toBe(`env:\n  rollout_server_url: "${URL_WITH_TOKEN}"\n`);
@@ -84,7 +84,7 @@ describe("the engine's Atropos URL in a run", () => {
       state.remove();
     });
     const cmd = { ...startCommand("run_atropos2"), config_yaml: 'env:\n  rollout_server_url: "https://exchange.example/e/eng-1/atropos"\n' };
-    expect((await sup.start(cmd)).ok).toBe(true);
+    expect((await sup.start(cmd))?.ok).toBe(true);
     const dir = join(config.runsDir, "run_atropos2");
     await waitUntil(() => existsSync(join(dir, "run.json")) && readFileSync(join(dir, "env.log"), "utf8").includes("env up"), "the run process to start");
     const pid = Number(JSON.parse(readFileSync(join(dir, "run.json"), "utf8")).processes[0].pid);

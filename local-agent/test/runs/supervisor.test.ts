@@ -26,7 +26,7 @@ import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { processAlive, waitUntil } from "../support/wait";
-import { RecordingReporter, freePort, proc, runsConfig, startCommand } from "./support";
+import { RecordingReporter, freePort, killGroups, proc, reportedPids, runsConfig, startCommand } from "./support";
 import { unwritable } from "../support/full-disk";
 
 const cleanups: Array<() => void | Promise<void>> = [];
@@ -41,16 +41,10 @@ function setup(processes: unknown[], opts: { clock?: Clock; grace?: number } = {
   const logger = new MemoryLogger();
   const stop = new AbortController();
   const sup = new RunSupervisor({ config, reporter, clock: opts.clock ?? realClock, logger, agentId: "host-1", stop: stop.signal });
-  const pids = (): number[] => [...new Set(reporter.reports.flatMap((r) => (r.processes ?? []).flatMap((p) => (p.pid ? [p.pid] : []))))];
+  const pids = (): number[] => reportedPids(reporter);
   cleanups.push(() => {
     stop.abort();
-    for (const pid of pids()) {
-      try {
-        process.kill(-pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
+    killGroups(pids());
     state.remove();
   });
   return { sup, reporter, logger, config, state, pids, stop };
@@ -163,8 +157,8 @@ describe("a run on a full disk", () => {
     const configPath = join(runDir(config.runsDir, "run_full01"), "config.yaml");
     unwritable(configPath);
     const outcome = await sup.start(startCommand("run_full01"));
-    expect(outcome.ok).toBe(false);
-    expect(outcome.detail.startsWith(`cannot write ${configPath}: `), outcome.detail).toBe(true);
+    expect(outcome?.ok).toBe(false);
+    expect(outcome?.detail.startsWith(`cannot write ${configPath}: `), outcome?.detail).toBe(true);
     expect(reporter.last("run_full01")).toMatchObject({ status: "failed" });
     expect(reporter.last("run_full01")?.processes?.every((p) => p.pid === null) ?? true).toBe(true);
   });
@@ -175,13 +169,13 @@ describe("a run on a full disk", () => {
     const { sup, reporter, config, logger } = setup([proc("trainer", "--exit-after 0.3")]);
     const note = join(runDir(config.runsDir, "run_full02"), "run.json");
     unwritable(note);
-    expect((await sup.start(startCommand("run_full02"))).ok).toBe(true);
+    expect((await sup.start(startCommand("run_full02")))?.ok).toBe(true);
     await sup.settled();
     expect(reporter.last("run_full02")).toMatchObject({ status: "completed" });
     expect(logger.has(/^warn run run_full02: cannot write its note in .*an agent restarted meanwhile may not adopt or close its processes/)).toBe(true);
     // Not held as a run still going: the next one starts.
     const next = await sup.start(startCommand("run_full03"));
-    expect(next.ok, next.detail).toBe(true);
+    expect(next?.ok, next?.detail).toBe(true);
     await sup.settled();
   });
 });

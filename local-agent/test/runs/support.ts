@@ -63,3 +63,17 @@ export const startCommand = (runId: string, file = "/opt/envs/gsm8k_server.py") 
   environment: { name: "gsm8k", class_name: "GSM8kEnv", file_path: file },
   config_yaml: "env:\n  group_size: 8\n",
 });
+
+/** The pids of every process the reports named. */
+export const reportedPids = (reporter: RecordingReporter): number[] => [...new Set(reporter.reports.flatMap((r) => (r.processes ?? []).flatMap((p) => (p.pid ? [p.pid] : []))))];
+
+/** SIGKILLs each pid's process group: a test's cleanup of whatever its runs left. */
+export function killGroups(pids: readonly number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+}
