@@ -95,9 +95,17 @@ export class RunSupervisor {
     return this.run?.procs.map((p) => p.logPath) ?? [];
   }
 
-  /** Resolves once the current run (if any) is over, for tests and shutdown. */
+  /**
+   * Resolves once the current run (if any) is over, for tests and shutdown, or once its work here
+   * is: after the agent's stop, a run's processes outlive it, and the run stays current.
+   */
   async settled(): Promise<void> {
-    for (let run = this.run; run !== null; run = this.run) await (run.stopping ?? run.task);
+    for (let run = this.run; run !== null; run = this.run) {
+      const waited = run.stopping ?? run.task;
+      await waited;
+      // Still current with nothing new to wait for (its monitor let go at the agent's stop).
+      if (this.run === run && (run.stopping ?? run.task) === waited) return;
+    }
   }
 
   /** Null when the agent's shutdown comes first: nothing is started, and the command, not acked, goes to its next start. */

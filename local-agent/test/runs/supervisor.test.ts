@@ -211,6 +211,17 @@ describe("a running run", () => {
     expect(readJournal(config.runsDir, "run_helper1")?.closed).toBe(true);
   });
 
+  it("settles when the agent stops while a run goes on: its processes outlive the agent, and nothing is left to wait for here", async () => {
+    const { sup, reporter, stop } = setup([proc("trainer", "")]);
+    await sup.start(startCommand("run_outlive"));
+    await waitUntil(() => reporter.status.get("run_outlive") === "running", "the run to be running");
+    stop.abort();
+    // Before, settled() awaited the finished monitor again and again: a loop that never yielded to a timer.
+    const timeout = new Promise<string>((r) => setTimeout(() => r("still waiting after 5 s"), 5_000).unref());
+    expect(await Promise.race([sup.settled().then(() => "settled"), timeout])).toBe("settled");
+    expect(sup.current?.run_id).toBe("run_outlive");
+  });
+
   it("completes when a process finishes with exit code 0, and reports the metrics the run wrote", async () => {
     const { sup, reporter } = setup([proc("trainer", "--metrics 3 --exit-after 0.3")]);
     await sup.start(startCommand("run_done01"));
