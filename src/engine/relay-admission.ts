@@ -168,7 +168,11 @@ export class RelayAdmission {
     const refusal = this.engineRefusal();
     if (refusal !== null) {
       // Calls the Worker served from its cache before the engine left ROLLING count all the same; a call the batch carries to ask is refused.
-      if (refusal.error === "engine_not_rolling" && !this.isRepeat(items)) this.calls += items.reduce((n, it) => n + it.calls - (it.carries ? 1 : 0), 0);
+      const served = refusal.error === "engine_not_rolling" && !this.isRepeat(items) ? items.reduce((n, it) => n + it.calls - (it.carries ? 1 : 0), 0) : 0;
+      if (served > 0) {
+        this.calls += served;
+        this.requests++;
+      }
       return refusal;
     }
     const hold = this.syncHold();
@@ -179,6 +183,7 @@ export class RelayAdmission {
     // Noted as applied before its calls go into the tally: a write that fails keeps them there.
     const repeat = this.isRepeat(items);
     let counted = false;
+    let talliedOver = false;
     const live = items.map((it): Reply<{ ep: ClaimRow; expiresAt: number }> => {
       const ep = this.liveClaim(it.key, rows.get(it.key.episode_uuid) ?? null);
       // The calls the Worker counted were served from its cache while the claim lived, before any
@@ -189,6 +194,7 @@ export class RelayAdmission {
       if (!ep.ok) {
         // Over (ended, aborted, reaped, claimed again): counted, but no activity for a lease that is gone.
         this.calls += calls;
+        talliedOver ||= calls > 0;
         return ep;
       }
       let expiresAt = ep.body.expires_at ?? now;
@@ -211,7 +217,7 @@ export class RelayAdmission {
       return ok({ lease_ms: Math.max(0, r.body.expiresAt - now), terms: items[i]?.detail ? claimTerms(r.body.ep) : null });
     });
     // A batch that admitted, counted or refreshed nothing was a refusal: it leaves no trace.
-    if (counted || claims.some((c) => c.ok)) this.requests++;
+    if (counted || talliedOver || claims.some((c) => c.ok)) this.requests++;
     return ok({ engine: engine.ok && hold === null ? engine.body : null, hold, claims });
   }
 
