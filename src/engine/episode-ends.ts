@@ -8,7 +8,7 @@ import type { AbortEpisodeRequest, EndEpisodeRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import { storedStringTooLarge } from "../protocol/limits";
 import type { EpisodeRow } from "./episode-views";
-import { CLEARED_CLAIM, KNOWN_ENDS, latestEnd, release } from "./episode-queue";
+import { CLEARED_CLAIM, KNOWN_ENDS, latestEnd, latestUnended, release } from "./episode-queue";
 import { isFailedInfra, joinBuffer, recordFailure, recordTrajectory, recordUnfinished } from "./episode-records";
 import { CLAIM_ROW_COLUMNS, mayActOn, type ClaimRef, type ClaimRow, type EpisodeState } from "./episode-state";
 import { fail, ok, type Reply } from "./reply";
@@ -164,8 +164,12 @@ function ownedClaim(e: EpisodeState, req: ClaimRef, actor: string | null): Reply
   const held = ep !== null && ep.state === "claimed" && ep.client_uuid === req.client_uuid && mayActOn(ep.claimed_by, actor);
   if (held && (req.fence === undefined || req.fence === ep.fence)) return ok(ep);
   if (endedBefore(e, req, ep)) return ok("already_ended");
-  if (ep === null) return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
-  if (ep.state !== "claimed") {
+  // Its row gone (unregistered, its runner not reset, a phase cleared) after this client's claim
+  // of it was over: that claim is lost, not the episode unknown.
+  if (ep === null && latestEnd(e, req.episode_uuid)?.client_uuid !== req.client_uuid && latestUnended(e, req.episode_uuid)?.client_uuid !== req.client_uuid) {
+    return fail(404, "unknown_episode", `Episode ${req.episode_uuid} not found.`);
+  }
+  if (ep === null || ep.state !== "claimed") {
     return fail(
       409,
       "claim_lost",
@@ -198,6 +202,10 @@ function endedBefore(e: EpisodeState, req: ClaimRef, ep: EpisodeRow | null): boo
   }
   const last = latestEnd(e, req.episode_uuid);
   if (last === null || last.client_uuid !== req.client_uuid || last.delivery === CLEARED_CLAIM) return false;
-  // The episode's row holds the fence of its latest claim: the ended one's, or a later one's.
-  return ep === null || last.fence >= ep.fence;
+  // The ended claim must be the episode's latest: no later one live, nor aborted or reaped. Not
+  // the row's fence: a row deleted (unregistered, its runner not reset, a phase cleared) or
+  // registered again (at the engine's next fence, with no claim) no longer holds it.
+  if (ep !== null && ep.state === "claimed" && ep.fence > last.fence) return false;
+  const unended = latestUnended(e, req.episode_uuid);
+  return unended === null || unended.fence < last.fence;
 }

@@ -72,6 +72,32 @@ export function latestEnd(e: EpisodeState, episodeUuid: string): LatestEnd | nul
   return e.store.sql.exec<LatestEnd>(`SELECT fence, client_uuid, delivery FROM ${KNOWN_ENDS} WHERE episode_uuid = ? ORDER BY fence DESC LIMIT 1`, episodeUuid).toArray()[0] ?? null;
 }
 
+/**
+ * The claim `fence` of the episode was aborted or reaped: the latest claim of it that did not
+ * end, which an end sent again without a fence is compared with once the episode's row is gone
+ * or registered again (a registration is no claim). Kept while the engine knows ends of the
+ * episode (forgetUnended); the abort and reap paths only, never an end's.
+ */
+export function noteUnended(e: EpisodeState, episodeUuid: string, fence: number, clientUuid: string): void {
+  e.store.sql.exec(
+    `INSERT INTO unended_claims (episode_uuid, fence, client_uuid) VALUES (?, ?, ?)
+     ON CONFLICT (episode_uuid) DO UPDATE SET fence = excluded.fence, client_uuid = excluded.client_uuid WHERE excluded.fence > fence`,
+    episodeUuid,
+    fence,
+    clientUuid,
+  );
+}
+
+/** The episode's latest claim that was aborted or reaped, or null. */
+export function latestUnended(e: EpisodeState, episodeUuid: string): { fence: number; client_uuid: string } | null {
+  return e.store.sql.exec<{ fence: number; client_uuid: string }>("SELECT fence, client_uuid FROM unended_claims WHERE episode_uuid = ?", episodeUuid).toArray()[0] ?? null;
+}
+
+/** Unended claims of episodes with no end known any more: no end of theirs can be sent again. */
+function forgetUnended(e: EpisodeState): void {
+  e.store.sql.exec(`DELETE FROM unended_claims WHERE episode_uuid NOT IN (SELECT episode_uuid FROM ${KNOWN_ENDS})`);
+}
+
 export function claimedCheck(e: EpisodeState, episodeUuid: string, unregister: boolean): BoolResponse {
   if (!e.live()) return { success: false, failure_reason: "" };
   const ep = e.episode(episodeUuid);
@@ -144,12 +170,14 @@ function rememberEnds(e: EpisodeState): void {
 /** Ends remembered longer than SYNCED_END_MEMORY_MS go, but not while their result is on its way to the runner. */
 function forgetSyncedEnds(e: EpisodeState, now: number): void {
   e.store.sql.exec("DELETE FROM ends_before_sync WHERE cleared_at < ? AND delivery != 'pending'", now - SYNCED_END_MEMORY_MS);
+  forgetUnended(e);
 }
 
 /** Deletes the batch's finished and failed claims; their fences go into the floor. */
 function deleteBatch(e: EpisodeState): void {
   e.store.sql.exec("DELETE FROM finished");
   e.store.sql.exec("DELETE FROM failed_rollouts");
+  forgetUnended(e);
   retireFences(e);
 }
 

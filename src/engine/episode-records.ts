@@ -5,6 +5,7 @@
  */
 import type { EndEpisodeRequest } from "../protocol/swarm";
 import { CLAIM_ROW_SOURCE, type StepRow } from "../protocol/buffer";
+import { noteUnended } from "./episode-queue";
 import type { ClaimRow, EpisodeState } from "./episode-state";
 import { scalarReward } from "./rules";
 import { taskGroup } from "./task-groups";
@@ -14,10 +15,12 @@ type FailureReason = "failed_infra" | "aborted" | "reaped";
 
 /**
  * A claim that ended without a result still is a trajectory (its LLM calls are in the ledger):
- * its row says how it ended, with no reward and nothing counted.
+ * its row says how it ended, with no reward and nothing counted. It is also the episode's latest
+ * claim, for the ends sent again without a fence (noteUnended).
  */
 export function recordUnfinished(e: EpisodeState, ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
   recordTrajectory(e, ep, ep.task_id, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: e.host.now() });
+  noteUnended(e, ep.episode_uuid, ep.fence, ep.client_uuid);
   if (ep.episode_type !== "train") return;
   recordFailure(e, ep, ep.task_id, outcome);
   // In its task's group, the lost rollout is a failed session: counted, never waited for.

@@ -360,6 +360,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
      episode_uuid TEXT NOT NULL, fence INTEGER NOT NULL, due_at INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
      PRIMARY KEY (episode_uuid, fence)) WITHOUT ROWID;
    CREATE INDEX IF NOT EXISTS ledger_compactions_due ON ledger_compactions (due_at);`,
+  // 23: each episode's latest claim that did not end (aborted or reaped), kept while its ends
+  // are: a fenceless end is a repeat only if its episode's latest claim is the one that ended,
+  // and the episode's row, deleted or registered again, no longer says which that was.
+  "CREATE TABLE IF NOT EXISTS unended_claims (episode_uuid TEXT PRIMARY KEY, fence INTEGER NOT NULL, client_uuid TEXT NOT NULL) WITHOUT ROWID;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
