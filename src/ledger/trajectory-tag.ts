@@ -11,9 +11,12 @@
  * - its calls, the first MAX_CALLS_PER_TRAJECTORY in order, and how many there are in all (the
  *   answer says so past the bound): rows are inserted once (ON CONFLICT DO NOTHING) and never
  *   updated, and removed by retention (in chunks of rows, not in the answer's order) or all
- *   together (a deleted engine). The sum of their row ids changes with any insertion or removal,
- *   both together included (SQLite gives a new row an id above every row present); the count too.
- *   Their R2 bodies go with or after their rows;
+ *   together (a deleted engine). The count changes with any insertion or removal, and the sums
+ *   of their row ids, admission and end times and body lengths with one removed and another
+ *   recorded: not the row ids alone, since SQLite gives a new row one more than the highest id
+ *   present, which is a removed row's own when that row was the table's newest (a late batch's
+ *   call). Their R2 bodies go with or after their rows; a gathering moves a row's body (its key
+ *   and offset, which the tag leaves out), not the body;
  * - the engine's incarnation: an engine made again under the name starts its fences over.
  */
 import { hex } from "../auth/tokens";
@@ -26,15 +29,15 @@ import { CALL_ORDER, LATEST_FENCE_SQL, MAX_CALLS_PER_TRAJECTORY } from "./read";
  */
 const ANSWER_VERSION = 3;
 
-type TagRow = { fence: number | null; row_id: number | null; calls: number; rowids: number; first_call: string | null; last_call: string | null };
+type TagRow = { fence: number | null; row_id: number | null; calls: number; sums: string; first_call: string | null; last_call: string | null };
 
 const TAG_SQL = `WITH f(fence) AS (SELECT COALESCE(?3, (${LATEST_FENCE_SQL}))),
-     w AS (SELECT call_id, rowid AS r, ROW_NUMBER() OVER (ORDER BY ${CALL_ORDER}) AS n
+     w AS (SELECT call_id, rowid AS r, admitted_at, done_at, body_length, ROW_NUMBER() OVER (ORDER BY ${CALL_ORDER}) AS n
          FROM llm_calls WHERE engine = ?1 AND episode_uuid = ?2 AND fence = (SELECT fence FROM f))
   SELECT (SELECT fence FROM f) AS fence,
     (SELECT id FROM trajectories WHERE engine = ?1 AND episode_uuid = ?2 AND fence = (SELECT fence FROM f)) AS row_id,
     (SELECT COUNT(*) FROM w) AS calls,
-    (SELECT TOTAL(r) FROM w) AS rowids,
+    (SELECT TOTAL(r) || ' ' || TOTAL(admitted_at) || ' ' || TOTAL(done_at) || ' ' || TOTAL(body_length) FROM w) AS sums,
     (SELECT call_id FROM w WHERE n = 1) AS first_call,
     (SELECT call_id FROM w WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY n DESC LIMIT 1) AS last_call`;
 
@@ -48,7 +51,7 @@ export async function trajectoryTag(db: D1Database, engine: { name: string; inca
   const r = await db.prepare(TAG_SQL).bind(engine.name, episode, fence).first<TagRow>();
   if (r === null || r.fence === null || (r.row_id === null && r.calls === 0)) return null;
   // Hashed: the episode and call ids are the clients' strings, of any length and characters an ETag may not hold.
-  const parts = JSON.stringify([ANSWER_VERSION, form, engine.name, engine.incarnation, episode, fence, r.fence, r.row_id, r.calls, r.rowids, r.first_call, r.last_call]);
+  const parts = JSON.stringify([ANSWER_VERSION, form, engine.name, engine.incarnation, episode, fence, r.fence, r.row_id, r.calls, r.sums, r.first_call, r.last_call]);
   return `"${hex(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(parts))).subarray(0, 16))}"`;
 }
 
