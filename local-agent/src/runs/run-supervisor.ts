@@ -337,6 +337,7 @@ export class RunSupervisor {
     await this.d.reporter.report(runId, { status: "stopped", detail, processes: procs.map((p) => p.report(true)), agent_id: this.d.agentId });
     return { ok: true, detail };
   }
+
   /** The processes a run's note lists that are still ours, stopped in reverse start order (SIGTERM, then SIGKILL after the grace); the note closed. */
   private async stopNoted(runId: string, journal: RunJournal | null): Promise<RunProcess[]> {
     const dir = runDir(this.d.config.runsDir, runId);
@@ -345,7 +346,6 @@ export class RunSupervisor {
     if (journal !== null) this.noted(runId, () => writeJournal(this.d.config.runsDir, { ...journal, closed: true }));
     return procs;
   }
-
 
   /**
    * Reports the run with the metrics not sent yet, in reports the exchange takes (at most
