@@ -247,11 +247,11 @@ export const ENGINE_API: RouteSpec[] = [
     unavailable: [
       {
         code: "paced",
-        when: "Under `staleness_policy: pace`, the batch would open new groups while the work under way could already be consumed too late (docs/buffer.md, \"Pacing instead of discarding\"); nothing was stored. Send it again shortly.",
+        when: "Under `staleness_policy: pace`, the batch would open new groups while the work under way could already be consumed too late (docs/buffer.md, \"Pacing instead of discarding\"); none of its rows that open a new group was stored, its rows of groups already begun were (`detail` says how many). Send it again shortly.",
       },
       {
         code: "buffer_full",
-        when: "The rows the batch adds would bring the bytes of rows the buffer holds past its `max_stored_bytes` (docs/buffer.md, \"Bounded\"; rows larger than the bound alone are a 413); nothing was stored. Send it again once the trainer has pulled.",
+        when: "The rows the batch adds would bring the bytes of rows the buffer holds past its `max_stored_bytes` (docs/buffer.md, \"Bounded\"; rows larger than the bound alone are a 413); none of its rows that open a new group was stored, its rows of groups already open were (`detail` says how many). Send it again once the trainer has pulled.",
         retryAfter: BUFFER_FULL_RETRY_SECONDS,
       },
       STORAGE_FULL,

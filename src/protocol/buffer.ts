@@ -254,7 +254,7 @@ export const BufferConfig = z.object({
    * Bytes of UTF-8 of rows waiting to be pulled (each row's messages, response and extra fields
    * as JSON: those of pending and ready groups; not the last pulls', kept to be read again) past
    * which no new group is opened. A batch that opens one and would pass it is refused 503
-   * `buffer_full` with Retry-After and stores nothing; rows of groups already open are taken. One
+   * `buffer_full` with Retry-After and stores none of its rows that open a group; rows of groups already open are taken. One
    * larger than it alone is a 413. Nothing else bounds what a buffer whose trainer
    * stopped pulling holds: ready groups stay until pulled, and staleness_policy flag drops none.
    */
