@@ -6,42 +6,8 @@
  * calls carry a per-claim key, go uncounted.
  */
 import { describe, expect, it } from "vitest";
-import { createEngine, ORIGIN, workerFetch, type TestEngine } from "./support/harness";
-
-type Answer = { status: number; json: Record<string, unknown> };
-
-async function send(path: string, token: string): Promise<Answer> {
-  const res = await workerFetch(`${ORIGIN}${path}`, { headers: { authorization: `Bearer ${token}` } });
-  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
-}
-
-async function exhaust(path: string, token: string): Promise<void> {
-  for (let sent = 0; sent < 25_000; sent += 50) {
-    const batch = await Promise.all(Array.from({ length: 50 }, () => send(path, token)));
-    if (batch.some((a) => a.status === 429)) return;
-  }
-  throw new Error(`${path} was never refused`);
-}
-
-/** `check` right after the token ran out, retried if the limiter's window turned meanwhile. */
-async function inOneWindow(e: TestEngine, token: string, check: () => Promise<void>): Promise<void> {
-  let failure: unknown = new Error("the limiter's window turned during every attempt");
-  for (let attempt = 0; attempt < 3; attempt++) {
-    await exhaust(`/e/${e.name}/get_engine_status`, token);
-    let failed = false;
-    try {
-      await check();
-    } catch (x) {
-      failed = true;
-      failure = x;
-    }
-    if ((await send(`/e/${e.name}/get_engine_status`, token)).status === 429) {
-      if (failed) throw failure;
-      return;
-    }
-  }
-  throw failure;
-}
+import { createEngine } from "./support/harness";
+import { inOneWindow, send } from "./support/rate-limit";
 
 describe("per-token request limits cover every engine-token request that reaches the engine", () => {
   it("refuses a client over its limit on /e/<engine>/v1/<not an LLM route> and /e/<engine> too, before the engine is asked", async () => {

@@ -9,56 +9,8 @@
 import { describe, expect, it } from "vitest";
 import { EngineClient, ExchangeError, RunsClient } from "../src/client";
 import { RATE_LIMIT_PERIOD_SECONDS } from "../src/http/rate-limit";
-import { admin, ADMIN_TOKEN, createEngine, ORIGIN, workerFetch, type TestEngine } from "./support/harness";
-
-type Answer = { status: number; retryAfter: string | null; json: Record<string, unknown> };
-
-async function send(path: string, token?: string, body?: unknown): Promise<Answer> {
-  const res = await workerFetch(`${ORIGIN}${path}`, {
-    method: body === undefined ? "GET" : "POST",
-    headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    body: body === undefined ? null : JSON.stringify(body),
-  });
-  return { status: res.status, retryAfter: res.headers.get("retry-after"), json: (await res.json()) as Record<string, unknown> };
-}
-
-/**
- * Sends `path` with `token`, 50 at a time, until one is refused. A fixed window lets at most a
- * limit's worth through, so the refusal comes within two windows' worth even when one turns.
- */
-async function exhaust(path: string, token: string): Promise<Answer> {
-  for (let sent = 0; sent < 25_000; sent += 50) {
-    const batch = await Promise.all(Array.from({ length: 50 }, () => send(path, token)));
-    const refused = batch.find((a) => a.status === 429);
-    if (refused) return refused;
-    expect(batch.map((a) => a.status)).toEqual(batch.map(() => 200));
-  }
-  throw new Error(`${path} was never refused`);
-}
-
-/**
- * Runs `check` right after the token ran out, until the token is still refused after it: then
- * all of `check` saw one window. A check that failed in a window that turned meanwhile is tried
- * again (the turn may be why it failed); one that failed within one window fails the test.
- */
-async function inOneWindow(e: TestEngine, token: string, check: () => Promise<void>): Promise<void> {
-  let failure: unknown = new Error("the limiter's window turned during every attempt");
-  for (let attempt = 0; attempt < 3; attempt++) {
-    await exhaust(`/e/${e.name}/get_engine_status`, token);
-    let failed = false;
-    try {
-      await check();
-    } catch (x) {
-      failed = true;
-      failure = x;
-    }
-    if ((await send(`/e/${e.name}/get_engine_status`, token)).status === 429) {
-      if (failed) throw failure;
-      return;
-    }
-  }
-  throw failure;
-}
+import { admin, ADMIN_TOKEN, createEngine, ORIGIN, workerFetch } from "./support/harness";
+import { exhaust, inOneWindow, send } from "./support/rate-limit";
 
 describe("per-token request limits", () => {
   it("answer a client over its limit 429 with Retry-After and the error body, and leave the engine's other tokens alone", async () => {
