@@ -568,9 +568,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
       if (!checked.ok) return checked;
       // The rows of groups begun are stored also when the rest is refused (buffer-admission.ts).
       const { take, refusal } = this.buffer.admit(checked.body);
-      const stored = take.length === 0 ? null : this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(take))));
-      // A refusal takes nothing from a batch without rows of groups begun; admitSteps takes all of a batch it does not refuse.
-      return refusal ?? (stored as Reply<PostStepsResponse>);
+      if (refusal === null) return this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(take))));
+      if (take.length > 0) this.afterBufferChange(ok(this.tx(() => this.buffer.ingest(take))));
+      return refusal;
     });
   }
 
