@@ -225,6 +225,12 @@ function turnOf(index: number, r: CallRow, body: CallBody | null, whole: Rebuilt
   return { index, prompt: null, unknown: body === null || r.truncated === 1 || idsLost, idsLost };
 }
 
+/** The calls a body names as its prefixes: its messages', its prompt ids', its prompt text's (rebuild.ts prefixCalls, on the stored form). */
+function namedCalls(body: CallBody | null): string[] {
+  const prompt = body?.params["prompt"];
+  return [body?.prefix?.call_id, body?.tokens?.prompt_prefix?.call_id, isPromptDelta(prompt) ? prompt.prefix.call_id : undefined].filter((id): id is string => id !== undefined);
+}
+
 /** A stored body as the rebuild reads it. */
 function storedOf(body: CallBody | null): StoredCall | null {
   if (body === null) return null;
@@ -250,12 +256,17 @@ type Shown = { next: Chain<readonly unknown[]>; sequence: Chain<readonly number[
  * read (each a getter, so JSON.stringify writes them): the trajectory's answer is written call by
  * call (trajectory-json.ts), and holds one call's history whole at a time. Delta form: each is
  * what the call stored, after what it shares with the call its `*_from` names, named only when
- * that call is known whole (so a reader can rebuild it: client/ledger-delta.ts); unnamed, it is
- * whole, or with `prefix_missing` only what the call added, as in the whole form.
+ * that call is known whole and among the calls answered (so a reader can rebuild it:
+ * client/ledger-delta.ts); unnamed, it is whole, or with `prefix_missing` only what the call
+ * added, as in the whole form. A call stored against one past the bound (`beyond`) is written whole.
  */
-function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | null>, endedAt: number | null, form: TrajectoryForm): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
-  const byId = rebuildAll(new Map(rows.map((r) => [r.call_id, storedOf(bodies.get(r.call_id) ?? null)])));
+function rebuildCalls(claim: ClaimCalls, bodies: Map<string, CallBody | null>, endedAt: number | null, form: TrajectoryForm): { calls: TrajectoryCall[]; turns: TokenTurn[] } {
+  const { rows } = claim;
+  const byId = rebuildAll(new Map([...rows, ...claim.beyond].map((r) => [r.call_id, storedOf(bodies.get(r.call_id) ?? null)])));
   const delta = form === "delta";
+  const answered = new Set(rows.map((r) => r.call_id));
+  // Written as what it added to the call `ref` names: in the delta form, when the reader has that call.
+  const asAdded = (ref: { call_id: string } | null | undefined): boolean => delta && (ref == null || answered.has(ref.call_id));
   const calls: TrajectoryCall[] = [];
   const turns: TokenTurn[] = [];
   let previous: Shown | null = null;
@@ -275,7 +286,7 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     const promptMissing = isPromptDelta(storedPrompt) && text === null;
     const params = !isPromptDelta(storedPrompt)
       ? (body?.params ?? {})
-      : text === null || delta
+      : text === null || asAdded(storedPrompt.prefix)
         ? { ...body?.params, prompt: storedPrompt.rest }
         : {
             ...body?.params,
@@ -291,8 +302,9 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
     if (shownPrompt !== null && completion !== null) {
       const prevTokens = previous?.sequence ?? null;
       const splice = previous === null ? "first" : prevTokens !== null && chainBeginsWith(shownPrompt, prevTokens, sameToken) ? "extends" : "rewritten";
+      const idsAdded = prompt === null || asAdded(t?.prompt_prefix);
       tokenView = delta
-        ? { prompt_from: prompt === null ? null : (t?.prompt_prefix ?? null), prompt_ids: whole.added ?? [], completion_ids: completion, completion_logprobs: logprobs, splice }
+        ? { prompt_from: prompt === null || !idsAdded ? null : (t?.prompt_prefix ?? null), prompt_ids: idsAdded ? (whole.added ?? []) : itemsOf(prompt), completion_ids: completion, completion_logprobs: logprobs, splice }
         : {
             get prompt_ids() {
               return itemsOf(shownPrompt);
@@ -328,11 +340,11 @@ function rebuildCalls(rows: readonly CallRow[], bodies: Map<string, CallBody | n
       uncaptured,
       prefix_missing: prefixMissing,
       params,
-      ...(delta ? { prompt_from: isPromptDelta(storedPrompt) && text !== null ? storedPrompt.prefix : null } : {}),
+      ...(delta ? { prompt_from: isPromptDelta(storedPrompt) && text !== null && asAdded(storedPrompt.prefix) ? storedPrompt.prefix : null } : {}),
       tools: whole.tools,
-      ...(delta ? { messages_from: messages === null ? null : (body?.prefix ?? null) } : {}),
+      ...(delta ? { messages_from: messages === null || !asAdded(body?.prefix) ? null : (body?.prefix ?? null) } : {}),
       get messages() {
-        return delta ? (body?.messages ?? []) : itemsOf(shownMessages);
+        return messages === null || asAdded(body?.prefix) ? (body?.messages ?? []) : itemsOf(shownMessages);
       },
       messages_splice: messagesSplice,
       answer: whole.answer as Record<string, unknown> | null,
@@ -378,8 +390,11 @@ async function latestFence(db: D1Database, engine: string, episode: string): Pro
 const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, run, endpoint, model, stream, weight_version, admitted_at, started_at,
   first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, truncated, body_key, body_offset, body_length`;
 
-/** A claim's first calls, at most MAX_CALLS_PER_TRAJECTORY, and how many it has in all. */
-type ClaimCalls = { rows: CallRow[]; recorded: number };
+/**
+ * A claim's first calls, at most MAX_CALLS_PER_TRAJECTORY, and how many it has in all; `beyond`,
+ * the calls past that bound which the first calls are stored against (loaded by withBodies).
+ */
+type ClaimCalls = { rows: CallRow[]; recorded: number; beyond: CallRow[] };
 
 /**
  * The calls of many claims in one query (D1 allows 1,000 queries per Worker invocation, and an
@@ -401,19 +416,71 @@ async function callsOf(db: D1Database, engine: string, claims: readonly { episod
   for (const r of results) {
     const k = claimKey(r.episode_uuid, r.fence);
     let claim = out.get(k);
-    if (claim === undefined) out.set(k, (claim = { rows: [], recorded: r.recorded }));
+    if (claim === undefined) out.set(k, (claim = { rows: [], recorded: r.recorded, beyond: [] }));
     claim.rows.push(r);
   }
   return out;
 }
 
-const NO_CALLS: ClaimCalls = { rows: [], recorded: 0 };
+/**
+ * How many rounds withBodies looks past the bound for the calls a cut claim's calls are stored
+ * against (each round one D1 query): a call's prefix is one that finished before it, so a chain
+ * leads past the bound only through concurrent calls, admitted later and finished sooner, each
+ * round one of those. Beyond it, the call reads as `prefix_missing`.
+ */
+const ROUNDS_BEYOND_CUT = 8;
+
+/**
+ * Claims' calls (callsOf) and their bodies. A delta names the call it continues by id, and that
+ * can be one admitted after it (docs/ledger.md): the last calls of a claim cut at the bound can
+ * be stored against calls past it. Those are loaded too, into `beyond`, to rebuild the calls
+ * shown, until every call named is loaded or the claim does not have it.
+ */
+async function withBodies(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<{ calls: Map<string, ClaimCalls>; bodies: Map<string, CallBody | null> }> {
+  const calls = claims.length === 0 ? new Map<string, ClaimCalls>() : await callsOf(db, engine, claims);
+  const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
+  const cut = claims.flatMap((c) => {
+    const claim = calls.get(claimKey(c.episode, c.fence));
+    return claim !== undefined && claim.recorded > claim.rows.length ? [{ ...c, claim }] : [];
+  });
+  const asked = new Set<string>();
+  let fresh = cut.map((c) => ({ ...c, rows: c.claim.rows }));
+  for (let round = 0; round < ROUNDS_BEYOND_CUT && fresh.length > 0; round++) {
+    const wanted: [string, number, string][] = [];
+    for (const { episode, fence, claim, rows } of fresh) {
+      const held = new Set([...claim.rows, ...claim.beyond].map((r) => r.call_id));
+      for (const id of rows.flatMap((r) => namedCalls(bodies.get(r.call_id) ?? null))) {
+        if (held.has(id) || asked.has(id)) continue;
+        asked.add(id);
+        wanted.push([episode, fence, id]);
+      }
+    }
+    if (wanted.length === 0) break;
+    const { results } = await db
+      .prepare(
+        `SELECT ${CALL_COLUMNS} FROM llm_calls WHERE engine = ?1
+           AND (episode_uuid, fence, call_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?2))`,
+      )
+      .bind(engine, JSON.stringify(wanted))
+      .all<CallRow & { episode_uuid: string; fence: number }>();
+    for (const [id, body] of await readBodies(bucket, results)) bodies.set(id, body);
+    const found = groupBy(results, (r) => claimKey(r.episode_uuid, r.fence));
+    fresh = cut.flatMap((c) => {
+      const rows = found.get(claimKey(c.episode, c.fence)) ?? [];
+      c.claim.beyond.push(...rows);
+      return rows.length === 0 ? [] : [{ ...c, rows }];
+    });
+  }
+  return { calls, bodies };
+}
+
+const NO_CALLS: ClaimCalls = { rows: [], recorded: 0, beyond: [] };
 
 const claimKey = (episode: string, fence: number): string => `${fence}\n${episode}`;
 
 function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, claim: ClaimCalls, bodies: Map<string, CallBody | null>, form: TrajectoryForm): Trajectory {
   const calls = claim.rows;
-  const built = rebuildCalls(calls, bodies, row?.ended_at ?? null, form);
+  const built = rebuildCalls(claim, bodies, row?.ended_at ?? null, form);
   const cut = claim.recorded > calls.length;
   const turns = sequenceTurns({ turns: built.turns, calls: calls.length, cut });
   const first = calls[0];
@@ -456,8 +523,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
  * time, since whole conversations are far larger than their deltas.
  */
 export async function loadPage(db: D1Database, bucket: R2Bucket, engine: string, rows: readonly SummaryRow[], form: TrajectoryForm): Promise<{ build(i: number): Trajectory }> {
-  const calls = rows.length === 0 ? new Map<string, ClaimCalls>() : await callsOf(db, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
-  const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
+  const { calls, bodies } = await withBodies(db, bucket, engine, rows.map((r) => ({ episode: r.episode_uuid, fence: r.fence })));
   return {
     build: (i) => {
       const r = rows[i];
@@ -471,13 +537,13 @@ export async function readTrajectory(db: D1Database, bucket: R2Bucket, engine: s
   const f = fence ?? (await latestFence(db, engine, episode));
   const missing = refuse(404, "unknown_trajectory", `No trajectory of episode '${episode}'${fence === null ? "" : ` with fence ${fence}`} on engine '${engine}'.`);
   if (f === null) return missing;
-  const [row, calls] = await Promise.all([
+  const [row, { calls, bodies }] = await Promise.all([
     db.prepare(`SELECT ${SUMMARY_COLUMNS} FROM trajectories t WHERE t.engine = ? AND t.episode_uuid = ? AND t.fence = ?`).bind(engine, episode, f).first<SummaryRow>(),
-    callsOf(db, engine, [{ episode, fence: f }]),
+    withBodies(db, bucket, engine, [{ episode, fence: f }]),
   ]);
   const claim = calls.get(claimKey(episode, f)) ?? NO_CALLS;
   if (row === null && claim.rows.length === 0) return missing;
-  return trajectoryOf(episode, f, row, claim, await readBodies(bucket, claim.rows), form);
+  return trajectoryOf(episode, f, row, claim, bodies, form);
 }
 
 /** A claim's successful calls as the training reads them, of its `calls` first calls; `cut` when it has more (MAX_CALLS_PER_TRAJECTORY). */
@@ -510,13 +576,11 @@ export async function claimObjects(db: D1Database, engine: string, claims: reado
 export async function claimTurns(db: D1Database, bucket: R2Bucket, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, ClaimTurns>> {
   const out = new Map<string, ClaimTurns>();
   if (claims.length === 0) return out;
-  const calls = await callsOf(db, engine, claims);
-  if (calls.size === 0) return out;
-  const bodies = await readBodies(bucket, [...calls.values()].flatMap((c) => c.rows));
+  const { calls, bodies } = await withBodies(db, bucket, engine, claims);
   for (const c of claims) {
     const claim = calls.get(claimKey(c.episode, c.fence));
     if (claim === undefined) continue;
-    out.set(claimKey(c.episode, c.fence), { turns: rebuildCalls(claim.rows, bodies, null, "whole").turns, calls: claim.rows.length, cut: claim.recorded > claim.rows.length });
+    out.set(claimKey(c.episode, c.fence), { turns: rebuildCalls(claim, bodies, null, "whole").turns, calls: claim.rows.length, cut: claim.recorded > claim.rows.length });
   }
   return out;
 }
