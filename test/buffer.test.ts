@@ -579,6 +579,28 @@ describe("groups that survive failures that are not the policy's", () => {
     expect((await e.as("trainer").getRolloutData()).success).toBe(false);
   });
 
+  it("hands out a partial group that filled to group_size before it was pulled as complete, its failed sessions left out", async () => {
+    const e = await buffered(3);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10, partial_groups: "deliver" });
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 1, true), step("f", "g", 0, 0, true, { failed_infra: true })] });
+    await advance(e, 10_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, pending_groups: 0 });
+    // The stragglers finish before the trainer pulls: the group has its group_size usable sessions.
+    await w.postSteps({ steps: [step("s2", "g", 0, 0.5, true), step("s3", "g", 0, 0, true)] });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", partial: false, usable_sessions: 3 }]);
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s2", true],
+      ["s3", true],
+    ]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 0, delivered_groups: 1 });
+    await advance(e, 5_000);
+    const groups = await env.DB.prepare("SELECT group_id, reason, partial FROM buffer_groups WHERE engine = ?").bind(e.name).all();
+    expect(groups.results).toEqual([{ group_id: "g", reason: "complete", partial: 0 }]);
+  });
+
   it("delivers a group short of group_size at its TTL with a usable mask under partial_groups deliver, and counts it", async () => {
     const e = await buffered(4);
     await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });

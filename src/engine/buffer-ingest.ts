@@ -143,6 +143,8 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
           s.markReady(group_id);
           ready.push(group_id);
         }
+        // Made ready partial at its TTL, then filled before a pull: handed out as complete, in its place in the queue.
+        if (g.state === "ready" && g.completed_sessions >= group_size) s.sql.exec("UPDATE buf_groups SET partial = 0 WHERE group_id = ? AND partial = 1", group_id);
       }
     }
     s.host.outbox({
