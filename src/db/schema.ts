@@ -86,6 +86,8 @@ export const llmCalls = sqliteTable(
     run: integer("run").notNull(),
     clientUuid: text("client_uuid").notNull(),
     taskId: text("task_id").notNull(),
+    // Null for calls recorded by a gateway or Worker older than it.
+    episodeType: text("episode_type"),
     endpoint: text("endpoint").notNull(),
     model: text("model").notNull(),
     stream: integer("stream", { mode: "boolean" }).notNull(),

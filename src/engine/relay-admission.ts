@@ -33,7 +33,7 @@ export type EngineTerms = {
   run: number;
 };
 /** What a claim's calls go with: the trainer's key and URL for its episode, and who and what the ledger records them under. */
-export type ClaimTerms = { trainer_api_key: string; trainer_base_url: string; client_uuid: string; task_id: string };
+export type ClaimTerms = { trainer_api_key: string; trainer_base_url: string; client_uuid: string; task_id: string; episode_type: string };
 /** The gateway and the trainer's key and URL, and what the ledger records the call under. */
 export type Admission = EngineTerms & ClaimTerms;
 
@@ -56,13 +56,14 @@ export type ClaimStanding = { lease_ms: number; terms: ClaimTerms | null };
 export type RelaySyncAnswer = { engine: EngineTerms | null; hold: SyncHold | null; claims: Reply<ClaimStanding>[] };
 
 /** What admission reads of an episode. */
-type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "state" | "fence" | "expires_at" | "discard_timeout" | "openai_api_key" | "openai_base_url" | "client_uuid" | "task_id">;
+type ClaimRow = Pick<EpisodeRow, "episode_uuid" | "state" | "fence" | "expires_at" | "discard_timeout" | "openai_api_key" | "openai_base_url" | "client_uuid" | "task_id" | "episode_type">;
 
 const claimTerms = (ep: ClaimRow): ClaimTerms => ({
   trainer_api_key: ep.openai_api_key,
   trainer_base_url: ep.openai_base_url,
   client_uuid: ep.client_uuid,
   task_id: ep.task_id,
+  episode_type: ep.episode_type,
 });
 
 /**
@@ -271,7 +272,7 @@ export class RelayAdmission {
     const rows = new Map<string, ClaimRow>();
     const uuids = JSON.stringify(items.map((it) => it.key.episode_uuid));
     for (const r of this.store.sql.exec<ClaimRow>(
-      `SELECT episode_uuid, state, fence, expires_at, discard_timeout, openai_api_key, openai_base_url, client_uuid, task_id
+      `SELECT episode_uuid, state, fence, expires_at, discard_timeout, openai_api_key, openai_base_url, client_uuid, task_id, episode_type
        FROM episodes WHERE episode_uuid IN (SELECT value FROM json_each(?))`,
       uuids,
     )) {

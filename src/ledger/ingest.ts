@@ -23,6 +23,7 @@ export type IndexRow = {
   run: number;
   client_uuid: string;
   task_id: string;
+  episode_type: string | null;
   endpoint: string;
   model: string;
   stream: number;
@@ -50,6 +51,7 @@ const COLUMNS: (keyof IndexRow)[] = [
   "run",
   "client_uuid",
   "task_id",
+  "episode_type",
   "endpoint",
   "model",
   "stream",
@@ -135,6 +137,7 @@ export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: Reco
       run: c.run,
       client_uuid: c.client_uuid,
       task_id: c.task_id,
+      episode_type: c.episode_type ?? null,
       endpoint: c.endpoint,
       model: c.model,
       stream: c.stream ? 1 : 0,

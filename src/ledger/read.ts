@@ -177,6 +177,7 @@ type CallRow = {
   call_id: string;
   client_uuid: string;
   task_id: string;
+  episode_type: string | null;
   run: number;
   endpoint: TrajectoryCall["endpoint"];
   model: string;
@@ -387,7 +388,7 @@ async function latestFence(db: D1Database, engine: string, episode: string): Pro
   return row?.f ?? null;
 }
 
-const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, run, endpoint, model, stream, weight_version, admitted_at, started_at,
+const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, episode_type, run, endpoint, model, stream, weight_version, admitted_at, started_at,
   first_byte_at, done_at, status, error, finish_reason, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, truncated, body_key, body_offset, body_length`;
 
 /**
@@ -484,7 +485,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
   const cut = claim.recorded > calls.length;
   const turns = sequenceTurns({ turns: built.turns, calls: calls.length, cut });
   const first = calls[0];
-  // A live claim has no row yet: its calls name its client, task and run.
+  // A live claim has no row yet: its calls name its client, task, type and run (calls an older agent recorded name no type).
   const head: TrajectorySummary =
     row !== null
       ? summary({ ...row, ...NO_TOKENS, calls: 0 })
@@ -493,7 +494,7 @@ function trajectoryOf(episode: string, fence: number, row: SummaryRow | null, cl
           fence,
           client_uuid: first?.client_uuid ?? "",
           task_id: first?.task_id ?? "",
-          episode_type: "train",
+          episode_type: first?.episode_type ?? "train",
           run: first?.run ?? 1,
           global_step: null,
           outcome: "ended",

@@ -60,6 +60,8 @@ export const CallContext = z.object({
   capture: CaptureMode,
   client_uuid: wellFormed,
   task_id: wellFormed,
+  /** The claim's episode type ("train" or "eval"): a live claim's trajectory says it. Absent from Workers and gateways older than it. */
+  episode_type: wellFormed.optional(),
   /** The engine's weight version when the call was admitted; null before the trainer reported one. */
   weight_version: z.number().int().nullable(),
   /** The engine's current run of its history (history-runs.ts). */

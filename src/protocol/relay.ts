@@ -46,7 +46,7 @@ export const RelayEnvelopeAsRead = RelayEnvelope.extend({ endpoint: openEnum(REL
 export type RelayEnvelopeAsRead = z.infer<typeof RelayEnvelopeAsRead>;
 
 const ENVELOPE_KEYS = new Set(["endpoint", "engine", "episode_uuid", "fence", "trainer_api_key", "trainer_base_url", "deadline_seconds", "call", "request"]);
-const CALL_KEYS = new Set(["call_id", "capture", "client_uuid", "task_id", "weight_version", "run", "admitted_at"]);
+const CALL_KEYS = new Set(["call_id", "capture", "client_uuid", "task_id", "episode_type", "weight_version", "run", "admitted_at"]);
 const hasOnly = (v: Record<string, unknown>, keys: Set<string>): boolean => Object.keys(v).every((k) => keys.has(k));
 const isCount = (v: unknown): boolean => Number.isSafeInteger(v) && (v as number) >= 0;
 const isText = (v: unknown): boolean => typeof v === "string" && isWellFormed(v);
@@ -62,6 +62,7 @@ function isCallContext(v: unknown): boolean {
     (CAPTURE_MODES as readonly unknown[]).includes(c.capture) &&
     isText(c.client_uuid) &&
     isText(c.task_id) &&
+    (c.episode_type === undefined || isText(c.episode_type)) &&
     (c.weight_version === null || Number.isSafeInteger(c.weight_version)) &&
     isCount(c.run) &&
     isCount(c.admitted_at)

@@ -138,6 +138,7 @@ async function relayClaim(
       capture: admitted.body.capture,
       client_uuid: admitted.body.client_uuid,
       task_id: admitted.body.task_id,
+      episode_type: admitted.body.episode_type,
       weight_version: admitted.body.weight_version,
       run: admitted.body.run,
       admitted_at: Date.now(),

@@ -21,8 +21,8 @@ const world = ledgerWorld("ledger-e2e", () => startTokenModel("vllm"), (vllm) =>
 const { cleanups } = world;
 
 /** A fresh engine capturing tokens, its agent's gateway in front of the vLLM-shaped server (unless told otherwise), one claim. */
-const setup = (opts: { upstream?: string; capture?: "messages" | "tokens" } = {}) =>
-  world.claimed({ engine: "ledger", capture: opts.capture ?? "tokens", upstream: opts.upstream, agent: { tokenDialect: "vllm" }, weightVersion: 7, discardEpisodeTimeout: 60 });
+const setup = (opts: { upstream?: string; capture?: "messages" | "tokens"; episodeType?: "train" | "eval" } = {}) =>
+  world.claimed({ engine: "ledger", capture: opts.capture ?? "tokens", upstream: opts.upstream, agent: { tokenDialect: "vllm" }, weightVersion: 7, discardEpisodeTimeout: 60, episodeType: opts.episodeType });
 
 type Chat = { message: Record<string, unknown>; raw: Record<string, unknown> | null };
 
@@ -125,6 +125,16 @@ describe("trajectory ledger, end to end", () => {
       return l?.sent_calls === 3 ? l : null;
     }, "a heartbeat counting the three calls stored");
     expect(hostLedger).toEqual({ queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 3, duplicate_calls: 0, dropped_calls: 0, refused_calls: 0, unrecorded_calls: 0 });
+  });
+
+  it("names an eval claim's type while it is live, as its ended trajectory does", async () => {
+    const { claim, end, recorded } = await setup({ episodeType: "eval" });
+    await chat(claim, { model: "policy", messages: [{ role: "user", content: "hello" }] });
+    const live = await recorded(1, "the live claim's trajectory with its call");
+    expect({ outcome: live.outcome, episode_type: live.episode_type }).toEqual({ outcome: null, episode_type: "eval" });
+    expect((await end()).success).toBe(true);
+    const ended = await recorded(1, "the ended trajectory", { ended: true });
+    expect(ended.episode_type).toBe("eval");
   });
 
   it("says where the server re-tokenized the history, instead of splicing it", async () => {

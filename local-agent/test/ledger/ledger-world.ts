@@ -27,6 +27,8 @@ export type ClaimOptions = {
   /** The weight version the trainer reports with ROLLING. */
   weightVersion: number;
   discardEpisodeTimeout: number;
+  /** The type c1 claims ep-1 as; "train" by default. */
+  episodeType?: "train" | "eval";
 };
 
 export type LedgerWorld<M> = {
@@ -85,7 +87,7 @@ async function claimIn(world: { url: string; admin: string; dir: string; v1: str
   await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
   await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: opts.weightVersion });
   await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: world.v1, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
-  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: opts.discardEpisodeTimeout });
+  const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: opts.discardEpisodeTimeout, episode_type: opts.episodeType });
   expect(claim.success).toBe(true);
 
   /** The client ends ep-1 with reward 1. */
