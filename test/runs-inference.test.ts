@@ -57,6 +57,20 @@ describe("inference tests", () => {
     expect(await runsAs(e, "viewer").inferenceTest(t.test_id)).toEqual(done);
   });
 
+  it("keep a finished test finished when a progress report, retried, crosses the final one", async () => {
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const t = await runsAs(e, "operator").startInferenceTest({ models: MODELS.slice(0, 1), num_steps: 2, group_size: 4 });
+    const agent = runsAs(e, "trainer");
+    // Both read the test unfinished; whichever is applied last must not take the result back.
+    const [finished] = await Promise.all([
+      agent.reportInferenceTest(t.test_id, { status: "done", models: [result("qwen/qwen3-8b", 5, 8)] }),
+      agent.reportInferenceTest(t.test_id, { status: "running", detail: "model 1 of 1" }),
+    ]);
+    expect(finished.status).toBe("done");
+    const after = await runsAs(e, "viewer").inferenceTest(t.test_id);
+    expect({ status: after.status, models: after.models.length, finished: after.finished_at !== null }).toEqual({ status: "done", models: 1, finished: true });
+  });
+
   it("refuse bad requests, unknown tests and other roles", async () => {
     expect((await refusal(() => runsAs(e, "operator").startInferenceTest({ models: MODELS }))).code).toBe("no_environment_selected");
     await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });

@@ -4,7 +4,7 @@
  * test is queued for the agent and answered later, since it takes minutes; its API keys stay
  * on the host (each model names the environment variable that holds its key).
  */
-import { and, eq } from "drizzle-orm";
+import { and, eq, notInArray } from "drizzle-orm";
 import { z } from "zod";
 import { inferenceTests } from "../db/schema";
 import { ModelResult, StartInferenceTestRequest, type InferenceTestReport, type InferenceTestView } from "../protocol/runs";
@@ -98,9 +98,11 @@ export async function agentReportInferenceTest(ctx: RunsCtx, id: string, report:
   const over = storedJsonTooLarge("models", report.models);
   if (over !== null) return tooLarge(over);
   const finished = report.status !== "running";
+  // Written only while it is still unfinished: a report that read the row before another
+  // finished it (a progress report retried across the final one) leaves the result be.
   await ctx.db
     .update(inferenceTests)
     .set({ status: report.status, detail: report.detail, models: JSON.stringify(report.models), finishedAt: finished ? ctx.now() : null })
-    .where(eq(inferenceTests.id, id));
+    .where(and(eq(inferenceTests.id, id), notInArray(inferenceTests.status, ["done", "failed"])));
   return getInferenceTest(ctx, id);
 }
