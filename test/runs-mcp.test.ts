@@ -81,6 +81,14 @@ describe("MCP endpoint", () => {
     expect(forbidden).toMatchObject({ isError: true, structuredContent: { error: "forbidden", role: "viewer" } });
     const badArgs = (await call(e.tokens.operator, "rl_edit_config", { field: 3 })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
     expect(badArgs).toMatchObject({ isError: true, structuredContent: { error: "invalid_arguments", tool: "rl_edit_config" } });
+    // A role that may not call the tool is told so whatever its arguments, as by REST: not to fix them.
+    for (const [tool, args] of [
+      ["rl_start_training", { environment: 5 }],
+      ["rl_edit_config", { field: 3 }],
+    ] as const) {
+      const refused = (await call(e.tokens.viewer, tool, args)).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+      expect(refused).toMatchObject({ isError: true, structuredContent: { error: "forbidden", role: "viewer" } });
+    }
     expect((await runsAs(e, "viewer").getConfig()).edits).toEqual({});
   });
 

@@ -50,12 +50,14 @@ async function callTool(env: Env, who: Credentials, role: string, req: JsonRpcRe
   if (!params.success) return rpcError(req.id, ERR.invalidParams, `tools/call: ${describeIssues(params.error)}`);
   const t = toolByName(params.data.name);
   if (t === undefined) return rpcError(req.id, ERR.invalidParams, `Unknown tool '${params.data.name}'. Tools: ${TOOLS.map((x) => x.name).join(", ")}.`);
+  // The role first, as the REST routes do: a model told to fix its arguments would go on fixing
+  // them for a call its role can never make.
+  const ctx = await authorize(env, who, t.op);
+  if ("ok" in ctx) return result(req.id, toolResult({ ...refusalBody(ctx), role }, true));
   const args = t.input.safeParse(params.data.arguments ?? {});
   if (!args.success) {
     return result(req.id, toolResult({ error: "invalid_arguments", detail: describeIssues(args.error), tool: t.name }, true));
   }
-  const ctx = await authorize(env, who, t.op);
-  if ("ok" in ctx) return result(req.id, toolResult({ ...refusalBody(ctx), role }, true));
   const out = await t.call(ctx, args.data);
   if (!out.ok) return result(req.id, toolResult(refusalBody(out), true));
   return result(req.id, toolResult({ ...(out.body as Record<string, unknown>), next_steps: t.nextSteps(out.body) }, false));
