@@ -21,11 +21,12 @@
  * with linger 0 when the send ends: an unsent message to a vanished runner must not keep the
  * process or the socket alive. (Keeping a socket per attempt open instead would multiply the
  * sockets a slow or dead runner's deliveries hold by deliveryAttempts; zeromq's context allows
- * 1,023 in all.)
+ * 1,023 in all, and a send waits for one of the agent's (zmq-sockets.ts).)
  */
-import { Request } from "zeromq";
+import type { Request } from "zeromq";
 import { realClock, type Clock } from "./clock";
 import { describeError } from "./log";
+import { requestSocket } from "./zmq-sockets";
 
 /** The reset message AgentJet's runner understands; it replies "ack" and keeps listening. */
 export const RESET_CONTEXT_TRACKER = "RUNNER.SPECIAL.RESET_CONTEXT_TRACKER";
@@ -67,8 +68,9 @@ export async function sendToRunner(addr: string, message: string, opts: SendOpti
   }
   const clock = opts.clock ?? realClock;
   const interrupted = (attempts: number): SendOutcome => ({ ok: false, detail: "the agent is shutting down", attempts, interrupted: true });
-  if (opts.signal?.aborted) return interrupted(0);
-  const sock = new Request({ linger: 0, relaxed: true, sendTimeout: opts.timeoutMs });
+  const held = await requestSocket({ linger: 0, relaxed: true, sendTimeout: opts.timeoutMs }, opts.signal);
+  if (held === null) return interrupted(0);
+  const { sock } = held;
   // Closing the socket makes a pending send/receive end, which ends the send promptly.
   const onAbort = (): void => sock.close();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
@@ -135,7 +137,7 @@ export async function sendToRunner(addr: string, message: string, opts: SendOpti
     };
   } finally {
     opts.signal?.removeEventListener("abort", onAbort);
-    if (!sock.closed) sock.close();
+    held.release();
   }
 }
 

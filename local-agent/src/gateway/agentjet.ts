@@ -7,7 +7,7 @@
  * HTTP hop to it: the gateway talks to the runner directly.
  */
 import { randomUUID } from "node:crypto";
-import { Request } from "zeromq";
+import { requestSocket } from "../zmq-sockets";
 import { z } from "zod";
 import { isZmqAddress } from "../runner-link";
 
@@ -77,13 +77,16 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
     if (opts.signal.aborted) return { kind: "aborted" };
     attempts++;
     const wait = Math.max(1, Math.floor(Math.min(left, opts.receiveTimeoutMs)));
-    const sock = new Request({ linger: 0, sendTimeout: wait, receiveTimeout: wait });
+    // Waits while the agent's sockets are all held (zmq-sockets.ts).
+    const held = await requestSocket({ linger: 0, sendTimeout: wait, receiveTimeout: wait }, opts.signal);
+    if (held === null) return { kind: "aborted" };
+    const { sock } = held;
     // connect() throws at once, without waiting, for an address ZeroMQ cannot use: retrying
     // would spin the agent's event loop until the deadline, opening a socket each pass.
     try {
       sock.connect(addr);
     } catch (e) {
-      sock.close();
+      held.release();
       return { kind: "bad_address", error: e };
     }
     // Closing the socket rejects the pending receive: the client went away, stop waiting.
@@ -99,7 +102,7 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
       if ((e as { code?: unknown }).code !== "EAGAIN") lastError = e;
     } finally {
       opts.signal.removeEventListener("abort", onAbort);
-      if (!sock.closed) sock.close();
+      held.release();
     }
   }
 }

@@ -1,0 +1,55 @@
+/**
+ * The agent's ZeroMQ REQ sockets. zeromq's one context refuses a socket past 1,023 (libzmq's
+ * ZMQ_MAX_SOCKETS), and `new Request()` then throws "Too many open file descriptors". Deliveries
+ * to runners (up to --delivery-concurrency at once, each holding its socket for all its
+ * attempts) and the gateway's calls to AgentJet runners draw on that one context: a result for a
+ * live runner failed when dead runners' deliveries held the sockets. Each now takes its socket
+ * from here, and waits for one while all are held, first come, first served.
+ */
+import { Request } from "zeromq";
+import { Semaphore } from "./semaphore";
+
+/** Below the context's 1,023, which libzmq's own sockets share. */
+export const MAX_REQUEST_SOCKETS = 1000;
+
+const sockets = new Semaphore(MAX_REQUEST_SOCKETS);
+
+/** A REQ socket and the release of its place (which closes it if it is still open). */
+export type HeldSocket = { sock: Request; release(): void };
+
+/** A REQ socket made with `options` once one may be opened; null when `signal` aborts first. */
+export async function requestSocket(options: ConstructorParameters<typeof Request>[0], signal?: AbortSignal): Promise<HeldSocket | null> {
+  if (signal?.aborted) return null;
+  const permit = sockets.acquire();
+  let onAbort = (): void => {};
+  const aborted = new Promise<null>((resolve) => {
+    onAbort = () => resolve(null);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+  let release: (() => void) | null;
+  try {
+    release = await Promise.race([permit, aborted]);
+  } finally {
+    // Removed on every path: `signal` is often the agent's own, which lives as long as it does.
+    signal?.removeEventListener("abort", onAbort);
+  }
+  if (release === null) {
+    void permit.then((r) => r());
+    return null;
+  }
+  const free = release;
+  let sock: Request;
+  try {
+    sock = new Request(options);
+  } catch (e) {
+    free();
+    throw e;
+  }
+  return {
+    sock,
+    release: () => {
+      if (!sock.closed) sock.close();
+      free();
+    },
+  };
+}

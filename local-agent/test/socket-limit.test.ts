@@ -1,0 +1,69 @@
+/**
+ * zeromq's context refuses a socket past 1,023, and every delivery holds one for all its
+ * attempts: with --delivery-concurrency above that (it accepts up to 10,000) and dead runners'
+ * deliveries holding the sockets, a result for a live runner failed "unexpectedly" and was
+ * handed out again. Deliveries and the gateway's calls to runners now take their sockets from
+ * one pool below the limit (zmq-sockets.ts), and wait for one: every delivery ends with its
+ * outcome, the live runner's delivered.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import type { Command } from "../../src/protocol";
+import type { Acker } from "../src/acker";
+import { Dispatcher } from "../src/dispatcher";
+import type { PolledCommand } from "../src/engine-link";
+import type { Outcome, OutcomeJournal } from "../src/outcome-journal";
+import type { TrainerSupervisor } from "../src/trainer";
+import { MemoryLogger } from "./support/logger";
+import { PyRunner } from "./support/py-runner";
+import { tempDir } from "./support/temp";
+import { waitUntil } from "./support/wait";
+
+const cleanups: Array<() => void | Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+describe("deliveries past zeromq's socket limit", () => {
+  it("a live runner's result is still delivered while many deliveries to dead runners are in flight (deliveryConcurrency 1100)", async () => {
+    const dir = tempDir();
+    cleanups.push(() => dir.remove());
+    const stop = new AbortController();
+    cleanups.push(() => stop.abort());
+    const live = new PyRunner({ ipcDir: dir.path, episodes: ["ep-live"], register: false });
+    cleanups.push(() => live.kill());
+    await live.waitFor("listening", "ep-live");
+
+    const logger = new MemoryLogger();
+    const outcomes = new Map<number, Outcome>();
+    const acker = {
+      finish: async (seq: number, _i: unknown, outcome: Outcome) => void outcomes.set(seq, outcome),
+      send: async () => undefined,
+    } as unknown as Acker;
+    const dispatcher = new Dispatcher({
+      trainer: {} as TrainerSupervisor,
+      acker,
+      journal: { get: () => undefined } as unknown as OutcomeJournal,
+      logger,
+      // Each dead runner's delivery holds its socket for 2 s; a concurrency the config accepts (at most 10,000).
+      delivery: { timeoutMs: 2000, attempts: 1, concurrency: 1100 },
+      stop: stop.signal,
+      version: "test",
+    });
+    const deliver = (seq: number, episode: string, addr: string): PolledCommand => {
+      const command: Command = { seq, attempt: 1, created_at: Date.now() / 1000, body: { kind: "deliver", episode_uuid: episode, fence: 1, zmq_listen_result_addr: addr, payload: JSON.stringify({ reward: 1, metadata: { task_id: `t${seq}` } }) } };
+      return { ok: true, command, incarnation: null };
+    };
+    const DEAD = 1050;
+    for (let seq = 1; seq <= DEAD; seq++) dispatcher.submit(deliver(seq, `dead-${seq}`, `ipc://${dir.path}/dead-${seq}.sock`));
+    const liveSeq = DEAD + 1;
+    dispatcher.submit(deliver(liveSeq, "ep-live", live.addr("ep-live")));
+
+    // Every command ends: the dead runners' deliveries as undeliverable after their 2 s, the live one as delivered.
+    await waitUntil(() => dispatcher.backlog === 0, "every delivery to end", 60_000);
+    expect(outcomes.get(liveSeq)).toMatchObject({ ok: true });
+    expect(logger.lines.filter((l) => l.includes("failed unexpectedly")).length).toBe(0);
+    expect(live.of("result", "ep-live")).toHaveLength(1);
+    expect(outcomes.size).toBe(DEAD + 1);
+    for (let seq = 1; seq <= DEAD; seq++) expect(outcomes.get(seq)?.detail).toMatch(/did not ack in 1 attempt/);
+  }, 90_000);
+});
