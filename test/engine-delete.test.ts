@@ -23,6 +23,7 @@ import { INCARNATION_NAMES_SQL } from "../src/http/engine-rows";
 import { DeleteArchiveResponse } from "../src/protocol/admin";
 import { LedgerClient } from "../src/client";
 import { namePrefix } from "../src/ledger/keys";
+import { recordCalls } from "../src/ledger/ingest";
 import { SWEEP_EVERY_MS } from "../src/engine/retention-schedule";
 
 const tables = (Object.values(schema) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable));
@@ -547,6 +548,28 @@ describe("deleting an engine", () => {
       bucket.put = put;
       release();
     }
+  });
+
+  // The gateway resends a batch whose answer it lost; a resend on the same day writes the object
+  // its first store wrote. One refused because a keep_history delete began meanwhile must not
+  // delete that object: the kept rows point into it.
+  it("keeps the body object of a kept history when a resend of its batch is refused across the delete", async () => {
+    const e = await createEngine("resend-kept");
+    const claim = { episode: "ep-kept", fence: 1, client: "c1" };
+    const batch = batchOf([callRecord(claim, { capture: "messages", body: { messages: [{ role: "user", content: "hello" }], answer: { role: "assistant", content: "hi" } } })], "batch-resend-0001");
+    expect((await postCalls(e, batch)).status).toBe(200);
+    const key = (await env.DB.prepare("SELECT body_key FROM llm_calls WHERE engine = ?").bind(e.name).first<{ body_key: string }>())!.body_key;
+    const incarnation = decodeURIComponent(key.split("/")[2]!);
+
+    // The resend's caller was checked before the delete, which keeps the history.
+    const checkedAt = Date.now();
+    expect((await admin.deleteEngine(e.name, { force: true, keep_history: true })).done).toBe(true);
+    const kept = await env.DB.prepare("SELECT body_key FROM llm_calls WHERE engine LIKE ?").bind(`${e.name}@%`).all<{ body_key: string }>();
+    expect(kept.results.map((r) => r.body_key)).toEqual([key]);
+
+    // Refused, nothing of it recorded; the kept history's body is where its row points.
+    expect(await recordCalls(env.DB, env.LEDGER, { name: e.name, incarnation, checkedAt }, batch, Date.now())).toBeNull();
+    expect(await env.LEDGER.head(key)).not.toBeNull();
   });
 
   // What a user saw: an operator deletes an engine (DELETE /admin/engines/<name>?force=true)

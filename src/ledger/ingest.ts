@@ -94,6 +94,10 @@ const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE ${liveSql("?4")}
   ON CONFLICT DO NOTHING`;
 
+/** Whether a stored row of the batch's calls (?3) names the object ?2, under engine ?1 or one of its archives. */
+const NAMED_SQL = `SELECT 1 FROM llm_calls WHERE body_key = ?2 AND call_id IN (SELECT value FROM json_each(?3))
+  AND (engine = ?1 OR engine IN (SELECT name FROM archives WHERE from_engine = ?1)) LIMIT 1`;
+
 /**
  * The object's name carries its content's digest as well as the batch id: a batch id that comes
  * again with other calls (a gateway that reuses ids) must not overwrite the object the first
@@ -172,8 +176,11 @@ export async function recordCalls(db: D1Database, bucket: R2Bucket, engine: Reco
   const results = await db.batch(statements);
   const recorded = results.reduce((n, r) => n + r.meta.changes, 0);
   if (recorded < rows.length && (await db.prepare(`SELECT ${liveSql("?2")} AS live`).bind(engine.name, engine.checkedAt).first<{ live: number }>())?.live !== 1) {
-    // The delete has listed the engine's objects already, or will not find this one's rows.
-    await bucket.delete(key);
+    // The delete has listed the engine's objects already, or will not find this one's rows. But a
+    // resend writes the object its first store wrote (same day, same bytes): while rows of that
+    // store name it, under the engine's name or a keep_history archive's, it stays.
+    const named = await db.prepare(NAMED_SQL).bind(engine.name, key, JSON.stringify(rows.map((r) => r.call_id))).first();
+    if (named === null) await bucket.delete(key);
     return null;
   }
   return { recorded, duplicates: rows.length - recorded };
