@@ -13,7 +13,7 @@ import {
   type TrajectoryReadQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
-import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, type FetchLike } from "./http";
+import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, retryAfterSeconds, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
@@ -66,7 +66,7 @@ export class LedgerClient {
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
     const res = await this.fetchFn(`${this.base}/trajectories/media/${encodeURIComponent(sha256)}`, { headers });
     const text = await res.text();
-    if (!res.ok) throw refusalOf(res.status, text);
+    if (!res.ok) throw refusalOf(res, text);
     return text;
   }
 
@@ -86,7 +86,7 @@ export class LedgerClient {
     const url = `${this.base}/trajectories/export${queryString({ format: "jsonl", ...(q as Query) })}`;
     const res = await this.fetchFn(url, { headers });
     if (!res.ok || res.body === null) {
-      throw refusalOf(res.status, await res.text(), "export_failed");
+      throw refusalOf(res, await res.text(), "export_failed");
     }
     const decoder = new TextDecoder();
     // A line (one trajectory) may be many MB: its pieces are kept apart and joined once, and only
@@ -165,7 +165,7 @@ function exportedLine(line: string, url: string): Trajectory {
 }
 
 /** The error an answer that is not 2xx stands for: its JSON's code and detail, or its text. */
-function refusalOf(status: number, text: string, fallback = "request_failed"): ExchangeError {
+function refusalOf(res: Response, text: string, fallback = "request_failed"): ExchangeError {
   let code = fallback;
   let detail = text.slice(0, 300);
   try {
@@ -175,5 +175,5 @@ function refusalOf(status: number, text: string, fallback = "request_failed"): E
   } catch {
     // not JSON: the text is the detail
   }
-  return new ExchangeError(status, code, detail);
+  return new ExchangeError(res.status, code, detail, retryAfterSeconds(res.headers.get("retry-after")));
 }
