@@ -115,8 +115,9 @@ export class LedgerClient {
   }
 }
 
+/** An episode named `export` is read as `/export/latest`: `/trajectories/export` is the export. */
 const trajectoryPath = (episodeUuid: string, fence: number | undefined, q: TrajectoryReadQuery): string =>
-  `/trajectories/${encodeURIComponent(episodeUuid)}${fence === undefined ? "" : `/${fence}`}${queryString(q as Query)}`;
+  `/trajectories/${encodeURIComponent(episodeUuid)}${fence !== undefined ? `/${fence}` : episodeUuid === "export" ? "/latest" : ""}${queryString(q as Query)}`;
 
 /** The code of the ExchangeError for an export whose stream broke off before its end. */
 export const EXPORT_INTERRUPTED = "export_interrupted";

@@ -87,14 +87,17 @@ const EpisodeParam: LedgerParam = {
   description: "The episode's episode_uuid.",
   refusal: () => "An episode_uuid is 1 to 512 characters.",
 };
+/** The fence that names the episode's latest claim, as `/trajectories/<episode_uuid>` does: the way to read an episode named `export`. */
+const LATEST = "latest";
 const FenceParam: LedgerParam = {
   // Any fence a call may be recorded with (CallRecord: a safe integer), so that every claim can be named.
   schema: z
     .string()
-    .regex(/^(0|[1-9][0-9]{0,15})$/, "a fence is a non-negative integer")
-    .refine((s) => Number.isSafeInteger(Number(s)), "a fence is at most 2^53 - 1"),
-  description: "The claim's fence (each claim of an episode has its own): a non-negative integer up to 2^53 - 1, no leading zeros.",
-  refusal: (value) => `'${value}' is not a fence: a fence is a non-negative integer.`,
+    .regex(/^(0|[1-9][0-9]{0,15}|latest)$/, "a fence is a non-negative integer, or latest")
+    .refine((s) => s === LATEST || Number.isSafeInteger(Number(s)), "a fence is at most 2^53 - 1"),
+  description:
+    "The claim's fence (each claim of an episode has its own): a non-negative integer up to 2^53 - 1, no leading zeros; or `latest`, the episode's latest claim (as without a fence: `/trajectories/export` is the export, `/trajectories/export/latest` the episode named export).",
+  refusal: (value) => `'${value}' is not a fence: a fence is a non-negative integer, or latest.`,
 };
 
 const refusal = (r: ReadRefusal): Response => errorResponse(r.status, r.error, r.detail);
@@ -155,7 +158,7 @@ async function exportAll(c: Context, who: Authorized, q: ExportQuery): Promise<R
 async function one(c: Context, who: Authorized, params: Record<string, string>, form: TrajectoryForm): Promise<Response> {
   const fenceText = params["fence"];
   const episode = params["episode_uuid"] as string;
-  const fence = fenceText === undefined ? null : Number(fenceText);
+  const fence = fenceText === undefined || fenceText === LATEST ? null : Number(fenceText);
   const tag = await trajectoryTag(envOf(c).DB, { name: who.engine, incarnation: who.incarnation }, episode, fence, form);
   const headers: Record<string, string> = tag === null ? {} : { etag: tag, "cache-control": "private, no-cache" };
   if (tag !== null && noneMatch(c.req.header("if-none-match"), tag)) return new Response(null, { status: 304, headers });

@@ -1,0 +1,35 @@
+/**
+ * An episode may be named anything of 1 to 512 characters, `export` and `media` included. Its
+ * latest claim is `/trajectories/<episode_uuid>`, but `/trajectories/export` is the export: an
+ * episode named so is read as `/trajectories/export/latest` (`latest` names the latest claim
+ * where a fence would), which LedgerClient does for it. `/trajectories/media/<fence>` passes on
+ * to the episode named `media` (a fence is no digest).
+ */
+import { describe, expect, it } from "vitest";
+import { LedgerClient } from "../src/client";
+import { batchOf, callRecord, postCalls } from "./support/ledger";
+import { createEngine, ORIGIN, raw, workerFetch } from "./support/harness";
+
+describe("an episode named export", () => {
+  it("is read by its latest claim as by its fence", async () => {
+    const e = await createEngine("export-name");
+    const ledger = new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.viewer, fetch: workerFetch });
+    const messages = [{ role: "user", content: "hi" }];
+    const answer = { role: "assistant", content: "hello" };
+    for (const episode of ["export", "media"]) {
+      expect((await postCalls(e, batchOf([callRecord({ episode, fence: 3, client: "c" }, { body: { messages, answer } })]))).status).toBe(200);
+    }
+
+    // By its fence, and the episode named "media" by either path: fine.
+    expect(await ledger.trajectory("export", 3)).toMatchObject({ episode_uuid: "export", fence: 3, outcome: null });
+    expect(await ledger.trajectory("media")).toMatchObject({ episode_uuid: "media", fence: 3 });
+
+    // Its latest claim, through the client and by hand; `latest` names any episode's.
+    expect((await raw(`/e/${e.name}/trajectories/export/latest`, { token: e.tokens.viewer })).json).toMatchObject({ episode_uuid: "export", fence: 3 });
+    expect((await raw(`/e/${e.name}/trajectories/media/latest`, { token: e.tokens.viewer })).json).toMatchObject({ episode_uuid: "media", fence: 3 });
+    const latest = await ledger.trajectory("export").catch((x: unknown) => x);
+    expect(latest).toMatchObject({ episode_uuid: "export", fence: 3, outcome: null });
+    const revalidated = await ledger.trajectoryIfChanged("export", null).catch((x: unknown) => x);
+    expect(revalidated).toMatchObject({ trajectory: { episode_uuid: "export", fence: 3 } });
+  });
+});
