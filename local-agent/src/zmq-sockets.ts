@@ -12,6 +12,25 @@ import { Semaphore } from "./semaphore";
 /** Below the context's 1,023, which libzmq's own sockets share. */
 export const MAX_REQUEST_SOCKETS = 1000;
 
+/**
+ * How long a socket is waited for while the context still counts sockets closed: libzmq's reaper
+ * frees them a moment after close(), so a burst of deliveries ending and beginning can meet the
+ * limit for that moment.
+ */
+const REAPED_WITHIN_MS = 2000;
+const REAP_POLL_MS = 5;
+
+async function opened(options: ConstructorParameters<typeof Request>[0]): Promise<Request> {
+  for (let waited = 0; ; waited += REAP_POLL_MS) {
+    try {
+      return new Request(options);
+    } catch (e) {
+      if ((e as { code?: unknown }).code !== "EMFILE" || waited >= REAPED_WITHIN_MS) throw e;
+      await new Promise((r) => setTimeout(r, REAP_POLL_MS));
+    }
+  }
+}
+
 const sockets = new Semaphore(MAX_REQUEST_SOCKETS);
 
 /** A REQ socket and the release of its place (which closes it if it is still open). */
@@ -40,7 +59,7 @@ export async function requestSocket(options: ConstructorParameters<typeof Reques
   const free = release;
   let sock: Request;
   try {
-    sock = new Request(options);
+    sock = await opened(options);
   } catch (e) {
     free();
     throw e;

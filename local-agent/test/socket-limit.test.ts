@@ -17,6 +17,8 @@ import { MemoryLogger } from "./support/logger";
 import { PyRunner } from "./support/py-runner";
 import { tempDir } from "./support/temp";
 import { waitUntil } from "./support/wait";
+import { askRunner } from "../src/gateway/agentjet";
+import { MAX_REQUEST_SOCKETS, requestSocket } from "../src/zmq-sockets";
 
 const cleanups: Array<() => void | Promise<void>> = [];
 afterEach(async () => {
@@ -66,4 +68,18 @@ describe("deliveries past zeromq's socket limit", () => {
     expect(outcomes.size).toBe(DEAD + 1);
     for (let seq = 1; seq <= DEAD; seq++) expect(outcomes.get(seq)?.detail).toMatch(/did not ack in 1 attempt/);
   }, 90_000);
+
+  it("a gateway call waits for a socket only until its deadline, then makes its attempts once one is free", async () => {
+    const dir = tempDir();
+    cleanups.push(() => dir.remove());
+    const held = await Promise.all(Array.from({ length: MAX_REQUEST_SOCKETS }, () => requestSocket({ linger: 0 })));
+    cleanups.push(() => held.forEach((h) => h?.release()));
+    const addr = `ipc://${dir.path}/nobody.sock`;
+    const ask = () => askRunner(addr, "{}", { deadlineAt: Date.now() + 300, receiveTimeoutMs: 100, signal: new AbortController().signal });
+    // Every socket held: the call ends at its deadline without an attempt.
+    expect(await ask()).toMatchObject({ kind: "deadline", attempts: 0 });
+    held.forEach((h) => h?.release());
+    // Sockets free: it tries, receive timeout after receive timeout, until its deadline.
+    expect(((await ask()) as { attempts: number }).attempts).toBeGreaterThanOrEqual(2);
+  });
 });

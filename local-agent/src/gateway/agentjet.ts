@@ -75,12 +75,18 @@ export async function askRunner(addr: string, message: string, opts: { deadlineA
     const left = opts.deadlineAt - Date.now();
     if (left <= 0) return { kind: "deadline", attempts, lastError };
     if (opts.signal.aborted) return { kind: "aborted" };
-    attempts++;
-    const wait = Math.max(1, Math.floor(Math.min(left, opts.receiveTimeoutMs)));
-    // Waits while the agent's sockets are all held (zmq-sockets.ts).
-    const held = await requestSocket({ linger: 0, sendTimeout: wait, receiveTimeout: wait }, opts.signal);
-    if (held === null) return { kind: "aborted" };
+    // Waits, until the deadline, while the agent's sockets are all held (zmq-sockets.ts); its timeouts count from then.
+    const held = await requestSocket({ linger: 0 }, AbortSignal.any([opts.signal, AbortSignal.timeout(left)]));
+    if (held === null) return opts.signal.aborted ? { kind: "aborted" } : { kind: "deadline", attempts, lastError };
     const { sock } = held;
+    const wait = Math.floor(Math.min(opts.deadlineAt - Date.now(), opts.receiveTimeoutMs));
+    if (wait <= 0) {
+      held.release();
+      return { kind: "deadline", attempts, lastError };
+    }
+    attempts++;
+    sock.sendTimeout = wait;
+    sock.receiveTimeout = wait;
     // connect() throws at once, without waiting, for an address ZeroMQ cannot use: retrying
     // would spin the agent's event loop until the deadline, opening a socket each pass.
     try {
