@@ -7,7 +7,9 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { drizzle } from "drizzle-orm/d1";
 import { eq } from "drizzle-orm";
-import { rewardHistory, trajectories } from "../src/db/schema";
+import { bufferGroups, rewardHistory, trajectories } from "../src/db/schema";
+import { SESSION_MEMORY_MS } from "../src/engine/buffer-outcomes";
+import { stepRow } from "./support/buffer";
 import { advance, createEngine, endBody, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 import { runsAs, sampleCatalog } from "./support/runs";
 import { rewindSchema } from "./support/schema-rewind";
@@ -204,6 +206,32 @@ describe("runs of the history", () => {
       expect(r.status, role).toBe(403);
     }
     expect((await e.as("viewer").historyRuns()).runs).toHaveLength(2);
+  });
+
+  // The buffer forgets a decided group a week on (SESSION_MEMORY_MS); its run must not then read
+  // as empty, which the next beginning would take over (a buffer-only run writes no reward history).
+  it("begins a new run after a buffer-only run whose groups the engine has forgotten, also for groups from before migration 24", async () => {
+    for (const rewound of [false, true]) {
+      const e = await createEngine("runbuf");
+      const op = e.as("operator");
+      await e.as("trainer").startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+      await op.configureBuffer({ ttl_seconds: 60 });
+      const first = await op.beginHistoryRun({ note: "first training" });
+      // One session of a group of two: the group is dropped at its TTL, and recorded in D1 under the run.
+      await e.as("client").postSteps({ steps: [stepRow("s1", "g1", 0, true)] });
+      await advance(e, 61_000);
+      await advance(e, 5_000);
+      const rows = await drizzle(env.DB).select({ run: bufferGroups.run, group: bufferGroups.groupId }).from(bufferGroups).where(eq(bufferGroups.engine, e.name));
+      expect(rows).toEqual([{ run: first.run, group: "g1" }]);
+      if (rewound) {
+        await runInDurableObject(e.stub, (_i, state) => rewindSchema(state.storage.sql, 24));
+        await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+        await reconnect(e);
+      }
+      await advance(e, SESSION_MEMORY_MS);
+      expect(await op.beginHistoryRun({ note: "second training" }), rewound ? "migrated" : "fresh").toEqual({ success: true, run: first.run + 1, new_run: true });
+      expect((await e.as("viewer").historyRuns({})).runs.find((r) => r.run === first.run)?.note).toBe("first training");
+    }
   });
 
   it("answers 404 for a run it does not have and 422 for one that is not a run number", async () => {

@@ -8,6 +8,7 @@ import { addHeld, bytesRefusal, rowBytes, storedResponse } from "./buffer-bytes"
 import { clearSessions, discardedByRestart } from "./buffer-outcomes";
 import type { BufferState } from "./buffer-state";
 import { checkedStep, sizeRefusal, type CheckedStep } from "./buffer-step-size";
+import { noteGroupIn } from "./history-runs";
 import { fail, ok, type Reply } from "./reply";
 
 /**
@@ -61,6 +62,7 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
   const { group_size } = s.config();
   let accepted = 0;
   let duplicates = 0;
+  const groupRuns = new Set<number>();
   let late = 0;
   let added = 0;
   const lateSessions: SessionOf[] = [];
@@ -119,6 +121,7 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
         run,
       )
       .one().run;
+    groupRuns.add(groupRun);
     s.sql.exec(
       `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
        ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
@@ -168,6 +171,7 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
     });
   }
   addHeld(s, added);
+  for (const r of groupRuns) noteGroupIn(s.sql, r);
   clearSessions(s, lateSessions, "late_rows_from_dropped_groups");
   s.bump((c) => ({ ...c, late: c.late + late, duplicates: c.duplicates + duplicates }));
   return { success: true, accepted, duplicates, late, groups_ready: ready };

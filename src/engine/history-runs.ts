@@ -8,6 +8,11 @@ import type { HistoryRun, HistoryRunsQuery, HistoryRunsResponse, RunBeginning } 
 import type { RewardHistoryResponse } from "../protocol/swarm";
 import type { EngineStore } from "./engine-store";
 
+/** Notes that a buffer group began in `run`, for good (holdsAnything): one lookup, a write only the first time. */
+export function noteGroupIn(sql: SqlStorage, run: number): void {
+  sql.exec("UPDATE history_runs SET held_groups = 1 WHERE run = ? AND held_groups = 0", run);
+}
+
 type RunRow = { run: number; started_at: number; began: RunBeginning; training_run_id: string | null; note: string };
 
 export class HistoryRuns {
@@ -27,11 +32,12 @@ export class HistoryRuns {
   }
 
   /**
-   * Whether the run has reward history entries or buffer groups (its accumulator is the status
-   * machine's to judge): an engine fed only through the rollout buffer writes no reward history.
+   * Whether the run has reward history entries or had buffer groups (its accumulator is the status
+   * machine's to judge): an engine fed only through the rollout buffer writes no reward history,
+   * and forgets its decided groups after a week.
    */
   holdsAnything(run: number): boolean {
-    return this.store.sql.exec("SELECT 1 FROM reward_history WHERE run = ?1 UNION ALL SELECT 1 FROM buf_groups WHERE run = ?1 LIMIT 1", run).toArray().length > 0;
+    return this.store.sql.exec("SELECT 1 FROM reward_history WHERE run = ?1 UNION ALL SELECT 1 FROM history_runs WHERE run = ?1 AND held_groups = 1 LIMIT 1", run).toArray().length > 0;
   }
 
   exists(run: number): boolean {

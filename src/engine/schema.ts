@@ -364,6 +364,11 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // are: a fenceless end is a repeat only if its episode's latest claim is the one that ended,
   // and the episode's row, deleted or registered again, no longer says which that was.
   "CREATE TABLE IF NOT EXISTS unended_claims (episode_uuid TEXT PRIMARY KEY, fence INTEGER NOT NULL, client_uuid TEXT NOT NULL) WITHOUT ROWID;",
+  // 24: a run remembers that a buffer group began in it (noteGroupIn): the group's row goes a week
+  // after it is decided, and a buffer-only run, which writes no reward history, then read as empty
+  // and was taken over by the next beginning.
+  `ALTER TABLE history_runs ADD COLUMN held_groups INTEGER NOT NULL DEFAULT 0;
+   UPDATE history_runs SET held_groups = 1 WHERE run IN (SELECT run FROM buf_groups);`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
