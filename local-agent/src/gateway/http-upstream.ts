@@ -101,6 +101,17 @@ export async function forwardHttp(
     // client gets (as upstreamFailed does), so it reads the stream after the redaction.
     const redaction = new SseRedaction(shown, hiddenTextProbe(addresses(), secrets()));
     const end = new StreamEnd();
+    /** Writes what the redaction and the tap still hold, and gives the redaction's last piece. */
+    const finish = (): Buffer => {
+      const last = redaction.end();
+      end.saw(last);
+      const tail = last.length === 0 || tap === null ? last : tap.chunk(last);
+      if (tail.length > 0) res.write(tail);
+      const rest = tap?.endStream() ?? "";
+      if (rest !== "") res.write(rest);
+      batch.flush();
+      return last;
+    };
     try {
       for await (const chunk of up.body) {
         const told = redaction.push(chunk as Buffer);
@@ -114,13 +125,7 @@ export async function forwardHttp(
         if (!res.write(piece)) await drainedOrClosed(res);
         if (res.destroyed) return;
       }
-      const last = redaction.end();
-      end.saw(last);
-      const tail = last.length === 0 || tap === null ? last : tap.chunk(last);
-      if (tail.length > 0) res.write(tail);
-      const rest = tap?.endStream() ?? "";
-      if (rest !== "") res.write(rest);
-      batch.flush();
+      const last = finish();
       if (end.ended()) {
         res.end();
         return;
@@ -133,6 +138,13 @@ export async function forwardHttp(
       if (last.length > 0) res.write("\n\n");
       fail(502, `the inference upstream broke off mid-stream: ${why} (episode ${env.episode_uuid})`, "upstream_stream_broken");
     } catch (e) {
+      // The answer was whole (its finish_reason or [DONE] came) when the connection broke: the
+      // client gets it as it is, and no error event its SDK would raise on.
+      if (end.ended() && !s.deadline.aborted && !s.signal.aborted) {
+        finish();
+        res.end();
+        return;
+      }
       batch.flush();
       tap?.endStream();
       if (s.deadline.aborted) timedOut();
