@@ -9,7 +9,8 @@
  * A secret MAX_AGE_MS old is fetched again, in the background (the calls go on with the one in
  * hand meanwhile, so a slow exchange stalls none), so that an old secret (a revoked token's
  * holder may have it) is not accepted long after a rotation, even while no call signed with the
- * new one has come. An exchange that refuses the agent's own token (401, 403: revoked) leaves it
+ * new one has come; one older than that and ROTATION_GRACE_MS (a gateway idle since) checks no
+ * envelope before the fetch is back, and the copy it replaces has its grace counted from when it was due. An exchange that refuses the agent's own token (401, 403: revoked) leaves it
  * no secret at all: every call is refused until a fetch succeeds, tried at most every REFRESH_MS.
  *
  * What a rotation costs: nothing. The first call signed with the new secret fetches it and goes
@@ -69,7 +70,13 @@ export class FetchedSecret implements SecretSource {
   }
 
   async check(verify: (secret: string) => Promise<string | null>, wait?: SecretWait): Promise<string | null> {
-    if (this.secret !== null && this.now() - this.fetchedAt >= MAX_AGE_MS && this.mayRefresh()) void this.refresh();
+    const age = this.now() - this.fetchedAt;
+    if (this.secret !== null && age >= MAX_AGE_MS && this.mayRefresh()) {
+      const fetching = this.refresh();
+      // A copy past what it is trusted for (the gateway was idle since it fetched it) checks
+      // nothing until the fetch is back: a busy gateway refreshes in the background long before.
+      if (age >= MAX_AGE_MS + ROTATION_GRACE_MS) await fetching;
+    }
     const secret = this.secret ?? (this.mayRefresh() ? await this.refresh() : null);
     if (secret === null) return "the gateway could not get its engine's secret from the exchange yet; try again";
     const why = await verify(secret);
@@ -101,7 +108,9 @@ export class FetchedSecret implements SecretSource {
     this.triedAt = this.now();
     this.fetching = this.fetchSecret().then(
       (s) => {
-        if (this.secret !== null && s !== this.secret) this.previous = { secret: this.secret, until: this.now() + ROTATION_GRACE_MS };
+        // Taken for the grace after it was replaced, or after it was due to be, whichever came first:
+        // a copy kept through an idle hour was replaced, as far as its holders know, long ago.
+        if (this.secret !== null && s !== this.secret) this.previous = { secret: this.secret, until: Math.min(this.now(), this.fetchedAt + MAX_AGE_MS) + ROTATION_GRACE_MS };
         this.secret = s;
         this.fetchedAt = this.now();
         this.fetching = null;
