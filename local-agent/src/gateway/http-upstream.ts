@@ -182,8 +182,11 @@ export async function forwardHttp(
     } else fail(status, `the inference upstream answered ${answered}: ${headOf(told, 300)}`, "upstream_error", retry);
   };
   if (!ok) {
-    // A 404 for a model it does not serve, a 400 for a bad request.
-    passError(up.statusCode >= 400 ? up.statusCode : 502, text, String(up.statusCode));
+    // A 404 for a model it does not serve, a 400 for a bad request; SGLang's (and older vLLM's)
+    // flat {"object": "error"} made the OpenAI error it stands for, as when it comes with a 200.
+    const flat = parseJson(text);
+    const asOpenAI = isRecord(flat) && flat["object"] === "error" ? errorInOk(flat) : null;
+    passError(up.statusCode >= 400 ? up.statusCode : 502, asOpenAI?.text ?? text, String(up.statusCode));
     return;
   }
   const parsed = parseJson(text);
