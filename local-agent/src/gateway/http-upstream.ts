@@ -81,7 +81,16 @@ export async function forwardHttp(
   try {
     // undici's request rather than fetch: the same client without the WHATWG Response and
     // stream layers, about 0.4 ms less per call here (the gateway is on every relayed call).
-    up = await request(url, { method: env.request === null ? "GET" : "POST", headers, body: env.request === null ? null : tap !== null ? tap.upstreamBody() : (requestText ?? JSON.stringify(env.request)), signal: s.signal });
+    // Without undici's own 300 s bounds on the headers and between body chunks: the envelope's
+    // deadline (600 s by default) ends the call, and a model may take longer than 5 minutes.
+    up = await request(url, {
+      method: env.request === null ? "GET" : "POST",
+      headers,
+      body: env.request === null ? null : tap !== null ? tap.upstreamBody() : (requestText ?? JSON.stringify(env.request)),
+      signal: s.signal,
+      headersTimeout: 0,
+      bodyTimeout: 0,
+    });
   } catch (e) {
     if (s.deadline.aborted) timedOut();
     else if (!s.signal.aborted) broke("could not be reached", e, "upstream_unreachable");
