@@ -11,7 +11,7 @@ import type { Format } from "./format";
 import type { BarsModule } from "./bars";
 import type { ChartModule } from "./chart";
 
-export type Pager = { page: number; pageSize: number; hasPrev: boolean; onPrev: () => void; onNext: () => void; onOpen: (episode: string) => void };
+export type Pager = { page: number; pageSize: number; hasPrev: boolean; onPrev: () => void; onNext: () => void; onOpen: (episode: string, fence: number) => void };
 
 export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, chart: ChartModule) {
   const { h } = dom;
@@ -104,7 +104,7 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
           ...page.episodes.map((e) =>
             h(
               "tr",
-              { class: "clickable", "data-episode": e.episode_uuid, "data-client": e.client_uuid, "data-llm-calls": e.llm_call_count, onclick: () => pager.onOpen(e.episode_uuid) },
+              { class: "clickable", "data-episode": e.episode_uuid, "data-client": e.client_uuid, "data-llm-calls": e.llm_call_count, onclick: () => pager.onOpen(e.episode_uuid, e.fence) },
               h("td", { title: e.client_uuid, class: "mono" }, fmt.shortId(e.client_uuid)),
               h("td", { class: "mono" }, h("button", { type: "button", class: "link mono", title: `${e.episode_uuid}: open its calls so far` }, fmt.shortId(e.episode_uuid))),
               h("td", { title: e.task_id }, e.task_id === "" ? "–" : fmt.shortId(e.task_id)),
@@ -130,17 +130,22 @@ export function activityViewModule(dom: Dom, fmt: Format, bars: BarsModule, char
   }
 
   function tasks(done: CompletedTasksResponse): DomElement {
-    const rows = done.tasks.map((t) => ({
-      label: t.task_id,
-      value: t.episodes,
-      title: `${t.task_id}: ${t.episodes} episodes by ${t.clients} clients, mean reward ${t.mean_reward === null ? "none" : t.mean_reward.toFixed(3)}`,
-    }));
-    if (rows.length === 0) return empty("tasks-empty", "No task completed yet", "Each task's finished train episodes of the current global step are counted here.");
+    // A task listed for its failed claims alone has no episode finished: it is counted apart.
+    const rows = done.tasks
+      .filter((t) => t.episodes > 0)
+      .map((t) => ({
+        label: t.task_id,
+        value: t.episodes,
+        title: `${t.task_id}: ${t.episodes} episodes by ${t.clients} clients, mean reward ${t.mean_reward === null ? "none" : t.mean_reward.toFixed(3)}${t.failed > 0 ? `, ${t.failed} failed claims` : ""}`,
+      }));
+    const failed = done.tasks.reduce((a, t) => a + t.failed, 0);
+    const failures = failed === 0 ? "" : `; ${fmt.count(failed)} claims failed (failed_infra, aborted or reaped)`;
+    if (rows.length === 0) return empty("tasks-empty", "No task completed yet", `Each task's finished train episodes of the current global step are counted here${failures}.`);
     const episodes = rows.reduce((a, r) => a + r.value, 0);
     return h(
       "div",
       { id: "tasks", "data-tasks": rows.length, "data-episodes": episodes },
-      h("p", { class: "sub" }, `${fmt.count(episodes)} episodes finished over ${fmt.count(rows.length)} tasks`),
+      h("p", { class: "sub" }, `${fmt.count(episodes)} episodes finished over ${fmt.count(rows.length)} tasks${failures}`),
       bars.ranked(rows, 12),
     );
   }

@@ -49,7 +49,8 @@ export function barsModule(dom: Dom, fmt: Format) {
   /** Rows of label + bar + number, longest first; at most `limit` rows, then "and N more". */
   function ranked(rows: readonly { label: string; value: number; title?: string }[], limit: number): DomElement {
     const sorted = [...rows].sort((a, b) => b.value - a.value || a.label.localeCompare(b.label));
-    const max = sorted[0]?.value ?? 1;
+    // All zero: bars of no length rather than 0 / 0.
+    const max = Math.max(sorted[0]?.value ?? 1, Number.MIN_VALUE);
     const shown = sorted.slice(0, limit);
     return h(
       "div",

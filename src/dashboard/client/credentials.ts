@@ -9,20 +9,23 @@ export type Saved = { tokens: Record<string, string>; admin: string | null };
 
 export function credentialsModule(storage: DomStorage) {
   const KEY = "rollout-exchange.dashboard.v1";
+  // Without a prototype: an engine named `constructor` (a valid name) has no token of its own.
+  // (Inside the factory: the page's script is made of the factories' own text, script.ts.)
+  const noTokens = (): Record<string, string> => Object.create(null) as Record<string, string>;
 
   function load(): Saved {
     try {
       const raw: unknown = JSON.parse(storage.getItem(KEY) ?? "null");
-      if (typeof raw !== "object" || raw === null) return { tokens: {}, admin: null };
+      if (typeof raw !== "object" || raw === null) return { tokens: noTokens(), admin: null };
       const r = raw as { tokens?: unknown; admin?: unknown };
-      const tokens: Record<string, string> = {};
+      const tokens = noTokens();
       if (typeof r.tokens === "object" && r.tokens !== null) {
         for (const [k, v] of Object.entries(r.tokens)) if (typeof v === "string") tokens[k] = v;
       }
       return { tokens, admin: typeof r.admin === "string" ? r.admin : null };
     } catch {
       // A corrupt entry (edited by hand, another version) is dropped rather than breaking the page.
-      return { tokens: {}, admin: null };
+      return { tokens: noTokens(), admin: null };
     }
   }
 

@@ -76,6 +76,11 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
     if (name !== engine) {
       cursors = [null];
       shownRun = null;
+      // Nothing of the engine left is shown under the new one's name, whatever its first reads answer.
+      for (const id of ["overview", "rewards", "episodes", "tasks-panel"]) byId(id).replaceChildren();
+      rewardsDrawnFrom = "";
+      d.panel.clear("buffer");
+      d.panel.clear("runs");
     }
     engine = name;
     syncUrl();
@@ -101,7 +106,7 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
       d.frame.notice({
         kind: "warning",
         title: p.status === 0 ? "Cannot reach the exchange" : "The last refresh failed",
-        text: `${p.status === 0 ? p.detail : what}. Showing the last data; retrying every ${refreshSeconds} s.`,
+        text: `${p.status === 0 ? p.detail : what}. ${byId("overview").childElementCount > 0 ? "Showing the last data" : "Nothing read yet"}; retrying every ${refreshSeconds} s.`,
       });
     }
   }
@@ -207,7 +212,8 @@ export function mainModule(win: BrowserWindow, d: MainDeps) {
             if (running.value.next_cursor !== null) cursors = [...shownPage, running.value.next_cursor];
             void refreshNow();
           },
-          onOpen: (episode) => void d.trajectories.openEpisode(episode, null),
+          // The claim clicked, by its fence: once it is over, the episode's latest claim may be another client's.
+          onOpen: (episode, fence) => void d.trajectories.openEpisode(episode, fence),
         }),
       );
     }

@@ -26,10 +26,17 @@ export function panelModule(dom: Dom, empty: ActivityView["empty"]) {
     } else if (note.hidden) {
       byId(id).replaceChildren(empty(`${id}-forbidden`, `This token may not read ${what}`, `The exchange answered ${said(r.problem)}. A token of a role that may read ${what} is needed.`));
     } else {
-      note.textContent = `Could not read ${what}: ${said(r.problem)}. Showing the last data; retrying with the next refresh.`;
+      const shown = byId(id).childElementCount > 0 ? "Showing the last data" : "Nothing read yet";
+      note.textContent = `Could not read ${what}: ${said(r.problem)}. ${shown}; retrying with the next refresh.`;
     }
   }
 
-  return { draw };
+  /** Empties `id` and its note: another engine is shown, and its last picture is not this one's. */
+  function clear(id: string): void {
+    byId(id).replaceChildren();
+    byId(`${id}-problem`).hidden = true;
+  }
+
+  return { draw, clear };
 }
 export type Panel = ReturnType<typeof panelModule>;

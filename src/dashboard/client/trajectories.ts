@@ -196,6 +196,7 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
     listTicket++;
     episodeTicket++;
     syncUrl();
+    d.panel.clear("trajectories");
     drawEpisode(null);
   }
 
