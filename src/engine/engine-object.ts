@@ -25,6 +25,7 @@ import type {
   ClaimEpisodeRequest,
   ClaimEpisodeResponse,
   CurrentBatchRolloutPoolInformation,
+  EndEpisodeCall,
   EndEpisodeRequest,
   EngineStatusResponse,
   EpisodeBufferResponse,
@@ -402,7 +403,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     );
   }
 
-  async endEpisode(caller: Caller, req: EndEpisodeRequest): Promise<Reply<{ success: boolean }>> {
+  async endEpisode(caller: Caller, req: EndEpisodeCall): Promise<Reply<{ success: boolean }>> {
     return this.guardedInSharedTurn(caller, "end_episode", () => {
       // An end adds its trajectory (outbox), its result for the agent (commands) and its buffer row.
       const full = this.storage.refusal("ending an episode");

@@ -4,7 +4,7 @@
  * claim by its fence, so a result from a superseded claim is refused and one sent again is not
  * counted twice.
  */
-import type { AbortEpisodeRequest, EndEpisodeRequest } from "../protocol/swarm";
+import type { AbortEpisodeRequest, EndEpisodeCall, EndEpisodeRequest } from "../protocol/swarm";
 import type { CommandBody } from "../protocol/commands";
 import { storedStringTooLarge } from "../protocol/limits";
 import type { EpisodeRow } from "./episode-views";
@@ -15,7 +15,7 @@ import { fail, ok, type Reply } from "./reply";
 import { rewardValues, scalarReward } from "./rules";
 
 /** Checks an end before anything is written; answers the workflow output as it will be stored and delivered. */
-export function endPayload(e: EpisodeState, req: EndEpisodeRequest): Reply<string> {
+export function endPayload(e: EpisodeState, req: EndEpisodeCall): Reply<string> {
   const status = e.store.meta.status;
   // The repeat of an end the rolling phase ended with (the trainer left it as the batch's last
   // end was stored, before its client had the answer) is answered as the first, by end().
@@ -27,7 +27,7 @@ export function endPayload(e: EpisodeState, req: EndEpisodeRequest): Reply<strin
   if (metaTask !== req.task_id) {
     return fail(422, "invalid_request", `workflow_output.metadata.task_id (${JSON.stringify(metaTask)}) must equal task_id (${JSON.stringify(req.task_id)})`);
   }
-  const payload = JSON.stringify(req.workflow_output);
+  const payload = req.workflow_output_text ?? JSON.stringify(req.workflow_output);
   // The trajectory's outbox record and the runner's deliver command hold it escaped inside their JSON.
   const tooLarge = storedStringTooLarge("workflow_output", payload);
   if (tooLarge !== null) return fail(413, "payload_too_large", tooLarge);

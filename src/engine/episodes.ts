@@ -15,6 +15,7 @@ import type {
   BoolResponse,
   ClaimEpisodeRequest,
   ClaimEpisodeResponse,
+  EndEpisodeCall,
   EndEpisodeRequest,
   RegisterEpisodeRequest,
 } from "../protocol/swarm";
@@ -61,7 +62,7 @@ export class Episodes {
     return claim(this.state, req, origin, keySecret, claimant);
   }
 
-  endPayload(req: EndEpisodeRequest): Reply<string> {
+  endPayload(req: EndEpisodeCall): Reply<string> {
     return endPayload(this.state, req);
   }
 

@@ -10,6 +10,7 @@ import { ok, type Reply } from "../engine/reply";
 import type { Env } from "../env";
 import { withTrainingTokens } from "../ledger/rollout-tokens";
 import type { EngineOp } from "../auth/roles";
+import { exactIntegers } from "./python-json";
 import {
   AbortEpisodeRequest,
   BoolResponse,
@@ -19,6 +20,7 @@ import {
   ClaimEpisodeRequest,
   ClaimEpisodeResponse,
   CurrentBatchRolloutPoolInformation,
+  EndEpisodeCall,
   EndEpisodeRequest,
   EndEpisodeResponse,
   EngineStatusResponse,
@@ -76,6 +78,8 @@ export type RouteSpec = {
   response: z.ZodType;
   /** `url` is the request's, for answers that name the exchange's origin. */
   call: (stub: Stub, caller: Caller, input: unknown, url: string) => Promise<Reply<unknown>>;
+  /** What the engine is given of a body route's input, validated, and its text: the input itself unless said. */
+  prepare?: (input: unknown, text: string) => unknown;
   /**
    * What the Worker adds to the engine's answer from D1 and R2, for the few routes that need it
    * (`input` the request's, validated): an answer, or the response itself when it is written as a stream.
@@ -161,6 +165,8 @@ export const ENGINE_API: RouteSpec[] = [
     ...post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
       s.endEpisode(who, b),
     ),
+    // The output as the runner gets it, with the client's integers digit for digit (exactIntegers).
+    prepare: (input, text): EndEpisodeCall => ({ ...(input as EndEpisodeRequest), workflow_output_text: exactIntegers(text, "workflow_output") ?? undefined }),
     unavailable: [STORAGE_FULL],
   },
   {

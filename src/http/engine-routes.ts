@@ -73,6 +73,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
         ? checkInput(input.schema, getQueryParam(url))
         : { ok: true as const, value: undefined };
   if (!parsed.ok) return (await refusedCaller(env, who.body, spec.op)) ?? parsed.response;
+  if (spec.prepare !== undefined) parsed.value = spec.prepare(parsed.value, text);
   const { stub, caller } = who.body;
   if (spec.method === "get" || spec.op === "get_episode_buffer") await beforeEngineRead(env, engine);
   let reply = await spec.call(stub, caller, parsed.value, url);

@@ -120,3 +120,31 @@ export function parseRequestJson(text: string): unknown {
     return python.value;
   }
 }
+
+/** What JSON.parse's reviver is also given (source text access, in V8 since 11.4), and JSON.rawJSON. */
+type SourceContext = { source?: string };
+const rawJSON = (JSON as unknown as { rawJSON: (text: string) => unknown }).rawJSON;
+/** An integer literal long enough that a double may not hold it. */
+const LONG_INTEGER = /(?:^|[^0-9.eE+-])-?\d{16,}(?![0-9.eE])/;
+
+/**
+ * `key`'s value in the JSON object `text`, written again with every integer as the text has it:
+ * Python writes ints of any size digit for digit (a time.time_ns() stamp, a 64-bit id or seed),
+ * and a double holds only those up to 2^53, so JSON.parse then JSON.stringify changes the rest.
+ * Null when it would come out as JSON.stringify writes it anyway (no integer that long), or the
+ * text is no such object (Python's NaN included: its value is then written as usual).
+ */
+export function exactIntegers(text: string, key: string): string | null {
+  if (!LONG_INTEGER.test(text)) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text, function (_k: string, value: unknown, context?: SourceContext) {
+      const source = context?.source;
+      return typeof value === "number" && !Number.isSafeInteger(value) && source !== undefined && /^-?\d+$/.test(source) ? rawJSON(source) : value;
+    } as (this: unknown, k: string, v: unknown) => unknown);
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== "object" || parsed === null || !(key in parsed)) return null;
+  return JSON.stringify((parsed as Record<string, unknown>)[key]);
+}

@@ -73,6 +73,12 @@ export const EndEpisodeRequest = z.object({
   fence: z.number().int().nonnegative().optional(),
 });
 export type EndEpisodeRequest = z.infer<typeof EndEpisodeRequest>;
+/**
+ * An end as the Worker gives it to the engine: `workflow_output_text` is the output written with
+ * the client's integers as it sent them (http/python-json.ts exactIntegers), when a double would
+ * change one; never a client's field (the request's schema strips it).
+ */
+export type EndEpisodeCall = EndEpisodeRequest & { workflow_output_text?: string | undefined };
 
 /** abort_episode shares end_episode's body; AgentJet sends task_id "" and reward 0, which we ignore. */
 export const AbortEpisodeRequest = EndEpisodeRequest.extend({
