@@ -64,8 +64,10 @@ export class TokenCollector {
     if (sglang !== null) {
       for (const entry of sglang) {
         const [logprob, id] = Array.isArray(entry) ? [entry[0], entry[1]] : isRecord(entry) ? [entry["logprob"], entry["token_id"]] : [null, null];
-        if (typeof id === "number") this.completion.push(id);
-        if (typeof logprob === "number") this.logprobs.push(logprob);
+        // A token without its logprob gets 0, as by position below: skipped, every later logprob would be a token early.
+        if (typeof id !== "number") continue;
+        this.completion.push(id);
+        this.logprobs.push(typeof logprob === "number" ? logprob : 0);
       }
       return;
     }
@@ -74,7 +76,8 @@ export class TokenCollector {
     const lp = choice["logprobs"];
     if (!isRecord(lp)) return;
     if (Array.isArray(lp["content"])) {
-      for (const e of lp["content"]) if (isRecord(e) && typeof e["logprob"] === "number") this.logprobs.push(e["logprob"]);
+      // One entry a token: one without a numeric logprob gets 0 rather than shifting the rest.
+      for (const e of lp["content"]) this.logprobs.push(isRecord(e) && typeof e["logprob"] === "number" ? e["logprob"] : 0);
     } else if (Array.isArray(lp["token_logprobs"])) {
       // By position: an echo's prompt comes first, its first token without a logprob (null).
       for (const v of lp["token_logprobs"]) this.logprobs.push(typeof v === "number" ? v : 0);
