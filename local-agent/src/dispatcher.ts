@@ -86,7 +86,7 @@ export class Dispatcher {
     // episode's turn is not held while the ack waits out a Worker outage (a redelivery in the
     // meantime is answered from the journal).
     const run = (): Promise<void> =>
-      this.execute(c)
+      this.execute(c, incarnation)
         .then((outcome) => {
           if (outcome !== null) void this.d.acker.finish(c.seq, incarnation, outcome);
         })
@@ -166,7 +166,7 @@ export class Dispatcher {
   }
 
   /** Runs one command; null means it was interrupted by shutdown and must not be acked. */
-  private async execute(c: Command): Promise<Outcome | null> {
+  private async execute(c: Command, incarnation: Incarnation): Promise<Outcome | null> {
     const body = c.body;
     const redelivery = c.attempt > 1 ? ` (handed out ${c.attempt} times)` : "";
     switch (body.kind) {
@@ -203,7 +203,7 @@ export class Dispatcher {
       case "clear_sessions":
         if (this.d.rollout === undefined) return { ok: false, detail: `this agent (version ${this.d.version}) was started without the rollout buffer's commands` };
         this.d.logger.info(`command ${c.seq}: ${body.kind}${redelivery}`);
-        return this.d.rollout.execute(body, c.seq);
+        return this.d.rollout.execute(body, c.seq, incarnation);
       default: {
         // Written so it compiles whether or not the protocol has kinds this agent does not implement.
         const kind = (body as { kind: string }).kind;

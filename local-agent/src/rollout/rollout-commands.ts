@@ -4,7 +4,7 @@
  */
 import type { CommandBody } from "../../../src/protocol/commands";
 import type { Logger } from "../log";
-import type { Outcome } from "../outcome-journal";
+import type { Incarnation, Outcome } from "../outcome-journal";
 import { clearSessions, type ClearSessionsBody } from "./clear-sessions";
 import type { RolloutWorkers, StartRolloutBody } from "./workers";
 
@@ -34,10 +34,10 @@ export class RolloutCommands {
   }
 
   /** Null: interrupted by shutdown, not to be acked. */
-  async execute(body: RolloutCommand, seq: number): Promise<Outcome | null> {
+  async execute(body: RolloutCommand, seq: number, incarnation: Incarnation): Promise<Outcome | null> {
     const out =
       body.kind === "start_rollout"
-        ? await this.d.workers.start(body, seq)
+        ? await this.d.workers.start(body, seq, incarnation)
         : await clearSessions(this.d.inferenceAdminUrl, body, { timeoutMs: this.d.clearTimeoutMs ?? CLEAR_SESSIONS_TIMEOUT_MS, stop: this.d.stop });
     // The ack carries the detail too, but the host's operator reads the agent's log.
     if (out?.ok === true) this.d.logger.info(`${body.kind}: ${out.detail}`);

@@ -18,7 +18,7 @@ import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
 import { InFlight } from "../in-flight";
 import type { Logger } from "../log";
-import type { Outcome } from "../outcome-journal";
+import type { Incarnation, Outcome } from "../outcome-journal";
 import { groupAlive, notedStart } from "../runs/process-group";
 import { RunProcess } from "../runs/run-process";
 import { notePid, privateDir } from "../host-files";
@@ -41,9 +41,10 @@ export type RolloutWorkersOptions = {
   clock: Clock;
 };
 
-type Current = { proc: RunProcess; seq: number; jobSession: string; groupSize: number };
+/** `incarnation`: the engine's whose command started them; undefined for workers adopted from a pid file written without it. */
+type Current = { proc: RunProcess; seq: number; incarnation: Incarnation | undefined; jobSession: string; groupSize: number };
 /** `proc_started_at`: the workers' start as /proc told it (RunProcess.procStartedAt); absent without /proc and in older notes, whose started_at was taken just after the spawn. */
-type PidFile = { pid: number; seq: number; job_session: string; group_size: number; started_at: number; proc_started_at?: number };
+type PidFile = { pid: number; seq: number; incarnation?: Incarnation; job_session: string; group_size: number; started_at: number; proc_started_at?: number };
 
 export class RolloutWorkers {
   private current: Current | null = null;
@@ -90,14 +91,15 @@ export class RolloutWorkers {
       return;
     }
     this.o.logger.info(`adopting rollout workers pid ${saved.pid} (job session ${saved.job_session}), left running by a previous agent`);
-    this.current = { proc, seq: saved.seq, jobSession: saved.job_session, groupSize: saved.group_size };
+    this.current = { proc, seq: saved.seq, incarnation: saved.incarnation, jobSession: saved.job_session, groupSize: saved.group_size };
   }
 
   /** Null when the agent's shutdown came first: not acked, so the next agent carries the command out. */
-  async start(cmd: StartRolloutBody, seq: number): Promise<Outcome | null> {
+  async start(cmd: StartRolloutBody, seq: number, incarnation: Incarnation = null): Promise<Outcome | null> {
     const c = this.live();
     if (c !== null) {
-      if (c.seq === seq) return { ok: true, detail: `rollout workers already running (pid ${c.proc.pid}), started by this same command` };
+      // The same command by its seq and its engine's incarnation: an engine made again under the name counts its commands from 1 again.
+      if (c.seq === seq && c.incarnation === incarnation) return { ok: true, detail: `rollout workers already running (pid ${c.proc.pid}), started by this same command` };
       if (!cmd.restart_training) {
         return { ok: true, detail: `rollout workers are already running (pid ${c.proc.pid}, job session ${c.jobSession}, group size ${c.groupSize}); not started again` };
       }
@@ -122,10 +124,10 @@ export class RolloutWorkers {
       restarted = ` (restart_training: the previous workers, pid ${c.proc.pid}, were stopped)`;
     }
     if (this.closed) return null;
-    return this.launching.track(this.launch(cmd, seq, argv, restarted));
+    return this.launching.track(this.launch(cmd, seq, incarnation, argv, restarted));
   }
 
-  private async launch(cmd: StartRolloutBody, seq: number, argv: string[], restarted: string): Promise<Outcome> {
+  private async launch(cmd: StartRolloutBody, seq: number, incarnation: Incarnation, argv: string[], restarted: string): Promise<Outcome> {
     privateDir(this.o.logDir, this.o.logger);
     privateDir(this.o.stateDir, this.o.logger);
     const proc = new RunProcess("rollout-workers", 0, argv, this.logPath, this.o.clock);
@@ -137,10 +139,10 @@ export class RolloutWorkers {
       return { ok: false, detail: `cannot start the rollout workers: ${failed}` };
     }
     const pid = proc.pid as number;
-    this.current = { proc, seq, jobSession: cmd.job_session, groupSize: cmd.group_size };
+    this.current = { proc, seq, incarnation, jobSession: cmd.job_session, groupSize: cmd.group_size };
     this.endedAlone = null;
     const noted = proc.procStartedAt === null ? {} : { proc_started_at: proc.procStartedAt };
-    notePid(this.pidFile, JSON.stringify({ pid, seq, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile), `rollout workers pid ${pid} run`, this.o.logger);
+    notePid(this.pidFile, JSON.stringify({ pid, seq, incarnation, job_session: cmd.job_session, group_size: cmd.group_size, started_at: this.o.clock.now(), ...noted } satisfies PidFile), `rollout workers pid ${pid} run`, this.o.logger);
     const detail = `rollout workers started (pid ${pid}, job session ${cmd.job_session}, group size ${cmd.group_size})${restarted}; output in ${this.logPath}`;
     return { ok: true, detail };
   }
