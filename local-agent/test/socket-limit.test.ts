@@ -8,11 +8,8 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import type { Command } from "../../src/protocol";
-import type { Acker } from "../src/acker";
-import { Dispatcher } from "../src/dispatcher";
 import type { PolledCommand } from "../src/engine-link";
-import type { Outcome, OutcomeJournal } from "../src/outcome-journal";
-import type { TrainerSupervisor } from "../src/trainer";
+import { recordingDispatcher } from "./support/dispatcher";
 import { MemoryLogger } from "./support/logger";
 import { PyRunner } from "./support/py-runner";
 import { tempDir } from "./support/temp";
@@ -36,21 +33,9 @@ describe("deliveries past zeromq's socket limit", () => {
     await live.waitFor("listening", "ep-live");
 
     const logger = new MemoryLogger();
-    const outcomes = new Map<number, Outcome>();
-    const acker = {
-      finish: async (seq: number, _i: unknown, outcome: Outcome) => void outcomes.set(seq, outcome),
-      send: async () => undefined,
-    } as unknown as Acker;
-    const dispatcher = new Dispatcher({
-      trainer: {} as TrainerSupervisor,
-      acker,
-      journal: { get: () => undefined } as unknown as OutcomeJournal,
-      logger,
-      // Each dead runner's delivery holds its socket for 2 s; a concurrency the config accepts (at most 10,000).
-      delivery: { timeoutMs: 2000, attempts: 1, concurrency: 1100 },
-      stop: stop.signal,
-      version: "test",
-    });
+    // Each dead runner's delivery holds its socket for 2 s; a concurrency the config accepts (at most 10,000).
+    const { dispatcher, acked } = recordingDispatcher({ logger, delivery: { timeoutMs: 2000, attempts: 1, concurrency: 1100 }, stop: stop.signal });
+    const outcomeOf = (seq: number) => acked.find((a) => a.seq === seq)?.outcome;
     const deliver = (seq: number, episode: string, addr: string): PolledCommand => {
       const command: Command = { seq, attempt: 1, created_at: Date.now() / 1000, body: { kind: "deliver", episode_uuid: episode, fence: 1, zmq_listen_result_addr: addr, payload: JSON.stringify({ reward: 1, metadata: { task_id: `t${seq}` } }) } };
       return { ok: true, command, incarnation: null };
@@ -62,11 +47,11 @@ describe("deliveries past zeromq's socket limit", () => {
 
     // Every command ends: the dead runners' deliveries as undeliverable after their 2 s, the live one as delivered.
     await waitUntil(() => dispatcher.backlog === 0, "every delivery to end", 60_000);
-    expect(outcomes.get(liveSeq)).toMatchObject({ ok: true });
+    expect(outcomeOf(liveSeq)).toMatchObject({ ok: true });
     expect(logger.lines.filter((l) => l.includes("failed unexpectedly")).length).toBe(0);
     expect(live.of("result", "ep-live")).toHaveLength(1);
-    expect(outcomes.size).toBe(DEAD + 1);
-    for (let seq = 1; seq <= DEAD; seq++) expect(outcomes.get(seq)?.detail).toMatch(/did not ack in 1 attempt/);
+    expect(acked.length).toBe(DEAD + 1);
+    for (let seq = 1; seq <= DEAD; seq++) expect(outcomeOf(seq)?.detail).toMatch(/did not ack in 1 attempt/);
   }, 90_000);
 
   it("a gateway call waits for a socket only until its deadline, then makes its attempts once one is free", async () => {

@@ -26,7 +26,6 @@ import type {
   ClaimEpisodeResponse,
   CurrentBatchRolloutPoolInformation,
   EndEpisodeCall,
-  EndEpisodeRequest,
   EngineStatusResponse,
   EpisodeBufferResponse,
   RegisterEpisodeRequest,

@@ -6,22 +6,15 @@
  * workers now remember the incarnation of the command that started them, in their pid file too.
  */
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { Command } from "../../../src/protocol";
-import type { Acker } from "../../src/acker";
-import { realClock } from "../../src/clock";
-import { Dispatcher } from "../../src/dispatcher";
-import type { Incarnation, Outcome, OutcomeJournal } from "../../src/outcome-journal";
 import { RolloutCommands } from "../../src/rollout/rollout-commands";
-import { parseRolloutCommand } from "../../src/rollout/template";
 import { RolloutWorkers, type StartRolloutBody } from "../../src/rollout/workers";
-import type { TrainerSupervisor } from "../../src/trainer";
+import { fixtureWorkers, recordingDispatcher } from "../support/dispatcher";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { waitUntil } from "../support/wait";
 
-const WORKER = join(import.meta.dirname, "fixtures", "worker.sh");
 
 let dir: ReturnType<typeof tempDir>;
 let workers: RolloutWorkers;
@@ -39,31 +32,12 @@ afterEach(async () => {
 describe("start_rollout across engine incarnations", () => {
   it("restarts the workers for a restart_training of a re-made engine whose seq equals the deleted engine's start", { timeout: 30_000 }, async () => {
     const logger = new MemoryLogger();
-    workers = new RolloutWorkers({
-      command: parseRolloutCommand(`sh ${WORKER} {job_session} {group_size} {restart_training}`),
-      cwd: null,
-      logDir: join(dir.path, "logs"),
-      stateDir: join(dir.path, "state"),
-      graceMs: 3000,
-      placeholders: { engine: "e1", engine_url: "http://127.0.0.1:1/e/e1", facade_url: "http://127.0.0.1:2" },
-      env: { ROLLOUT_ENGINE_URL: "http://127.0.0.1:1/e/e1" },
-      logger,
-      clock: realClock,
-    });
-    const outcomes: Array<{ seq: number; incarnation: Incarnation; outcome: Outcome }> = [];
-    const acker = {
-      finish: async (seq: number, incarnation: Incarnation, outcome: Outcome) => void outcomes.push({ seq, incarnation, outcome }),
-      send: async () => undefined,
-    } as unknown as Acker;
-    const dispatcher = new Dispatcher({
-      trainer: {} as TrainerSupervisor,
-      acker,
-      // Nothing journaled: each command is new to this agent.
-      journal: { get: () => undefined } as unknown as OutcomeJournal,
+    workers = fixtureWorkers(dir.path, logger);
+    // Nothing journaled: each command is new to this agent.
+    const { dispatcher, acked: outcomes } = recordingDispatcher({
       logger,
       delivery: { timeoutMs: 1000, attempts: 1, concurrency: 1 },
       stop: stop.signal,
-      version: "test",
       rollout: new RolloutCommands({ workers, inferenceAdminUrl: null, logger, stop: stop.signal }),
     });
     const submit = (seq: number, incarnation: string, body: StartRolloutBody): void => {

@@ -2,35 +2,22 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { realClock } from "../../src/clock";
 import { groupAlive } from "../../src/runs/process-group";
 import { RolloutWorkers, type RolloutWorkersOptions, type StartRolloutBody } from "../../src/rollout/workers";
 import { parseRolloutCommand } from "../../src/rollout/template";
 import { RolloutWorkersStatus } from "../../../src/protocol/agent";
+import { fixtureWorkers } from "../support/dispatcher";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
 import { processGroupOf, waitUntil } from "../support/wait";
 
-const WORKER = join(import.meta.dirname, "fixtures", "worker.sh");
-const TEMPLATE = `sh ${WORKER} {job_session} {group_size} {restart_training}`;
 
 let dir: ReturnType<typeof tempDir>;
 let logger: MemoryLogger;
 const made: RolloutWorkers[] = [];
 
 function workers(over: Partial<RolloutWorkersOptions> = {}): RolloutWorkers {
-  const w = new RolloutWorkers({
-    command: parseRolloutCommand(TEMPLATE),
-    cwd: null,
-    logDir: join(dir.path, "logs"),
-    stateDir: join(dir.path, "state"),
-    graceMs: 3000,
-    placeholders: { engine: "e1", engine_url: "http://127.0.0.1:1/e/e1", facade_url: "http://127.0.0.1:2" },
-    env: { ROLLOUT_ENGINE_URL: "http://127.0.0.1:1/e/e1" },
-    logger,
-    clock: realClock,
-    ...over,
-  });
+  const w = fixtureWorkers(dir.path, logger, over);
   made.push(w);
   return w;
 }
