@@ -118,6 +118,8 @@ export class RolloutWorkers {
       if (e instanceof TemplateError) return { ok: false, detail: `rolloutCommand: ${e.message}` };
       throw e;
     }
+    // Refused before the running workers are stopped, as a template error is: spawn would throw.
+    if (cmd.job_session.includes("\0")) return { ok: false, detail: "the job session holds a NUL character, which no process argument or environment variable can hold" };
     let restarted = "";
     if (c !== null) {
       await this.stop("restart_training");

@@ -151,6 +151,18 @@ describe("RolloutWorkers", () => {
     expect(await workers({ cwd: join(dir.path, "missing") }).start(cmd("j"), 1)).toMatchObject({ ok: false, detail: expect.stringContaining("does not exist") });
   });
 
+  // Node's spawn throws for a NUL in an argument or the environment: the start threw, was never
+  // acked and was handed out for ever, and a restart_training had stopped the running workers first.
+  it("refuses a job session holding a NUL with an outcome, before a restart_training stops the running workers", async () => {
+    expect(await workers().start(cmd("job\u0000x"), 1)).toMatchObject({ ok: false, detail: expect.stringContaining("NUL") });
+    const w = workers();
+    await w.start(cmd("job-1"), 1);
+    await waitUntil(() => log(w).includes("worker job=job-1"), "the first workers' first line");
+    const pid = w.status().pid;
+    expect(await w.start(cmd("job\u0000x", true), 2)).toMatchObject({ ok: false });
+    expect(w.status()).toMatchObject({ running: true, pid, job_session: "job-1" });
+  });
+
   it("rejects unknown placeholders when the template is parsed", () => {
     expect(() => parseRolloutCommand("python3 launcher.py --job {job}")).toThrow(/unknown placeholder \{job\}/);
   });
