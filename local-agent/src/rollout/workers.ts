@@ -50,6 +50,8 @@ export class RolloutWorkers {
   private current: Current | null = null;
   /** The last workers that ended on their own (not stopped by the agent), until new ones start. */
   private endedAlone: { pid: number | null; jobSession: string; detail: string } | null = null;
+  /** The workers the agent is stopping: their exit is not one of their own. */
+  private stopping: Current | null = null;
   /** The agent is shutting down: no new workers, they would outlive it. */
   private closed = false;
   /** Spawns under way, which a shutdown waits out so that it stops what they start. */
@@ -162,7 +164,12 @@ export class RolloutWorkers {
     const c = this.current;
     if (c === null) return "no rollout workers were running";
     this.o.logger.info(`stopping rollout workers pid ${c.proc.pid} (${reason})`);
-    await c.proc.stop(this.o.graceMs);
+    this.stopping = c;
+    try {
+      await c.proc.stop(this.o.graceMs);
+    } finally {
+      if (this.stopping === c) this.stopping = null;
+    }
     if (this.current === c) {
       this.current = null;
       rmSync(this.pidFile, { force: true });
@@ -176,6 +183,8 @@ export class RolloutWorkers {
     const c = this.current;
     if (c === null) return null;
     if (!c.proc.ended() || (c.proc.pid !== null && groupAlive(c.proc.pid))) return c;
+    // Gone because the agent is stopping them: not running, and not ended on their own (stop() clears them).
+    if (c === this.stopping) return null;
     this.o.logger.warn(`rollout workers pid ${c.proc.pid} ${c.proc.howItEnded()}; see ${this.logPath}`);
     this.endedAlone = { pid: c.proc.pid, jobSession: c.jobSession, detail: `rollout workers ${c.proc.howItEnded()}` };
     this.current = null;
