@@ -126,10 +126,23 @@ describe("0012: usage details", () => {
     const db = await mf.getD1Database("DB");
     const before = await db.prepare("SELECT COUNT(*) AS n FROM llm_calls").first<{ n: number }>();
     expect(before?.n).toBeGreaterThan(0);
-    stage(null);
+    stage("0013");
     expect(await applyMigrations(db, dir)).toEqual(["0012_usage_details.sql"]);
     const rows = await db.prepare("SELECT call_id, prompt_tokens, cached_tokens, reasoning_tokens FROM llm_calls").all<{ cached_tokens: number | null; reasoning_tokens: number | null }>();
     expect(rows.results.length).toBe(before?.n);
     expect(rows.results.every((r) => r.cached_tokens === null && r.reasoning_tokens === null)).toBe(true);
+  });
+});
+
+describe("0013: a call's episode type", () => {
+  it("adds the column to the calls already recorded, null on each (they read as train)", async () => {
+    const db = await mf.getD1Database("DB");
+    const before = await db.prepare("SELECT COUNT(*) AS n FROM llm_calls").first<{ n: number }>();
+    expect(before?.n).toBeGreaterThan(0);
+    stage(null);
+    expect(await applyMigrations(db, dir)).toEqual(["0013_llm_calls_episode_type.sql"]);
+    const rows = await db.prepare("SELECT episode_type FROM llm_calls").all<{ episode_type: string | null }>();
+    expect(rows.results.length).toBe(before?.n);
+    expect(rows.results.every((r) => r.episode_type === null)).toBe(true);
   });
 });
