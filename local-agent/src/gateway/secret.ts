@@ -10,8 +10,9 @@
  * hand meanwhile, so a slow exchange stalls none), so that an old secret (a revoked token's
  * holder may have it) is not accepted long after a rotation, even while no call signed with the
  * new one has come; one older than that and ROTATION_GRACE_MS (a gateway idle since) checks no
- * envelope before the fetch is back, and the copy it replaces has its grace counted from when it was due. An exchange that refuses the agent's own token (401, 403: revoked) leaves it
- * no secret at all: every call is refused until a fetch succeeds, tried at most every REFRESH_MS.
+ * envelope before the fetch is back, and the copy it replaces has its grace counted from when it
+ * was due. An exchange that refuses the agent's own token (401, 403: revoked) leaves it no secret
+ * at all: every call is refused until a fetch succeeds, tried at most every REFRESH_MS.
  *
  * What a rotation costs: nothing. The first call signed with the new secret fetches it and goes
  * on; the Worker's other isolates sign with the old one for at most a second (FRESH_MS in
