@@ -8,25 +8,14 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
-import type { Logger } from "../../src/log";
+import { ownGateway } from "./own-gateway";
 import { envelope, post } from "./envelope";
 
 const SECRET = "flat-error-secret";
-const logged: string[] = [];
-const logger: Logger = { info: (m) => logged.push(m), warn: (m) => logged.push(m), error: (m) => logged.push(m) };
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-async function ownGateway(): Promise<string> {
-  const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false });
-  const at = await g.listen();
-  cleanups.push(() => g.close());
-  return at;
-}
 
 async function upstreamAnswering(status: number, body: string): Promise<string> {
   const server = createServer((req, res) => {
@@ -43,7 +32,7 @@ describe("gateway: an HTTP upstream's flat error (SGLang, older vLLM) with its o
     [404, { object: "error", message: "The model `policy-x` does not exist.", type: "NotFoundError", param: null, code: 404 }],
     [400, { object: "error", message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", type: "BadRequestError", param: null, code: 400 }],
   ])("keeps its status and gives the client its own message and type (%i), as it does when the same error comes with a 200", async (status, answer) => {
-    const gw = await ownGateway();
+    const gw = await ownGateway(SECRET, cleanups);
     const withStatus = await post(gw, envelope({ trainer_base_url: `${await upstreamAnswering(status, JSON.stringify(answer))}/v1` }), SECRET);
     const with200 = await post(gw, envelope({ trainer_base_url: `${await upstreamAnswering(200, JSON.stringify(answer))}/v1` }), SECRET);
     // The 200 case, as documented: an OpenAI error with the status the error names.

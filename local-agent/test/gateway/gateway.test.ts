@@ -7,13 +7,14 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { connect, type AddressInfo } from "node:net";
 import { Reply } from "zeromq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Gateway } from "../../src/gateway/server";
+import { Gateway, type GatewayOptions } from "../../src/gateway/server";
 import { FetchedSecret, fixedSecret } from "../../src/gateway/secret";
 import type { Logger } from "../../src/log";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../../src/protocol/relay";
 import type { CaptureMode } from "../../../src/protocol/ledger";
 import { agentJetKey, envelope, post } from "./envelope";
+import { ownGateway } from "./own-gateway";
 import { startModelServer, type ModelServer } from "./model-server";
 import { startZmqModel, type ZmqModel } from "./zmq-model";
 import { waitUntil } from "../support/wait";
@@ -288,12 +289,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function ownGateway(over: Partial<ConstructorParameters<typeof Gateway>[0]> = {}): Promise<string> {
-  const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false, ...over });
-  const at = await g.listen();
-  cleanups.push(() => g.close());
-  return at;
-}
+const gatewayOfItsOwn = (over: Partial<GatewayOptions> = {}): Promise<string> => ownGateway(SECRET, cleanups, { logger, ...over });
 
 /** An HTTP upstream answering `status` with what `body` makes of the key it was sent. */
 async function upstreamAnswering(status: number, type: string, body: (key: string) => string): Promise<string> {
@@ -314,7 +310,7 @@ describe("gateway: the trainer's key in an upstream's or runner's answer", () =>
     ["a plain-text error", "text/plain", (k: string) => `Unauthorized: key ${k} (Authorization: Bearer ${k}) is not allowed`],
   ])("is hidden from the client when an HTTP upstream's 401 repeats it (%s)", async (_what, type, body) => {
     const upstream = await upstreamAnswering(401, type, body);
-    const r = await post(await ownGateway(), envelope({ trainer_api_key: KEY, trainer_base_url: `${upstream}/v1` }), SECRET);
+    const r = await post(await gatewayOfItsOwn(), envelope({ trainer_api_key: KEY, trainer_base_url: `${upstream}/v1` }), SECRET);
     expect(r.status).toBe(401);
     expect(r.text).not.toContain(KEY);
     expect(JSON.parse(r.text).error.message).toContain("[hidden]");
@@ -329,7 +325,7 @@ describe("gateway: the trainer's key in an upstream's or runner's answer", () =>
     void (async () => {
       for await (const _msg of runner) await runner.send(`refused: the key ${key} has no swarm`);
     })().catch(() => undefined);
-    const r = await post(await ownGateway(), envelope({ trainer_api_key: key }), SECRET);
+    const r = await post(await gatewayOfItsOwn(), envelope({ trainer_api_key: key }), SECRET);
     expect(r.status).toBe(502);
     expect(JSON.parse(r.text).error).toMatchObject({ code: "upstream_garbage", message: expect.stringContaining("refused: the key [hidden] has no swarm") });
     expect(r.text).not.toContain(key);
@@ -342,7 +338,7 @@ describe("gateway: an HTTP upstream's 200 that is an error", () => {
     ["an OpenAI error object", { error: { message: "overloaded (key KEY)", type: "server_error", code: "busy" } }, 502, { message: "overloaded (key [hidden])", type: "server_error", code: "busy" }],
   ])("goes to the client as an error, not a 200 (%s)", async (_what, answer, status, error) => {
     const upstream = await upstreamAnswering(200, "application/json", (k) => JSON.stringify(answer).replaceAll("KEY", k));
-    const r = await post(await ownGateway(), envelope({ trainer_api_key: "sk-trainer-200", trainer_base_url: `${upstream}/v1` }), SECRET);
+    const r = await post(await gatewayOfItsOwn(), envelope({ trainer_api_key: "sk-trainer-200", trainer_base_url: `${upstream}/v1` }), SECRET);
     expect(r.status).toBe(status);
     expect(JSON.parse(r.text).error).toMatchObject(error);
   });
@@ -380,7 +376,7 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
 
   it("hides the key in an error event, and passes the events before it as they came", async () => {
     const base = await sseUpstream((key) => [content, `data: {"error": {"message": "invalid key ${key}", "code": 401}}\n\n`]);
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.status).toBe(200);
     expect(r.type).toContain("text/event-stream");
     expect(r.text).not.toContain(KEY);
@@ -389,7 +385,7 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
 
   it("hides the key in an error event when the key arrives split across two chunks", async () => {
     const base = await sseUpstream((key) => [`data: {"error": {"message": "invalid key ${key.slice(0, 12)}`, `${key.slice(12)}"}}\n\n`]);
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.status).toBe(200);
     expect(r.text).not.toContain(KEY);
     expect(JSON.parse(r.text.replace(/^data: /, "")).error.message).toBe("invalid key [hidden]");
@@ -397,7 +393,7 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
 
   it("hides the upstream's own address in an error event naming it", async () => {
     const base = await sseUpstream((_key, self) => [content, `data: {"error": {"message": "backend http://${self}/v1 overloaded"}}\n\n`]);
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.status).toBe(200);
     expect(r.text).not.toContain(new URL(base).host);
     expect(r.text).toBe(`${content}data: {"error": {"message": "backend [hidden] overloaded"}}\n\n`);
@@ -410,7 +406,7 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
       const inChar = bytes.indexOf(Buffer.from("は")) + 1;
       return [Buffer.from(content), bytes.subarray(0, inKey), bytes.subarray(inKey, inChar), bytes.subarray(inChar)];
     });
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.text).not.toContain(KEY);
     expect(r.text).toBe(`${content}event: error\ndata: {"message":"キー [hidden] は無効"}\r\n\r\n`);
   });
@@ -425,10 +421,10 @@ describe("gateway: the trainer's key and the upstream's address in an HTTP upstr
       const inChar = bytes.indexOf(Buffer.from("本")) + 2;
       return [bytes.subarray(0, inKey), bytes.subarray(inKey, inChar), bytes.subarray(inChar)];
     });
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.text).toBe(`${event(`the key is ${KEY}`)}${event("日本語")}data: [DONE]\n\n`);
     const whole = await upstreamAnswering(200, "application/json", (k) => JSON.stringify({ object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: `the key is ${k}` } }] }));
-    const w = await post(await ownGateway(), streamed(whole, { request: { model: "m", messages: [] } }), SECRET);
+    const w = await post(await gatewayOfItsOwn(), streamed(whole, { request: { model: "m", messages: [] } }), SECRET);
     expect(JSON.parse(w.text).choices[0].message.content).toBe(`the key is ${KEY}`);
   });
 
@@ -453,7 +449,7 @@ describe("gateway: an HTTP upstream's 200 event stream that stops short", () => 
   it("ends a stream that stopped without [DONE] or choice 0's finish_reason with an upstream_stream_broken event, and says so in the log", async () => {
     // Choice 1's finish_reason does not finish choice 0's answer.
     const base = await sseUpstream(() => [chunk(0, "The answer", null), chunk(1, "Other", "stop")]);
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     expect(r.status).toBe(200);
     expect(r.text.startsWith(chunk(0, "The answer", null) + chunk(1, "Other", "stop"))).toBe(true);
     expect(lastEvent(r.text)).toMatchObject({ error: { code: "upstream_stream_broken", type: "api_error", message: expect.stringMatching(/^the inference upstream broke off mid-stream: .*\(episode ep-1\)$/) } });
@@ -462,17 +458,17 @@ describe("gateway: an HTTP upstream's 200 event stream that stops short", () => 
 
   it("keeps the error event apart from a last event that came without its blank line", async () => {
     const base = await sseUpstream(() => [chunk(0, "The", null), `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: " answer" }, finish_reason: null }] })}\n`]);
-    const r = await post(await ownGateway(), streamed(base), SECRET);
+    const r = await post(await gatewayOfItsOwn(), streamed(base), SECRET);
     const events = r.text.split(/\n\n+/).filter((e) => e.startsWith("data: "));
     expect(events.map((e) => JSON.parse(e.slice(6)) as unknown)).toMatchObject([{ choices: [{ delta: { content: "The" } }] }, { choices: [{ delta: { content: " answer" } }] }, { error: { code: "upstream_stream_broken" } }]);
   });
 
   it("passes a stream that ended after choice 0's finish_reason without [DONE], or with [DONE] alone, as it came", async () => {
     const finished = [chunk(0, "ok", null), chunk(1, "fine", null), chunk(0, "", "stop"), chunk(1, "", "length")];
-    const noDone = await post(await ownGateway(), streamed(await sseUpstream(() => finished)), SECRET);
+    const noDone = await post(await gatewayOfItsOwn(), streamed(await sseUpstream(() => finished)), SECRET);
     expect(noDone.text).toBe(finished.join(""));
     const doneOnly = [chunk(0, "ok", null), "data: [DONE]\n\n"];
-    const done = await post(await ownGateway(), streamed(await sseUpstream(() => doneOnly)), SECRET);
+    const done = await post(await gatewayOfItsOwn(), streamed(await sseUpstream(() => doneOnly)), SECRET);
     expect(done.text).toBe(doneOnly.join(""));
   });
 });
@@ -498,7 +494,7 @@ describe("gateway: a client that hangs up while the gateway fetches its secret",
       asked = true;
       return new Promise<string>((r) => (release = r));
     }, logger);
-    const gw = await ownGateway({ secret });
+    const gw = await gatewayOfItsOwn({ secret });
 
     const env = envelope({ trainer_base_url: `http://127.0.0.1:${(model.address() as AddressInfo).port}/v1`, deadline_seconds: 30, request: { model: "m", stream: true, messages: [{ role: "user", content: "hi" }] } });
     const body = JSON.stringify(env);

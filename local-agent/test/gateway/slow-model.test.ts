@@ -11,16 +11,12 @@
 import { createServer, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
-import type { Logger } from "../../src/log";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
 import { GATEWAY_RELAY_PATH, SIGNATURE_HEADER, TIMESTAMP_HEADER, type RelayEnvelope } from "../../../src/protocol/relay";
+import { ownGateway } from "./own-gateway";
 import { envelope } from "./envelope";
 
 const SECRET = "slow-model-secret";
-const logged: string[] = [];
-const logger: Logger = { info: (m) => logged.push(m), warn: (m) => logged.push(m), error: (m) => logged.push(m) };
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   vi.useRealTimers();
@@ -74,9 +70,7 @@ async function slowCall(type: string, first: string | null, rest: string): Promi
     upstream.closeAllConnections();
     return new Promise((r) => upstream.close(() => r(undefined)));
   });
-  const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false });
-  const url = await g.listen();
-  cleanups.push(() => g.close());
+  const url = await ownGateway(SECRET, cleanups);
   const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
   vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval", "Date"] });
   // The Worker's default deadline: 600 s.

@@ -8,25 +8,14 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { Gateway } from "../../src/gateway/server";
-import { fixedSecret } from "../../src/gateway/secret";
-import type { Logger } from "../../src/log";
+import { ownGateway } from "./own-gateway";
 import { envelope, post } from "./envelope";
 
 const SECRET = "dropped-secret";
-const logged: string[] = [];
-const logger: Logger = { info: (m) => logged.push(m), warn: (m) => logged.push(m), error: (m) => logged.push(m) };
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-async function ownGateway(): Promise<string> {
-  const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false });
-  const at = await g.listen();
-  cleanups.push(() => g.close());
-  return at;
-}
 
 /** A 200 event stream of `events`, 30 ms apart, whose connection is then dropped rather than ended. */
 async function droppingUpstream(events: string[]): Promise<string> {
@@ -56,14 +45,14 @@ const streamed = (base: string) => envelope({ trainer_base_url: `${base}/v1`, re
 describe("gateway: an upstream whose connection drops after a whole streamed answer", () => {
   it("passes an answer that ended with choice 0's finish_reason as it came, with no error event after it", async () => {
     const events = [chunk("The answer", null), chunk("", "stop")];
-    const r = await post(await ownGateway(), streamed(await droppingUpstream(events)), SECRET);
+    const r = await post(await ownGateway(SECRET, cleanups), streamed(await droppingUpstream(events)), SECRET);
     expect(r.status).toBe(200);
     expect(r.text).toBe(events.join(""));
   });
 
   it("passes an answer that ended with data: [DONE] as it came, with no error event after it", async () => {
     const events = [chunk("The answer", null), chunk("", "stop"), "data: [DONE]\n\n"];
-    const r = await post(await ownGateway(), streamed(await droppingUpstream(events)), SECRET);
+    const r = await post(await ownGateway(SECRET, cleanups), streamed(await droppingUpstream(events)), SECRET);
     expect(r.status).toBe(200);
     expect(r.text).toBe(events.join(""));
   });

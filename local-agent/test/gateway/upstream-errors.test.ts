@@ -13,6 +13,7 @@ import { fixedSecret } from "../../src/gateway/secret";
 import { EVERY_MS, UpstreamErrors } from "../../src/gateway/upstream-errors";
 import { silentLogger, type Logger } from "../../src/log";
 import { envelope, post } from "./envelope";
+import { ownGateway } from "./own-gateway";
 
 const SECRET = "upstream-errors-secret";
 const cleanups: (() => unknown)[] = [];
@@ -41,9 +42,7 @@ describe("the gateway's log of an upstream that refuses calls", () => {
     [404, "The model `tiny` does not exist.", /answered 404 \(the base URL or the model name: check the episode's openai_base_url or inferenceUpstream\): .*does not exist/],
   ])("says once that it answered %i, naming the upstream without its credentials", async (status, message, said) => {
     const { logged, logger } = lines();
-    const g = new Gateway({ host: "127.0.0.1", port: 0, secret: fixedSecret(SECRET), models: ["m"], zmqReceiveTimeoutMs: 1000, logger, upstream: null, sessionPath: false });
-    const url = await g.listen();
-    cleanups.push(() => g.close());
+    const url = await ownGateway(SECRET, cleanups, { logger });
     const up = await refusingUpstream(status, JSON.stringify({ error: { message, type: "invalid_request_error", param: null, code: null } }));
     for (let i = 0; i < 5; i++) {
       const r = await post(url, envelope({ episode_uuid: `ep-${i}`, trainer_api_key: "sk-wrong-key", trainer_base_url: `${up}/v1` }), SECRET);
