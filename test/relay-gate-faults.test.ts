@@ -42,13 +42,18 @@ describe("the claim gate when the engine fails or answers late: a failed flush i
     expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 3 })]);
   });
 
-  it("keeps the lease of a client whose last call was admitted from the cache when that call's flush failed", async () => {
+  /** A client with a 3 s lease (every call keeps it for 3 s from when it was made), its first call admitted 400 ms ago. */
+  async function admittedWith3sLease() {
     const e = await rollingEngine();
     const g = gateOn(e);
-    // A 3 s lease: every call keeps it for 3 s from when it was made.
     const key = await claim(e, "c1", 3);
     expect((await g.admit(key)).ok).toBe(true);
     await g.tick(400);
+    return { e, g, key };
+  }
+
+  it("keeps the lease of a client whose last call was admitted from the cache when that call's flush failed", async () => {
+    const { e, g, key } = await admittedWith3sLease();
     // Its last call, from the cache (the lease runs 2.6 s more, past the margin); its flush fails once.
     expect(g.cached(key)?.ok).toBe(true);
     g.fault("throw-before");
@@ -61,12 +66,7 @@ describe("the claim gate when the engine fails or answers late: a failed flush i
   // Calls counted behind a flush whose answer is slow go FLUSH_MS after they were counted, beside
   // it: waiting for that answer first (2.8 s here), the client was reaped inside the lease it earned.
   it("keeps the lease of a client whose last call came from the cache while the previous flush's answer was on its way", async () => {
-    const e = await rollingEngine();
-    const g = gateOn(e);
-    // A 3 s lease: every call keeps it for 3 s from when it was made.
-    const key = await claim(e, "c1", 3);
-    expect((await g.admit(key)).ok).toBe(true);
-    await g.tick(400);
+    const { e, g, key } = await admittedWith3sLease();
     // A call from the cache arms the flush; that flush reaches the engine at once, its answer is slow.
     expect(g.cached(key)?.ok).toBe(true);
     g.fault("late-answer");
