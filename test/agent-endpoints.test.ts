@@ -2,7 +2,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { hashToken } from "../src/auth/tokens";
 import type { EngineObject } from "../src/engine/engine-object";
-import { advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
+import { admin, advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 const heartbeat = (state: "idle" | "running" = "running") => ({
   agent_id: "agent-1",
@@ -138,6 +138,34 @@ describe("a trainer's exit reported again", () => {
     await trainer.trainerExit({ exit_code: 2, signal: null });
     expect(await e.as("viewer").getEngineStatus()).toMatchObject({ engine_status: "ENGINE.OFFLINE", engine_status_detail: "trainer exited with code 2" });
     await expect(trainer.trainerExit({ ...exit, start_seq: -1 })).rejects.toMatchObject({ status: 422 });
+  });
+
+  it("leaves an engine made again under the name alone when the report names the deleted engine's start, though its seq is the same", async () => {
+    const first = await createEngine("again");
+    await first.as("operator").syncTrainConfig("a: 1");
+    await first.as("operator").startEngine();
+    const old = await first.as("trainer").pollCommands();
+    const seq = old.commands.find((c) => c.body.kind === "start")!.seq;
+    await admin.deleteEngine(first.name, { force: true });
+
+    // Made again under the name: its start has the same seq, under another incarnation.
+    const again = await createEngine(undefined, { name: first.name });
+    await again.as("operator").syncTrainConfig("a: 1");
+    await again.as("operator").startEngine();
+    const trainer = again.as("trainer");
+    const fresh = await trainer.pollCommands();
+    expect(fresh.commands.find((c) => c.body.kind === "start")!.seq).toBe(seq);
+    expect(fresh.incarnation).not.toBe(old.incarnation);
+    await rollingWith(again, 1);
+    const before = await again.as("viewer").overview();
+    // The deleted engine's trainer exits: the agent reports it, naming that engine's start.
+    const exit = { exit_code: 1, signal: null, start_seq: seq };
+    expect(await trainer.trainerExit({ ...exit, start_incarnation: old.incarnation! })).toEqual({ success: true });
+    expect(await again.as("viewer").overview()).toEqual(before);
+    // This engine's own trainer's exit counts.
+    await trainer.trainerExit({ ...exit, start_incarnation: fresh.incarnation! });
+    expect((await again.as("viewer").getEngineStatus()).engine_status).toBe("ENGINE.OFFLINE");
+    await expect(trainer.trainerExit({ ...exit, start_incarnation: "x".repeat(65) })).rejects.toMatchObject({ status: 422 });
   });
 });
 

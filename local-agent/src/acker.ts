@@ -77,7 +77,7 @@ export class Acker {
           this.d.reach.failed(`acking command ${seq}`, e);
         } else {
           const why = e instanceof ExchangeError ? e.message : describeError(e);
-          if (neverTaken(e)) {
+          if (refusedForGood(e)) {
             this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}) and can never take it; dropping it`);
             this.journaled(() => this.d.journal.acked(seq, incarnation), DONE_UNJOURNALED);
             return;
@@ -121,8 +121,8 @@ export class Acker {
 const DONE_UNJOURNALED = "acks the engine took are not noted (after a restart they are sent again, and ignored)";
 
 /**
- * Whether the engine said an ack can never be taken, so that keeping it would only retry for
- * ever. Dropping one forgets the command's outcome (it is marked acked in the journal), so a
+ * Whether the engine said an ack (or another report of the agent's) can never be taken, so that
+ * keeping it would only retry for ever. Dropping one forgets the command's outcome (it is marked acked in the journal), so a
  * command handed out again later runs again: a delivered result would reach a runner that no
  * longer listens and be counted undeliverable. Hence only:
  *
@@ -136,7 +136,7 @@ const DONE_UNJOURNALED = "acks the engine took are not noted (after a restart th
  * from the journal), 404 for the engine itself (a wrong or not yet re-made engine name), 409 (a
  * conflict with the engine's state, which passes), and any 4xx this rule does not know.
  */
-function neverTaken(e: unknown): boolean {
+export function refusedForGood(e: unknown): boolean {
   if (!(e instanceof ExchangeError)) return false;
   if (e.status === 404) return e.code === "unknown_command";
   return e.status === 400 || e.status === 413 || e.status === 422;

@@ -239,7 +239,7 @@ export async function startAgent(
         const out = opts.stopTrainer ? await trainer.shutdown("the agent is shutting down") : null;
         if (out !== null) {
           // The engine must not keep believing a trainer runs; a few seconds at most, the agent is exiting.
-          const told = reports?.trainerExited({ exit_code: out.exit_code, signal: out.signal, log_tail: trainerLog.tail(), detail: `the agent was shut down: ${out.detail}`, start_seq: out.start_seq });
+          const told = reports?.trainerExited({ exit_code: out.exit_code, signal: out.signal, log_tail: trainerLog.tail(), detail: `the agent was shut down: ${out.detail}`, start_seq: out.start_seq, ...(out.start_incarnation === undefined ? {} : { start_incarnation: out.start_incarnation }) });
           await Promise.race([told, clock.sleep(5000)]);
         }
         // Like the trainer: a deliberate shutdown takes its workers along, a SIGKILLed agent leaves them to be adopted.

@@ -172,7 +172,7 @@ export class Dispatcher {
     switch (body.kind) {
       case "start":
         this.d.logger.info(`command ${c.seq}: start the trainer${redelivery}`);
-        return this.d.trainer.start(body.yaml_as_string, c.seq);
+        return this.d.trainer.start(body.yaml_as_string, c.seq, incarnation);
       case "stop":
         this.d.logger.info(`command ${c.seq}: stop the trainer (${body.reason || "no reason given"})${redelivery}`);
         return this.d.trainer.stop(body.reason || "the engine was stopped");

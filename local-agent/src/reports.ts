@@ -9,6 +9,7 @@ import type { AgentLedgerReport, RolloutWorkersStatus, TrainerExitRequest } from
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../../src/protocol/relay";
 import { Backoff, type BackoffOptions } from "./backoff";
 import type { Clock } from "./clock";
+import { refusedForGood } from "./acker";
 import { isTransient, type EngineLink } from "./engine-link";
 import { describeError, type Logger } from "./log";
 import type { Reachability } from "./reachability";
@@ -115,13 +116,24 @@ export class Reports {
     }
   }
 
-  /** Reports an unexpected trainer exit, retrying while the exchange is unreachable. */
+  /**
+   * Reports an unexpected trainer exit until the engine takes it, as an ack is: retried while the
+   * exchange is unreachable, and while it refuses the report for a reason that passes (a token
+   * being replaced, an engine being made again); dropped only when it can never be taken.
+   */
   async trainerExited(exit: TrainerExit): Promise<void> {
     // The agent's own words go last, so the operator reads the trainer's output and then why it matters.
     const note = `[rollout-agent] ${exit.detail}`;
     const tail = exit.log_tail ? `${exit.log_tail}\n${note}` : note;
-    const req: TrainerExitRequest = { exit_code: exit.exit_code, signal: exit.signal, log_tail: tail.slice(-MAX_LOG_TAIL), start_seq: exit.start_seq };
+    const req: TrainerExitRequest = {
+      exit_code: exit.exit_code,
+      signal: exit.signal,
+      log_tail: tail.slice(-MAX_LOG_TAIL),
+      start_seq: exit.start_seq,
+      ...(exit.start_incarnation === undefined ? {} : { start_incarnation: exit.start_incarnation }),
+    };
     const backoff = new Backoff(this.d.backoff);
+    let refusedFor: string | null = null;
     while (!this.d.stop.aborted) {
       try {
         await this.d.link.client.trainerExit(req);
@@ -131,11 +143,16 @@ export class Reports {
         return;
       } catch (e) {
         if (this.d.stop.aborted) return;
-        if (!isTransient(e)) {
-          this.d.logger.error(`the exchange refused the trainer-exit report: ${describeError(e)}`);
+        if (isTransient(e)) this.d.reach.failed("reporting the trainer's exit", e);
+        else if (refusedForGood(e)) {
+          this.d.logger.error(`the exchange refused the trainer-exit report and can never take it: ${describeError(e)}`);
           return;
+        } else {
+          const why = describeError(e);
+          // Once per reason: a revoked token refuses every try until the agent has the new one.
+          if (refusedFor !== why) this.d.logger.error(`the exchange refused the trainer-exit report (${why}); retrying, check the engine name and the trainer token`);
+          refusedFor = why;
         }
-        this.d.reach.failed("reporting the trainer's exit", e);
         await this.d.reach.pause(backoff.next(), this.d.stop);
       }
     }

@@ -18,13 +18,16 @@ import { childEnv } from "./child-env";
 import { notePid, privateDir, writePrivateAtomic } from "./host-files";
 import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
-import type { Outcome } from "./outcome-journal";
+import type { Incarnation, Outcome } from "./outcome-journal";
 import { groupAlive, isOurGroup, notedStart, processStartedAt, signalGroup, stopGroup } from "./runs/process-group";
 import { startBanner, type TrainerLog } from "./trainer-log";
 
 
-/** `start_seq`: the start command that launched the trainer, null when unknown (a pid file of an older agent). */
-export type TrainerExit = { exit_code: number | null; signal: string | null; log_tail: string; detail: string; start_seq: number | null };
+/**
+ * `start_seq`: the start command that launched the trainer, null when unknown (a pid file of an
+ * older agent); `start_incarnation`: its engine's, undefined when unknown.
+ */
+export type TrainerExit = { exit_code: number | null; signal: string | null; log_tail: string; detail: string; start_seq: number | null; start_incarnation?: string };
 
 export type TrainerOptions = {
   /** The command template's words; null when the agent has none configured. */
@@ -51,8 +54,10 @@ export type StopOutcome = Outcome & { exit_code: number | null; signal: string |
 type Running = {
   pid: number;
   startedAt: number;
-  /** The start command's seq, so a redelivered start is recognised. */
+  /** The start command's seq and its engine's incarnation, so a redelivered start is recognised. */
   seq: number;
+  /** Undefined for a trainer adopted from a pid file written without it: it matches no command. */
+  incarnation: Incarnation | undefined;
   child: ChildProcess | null;
   /** Resolves when the group leader has exited. */
   exited: Promise<{ code: number | null; signal: string | null }>;
@@ -63,7 +68,7 @@ type Running = {
  * `started_at` is the agent's clock at the spawn; `proc_started_at` the process's start as /proc
  * tells it (absent without /proc, and in notes of agents that did not keep it).
  */
-type PidFile = { pid: number; started_at: number; seq: number; proc_started_at?: number };
+type PidFile = { pid: number; started_at: number; seq: number; incarnation?: Incarnation; proc_started_at?: number };
 
 const POLL_MS = 100;
 const PROGRESS_EVERY_MS = 5000;
@@ -112,12 +117,12 @@ export class TrainerSupervisor {
       const reused = groupAlive(saved.pid) ? `; pid ${saved.pid} now belongs to another process, which is left alone` : "";
       const detail = `the trainer (pid ${saved.pid}) exited while the agent was not running; its exit status is unknown${reused}`;
       this.opts.logger.warn(detail);
-      this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail, start_seq: typeof saved.seq === "number" ? saved.seq : null });
+      this.opts.onUnexpectedExit({ exit_code: null, signal: null, log_tail: this.opts.log.tail(), detail, start_seq: typeof saved.seq === "number" ? saved.seq : null, ...startIncarnation(saved.incarnation) });
       return;
     }
     this.opts.logger.info(`adopting trainer pid ${saved.pid} (started ${new Date(saved.started_at).toISOString()}), left running by a previous agent`);
     const exited = this.watchGroup(saved.pid).then(() => ({ code: null, signal: null }));
-    const running: Running = { pid: saved.pid, startedAt: saved.started_at, seq: saved.seq, child: null, exited, stopping: null };
+    const running: Running = { pid: saved.pid, startedAt: saved.started_at, seq: saved.seq, incarnation: saved.incarnation, child: null, exited, stopping: null };
     this.current = running;
     void exited.then((e) => this.onExit(running, e.code, e.signal));
   }
@@ -127,11 +132,11 @@ export class TrainerSupervisor {
    * command is left unacked, so the engine hands it to the next agent, as any command a shutdown
    * interrupts. A spawn already under way when the shutdown begins is stopped by shutdown().
    */
-  start(yaml: string, seq: number): Promise<Outcome | null> {
-    return this.starting.track(this.startNow(yaml, seq));
+  start(yaml: string, seq: number, incarnation: Incarnation = null): Promise<Outcome | null> {
+    return this.starting.track(this.startNow(yaml, seq, incarnation));
   }
 
-  private async startNow(yaml: string, seq: number): Promise<Outcome | null> {
+  private async startNow(yaml: string, seq: number, incarnation: Incarnation): Promise<Outcome | null> {
     // Not beside what the last trainer left holding the GPUs: at most the grace period, unless the agent goes first.
     if (this.current === null && this.leftovers !== null) await Promise.race([this.leftovers, aborted(this.shuttingDown.signal)]);
     // From here to the spawn nothing awaits: a shutdown begun later finds this start in `starting` and waits for its trainer.
@@ -141,7 +146,8 @@ export class TrainerSupervisor {
     }
     const c = this.current;
     if (c !== null) {
-      if (c.seq === seq && c.stopping === null) return { ok: true, detail: `trainer already running (pid ${c.pid}), started by this same command` };
+      // The same command by its seq and its engine's incarnation: an engine made again under the name counts its commands from 1 again.
+      if (c.seq === seq && c.incarnation === incarnation && c.stopping === null) return { ok: true, detail: `trainer already running (pid ${c.pid}), started by this same command` };
       return {
         ok: false,
         detail: `a trainer is already running on this agent (pid ${c.pid}, started ${new Date(c.startedAt).toISOString()}); stop it before starting another`,
@@ -205,12 +211,12 @@ export class TrainerSupervisor {
     const pid = child.pid as number;
     const startedAt = this.opts.clock.now();
     const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-    const running: Running = { pid, startedAt, seq, child, exited, stopping: null };
+    const running: Running = { pid, startedAt, seq, incarnation, child, exited, stopping: null };
     this.current = running;
     // Watched before anything can throw: a trainer nobody watches dies unnoticed, and every later start is refused as "already running".
     void exited.then((e) => this.onExit(running, e.code, e.signal));
     const procStartedAt = processStartedAt(pid);
-    notePid(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile), `trainer pid ${pid} runs`, this.opts.logger);
+    notePid(this.pidFile, JSON.stringify({ pid, started_at: startedAt, seq, incarnation, ...(typeof procStartedAt === "number" ? { proc_started_at: procStartedAt } : {}) } satisfies PidFile), `trainer pid ${pid} runs`, this.opts.logger);
     const detail = `trainer started (pid ${pid}): ${argv.map(quoteForLog).join(" ")}; output in ${this.opts.log.path}`;
     this.opts.logger.info(detail);
     this.opts.onChange?.();
@@ -230,12 +236,12 @@ export class TrainerSupervisor {
    * whose spawn is under way is let finish, and the trainer, if one runs, is stopped like a stop
    * command would. Null when none was running; else with the seq of the start that launched it.
    */
-  async shutdown(reason: string): Promise<(StopOutcome & { start_seq: number }) | null> {
+  async shutdown(reason: string): Promise<(StopOutcome & Pick<TrainerExit, "start_seq" | "start_incarnation">) | null> {
     this.shuttingDown.abort();
     await this.starting.settled();
-    if (this.current === null) return null;
-    const start_seq = this.current.seq;
-    return { ...(await this.stop(reason)), start_seq };
+    const c = this.current;
+    if (c === null) return null;
+    return { ...(await this.stop(reason)), start_seq: c.seq, ...startIncarnation(c.incarnation) };
   }
 
   /** The agent is exiting: stop watching an adopted trainer (it keeps running and is adopted again). */
@@ -286,7 +292,7 @@ export class TrainerSupervisor {
     const detail = `trainer pid ${c.pid} ${how} without a stop command${leftovers ? "; sent SIGTERM to the processes it left in its group" : ""}`;
     this.opts.logger.warn(detail);
     this.opts.onChange?.();
-    this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail, start_seq: c.seq });
+    this.opts.onUnexpectedExit({ exit_code: code, signal, log_tail: this.opts.log.tail(), detail, start_seq: c.seq, ...startIncarnation(c.incarnation) });
   }
 
   /** What a trainer that exited on its own left in its group, sent SIGTERM: SIGKILL after the grace period, as a stop does. */
@@ -306,6 +312,11 @@ export class TrainerSupervisor {
     while (groupAlive(pid) && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
     if (this.closed.signal.aborted) await new Promise<never>(() => {}); // the agent stopped: nothing more to report
   }
+}
+
+/** The report names the engine's incarnation only when the start command named one. */
+function startIncarnation(incarnation: Incarnation | undefined): Pick<TrainerExit, "start_incarnation"> {
+  return typeof incarnation === "string" ? { start_incarnation: incarnation } : {};
 }
 
 function aborted(signal: AbortSignal): Promise<void> {

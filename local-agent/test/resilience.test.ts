@@ -236,6 +236,20 @@ describe("the agent and an unreliable Worker", () => {
     expect(seen).toBeGreaterThan(Date.now() / 1000 - 5);
   });
 
+  it("keeps the report of a trainer's exit the exchange refuses 401 while its token is replaced, and sends it until taken", async () => {
+    const refusals = 3;
+    proxy.fault = (path) => (path.endsWith("/agent/trainer_exit") && proxy.faults("/agent/trainer_exit") < refusals ? "bad-token" : "pass");
+    const a = await agent({ trainerCommand: ["sh", join(import.meta.dirname, "fixtures", "trainer-exits-3.sh")] });
+    t.defer(() => a.stop({ stopTrainer: true }));
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await waitUntil(async () => (await t.engine.viewer.getEngineStatus()).engine_status === "ENGINE.OFFLINE", "the engine to go OFFLINE", 20_000);
+    expect((await t.engine.viewer.getEngineStatus()).engine_status_detail).toMatch(/^trainer exited with code 3; last output:/);
+    expect(proxy.faults("/agent/trainer_exit")).toBe(refusals);
+    // Said once, not once a try.
+    expect(a.lines.filter((l) => /the exchange refused the trainer-exit report \(.*401.*\); retrying/.test(l))).toHaveLength(1);
+  });
+
   it("says, once, that this host's clock is off the exchange's and by how much (the gateway refuses calls signed 300 s off), and when it is right again", async () => {
     // The host's clock an hour fast, as the agent reads it; the exchange's is the real one.
     const skew = { ms: 3_600_000 };

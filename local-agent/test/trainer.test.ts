@@ -253,6 +253,26 @@ describe("TrainerSupervisor", () => {
     expect(s.status().pid).toBe(pid);
   });
 
+  it("refuses the start of an engine made again under the name whose seq is the running trainer's, and names the start's engine in its exit report, also once adopted", async () => {
+    // An engine deleted and made again counts its commands from 1 again (docs/agent.md).
+    const first = supervisor();
+    expect((await first.start("a: 1", 2, "incarnation-old"))?.ok).toBe(true);
+    const pid = first.status().pid as number;
+    const again = await first.start("b: 2", 2, "incarnation-new");
+    expect(again?.ok).toBe(false);
+    expect(again?.detail).toMatch(/a trainer is already running on this agent/);
+    first.close();
+
+    // The next agent adopts it from the pid file, which keeps the incarnation.
+    const second = supervisor();
+    second.adopt();
+    expect(second.status().pid).toBe(pid);
+    expect((await second.start("a: 1", 2, "incarnation-old"))?.detail).toBe(`trainer already running (pid ${pid}), started by this same command`);
+    expect((await second.start("b: 2", 2, "incarnation-new"))?.ok).toBe(false);
+    process.kill(-pid, "SIGKILL");
+    expect(await waitUntil(() => exits[0], "the adopted trainer's exit report")).toMatchObject({ start_seq: 2, start_incarnation: "incarnation-old" });
+  });
+
   it("treats a stop with no trainer as done, and concurrent stops as one", async () => {
     const s = supervisor();
     expect(await s.stop("x")).toMatchObject({ ok: true, detail: "no trainer was running" });

@@ -174,6 +174,8 @@ export class StatusAndRewards {
     // The exit of a trainer a later start replaced: the report came again, or late. Agents older
     // than start_seq send none, and are taken at their word as before.
     if (req.start_seq !== null && this.store.meta.startSeq !== null && req.start_seq !== this.store.meta.startSeq) return;
+    // The trainer of an engine of this name deleted since: its start seqs are this engine's too.
+    if (req.start_incarnation !== undefined && req.start_incarnation !== this.store.meta.incarnation) return;
     const how = req.signal !== null ? `was killed by ${req.signal}` : `exited with code ${req.exit_code ?? "unknown"}`;
     const detail = `trainer ${how}` + (req.log_tail ? `; last output:\n${req.log_tail}` : "");
     this.clearEpisodes();

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { textOfAtMost } from "./limits";
 import { openEnum } from "./open-enum";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
+import { EngineIncarnation } from "./commands";
 import { AtroposOverview } from "./atropos";
 import { StorageOverview } from "./storage";
 
@@ -114,6 +115,12 @@ export const TrainerExitRequest = z.object({
   log_tail: textOfAtMost(16_384).default(""),
   /** The seq of the start command that launched the trainer; null when the agent does not know it (a trainer it did not start). */
   start_seq: z.number().int().nonnegative().nullable().default(null),
+  /**
+   * The incarnation of the engine whose start command that was: a report naming another one is
+   * of a trainer an engine of the same name, deleted since, started, and is ignored. Absent: not
+   * checked (an agent older than the field, or a trainer it did not start).
+   */
+  start_incarnation: EngineIncarnation.optional(),
 });
 export type TrainerExitRequest = z.infer<typeof TrainerExitRequest>;
 

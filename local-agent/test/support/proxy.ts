@@ -11,9 +11,10 @@ import type { AddressInfo, Socket } from "node:net";
 /**
  * pass: forward; refuse: drop the connection; 503: an unhealthy upstream; hang: never answer;
  * no-route: the Worker's 404 for a path it does not know; login-page: an HTML page with a 200
- * (a proxy's login wall, a CDN's challenge) instead of the exchange.
+ * (a proxy's login wall, a CDN's challenge) instead of the exchange; bad-token: forwarded with
+ * another bearer token, so the Worker answers its own 401 (a token revoked, then issued again).
  */
-export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route" | "login-page";
+export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route" | "login-page" | "bad-token";
 
 export class FaultyProxy {
   /** Decides the fate of each request; `pass` forwards it. */
@@ -76,6 +77,7 @@ export class FaultyProxy {
     const fault = this.fault(path);
     if (fault !== "pass") {
       this.faulted.push({ fault, path });
+      if (fault === "bad-token") return this.forward(req, res, path, "Bearer not-a-token-of-this-exchange");
       if (fault === "refuse") return void req.socket.destroy();
       if (fault === "503") {
         res.writeHead(503, { "content-type": "text/plain" });
@@ -92,10 +94,15 @@ export class FaultyProxy {
       this.hung.add(res); // never answered; the client's deadline must end it
       return;
     }
+    await this.forward(req, res, path);
+  }
+
+  private async forward(req: IncomingMessage, res: ServerResponse, path: string, authorization?: string): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string" && k !== "host" && k !== "connection") headers[k] = v;
+    if (authorization !== undefined) headers["authorization"] = authorization;
     try {
       await this.hold(path, "request", Buffer.concat(chunks));
       this.counts.set(path, (this.counts.get(path) ?? 0) + 1);
