@@ -54,13 +54,21 @@ export class Reports {
   }
 
   async heartbeatLoop(intervalMs: number): Promise<void> {
+    /** The heartbeat failed even though the exchange had just answered another request. */
+    let failingAlone = false;
+    let wokenByRecovery = false;
     while (!this.d.stop.aborted) {
       // A fresh wake-up before sending: a poke during the request then makes another one follow at once.
       const wake = new AbortController();
       this.wake = wake;
       const sent = await this.heartbeat();
-      // After a failed one, the next goes out as soon as the exchange is back: it may have marked the agent gone.
-      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal, ...(sent ? [] : [this.d.reach.recovered])]));
+      failingAlone = !sent && (failingAlone || wokenByRecovery);
+      // After a failed one, the next goes out as soon as the exchange is back: it may have marked
+      // the agent gone. Not while the exchange answers other requests but not this one (a 5xx of
+      // its own): each of those would send it again at once. It waits its interval then.
+      const recovery: AbortSignal | null = sent || failingAlone ? null : this.d.reach.recovered;
+      await this.d.clock.sleep(intervalMs, AbortSignal.any([this.d.stop, wake.signal, ...(recovery === null ? [] : [recovery])]));
+      wokenByRecovery = recovery?.aborted === true && !wake.signal.aborted;
     }
   }
 

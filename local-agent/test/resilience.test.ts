@@ -236,6 +236,19 @@ describe("the agent and an unreliable Worker", () => {
     expect(seen).toBeGreaterThan(Date.now() / 1000 - 5);
   });
 
+  it("sends a heartbeat the exchange fails alone (a 5xx of its own, while polls get through) once a beat, not again after each poll", async () => {
+    proxy.fault = (path) => (path.endsWith("/agent/heartbeat") ? "503" : "pass");
+    // Polls answered at once, one after another: each would have woken the failed heartbeat.
+    const a = await agent({ heartbeatSeconds: 2, pollWaitSeconds: 0 });
+    await waitUntil(() => proxy.count("/agent/commands") >= 1, "a poll to get through");
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(proxy.count("/agent/commands")).toBeGreaterThan(10);
+    // The first, one more as the polls get through after it (it may have been an outage), and the next beat.
+    expect(proxy.faults("/agent/heartbeat")).toBeGreaterThanOrEqual(2);
+    expect(proxy.faults("/agent/heartbeat")).toBeLessThanOrEqual(4);
+    expect(a.lines.filter((l) => l.includes("cannot reach the exchange")).length).toBeLessThanOrEqual(4);
+  });
+
   it("keeps the report of a trainer's exit the exchange refuses 401 while its token is replaced, and sends it until taken", async () => {
     const refusals = 3;
     proxy.fault = (path) => (path.endsWith("/agent/trainer_exit") && proxy.faults("/agent/trainer_exit") < refusals ? "bad-token" : "pass");
