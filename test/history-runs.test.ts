@@ -134,6 +134,47 @@ describe("runs of the history", () => {
     ]);
   });
 
+  it("counts an episode with a list reward once in its run's episodes, in progress and written, while the step's count is of reward values", async () => {
+    const e = await createEngine();
+    const trainer = e.as("trainer");
+    const client = e.as("client");
+    const episodes = async () => (await e.as("viewer").historyRuns()).runs.map((r) => r.episodes);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
+    for (const [i, reward] of [[1, 0, 1], [0.5]].entries()) {
+      await trainer.registerEpisode({ episode_uuid: `list-${i}` });
+      const c = await client.claimEpisode({ client_uuid: `c${i}`, discard_episode_timeout: 60 });
+      expect(await client.endEpisode(endBody(`c${i}`, c.episode_uuid, reward))).toEqual({ success: true });
+    }
+    expect(await episodes()).toEqual([2]);
+    // Folded into the meta by a weight sync, then written as the step ends.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect(await episodes()).toEqual([2]);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    expect(await episodes()).toEqual([2]);
+    expect((await e.as("viewer").getRewardHistory()).history).toEqual([expect.objectContaining({ global_step: 1, count: 4 })]);
+  });
+
+  it("takes a step written before steps counted episodes, and an accumulator saved before, at their reward values", async () => {
+    const e = await createEngine();
+    await step(e, 1, 0.5, 3);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 2 });
+    await step(e, 2, 0.5, 2);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    // As migration 24 left it: no episodes column, and a meta accumulator without episodes.
+    await runInDurableObject(e.stub, (_i, state) => {
+      rewindSchema(state.storage.sql, 25);
+      const row = state.storage.sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'meta'").one();
+      const meta = JSON.parse(row.v) as { acc: Record<string, unknown> };
+      delete meta.acc["episodes"];
+      state.storage.sql.exec("UPDATE kv SET v = ? WHERE k = 'meta'", JSON.stringify(meta));
+    });
+    await expect(runInDurableObject(e.stub, (_i, state) => state.abort("restart"))).rejects.toThrow();
+    await reconnect(e);
+    expect((await e.as("viewer").historyRuns()).runs.map((r) => [r.steps, r.episodes])).toEqual([[1, 5]]);
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3 });
+    expect((await e.as("viewer").historyRuns()).runs.map((r) => [r.steps, r.episodes])).toEqual([[2, 5]]);
+  });
+
   it("keeps a trainer whose global_step appears on an engine already rolling without one apart from the step-less rewards", async () => {
     const e = await createEngine();
     // A load generator rolls with no global_step (bench/loadgen.ts) ...

@@ -18,11 +18,11 @@ describe("reward statistics", () => {
     expect(s.max).toBe(1e9 + 16);
   });
 
-  it("accumulates across calls the same as in one call, and survives JSON", () => {
+  it("accumulates one episode's values a call: across calls the same as in one call but for the episodes, and survives JSON", () => {
     const once = accumulate(EMPTY_ACCUMULATOR, [1, 2, 3, 4]);
     const twice = accumulate(JSON.parse(JSON.stringify(accumulate(EMPTY_ACCUMULATOR, [1, 2]))), [3, 4]);
-    expect(twice).toEqual(once);
-    expect(summarize(once)).toEqual({ count: 4, mean: 2.5, std: Math.sqrt(1.25), min: 1, max: 4 });
+    expect(twice).toEqual({ ...once, episodes: 2 });
+    expect(summarize(once)).toEqual({ count: 4, episodes: 1, mean: 2.5, std: Math.sqrt(1.25), min: 1, max: 4 });
   });
 
   it("reads scalar, list and missing rewards", () => {

@@ -477,7 +477,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
 
   /** The runs the engine's history is divided into, newest first. */
   async historyRuns(caller: Caller, q: HistoryRunsQuery): Promise<Reply<HistoryRunsResponse>> {
-    return this.guarded(caller, "get_reward_history", () => ok(this.runs.list(q, () => this.status.currentStepCount())));
+    return this.guarded(caller, "get_reward_history", () => ok(this.runs.list(q, () => this.status.currentStepEpisodes())));
   }
 
   /** An operator begins a new run: the history from here on is kept apart from what came before. */

@@ -70,7 +70,7 @@ export class HistoryRuns {
     const sql = this.store.sql;
     const agg = sql
       .exec<{ steps: number; episodes: number | null; first_step: number | null; last_step: number | null }>(
-        "SELECT COUNT(*) AS steps, SUM(count) AS episodes, MIN(global_step) AS first_step, MAX(global_step) AS last_step FROM reward_history WHERE run = ?",
+        "SELECT COUNT(*) AS steps, SUM(episodes) AS episodes, MIN(global_step) AS first_step, MAX(global_step) AS last_step FROM reward_history WHERE run = ?",
         r.run,
       )
       .one();

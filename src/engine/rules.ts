@@ -37,12 +37,16 @@ export function notReadyCause(status: EngineStatus): string {
   return `Engine not ready. Current status: [${status}]. ${ADVICE[status]}`;
 }
 
-/** Welford's running mean and variance: one row update per reward, numerically stable. */
-export type RewardAccumulator = { n: number; mean: number; m2: number; min: number; max: number };
+/**
+ * Welford's running mean and variance: one row update per reward, numerically stable. `n` counts
+ * reward values, `episodes` the episodes they came from (a list reward holds several values).
+ */
+export type RewardAccumulator = { n: number; episodes: number; mean: number; m2: number; min: number; max: number };
 
 /** min and max are meaningless while n is 0; they stay finite so the accumulator survives JSON. */
-export const EMPTY_ACCUMULATOR: RewardAccumulator = { n: 0, mean: 0, m2: 0, min: 0, max: 0 };
+export const EMPTY_ACCUMULATOR: RewardAccumulator = { n: 0, episodes: 0, mean: 0, m2: 0, min: 0, max: 0 };
 
+/** Folds in one episode's reward values. */
 export function accumulate(acc: RewardAccumulator, values: readonly number[]): RewardAccumulator {
   let { n, mean, m2, min, max } = acc;
   for (const x of values) {
@@ -53,12 +57,12 @@ export function accumulate(acc: RewardAccumulator, values: readonly number[]): R
     if (n === 1 || x < min) min = x;
     if (n === 1 || x > max) max = x;
   }
-  return { n, mean, m2, min, max };
+  return { n, episodes: acc.episodes + 1, mean, m2, min, max };
 }
 
 /** Population standard deviation, as numpy.std computes it in the seed. */
-export function summarize(acc: RewardAccumulator): { count: number; mean: number; std: number; min: number; max: number } {
-  return { count: acc.n, mean: acc.mean, std: acc.n > 0 ? Math.sqrt(acc.m2 / acc.n) : 0, min: acc.min, max: acc.max };
+export function summarize(acc: RewardAccumulator): { count: number; episodes: number; mean: number; std: number; min: number; max: number } {
+  return { count: acc.n, episodes: acc.episodes, mean: acc.mean, std: acc.n > 0 ? Math.sqrt(acc.m2 / acc.n) : 0, min: acc.min, max: acc.max };
 }
 
 /** A WorkflowOutput reward: a number, a list of numbers, or none. */

@@ -369,6 +369,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // and was taken over by the next beginning.
   `ALTER TABLE history_runs ADD COLUMN held_groups INTEGER NOT NULL DEFAULT 0;
    UPDATE history_runs SET held_groups = 1 WHERE run IN (SELECT run FROM buf_groups);`,
+  // 25: a step's episodes apart from its reward values (`count`): a list reward holds several
+  // values, and a run's episodes were their sum. Steps written before are taken at their values.
+  `ALTER TABLE reward_history ADD COLUMN episodes INTEGER NOT NULL DEFAULT 0;
+   UPDATE reward_history SET episodes = count;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

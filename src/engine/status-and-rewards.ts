@@ -225,17 +225,12 @@ export class StatusAndRewards {
   }
 
   /**
-   * The rewards counted toward the current step, not yet in the reward history: liveAcc's count,
-   * summed in SQL rather than folded row by row, since a viewer's runs list asks for it.
+   * The episodes counted toward the current step, not yet in the reward history: liveAcc's
+   * episodes, counted in SQL rather than folded row by row, since a viewer's runs list asks for it.
    */
-  currentStepCount(): number {
-    const rows = this.store.sql
-      .exec<{ n: number }>(
-        "SELECT COALESCE(SUM(CASE WHEN reward_values IS NULL THEN 1 ELSE json_array_length(reward_values) END), 0) AS n FROM finished WHERE acc_epoch = ?",
-        this.store.meta.accEpoch,
-      )
-      .one().n;
-    return this.store.meta.acc.n + rows;
+  currentStepEpisodes(): number {
+    const rows = this.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM finished WHERE acc_epoch = ?", this.store.meta.accEpoch).one().n;
+    return this.store.meta.acc.episodes + rows;
   }
 
   /**
@@ -272,12 +267,13 @@ export class StatusAndRewards {
     const timestamp = this.host.now() / 1000;
     const seq = this.store.sql
       .exec<{ seq: number }>(
-        "INSERT INTO reward_history (run, global_step, mean_reward, std_reward, count, min_reward, max_reward, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        "INSERT INTO reward_history (run, global_step, mean_reward, std_reward, count, episodes, min_reward, max_reward, timestamp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
         this.store.meta.run,
         step,
         s.mean,
         s.std,
         s.count,
+        s.episodes,
         s.min,
         s.max,
         timestamp,

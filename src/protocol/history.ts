@@ -35,7 +35,10 @@ export const HistoryRun = z.object({
   training_run_id: z.string().nullable(),
   /** What the operator said when beginning it (operator runs), else "". */
   note: z.string(),
-  /** Steps in its reward history, and the episodes they count; the current run's include its step in progress. */
+  /**
+   * Steps in its reward history, and the episodes whose rewards they count (an episode with a
+   * list reward once); the current run's include its step in progress.
+   */
   steps: z.number().int(),
   episodes: z.number().int(),
   first_step: z.number().int().nullable(),

@@ -186,7 +186,7 @@ export const RewardHistoryEntry = z.object({
   mean_reward: z.number(),
   std_reward: z.number(),
   timestamp: z.number(),
-  /** Our additions; AgentJet ignores them. */
+  /** Our additions; AgentJet ignores them. `count`: the reward values (a list reward holds several). */
   count: z.number().int(),
   min_reward: z.number(),
   max_reward: z.number(),

@@ -5,6 +5,10 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 25: reward_history.episodes (unless the test of migration 6 rebuilt the table without it).
+  if (next <= 25 && sql.exec("SELECT 1 FROM pragma_table_info('reward_history') WHERE name = 'episodes'").toArray().length > 0) {
+    sql.exec("ALTER TABLE reward_history DROP COLUMN episodes");
+  }
   // 24: history_runs.held_groups (unless the table is gone: the test of migration 6 drops it).
   if (next <= 24 && sql.exec("SELECT 1 FROM pragma_table_info('history_runs') WHERE name = 'held_groups'").toArray().length > 0) {
     sql.exec("ALTER TABLE history_runs DROP COLUMN held_groups");
