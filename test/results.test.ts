@@ -3,7 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
 import type { Caller } from "../src/engine/caller";
-import { FLUSH_STATEMENTS, Outbox, STATEMENT_CHARS } from "../src/engine/outbox";
+import { FLUSH_STATEMENTS, FLUSH_STATEMENTS_MOST, Outbox, STATEMENT_CHARS } from "../src/engine/outbox";
 import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
 import { ORIGIN, advance, createEngine, endBody, engineStats, raw, reconnect, rollingWith, type TestEngine } from "./support/harness";
 
@@ -93,9 +93,9 @@ describe("results reach D1 through the outbox", () => {
       const now = Date.UTC(2100, 0, 1);
       // With a budget of one statement, the first batch (100 small rows of one kind: one
       // statement) goes, and the second is left for the next alarm.
-      const first = await outbox.flush(env.DB, now, now, 1);
+      const first = await outbox.flush(env.DB, now, now, { start: 1, most: FLUSH_STATEMENTS_MOST });
       const left = outbox.size();
-      const second = await outbox.flush(env.DB, now, now, 1);
+      const second = await outbox.flush(env.DB, now, now, { start: 1, most: FLUSH_STATEMENTS_MOST });
       return { first, left, second, after: outbox.size() };
     });
     expect(flushed).toEqual({ first: { written: 100, error: null, statements: 1 }, left: 1, second: { written: 1, error: null, statements: 1 }, after: 0 });
@@ -154,6 +154,44 @@ describe("results reach D1 through the outbox", () => {
     await advance(e, 2_000);
     expect(await engineStats(e)).toMatchObject({ outbox: 0 });
     expect((await trajectories(e.name)).map((r) => r["client_uuid"])).toEqual(["a", "b", "c", "d", "e", "refused"]);
+  });
+
+  it("sends no statement past a flush's most while it halves a batch D1 refused, leaving the rows it did not try due for the next flush", async () => {
+    const e = await createEngine();
+    const ids = await rollingWith(e, 100);
+    const trigger = `refuse_${e.name.replace(/\W/g, "_")}`;
+    await env.DB.exec(
+      `CREATE TRIGGER ${trigger} BEFORE INSERT ON trajectories WHEN NEW.engine = '${e.name}' AND NEW.client_uuid = 'c-refused' BEGIN SELECT RAISE(ABORT, 'refused for its data'); END`,
+    );
+    try {
+      for (const [i, id] of ids.entries()) {
+        const client = i === 99 ? "c-refused" : `c-${id}`;
+        const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 60 });
+        expect(await e.as("client").endEpisode(endBody(client, c.episode_uuid, 1, "t"))).toEqual({ success: true });
+      }
+      // The last of 100 rows in one statement is refused: finding it alone takes 1 + 2 x 7 statements.
+      const flushes = await runInDurableObject(e.stub, async (_i, state) => {
+        const outbox = new Outbox(state.storage.sql);
+        const now = Date.UTC(2100, 0, 1);
+        const out: Array<{ statements: number; written: number; error: string | null; left: number; backedOff: number }> = [];
+        for (let i = 0; i < 5; i++) {
+          const r = await outbox.flush(env.DB, now, now, { start: 1, most: 4 });
+          const backedOff = state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM outbox WHERE next_attempt_at > ?", now).one().n;
+          out.push({ ...r, left: outbox.size(), backedOff });
+        }
+        return out;
+      });
+      for (const f of flushes) expect(f.statements).toBeLessThanOrEqual(4);
+      // Each flush writes what its statements reach; the rows it left are due, not backed off, until the refused one stands alone.
+      // The first: the 100 refused, its first 50 written, its second 50 refused, their first 25 written; then no room.
+      expect(flushes[0]).toMatchObject({ statements: 4, written: 75, error: null, left: 25, backedOff: 0 });
+      expect(flushes.at(-1)).toMatchObject({ left: 1, backedOff: 1 });
+      expect(flushes.map((f) => f.written).reduce((a, b) => a + b, 0)).toBe(99);
+    } finally {
+      await env.DB.exec(`DROP TRIGGER ${trigger}`);
+    }
+    expect((await trajectories(e.name)).length).toBe(99);
+    expect(FLUSH_STATEMENTS_MOST).toBeLessThan(1000);
   });
 
   it("answers end_episode while D1 is failing, keeps the record, and writes it once D1 recovers", async () => {

@@ -28,11 +28,20 @@ const REFUSED_DATA = /SQLITE_(TOOBIG|CONSTRAINT|MISMATCH|RANGE)/;
 const FLUSH_ROUNDS = 20;
 /**
  * D1 statements one flush may send. D1 takes at most 1,000 queries per invocation (each
- * statement of a batch counts); a flush stops starting batches at half of that, which leaves
- * room for the batch under way and the halving of a refused one (write), and for whatever else
- * the alarm's invocation does. The rows left are due, so the alarm comes back for them at once.
+ * statement of a batch counts); a flush starts no batch past half of that (`start`), and sends
+ * nothing past `most`, which bounds the batch under way and the halving of a refused one
+ * (write) too, and leaves the rest for whatever else the alarm's invocation does. The rows left
+ * are due, so the alarm comes back for them at once.
  */
 export const FLUSH_STATEMENTS = D1_MAX_QUERIES_PER_INVOCATION / 2;
+export const FLUSH_STATEMENTS_MOST = (D1_MAX_QUERIES_PER_INVOCATION * 3) / 4;
+
+/** A flush's statements: how many it may start batches under, and how many it may send at most. */
+export type StatementBudget = { start: number; most: number };
+const FLUSH_BUDGET: StatementBudget = { start: FLUSH_STATEMENTS, most: FLUSH_STATEMENTS_MOST };
+
+/** What a flush sent so far, against its budget; `full` once a batch was left for lack of room. */
+type Sent = { statements: number; most: number; full: boolean };
 
 /** D1's errors that say it could not be reached, rather than that it refused the statement. */
 const UNREACHABLE = /network connection lost|timed? ?out|unavailable|overloaded|fetch failed|internal error|reset|econn/i;
@@ -81,14 +90,14 @@ export class Outbox {
    * window had just closed and the alarm would fire again milliseconds later, one D1 call per
    * handful of rows. Rows waiting out a retry backoff still wait for `now`.
    */
-  async flush(db: D1Database, now: number, horizon = now, statementBudget = FLUSH_STATEMENTS): Promise<{ written: number; error: string | null; statements: number }> {
-    const sent = { statements: 0 };
+  async flush(db: D1Database, now: number, horizon = now, budget: StatementBudget = FLUSH_BUDGET): Promise<{ written: number; error: string | null; statements: number }> {
+    const sent: Sent = { statements: 0, most: budget.most, full: false };
     let written = 0;
-    for (let round = 0; round < FLUSH_ROUNDS && sent.statements < statementBudget; round++) {
+    for (let round = 0; round < FLUSH_ROUNDS && sent.statements < budget.start; round++) {
       const r = await this.flushBatch(db, now, Math.max(now, horizon), sent);
       written += r.written;
       if (r.error !== null) return { written, error: r.error, statements: sent.statements };
-      if (r.written < FLUSH_BATCH) break;
+      if (r.written < FLUSH_BATCH || sent.full) break;
     }
     return { written, error: null, statements: sent.statements };
   }
@@ -103,7 +112,7 @@ export class Outbox {
     let statements = 0;
     while (this.size() > 0) {
       if (statements >= FLUSH_STATEMENTS) return { written, error: `${this.size()} records are left, more than one request may write to D1: repeat it` };
-      const r = await this.flush(db, now, now, FLUSH_STATEMENTS - statements);
+      const r = await this.flush(db, now, now, { start: FLUSH_STATEMENTS - statements, most: FLUSH_STATEMENTS_MOST - statements });
       written += r.written;
       statements += r.statements;
       if (r.error !== null || r.written === 0) return { written, error: r.error ?? "rows were left that no flush took" };
@@ -111,7 +120,7 @@ export class Outbox {
     return { written, error: null };
   }
 
-  private async flushBatch(db: D1Database, now: number, horizon: number, sent: { statements: number }): Promise<{ written: number; error: string | null }> {
+  private async flushBatch(db: D1Database, now: number, horizon: number, sent: Sent): Promise<{ written: number; error: string | null }> {
     const rows = this.sql
       .exec<OutboxRow>(
         "SELECT id, kind, payload, attempts FROM outbox WHERE next_attempt_at <= ? AND (attempts = 0 OR next_attempt_at <= ?) ORDER BY id LIMIT ?",
@@ -129,9 +138,10 @@ export class Outbox {
    * cap, a constraint), the batch is halved until the refused rows stand alone: they alone wait
    * out a backoff, and the rows that shared their batch are written now instead of failing with
    * them on every retry, forever. Any other failure (D1 unreachable, overloaded) is not the
-   * rows' fault: the whole batch backs off, one call spent.
+   * rows' fault: the whole batch backs off, one call spent. Rows whose statements would go past
+   * the flush's most are left due, untried, for the next alarm.
    */
-  private async write(db: D1Database, rows: OutboxRow[], now: number, sent: { statements: number }): Promise<{ written: number; error: string | null }> {
+  private async write(db: D1Database, rows: OutboxRow[], now: number, sent: Sent): Promise<{ written: number; error: string | null }> {
     const byKind = new Map<keyof Tables, string[]>();
     for (const r of rows) {
       const kind = r.kind as keyof Tables;
@@ -140,6 +150,10 @@ export class Outbox {
       list.push(r.payload);
     }
     const statements = [...byKind].flatMap(([kind, payloads]) => insertStatements(db, kind, payloads));
+    if (sent.full || sent.statements + statements.length > sent.most) {
+      sent.full = true;
+      return { written: 0, error: null };
+    }
     sent.statements += statements.length;
     try {
       await db.batch(statements);
