@@ -853,6 +853,8 @@ describe("trajectory ledger", () => {
       // An id with a lone surrogate: D1 would keep it as U+FFFD, and the call could not be named again.
       ...[{ episode_uuid: "ep\ud800" }, { call_id: "call\udc00" }, { client_uuid: "c\ud800" }, { task_id: "\ud800" }].map((id) => ({ batch_id: "batch-0001", calls: [{ ...good, ...id }] })),
       { batch_id: "batch-0001", calls: [{ ...good, body: { ...good.body, prefix: { call_id: "\ud800", count: 1 } } }] },
+      // Longer than a claim's own fields may be: no claim's call carries them.
+      ...[{ client_uuid: "c".repeat(257) }, { task_id: "t".repeat(257) }, { episode_type: "e".repeat(65) }].map((f) => ({ batch_id: "batch-0001", calls: [{ ...good, ...f }] })),
     ];
     for (const b of bad) {
       const r = await raw(`/e/${e.name}/agent/calls`, { token: e.tokens.trainer, body: typeof b === "string" ? b : JSON.stringify(b) });

@@ -58,10 +58,11 @@ export const CallContext = z.object({
   /** Unique per relayed call (the Worker's randomUUID): the record's key, so a resent batch is idempotent. */
   call_id: idText(64),
   capture: CaptureMode,
-  client_uuid: wellFormed,
-  task_id: wellFormed,
+  // Bounded as a claim's own fields are (protocol/swarm.ts): the Worker signs no longer ones.
+  client_uuid: wellFormed.max(256, "is longer than 256 characters"),
+  task_id: wellFormed.max(256, "is longer than 256 characters"),
   /** The claim's episode type ("train" or "eval"): a live claim's trajectory says it. Absent from Workers and gateways older than it. */
-  episode_type: wellFormed.optional(),
+  episode_type: wellFormed.max(64, "is longer than 64 characters").optional(),
   /** The engine's weight version when the call was admitted; null before the trainer reported one. */
   weight_version: z.number().int().nullable(),
   /** The engine's current run of its history (history-runs.ts). */
