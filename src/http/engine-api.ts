@@ -10,7 +10,7 @@ import { ok, type Reply } from "../engine/reply";
 import type { Env } from "../env";
 import { withTrainingTokens } from "../ledger/rollout-tokens";
 import type { EngineOp } from "../auth/roles";
-import { exactIntegers } from "./python-json";
+import { exactNumbers } from "./python-json";
 import {
   AbortEpisodeRequest,
   BoolResponse,
@@ -165,8 +165,8 @@ export const ENGINE_API: RouteSpec[] = [
     ...post("/end_episode", "end_episode", "Submit the workflow output of a claimed episode; success only once it is durably stored.", EndEpisodeRequest, EndEpisodeResponse, (s, who, b) =>
       s.endEpisode(who, b),
     ),
-    // The output as the runner gets it, with the client's integers digit for digit (exactIntegers).
-    prepare: (input, text): EndEpisodeCall => ({ ...(input as EndEpisodeRequest), workflow_output_text: exactIntegers(text, "workflow_output") ?? undefined }),
+    // The output as the runner gets it, with the client's numbers as it wrote them (exactNumbers).
+    prepare: (input, text): EndEpisodeCall => ({ ...(input as EndEpisodeRequest), workflow_output_text: exactNumbers(text, "workflow_output") ?? undefined }),
     unavailable: [STORAGE_FULL],
   },
   {

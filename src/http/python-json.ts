@@ -124,23 +124,40 @@ export function parseRequestJson(text: string): unknown {
 /** What JSON.parse's reviver is also given (source text access, in V8 since 11.4), and JSON.rawJSON. */
 type SourceContext = { source?: string };
 const rawJSON = (JSON as unknown as { rawJSON: (text: string) => unknown }).rawJSON;
-/** An integer literal long enough that a double may not hold it. */
-const LONG_INTEGER = /(?:^|[^0-9.eE+-])-?\d{16,}(?![0-9.eE])/;
+/**
+ * A number literal JSON.stringify would not write back as the text has it, in a way Python
+ * tells apart: an integer long enough that a double may not hold it, or a float with an integral
+ * value (2.0, 1e+16), which it writes as an int.
+ */
+const CHANGED_NUMBER = /(?:^|[^0-9.eE+-])-?\d{16,}(?![0-9.eE])|\d\.0+(?![0-9])|\d[eE]\+?\d/;
+const INTEGER_SOURCE = /^-?\d+$/;
+const FLOAT_SOURCE = /[.eE]/;
 
 /**
- * `key`'s value in the JSON object `text`, written again with every integer as the text has it:
- * Python writes ints of any size digit for digit (a time.time_ns() stamp, a 64-bit id or seed),
- * and a double holds only those up to 2^53, so JSON.parse then JSON.stringify changes the rest.
- * Null when it would come out as JSON.stringify writes it anyway (no integer that long), or the
- * text is no such object (Python's NaN included: its value is then written as usual).
+ * The source of a number JSON.stringify would write otherwise, as Python reads it: an integer
+ * outside a double's exact range (Python's ints have any size), or a float JSON.stringify would
+ * write as an integer (Python reads that as an int).
  */
-export function exactIntegers(text: string, key: string): string | null {
-  if (!LONG_INTEGER.test(text)) return null;
+function keptSource(value: number, source: string): boolean {
+  if (INTEGER_SOURCE.test(source)) return !Number.isSafeInteger(value);
+  return Number.isFinite(value) && FLOAT_SOURCE.test(source) && !FLOAT_SOURCE.test(String(value));
+}
+
+/**
+ * `key`'s value in the JSON object `text`, written again with its numbers as Python reads the
+ * text: Python writes ints of any size digit for digit (a time.time_ns() stamp, a 64-bit id or
+ * seed), and a double holds only those up to 2^53; it writes a float 2.0 as `2.0`, which
+ * JSON.stringify writes as the int `2`. So JSON.parse then JSON.stringify changes them. Null when
+ * it would come out as JSON.stringify writes it anyway, or the text is no such object (Python's
+ * NaN included: its value is then written as usual).
+ */
+export function exactNumbers(text: string, key: string): string | null {
+  if (!CHANGED_NUMBER.test(text)) return null;
   let parsed: unknown;
   try {
     parsed = JSON.parse(text, function (_k: string, value: unknown, context?: SourceContext) {
       const source = context?.source;
-      return typeof value === "number" && !Number.isSafeInteger(value) && source !== undefined && /^-?\d+$/.test(source) ? rawJSON(source) : value;
+      return typeof value === "number" && source !== undefined && keptSource(value, source) ? rawJSON(source) : value;
     } as (this: unknown, k: string, v: unknown) => unknown);
   } catch {
     return null;

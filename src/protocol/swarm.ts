@@ -75,8 +75,8 @@ export const EndEpisodeRequest = z.object({
 export type EndEpisodeRequest = z.infer<typeof EndEpisodeRequest>;
 /**
  * An end as the Worker gives it to the engine: `workflow_output_text` is the output written with
- * the client's integers as it sent them (http/python-json.ts exactIntegers), when a double would
- * change one; never a client's field (the request's schema strips it).
+ * the client's numbers as it sent them (http/python-json.ts exactNumbers), when JSON.stringify
+ * would change one as Python reads it; never a client's field (the request's schema strips it).
  */
 export type EndEpisodeCall = EndEpisodeRequest & { workflow_output_text?: string | undefined };
 
