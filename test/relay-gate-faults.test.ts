@@ -1,13 +1,18 @@
 /**
  * The per-isolate claim gate (src/relay/claim-gate.ts) when its requests to the engine fail or
  * answer late, as a network does: a refused call is never counted, a failed batch is sent again
- * under its id and counted once, an older answer never overrules a newer one, and a read waits
+ * under its id and counted once, an older answer never overrules a newer one (nor a newer one the
+ * engine's answer to a call's own question), an answer is used only while fresh, and a read waits
  * for the calls already on their way. The engine is real; only its RPC is made to misbehave
  * (test/support/faulty-gate.ts).
  */
 import { describe, expect, it } from "vitest";
 import { FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS } from "../src/relay/claim-gate";
+import { endBody } from "./support/harness";
 import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
+
+/** The agent's heartbeat, naming its gateway or none. */
+const agentHeartbeat = (gateway_url: string | null) => ({ agent_id: "agent-1", host: "gpu-node-1", pid: 1, version: "0.1.0", trainer: { state: "running" as const, pid: 2, started_at: null }, gateway_url });
 
 describe("the claim gate when the engine fails or answers late: a refused call is not counted", () => {
   it("counts only the calls admitted: a call refused 503 engine_unreachable is no relayed call", async () => {
@@ -138,6 +143,47 @@ describe("the claim gate when the engine fails or answers late: an older answer 
     // Still syncing, 3 s in: no call of k2 may go to the model.
     expect(g.cached(k2), "after the late answer, 3 s into the sync").toBeNull();
     expect(await g.admitNow(k2)).toMatchObject({ ok: true, body: { hold: "weight_syncing" } });
+  });
+
+  it("refuses a call as the engine answered its own question (no gateway), though a later answer that came first admits the claim", async () => {
+    const e = await rollingEngine(2);
+    const g = gateOn(e);
+    const k1 = await claim(e, "c1");
+    const k2 = await claim(e, "c2");
+    // A refresh now: the next questions within REFRESH_AFTER_MS go alone.
+    expect((await g.admit(k1)).ok).toBe(true);
+    // The agent loses its gateway (heard in another isolate), and k2's first call asks: its answer is slow.
+    await e.as("trainer").heartbeat(agentHeartbeat(null));
+    g.fault("late-answer");
+    const first = g.admitNow(k2);
+    await until(() => g.held === 1);
+    // The gateway is back; a second call of k2 asks again, and is answered first.
+    await e.as("trainer").heartbeat(agentHeartbeat("http://gpu-node-1:10087"));
+    expect(await g.admitNow(k2)).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-1:10087" } });
+    g.release();
+    // The engine refused the first call (and did not count it): it is refused, not admitted without the engine's terms.
+    expect(await first).toMatchObject({ ok: false, status: 503, error: "no_gateway" });
+  });
+
+  it("does not admit a waiting call on a refresh's answer that came more than FRESH_MS after the refresh was sent: it asks the engine", async () => {
+    const e = await rollingEngine(1);
+    const g = gateOn(e);
+    const key = await claim(e, "c1");
+    expect((await g.admit(key)).ok).toBe(true); // t=0
+    await g.tick(600);
+    expect((await g.admit(key)).ok).toBe(true); // from the cache: arms a flush for t=1100
+    g.fault("late-answer");
+    await g.tick(FLUSH_MS, { settle: false }); // t=1100: the flush refreshes the claim; its answer is slow
+    await until(() => g.held === 1);
+    const refreshSentAt = e.clock.t;
+    // Ended in another isolate just after the refresh reached the engine.
+    expect((await e.as("client").endEpisode(endBody("c1", key.episode_uuid, 1))).success).toBe(true);
+    await g.tick(400, { settle: false }); // t=1500: stale, the call waits for the refresh on its way
+    const call = g.admitNow(key);
+    await g.tick(800, { settle: false }); // t=2300
+    expect(e.clock.t).toBeGreaterThan(refreshSentAt + FRESH_MS);
+    g.release();
+    expect(await call).toMatchObject({ ok: false, status: 401, error: "claim_not_live" });
   });
 });
 

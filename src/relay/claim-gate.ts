@@ -81,9 +81,9 @@ type Entry = {
 };
 
 /** What a batch's answer said: which claims' answers were taken, and of the engine, as the engine counted its calls. */
-type Answer = { taken: boolean[]; hold: SyncHold | null; engine: EngineTerms | null };
+type Answer = { taken: boolean[]; hold: SyncHold | null; engine: EngineTerms | null; claims: Reply<ClaimStanding>[] };
 /** The same for the claim a call asks about. */
-type MustAnswer = { taken: boolean; hold: SyncHold | null; engine: EngineTerms | null };
+type MustAnswer = { taken: boolean; hold: SyncHold | null; engine: EngineTerms | null; standing: Reply<ClaimStanding> | null };
 /** What awaits a batch's answer: the first of its requests to be answered settles it for all. */
 type Waiters = { promise: Promise<Reply<Answer>>; resolve(r: Reply<Answer>): void; reject(err: unknown): void };
 
@@ -186,7 +186,8 @@ export class ClaimGate {
         // within FRESH_MS of this call), and waiting for it spares the engine a request per stale call.
         await Promise.race([waited.done, this.clock.wait(FRESH_MS)]);
         const later = this.clock.now();
-        if (e.fetchedAt === waited.sentAt && this.usable(e, later, Number.POSITIVE_INFINITY)) return this.heldNow(e, waited.sentAt) ?? this.fromCache(e, later, background);
+        // Only while it is fresh: waited for up to FRESH_MS, it may not be any more, and then the call asks itself.
+        if (e.fetchedAt === waited.sentAt && this.usable(e, later)) return this.heldNow(e, waited.sentAt) ?? this.fromCache(e, later, background);
         continue;
       }
       // Asked now, the call goes with the question: its activity is written before the answer
@@ -279,7 +280,12 @@ export class ClaimGate {
     const standing = e.standing as Reply<ClaimStanding>;
     if (!standing.ok) return standing;
     if (answer.hold !== null) return ok(answer.hold);
-    if (carried) return this.admission(e, answer.engine);
+    if (carried) {
+      // The engine counted the call, or refused it, by its own answer to this request, though a
+      // later one stands: a refusal it gave this call stands for the call too.
+      if (answer.standing !== null && !answer.standing.ok) return answer.standing;
+      return answer.engine === null ? UNSETTLED : this.admission(e, answer.engine);
+    }
     const now = this.clock.now();
     // Not asked with this call: admitted as from the cache, on the gate's latest word on the engine.
     return this.heldNow(e, now) ?? (this.engineTerms === null ? UNSETTLED : this.fromCache(e, now, background));
@@ -481,7 +487,7 @@ export class ClaimGate {
       else if (now - e.lastUsedAt > IDLE_MS && now - e.fetchedAt > IDLE_MS) this.remove(id);
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);
-    if (chosen.length === 0) return ok({ taken: false, hold: null, engine: null });
+    if (chosen.length === 0) return ok({ taken: false, hold: null, engine: null, standing: null });
     const sending = this.post(this.take(chosen, carried ? must : undefined, now));
     const refreshing = refresh ? {} : null;
     if (refresh) {
@@ -493,7 +499,8 @@ export class ClaimGate {
     try {
       const r = await sending;
       if (!r.ok) return r;
-      return ok({ taken: must === undefined || (r.body.taken[chosen.indexOf(must)] ?? false), hold: r.body.hold, engine: r.body.engine });
+      const at = must === undefined ? -1 : chosen.indexOf(must);
+      return ok({ taken: must === undefined || (r.body.taken[at] ?? false), hold: r.body.hold, engine: r.body.engine, standing: r.body.claims[at] ?? null });
     } finally {
       if (refresh) {
         if (this.refreshing === refreshing) this.refreshing = null;
@@ -622,6 +629,6 @@ export class ClaimGate {
       e.leaseUntil = standing.ok ? request.sentAt + standing.body.lease_ms : 0;
       return true;
     });
-    return ok({ taken, hold: reply.body.hold, engine: reply.body.engine });
+    return ok({ taken, hold: reply.body.hold, engine: reply.body.engine, claims: reply.body.claims });
   }
 }
