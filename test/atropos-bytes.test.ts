@@ -1,6 +1,6 @@
 /**
  * The bound on the bytes of Atropos groups an engine holds (max_stored_bytes): one group may be
- * 1.9 MB of JSON, so max_groups alone (200,000 by default) would let the store pass the 10 GB a
+ * megabytes of JSON, so max_groups alone (200,000 by default) would let the store pass the 10 GB a
  * Durable Object holds long before it refused a group. Bounds here are the smallest the config
  * takes (4 MiB), filled by groups of about 1.2 MB.
  */

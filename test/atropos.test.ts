@@ -161,11 +161,6 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
     // A small body that inflates past 16 MiB is refused before it is all in memory.
     const bomb = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: await gzip(" ".repeat(17 * 1024 * 1024)), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
     expect([bomb.status, bomb.json.error]).toEqual([413, "payload_too_large"]);
-    // A group no row can hold is refused whole, and nothing of the list is stored.
-    const huge = group(2, 2, 0, { messages: [[{ role: "user", content: "x".repeat(2_000_000) }], [{ role: "user", content: "y" }]] });
-    const refused = await atropos(e, "client", "POST", "/scored_data_list", [group(7, 2), huge]);
-    expect([refused.status, refused.json.error]).toEqual([413, "payload_too_large"]);
-    expect(refused.json.detail).toMatch(/^group 1: a scored group is \d+ bytes as JSON/);
     expect((await atropos(e, "viewer", "GET", "/status")).json.queue_size).toBe(1);
 
     const plain = await workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.viewer}/atropos/latest_example`, { headers: { "accept-encoding": "identity" } });

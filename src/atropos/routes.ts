@@ -22,7 +22,7 @@ import * as Answers from "../protocol/atropos-answers";
 import type { Reply } from "../engine/reply";
 import { atroposOp, type AtroposCall, type AtroposPlainRoute, type AtroposSent } from "../engine/atropos-hub";
 import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
-import { groupTooLarge, toGroup } from "./scored-json";
+import { groupsTooLarge, toGroup } from "./scored-json";
 
 /** The most a gzip body may inflate to: several groups of long sequences, and well inside a Worker's memory. */
 export const MAX_INFLATED_BYTES = 4 * MAX_BODY_BYTES;
@@ -50,13 +50,11 @@ export type AtroposRouteSpec = {
 
 const none = (route: AtroposPlainRoute) => (): AtroposCall => ({ route });
 
-/** The scored groups, or a 413 for one no row can hold. */
+/** The scored groups, or a 413 for more than one request may carry to the engine. */
 function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean): AtroposCall | Response {
   const out = groups.map(toGroup);
-  for (const [i, g] of out.entries()) {
-    const why = groupTooLarge(g.bytes);
-    if (why !== null) return errorResponse(413, "payload_too_large", list ? `group ${i}: ${why}` : why);
-  }
+  const why = groupsTooLarge(out);
+  if (why !== null) return errorResponse(413, "payload_too_large", why);
   return { route: "scored_data", groups: out, list };
 }
 

@@ -5,7 +5,7 @@
  * floats. Built in the Worker, once per group: the engine stores and returns this text as is.
  */
 import type { AtroposScoredData } from "../protocol/atropos";
-import { storedStringTooLarge, MAX_STORED_BYTES, utf8Bytes } from "../protocol/limits";
+import { storedStringTooLarge, utf8Bytes } from "../protocol/limits";
 import type { AtroposGroup } from "../engine/atropos-hub";
 
 /** A float as Python's json writes it: 1 -> "1.0", -0 -> "-0.0"; other values as JavaScript writes them, which parse to the same float. */
@@ -52,9 +52,19 @@ export function trajectorySummary(d: AtroposScoredData): string {
   return json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages_omitted: true }, log_metrics: {} });
 }
 
-/** Why a group cannot be stored (its JSON, `bytes` of UTF-8, is over what a row holds), or null. */
-export function groupTooLarge(bytes: number): string | null {
-  return bytes <= MAX_STORED_BYTES ? null : `a scored group is ${bytes} bytes as JSON; this exchange stores at most ${MAX_STORED_BYTES} per group`;
+/**
+ * The most a request's groups may be as they go to the engine, their JSON and their trajectory
+ * records: one RPC value may be 32 MiB. A request inflates to at most 16 MiB, which its groups
+ * pass only where they gain a ".0" on each of many whole scores.
+ */
+export const MAX_SCORED_REQUEST_BYTES = 24 * 1024 * 1024;
+
+/** Why a request's groups cannot go to the engine (more than MAX_SCORED_REQUEST_BYTES), or null. */
+export function groupsTooLarge(groups: AtroposGroup[]): string | null {
+  let bytes = 0;
+  for (const g of groups) bytes += g.bytes + utf8Bytes(g.summary);
+  if (bytes <= MAX_SCORED_REQUEST_BYTES) return null;
+  return `the scored groups are ${bytes} bytes as JSON with their trajectory records; one request may carry at most ${MAX_SCORED_REQUEST_BYTES}: send fewer groups per request`;
 }
 
 /** What the engine gets for one group. Its bytes are counted here, in the Worker, for the engine's bound on the bytes it holds (max_stored_bytes). */

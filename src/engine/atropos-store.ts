@@ -9,11 +9,35 @@
  * blocking every batch), cut into a batch (batch, pos), or kept only as the latest example.
  * Ids follow the order groups joined the queue, so the queue's order is the id's.
  *
+ * A group's JSON longer than one row may hold (a group of long sequences with their logprobs is
+ * megabytes) goes on in atropos_parts, PIECE_UNITS at a time; a trigger deletes a group's parts
+ * with its row.
+ *
  * The state counts the payloads' bytes (stored_bytes) as well as the groups: the methods that
  * delete rows return the bytes they freed, for the hub to take off the state it saves.
- * Bytes are SQLite's octet_length of the payload, its UTF-8, which a recount reads the same way.
+ * Bytes are SQLite's octet_length of the payload and its parts, their UTF-8, kept in the row's
+ * `bytes`, which a recount reads.
  */
 import type { QueueIndex } from "./atropos-packing";
+
+/**
+ * UTF-16 units of a group's JSON per row, its own or a part's: UTF-8 takes at most 3 bytes for
+ * each, so a row holds at most 1,800,000 bytes of it, under the 2,000,000 one may.
+ */
+export const PIECE_UNITS = 600_000;
+
+/** `text` in pieces of at most PIECE_UNITS units, never cut inside a surrogate pair (SQLite's text would keep each half as U+FFFD). */
+export function payloadPieces(text: string): string[] {
+  const out: string[] = [];
+  for (let at = 0; at < text.length; ) {
+    let end = Math.min(text.length, at + PIECE_UNITS);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
+    out.push(text.slice(at, end));
+    at = end;
+  }
+  return out.length === 0 ? [""] : out;
+}
 
 /** app.state of Atropos's server. Null fields are attributes its server has not set yet. */
 export type AtroposState = {
@@ -83,6 +107,8 @@ type EnvRow = Omit<AtroposEnv, "connected"> & { connected: number };
 /** A group's env as the tables key it: its env_id as text, or "none". */
 export const envKey = (envId: number | null): string => (envId === null ? "none" : String(envId));
 
+type PayloadRow = { id: number; payload: string; parts: number };
+
 export class AtroposStore implements QueueIndex {
   constructor(
     private readonly sql: SqlStorage,
@@ -93,8 +119,8 @@ export class AtroposStore implements QueueIndex {
     const saved = this.kv.get<Partial<AtroposState>>("atropos");
     const s = { ...INITIAL_ATROPOS_STATE, ...(saved ?? {}) };
     if (saved !== null && saved.stored_bytes === undefined) {
-      // Saved before the bytes were counted: counted from the table once (octet_length reads
-      // the lengths from the records' headers, not the payloads), and kept from then on.
+      // Saved before the bytes were counted: counted from the table once (each row's `bytes`),
+      // and kept from then on.
       s.stored_bytes = this.payloadBytes();
       this.saveState(s);
     }
@@ -103,7 +129,7 @@ export class AtroposStore implements QueueIndex {
 
   /** Bytes of every row's payload, counted from the table. */
   payloadBytes(): number {
-    return this.sql.exec<{ b: number }>("SELECT COALESCE(SUM(octet_length(payload)), 0) AS b FROM atropos_groups").one().b;
+    return this.sql.exec<{ b: number }>("SELECT COALESCE(SUM(bytes), 0) AS b FROM atropos_groups").one().b;
   }
 
   saveState(s: AtroposState): void {
@@ -143,9 +169,25 @@ export class AtroposStore implements QueueIndex {
 
   /** Stores a group; returns its id and its payload's bytes as the table counts them. */
   add(env: string, size: number, place: "queue" | "buffer", payload: string): { id: number; bytes: number } {
+    const [head, ...rest] = payloadPieces(payload);
     const row = this.sql
-      .exec<{ id: number; bytes: number }>("INSERT INTO atropos_groups (env, size, place, payload) VALUES (?, ?, ?, ?) RETURNING id, octet_length(payload) AS bytes", env, size, place, payload)
+      .exec<{ id: number; bytes: number }>(
+        "INSERT INTO atropos_groups (env, size, place, payload, parts, bytes) VALUES (?1, ?2, ?3, ?4, ?5, octet_length(?4)) RETURNING id, bytes",
+        env,
+        size,
+        place,
+        head ?? "",
+        rest.length,
+      )
       .one();
+    if (rest.length > 0) {
+      let bytes = row.bytes;
+      for (const [i, part] of rest.entries()) {
+        bytes += this.sql.exec<{ b: number }>("INSERT INTO atropos_parts (id, part, payload) VALUES (?, ?, ?) RETURNING octet_length(payload) AS b", row.id, i + 1, part).one().b;
+      }
+      this.sql.exec("UPDATE atropos_groups SET bytes = ? WHERE id = ?", bytes, row.id);
+      row.bytes = bytes;
+    }
     if (place === "queue") this.count(env, size, 1);
     return row;
   }
@@ -159,28 +201,38 @@ export class AtroposStore implements QueueIndex {
   enqueueBuffered(id: number): number {
     const row = this.sql
       .exec<{ id: number; env: string; size: number }>(
-        "INSERT INTO atropos_groups (env, size, place, payload) SELECT env, size, 'queue', payload FROM atropos_groups WHERE id = ? RETURNING id, env, size",
+        "INSERT INTO atropos_groups (env, size, place, payload, parts, bytes) SELECT env, size, 'queue', payload, parts, bytes FROM atropos_groups WHERE id = ? RETURNING id, env, size",
         id,
       )
       .one();
+    // Its parts go with it, before its old row's delete would take them.
+    this.sql.exec("UPDATE atropos_parts SET id = ? WHERE id = ?", row.id, id);
     this.sql.exec("DELETE FROM atropos_groups WHERE id = ?", id);
     this.count(row.env, row.size, 1);
     return row.id;
   }
 
   latestPayload(id: number): string | null {
-    return this.sql.exec<{ payload: string }>("SELECT payload FROM atropos_groups WHERE id = ?", id).toArray()[0]?.payload ?? null;
+    const row = this.sql.exec<PayloadRow>("SELECT id, payload, parts FROM atropos_groups WHERE id = ?", id).toArray()[0];
+    return row === undefined ? null : this.whole(row);
+  }
+
+  /** A group's JSON: its row's, and its parts' after it. */
+  private whole(row: PayloadRow): string {
+    if (row.parts === 0) return row.payload;
+    const parts = this.sql.exec<{ payload: string }>("SELECT payload FROM atropos_parts WHERE id = ? ORDER BY part", row.id).toArray();
+    return row.payload + parts.map((p) => p.payload).join("");
   }
 
   /** The bytes of row `id` if it is kept only as the latest example (the row setLatest frees), else null. */
   latestOnlyBytes(id: number): number | null {
-    return this.sql.exec<{ bytes: number }>("SELECT octet_length(payload) AS bytes FROM atropos_groups WHERE id = ? AND place = 'latest'", id).toArray()[0]?.bytes ?? null;
+    return this.sql.exec<{ bytes: number }>("SELECT bytes FROM atropos_groups WHERE id = ? AND place = 'latest'", id).toArray()[0]?.bytes ?? null;
   }
 
   /** The row `id` is the latest example now; the previous one goes if nothing else holds it. Returns the bytes freed. */
   setLatest(previous: number | null): number {
     if (previous === null) return 0;
-    return this.freed(this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id = ? AND place = 'latest' RETURNING octet_length(payload) AS bytes", previous));
+    return this.freed(this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id = ? AND place = 'latest' RETURNING bytes", previous));
   }
 
   /** Puts queued groups larger than `batchSize` aside; returns how many. */
@@ -220,9 +272,10 @@ export class AtroposStore implements QueueIndex {
   takenPayloads(taken: number, from: number, bytes: number): { pos: number; payload: string }[] {
     const out: { pos: number; payload: string }[] = [];
     let size = 0;
-    for (const r of this.sql.exec<{ pos: number; payload: string }>("SELECT pos, payload FROM atropos_groups WHERE place = 'batch' AND batch = ? AND pos >= ? ORDER BY pos", taken, from)) {
-      out.push(r);
-      size += r.payload.length;
+    for (const r of this.sql.exec<PayloadRow & { pos: number }>("SELECT id, pos, payload, parts FROM atropos_groups WHERE place = 'batch' AND batch = ? AND pos >= ? ORDER BY pos", taken, from)) {
+      const payload = this.whole(r);
+      out.push({ pos: r.pos, payload });
+      size += payload.length;
       if (size >= bytes) break;
     }
     return out;
@@ -231,7 +284,7 @@ export class AtroposStore implements QueueIndex {
   /** A taken batch's rows go, but the latest example's, which is kept as that alone. Returns the bytes freed. */
   dropTaken(taken: number, latest: number | null): number {
     const bytes = this.freed(
-      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ? RETURNING octet_length(payload) AS bytes", taken, latest),
+      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE place = 'batch' AND batch = ? AND id IS NOT ? RETURNING bytes", taken, latest),
     );
     if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND place = 'batch' AND batch = ?", latest, taken);
     return bytes;
@@ -249,7 +302,7 @@ export class AtroposStore implements QueueIndex {
   /** /reset_data: every group goes but the latest example's and those of batches being sent (already handed out). Returns the bytes freed. */
   clear(latest: number | null): number {
     const bytes = this.freed(
-      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id IS NOT ? AND NOT (place = 'batch' AND batch < 0) RETURNING octet_length(payload) AS bytes", latest),
+      this.sql.exec<{ bytes: number }>("DELETE FROM atropos_groups WHERE id IS NOT ? AND NOT (place = 'batch' AND batch < 0) RETURNING bytes", latest),
     );
     if (latest !== null) this.sql.exec("UPDATE atropos_groups SET place = 'latest', batch = NULL, pos = NULL WHERE id = ? AND NOT (place = 'batch' AND batch < 0)", latest);
     this.sql.exec("DELETE FROM atropos_counts");
@@ -283,7 +336,7 @@ export class AtroposStore implements QueueIndex {
     return rows.toArray().map((r) => r.id);
   }
 
-  /** The bytes of the rows a DELETE ... RETURNING octet_length(payload) AS bytes removed. */
+  /** The bytes of the rows a DELETE ... RETURNING bytes removed. */
   private freed(rows: Iterable<{ bytes: number }>): number {
     let bytes = 0;
     for (const r of rows) bytes += r.bytes;

@@ -373,6 +373,13 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // values, and a run's episodes were their sum. Steps written before are taken at their values.
   `ALTER TABLE reward_history ADD COLUMN episodes INTEGER NOT NULL DEFAULT 0;
    UPDATE reward_history SET episodes = count;`,
+  // 26: an Atropos group's JSON past what one row holds goes on in atropos_parts (atropos-store.ts),
+  // and a group's row keeps its bytes, all its parts' with its own; a group's parts go with it.
+  `ALTER TABLE atropos_groups ADD COLUMN parts INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE atropos_groups ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+   UPDATE atropos_groups SET bytes = octet_length(payload);
+   CREATE TABLE IF NOT EXISTS atropos_parts (id INTEGER NOT NULL, part INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (id, part)) WITHOUT ROWID;
+   CREATE TRIGGER IF NOT EXISTS atropos_parts_go AFTER DELETE ON atropos_groups WHEN OLD.parts > 0 BEGIN DELETE FROM atropos_parts WHERE id = OLD.id; END;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

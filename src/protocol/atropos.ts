@@ -243,9 +243,9 @@ const GIB = 1024 * 1024 * 1024;
  * The least max_stored_bytes: 4 MiB. The latest example's row stays after its batch is taken
  * (as Atropos keeps it) until a newer group is queued. A request that queues one is bounded
  * without that row, which storing it frees; one whose groups all wait in an env's buffer frees
- * nothing, so with nothing else stored a group at the row bound (1,900,000 bytes) must still fit
- * beside another such latest example, or it would be refused with a 503 for ever, however often
- * its environment retried.
+ * nothing, so with nothing else stored a group of 1,900,000 bytes must still fit beside another
+ * such latest example, or it would be refused with a 503 for ever, however often its environment
+ * retried. Groups larger than that, buffered, need a bound twice their size (docs/atropos.md).
  */
 export const MIN_ATROPOS_STORED_BYTES = 4 * 1024 * 1024;
 
@@ -267,7 +267,7 @@ export const AtroposConfig = z.object({
   /**
    * Bytes of groups' JSON (UTF-8) the engine holds at most: every row of its Atropos table, the
    * groups max_groups counts, the latest example's and those of batches being sent. A scored
-   * group that would pass it is refused 503, as one beyond max_groups is: one group may be 1.9 MB,
+   * group that would pass it is refused 503, as one beyond max_groups is: one group may be megabytes,
    * so max_groups alone would let the store fill the object long before it refused anything.
    */
   max_stored_bytes: z.number().int().min(MIN_ATROPOS_STORED_BYTES).max(MAX_ATROPOS_STORED_BYTES),

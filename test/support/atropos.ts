@@ -51,9 +51,15 @@ export async function running(e: TestEngine, envs = [ENV], registration = REGIST
   return ids;
 }
 
-/** Bytes of every payload in the engine's Atropos table, counted by SQLite: what the state's stored_bytes must equal. */
+/** Bytes of every payload in the engine's Atropos tables (rows and their parts), counted by SQLite: what the state's stored_bytes must equal. */
 export async function payloadBytes(e: TestEngine): Promise<number> {
-  return runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ b: number }>("SELECT COALESCE(SUM(octet_length(payload)), 0) AS b FROM atropos_groups").one().b);
+  return runInDurableObject(
+    e.stub,
+    (_i, state) =>
+      state.storage.sql
+        .exec<{ b: number }>("SELECT (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM atropos_groups) + (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM atropos_parts) AS b")
+        .one().b,
+  );
 }
 
 /** `value` as JSON, gzipped, as BaseEnv sends a large list (Content-Encoding: gzip). */

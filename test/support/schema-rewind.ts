@@ -5,6 +5,8 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 26: atropos_groups.parts and .bytes, atropos_parts and its trigger.
+  if (next <= 26) sql.exec("DROP TRIGGER atropos_parts_go; DROP TABLE atropos_parts; ALTER TABLE atropos_groups DROP COLUMN parts; ALTER TABLE atropos_groups DROP COLUMN bytes");
   // 25: reward_history.episodes (unless the test of migration 6 rebuilt the table without it).
   if (next <= 25 && sql.exec("SELECT 1 FROM pragma_table_info('reward_history') WHERE name = 'episodes'").toArray().length > 0) {
     sql.exec("ALTER TABLE reward_history DROP COLUMN episodes");
