@@ -68,6 +68,8 @@ export async function startAgent(
   privateDir(config.logDir, logger);
   const stopper = new AbortController();
   const stop = stopper.signal;
+  /** Aborted first in a stop: no more commands are polled for, while those under way finish. */
+  const polling = new AbortController();
   const backoff: BackoffOptions = { initialMs: Math.max(10, (config.retryMaxSeconds * 1000) / 60), maxMs: config.retryMaxSeconds * 1000 };
   const link = new EngineLink(config.server, config.engine, config.token, config.requestTimeoutSeconds * 1000);
   const reach = new Reachability(logger, clock, link.baseUrl);
@@ -206,7 +208,7 @@ export async function startAgent(
         reach,
         logger,
         backoff,
-        stop,
+        stop: AbortSignal.any([stop, polling.signal]),
         waitSeconds: config.pollWaitSeconds,
         maxBacklog: config.deliveryConcurrency * BACKLOG_PER_DELIVERY_SLOT,
         maxBacklogBytes: config.deliveryQueueBytes ?? DEFAULT_DELIVERY_QUEUE_BYTES,
@@ -244,6 +246,8 @@ export async function startAgent(
         }
         // Like the trainer: a deliberate shutdown takes its workers along, a SIGKILLed agent leaves them to be adopted.
         if (opts.stopTrainer) await rollout.workers.shutdown("the agent is shutting down");
+        polling.abort();
+        await finishDeliveries(dispatcher, config, logger, clock);
         stopper.abort();
         trainer.close();
         await Promise.allSettled(loops);
@@ -254,6 +258,20 @@ export async function startAgent(
         logger.info("agent stopped");
       })()),
   };
+}
+
+/**
+ * Lets the deliveries on their way finish before the agent goes (Dispatcher.finishDeliveries):
+ * at most as long as one takes with all its attempts, and a little more for its ack's journal line.
+ */
+async function finishDeliveries(dispatcher: Dispatcher, config: AgentConfig, logger: Logger, clock: Clock): Promise<void> {
+  const n = dispatcher.deliveriesUnderWay;
+  const boundMs = config.deliveryTimeoutSeconds * 1000 * config.deliveryAttempts + 1000;
+  if (n > 0) logger.info(`waiting for ${n} result deliver${n === 1 ? "y" : "ies"} under way to be acked by ${n === 1 ? "its runner" : "their runners"} (at most ${boundMs / 1000} s)`);
+  const cut = new AbortController();
+  const finished = await dispatcher.finishDeliveries(clock.sleep(boundMs, cut.signal));
+  cut.abort();
+  if (!finished) logger.warn(`stopping with ${dispatcher.deliveriesUnderWay} deliveries still unanswered: the next agent sends them again`);
 }
 
 async function rotateLoop(logs: () => string[], limits: Pick<AgentConfig, "logMaxBytes" | "logFiles">, logger: Logger, clock: Clock, stop: AbortSignal): Promise<void> {

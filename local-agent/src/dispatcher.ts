@@ -11,6 +11,7 @@
 import { MAX_STORED_BYTES, utf8Bytes, type Command } from "../../src/protocol";
 import type { Acker } from "./acker";
 import type { PolledCommand } from "./engine-link";
+import { InFlight } from "./in-flight";
 import { describeError, type Logger } from "./log";
 import { commandKey, type Incarnation, type Outcome, type OutcomeJournal } from "./outcome-journal";
 import { RESET_CONTEXT_TRACKER, sendToRunner } from "./runner-link";
@@ -47,9 +48,30 @@ export class Dispatcher {
   private rolloutTail: Promise<void> = Promise.resolve();
   private readonly slots: Semaphore;
   private readonly roomWaiters = new Set<() => void>();
+  /** Deliveries and resets whose message is on its way to the runner. */
+  private readonly sending = new InFlight();
+  /** The agent is stopping: deliveries and resets not begun are not begun (finishDeliveries). */
+  private draining = false;
 
   constructor(private readonly d: DispatcherDeps) {
     this.slots = new Semaphore(d.delivery.concurrency);
+  }
+
+  /** Deliveries and resets on their way to their runner now. */
+  get deliveriesUnderWay(): number {
+    return this.sending.size;
+  }
+
+  /**
+   * The agent's shutdown, before `stop` aborts: deliveries and resets not begun are not begun
+   * (left unacked, for the next agent), and those on their way may finish until `deadline`. Their
+   * runner may have the message already, and AgentJet's acks a result once and stops listening:
+   * cut short, the next agent's copy would find nobody, and a delivered result would be called
+   * undeliverable. True when all finished.
+   */
+  async finishDeliveries(deadline: Promise<void>): Promise<boolean> {
+    this.draining = true;
+    return Promise.race([this.sending.settled().then(() => true), deadline.then(() => false)]);
   }
 
   /** Commands accepted and not yet executed (queued or running). */
@@ -180,13 +202,15 @@ export class Dispatcher {
       case "reset": {
         const what = body.kind === "deliver" ? "result" : "context reset";
         const message = body.kind === "deliver" ? body.payload : RESET_CONTEXT_TRACKER;
-        const sent = await sendToRunner(body.zmq_listen_result_addr, message, {
+        // Never sent: left unacked, so the engine hands it to the next agent.
+        if (this.draining) return null;
+        const sent = await this.sending.track(sendToRunner(body.zmq_listen_result_addr, message, {
           timeoutMs: this.d.delivery.timeoutMs,
           attempts: this.d.delivery.attempts,
           signal: this.d.stop,
           onRetry: (attempt, why) =>
             this.d.logger.warn(`episode ${body.episode_uuid}: ${why} for the ${what}; sending it again (attempt ${attempt} of ${this.d.delivery.attempts}; a late ack to an earlier one still counts)`),
-        });
+        }));
         if (sent.interrupted) return null;
         if (sent.ok) this.d.logger.info(`episode ${body.episode_uuid}: ${what} delivered (command ${c.seq}${redelivery}); ${sent.detail}`);
         else this.d.logger.warn(`episode ${body.episode_uuid}: ${what} NOT delivered (command ${c.seq}${redelivery}): ${sent.detail}`);

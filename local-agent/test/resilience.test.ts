@@ -226,6 +226,24 @@ describe("the agent and an unreliable Worker", () => {
     await runner.waitFor("acked", ids[0]);
   });
 
+  it("lets a delivery its runner already has finish when the agent stops, so the result is acked, not sent again to a runner that stopped listening", async () => {
+    // The runner takes the result, then acks it 1.5 s later (AgentJet's acks once and stops listening).
+    await t.engine.trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING" });
+    const runner = new PyRunner({ ipcDir: t.dir, episodes: ["slow-ack"], register: false, ackDelay: 1.5 });
+    t.defer(() => runner.kill());
+    await runner.waitFor("listening", "slow-ack");
+    await t.engine.trainer.registerEpisode({ episode_uuid: "slow-ack", zmq_listen_result_addr: runner.addr("slow-ack") });
+    const a = await agent({ deliveryTimeoutSeconds: 5, deliveryAttempts: 1 });
+    await claimAndEnd(["slow-ack"]);
+    await runner.waitFor("result", "slow-ack");
+    // The operator restarts the agent (an upgrade) while the runner holds the result.
+    await a.stop();
+    expect(runner.of("acked", "slow-ack")).toHaveLength(1);
+    expect(a.lines.some((l) => /waiting for 1 result delivery under way to be acked by its runner \(at most 6 s\)/.test(l))).toBe(true);
+    await waitUntil(async () => (await deliveries()).delivered === 1, "the delivery to be acked to the engine");
+    expect(await deliveries()).toMatchObject({ pending: 0, undeliverable: 0 });
+  });
+
   it("tells the engine it is connected through heartbeats, and that it left once they stop", async () => {
     const a = await agent({ heartbeatSeconds: 0.2 });
     await waitUntil(async () => (await t.engine.viewer.overview()).agent.connected, "the engine to see the agent");
