@@ -25,6 +25,16 @@ export const SESSION_MEMORY_MS = 7 * 24 * 3600 * 1000;
  */
 const DISCARDED_PREFIX = "restart_training:";
 const DISCARDED_NAME = new RegExp(`^${DISCARDED_PREFIX}[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:`);
+/**
+ * DISCARDED_NAME in SQL (a GLOB of it is "too complex" for SQLite): the prefix, a uuid of hex
+ * digits with its four dashes in their places, and a colon.
+ */
+const P = DISCARDED_PREFIX.length;
+const UUID = `substr(group_id, ${P + 1}, 36)`;
+const DISCARDED_SQL =
+  `(substr(group_id, 1, ${P}) = '${DISCARDED_PREFIX}' AND substr(group_id, ${P + 37}, 1) = ':' AND length(trim(${UUID}, '0123456789abcdef-')) = 0` +
+  [9, 14, 19, 24].map((d) => ` AND substr(${UUID}, ${d}, 1) = '-'`).join("") +
+  ` AND length(replace(${UUID}, '-', '')) = 32)`;
 
 export function drop(s: BufferState, groups: string[], reason: "incomplete_group_ttl" | "stale_group" | "restart_training", now: number): void {
   const sessions: SessionOf[] = [];
@@ -112,17 +122,14 @@ export function discardForRestart(s: BufferState, now: number): void {
     "restart_training",
     now,
   );
-  const freed = s.sql
-    .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'dropped'")
-    .toArray()
-    .map((g) => g.group_id)
-    .filter((id) => !DISCARDED_NAME.test(id));
+  // Chosen in SQL, not bound as a list: the groups dropped since the last restart (kept a week)
+  // may be tens of thousands, past what one value may hold.
+  const freed = `state = 'dropped' AND NOT ${DISCARDED_SQL}`;
   const prefix = `${DISCARDED_PREFIX}${crypto.randomUUID()}:`;
-  const ids = JSON.stringify(freed);
-  s.sql.exec("UPDATE buf_sessions SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
-  s.sql.exec("UPDATE buf_groups SET group_id = ?1 || group_id WHERE group_id IN (SELECT value FROM json_each(?2))", prefix, ids);
+  s.sql.exec(`UPDATE buf_sessions SET group_id = ?1 || group_id WHERE group_id IN (SELECT group_id FROM buf_groups WHERE ${freed})`, prefix);
   // A task's next rollout starts its group afresh: forgetDecided, which looks for the new name, would never find these.
-  s.sql.exec("DELETE FROM buf_task_groups WHERE group_id IN (SELECT value FROM json_each(?))", ids);
+  s.sql.exec(`DELETE FROM buf_task_groups WHERE group_id IN (SELECT group_id FROM buf_groups WHERE ${freed})`);
+  s.sql.exec(`UPDATE buf_groups SET group_id = ?1 || group_id WHERE ${freed}`, prefix);
 }
 
 /** Whether a session's group is one restart_training discarded (discardForRestart): its rows are late, whatever group they name. */

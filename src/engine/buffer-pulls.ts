@@ -177,7 +177,8 @@ function clearIncompleteSessions(s: BufferState, groups: string[]): void {
     .exec<{ session_id: string; group_id: string }>("SELECT session_id, group_id FROM buf_sessions WHERE group_id IN (SELECT value FROM json_each(?)) AND completed = 0", JSON.stringify(groups))
     .toArray()
     .map((o): SessionOf => ({ session: o.session_id, group: o.group_id }));
-  deleteSteps(s, "session_id IN (SELECT value FROM json_each(?))", JSON.stringify(sessions.map((o) => o.session)));
+  // By the groups, not the sessions' ids: a group may have any number of sessions that never completed.
+  deleteSteps(s, "group_id IN (SELECT value FROM json_each(?)) AND session_id IN (SELECT session_id FROM buf_sessions WHERE group_id = buf_steps.group_id AND completed = 0)", JSON.stringify(groups));
   clearSessions(s, sessions, "incomplete_sessions_of_delivered_group");
 }
 
