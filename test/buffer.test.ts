@@ -1249,6 +1249,21 @@ describe("AgentJet trajectories join groups by task_id", () => {
     expect((await end("a")).data.meta_info.finished_groups).toEqual(["t"]);
     expect((await end("b")).data.meta_info.finished_groups).toEqual(["t#3"]);
   });
+
+  it("starts a task's first group apart from a worker's pending group named like the task, which carries on as the worker's", async () => {
+    const e = await buffered(1);
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    // A worker's rollout of its group "t" is under way.
+    expect(await client.postSteps({ steps: [step("w1", "t", 0, 0)] })).toMatchObject({ accepted: 1 });
+    const c = await client.claimEpisode({ client_uuid: "a", discard_episode_timeout: 600 });
+    expect(await client.endEpisode(endBody("a", c.episode_uuid, 1, "t"))).toEqual({ success: true });
+    // Not into the worker's group: prompts of two tasks under one instance_id would share their advantages.
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["t#2"]);
+    // The worker's next row is taken, not ignored as late.
+    expect(await client.postSteps({ steps: [step("w1", "t", 1, 1, true)] })).toMatchObject({ accepted: 1, late: 0 });
+    expect((await e.as("trainer").getRolloutData()).data.meta_info.finished_groups).toEqual(["t"]);
+  });
 });
 
 describe("AgentJet's views report failed rollouts per task, apart from rewards", () => {
