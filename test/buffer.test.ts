@@ -601,6 +601,23 @@ describe("groups that survive failures that are not the policy's", () => {
     expect(groups.results).toEqual([{ group_id: "g", reason: "complete", partial: 0 }]);
   });
 
+  it("hands out a partial group as complete once group_size is lowered to its usable sessions, as one that filled", async () => {
+    const e = await buffered(3);
+    await e.as("operator").configureBuffer({ ttl_seconds: 10, partial_groups: "deliver" });
+    await e.as("client").postSteps({ steps: [step("s1", "g", 0, 1, true), step("s2", "g", 0, 0, true), step("f", "g", 0, 0, true, { failed_infra: true })] });
+    await advance(e, 10_000);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ ready_groups: 1, pending_groups: 0 });
+    // The trainer moves to 2 samples a prompt: g has 2 usable sessions, a complete group now.
+    await e.as("operator").configureBuffer({ group_size: 2 });
+    const pulled = await e.as("trainer").getRolloutData();
+    expect(pulled.data.meta_info.groups).toMatchObject([{ group_id: "g", usable_sessions: 2, partial: false }]);
+    expect(pulled.data.data.map((i) => [i.extra_info["session_id"], i.extra_info["usable"]])).toEqual([
+      ["s1", true],
+      ["s2", true],
+    ]);
+    expect((await e.as("viewer").health()).buffer).toMatchObject({ partial_groups_delivered: 0, delivered_groups: 1 });
+  });
+
   it("delivers a group short of group_size at its TTL with a usable mask under partial_groups deliver, and counts it", async () => {
     const e = await buffered(4);
     await e.as("operator").configureBuffer({ ttl_seconds: 60, partial_groups: "deliver" });

@@ -54,7 +54,8 @@ export class RolloutBuffer {
 
   /**
    * Changes the config. A smaller group_size makes groups that now have enough usable sessions
-   * ready; a larger one sends ready groups now short of it back to waiting, as a failed session does.
+   * ready, and partial groups complete; a larger one sends ready groups now short of it back to
+   * waiting, as a failed session does.
    */
   configure(patch: Partial<BufferConfig>): Reply<BufferConfig> {
     const s = this.state;
@@ -70,6 +71,8 @@ export class RolloutBuffer {
         .exec<{ group_id: string }>("SELECT group_id FROM buf_groups WHERE state = 'pending' AND completed_sessions >= ? ORDER BY last_row_at", next.group_size)
         .toArray();
       for (const g of enough) s.markReady(g.group_id);
+      // Made ready partial at its TTL, and as many usable sessions as groups have now: complete, as one filled before its pull.
+      s.sql.exec("UPDATE buf_groups SET partial = 0 WHERE state = 'ready' AND partial = 1 AND completed_sessions >= ?", next.group_size);
       s.unreadyShort(next.group_size, null);
     }
     return ok(next);
