@@ -15,7 +15,7 @@ import { describe, expect, it, vi } from "vitest";
 import * as schema from "../src/db/schema";
 import type { EngineObject } from "../src/engine/engine-object";
 import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, uniqueName, withGateway, workerFetch, type TestEngine } from "./support/harness";
-import { fixRunsClock, runsAs, sampleCatalog } from "./support/runs";
+import { fixRunsClock, refusal, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
@@ -547,6 +547,49 @@ describe("deleting an engine", () => {
     } finally {
       bucket.put = put;
       release();
+    }
+  });
+
+  /** Holds the Worker's next `n` D1 batches until `release` (D1 slow to take them); later batches pass. */
+  function holdBatches(n: number): { held: () => number; release: () => void; restore: () => void } {
+    const db = env.DB as unknown as { batch: (...a: unknown[]) => Promise<unknown> };
+    const batch = db.batch.bind(env.DB);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let held = 0;
+    db.batch = async (...a: unknown[]) => {
+      if (held++ < n) await gate;
+      return batch(...a);
+    };
+    return { held: () => held, release: () => release(), restore: () => ((db.batch = batch), release()) };
+  }
+
+  it("writes no training-runs row checked with an engine deleted before it lands: the engine made again under the name starts empty", async () => {
+    const e = await createEngine("runs-race");
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const hold = holdBatches(2);
+    try {
+      // Checked with the engine, then slow to reach D1: the agent's catalog report, and an operator's start.
+      const report = refusal(() => runsAs(e, "trainer").reportCatalog({ ...sampleCatalog(), directories: ["/old-agent/envs"] }));
+      await vi.waitFor(() => expect(hold.held()).toBe(1));
+      const start = refusal(() => runsAs(e, "operator").startRun());
+      await vi.waitFor(() => expect(hold.held()).toBe(2));
+      // Meanwhile the operator deletes the engine (forced: its agent runs) and makes it again.
+      expect((await admin.deleteEngine(e.name, { force: true })).done).toBe(true);
+      const again = await createEngine(undefined, { name: e.name });
+      hold.release();
+      for (const refused of [await report, await start]) expect([refused.status, refused.code]).toEqual([404, "not_found"]);
+
+      // A new, empty engine: no catalog until its own agent reports one, no run, and its first start is its own.
+      const catalog = await runsAs(again, "viewer").listEnvironments();
+      expect({ count: catalog.count, directories: catalog.directories, scanned_at: catalog.scanned_at }).toEqual({ count: 0, directories: [], scanned_at: null });
+      expect((await runsAs(again, "viewer").listRuns()).runs).toEqual([]);
+      await runsAs(again, "trainer").reportCatalog(sampleCatalog());
+      await runsAs(again, "operator").selectEnvironment({ name: "gsm8k" });
+      expect((await runsAs(again, "operator").startRun()).status).toBe("pending");
+    } finally {
+      hold.restore();
     }
   });
 

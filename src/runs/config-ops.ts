@@ -56,7 +56,7 @@ export async function reportCatalog(ctx: RunsCtx, report: CatalogReport): Promis
   }
   const over = storedJsonTooLarge("the directories and problems", { agent_id: report.agent_id, directories: report.directories, problems: report.problems });
   if (over !== null) return tooLarge(over);
-  await store.replaceCatalog(ctx.db, ctx.engine, report, ctx.now());
+  await store.replaceCatalog(ctx.db, ctx.live, ctx.engine, report, ctx.now());
   await ctx.catalogReported();
   return done({ success: true as const, count: report.environments.length });
 }
@@ -105,7 +105,7 @@ export async function unknownEnvironment(ctx: RunsCtx, name: string) {
 export async function selectEnvironment(ctx: RunsCtx, req: SelectEnvironmentRequest): Promise<RunsReply<CurrentConfigResponse & { message: string }>> {
   const env = await store.findEnvironment(ctx.db, ctx.engine, req.name);
   if (env === null) return unknownEnvironment(ctx, req.name);
-  await store.selectEnvironment(ctx.db, ctx.engine, req.name, req.reset_edits, ctx.now());
+  await store.selectEnvironment(ctx.db, ctx.live, ctx.engine, req.name, req.reset_edits, ctx.now());
   const [edits, locked] = await Promise.all([store.editsOf(ctx.db, ctx.engine, req.name), runLockedFields(ctx)]);
   const view = configView(req.name, env, edits, locked);
   const kept = Object.keys(edits).length;
@@ -126,7 +126,7 @@ export async function editConfig(ctx: RunsCtx, req: EditConfigRequest): Promise<
   }
   const refusal = checkEdit(d.env.fields, d.locked, req.field, req.value);
   if (refusal !== null) return refuse(refusal.status, refusal.error, refusal.detail, refusal.hints);
-  await store.putEdit(ctx.db, ctx.engine, d.selected, req.field, req.value, ctx.now());
+  await store.putEdit(ctx.db, ctx.live, ctx.engine, d.selected, req.field, req.value, ctx.now());
   const edits = { ...d.edits, [req.field]: req.value };
   return done({ message: `Updated ${req.field} = ${JSON.stringify(req.value)}`, field: req.field, value: req.value, edits });
 }
@@ -139,6 +139,6 @@ export async function setLockedFields(ctx: RunsCtx, req: SetLockedFieldsRequest)
     const over = storedJsonTooLarge(`set.${i}.value (${f.section}.${f.name})`, f.value);
     if (over !== null) return tooLarge(over);
   }
-  await store.changeLockedFields(ctx.db, ctx.engine, req, ctx.now());
+  await store.changeLockedFields(ctx.db, ctx.live, ctx.engine, req, ctx.now());
   return done({ locked_fields: await store.lockedFields(ctx.db, ctx.engine) });
 }

@@ -10,7 +10,7 @@ import { runCatalogs, runConfigEdits, runEnvironments, runLockedFields, runSelec
 import { ConfigField, JsonValue, ScanProblem, type CatalogReport, type EnvironmentInfo, type LockedField, type SetLockedFieldsRequest } from "../protocol/runs";
 
 export type Db = DrizzleD1Database<Record<string, never>>;
-type Statement = Parameters<Db["batch"]>[0][number];
+export type Statement = Parameters<Db["batch"]>[0][number];
 
 const Fields = z.array(ConfigField);
 const Problems = z.array(ScanProblem);
@@ -33,9 +33,14 @@ function toEnvironment(r: EnvRow): EnvironmentInfo {
   };
 }
 
+/**
+ * The writes below that add rows of the engine's begin their batch with `live` (runs/context.ts
+ * liveGuard): written only while the engine is the one the caller was checked with.
+ */
+
 /** Replaces the engine's catalog with the agent's latest scan, in one transaction. */
-export async function replaceCatalog(db: Db, engine: string, report: CatalogReport, now: number): Promise<void> {
-  const statements: Statement[] = [db.delete(runEnvironments).where(eq(runEnvironments.engine, engine))];
+export async function replaceCatalog(db: Db, live: Statement, engine: string, report: CatalogReport, now: number): Promise<void> {
+  const statements: Statement[] = [live, db.delete(runEnvironments).where(eq(runEnvironments.engine, engine))];
   // One statement per environment: D1 binds at most 100 parameters per statement.
   for (const e of report.environments) {
     statements.push(
@@ -86,8 +91,8 @@ export async function lockedFields(db: Db, engine: string): Promise<LockedField[
   return rows.map((r) => ({ section: r.section, name: r.name, value: parseJson(JsonValue, r.value) }));
 }
 
-export async function changeLockedFields(db: Db, engine: string, req: SetLockedFieldsRequest, now: number): Promise<void> {
-  const statements: Statement[] = [];
+export async function changeLockedFields(db: Db, live: Statement, engine: string, req: SetLockedFieldsRequest, now: number): Promise<void> {
+  const statements: Statement[] = [live];
   for (const r of req.remove) {
     statements.push(db.delete(runLockedFields).where(and(eq(runLockedFields.engine, engine), eq(runLockedFields.section, r.section), eq(runLockedFields.name, r.name))));
   }
@@ -108,16 +113,16 @@ export async function selectedEnvironment(db: Db, engine: string): Promise<strin
   return rows[0]?.environment ?? null;
 }
 
-export async function selectEnvironment(db: Db, engine: string, environment: string, resetEdits: boolean, now: number): Promise<void> {
+export async function selectEnvironment(db: Db, live: Statement, engine: string, environment: string, resetEdits: boolean, now: number): Promise<void> {
   const select = db
     .insert(runSelections)
     .values({ engine, environment, selectedAt: now })
     .onConflictDoUpdate({ target: runSelections.engine, set: { environment, selectedAt: now } });
   if (!resetEdits) {
-    await select;
+    await db.batch([live, select]);
     return;
   }
-  await db.batch([select, db.delete(runConfigEdits).where(and(eq(runConfigEdits.engine, engine), eq(runConfigEdits.environment, environment)))]);
+  await db.batch([live, select, db.delete(runConfigEdits).where(and(eq(runConfigEdits.engine, engine), eq(runConfigEdits.environment, environment)))]);
 }
 
 export async function editsOf(db: Db, engine: string, environment: string): Promise<Record<string, JsonValue>> {
@@ -129,10 +134,13 @@ export async function editsOf(db: Db, engine: string, environment: string): Prom
   return Object.fromEntries(rows.map((r) => [r.field, parseJson(JsonValue, r.value)]));
 }
 
-export async function putEdit(db: Db, engine: string, environment: string, field: string, value: JsonValue, now: number): Promise<void> {
+export async function putEdit(db: Db, live: Statement, engine: string, environment: string, field: string, value: JsonValue, now: number): Promise<void> {
   const text = JSON.stringify(value);
-  await db
-    .insert(runConfigEdits)
-    .values({ engine, environment, field, value: text, editedAt: now })
-    .onConflictDoUpdate({ target: [runConfigEdits.engine, runConfigEdits.environment, runConfigEdits.field], set: { value: text, editedAt: now } });
+  await db.batch([
+    live,
+    db
+      .insert(runConfigEdits)
+      .values({ engine, environment, field, value: text, editedAt: now })
+      .onConflictDoUpdate({ target: [runConfigEdits.engine, runConfigEdits.environment, runConfigEdits.field], set: { value: text, editedAt: now } }),
+  ]);
 }

@@ -61,7 +61,7 @@ export async function startInferenceTest(ctx: RunsCtx, req: StartInferenceTestRe
   if (d.env === null) return unknownEnvironment(ctx, d.selected);
   const id = newTestId();
   const now = ctx.now();
-  await ctx.db.insert(inferenceTests).values({ id, engine: ctx.engine, environment: d.env.name, status: "pending", detail: "", request: JSON.stringify(req), models: "[]", createdAt: now });
+  await ctx.db.batch([ctx.live, ctx.db.insert(inferenceTests).values({ id, engine: ctx.engine, environment: d.env.name, status: "pending", detail: "", request: JSON.stringify(req), models: "[]", createdAt: now })]);
   const q = await ctx.enqueue("test_inference", {
     kind: "test_inference",
     test_id: id,

@@ -8,7 +8,7 @@ import type { Env } from "../env";
 import { tokenRefusal } from "../http/engine-routes";
 import { readJson, readQuery } from "../http/validate";
 import { RUNS_API, type RunRouteSpec } from "./api";
-import { authorize, credentials, envOf } from "./context";
+import { authorize, credentials, envOf, guarded } from "./context";
 import { mcpHandler } from "./mcp/handler";
 import type { Refused, RunsReply } from "./reply";
 
@@ -36,7 +36,7 @@ async function handle(c: Context, spec: RunRouteSpec): Promise<Response> {
   const input = spec.input;
   const parsed = input.from === "body" ? await readJson(c, input.schema, input.emptyAs) : input.from === "query" ? readQuery(c, input.schema) : { ok: true as const, value: undefined };
   if (!parsed.ok) return parsed.response;
-  return answer(c, await spec.handle(ctx, parsed.value, params));
+  return answer(c, await guarded(ctx, () => spec.handle(ctx, parsed.value, params)));
 }
 
 /** Registers the runs API and the MCP endpoint under `prefix` (`/e/:engine`; token-in-path URLs route the same: see http/path-token.ts). */

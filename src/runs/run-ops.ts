@@ -72,6 +72,7 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
   try {
     await store.insertRun(
       ctx.db,
+      ctx.live,
       { id, engine: ctx.engine, environment: d.env.name, environmentFile: d.env.file_path, status: "pending", configYaml: yaml, edits, createdAt: now, updatedAt: now },
       `run of ${d.env.name} created; start queued for the agent`,
     );

@@ -6,9 +6,8 @@ import { and, desc, eq, inArray, sql } from "drizzle-orm";
 import { z } from "zod";
 import { runEvents, runMetrics, runProcesses, runs } from "../db/schema";
 import { ACTIVE_RUN_STATUSES, JsonValue, type MetricsPoint, type ProcessReport, type RunStatus, type RunView } from "../protocol/runs";
-import { parseJson, type Db } from "./config-store";
+import { parseJson, type Db, type Statement } from "./config-store";
 
-type Statement = Parameters<Db["batch"]>[0][number];
 export type RunRow = typeof runs.$inferSelect;
 type ProcessRow = typeof runProcesses.$inferSelect;
 
@@ -57,8 +56,8 @@ export function processView(p: ProcessRow): ProcessReport {
 export const eventRow = (runId: string, at: number, kind: string, detail: string) => ({ runId, at, kind, detail });
 
 /** Inserts a run and its first event. Throws when the engine already has an active run (the unique index). */
-export async function insertRun(db: Db, row: typeof runs.$inferInsert, event: string): Promise<void> {
-  await db.batch([db.insert(runs).values(row), db.insert(runEvents).values(eventRow(row.id, row.createdAt, "created", event))]);
+export async function insertRun(db: Db, live: Statement, row: typeof runs.$inferInsert, event: string): Promise<void> {
+  await db.batch([live, db.insert(runs).values(row), db.insert(runEvents).values(eventRow(row.id, row.createdAt, "created", event))]);
 }
 
 export async function activeRun(db: Db, engine: string): Promise<RunRow | null> {

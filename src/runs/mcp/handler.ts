@@ -17,7 +17,7 @@ import { routedBodyText } from "../../http/body";
 import { describeIssues } from "../../http/errors";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
 import { standaloneJsonSchema } from "../../openapi/json-schema";
-import { authorize, credentials, envOf, type Credentials } from "../context";
+import { authorize, credentials, envOf, guarded, type Credentials } from "../context";
 import type { Refused } from "../reply";
 import { ERR, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, classify, result, rpcError, type JsonRpcRequest, type Outgoing } from "./jsonrpc";
 import { TOOLS, toolByName, type Tool } from "./tools";
@@ -58,7 +58,7 @@ async function callTool(env: Env, who: Credentials, role: string, req: JsonRpcRe
   if (!args.success) {
     return result(req.id, toolResult({ error: "invalid_arguments", detail: describeIssues(args.error), tool: t.name }, true));
   }
-  const out = await t.call(ctx, args.data);
+  const out = await guarded(ctx, () => t.call(ctx, args.data));
   if (!out.ok) return result(req.id, toolResult(refusalBody(out), true));
   return result(req.id, toolResult({ ...(out.body as Record<string, unknown>), next_steps: t.nextSteps(out.body) }, false));
 }
