@@ -2,7 +2,6 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { EngineObject } from "../src/engine/engine-object";
 import { migrateEngine } from "../src/engine/schema";
 import { rewindSchema } from "./support/schema-rewind";
 import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";

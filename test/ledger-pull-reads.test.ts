@@ -8,11 +8,10 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { GetRolloutDataResponse } from "../src/protocol/buffer";
-import type { CallRecord } from "../src/protocol/ledger";
 import { packFloats, packInts } from "../src/protocol/packed";
 import { withTrainingTokens } from "../src/ledger/rollout-tokens";
 import { callRecord, groupOfClaims, postCalls } from "./support/ledger";
-import { sys, user } from "./support/ledger-calls";
+import { sys } from "./support/ledger-calls";
 import { endBody } from "./support/harness";
 
 const CLAIMS = 64;

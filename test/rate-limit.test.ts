@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { EngineClient, ExchangeError, RunsClient } from "../src/client";
 import { RATE_LIMIT_PERIOD_SECONDS } from "../src/http/rate-limit";
 import { admin, ADMIN_TOKEN, createEngine, ORIGIN, workerFetch } from "./support/harness";
-import { exhaust, inOneWindow, send } from "./support/rate-limit";
+import { inOneWindow, send } from "./support/rate-limit";
 
 describe("per-token request limits", () => {
   it("answer a client over its limit 429 with Retry-After and the error body, and leave the engine's other tokens alone", async () => {

@@ -127,7 +127,6 @@ async function startExchangeSide(name: string, modelUrl: string, out: string, in
     agentSettings: CPU_WINDOWS > 0 ? {} : { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${out}` },
   });
   try {
-    const client = ex.engine.as("client");
     const keys = (await claimRelayed(ex.engine, { prefix: "p", n: CLAIMS, upstream: modelUrl, trainerKey: "sk-bench" })).map((c) => c.key);
     return {
       name,

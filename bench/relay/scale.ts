@@ -118,8 +118,6 @@ async function main(): Promise<void> {
   const floor = await startRelayFloor({ upstream: model.url, log });
   const floorPids = { workerd: floor.pids, proxy: [floor.proxyPid] };
   try {
-    const client = engine.as("client");
-
     const relayed: Target[] = await claimRelayed(engine, { prefix: "fast", n: CLAIMS, upstream: model.url });
     const floorTargets = relayed.map(() => ({ url: `${floor.url}/v1`, key: "sk-bench-trainer" }));
     log(`${CLAIMS} live claims, capture ${capture}; ${ROUNDS} rounds of ${SECONDS} s, relayed and floor in turns, ${CONCURRENCY} calls in flight; then all ${CLAIMS} at once`);

@@ -3,7 +3,7 @@
  * whole trajectories (a claim's calls from D1, their bodies from R2, conversations rebuilt from
  * the stored deltas and checked again turn by turn).
  */
-import type { CallBody, TrainingSequence, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryForm, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
+import type { CallBody, Trajectory, TrajectoryCall, TrajectoryFilters, TrajectoryForm, TrajectoryListResponse, TrajectoryOutcome, TrajectorySummary } from "../protocol/ledger";
 import { unpackFloats, unpackInts } from "../protocol/packed";
 import { chainBeginsWith, chained, chainOf, itemsOf, type Chain } from "./chain";
 import { promptOf, rebuildAll, UNKNOWN, type Rebuilt, type StoredCall } from "./rebuild";

@@ -176,7 +176,7 @@ export class ClaimHistory {
 
   /** Other claims first, least recently used first; then `current`'s own oldest heads. */
   private evict(current: string): void {
-    for (const [k, c] of this.claims) {
+    for (const k of this.claims.keys()) {
       if (this.total <= this.maxBytes) break;
       if (k !== current) this.delete(k);
     }

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
-import { connect, type AddressInfo } from "node:net";
+import type { AddressInfo } from "node:net";
 import { Reply } from "zeromq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Gateway, type GatewayOptions } from "../../src/gateway/server";
