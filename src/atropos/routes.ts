@@ -23,6 +23,7 @@ import type { Reply } from "../engine/reply";
 import { atroposOp, type AtroposCall, type AtroposPlainRoute, type AtroposSent } from "../engine/atropos-hub";
 import { bodyMissing, invalidGzip, jsonInvalid, pydanticErrors, unprocessable } from "./fastapi";
 import { groupsTooLarge, toGroup } from "./scored-json";
+import { exactFreeForm } from "./free-form";
 
 /** The most a gzip body may inflate to: several groups of long sequences, and well inside a Worker's memory. */
 export const MAX_INFLATED_BYTES = 4 * MAX_BODY_BYTES;
@@ -45,14 +46,16 @@ export type AtroposRouteSpec = {
   raises?: true;
   /** A GET that changes the engine's state (Atropos's /batch takes a batch): not to be retried or cached. */
   changesState?: true;
-  call: (input: unknown) => AtroposCall | Response;
+  /** `text`: the body as JSON text, when it was read as JSON. */
+  call: (input: unknown, text?: string) => AtroposCall | Response;
 };
 
 const none = (route: AtroposPlainRoute) => (): AtroposCall => ({ route });
 
-/** The scored groups, or a 413 for more than one request may carry to the engine. */
-function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean): AtroposCall | Response {
-  const out = groups.map(toGroup);
+/** The scored groups, or a 413 for more than one request may carry to the engine; `text` is the request's, for their free-form fields. */
+function scored(groups: z.output<typeof AtroposScoredData>[], list: boolean, text: string | undefined): AtroposCall | Response {
+  const exact = text === undefined ? null : exactFreeForm(text, groups);
+  const out = groups.map((g, i) => toGroup(g, exact?.[i]));
   const why = groupsTooLarge(out);
   if (why !== null) return errorResponse(413, "payload_too_large", why);
   return { route: "scored_data", groups: out, list };
@@ -110,7 +113,7 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
     body: { schema: AtroposScoredData, model: "object" },
     answer: { json: Answers.AtroposScoredReceived },
     raises: true,
-    call: (b) => scored([b as z.output<typeof AtroposScoredData>], false),
+    call: (b, text) => scored([b as z.output<typeof AtroposScoredData>], false, text),
   },
   {
     method: "POST",
@@ -120,7 +123,7 @@ export const ATROPOS_API: AtroposRouteSpec[] = [
     body: { schema: AtroposScoredDataList, model: "list" },
     answer: { json: Answers.AtroposScoredListReceived },
     raises: true,
-    call: (b) => scored(b as z.output<typeof AtroposScoredDataList>, true),
+    call: (b, text) => scored(b as z.output<typeof AtroposScoredDataList>, true, text),
   },
   { method: "GET", path: "/status", summary: "The step and the queue's size, and what keeps queued groups from being taken (`stalls`).", route: "status", answer: { json: Answers.AtroposStatus }, call: none("status") },
   // A GET with a JSON body, as Atropos's BaseEnv sends it.
@@ -181,7 +184,7 @@ async function bodyBytes(c: Context): Promise<Uint8Array | Response> {
 }
 
 /** The request's input as FastAPI reads it: JSON when the content type is JSON or absent, the text itself otherwise. */
-async function readInput(c: Context, spec: NonNullable<AtroposRouteSpec["body"]>): Promise<{ ok: true; value: unknown } | { ok: false; response: Response }> {
+async function readInput(c: Context, spec: NonNullable<AtroposRouteSpec["body"]>): Promise<{ ok: true; value: unknown; text?: string } | { ok: false; response: Response }> {
   const request = c.req.raw;
   const bytes = await bodyBytes(c);
   if (bytes instanceof Response) return { ok: false, response: bytes };
@@ -199,6 +202,8 @@ async function readInput(c: Context, spec: NonNullable<AtroposRouteSpec["body"]>
     } catch (e) {
       return { ok: false, response: jsonInvalid(text, e) };
     }
+    const checked = validated(spec, raw);
+    return checked.ok ? { ...checked, text } : checked;
   }
   return validated(spec, raw);
 }
@@ -230,12 +235,14 @@ async function handle(c: Context, spec: AtroposRouteSpec): Promise<Response> {
   // Refused before the engine would check the caller: a bad token or role is answered first.
   const refused = async (res: Response): Promise<Response> => (await refusedCaller(envOf(c), who.body, atroposOp(spec.route))) ?? res;
   let input: unknown = undefined;
+  let text: string | undefined;
   if (spec.body !== undefined) {
     const parsed = await readInput(c, spec.body);
     if (!parsed.ok) return refused(parsed.response);
     input = parsed.value;
+    text = parsed.text;
   }
-  const call = spec.call(input);
+  const call = spec.call(input, text);
   if (call instanceof Response) return refused(call);
   const reply: Reply<AtroposSent> = await who.body.stub.atropos(who.body.caller, call);
   if (reply.ok) return answer(c, reply.body);

@@ -7,6 +7,7 @@
 import type { AtroposScoredData } from "../protocol/atropos";
 import { storedStringTooLarge, utf8Bytes } from "../protocol/limits";
 import type { AtroposGroup } from "../engine/atropos-hub";
+import type { ExactFreeForm } from "./free-form";
 
 /** A float as Python's json writes it: 1 -> "1.0", -0 -> "-0.0"; other values as JavaScript writes them, which parse to the same float. */
 export function pyFloatJson(x: number): string {
@@ -19,15 +20,16 @@ const floats = (xs: number[]): string => `[${xs.map(pyFloatJson).join(",")}]`;
 const nested = <T>(xs: T[] | null | undefined, inner: (x: T) => string): string => (xs == null ? "null" : `[${xs.map(inner).join(",")}]`);
 const json = (v: unknown): string => JSON.stringify(v) ?? "null";
 
-/** The group's JSON text, as Atropos's answers hold it. */
-export function scoredJson(d: AtroposScoredData): string {
+/** The group's JSON text, as Atropos's answers hold it; `exact`: free-form fields with the client's numbers (free-form.ts). */
+export function scoredJson(d: AtroposScoredData, exact: ExactFreeForm = {}): string {
+  const free = (f: keyof ExactFreeForm): string => exact[f] ?? json(d[f]);
   const floats2 = (xs: number[][] | null | undefined) => nested(xs, floats);
   const floats3 = (xs: number[][][] | null | undefined) => nested(xs, (x) => nested(x, floats));
   return (
     `{"tokens":${json(d.tokens)},"masks":${json(d.masks)},"scores":${floats(d.scores)},` +
-    `"advantages":${floats2(d.advantages)},"ref_logprobs":${floats2(d.ref_logprobs)},"messages":${json(d.messages)},` +
-    `"generation_params":${json(d.generation_params)},"inference_logprobs":${floats2(d.inference_logprobs)},` +
-    `"overrides":${json(d.overrides)},"group_overrides":${json(d.group_overrides)},"images":${json(d.images)},` +
+    `"advantages":${floats2(d.advantages)},"ref_logprobs":${floats2(d.ref_logprobs)},"messages":${free("messages")},` +
+    `"generation_params":${free("generation_params")},"inference_logprobs":${floats2(d.inference_logprobs)},` +
+    `"overrides":${free("overrides")},"group_overrides":${free("group_overrides")},"images":${free("images")},` +
     `"env_id":${json(d.env_id)},"distill_token_ids":${json(d.distill_token_ids)},"distill_logprobs":${floats3(d.distill_logprobs)}}`
   );
 }
@@ -68,8 +70,8 @@ export function groupsTooLarge(groups: AtroposGroup[]): string | null {
 }
 
 /** What the engine gets for one group. Its bytes are counted here, in the Worker, for the engine's bound on the bytes it holds (max_stored_bytes). */
-export function toGroup(d: AtroposScoredData): AtroposGroup {
+export function toGroup(d: AtroposScoredData, exact: ExactFreeForm = {}): AtroposGroup {
   const reward = d.scores.length === 0 ? null : d.scores.reduce((a, x) => a + x, 0) / d.scores.length;
-  const payload = scoredJson(d);
+  const payload = scoredJson(d, exact);
   return { env_id: d.env_id ?? null, size: d.tokens.length, payload, bytes: utf8Bytes(payload), reward, summary: trajectorySummary(d) };
 }

@@ -152,16 +152,29 @@ function keptSource(value: number, source: string): boolean {
  * NaN included: its value is then written as usual).
  */
 export function exactNumbers(text: string, key: string): string | null {
-  if (!CHANGED_NUMBER.test(text)) return null;
-  let parsed: unknown;
+  const parsed = exactValue(text);
+  if (typeof parsed !== "object" || parsed === null || !(key in parsed)) return null;
+  return JSON.stringify((parsed as Record<string, unknown>)[key]);
+}
+
+/**
+ * The JSON `text` as JSON.stringify writes it with its numbers as Python reads them (as
+ * exactNumbers); null when JSON.stringify would write it so anyway, or it is no JSON.
+ */
+export function exactJson(text: string): string | null {
+  const parsed = exactValue(text);
+  return parsed === undefined ? null : JSON.stringify(parsed);
+}
+
+/** `text` parsed with the numbers JSON.stringify would change as JSON.rawJSON of their source; undefined when there are none, or it is no JSON. */
+function exactValue(text: string): unknown {
+  if (!CHANGED_NUMBER.test(text)) return undefined;
   try {
-    parsed = JSON.parse(text, function (_k: string, value: unknown, context?: SourceContext) {
+    return JSON.parse(text, function (_k: string, value: unknown, context?: SourceContext) {
       const source = context?.source;
       return typeof value === "number" && source !== undefined && keptSource(value, source) ? rawJSON(source) : value;
     } as (this: unknown, k: string, v: unknown) => unknown);
   } catch {
-    return null;
+    return undefined;
   }
-  if (typeof parsed !== "object" || parsed === null || !(key in parsed)) return null;
-  return JSON.stringify((parsed as Record<string, unknown>)[key]);
 }
