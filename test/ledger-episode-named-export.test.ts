@@ -33,3 +33,27 @@ describe("an episode named export", () => {
     expect(revalidated).toMatchObject({ trajectory: { episode_uuid: "export", fence: 3 } });
   });
 });
+
+describe("an episode named '.' or '..'", () => {
+  it("is not registered, and LedgerClient refuses to read one rather than read the path a URL parser makes of it", async () => {
+    const e = await createEngine("dot-name");
+    for (const name of [".", ".."]) {
+      const r = await raw(`/e/${e.name}/register_episode`, { token: e.tokens.trainer, body: JSON.stringify({ episode_uuid: name }) });
+      expect(r.status).toBe(422);
+      expect(JSON.stringify(r.json)).toContain("dot-segment");
+    }
+    expect((await e.as("viewer").overview()).episodes.registered).toBe(0);
+
+    // Calls recorded under "." before (an exchange older than the refusal): "./5" is "/5" to a URL
+    // parser, the latest claim of the episode named "5". The client refuses without a request.
+    const ledger = new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.viewer, fetch: workerFetch });
+    const messages = [{ role: "user", content: "hi" }];
+    for (const [episode, fence] of [[".", 5], ["5", 9]] as const) {
+      expect((await postCalls(e, batchOf([callRecord({ episode, fence, client: "c" }, { body: { messages, answer: { role: "assistant", content: episode } } })]))).status).toBe(200);
+    }
+    for (const read of [() => ledger.trajectory(".", 5), () => ledger.trajectory(".."), () => ledger.trajectoryIfChanged(".", null, 5)]) {
+      await expect(read()).rejects.toThrow(/dot-segment/);
+    }
+    expect(await ledger.trajectory("5")).toMatchObject({ episode_uuid: "5", fence: 9 });
+  });
+});

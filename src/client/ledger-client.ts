@@ -13,6 +13,7 @@ import {
   type TrajectoryReadQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
+import { DOT_SEGMENT_EPISODE } from "../protocol/swarm";
 import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, retryAfterSeconds, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
@@ -44,7 +45,7 @@ export class LedgerClient {
    * added to the call it names, an answer that grows with the claim's turns rather than their
    * square; `wholeTrajectory()` makes it whole.
    */
-  trajectory = (episodeUuid: string, fence?: number, q: TrajectoryReadQuery = {}) => this.get(trajectoryPath(episodeUuid, fence, q), Trajectory);
+  trajectory = async (episodeUuid: string, fence?: number, q: TrajectoryReadQuery = {}) => this.get(trajectoryPath(episodeUuid, fence, q), Trajectory);
 
   /**
    * The trajectory, unless the one the caller holds (by the `etag` it came with) is still the
@@ -115,9 +116,15 @@ export class LedgerClient {
   }
 }
 
-/** An episode named `export` is read as `/export/latest`: `/trajectories/export` is the export. */
-const trajectoryPath = (episodeUuid: string, fence: number | undefined, q: TrajectoryReadQuery): string =>
-  `/trajectories/${encodeURIComponent(episodeUuid)}${fence !== undefined ? `/${fence}` : episodeUuid === "export" ? "/latest" : ""}${queryString(q as Query)}`;
+/**
+ * An episode named `export` is read as `/export/latest`: `/trajectories/export` is the export.
+ * One named `.` or `..` (the exchange registers none since) cannot be named in a URL at all: a
+ * URL parser drops the segment, escaped or not, and would read another path.
+ */
+function trajectoryPath(episodeUuid: string, fence: number | undefined, q: TrajectoryReadQuery): string {
+  if (episodeUuid === "." || episodeUuid === "..") throw new RangeError(`episode_uuid ${JSON.stringify(episodeUuid)} ${DOT_SEGMENT_EPISODE}`);
+  return `/trajectories/${encodeURIComponent(episodeUuid)}${fence !== undefined ? `/${fence}` : episodeUuid === "export" ? "/latest" : ""}${queryString(q as Query)}`;
+}
 
 /** The code of the ExchangeError for an export whose stream broke off before its end. */
 export const EXPORT_INTERRUPTED = "export_interrupted";

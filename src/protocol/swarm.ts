@@ -8,6 +8,13 @@ import { idText, isWellFormed, textOfAtMost } from "./limits";
 import { EngineStatus } from "./status";
 
 const uuidLike = idText(256);
+/**
+ * A new episode's id: also not `.` or `..`, which URLs take for dot-segments (escaped too), so
+ * no URL could name its trajectory (`/trajectories/<episode_uuid>`): `.` with a fence read the
+ * episode named as the fence instead.
+ */
+export const DOT_SEGMENT_EPISODE = "is '.' or '..', which URLs read as a dot-segment: no URL could name its trajectory";
+const episodeId = uuidLike.refine((s) => s !== "." && s !== "..", DOT_SEGMENT_EPISODE);
 const optionalText = (max: number) => z.string().max(max, `is longer than ${max} characters`).default("");
 
 export const SyncTrainConfigRequest = z.object({
@@ -105,7 +112,7 @@ export type BoolResponse = z.infer<typeof BoolResponse>;
  * 7,680 bytes. Far under what a row holds (protocol/limits.ts), so no size is checked here.
  */
 export const RegisterEpisodeRequest = z.object({
-  episode_uuid: uuidLike,
+  episode_uuid: episodeId,
   openai_base_url: optionalText(2048),
   openai_api_key: optionalText(8192),
   zmq_listen_result_addr: optionalText(1024),
