@@ -104,12 +104,16 @@ export class RunProcess {
     }
   }
 
-  /** Whether the process has ended: our child's exit, or an adopted process's group gone. */
+  /**
+   * Whether the process has ended: our child's exit, or an adopted process gone (its group, or,
+   * where /proc tells, the process itself: what it started may live on in its group, and is
+   * stopped with the run as an ended child's leftovers are).
+   */
   ended(): boolean {
     if (this.pid === null) return this.state === "failed";
     if (this.child !== null) return this.exit !== null;
     if (this.exit !== null) return true;
-    if (!groupAlive(this.pid)) {
+    if (!groupAlive(this.pid) || processStartedAt(this.pid) === "gone") {
       this.exit = { code: null, signal: null };
       this.endedAt ??= this.clock.now();
       return true;

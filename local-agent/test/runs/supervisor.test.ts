@@ -6,7 +6,7 @@
  * real Worker on Miniflare.
  */
 import { spawn } from "node:child_process";
-import { appendFileSync, existsSync, readFileSync, renameSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, readdirSync, renameSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -25,7 +25,7 @@ import { startTestExchange, type TestExchange } from "../support/exchange";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { tempDir } from "../support/temp";
-import { processAlive, waitUntil } from "../support/wait";
+import { processAlive, processGroupOf, waitUntil } from "../support/wait";
 import { RecordingReporter, freePort, killGroups, proc, reportedPids, runsConfig, startCommand } from "./support";
 import { unwritable } from "../support/full-disk";
 
@@ -51,6 +51,20 @@ function setup(processes: unknown[], opts: { clock?: Clock; grace?: number } = {
 }
 
 const procsOf = (r: RecordingReporter, runId: string) => r.last(runId)?.processes ?? [];
+
+/** The fixture's sleeping helpers (proc.py --helper) in the group `pgid` leads, from /proc. */
+function sleepersIn(pgid: number): number[] {
+  return readdirSync("/proc")
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return pid !== pgid && processGroupOf(pid) === pgid && readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("time.sleep(3600)");
+      } catch {
+        return false;
+      }
+    });
+}
 
 /** An active run as the exchange lists it, but for its id and status. */
 const view = { environment: "gsm8k", detail: "", created_at: 0, started_at: 0, ended_at: null, running_time_seconds: 0, stop_requested: false, command_seq: 1, environment_file: "", config_yaml: "", processes: [] };
@@ -518,6 +532,30 @@ describe("after an agent restart", () => {
     });
     expect(groupAlive(pids[0]!)).toBe(false);
     expect(readJournal(first.config.runsDir, "run_adopt1")?.closed).toBe(true);
+  });
+
+  it("notices an adopted process ending while what it started lives on in its group, and stops that with the run", async () => {
+    const first = setup([proc("api", ""), proc("trainer", "--helper")]);
+    await first.sup.start(startCommand("run_leader"));
+    await waitUntil(() => first.reporter.status.get("run_leader") === "running", "the run to be running");
+    const [api, trainer] = first.pids();
+    // The trainer's helper (a data loader, an inference child) sleeps in the trainer's group.
+    const helper = await waitUntil(() => sleepersIn(trainer!)[0], "the trainer's helper to start");
+    first.stop.abort(); // the first agent dies: its processes stay
+
+    const second = new RunSupervisor({ config: first.config, reporter: first.reporter, clock: realClock, logger: new MemoryLogger(), agentId: "host-1", stop: new AbortController().signal });
+    first.reporter.active = { runs: [{ ...view, run_id: "run_leader", status: "running" }] };
+    await second.reattach();
+    expect(second.current).toEqual({ run_id: "run_leader", phase: "running" });
+    // The trainer itself crashes; its helper goes on holding the GPUs.
+    process.kill(trainer!, "SIGKILL");
+    await waitUntil(() => !processAlive(trainer!), "the trainer to be gone");
+    expect(processAlive(helper)).toBe(true);
+    await waitUntil(() => first.reporter.status.get("run_leader") === "failed", "the adopted run to be reported failed", 5000);
+    await second.settled();
+    expect(first.reporter.last("run_leader")).toMatchObject({ status: "failed", detail: "trainer ended (exit status unknown: it was adopted after an agent restart); the other processes were stopped" });
+    for (const pid of [api!, trainer!]) expect(groupAlive(pid)).toBe(false);
+    expect(processAlive(helper)).toBe(false);
   });
 
   it("reports a run whose process died while no agent ran, and kills processes of runs that are over", async () => {
