@@ -139,10 +139,11 @@ function parseLine(line: string, index: number, now: number): MetricsPoint | nul
   }
   if (typeof obj !== "object" || obj === null || Array.isArray(obj)) return null;
   const { step, timestamp, ...values } = obj as Record<string, JsonValue>;
+  // As the exchange takes them (protocol/runs.ts MetricsPoint): a step of time.time_ns() is no step, a timestamp of 1e999 no time.
   return {
     index,
-    step: typeof step === "number" && Number.isInteger(step) ? step : null,
-    at: typeof timestamp === "number" ? timestamp : now,
+    step: Number.isSafeInteger(step) ? (step as number) : null,
+    at: typeof timestamp === "number" && Number.isFinite(timestamp) ? timestamp : now,
     values,
   };
 }

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import type { z } from "zod";
 import { MAX_BODY_BYTES } from "../../../src/http/body";
 import { jsonBytes, storedJsonTooLarge } from "../../../src/protocol/limits";
-import { ACTIVE_RUN_STATUSES, type AgentActiveRunsResponse, type MetricsPoint, type RunReport, type RunReportResponse } from "../../../src/protocol/runs";
+import { ACTIVE_RUN_STATUSES, type AgentActiveRunsResponse, MetricsPoint, type RunReport, type RunReportResponse } from "../../../src/protocol/runs";
 import type { StartRunCommand } from "../../../src/protocol/commands";
 import type { Clock } from "../clock";
 import { TemplateError, expandCommand } from "../command-template";
@@ -387,12 +387,14 @@ export class RunSupervisor {
     }
   }
 
-  /** Takes the run's new metrics lines; one the exchange cannot store would have every report it goes in refused. */
+  /** Takes the run's new metrics lines; one the exchange cannot store or take would have every report it goes in refused. */
   private collect(run: Run): void {
     for (const point of run.metrics.read()) {
-      const over = storedJsonTooLarge(`line ${point.index + 1} of ${run.metrics.path}`, point.values);
-      if (over === null) run.unsent.push(point);
-      else this.d.logger.warn(`run ${run.id}: dropped a metrics line the exchange cannot store: ${over}`);
+      const line = `line ${point.index + 1} of ${run.metrics.path}`;
+      const checked = MetricsPoint.safeParse(point);
+      const why = checked.success ? storedJsonTooLarge(line, point.values) : `${line}: ${checked.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`;
+      if (why === null) run.unsent.push(point);
+      else this.d.logger.warn(`run ${run.id}: dropped a metrics line the exchange cannot store: ${why}`);
     }
   }
 

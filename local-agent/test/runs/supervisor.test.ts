@@ -302,6 +302,26 @@ describe("a running run", () => {
     expect(logger.has(/^warn run run_huge01: dropped a metrics line the exchange cannot store: line 2 of .*metrics\.jsonl is 2,000,\d{3} bytes as stored/)).toBe(true);
   });
 
+  it("reports a metrics line whose step or timestamp the exchange cannot take without them, and drops one it cannot take at all, keeping the others", async () => {
+    // A step of time.time_ns() (no safe integer), a timestamp of 1e999 (no finite time), a value of 1e999 (JSON holds no infinity).
+    const lines = ['{"step": 1, "r": 0.1}', '{"step": 1700000000000000000, "r": 0.2}', '{"step": 3, "timestamp": 1e999, "r": 0.3}', '{"step": 4, "r": 1e999}', '{"step": 5, "r": 0.5}'];
+    const writer = `import os\nwith open(os.environ['ROLLOUT_RUN_METRICS'], 'a') as f:\n    f.write(${JSON.stringify(lines.join("\n") + "\n")})\n`;
+    const { sup, reporter, logger } = setup([{ name: "trainer", command: ["python3", "-c", writer] }]);
+    await sup.start(startCommand("run_odd001"));
+    await sup.settled();
+    expect(reporter.status.get("run_odd001")).toBe("completed");
+    expect(reporter.refused).toEqual([]);
+    const points = reporter.reports.flatMap((r) => r.metrics ?? []);
+    expect(points.map((p) => [p.index, p.step, p.values["r"]])).toEqual([
+      [0, 1, 0.1],
+      [1, null, 0.2],
+      [2, 3, 0.3],
+      [4, 5, 0.5],
+    ]);
+    expect(points.every((p) => Number.isFinite(p.at))).toBe(true);
+    expect(logger.has(/^warn run run_odd001: dropped a metrics line the exchange cannot store: line 4 of .*metrics\.jsonl: values\.r: /)).toBe(true);
+  });
+
   it("reports a run's end without its metrics when the exchange refuses them with it", async () => {
     const clock = new ManualClock();
     // Writes its lines when told to: after the monitor's first look, so they go with the stop.
