@@ -568,6 +568,22 @@ export async function claimObjects(db: D1Database, engine: string, claims: reado
   return out;
 }
 
+/** Bytes of the stored call bodies of each claim (by claimKey), one D1 query of their index rows; a claim without calls has none. */
+export async function claimBodyBytes(db: D1Database, engine: string, claims: readonly { episode: string; fence: number }[]): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  if (claims.length === 0) return out;
+  const { results } = await db
+    .prepare(
+      `SELECT episode_uuid, fence, SUM(body_length) AS bytes FROM llm_calls
+       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))
+       GROUP BY episode_uuid, fence`,
+    )
+    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .all<{ episode_uuid: string; fence: number; bytes: number }>();
+  for (const r of results) out.set(claimKey(r.episode_uuid, r.fence), r.bytes);
+  return out;
+}
+
 /**
  * The turns of claims, for the rollout buffer's items (rollout-tokens.ts): their index rows (one
  * D1 query, at most MAX_CALLS_PER_TRAJECTORY a claim) and bodies read at once, one claim rebuilt
