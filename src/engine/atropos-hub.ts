@@ -273,7 +273,7 @@ export class AtroposHub {
     const bytes = groups.reduce((a, g) => a + g.bytes, 0);
     const maxBytes = config.max_stored_bytes;
     // More than a bound alone, by count or by bytes: no batch taken makes room for them, so they
-    // are a 413 before any 503 (which BaseEnv retries, for ever here).
+    // are a 413 before any 503 (which BaseEnv tries three times in all, to no end here).
     if (groups.length > max) {
       return fail(413, "payload_too_large", `These ${groups.length} scored groups are more than this engine holds (${max}, max_groups): send fewer groups per request.`);
     }
