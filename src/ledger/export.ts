@@ -50,10 +50,9 @@ export const TOTAL_HEADER = "x-trajectories-total";
 /**
  * Checks the first page before answering (a bad cursor is a 400, not a broken stream), then
  * streams one call of a trajectory per pull: a run of a page's stored deltas is held (at most
- * EXPORT_LOAD_BYTES but for one longer claim), each
- * trajectory is built (its calls share their messages) and sent a call at a time, so the isolate
- * never holds a whole conversation per call as text, nor a page of trajectories. `total` counts
- * what the filters pass, for a progress bar.
+ * EXPORT_LOAD_BYTES, or one longer claim's), each trajectory is built (its calls share their
+ * messages) and sent a call at a time, so the isolate never holds a whole conversation per call
+ * as text, nor a page of trajectories. `total` counts what the filters pass, for a progress bar.
  *
  * An export may stream for minutes, and the caller was checked when it began. So each page after
  * the first is sent only once `recheck` (the engine, asked again) says the caller may still read
