@@ -71,6 +71,20 @@ describe("weight syncs without keep_claims_across_sync (the default)", () => {
     expect(remembered).toBe(0);
   });
 
+  it("forgets the batch's ends when the trainer goes OFFLINE from a weight sync, as from ROLLING: its end sent again after a restart is unknown", async () => {
+    const endAgainAfter = async (path: ("ENGINE.WEIGHT_SYNCING" | "ENGINE.OFFLINE" | "ENGINE.ROLLING")[]) => {
+      const e = await createEngine("sync-offline-ends");
+      await rollingWith(e, 1);
+      const c = await e.as("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: 600 });
+      const body = { ...endBody("c1", c.episode_uuid, 1), fence: c.fence };
+      expect(await e.as("client").endEpisode(body)).toEqual({ success: true });
+      for (const s of path) await status(e, s);
+      return (await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify(body) })).status;
+    };
+    expect(await endAgainAfter(["ENGINE.OFFLINE", "ENGINE.ROLLING"])).toBe(404);
+    expect(await endAgainAfter(["ENGINE.WEIGHT_SYNCING", "ENGINE.OFFLINE", "ENGINE.ROLLING"])).toBe(404);
+  });
+
   it("clears the pool when the engine leaves ROLLING, as AgentJet's SwarmClient relies on", async () => {
     const e = await rolling(false);
     expect(await e.as("viewer").syncConfig()).toEqual({ keep_claims_across_sync: false, sync_hold_seconds: 120, max_sync_seconds: 600 });
@@ -403,6 +417,22 @@ async function buffered(): Promise<TestEngine> {
 }
 
 describe("weight versions", () => {
+  it("keeps the version served when the trainer goes OFFLINE mid-sync, as stop_engine mid-sync does: the sync's target was never served", async () => {
+    const syncingTo8 = async () => {
+      const e = await createEngine("sync-offline-version");
+      await e.as("trainer").startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+      await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 3, weight_version: 7 });
+      await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", weight_version: 8 });
+      return e;
+    };
+    const version = async (e: TestEngine) => (await e.as("trainer").getRolloutData()).data.meta_info.consumer_weight_version;
+    const stopped = await syncingTo8();
+    await stopped.as("operator").stopEngine();
+    const exited = await syncingTo8();
+    await status(exited, "ENGINE.OFFLINE");
+    expect([await version(stopped), await version(exited)]).toEqual([7, 7]);
+  });
+
   it("names the weights being replaced in a hold when the trainer reports the new version with ENGINE.WEIGHT_SYNCING, and takes that version when the sync ends", async () => {
     const e = await rolling(true);
     const c = await claim(e, "c1", 60);

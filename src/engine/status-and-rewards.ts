@@ -97,8 +97,10 @@ export class StatusAndRewards {
       };
     }
     // Leaving the statuses claims live in clears the pool (AgentJet's semantics); with
-    // keep_claims_across_sync, a weight sync is one of them, and its time is given back to the leases.
-    if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes(req.engine_status === "ENGINE.OFFLINE" ? "all" : "phase");
+    // keep_claims_across_sync, a weight sync is one of them, and its time is given back to the
+    // leases. Going OFFLINE forgets all, from whatever status: the ends a sync remembered too.
+    if (req.engine_status === "ENGINE.OFFLINE" && prev.status !== "ENGINE.OFFLINE") this.clearEpisodes("all");
+    else if (claimsLive(prev.status, prev.sync) && !claimsLive(req.engine_status, prev.sync)) this.clearEpisodes("phase");
     const wasSyncing = prev.status === "ENGINE.WEIGHT_SYNCING" && prev.syncingSince !== null;
     const syncing = req.engine_status === "ENGINE.WEIGHT_SYNCING" && claimsLive(req.engine_status, prev.sync);
     const syncingSince = syncing ? (wasSyncing ? prev.syncingSince : this.host.now()) : null;
@@ -135,7 +137,8 @@ export class StatusAndRewards {
    * status that ends it names one (the documented way: the new version with the status that ends
    * the sync). A report that begins a run (`runBegan`: a trainer booted again mid-sync) does not
    * take the target of the sync it cut short: the new trainer's weights are its own, and the
-   * target would be a floor it never reached. The run's floor is the version last taken in it.
+   * target would be a floor it never reached; nor does ENGINE.OFFLINE, which abandons the sync (as
+   * stop_engine does). The run's floor is the version last taken in it.
    */
   private versions(
     prev: Meta,
@@ -148,7 +151,7 @@ export class StatusAndRewards {
     if (status === "ENGINE.WEIGHT_SYNCING") {
       return { weightVersion: prev.weightVersion, syncingToVersion: version ?? (wasSyncing && !runBegan ? prev.syncingToVersion : null), versionFloor: floor };
     }
-    const taken = version ?? (wasSyncing && !runBegan ? prev.syncingToVersion : null);
+    const taken = version ?? (wasSyncing && !runBegan && status !== "ENGINE.OFFLINE" ? prev.syncingToVersion : null);
     return { weightVersion: taken ?? prev.weightVersion, syncingToVersion: null, versionFloor: taken ?? floor };
   }
 
