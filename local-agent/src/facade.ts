@@ -110,7 +110,15 @@ export class Facade {
     const schedule = o.schedule ?? timerSchedule;
     this.register = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/register_episode", "/register_episode", (episodes) => ({ episodes }), items), schedule);
     this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/is_episode_claimed", "/is_episode_claimed", (checks) => ({ checks }), items), schedule);
-    this.server = createServer((req, res) => void this.handle(req, res));
+    // Nothing a request does may end the agent: an error thrown past handle() is answered here
+    // (a rejection nobody handles ends a Node process, the trainer's watch and deliveries with it).
+    this.server = createServer((req, res) =>
+      this.handle(req, res).catch((e: unknown) => {
+        this.o.logger.error(`trainer facade: a request failed unexpectedly: ${describeError(e)}`);
+        if (!res.headersSent) send(res, errorAnswer(500, "internal_error", "The local agent's facade failed to answer this request; it goes on serving."));
+        else res.destroy();
+      }),
+    );
     // Looked up as the connection opens, while its first request's headers arrive.
     const lookup = this.peerUid;
     if (lookup !== null) this.server.on("connection", (socket: Socket) => this.peers.set(socket, this.refusal(socket, lookup)));
@@ -182,7 +190,15 @@ export class Facade {
       const refused = await (this.peers.get(req.socket) ?? this.refusal(req.socket, this.peerUid));
       if (refused !== null) return send(res, errorAnswer(403, "forbidden_peer", refused));
     }
-    const url = new URL(req.url ?? "/", "http://facade");
+    let url: URL;
+    try {
+      url = new URL(req.url ?? "/", "http://facade");
+    } catch {
+      // A target Node's parser takes and URL does not (`//[`).
+      return send(res, errorAnswer(400, "invalid_request", `The request target ${JSON.stringify(req.url)} is no URL path.`));
+    }
+    // One trailing slash is the route, as the engine serves it (src/http/path-token.ts).
+    if (url.pathname.length > 1 && url.pathname.endsWith("/")) url.pathname = url.pathname.slice(0, -1);
     const method = req.method ?? "GET";
     if (url.pathname === "/_agent/status" && method === "GET") {
       return send(res, { status: 200, contentType: "application/json", body: Buffer.from(JSON.stringify({ facade: this.stats, ...this.o.status?.() })) });
@@ -232,7 +248,9 @@ export class Facade {
       }
       return c.submit(null);
     }
-    return this.forward(method, path + url.search, body, contentType);
+    // fetch refuses a GET or HEAD with a body (requests.get(url, json={}) sends one), which the engine would ignore.
+    const sent = method === "GET" || method === "HEAD" ? null : body;
+    return this.forward(method, path + url.search, sent, contentType);
   }
 
   private forward(method: string, pathAndQuery: string, body: Buffer | null, contentType: string | undefined): Promise<RawAnswer> {

@@ -3,7 +3,7 @@
  * exactly what the engine answers, and coalesce the trainer's chatty calls.
  */
 import { randomUUID } from "node:crypto";
-import { Agent, get } from "node:http";
+import { Agent, get, request } from "node:http";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished } from "vitest";
 import { EngineLink } from "../src/engine-link";
 import { Facade, type FacadeOptions } from "../src/facade";
@@ -283,5 +283,62 @@ describe("the trainer facade on a shared host", () => {
     expect((await call(f.url, "GET", "/get_engine_status")).status).toBe(200);
     expect(logger.lines.filter((l) => l.includes("the trainer facade serves every process that reaches it (facadeAnyPeer)"))).toHaveLength(1);
     expect(logger.lines.filter((l) => l.includes("cannot tell this host's users apart"))).toEqual([]);
+  });
+});
+
+/** A raw HTTP request (node:http, which, unlike fetch, sends a GET with a body as Python's requests does). */
+function rawRequest(url: string, method: string, body: string | undefined, token?: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (body !== undefined) headers["content-length"] = String(Buffer.byteLength(body));
+    if (token !== undefined) headers["authorization"] = `Bearer ${token}`;
+    const req = request(url, { method, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        let parsed: unknown = text;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          /* not JSON */
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed });
+      });
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("the facade answers what Python clients send as the engine does", () => {
+  it("answers a GET that carries a JSON body (requests.get(url, json={})) as the engine does, not as an outage", async () => {
+    const f = await facade(30, engine, undefined, { peerUid: null });
+    for (const path of ["/get_reward_history", "/get_engine_status?x=1"]) {
+      const direct = await rawRequest(engine.baseUrl + path, "GET", "{}", engine.tokens.trainer);
+      expect(direct.status).toBe(200);
+      const viaFacade = await rawRequest(f.url + path, "GET", "{}");
+      expect({ path, ...viaFacade }).toEqual({ path, ...direct });
+    }
+    // With coalescing off even the plain status read fails.
+    const g = await facade(0, engine, undefined, { peerUid: null });
+    const direct = await rawRequest(engine.baseUrl + "/get_engine_status", "GET", "{}", engine.tokens.trainer);
+    expect(await rawRequest(g.url + "/get_engine_status", "GET", "{}")).toEqual(direct);
+  });
+
+  it("serves a served path with one trailing slash as its route, as the engine does", async () => {
+    const f = await facade(30, engine, undefined, { peerUid: null });
+    const direct = await ex.newEngine();
+    for (const [method, path, body] of [
+      ["POST", "/update_engine_status/", JSON.stringify({ engine_status: "ENGINE.ROLLING" })],
+      ["POST", "/register_episode/", JSON.stringify({ episode_uuid: "slash-1" })],
+      ["POST", "/is_episode_claimed/", JSON.stringify({ episode_uuid: "slash-1" })],
+      ["GET", "/get_engine_status/", undefined],
+    ] as const) {
+      const want = await rawRequest(direct.baseUrl + path, method, body, direct.tokens.trainer);
+      expect({ path, status: want.status }).toEqual({ path, status: 200 });
+      const got = await rawRequest(f.url + path, method, body);
+      expect({ path, ...got }).toEqual({ path, ...want });
+    }
   });
 });
