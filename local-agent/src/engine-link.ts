@@ -15,7 +15,8 @@ import { requestJson } from "../../src/client/http";
 import { Command, PollCommandsResponse } from "../../src/protocol";
 import type { Incarnation } from "./outcome-journal";
 
-export type RawAnswer = { status: number; contentType: string; body: Buffer };
+/** `retryAfter`: the engine's Retry-After (a 429, a 503 storage_full), passed on with its answer. */
+export type RawAnswer = { status: number; contentType: string; body: Buffer; retryAfter?: string };
 
 /** `incarnation`: the engine's, as the poll answer that handed the command out named it. */
 export type PolledCommand = ({ ok: true; command: Command } | { ok: false; seq: number | null; problem: string }) & { incarnation: Incarnation };
@@ -77,7 +78,8 @@ export class EngineLink {
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
     if (contentType !== undefined) headers["content-type"] = contentType;
     const res = await this.fetch(this.baseUrl + pathAndQuery, { method, headers, body: body === null || body.length === 0 ? null : new Uint8Array(body) });
-    return { status: res.status, contentType: res.headers.get("content-type") ?? "application/json", body: Buffer.from(await res.arrayBuffer()) };
+    const retryAfter = res.headers.get("retry-after");
+    return { status: res.status, contentType: res.headers.get("content-type") ?? "application/json", body: Buffer.from(await res.arrayBuffer()), ...(retryAfter === null ? {} : { retryAfter }) };
   }
 }
 

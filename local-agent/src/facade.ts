@@ -357,6 +357,6 @@ function unreachable(base: string, e: unknown): RawAnswer {
 
 function send(res: ServerResponse, a: RawAnswer): void {
   if (res.headersSent || res.destroyed) return;
-  res.writeHead(a.status, { "content-type": a.contentType, "content-length": a.body.length });
+  res.writeHead(a.status, { "content-type": a.contentType, "content-length": a.body.length, ...(a.retryAfter === undefined ? {} : { "retry-after": a.retryAfter }) });
   res.end(a.body);
 }

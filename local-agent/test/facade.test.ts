@@ -341,4 +341,14 @@ describe("the facade answers what Python clients send as the engine does", () =>
       expect({ path, ...got }).toEqual({ path, ...want });
     }
   });
+
+  it("passes the engine's Retry-After on with its answer (a rate limit, storage full)", async () => {
+    proxy.fault = (path) => (path.endsWith("/get_engine_status") || path.endsWith("/update_engine_status") ? "429" : "pass");
+    const f = await facade(0, engine, undefined, { peerUid: null });
+    for (const [method, path, body] of [["GET", "/get_engine_status", undefined], ["POST", "/update_engine_status", JSON.stringify({ engine_status: "ENGINE.ROLLING" })]] as const) {
+      const res = await fetch(f.url + path, { method, headers: { "content-type": "application/json" }, ...(body === undefined ? {} : { body }) });
+      expect([res.status, res.headers.get("retry-after")]).toEqual([429, "7"]);
+      expect(await res.json()).toMatchObject({ error: "rate_limited" });
+    }
+  });
 });

@@ -12,9 +12,10 @@ import type { AddressInfo, Socket } from "node:net";
  * pass: forward; refuse: drop the connection; 503: an unhealthy upstream; hang: never answer;
  * no-route: the Worker's 404 for a path it does not know; login-page: an HTML page with a 200
  * (a proxy's login wall, a CDN's challenge) instead of the exchange; bad-token: forwarded with
- * another bearer token, so the Worker answers its own 401 (a token revoked, then issued again).
+ * another bearer token, so the Worker answers its own 401 (a token revoked, then issued again);
+ * 429: a rate limit's answer, as the Worker words it, with Retry-After: 7.
  */
-export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route" | "login-page" | "bad-token";
+export type Fault = "pass" | "refuse" | "503" | "hang" | "no-route" | "login-page" | "bad-token" | "429";
 
 export class FaultyProxy {
   /** Decides the fate of each request; `pass` forwards it. */
@@ -86,6 +87,10 @@ export class FaultyProxy {
       if (fault === "login-page") {
         res.writeHead(200, { "content-type": "text/html" });
         return void res.end("<html><body>Sign in to continue</body></html>");
+      }
+      if (fault === "429") {
+        res.writeHead(429, { "content-type": "application/json", "retry-after": "7" });
+        return void res.end(JSON.stringify({ error: "rate_limited", detail: "Too many requests for this token; retry after 7 s." }));
       }
       if (fault === "no-route") {
         res.writeHead(404, { "content-type": "application/json" });
