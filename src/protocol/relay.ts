@@ -136,7 +136,8 @@ export type OpenAIError = z.infer<typeof OpenAIError>;
 export const ChatRequestShape = z
   .object({
     model: z.string().min(1, "model is required"),
-    stream: z.boolean().optional(),
+    // OpenAI's `boolean | null` (a client that dumps its model with None fields sends null): not streamed.
+    stream: z.boolean().nullish(),
   })
   .loose();
 export type ChatRequestShape = z.infer<typeof ChatRequestShape>;
@@ -149,7 +150,7 @@ export type ChatRequestShape = z.infer<typeof ChatRequestShape>;
 export function isChatRequest(v: unknown): v is ChatRequestShape {
   if (typeof v !== "object" || v === null || Array.isArray(v)) return false;
   const { model, stream } = v as { model?: unknown; stream?: unknown };
-  return typeof model === "string" && model.length > 0 && (stream === undefined || typeof stream === "boolean");
+  return typeof model === "string" && model.length > 0 && (stream === undefined || stream === null || typeof stream === "boolean");
 }
 
 /** The codes of the relay's 503s (claim-gate.ts, relay-routes.ts): the engine is busy elsewhere, not broken. */
