@@ -246,8 +246,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
    * deleted" is said before the second deletes anything. A delete waits DELETE_QUEUE_WAIT_MS at
    * most, then answers 503 delete_in_progress, so that one stuck on D1 holds no other unanswered.
    * (Not waited for: the alarm's retention
-   * sweep. It only deletes rows past retention, which the delete removes or archives anyway, and
-   * writes nothing here once a delete began: RetentionSchedule.sweepIfDue.)
+   * sweep. It only deletes rows past retention, which the delete removes or archives anyway, stops
+   * before any of their bodies go once a delete began (an archive keeps them), and writes nothing
+   * here then: RetentionSchedule.sweepIfDue.)
    */
   async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
     const before = this.deleting;

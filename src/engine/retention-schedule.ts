@@ -75,7 +75,7 @@ export class RetentionSchedule {
       const share = budget.left;
       const cutoff = now - retentionDays[k] * DAY_MS;
       try {
-        const r = k === "ledger" ? await sweepLedger(db, bucket, name, incarnation, cutoff, budget) : await deleteOlder(db, "buffer_steps", name, cutoff, budget);
+        const r = k === "ledger" ? await sweepLedger(db, bucket, name, incarnation, cutoff, budget, deleted) : await deleteOlder(db, "buffer_steps", name, cutoff, budget);
         done &&= r.done;
       } catch (e) {
         console.error(`engine: sweeping the ${k}'s old records failed; trying again later`, e);

@@ -65,9 +65,22 @@ export async function deleteOlder(db: D1Database, table: keyof typeof TIMED, eng
 
 export type Swept = { calls: number; objects: number; done: boolean };
 
-export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: string, incarnation: string, cutoff: number, budget: Budget = { left: SWEEP_STEPS }): Promise<Swept> {
+/**
+ * `deleted` says the engine's delete began (EngineObject.destroy, which does not wait for a
+ * sweep): checked after the rows' delete and before each day's objects go, since a delete that
+ * keeps the history re-files the rows under the archive's name meanwhile, and their bodies must stay.
+ */
+export async function sweepLedger(
+  db: D1Database,
+  bucket: R2Bucket,
+  engine: string,
+  incarnation: string,
+  cutoff: number,
+  budget: Budget = { left: SWEEP_STEPS },
+  deleted: () => boolean = () => false,
+): Promise<Swept> {
   const { rows: calls, done: rowsDone } = await deleteOlder(db, "llm_calls", engine, cutoff, budget);
-  if (!rowsDone) return { calls, objects: 0, done: false };
+  if (!rowsDone || deleted()) return { calls, objects: 0, done: false };
   // Objects are named by the day they were recorded: a day before the cutoff's holds only older calls, whose rows are gone.
   const prefix = bodyPrefix(engine, incarnation);
   const lastKept = utcDay(cutoff);
@@ -76,6 +89,7 @@ export async function sweepLedger(db: D1Database, bucket: R2Bucket, engine: stri
   const days = await bucket.list({ prefix, delimiter: "/" });
   for (const dayPrefix of days.delimitedPrefixes) {
     if (dayPrefix.slice(prefix.length, -1) >= lastKept) continue;
+    if (deleted()) return { calls, objects, done: false };
     const r = await deleteUnder(bucket, dayPrefix, budget);
     objects += r.objects;
     if (!r.done) return { calls, objects, done: false };
