@@ -91,4 +91,31 @@ describe("retention and the histories a delete keeps", () => {
     // The archive's row must still point to a body that exists.
     expect(await env.LEDGER.head(kept.results[0]!.body_key), "the archived call's body was deleted by the sweep").not.toBeNull();
   });
+
+  it("deletes an archive's bodies when retention had removed all its calls' rows before the delete", async () => {
+    const e = await createEngine("ret-archive");
+    // As test/engine-delete.test.ts does: a cutoff after the call but on its object's day, so
+    // retention removes the row and leaves the object until its whole day is past the cutoff.
+    e.clock.t = Date.now() + DAY - 2 * HOUR;
+    await rollingWith(e, 1);
+    await new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch: workerFetch }).configure({ retention_days: 1 });
+    await withGateway(e);
+    const admittedAt = Date.now() - 10_000;
+    await recordOne(e, "c1", admittedAt);
+    const keys = await ledgerKeys(e.name);
+    expect(keys).toHaveLength(1);
+    const objectDay = Date.parse(keys[0]?.split("/")[3] ?? "");
+    e.clock.t = Math.max(admittedAt, objectDay) + 1 + DAY;
+    await advance(e, 0);
+    expect((await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(e.name).first<{ n: number }>())?.n).toBe(0);
+    expect(await ledgerKeys(e.name)).toEqual(keys);
+
+    const archive = (await admin.deleteEngine(e.name, { keep_history: true, force: true })).history_kept_as!;
+    expect(archive).toMatch(/@\d+$/);
+    const r = await admin.deleteArchive(archive);
+    expect(r.done).toBe(true);
+    expect((await admin.archives({ after: `${e.name}@0` })).archives.find((a) => a.name === archive)).toBeUndefined();
+    // Nothing of the engine is left anywhere: no engine, no archive. Its incarnation's bodies must be gone too.
+    expect(await ledgerKeys(e.name), "the incarnation's R2 objects outlive the engine and its archive").toEqual([]);
+  });
 });

@@ -79,6 +79,7 @@ import { AtroposHub, atroposOp, type AtroposCall, type AtroposSent } from "./atr
 import { atroposBatchStream } from "./atropos-batch-stream";
 import { SharedTurn } from "./shared-turn";
 import { highWaterFrom, StorageGuard } from "./storage-guard";
+import { bodyPrefix } from "../ledger/keys";
 import { loggedErrorId } from "../error-id";
 import { completedTaskClients, completedTasks, decodeCursor, deliveryCounts, episodeBuffer, failedTasks, runningDetails, runningPage, undeliverable, withoutRunnerAddresses } from "./episode-views";
 
@@ -94,6 +95,9 @@ function addsAtroposData(call: AtroposCall): boolean {
 
 /** How long a delete waits for one already under way before it answers 503 delete_in_progress. */
 export const DELETE_QUEUE_WAIT_MS = 3000;
+
+/** A delete's answer: its last results written to D1, and the R2 prefix of the engine's call bodies (null when it was deleted already). */
+export type Destroyed = { outbox_written: number; bodies: string | null };
 
 export class EngineObject extends DurableObject<EngineEnv> {
   /** The engine's clock in ms. Tests replace it to move time without sleeping. */
@@ -250,7 +254,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
    * before any of their bodies go once a delete began (an archive keeps them), and writes nothing
    * here then: RetentionSchedule.sweepIfDue.)
    */
-  async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
+  async destroy(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<Destroyed>> {
     const before = this.deleting;
     const run = this.afterDeletes(before).then((over) =>
       over
@@ -278,7 +282,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
   }
 
   /** destroy(), once those sent before it are over. */
-  private async deleteNow(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<{ outbox_written: number }>> {
+  private async deleteNow(opts: { force: boolean; keepHistory: boolean }): Promise<Reply<Destroyed>> {
     if (!this.closed && !opts.force) {
       const agent = this.channel.status();
       if (agent.connected) {
@@ -305,6 +309,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
         return fail(503, "history_not_written", `The engine's last results could not be written to D1 (error id ${id}); nothing was deleted. Try again, or delete without keep_history.`);
       }
     }
+    // Where its call bodies are: an archive of its history keeps them, found by it (http/engine-rows.ts).
+    const bodies = this.wiped || this.store.meta.name === null ? null : bodyPrefix(this.store.meta.name, this.store.meta.incarnation);
     await this.ctx.storage.deleteAlarm();
     await this.ctx.storage.deleteAll();
     this.wiped = true;
@@ -312,7 +318,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     // Timers and requests of this instance still under way find empty tables, not missing ones.
     this.ctx.storage.transactionSync(() => migrateEngine(this.ctx.storage.sql));
     this.forgetDeleted();
-    return ok({ outbox_written: written });
+    return ok({ outbox_written: written, bodies });
   }
 
   /**

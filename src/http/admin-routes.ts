@@ -168,16 +168,18 @@ adminRoutes.delete("/engines/:name", async (c) => {
   const db = drizzle(c.env.DB);
   const row = (await db.select().from(engines).where(eq(engines.name, name)).limit(1))[0];
   if (row === undefined) return unknownEngine(name);
+  let bodies: string | null = null;
   if (row.deletingSince === null) {
     const destroyed = await placedEngineStub(c.env, row).destroy({ force: q.value.force, keepHistory: q.value.keep_history });
     if (!destroyed.ok) return replyResponse(destroyed);
+    bodies = destroyed.body.bodies;
     await db.update(engines).set({ deletingSince: Date.now() }).where(and(eq(engines.name, name), isNull(engines.deletingSince)));
   }
   forgetEngine(c.env, name);
   forgetClaims(c.env, name);
   // Read back rather than taken from above: a concurrent delete may have marked it first.
   const since = (await db.select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, name)).limit(1))[0]?.since ?? Date.now();
-  const archive = q.value.keep_history ? { name: archiveName(name, since), at: since } : null;
+  const archive = q.value.keep_history ? { name: archiveName(name, since), at: since, bodies } : null;
   const result = await deleteEngineRows(c.env.DB, name, archive, c.env.LEDGER);
   const body: DeleteEngineResponse = { engine: name, done: result.done, history_kept_as: archive?.name ?? null, rows: result.rows };
   return c.json(body, result.done ? 200 : 202);

@@ -31,7 +31,8 @@ const ofRuns = (table: string) => `SELECT c.rowid FROM runs r JOIN ${table} c ON
 
 /** A statement run chunk after chunk until it changes fewer than CHUNK_ROWS rows; ?1 is the engine (or the archive whose rows go). */
 type Step = { table: string; sql: string; args: (archive: Archive | null, engine: string) => unknown[] };
-type Archive = { name: string; at: number };
+/** `bodies`: the engine's call bodies' R2 prefix when the delete's first request learnt it from the engine's object. */
+type Archive = { name: string; at: number; bodies?: string | null };
 
 const chunk = () => [CHUNK_ROWS];
 
@@ -164,18 +165,20 @@ async function deleteBodies(db: D1Database, bucket: R2Bucket, engine: string, bu
 /**
  * Records the archive as the delete that keeps the history begins, before it re-files a row: the
  * name, the engine, and its calls' incarnation (read from the engine's calls, or the archive's
- * if an earlier request of the same delete re-filed them). Repeating it adds nothing; it only
- * fills in the prefix of an archive whose calls were not there before.
+ * if an earlier request of the same delete re-filed them, else the prefix the engine's object
+ * gave: an idle engine whose calls' rows retention took may still have bodies of the cutoff's
+ * day, which the archive's delete must find). Repeating it adds nothing; it only fills in the
+ * prefix of an archive whose calls were not there before.
  */
 const ARCHIVE_ROW: Step = {
   table: "archives",
   sql: `INSERT INTO archives (name, from_engine, body_prefix, created_at)
     SELECT ?2, ?1, CASE WHEN substr(key, 1, length(?4)) = ?4 AND instr(substr(key, length(?4) + 1), '/') > 1
-      THEN substr(key, 1, length(?4) + instr(substr(key, length(?4) + 1), '/')) END, ?3
+      THEN substr(key, 1, length(?4) + instr(substr(key, length(?4) + 1), '/')) ELSE ?5 END, ?3
     FROM (SELECT (SELECT body_key FROM llm_calls WHERE engine IN (?1, ?2) LIMIT 1) AS key)
     WHERE true
     ON CONFLICT (name) DO UPDATE SET body_prefix = excluded.body_prefix WHERE archives.body_prefix IS NULL`,
-  args: (archive, engine) => [archive?.name, archive?.at, namePrefix(engine)],
+  args: (archive, engine) => [archive?.name, archive?.at, namePrefix(engine), archive?.bodies ?? null],
 };
 
 /** Runs `steps` with ?1 = `name`, each chunk after chunk, while the budget lasts; false when it ran out. */
