@@ -95,6 +95,9 @@ export async function relayStream(
         return;
       } catch (e) {
         writer = writable.getWriter();
+        // The client left (its side cancelled, so the pipe's write failed): nothing broke off,
+        // and no event could reach it. Not a failed call.
+        if (writer.desiredSize === null) return;
         await writer.write(brokeOff(e));
         return;
       }
