@@ -70,6 +70,18 @@ describe("bad input changes nothing", () => {
   }
 });
 
+describe("query parameters", () => {
+  it("refuses one given more than once (422, naming it) rather than reading one of its values", async () => {
+    const e = await createEngine();
+    for (const path of ["trajectories?run=1&run=2", "history/runs?limit=1&limit=5", "trajectories?task_id=a&limit=2&task_id=b"]) {
+      const res = await raw(`/e/${e.name}/${path}`, { token: e.tokens.viewer });
+      expect([res.status, res.json?.["error"]], path).toEqual([422, "invalid_request"]);
+      expect(String(res.json?.["detail"]), path).toMatch(/^(run|limit|task_id): given more than once/);
+    }
+    expect((await raw(`/e/${e.name}/trajectories?run=1&limit=2`, { token: e.tokens.viewer })).status).toBe(200);
+  });
+});
+
 describe("nesting", () => {
   it("counts only arrays and objects, not brackets inside strings, and takes 128 levels", async () => {
     const e = await createEngine();

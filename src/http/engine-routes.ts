@@ -11,11 +11,11 @@
  * order (body size, engine name, token, input, then the engine).
  */
 import type { Hono } from "hono";
-import { getQueryParam, tryDecodeURIComponent } from "hono/utils/url";
+import { tryDecodeURIComponent } from "hono/utils/url";
 import type { Env } from "../env";
 import { internalError, replyResponse } from "./errors";
 import { readBodyText, tooLarge } from "./body";
-import { checkInput, parseJsonText } from "./validate";
+import { checkQuery, parseJsonText } from "./validate";
 import { ENGINE_API, type RouteSpec } from "./engine-api";
 import { engineCaller, type Credentials } from "./engine-caller";
 import type { EngineOp } from "../auth/roles";
@@ -70,7 +70,7 @@ async function serve(request: Request, env: Env, engine: string, spec: RouteSpec
     input.from === "body"
       ? parseJsonText(text, input.schema, input.emptyAs, input.unparsableAs)
       : input.from === "query"
-        ? checkInput(input.schema, getQueryParam(url))
+        ? checkQuery(input.schema, url)
         : { ok: true as const, value: undefined };
   if (!parsed.ok) return (await refusedCaller(env, who.body, spec.op)) ?? parsed.response;
   if (spec.prepare !== undefined) parsed.value = spec.prepare(parsed.value, text);

@@ -1,5 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
+import { getQueryParam } from "hono/utils/url";
 import { isTooLargeIssue, MAX_MEDIA_UPLOAD_BODY_BYTES } from "../protocol/limits";
 import { routedBodyChecked, tooLarge } from "./body";
 import { describeIssues, errorResponse } from "./errors";
@@ -83,6 +84,16 @@ export async function readJson<S extends z.ZodType>(c: Context, schema: S, empty
   return parseJsonText(text, schema, emptyAs);
 }
 
+/** A query's parameters, each once: `?run=1&run=2` is refused (422) rather than read as one of its values, which the caller could not tell. */
+export function checkQuery<S extends z.ZodType>(schema: S, url: string): Parsed<z.output<S>> {
+  const seen = new Set<string>();
+  for (const name of new URL(url).searchParams.keys()) {
+    if (seen.has(name)) return { ok: false, response: errorResponse(422, "invalid_request", `${name}: given more than once; give it once`) };
+    seen.add(name);
+  }
+  return checkInput(schema, getQueryParam(url));
+}
+
 export function readQuery<S extends z.ZodType>(c: Context, schema: S): Parsed<z.output<S>> {
-  return checkInput(schema, c.req.query());
+  return checkQuery(schema, c.req.url);
 }
