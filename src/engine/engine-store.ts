@@ -118,7 +118,7 @@ export class EngineStore {
     if (stored === null) return { ...INITIAL_META, statusSince: this.now() };
     // A sync config written before a field of it existed takes that field's default.
     const meta: Meta = { ...INITIAL_META, ...stored, sync: { ...DEFAULT_SYNC_CONFIG, ...stored.sync } };
-    // An accumulator saved before it counted episodes: the values were one an episode but for list rewards.
+    // An accumulator saved before it counted episodes is taken at its values: one an episode, unless rewards were lists.
     if (stored.acc !== undefined && typeof stored.acc.episodes !== "number") meta.acc = { ...stored.acc, episodes: stored.acc.n };
     if (stored.statusSince === undefined) meta.statusSince = legacyStatusSince(meta);
     return meta;

@@ -15,11 +15,11 @@ export function taskGroup(sql: SqlStorage, taskId: string): string {
   const current = sql.exec<{ group_id: string; generation: number }>("SELECT group_id, generation FROM buf_task_groups WHERE task_id = ?", taskId).toArray()[0];
   if (current !== undefined) {
     // A group forgotten (or taken back by a restart of the rollout) is free again: reused by name.
-    return open(sql, current.group_id) && !aWorkers(sql, current.group_id) ? current.group_id : next(sql, taskId, current.generation + 1);
+    return open(sql, current.group_id) && !holdsWorkersRows(sql, current.group_id) ? current.group_id : next(sql, taskId, current.generation + 1);
   }
   // As before generations: a task starts at its own id, joining a group begun under it, unless
   // another task's later generation or a worker's group holds that name, or the group was decided.
-  if (!heldByOther(sql, taskId, taskId) && open(sql, taskId) && !aWorkers(sql, taskId)) {
+  if (!heldByOther(sql, taskId, taskId) && open(sql, taskId) && !holdsWorkersRows(sql, taskId)) {
     sql.exec("INSERT INTO buf_task_groups (task_id, group_id, generation) VALUES (?, ?, 1)", taskId, taskId);
     return taskId;
   }
@@ -36,7 +36,7 @@ function open(sql: SqlStorage, groupId: string): boolean {
  * Whether a worker's rows are in the group: a worker named its group like the task (docs/buffer.md:
  * such a name is skipped). Rows made from claims carry extra_info.source CLAIM_ROW_SOURCE.
  */
-function aWorkers(sql: SqlStorage, groupId: string): boolean {
+function holdsWorkersRows(sql: SqlStorage, groupId: string): boolean {
   return sql.exec("SELECT 1 FROM buf_steps WHERE group_id = ? AND json_extract(extra, '$.source') IS NOT ? LIMIT 1", groupId, CLAIM_ROW_SOURCE).toArray().length > 0;
 }
 
