@@ -17,6 +17,7 @@ import type { EngineObject } from "../src/engine/engine-object";
 import { admin, advance, ADMIN_TOKEN, claimKeyFields, createEngine, endBody, engineStats, ORIGIN, raw, rollingWith, uniqueName, withGateway, workerFetch, type TestEngine } from "./support/harness";
 import { fixRunsClock, refusal, runsAs, sampleCatalog } from "./support/runs";
 import { batchOf, callRecord, postCalls } from "./support/ledger";
+import { DAY, engineWithRowRetainedObject, HOUR, ledgerKeys, recordOne } from "./support/ledger-retention";
 import { hashToken, newTokenId, newTokenSecret } from "../src/auth/tokens";
 import { placedEngineStub } from "../src/http/engine-stub";
 import { INCARNATION_NAMES_SQL } from "../src/http/engine-rows";
@@ -45,20 +46,10 @@ async function d1Rows(engine: string, runIds: string[]): Promise<Record<string, 
 }
 
 /** The call bodies in R2 of engines named `engine` (ledger/<engine>/<incarnation>/<day>/...). */
-const ledgerKeys = async (engine: string): Promise<string[]> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/` })).objects.map((o) => o.key);
 const ledgerObjects = async (engine: string): Promise<number> => (await ledgerKeys(engine)).length;
 
 /** One call of a new claim of `e`'s recorded, as its gateway sends it (admitted at `admittedAt` unless told). */
-async function recordOne(e: TestEngine, client: string, admittedAt?: number): Promise<void> {
-  const claimed = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 600 });
-  const key = await claimKeyFields(claimed.openai_api_key);
-  expect((await e.stub.relayBegin(key)).ok).toBe(true);
-  const call = callRecord({ episode: key.episode_uuid, fence: key.fence, client }, { ...(admittedAt === undefined ? {} : { admitted_at: admittedAt }), body: { messages: [{ role: "user", content: "hi" }] } });
-  expect((await postCalls(e, batchOf([call]))).status).toBe(200);
-}
 
-const DAY = 86_400_000;
-const HOUR = 3_600_000;
 
 const nothing = (rows: Record<string, number>) => Object.fromEntries(Object.keys(rows).map((t) => [t, 0]));
 
@@ -382,25 +373,7 @@ describe("deleting an engine", () => {
   });
 
   it("deletes every call body of its incarnation, those whose rows retention removed first included", async () => {
-    const e = await createEngine("bodies");
-    // Retention sweeps an hour after the first call with capture on; the engine's clock about a day
-    // (its retention) ahead of the Worker's real one, which names the bodies' days.
-    e.clock.t = Date.now() + DAY - 2 * HOUR;
-    await rollingWith(e, 1);
-    await new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch: workerFetch }).configure({ retention_days: 1 });
-    await withGateway(e);
-    const admittedAt = Date.now() - 10_000;
-    await recordOne(e, "c1", admittedAt);
-    const keys = await ledgerKeys(e.name);
-    expect(keys).toHaveLength(1);
-    // A cutoff after the call and on its object's day, whenever the test runs: retention removes the
-    // row, and leaves the object until its whole day is past the cutoff.
-    const objectDay = Date.parse(keys[0]?.split("/")[3] ?? "");
-    e.clock.t = Math.max(admittedAt, objectDay) + 1 + DAY;
-    await advance(e, 0);
-    expect(await count("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?", e.name)).toBe(0);
-    expect(await ledgerKeys(e.name)).toEqual(keys);
-
+    const { e } = await engineWithRowRetainedObject("bodies");
     // No sweep will come for the object once the engine is gone: the delete takes it.
     expect((await admin.deleteEngine(e.name)).done).toBe(true);
     expect(await ledgerKeys(e.name)).toEqual([]);

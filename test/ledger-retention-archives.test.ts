@@ -14,22 +14,9 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
-import { admin, ADMIN_TOKEN, advance, claimKeyFields, createEngine, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
-import { batchOf, callRecord, postCalls } from "./support/ledger";
+import { admin, ADMIN_TOKEN, createEngine, ORIGIN, raw, rollingWith, withGateway, workerFetch, type TestEngine } from "./support/harness";
+import { DAY, engineWithRowRetainedObject, HOUR, ledgerKeys, recordOne } from "./support/ledger-retention";
 import { LedgerClient } from "../src/client";
-
-const DAY = 86_400_000;
-const HOUR = 3_600_000;
-
-const ledgerKeys = async (engine: string): Promise<string[]> => (await env.LEDGER.list({ prefix: `ledger/${encodeURIComponent(engine)}/` })).objects.map((o) => o.key);
-
-async function recordOne(e: TestEngine, client: string, admittedAt: number): Promise<void> {
-  const claimed = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 600 });
-  const key = await claimKeyFields(claimed.openai_api_key);
-  expect((await e.stub.relayBegin(key)).ok).toBe(true);
-  const call = callRecord({ episode: key.episode_uuid, fence: key.fence, client }, { admitted_at: admittedAt, body: { messages: [{ role: "user", content: "hi" }] } });
-  expect((await postCalls(e, batchOf([call]))).status).toBe(200);
-}
 
 /** The engine's D1 with its ledger sweep's DELETEs held at a gate until released. */
 async function gateLedgerSweep(e: TestEngine): Promise<{ reached: () => boolean; release: () => void }> {
@@ -93,22 +80,8 @@ describe("retention and the histories a delete keeps", () => {
   });
 
   it("deletes an archive's bodies when retention had removed all its calls' rows before the delete", async () => {
-    const e = await createEngine("ret-archive");
-    // As test/engine-delete.test.ts does: a cutoff after the call but on its object's day, so
-    // retention removes the row and leaves the object until its whole day is past the cutoff.
-    e.clock.t = Date.now() + DAY - 2 * HOUR;
-    await rollingWith(e, 1);
-    await new LedgerClient({ baseUrl: `${ORIGIN}/e/${e.name}`, token: e.tokens.operator, fetch: workerFetch }).configure({ retention_days: 1 });
-    await withGateway(e);
-    const admittedAt = Date.now() - 10_000;
-    await recordOne(e, "c1", admittedAt);
-    const keys = await ledgerKeys(e.name);
-    expect(keys).toHaveLength(1);
-    const objectDay = Date.parse(keys[0]?.split("/")[3] ?? "");
-    e.clock.t = Math.max(admittedAt, objectDay) + 1 + DAY;
-    await advance(e, 0);
-    expect((await env.DB.prepare("SELECT COUNT(*) AS n FROM llm_calls WHERE engine = ?").bind(e.name).first<{ n: number }>())?.n).toBe(0);
-    expect(await ledgerKeys(e.name)).toEqual(keys);
+    // An idle engine whose call's row retention removed, its object left until its day is past the cutoff.
+    const { e } = await engineWithRowRetainedObject("ret-archive");
 
     const archive = (await admin.deleteEngine(e.name, { keep_history: true, force: true })).history_kept_as!;
     expect(archive).toMatch(/@\d+$/);
