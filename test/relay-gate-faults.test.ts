@@ -8,11 +8,9 @@
  */
 import { describe, expect, it } from "vitest";
 import { FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS } from "../src/relay/claim-gate";
-import { endBody } from "./support/harness";
+import { endBody, withGateway } from "./support/harness";
 import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
 
-/** The agent's heartbeat, naming its gateway or none. */
-const agentHeartbeat = (gateway_url: string | null) => ({ agent_id: "agent-1", host: "gpu-node-1", pid: 1, version: "0.1.0", trainer: { state: "running" as const, pid: 2, started_at: null }, gateway_url });
 
 describe("the claim gate when the engine fails or answers late: a refused call is not counted", () => {
   it("counts only the calls admitted: a call refused 503 engine_unreachable is no relayed call", async () => {
@@ -153,12 +151,12 @@ describe("the claim gate when the engine fails or answers late: an older answer 
     // A refresh now: the next questions within REFRESH_AFTER_MS go alone.
     expect((await g.admit(k1)).ok).toBe(true);
     // The agent loses its gateway (heard in another isolate), and k2's first call asks: its answer is slow.
-    await e.as("trainer").heartbeat(agentHeartbeat(null));
+    await withGateway(e, null);
     g.fault("late-answer");
     const first = g.admitNow(k2);
     await until(() => g.held === 1);
     // The gateway is back; a second call of k2 asks again, and is answered first.
-    await e.as("trainer").heartbeat(agentHeartbeat("http://gpu-node-1:10087"));
+    await withGateway(e);
     expect(await g.admitNow(k2)).toMatchObject({ ok: true, body: { gateway_url: "http://gpu-node-1:10087" } });
     g.release();
     // The engine refused the first call (and did not count it): it is refused, not admitted without the engine's terms.

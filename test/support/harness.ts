@@ -95,15 +95,15 @@ export async function rollingWith(engine: TestEngine, n: number, opts: { zmq?: b
   return ids;
 }
 
-/** The engine's agent reports an inference gateway (a heartbeat), so that relayed calls are admitted. */
-export async function withGateway(e: TestEngine): Promise<void> {
+/** The engine's agent reports an inference gateway (a heartbeat), so that relayed calls are admitted; `gatewayUrl` null: that it has none. */
+export async function withGateway(e: TestEngine, gatewayUrl: string | null = "http://gpu-node-1:10087"): Promise<void> {
   await e.as("trainer").heartbeat({
     agent_id: "agent-1",
     host: "gpu-node-1",
     pid: 1,
     version: "0.1.0",
     trainer: { state: "running", pid: 2, started_at: null },
-    gateway_url: "http://gpu-node-1:10087",
+    gateway_url: gatewayUrl,
   });
 }
 
