@@ -20,6 +20,7 @@ import { z } from "zod";
 import { BatchBoolResponse, CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "../../src/protocol";
 import { Coalescer, timerSchedule, type Schedule } from "./coalescer";
 import type { EngineLink, RawAnswer } from "./engine-link";
+import { withoutTrailingSlash } from "../../src/http/path-token";
 import { describeError, type Logger } from "./log";
 import { procNetAvailable, procPeerUid, type PeerUidLookup } from "./peer-uid";
 
@@ -197,8 +198,8 @@ export class Facade {
       // A target Node's parser takes and URL does not (`//[`).
       return send(res, errorAnswer(400, "invalid_request", `The request target ${JSON.stringify(req.url)} is no URL path.`));
     }
-    // One trailing slash is the route, as the engine serves it (src/http/path-token.ts).
-    if (url.pathname.length > 1 && url.pathname.endsWith("/")) url.pathname = url.pathname.slice(0, -1);
+    // One trailing slash is the route, as the engine serves it.
+    url.pathname = withoutTrailingSlash(url.pathname);
     const method = req.method ?? "GET";
     if (url.pathname === "/_agent/status" && method === "GET") {
       return send(res, { status: 200, contentType: "application/json", body: Buffer.from(JSON.stringify({ facade: this.stats, ...this.o.status?.() })) });
