@@ -16,7 +16,7 @@
  */
 import { bodyPrefix } from "./keys";
 import { digestOf } from "./ingest";
-import { CALL_ORDER, MAX_CALLS_PER_TRAJECTORY } from "./read";
+import { CALL_ORDER, claimsParam, MAX_CALLS_PER_TRAJECTORY, OF_CLAIMS_SQL } from "./read";
 import { groupBy, readRanges } from "./ranged-reads";
 
 /** Bytes one gathered object holds at most: they are held in memory while it is written. */
@@ -59,10 +59,10 @@ export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { 
     .prepare(
       `SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length FROM (
          SELECT episode_uuid, fence, call_id, body_key, body_offset, body_length, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY ${CALL_ORDER}) AS n
-         FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
+         FROM llm_calls WHERE ${OF_CLAIMS_SQL})
        WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
     )
-    .bind(engine.name, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .bind(engine.name, claimsParam(claims))
     .all<Row>();
   const prefix = bodyPrefix(engine.name, engine.incarnation);
   for (const [order, r] of results.entries()) r.order = order;

@@ -397,6 +397,11 @@ const CALL_COLUMNS = `episode_uuid, fence, call_id, client_uuid, task_id, episod
  */
 type ClaimCalls = { rows: CallRow[]; recorded: number; beyond: CallRow[] };
 
+/** The `WHERE` of a set of claims' calls: the engine ?1, the claims ?2 (claimsParam); a seek of llm_calls' index a claim. */
+export const OF_CLAIMS_SQL = "engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))";
+/** The claims as OF_CLAIMS_SQL's ?2. */
+export const claimsParam = (claims: readonly { episode: string; fence: number }[]): string => JSON.stringify(claims.map((c) => [c.episode, c.fence]));
+
 /**
  * The calls of many claims in one query (D1 allows 1,000 queries per Worker invocation, and an
  * export reads thousands of claims), at most MAX_CALLS_PER_TRAJECTORY each. Each claim's count
@@ -408,10 +413,10 @@ async function callsOf(db: D1Database, engine: string, claims: readonly { episod
     .prepare(
       `SELECT * FROM (SELECT ${CALL_COLUMNS}, ROW_NUMBER() OVER (PARTITION BY episode_uuid, fence ORDER BY ${CALL_ORDER}) AS n,
            COUNT(*) OVER (PARTITION BY episode_uuid, fence) AS recorded
-         FROM llm_calls WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2)))
+         FROM llm_calls WHERE ${OF_CLAIMS_SQL})
        WHERE n <= ${MAX_CALLS_PER_TRAJECTORY} ORDER BY episode_uuid, fence, n`,
     )
-    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .bind(engine, claimsParam(claims))
     .all<CallRow & { episode_uuid: string; fence: number; recorded: number }>();
   const out = new Map<string, ClaimCalls>();
   for (const r of results) {
@@ -560,9 +565,9 @@ export async function claimObjects(db: D1Database, engine: string, claims: reado
   const { results } = await db
     .prepare(
       `SELECT DISTINCT episode_uuid, fence, body_key FROM llm_calls
-       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))`,
+       WHERE ${OF_CLAIMS_SQL}`,
     )
-    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .bind(engine, claimsParam(claims))
     .all<{ episode_uuid: string; fence: number; body_key: string }>();
   for (const [k, rows] of groupBy(results, (r) => claimKey(r.episode_uuid, r.fence))) out.set(k, rows.map((r) => r.body_key));
   return out;
@@ -575,10 +580,10 @@ export async function claimBodyBytes(db: D1Database, engine: string, claims: rea
   const { results } = await db
     .prepare(
       `SELECT episode_uuid, fence, SUM(body_length) AS bytes FROM llm_calls
-       WHERE engine = ?1 AND (episode_uuid, fence) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))
+       WHERE ${OF_CLAIMS_SQL}
        GROUP BY episode_uuid, fence`,
     )
-    .bind(engine, JSON.stringify(claims.map((c) => [c.episode, c.fence])))
+    .bind(engine, claimsParam(claims))
     .all<{ episode_uuid: string; fence: number; bytes: number }>();
   for (const r of results) out.set(claimKey(r.episode_uuid, r.fence), r.bytes);
   return out;
