@@ -33,6 +33,12 @@ const MAX_BATCH = 1000;
  * registrations with long keys and URLs (each within the engine's limits) are more than that.
  */
 const BATCH_BODY_BYTES = 3 * 1024 * 1024;
+/**
+ * How long close() waits for the answers of calls it holds (queued in a coalescing window, or
+ * on their way to the engine) before it drops their connections: a stopping agent answers what
+ * it sent on, but an engine that never answers must not hold the agent's stop.
+ */
+const CLOSE_GRACE_MS = 5000;
 
 /**
  * What the facade serves: AgentJet's trainer-side endpoints and two harmless reads. Nothing
@@ -99,6 +105,9 @@ export class Facade {
   private readonly ownUid: number | undefined;
   /** Uids (null: unlisted peers) already in the log, so a refused process's retries do not flood it. */
   private readonly refusedLogged = new Set<number | null>();
+  /** Responses not yet finished, and what close() calls when the last one is. */
+  private readonly answering = new Set<ServerResponse>();
+  private allAnswered: (() => void) | null = null;
 
   constructor(private readonly o: FacadeOptions) {
     this.ownUid = o.ownUid ?? process.getuid?.();
@@ -113,13 +122,18 @@ export class Facade {
     this.claimed = new Coalescer(o.coalesceMs, MAX_BATCH, (items) => this.sendBatches("/batch/is_episode_claimed", "/is_episode_claimed", (checks) => ({ checks }), items), schedule);
     // Nothing a request does may end the agent: an error thrown past handle() is answered here
     // (a rejection nobody handles ends a Node process, the trainer's watch and deliveries with it).
-    this.server = createServer((req, res) =>
-      this.handle(req, res).catch((e: unknown) => {
+    this.server = createServer((req, res) => {
+      this.answering.add(res);
+      res.once("close", () => {
+        this.answering.delete(res);
+        if (this.answering.size === 0) this.allAnswered?.();
+      });
+      return this.handle(req, res).catch((e: unknown) => {
         this.o.logger.error(`trainer facade: a request failed unexpectedly: ${describeError(e)}`);
         if (!res.headersSent) send(res, errorAnswer(500, "internal_error", "The local agent's facade failed to answer this request; it goes on serving."));
         else res.destroy();
-      }),
-    );
+      });
+    });
     // Looked up as the connection opens, while its first request's headers arrive.
     const lookup = this.peerUid;
     if (lookup !== null) this.server.on("connection", (socket: Socket) => this.peers.set(socket, this.refusal(socket, lookup)));
@@ -158,13 +172,28 @@ export class Facade {
     });
   }
 
-  close(): Promise<void> {
+  /**
+   * Stops taking connections, sends what the coalescing windows hold, and closes once every call
+   * taken is answered (at most `graceMs`): a trainer's registration sent on to the engine gets the
+   * engine's answer, not a dropped connection it would retry against a facade that is gone.
+   */
+  async close(graceMs = CLOSE_GRACE_MS): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.register.flush();
     this.claimed.flush();
-    return new Promise((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
-    });
+    for (const read of this.reads.values()) read.flush();
+    if (this.answering.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await new Promise<void>((resolve) => {
+        this.allAnswered = resolve;
+        timer = setTimeout(resolve, graceMs);
+      });
+      clearTimeout(timer);
+      this.allAnswered = null;
+    }
+    // Every response is finished (or the grace is over): what is left are idle keep-alive connections.
+    this.server.closeAllConnections();
+    return closed;
   }
 
   /** Why the connection's peer is not served, or null when it runs as the agent's user. */

@@ -224,6 +224,52 @@ describe("the trainer facade", () => {
   });
 });
 
+describe("the trainer facade as the agent stops", () => {
+  it("answers the calls it holds, queued in a window or on their way to the engine, before it closes", async () => {
+    // The agent stops (an upgrade, a restart) while the trainer's runner threads call it: a
+    // registration waiting in the coalescing window, a check, a status read, and a call the
+    // engine has not answered yet. Each was sent on: the trainer must hear the engine's answer,
+    // not a dropped connection it retries against a facade that is gone.
+    const window = manualSchedule();
+    const f = await facade(30, engine, window.schedule);
+    await post(f.url, "/update_engine_status", { engine_status: "ENGINE.ROLLING" });
+    let release = (): void => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    proxy.hold = (path, phase) => (path.endsWith("/get_reward_history") && phase === "answer" ? held : undefined);
+    const pending = Promise.all([
+      post(f.url, "/register_episode", { episode_uuid: "at-stop-1" }),
+      post(f.url, "/register_episode", { episode_uuid: "at-stop-2" }),
+      post(f.url, "/is_episode_claimed", { episode_uuid: "at-stop-1" }),
+      call(f.url, "GET", "/get_engine_status"),
+      call(f.url, "GET", "/get_reward_history"),
+    ]);
+    await waitUntil(() => f.counters.trainerCalls === 6 && proxy.count("/get_reward_history") === 1, "every call to reach the facade");
+    const closed = f.close();
+    setTimeout(release, 50);
+    const answers = await pending;
+    await closed;
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(answers.slice(0, 2).map((a) => a.body)).toEqual([{ success: true, failure_reason: "" }, { success: true, failure_reason: "" }]);
+    expect(answers[2]!.body).toMatchObject({ success: false });
+    expect(answers[3]!.body).toMatchObject({ engine_status: "ENGINE.ROLLING" });
+    expect((await engine.operator.getEpisodeBuffer()).buffer.map((e) => e.episode_uuid).sort()).toEqual(["at-stop-1", "at-stop-2"]);
+    // Closed: no new connection is served.
+    await expect(fetch(f.url + "/get_engine_status")).rejects.toThrow();
+  });
+
+  it("closes within its grace even when the engine never answers a call it holds", async () => {
+    const f = await facade(30);
+    proxy.hold = (path, phase) => (path.endsWith("/get_reward_history") && phase === "answer" ? new Promise<void>(() => undefined) : undefined);
+    const pending = call(f.url, "GET", "/get_reward_history").then(
+      () => "answered",
+      () => "connection closed",
+    );
+    await waitUntil(() => proxy.count("/get_reward_history") === 1, "the call to reach the engine");
+    await f.close(100);
+    expect(await pending).toBe("connection closed");
+  });
+});
+
 describe("the trainer facade on a shared host", () => {
   const me = process.getuid!();
 
