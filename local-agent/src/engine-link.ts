@@ -83,6 +83,8 @@ export class EngineLink {
   }
 }
 
+const NULL_BODY_STATUSES = new Set([204, 205, 304]);
+
 /**
  * One request with a deadline over the whole exchange, body included. The body is read here,
  * so the timer is cleared as soon as the answer is in: AbortSignal.timeout would keep a timer
@@ -96,7 +98,8 @@ async function withDeadline(fetchImpl: FetchLike, input: string, init: RequestIn
   try {
     const res = await fetchImpl(input, { ...init, signal: init?.signal ?? ac.signal });
     const body = await res.arrayBuffer();
-    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+    // A Response of these statuses takes no body, an empty one neither (a proxy's 304, say).
+    return new Response(NULL_BODY_STATUSES.has(res.status) ? null : body, { status: res.status, statusText: res.statusText, headers: res.headers });
   } finally {
     clearTimeout(timer);
   }
