@@ -24,9 +24,18 @@ async function hmacHex(key: string, text: string): Promise<string> {
   return hex(new Uint8Array(await crypto.subtle.sign("HMAC", k instanceof Promise ? await k : k, enc.encode(text))));
 }
 
+/**
+ * What a gateway secret is the MAC of. Per-claim keys are MACs of the same CLAIM_KEY_SECRET over
+ * text that starts with an engine name (claim-key.ts), which never starts with "@": so no claim's
+ * key can carry an engine's gateway secret, whatever its engine and episode are named. (Without
+ * the "@", the key of an engine named "gateway" for an episode named "<engine>\n<incarnation>"
+ * was one.)
+ */
+const secretText = (engine: string, incarnation: string, generation: number): string => `@gateway\n${engine}\n${incarnation}\n${generation}`;
+
 /** The gateway secret of the engine `engine` of incarnation `incarnation`, at gateway generation `generation`. */
 export function gatewaySecret(claimKeySecret: string, engine: string, incarnation: string, generation: number): Promise<string> {
-  return hmacHex(claimKeySecret, `gateway\n${engine}\n${incarnation}\n${generation}`);
+  return hmacHex(claimKeySecret, secretText(engine, incarnation, generation));
 }
 
 const derivedSecrets = settledCache<string>();
