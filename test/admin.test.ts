@@ -145,4 +145,23 @@ describe("admin: engines and tokens", () => {
       expect(await env.DB.prepare("SELECT name FROM engines WHERE name = ?").bind(name).first()).toBeNull();
     }
   });
+
+  it("refuses a field it does not know, with a 422 naming it, creating no engine and minting no token", async () => {
+    // A misspelt jurisdiction dropped silently made an engine outside any jurisdiction (only a
+    // delete undoes that); a misspelt label or an expiry the API does not have, a permanent
+    // unlabelled token whose secret is shown once.
+    const name = uniqueName("juris");
+    const create = await raw("/admin/engines", { token: ADMIN_TOKEN, body: JSON.stringify({ name, jurisdicton: "eu" }) });
+    expect(create.status).toBe(422);
+    expect(create.json).toMatchObject({ error: "invalid_request", detail: expect.stringContaining("jurisdicton") });
+    expect(await env.DB.prepare("SELECT name FROM engines WHERE name = ?").bind(name).first()).toBeNull();
+
+    const e = await createEngine("tokbody");
+    const tokens = async (): Promise<number> => (await env.DB.prepare("SELECT COUNT(*) AS n FROM tokens WHERE engine = ?").bind(e.name).first<{ n: number }>())!.n;
+    const before = await tokens();
+    const issue = await raw(`/admin/engines/${e.name}/tokens`, { token: ADMIN_TOKEN, body: JSON.stringify({ role: "client", lable: "laptop", expires_in: 3600 }) });
+    expect(issue.status).toBe(422);
+    expect(issue.json).toMatchObject({ error: "invalid_request", detail: expect.stringContaining("lable") });
+    expect(await tokens()).toBe(before);
+  });
 });

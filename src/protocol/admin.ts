@@ -28,7 +28,12 @@ export const Jurisdiction = z.enum(JURISDICTIONS, {
 });
 export type Jurisdiction = z.infer<typeof Jurisdiction>;
 
-export const CreateEngineRequest = z.object({
+/**
+ * Strict, as every body that sets something: a misspelt field (`jurisdicton`) dropped silently
+ * would make an engine outside the jurisdiction asked for, which only a delete can undo, or a
+ * token without the label asked for, whose secret is shown once.
+ */
+export const CreateEngineRequest = z.strictObject({
   name: EngineName,
   location_hint: LocationHint.nullish().transform((v) => v ?? null),
   jurisdiction: Jurisdiction.nullish().transform((v) => v ?? null),
@@ -46,7 +51,7 @@ export const CreateEngineResponse = z.object({
 });
 export type CreateEngineResponse = z.infer<typeof CreateEngineResponse>;
 
-export const IssueTokenRequest = z.object({ role: Role, label: z.string().max(200).default("") });
+export const IssueTokenRequest = z.strictObject({ role: Role, label: z.string().max(200).default("") });
 
 export const TokenInfo = z.object({
   id: z.string(),
