@@ -1319,6 +1319,23 @@ describe("AgentJet's views report failed rollouts per task, apart from rewards",
     await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
     expect((await e.as("trainer").getPoolInfo()).failed_tasks).toEqual({});
   });
+
+  it("lists an abort under the task its body names when its claim named none, as an end; the claim's own task comes first", async () => {
+    // A client that claims without a throttle_policy (the TypeScript abortClaim) names its task
+    // when it gives the claim back: the abort was counted under no task, so the trainer never
+    // saw the task needed re-registering.
+    const e = await createEngine("abort-task");
+    await rollingWith(e, 2);
+    const client = e.as("client");
+    const untagged = await client.claimEpisode({ client_uuid: "c-1", discard_episode_timeout: 60 });
+    await client.abortEpisode(endBody("c-1", untagged.episode_uuid, 0, "t1"));
+    const tagged = await client.claimEpisode({ client_uuid: "c-2", discard_episode_timeout: 60, throttle_policy: { current_task_id: "t2" } });
+    await client.abortEpisode(endBody("c-2", tagged.episode_uuid, 0, ""));
+    expect((await e.as("viewer").getPoolInfo()).failed_tasks).toEqual({
+      t1: { failed_infra: 0, aborted: 1, reaped: 0, episode_uuids: [untagged.episode_uuid] },
+      t2: { failed_infra: 0, aborted: 1, reaped: 0, episode_uuids: [tagged.episode_uuid] },
+    });
+  });
 });
 
 describe("records in D1", () => {

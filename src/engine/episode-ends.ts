@@ -103,7 +103,7 @@ export function abort(e: EpisodeState, req: AbortEpisodeRequest, actor: string |
   if (!owned.ok) return abortedBefore(e, req, ep) ? ok({ success: true }) : owned;
   if (owned.body !== "already_ended") {
     e.store.sql.exec("INSERT OR REPLACE INTO aborts (episode_uuid, fence, client_uuid) VALUES (?, ?, ?)", req.episode_uuid, owned.body.fence, req.client_uuid);
-    recordUnfinished(e, owned.body, "aborted", payload);
+    recordUnfinished(e, owned.body, "aborted", payload, owned.body.task_id || req.task_id);
     release(e, owned.body, e.requeues() ? "requeue" : "delete");
   }
   return ok({ success: true });

@@ -16,15 +16,16 @@ type FailureReason = "failed_infra" | "aborted" | "reaped";
 /**
  * A claim that ended without a result still is a trajectory (its LLM calls are in the ledger):
  * its row says how it ended, with no reward and nothing counted. It is also the episode's latest
- * claim, for the ends sent again without a fence (noteUnended).
+ * claim, for the ends sent again without a fence (noteUnended). `taskId` is the claim's task,
+ * or where its claim named none, the one its abort names (as an end's is).
  */
-export function recordUnfinished(e: EpisodeState, ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string): void {
-  recordTrajectory(e, ep, ep.task_id, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: e.host.now() });
+export function recordUnfinished(e: EpisodeState, ep: ClaimRow, outcome: "aborted" | "reaped", workflowOutput: string, taskId = ep.task_id): void {
+  recordTrajectory(e, ep, taskId, { outcome, reward: null, isSuccess: null, workflowOutput, endedAt: e.host.now() });
   noteUnended(e, ep.episode_uuid, ep.fence, ep.client_uuid);
   if (ep.episode_type !== "train") return;
-  recordFailure(e, ep, ep.task_id, outcome);
+  recordFailure(e, ep, taskId, outcome);
   // In its task's group, the lost rollout is a failed session: counted, never waited for.
-  if (ep.task_id !== "" && e.buffer.active()) joinBuffer(e, ep, ep.task_id, { reward: null, is_success: null, metadata: {}, log_metrics: {} }, true, false);
+  if (taskId !== "" && e.buffer.active()) joinBuffer(e, ep, taskId, { reward: null, is_success: null, metadata: {}, log_metrics: {} }, true, false);
 }
 
 /** A train claim that failed for a reason not the policy's, for the pool's per-task view (failedTasks). */

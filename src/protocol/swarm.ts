@@ -87,7 +87,7 @@ export type EndEpisodeRequest = z.infer<typeof EndEpisodeRequest>;
  */
 export type EndEpisodeCall = EndEpisodeRequest & { workflow_output_text?: string | undefined };
 
-/** abort_episode shares end_episode's body; AgentJet sends task_id "" and reward 0, which we ignore. */
+/** abort_episode shares end_episode's body; AgentJet sends task_id "" and reward 0. A task_id counts only where the claim named none (as an end's). */
 export const AbortEpisodeRequest = EndEpisodeRequest.extend({
   workflow_output: WorkflowOutput.optional(),
 });
