@@ -21,10 +21,12 @@ export const SyncTrainConfigRequest = z.object({
   yaml_as_string: textOfAtMost(1_000_000),
 });
 
+/** Pace's per-version fallback is the product of the two counts (episode-claims.ts); 0 is as good as not given. */
+const throttleCount = z.number().int().nonnegative("must not be negative");
 export const SwarmThrottlePolicy = z.object({
-  ratio: z.number().default(1.5),
-  expected_batch_size: z.number().int().optional(),
-  expected_num_repeat: z.number().int().optional(),
+  ratio: z.number().nonnegative("must not be negative").default(1.5),
+  expected_batch_size: throttleCount.optional(),
+  expected_num_repeat: throttleCount.optional(),
   current_task_id: z.string().max(256).refine(isWellFormed, "holds a lone surrogate, which has no UTF-8 form").default(""),
 });
 
