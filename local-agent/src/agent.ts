@@ -160,6 +160,7 @@ export async function startAgent(
     rolloutWorkers: () => rolloutWorkers.report(),
     runsOffReason: () => runs.offReason,
     ledger: () => ({ ...shipper.report(), unrecorded_calls: recorder.unrecorded }),
+    stateDir: config.stateDir,
   });
   const runs = new RunCommands({
     config: extras.runsConfig ?? loadRunsConfig(process.env, process.cwd(), config.stateDir),
@@ -191,6 +192,8 @@ export async function startAgent(
   });
 
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}; inference gateway on ${gatewayLocalUrl}${gatewayUrl === gatewayLocalUrl ? "" : `, reached at ${gatewayUrl}`}`);
+  // Before adopt(), which may report an exit of its own (a trainer that died while no agent ran): that one is the later.
+  const keptExit = reports.resendKeptExit();
   trainer.adopt();
   rollout.workers.adopt();
   const replay = acker.resendJournal();
@@ -215,6 +218,7 @@ export async function startAgent(
       }),
     ),
     reports.heartbeatLoop(config.heartbeatSeconds * 1000),
+    keptExit,
     // Every log a child writes straight to (a file, not a pipe, so it outlives the agent): one left unrotated fills the host's disk.
     rotateLoop(() => [trainerLog.path, rolloutWorkers.logPath, ...(runs.supervisor?.logPaths ?? [])], config, logger, clock, stop),
     // Scan the environments and find the runs a previous agent left; a run's processes outlive the agent.

@@ -3,14 +3,19 @@
  * state), and that the trainer exited without being asked to (the engine goes OFFLINE and
  * shows the exit and the last log lines).
  */
+import { randomUUID } from "node:crypto";
+import { readFileSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
+import { join } from "node:path";
+import { z } from "zod";
 import { ExchangeError } from "../../src/client";
-import type { AgentLedgerReport, RolloutWorkersStatus, TrainerExitRequest } from "../../src/protocol";
+import { TrainerExitRequest, type AgentLedgerReport, type RolloutWorkersStatus } from "../../src/protocol";
 import { SIGNATURE_MAX_SKEW_SECONDS } from "../../src/protocol/relay";
 import { Backoff, type BackoffOptions } from "./backoff";
 import type { Clock } from "./clock";
 import { refusedForGood } from "./acker";
 import { isTransient, type EngineLink } from "./engine-link";
+import { writePrivateAtomic } from "./host-files";
 import { describeError, type Logger } from "./log";
 import type { Reachability } from "./reachability";
 import type { TrainerSupervisor } from "./trainer";
@@ -35,7 +40,19 @@ export type ReportDeps = {
   runsOffReason?: () => string | null;
   /** The gateway's recorded calls on their way to the ledger, and what became of them. */
   ledger?: () => AgentLedgerReport;
+  /** Where a trainer-exit report not yet taken is kept across a restart; none when absent. */
+  stateDir?: string;
 };
+
+/**
+ * A trainer-exit report the engine has not taken yet, on disk: an agent stopped (an upgrade, a
+ * reboot) while the exchange failed it would otherwise leave the engine believing a trainer
+ * runs, its clients claiming for nobody. `engine` is the engine's URL: a state directory
+ * another engine's agent used holds no report of this one's.
+ */
+const KeptExit = z.object({ id: z.string(), engine: z.string(), request: TrainerExitRequest });
+type KeptExit = z.infer<typeof KeptExit>;
+const KEPT_EXIT_FILE = "trainer-exit.json";
 
 const MAX_LOG_TAIL = 16_384;
 /** A host clock further than this from the exchange's is worth a warning, well before the gateway refuses. */
@@ -127,7 +144,8 @@ export class Reports {
   /**
    * Reports an unexpected trainer exit until the engine takes it, as an ack is: retried while the
    * exchange is unreachable, and while it refuses the report for a reason that passes (a token
-   * being replaced, an engine being made again); dropped only when it can never be taken.
+   * being replaced, an engine being made again); dropped only when it can never be taken. Kept
+   * on disk until then, for the next agent should this one stop first (resendKeptExit).
    */
   async trainerExited(exit: TrainerExit): Promise<void> {
     // The agent's own words go last, so the operator reads the trainer's output and then why it matters.
@@ -140,12 +158,71 @@ export class Reports {
       start_seq: exit.start_seq,
       ...(exit.start_incarnation === undefined ? {} : { start_incarnation: exit.start_incarnation }),
     };
+    const kept: KeptExit = { id: randomUUID(), engine: this.d.link.baseUrl, request: req };
+    this.keepExit(kept);
+    await this.sendExit(kept);
+  }
+
+  /** Sends the trainer-exit report a previous agent kept and did not get taken, if any. */
+  resendKeptExit(): Promise<void> {
+    const path = this.keptExitPath();
+    if (path === null) return Promise.resolve();
+    let text: string;
+    try {
+      text = readFileSync(path, "utf8");
+    } catch {
+      return Promise.resolve(); // none kept
+    }
+    let kept: KeptExit;
+    try {
+      kept = KeptExit.parse(JSON.parse(text));
+    } catch (e) {
+      this.d.logger.warn(`dropped ${path}: it is no trainer-exit report this agent can read (${describeError(e)})`);
+      rmSync(path, { force: true });
+      return Promise.resolve();
+    }
+    if (kept.engine !== this.d.link.baseUrl) {
+      this.d.logger.warn(`left ${path} alone: it reports a trainer exit to ${kept.engine}, not to this agent's engine`);
+      return Promise.resolve();
+    }
+    this.d.logger.info("re-sending the report of a trainer exit the engine had not taken before the restart");
+    return this.sendExit(kept);
+  }
+
+  private keptExitPath(): string | null {
+    return this.d.stateDir === undefined ? null : join(this.d.stateDir, KEPT_EXIT_FILE);
+  }
+
+  private keepExit(kept: KeptExit): void {
+    const path = this.keptExitPath();
+    if (path === null) return;
+    try {
+      writePrivateAtomic(path, JSON.stringify(kept));
+    } catch (e) {
+      this.d.logger.warn(`could not keep the trainer-exit report in ${path} (${describeError(e)}): it is lost if the agent stops before the engine takes it`);
+    }
+  }
+
+  /** Forgets the kept report once taken or dropped for good, unless a later exit's replaced it. */
+  private forgetExit(kept: KeptExit): void {
+    const path = this.keptExitPath();
+    if (path === null) return;
+    try {
+      if ((JSON.parse(readFileSync(path, "utf8")) as { id?: unknown }).id !== kept.id) return;
+    } catch {
+      return;
+    }
+    rmSync(path, { force: true });
+  }
+
+  private async sendExit(kept: KeptExit): Promise<void> {
     const backoff = new Backoff(this.d.backoff);
     let refusedFor: string | null = null;
     while (!this.d.stop.aborted) {
       try {
-        await this.d.link.client.trainerExit(req);
+        await this.d.link.client.trainerExit(kept.request);
         this.d.reach.succeeded();
+        this.forgetExit(kept);
         this.d.logger.info("told the engine that the trainer exited; it is now OFFLINE");
         this.poke();
         return;
@@ -154,6 +231,7 @@ export class Reports {
         if (isTransient(e)) this.d.reach.failed("reporting the trainer's exit", e);
         else if (refusedForGood(e)) {
           this.d.logger.error(`the exchange refused the trainer-exit report and can never take it: ${describeError(e)}`);
+          this.forgetExit(kept);
           return;
         } else {
           const why = describeError(e);

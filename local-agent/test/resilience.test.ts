@@ -281,6 +281,28 @@ describe("the agent and an unreliable Worker", () => {
     expect(a.lines.filter((l) => /the exchange refused the trainer-exit report \(.*401.*\); retrying/.test(l))).toHaveLength(1);
   });
 
+  it("keeps the report of a trainer's exit across an agent restart, and the next agent sends it", async () => {
+    // The exchange fails the report until the agent stops (an upgrade, a host reboot): the engine
+    // would believe the trainer runs, BOOTING or ROLLING for ever, its clients claiming for nobody.
+    proxy.fault = (path) => (path.endsWith("/agent/trainer_exit") ? "503" : "pass");
+    const first = await agent({ trainerCommand: ["sh", join(import.meta.dirname, "fixtures", "trainer-exits-3.sh")] });
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await waitUntil(() => proxy.faults("/agent/trainer_exit") > 0, "the exit report to be tried");
+    await first.stop();
+    expect((await t.engine.viewer.getEngineStatus()).engine_status).toBe("ENGINE.BOOTING");
+    proxy.fault = () => "pass";
+    const second = await agent();
+    await waitUntil(async () => (await t.engine.viewer.getEngineStatus()).engine_status === "ENGINE.OFFLINE", "the engine to go OFFLINE", 20_000);
+    expect((await t.engine.viewer.getEngineStatus()).engine_status_detail).toMatch(/^trainer exited with code 3; last output:/);
+    expect(second.lines.some((l) => l.includes("re-sending the report of a trainer exit"))).toBe(true);
+    // Taken: a third agent has nothing to send.
+    await second.stop();
+    const third = await agent();
+    await third.stop();
+    expect(third.lines.some((l) => l.includes("re-sending the report of a trainer exit"))).toBe(false);
+  });
+
   it("says, once, that this host's clock is off the exchange's and by how much (the gateway refuses calls signed 300 s off), and when it is right again", async () => {
     // The host's clock an hour fast, as the agent reads it; the exchange's is the real one.
     const skew = { ms: 3_600_000 };
