@@ -86,7 +86,7 @@ export class Acker {
           if (refusedFor !== why) this.d.logger.error(`the exchange refused the ack of command ${seq} (${why}); keeping it and retrying, check the engine name and the trainer token`);
           refusedFor = why;
         }
-        await this.d.reach.pause(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop, e);
         continue;
       }
       this.d.reach.succeeded();

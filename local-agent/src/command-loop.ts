@@ -52,7 +52,7 @@ export async function commandLoop(d: CommandLoopDeps): Promise<void> {
         const why = e instanceof ExchangeError ? `${e.status} ${e.detail}` : String(e);
         d.logger.error(`the exchange refused the agent's command poll: ${why}; check the engine name and the trainer token`);
       }
-      await d.reach.pause(backoff.next(), d.stop);
+      await d.reach.pause(backoff.next(), d.stop, e);
     }
   }
 }

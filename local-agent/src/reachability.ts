@@ -9,11 +9,18 @@
  * through `pause` ends as soon as any request is answered again. An agent's first request after
  * an outage is still jittered by its own backoff, so a fleet that lost the Worker together does
  * not come back together.
+ *
+ * A 429's Retry-After is the exception: the exchange limits requests per token, so every loop's,
+ * and asks that none come back before then. A wait for it is not cut short by another request's
+ * answer, and a loop whose own request failed otherwise meanwhile waits it out too.
  */
+import { ExchangeError } from "../../src/client";
 import type { Clock } from "./clock";
 import { describeError, type Logger } from "./log";
 
 const PROGRESS_EVERY_MS = 30_000;
+/** Loops held back by one Retry-After wake spread over up to this much more, not all at once. */
+const RETRY_AFTER_SPREAD_MS = 1_000;
 
 export class Reachability {
   private downSince: number | null = null;
@@ -21,6 +28,8 @@ export class Reachability {
   private failures = 0;
   /** Aborted when the current (or next) outage ends, then replaced. */
   private recovery = new AbortController();
+  /** Before this (the clock's ms) the exchange asked for no request: the latest Retry-After's end. */
+  private notBefore = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly logger: Logger,
@@ -37,8 +46,14 @@ export class Reachability {
     return this.recovery.signal;
   }
 
-  /** Sleeps a backoff wait (or until `stop`), cut short when the exchange is reachable again. */
-  pause(ms: number, stop: AbortSignal): Promise<void> {
+  /**
+   * Sleeps a backoff wait (or until `stop`) after `err`, cut short when the exchange is reachable
+   * again; while a Retry-After runs (`err`'s or another loop's), until its end instead.
+   */
+  pause(ms: number, stop: AbortSignal, err?: unknown): Promise<void> {
+    const now = this.clock.now();
+    if (err instanceof ExchangeError && err.retryAfterSeconds !== null) this.notBefore = Math.max(this.notBefore, now + err.retryAfterSeconds * 1000);
+    if (this.notBefore > now) return this.clock.sleep(this.notBefore - now + Math.random() * Math.min(ms, RETRY_AFTER_SPREAD_MS), stop);
     return this.clock.sleep(ms, AbortSignal.any([stop, this.recovery.signal]));
   }
 

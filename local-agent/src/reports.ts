@@ -239,7 +239,7 @@ export class Reports {
           if (refusedFor !== why) this.d.logger.error(`the exchange refused the trainer-exit report (${why}); retrying, check the engine name and the trainer token`);
           refusedFor = why;
         }
-        await this.d.reach.pause(backoff.next(), this.d.stop);
+        await this.d.reach.pause(backoff.next(), this.d.stop, e);
       }
     }
   }

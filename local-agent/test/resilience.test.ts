@@ -70,6 +70,14 @@ async function advanceUntil(clock: ManualClock, done: () => boolean, maxMs: numb
   }
 }
 
+/** Moves the manual clock on by `ms` in 100 ms steps, letting the agent's loops run between them. */
+async function advanceBy(clock: ManualClock, ms: number): Promise<void> {
+  for (let moved = 0; moved < ms; moved += 100) {
+    await clock.advance(100);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
 const deliveries = async () => (await t.engine.viewer.overview()).deliveries;
 
 describe("the agent and an unreliable Worker", () => {
@@ -122,6 +130,37 @@ describe("the agent and an unreliable Worker", () => {
     // No more time passes: the poll must go at once, and the result reach its runner.
     await runner.waitFor("acked", ids[0], 5000);
     expect(longest()).toBeLessThanOrEqual(5000);
+  });
+
+  it("waits out a 429's Retry-After before it acks again, though heartbeats get through meanwhile", async () => {
+    // The exchange limits requests per token, the agent's loops together: an ack sent again
+    // after its own 0.5 s backoff, or at the next heartbeat's answer, kept the token limited.
+    const clock = new ManualClock(Date.now());
+    const a = await agent({ retryMaxSeconds: 30, heartbeatSeconds: 1 }, clock);
+    const { runner, ids } = await episodes(1, "limited-ack");
+    await waitUntil(() => a.lines.some((l) => l.includes("rollout-agent")), "the agent to start");
+    proxy.fault = (p) => (p.endsWith("/agent/ack") ? "429" : "pass"); // Retry-After: 7
+    await claimAndEnd(ids);
+    await waitUntil(() => proxy.faults("/agent/ack") === 1, "the ack to be rate limited");
+    const beats = proxy.count("/agent/heartbeat");
+    await advanceBy(clock, 6900);
+    expect(proxy.faults("/agent/ack")).toBe(1);
+    expect(proxy.count("/agent/heartbeat")).toBeGreaterThan(beats);
+    proxy.fault = () => "pass";
+    await advanceUntil(clock, () => proxy.count("/agent/ack") > 0, 2000);
+    await waitUntil(async () => (await deliveries()).delivered === 1, "the ack to land");
+    expect(runner.of("result", ids[0])).toHaveLength(1);
+  });
+
+  it("waits out a 429's Retry-After before it polls again", async () => {
+    const clock = new ManualClock(Date.now());
+    const a = await agent({ retryMaxSeconds: 30, heartbeatSeconds: 1 }, clock);
+    await waitUntil(() => a.lines.some((l) => l.includes("rollout-agent")), "the agent to start");
+    proxy.fault = (p) => (p.endsWith("/agent/commands") ? "429" : "pass");
+    await waitUntil(() => proxy.faults("/agent/commands") === 1, "a poll to be rate limited");
+    await advanceBy(clock, 6900);
+    expect(proxy.faults("/agent/commands")).toBe(1);
+    await advanceUntil(clock, () => proxy.faults("/agent/commands") === 2, 2000);
   });
 
   it("backs off from a server that answers a login page instead of the exchange, saying so once", async () => {

@@ -71,7 +71,7 @@ export class ExchangeReporter implements RunReporter {
         }
         const wait = backoff.next();
         this.d.logger.warn(`could not ${what} (${describeError(e)}); retrying in ${Math.round(wait / 1000)} s`);
-        await this.d.reach.pause(wait, this.d.stop);
+        await this.d.reach.pause(wait, this.d.stop, e);
       }
     }
   }
