@@ -64,14 +64,15 @@ export function jsonAnswer<S extends z.ZodType>(
   url: string,
   refusal?: RefusalReader,
 ): z.output<S> {
+  // A proxy's or the edge's own page (an HTML 503) may say when to come back too.
+  const retryAfter = res.ok ? null : retryAfterSeconds(res.headers.get("retry-after"));
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
-    throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`);
+    throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`, retryAfter);
   }
   if (!res.ok) {
-    const retryAfter = retryAfterSeconds(res.headers.get("retry-after"));
     const custom = refusal?.(res.status, json, retryAfter);
     if (custom) throw custom;
     const err = ErrorResponse.safeParse(json);
