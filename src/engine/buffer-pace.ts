@@ -82,7 +82,8 @@ export function paceState(s: BufferState, claims: { count: number; oldest: numbe
     maxStaleness: cfg.max_staleness,
     oldestVersion: claims === null || claims.oldest === null ? oldest : oldest === null ? claims.oldest : Math.min(oldest, claims.oldest),
     outstanding: sessions + (claims?.count ?? 0),
-    consumedAtVersion: c.pullVersion === version ? c.pulledAtVersion : 0,
+    // Only this run's trainer has consumed anything at this version.
+    consumedAtVersion: c.pullVersion === version && c.pullRun === s.host.run() ? c.pulledAtVersion : 0,
     perVersion: cfg.rollouts_per_version ?? c.perVersion ?? fallbackPerVersion,
   };
 }

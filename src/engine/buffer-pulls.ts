@@ -44,14 +44,16 @@ function deliveredOldest(s: BufferState, g: GroupRow): number | null {
 }
 
 /**
- * The consumption measure after a pull of `sessions` at version `version`: a pull at a new
- * version closes the count of the last one, spread over the versions it moved on by.
+ * The consumption measure after a pull of `sessions` at version `version` in run `run`: a pull
+ * at a new version closes the count of the last one, spread over the versions it moved on by.
+ * A pull in a new run (a restarted trainer) begins the count again, keeping the measure.
  */
-function measured(c: Counters, version: number | null, sessions: number): Pick<Counters, "pullVersion" | "pulledAtVersion" | "perVersion"> {
-  if (version === c.pullVersion) return { pullVersion: version, pulledAtVersion: c.pulledAtVersion + sessions, perVersion: c.perVersion };
+function measured(c: Counters, version: number | null, sessions: number, run: number): Pick<Counters, "pullVersion" | "pulledAtVersion" | "perVersion" | "pullRun"> {
+  if (run !== c.pullRun) return { pullVersion: version, pulledAtVersion: sessions, perVersion: c.perVersion, pullRun: run };
+  if (version === c.pullVersion) return { pullVersion: version, pulledAtVersion: c.pulledAtVersion + sessions, perVersion: c.perVersion, pullRun: run };
   const moved = version !== null && c.pullVersion !== null ? version - c.pullVersion : 0;
   const perVersion = moved > 0 && c.pulledAtVersion > 0 ? c.pulledAtVersion / moved : c.perVersion;
-  return { pullVersion: version, pulledAtVersion: sessions, perVersion };
+  return { pullVersion: version, pulledAtVersion: sessions, perVersion, pullRun: run };
 }
 
 /** Hands out ready groups, oldest first, applying the staleness policy. */
@@ -90,7 +92,8 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
   }
   if (deliver.length === 0) {
     // A first pull at a new version closes the last one's count; polls at the same version write nothing.
-    if (weightVersion !== s.counters().pullVersion) s.bump((c) => ({ ...c, ...measured(c, weightVersion, 0) }));
+    const c = s.counters();
+    if (weightVersion !== c.pullVersion || s.host.run() !== c.pullRun) s.bump((c) => ({ ...c, ...measured(c, weightVersion, 0, s.host.run()) }));
     return { success: false, message: "No data available to read", data: { data: [], meta_info: metaInfo([], [], null, [], weightVersion, []) } };
   }
   const cursor = s.sql
@@ -116,7 +119,7 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
     recordOutcome(s, id, "delivered", reason, staleSet.has(id), own.length, cursor, now, { consumer: weightVersion, report: reports[i]! });
   }
   const usable = reports.reduce((n, r) => n + r.usable_sessions, 0);
-  s.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable) }));
+  s.bump((c) => ({ ...c, delivered: c.delivered + deliver.length, partialDelivered: c.partialDelivered + partial.size, ...measured(c, weightVersion, usable, s.host.run()) }));
   forgetOldPulls(s, cursor, now);
   return {
     success: true,

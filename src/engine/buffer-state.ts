@@ -53,6 +53,12 @@ export type Counters = {
   /** The consumer's version at its last pull, the sessions it pulled at that version, and the last full version's count. */
   pullVersion: number | null;
   pulledAtVersion: number;
+  /**
+   * The run of the history that pull was in: a trainer restarted from a checkpoint at the version
+   * its predecessor consumed a batch at has consumed none of it (null: counters from before runs
+   * were kept here, taken as another run's).
+   */
+  pullRun: number | null;
   perVersion: number | null;
   nextReadySeq: number;
   nextOutcomeSeq: number;
@@ -72,6 +78,7 @@ const NO_COUNTERS: Counters = {
   keptBytes: 0,
   pullVersion: null,
   pulledAtVersion: 0,
+  pullRun: null,
   perVersion: null,
   nextReadySeq: 1,
   nextOutcomeSeq: 1,
