@@ -161,16 +161,20 @@ function paced(e: EpisodeState, req: ClaimEpisodeRequest): boolean {
  * at the trainer's current version. A trainer takes its batch before its version moves, so those
  * begun before are counted consumed; until it moves, an ended rollout still waits to be trained
  * on and counts toward the bound as much as one under way. With the buffer in use, ended claims
- * are its sessions until pulled, counted there (paceState). Failed ends are never trained on,
+ * that name a task are its sessions until pulled, counted there (paceState); those that name
+ * none never join it (episode-ends.ts) and are counted here. Failed ends are never trained on,
  * and aborted or reaped claims went back to the queue; a result the agent could not deliver never
  * reached the trainer, which registers its episode again. None is counted, or a trainer waiting
  * for its batch could wait for ever.
  */
 function endedUnconsumed(e: EpisodeState): number {
   const version = e.store.meta.weightVersion;
-  if (version === null || e.buffer.active()) return 0;
+  if (version === null) return 0;
   return e.store.sql
-    .exec<{ n: number }>("SELECT COUNT(*) AS n FROM finished WHERE episode_type = 'train' AND failed = 0 AND delivery != 'undeliverable' AND claim_weight_version = ?", version)
+    .exec<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM finished WHERE episode_type = 'train' AND failed = 0 AND delivery != 'undeliverable' AND claim_weight_version = ?${e.buffer.active() ? " AND task_id = ''" : ""}`,
+      version,
+    )
     .one().n;
 }
 
