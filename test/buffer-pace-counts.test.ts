@@ -3,21 +3,56 @@
  * a worker's batch asks to begin new work (docs/buffer.md, "Pacing instead of discarding").
  */
 import { describe, expect, it } from "vitest";
-import { createEngine, endBody, rollingWith } from "./support/harness";
+import { stepRow as row } from "./support/buffer";
+import { createEngine, endBody, raw, rollingWith } from "./support/harness";
+
+/**
+ * An engine with the buffer in use under pace, at most 0 versions late and 2 rollouts per
+ * version, `episodes` registered, rolling at version 0; `claim` names a task when `tasks`.
+ */
+async function pacedEngine(name: string, episodes: number, o: { tasks: boolean; zmq?: boolean }) {
+  const e = await createEngine(name);
+  const trainer = e.as("trainer");
+  await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
+  await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 2 });
+  await rollingWith(e, episodes, o.zmq === true ? { zmq: true } : {});
+  await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+  const client = e.as("client");
+  const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600, ...(o.tasks ? { throttle_policy: { current_task_id: `task-${id}` } } : {}) });
+  return { e, trainer, client, claim };
+}
 
 describe("pace counts everything the trainer has not consumed", () => {
+  it("holds a worker's new group back while AgentJet claims under way already fill the bound (one buffer, both sources)", async () => {
+    // A worker's batch was weighed without the claims under way, though their ends join the
+    // same buffer: with claims filling the bound, its group was let in, and one of the rollouts
+    // pace let begin was consumed past max_staleness.
+    const { e, trainer, client, claim } = await pacedEngine("pace-mixed", 4, { tasks: true });
+    const a = await claim("a");
+    const b = await claim("b");
+    expect(a.success && b.success).toBe(true);
+    // Two per version at max_staleness 0: the bound is full, a third claim is refused.
+    expect((await claim("c")).success).toBe(false);
+    // A worker's batch opening a new group at the same version: it should be refused as the claim was.
+    const posted = await raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: [row("w", "w-group", 0, true)] }) });
+    // Whatever the answer, follow the trainer: it takes two rollouts per version.
+    await client.endEpisode(endBody("a", a.episode_uuid, 1, "task-a"));
+    await client.endEpisode(endBody("b", b.episode_uuid, 1, "task-b"));
+    const lags: { group: string; lag: number | null }[] = [];
+    for (let v = 0; v < 3; v++) {
+      const pulled = await trainer.getRolloutData({ max_groups: 2 });
+      for (const g of pulled.data.meta_info.groups) lags.push({ group: g.group_id, lag: g.lag_versions });
+      await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: v + 1 });
+    }
+    // Pace's promise: nothing it let begin is consumed more than max_staleness (0) versions late.
+    expect(lags.filter((l) => l.lag === null || l.lag > 0), `worker's batch answered ${posted.status}`).toEqual([]);
+  });
+
   it("counts a claim that ended without a task id (its result goes to the trainer over ZeroMQ) as unconsumed while the buffer is active", async () => {
     // An end that names no task never joins the buffer (its result goes to the runner over
     // ZeroMQ), and was counted nowhere while the buffer was in use: each such end freed a slot,
     // so pace let more claims begin per version than the trainer takes.
-    const e = await createEngine("rv-pace-notask");
-    const trainer = e.as("trainer");
-    await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
-    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 2 });
-    await rollingWith(e, 4, { zmq: true });
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
-    const client = e.as("client");
-    const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600 });
+    const { e, client, claim } = await pacedEngine("pace-notask", 4, { tasks: false, zmq: true });
     const a = await claim("a");
     const b = await claim("b");
     expect(a.success && b.success).toBe(true);
@@ -35,14 +70,7 @@ describe("pace across a trainer restart", () => {
     // The batch the old trainer pulled at version 0 was counted as consumed at that version by
     // the restarted one too: with nothing outstanding, every claim was refused for ever (its
     // empty pulls at the same version write nothing).
-    const e = await createEngine("rv-pace-restart");
-    const trainer = e.as("trainer");
-    await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1" });
-    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: 0, rollouts_per_version: 2 });
-    await rollingWith(e, 2);
-    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
-    const client = e.as("client");
-    const claim = (id: string) => client.claimEpisode({ client_uuid: id, discard_episode_timeout: 600, throttle_policy: { current_task_id: `task-${id}` } });
+    const { e, trainer, client, claim } = await pacedEngine("pace-restart", 2, { tasks: true });
     const a = await claim("a");
     const b = await claim("b");
     expect(a.success && b.success).toBe(true);

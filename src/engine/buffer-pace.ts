@@ -3,8 +3,8 @@
  * new groups. The rule itself is pure (pacing.ts); this reads the tables it needs.
  */
 import { DEFAULT_BUFFER_CONFIG, type StepRow } from "../protocol/buffer";
-import type { BufferState } from "./buffer-state";
-import { paceAdmits, paceAdmitsAlone, type PaceState } from "./pacing";
+import type { BufferState, ClaimsOutstanding } from "./buffer-state";
+import { olderVersion, paceAdmits, paceAdmitsAlone, type PaceState } from "./pacing";
 import { fail, type Failure } from "./reply";
 
 /**
@@ -24,7 +24,8 @@ export function paceRefusal(s: BufferState, opening: readonly StepRow[]): Failur
     sessions.set(r.group_id, group.add(r.session_id));
   }
   const adding = [...sessions.values()].reduce((n, group) => n + Math.max(group.size, cfg.group_size), 0);
-  const state = paceState(s, null, true);
+  // The claims under way count as for a claim: one bound for the rollouts of both.
+  const state = paceState(s, s.host.claimsOutstanding(), true);
   if (paceAdmits(state, adding) || paceAdmitsAlone(state, adding)) return null;
   notePaced(s);
   return fail(
@@ -54,7 +55,7 @@ function paceSilenceMs(cfg: { ttl_seconds: number }): number {
  * and as at least group_size sessions; not for claims, whose refusal would stop a pending group
  * from completing.
  */
-export function paceState(s: BufferState, claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
+export function paceState(s: BufferState, claims: ClaimsOutstanding, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
   const cfg = s.config();
   const c = s.counters();
   const version = s.host.weightVersion();
@@ -80,8 +81,8 @@ export function paceState(s: BufferState, claims: { count: number; oldest: numbe
   return {
     consumerVersion: version,
     maxStaleness: cfg.max_staleness,
-    oldestVersion: claims === null || claims.oldest === null ? oldest : oldest === null ? claims.oldest : Math.min(oldest, claims.oldest),
-    outstanding: sessions + (claims?.count ?? 0),
+    oldestVersion: olderVersion(oldest, claims.oldest),
+    outstanding: sessions + claims.count,
     // Only this run's trainer has consumed anything at this version.
     consumedAtVersion: c.pullVersion === version && c.pullRun === s.host.run() ? c.pulledAtVersion : 0,
     perVersion: cfg.rollouts_per_version ?? c.perVersion ?? fallbackPerVersion,

@@ -10,12 +10,17 @@ import { MAX_STORED_BYTES } from "../protocol/limits";
 import type { ReportedGroup } from "./buffer-items";
 import type { OutboxItem } from "./outbox";
 
+/** Train rollouts begun by claims and not consumed: how many, and the oldest weight version they began at. */
+export type ClaimsOutstanding = { count: number; oldest: number | null };
+
 export type BufferHost = {
   engine(): string;
   /** The trainer's weight version now (update_engine_status). */
   weightVersion(): number | null;
   /** The current run of the engine's history: a group belongs to the run it began in. */
   run(): number;
+  /** The train rollouts claims began that the trainer has not consumed, and the oldest version among them (episode-claims.ts claimsOutstanding). */
+  claimsOutstanding(): ClaimsOutstanding;
   now(): number;
   getKv<T>(k: string): T | null;
   setKv(k: string, v: unknown): void;

@@ -161,6 +161,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
       engine: () => store.meta.name ?? "",
       weightVersion: () => store.meta.weightVersion,
       run: () => store.meta.run,
+      // Read only under pace, by a worker's batch; episodes is made below, with this buffer.
+      claimsOutstanding: () => this.episodes.claimsOutstanding(),
       now,
       getKv: (k) => store.getKv(k),
       setKv: (k, v) => store.setKv(k, v),

@@ -4,6 +4,7 @@
  */
 import type { ClaimEpisodeRequest, ClaimEpisodeResponse } from "../protocol/swarm";
 import { signClaimKey } from "../auth/claim-key";
+import type { ClaimsOutstanding } from "./buffer-state";
 import { mayActOn, type EpisodeState } from "./episode-state";
 import { olderVersion, paceAdmits } from "./pacing";
 import { fail, ok, type Failure, type Reply } from "./reply";
@@ -137,22 +138,30 @@ function take(e: EpisodeState, req: ClaimEpisodeRequest, uuid: string, fence: nu
  */
 function paced(e: EpisodeState, req: ClaimEpisodeRequest): boolean {
   if (e.buffer.config().staleness_policy !== "pace") return false;
+  const t = req.throttle_policy;
+  const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
+  if (paceAdmits(e.buffer.paceState(claimsOutstanding(e), false, batch))) return false;
+  e.buffer.notePaced();
+  return true;
+}
+
+/**
+ * The train rollouts begun by claims and not consumed, which pace weighs besides the buffer's
+ * sessions (for a claim, and for a worker's batch opening groups: one bound for both): the
+ * claims under way, those still signing their key included (not written yet), and the ends the
+ * engine does not see consumed (endedUnconsumed); with the oldest version they began at.
+ */
+export function claimsOutstanding(e: EpisodeState): ClaimsOutstanding {
   const live = e.store.sql
     .exec<{ count: number; oldest: number | null }>(
       "SELECT COUNT(*) AS count, MIN(claim_weight_version) AS oldest FROM episodes WHERE state = 'claimed' AND episode_type = 'train'",
     )
     .one();
-  const claims = { count: live.count + endedUnconsumed(e), oldest: live.oldest };
-  // Those ended were begun at the current version, which no live claim is newer than.
-  if (claims.count > live.count) claims.oldest = olderVersion(live.oldest, e.store.meta.weightVersion);
-  const t = req.throttle_policy;
-  const batch = t?.expected_batch_size !== undefined && t.expected_num_repeat !== undefined ? t.expected_batch_size * t.expected_num_repeat : null;
-  // The train claims signing their key are under way too: they are not written yet.
   let signing = 0;
   for (const isTrain of e.claimsSigning.values()) if (isTrain) signing++;
-  if (paceAdmits(e.buffer.paceState(claims, false, batch), 1 + signing)) return false;
-  e.buffer.notePaced();
-  return true;
+  const others = endedUnconsumed(e) + signing;
+  // Those ended, and those signing, began at the current version, which no live claim is newer than.
+  return { count: live.count + others, oldest: others > 0 ? olderVersion(live.oldest, e.store.meta.weightVersion) : live.oldest };
 }
 
 /**

@@ -22,12 +22,13 @@ import type {
 import type { CommandBody } from "../protocol/commands";
 import type { EngineStore } from "./engine-store";
 import type { EpisodeRow } from "./episode-views";
-import { canContinue, claim, type Claimant } from "./episode-claims";
+import { canContinue, claim, claimsOutstanding, type Claimant } from "./episode-claims";
 import { abort, delivered, end, endPayload } from "./episode-ends";
 import { armForLeases, earliestLeaseExpiry, extendLeases, reapExpired, releaseClaimsOf } from "./episode-leases";
 import { claimedCheck, clearAll, clearFinished, counts, register, wasReset } from "./episode-queue";
 import { EpisodeState, type EpisodesHost } from "./episode-state";
 import type { RolloutBuffer } from "./rollout-buffer";
+import type { ClaimsOutstanding } from "./buffer-state";
 import type { Reply } from "./reply";
 
 export class Episodes {
@@ -83,6 +84,11 @@ export class Episodes {
   }
 
   // ---------------------------------------------------------------- leases, the agent's acks, clearing
+
+  /** The train rollouts claims began that the trainer has not consumed (pace's share of them). */
+  claimsOutstanding(): ClaimsOutstanding {
+    return claimsOutstanding(this.state);
+  }
 
   reapExpired(now: number): void {
     reapExpired(this.state, now);

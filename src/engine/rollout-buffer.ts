@@ -16,7 +16,7 @@ import { discardForRestart } from "./buffer-outcomes";
 import { admitSteps, type Admitted } from "./buffer-admission";
 import { notePaced, paceState } from "./buffer-pace";
 import { lastPull, pull, reread } from "./buffer-pulls";
-import { BufferState, type BufferHost, type LastStart } from "./buffer-state";
+import { BufferState, type BufferHost, type ClaimsOutstanding, type LastStart } from "./buffer-state";
 import type { CheckedStep } from "./buffer-step-size";
 import type { PaceState } from "./pacing";
 import { fail, ok, type Reply } from "./reply";
@@ -120,7 +120,7 @@ export class RolloutBuffer {
     return admitSteps(this.state, rows);
   }
 
-  paceState(claims: { count: number; oldest: number | null } | null, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
+  paceState(claims: ClaimsOutstanding, withPending: boolean, fallbackPerVersion: number | null = null): PaceState {
     return paceState(this.state, claims, withPending, fallbackPerVersion);
   }
 
