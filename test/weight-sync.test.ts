@@ -468,6 +468,29 @@ describe("weight versions", () => {
     expect({ consumer: pulled.data.meta_info.consumer_weight_version, lag: pulled.data.meta_info.groups[0]?.lag_versions }).toEqual({ consumer: 5, lag: 0 });
   });
 
+  it("refuses a sync report naming a lower target than the sync under way (the last sync's, retried), and the sync still ends at its own target", async () => {
+    // Taken, the late "syncing to 5" replaced the target 6: the sync ended at 5 while 6 was served,
+    // and every claim, row and pull after it was stamped one version behind.
+    const e = await buffered();
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 5, weight_version: 5 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: 5, weight_version: 6 });
+    const late = await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", global_step: 5, weight_version: 5 });
+    expect(late).toEqual({ success: false, failure_reason: expect.stringContaining("weight_version 5 is lower than 6, the version the weight sync under way goes to") });
+    // The status that ends the sync need not name the version again.
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 6 });
+    expect((await trainer.getRolloutData()).data.meta_info.consumer_weight_version).toBe(6);
+  });
+
+  it("takes a lower version with the status that ends a sync: the sync was abandoned, its target never served", async () => {
+    const e = await buffered();
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING", weight_version: 6 });
+    expect(await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 })).toEqual({ success: true, failure_reason: "" });
+    expect((await trainer.getRolloutData()).data.meta_info.consumer_weight_version).toBe(5);
+  });
+
   it("takes a lower weight_version once a new run began (a restarted trainer)", async () => {
     const e = await buffered();
     const trainer = e.as("trainer");

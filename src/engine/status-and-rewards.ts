@@ -88,11 +88,23 @@ export class StatusAndRewards {
     // retry after a timeout), and taking it would stamp calls, claims and ends with weights no
     // longer served and give the buffer's pulls a negative lag. Refused whole, as nothing of it
     // can be trusted. A run that begins (a restarted trainer) may start lower again.
-    if (version !== null && began === null && prev.versionFloor !== null && version < prev.versionFloor) {
+    // So do the targets of the syncs within a run: a sync report naming a lower target than the
+    // sync under way is the last sync's, retried (taken, it would end this sync at the old
+    // version). A status that ends the sync may name a lower one: the sync was abandoned.
+    const target = req.engine_status === "ENGINE.WEIGHT_SYNCING" && prev.status === "ENGINE.WEIGHT_SYNCING" ? prev.syncingToVersion : null;
+    const below =
+      version === null || began !== null
+        ? null
+        : prev.versionFloor !== null && version < prev.versionFloor
+          ? `the engine's ${prev.versionFloor}, taken earlier in this run`
+          : target !== null && version < target
+            ? `${target}, the version the weight sync under way goes to`
+            : null;
+    if (below !== null) {
       return {
         success: false,
         failure_reason:
-          `weight_version ${version} is lower than the engine's ${prev.versionFloor}, taken earlier in this run: a late or repeated report? Nothing of this one was applied. ` +
+          `weight_version ${version} is lower than ${below}: a late or repeated report? Nothing of this one was applied. ` +
           "A trainer restarted on older weights begins a new run (ENGINE.BOOTING, a global_step that goes back, or POST /history/begin_run) and may report a lower version then.",
       };
     }
