@@ -32,11 +32,27 @@ function usageOf(v: unknown): Usage | null {
   return { prompt_tokens: p, completion_tokens: c, ...(cached === null ? {} : { cached_tokens: cached }), ...(reasoning === null ? {} : { reasoning_tokens: reasoning }) };
 }
 
-/** An OpenAI error object in an answer or an event: `code: message`. */
+/** `code: message` of an error's fields. */
+function errorText(fields: Obj): string {
+  return `${String(fields["code"] ?? fields["type"] ?? "upstream_error")}: ${String(fields["message"] ?? "")}`;
+}
+
+/**
+ * The error an answer or an event carries, as `code: message`, in each shape the gateway takes
+ * for one (gateway/errors.ts isErrorAnswer, which ends a stream): OpenAI's `{"error": {...}}`,
+ * a proxy's `{"error": "text"}`, and vLLM's and SGLang's flat `{"object": "error", ...}`.
+ */
 export function errorOf(v: Obj): string | null {
   const e = v["error"];
-  if (!isRecord(e)) return null;
-  return `${String(e["code"] ?? e["type"] ?? "upstream_error")}: ${String(e["message"] ?? "")}`;
+  if (isRecord(e)) return errorText(e);
+  if (e !== undefined && e !== null) return `upstream_error: ${typeof e === "string" ? e : JSON.stringify(e)}`;
+  return v["object"] === "error" ? errorText(v) : null;
+}
+
+/** The error of an SSE event named `error` (an upstream's own way to end a stream with one), whatever its data. */
+export function namedEventError(value: Obj | null): string {
+  if (value === null) return "upstream_error: the upstream ended the stream with an error event";
+  return errorOf(value) ?? (typeof value["message"] === "string" ? errorText(value) : `upstream_error: ${JSON.stringify(value)}`);
 }
 
 export function wholeAnswer(endpoint: RelayEndpoint, answer: Obj): AnswerParts {

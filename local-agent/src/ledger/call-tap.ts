@@ -13,7 +13,7 @@ import { StringDecoder } from "node:string_decoder";
 import type { CallContext, TokenDialect } from "../../../src/protocol/ledger";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { asksStreamUsage, completionToChunks } from "../../../src/relay/completion-chunk";
-import { errorOf, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
+import { errorOf, namedEventError, StreamAssembly, wholeAnswer, type AnswerParts } from "./answer";
 import { clientAsked, stripTokenFields, TokenCollector, tokenRequest, upstreamStreams, type ClientAsked } from "./token-fields";
 import { isRecord } from "../../../src/protocol/record";
 import { headOf } from "../../../src/protocol/limits";
@@ -84,12 +84,16 @@ function streamError(text: string): string | null {
 }
 
 function eventError(block: string): string | null {
-  const value = eventValue(block.replace(/\r\n?/g, "\n"));
+  const b = block.replace(/\r\n?/g, "\n");
+  const value = eventValue(b);
+  if (NAMED_ERROR.test(b)) return namedEventError(value);
   return value === null ? null : errorOf(value);
 }
 
-/** What a piece of a stream holds when it carries an OpenAI error. */
-const ERROR_FIELD = '"error"';
+/** An SSE event's name line when it is `error`. */
+const NAMED_ERROR = /^event: ?error$/m;
+/** What a piece of a stream holds when it may carry an error (errorOf's shapes, or a named event). */
+const ERROR_MARKS = ['"error"', "event:"];
 
 function parseObject(text: string): Obj | null {
   try {
@@ -195,7 +199,7 @@ export class CallTap {
       // Capture off reads nothing of the answer but whether it failed: an error event in a 200
       // stream fails the call, as it does a captured one, and a failed call is no turn (no stub:
       // recorder.ts). Only a piece that names an error is read; the gateway's redaction hands on whole events.
-      if (this.error === null && piece.includes(ERROR_FIELD)) this.error = streamError(piece.toString("utf8"));
+      if (this.error === null && ERROR_MARKS.some((m) => piece.includes(m))) this.error = streamError(piece.toString("utf8"));
       return piece;
     }
     const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
@@ -229,6 +233,7 @@ export class CallTap {
   private event(rawBlock: string, assembly: StreamAssembly): string | null {
     const block = rawBlock.replace(/\r\n?/g, "\n");
     const answer = eventValue(block);
+    if (this.error === null && NAMED_ERROR.test(block)) this.error = namedEventError(answer);
     if (answer === null) return block;
     assembly.read(answer);
     this.collector?.read(answer);
