@@ -27,6 +27,14 @@ const REF = /^rx-media:sha256:([0-9a-f]{64})$/;
 
 export const mediaRef = (sha256: string): string => `${MEDIA_REF_PREFIX}${sha256}`;
 
+/**
+ * What a record holds in place of a medium the exchange refused to store (one older than the
+ * agent, whose uploads are smaller): the medium's digest, in a string that is no reference, so
+ * the record needs no medium and keeps everything else.
+ */
+export const MISSING_MEDIA_PREFIX = "rx-media-missing:sha256:";
+export const missingMediaRef = (sha256: string): string => `${MISSING_MEDIA_PREFIX}${sha256}`;
+
 /** The digest a reference names, or null for any other string. */
 export function refDigest(s: string): string | null {
   return REF.exec(s)?.[1] ?? null;

@@ -22,7 +22,7 @@ import { MAX_CALLS_PER_BATCH, type CallBatch, type CallBatchResponse, type CallR
 import { Backoff, type BackoffOptions } from "../backoff";
 import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
-import { mediaRef } from "../../../src/ledger/media-refs";
+import { mediaRef, missingMediaRef } from "../../../src/ledger/media-refs";
 import { NO_MEDIA, type MediaSet } from "./media";
 
 export const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
@@ -198,7 +198,7 @@ export class CallShipper {
           // An exchange older than this agent, whose media are smaller: its records are sent truncated (below).
           if (this.tooLarge.size >= MAX_UPLOADED_MEDIA) this.tooLarge.delete(this.tooLarge.keys().next().value as string);
           this.tooLarge.set(d, this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS);
-          this.o.logger.warn(`ledger: the exchange refused a medium of ${data.length} bytes as too large (${e.code}: it is older than this agent); the calls naming it are recorded truncated, as over the record cap`);
+          this.o.logger.warn(`ledger: the exchange refused a medium of ${data.length} bytes as too large (${e.code}: it is older than this agent); the calls naming it are recorded with a marker in its place (rx-media-missing:sha256:${d})`);
           continue;
         }
         if (!(e instanceof ExchangeError && e.status === 404 && e.code === "not_found")) throw e;
@@ -214,20 +214,21 @@ export class CallShipper {
   }
 
   /**
-   * `batch` with the records naming a medium the exchange refused as too large made as the
-   * recorder makes a record over its cap (truncated: no messages, tokens or prefix), rather than
-   * refused whole for a medium it does not hold.
+   * `batch` with each reference to a medium the exchange refused as too large replaced by a
+   * marker that names no medium (missingMediaRef), rather than refused whole for a medium it
+   * does not hold. The records keep their messages, tokens and prefix: a claim's later calls,
+   * stored as deltas of one of them, rebuild whole, short of that medium only.
    */
   private withoutRefused(batch: CallBatch, media: ReadonlyMap<string, string>): CallBatch {
-    const refs = [...media.keys()].filter((d) => (this.tooLarge.get(d) ?? -Infinity) > this.o.clock.now()).map(mediaRef);
-    if (refs.length === 0) return batch;
-    const names = (v: unknown): boolean => {
-      const text = JSON.stringify(v);
-      return refs.some((ref) => text.includes(ref));
-    };
-    const calls = batch.calls.map((r): CallRecord =>
-      names(r.body) ? { ...r, truncated: true, body: { ...r.body, prefix: null, messages: [], tokens: null, answer: names(r.body.answer) ? null : r.body.answer } } : r,
-    );
+    const refused = [...media.keys()].filter((d) => (this.tooLarge.get(d) ?? -Infinity) > this.o.clock.now());
+    if (refused.length === 0) return batch;
+    const calls = batch.calls.map((r): CallRecord => {
+      const before = JSON.stringify(r.body);
+      // A reference is ASCII, written in JSON as it is: a plain replace finds every one.
+      let text = before;
+      for (const d of refused) text = text.replaceAll(mediaRef(d), missingMediaRef(d));
+      return text === before ? r : { ...r, body: JSON.parse(text) as CallRecord["body"] };
+    });
     return { ...batch, calls };
   }
 

@@ -1,14 +1,14 @@
 /**
  * The agent takes media of up to 12 MB out of its records; an exchange older than it (a gradual
  * deployment's previous version, or an agent upgraded before its Worker) refuses such an upload
- * 413 (its 4 MiB body limit). The shipper then sends the calls naming it truncated, as an older
- * agent recorded a call over the record cap, and every other call of the batch as it was: nothing
+ * 413 (its 4 MiB body limit). The shipper then sends the calls naming it with a marker in its
+ * place (rx-media-missing:sha256:<hex>), and every other call of the batch as it was: nothing else
  * is dropped (docs/operations.md: an agent a version ahead keeps its calls and their tokens).
  */
 import { createHash, randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
 import { ExchangeError } from "../../../src/client";
-import { mediaRef } from "../../../src/ledger/media-refs";
+import { mediaRef, missingMediaRef } from "../../../src/ledger/media-refs";
 import type { CallBatch, CallRecord } from "../../../src/protocol/ledger";
 import { CallShipper } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
@@ -30,7 +30,7 @@ function record(now: number): CallRecord {
 }
 
 describe("shipper against an exchange with the old 4 MiB media body limit", () => {
-  it("sends the calls naming a medium an older exchange refused as too large truncated, and the rest of the batch as it was", async () => {
+  it("sends the calls naming a medium an older exchange refused as too large with a marker in its place, and the rest of the batch as it was", async () => {
     const clock = new ManualClock();
     const logger = new MemoryLogger();
     const sent: CallBatch[] = [];
@@ -53,9 +53,9 @@ describe("shipper against an exchange with the old 4 MiB media body limit", () =
     await waitUntil(() => shipper!.report().sent_calls + shipper!.report().refused_calls >= 2, "the batch sent or refused");
     expect(shipper.report()).toMatchObject({ refused_calls: 0 });
     const calls = sent.flatMap((b) => b.calls);
-    expect(calls.map((c) => [c.call_id, c.truncated, c.body.messages.length, c.body.answer])).toEqual([
-      [naming.call_id, true, 0, { role: "assistant", content: "ok" }],
-      [other.call_id, false, 1, { role: "assistant", content: "ok" }],
+    expect(calls.map((c) => [c.call_id, c.truncated, c.body.messages, c.body.answer])).toEqual([
+      [naming.call_id, false, [{ role: "user", content: [{ type: "text", text: "what is on the screen?" }, { type: "image_url", image_url: { url: missingMediaRef(sha) } }] }], { role: "assistant", content: "ok" }],
+      [other.call_id, false, [{ role: "user", content: "hi" }], { role: "assistant", content: "ok" }],
     ]);
     expect(logger.lines.some((l) => l.includes("refused a medium"))).toBe(true);
   });
