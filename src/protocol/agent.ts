@@ -133,7 +133,13 @@ export type BatchRegisterEpisodeRequest = z.infer<typeof BatchRegisterEpisodeReq
 export const BatchBoolResponse = z.object({ results: z.array(z.object({ success: z.boolean(), failure_reason: z.string() })) });
 export type BatchBoolResponse = z.infer<typeof BatchBoolResponse>;
 
-export const DeliveryProblem = z.object({ episode_uuid: z.string(), fence: z.number(), detail: z.string(), ended_at: z.number() });
+export const DeliveryProblem = z.object({
+  episode_uuid: z.string(),
+  fence: z.number(),
+  detail: z.string(),
+  /** Unix seconds of the end, as the refusals' `at` (the outbox's times are ms). */
+  ended_at: z.number(),
+});
 
 /** A command the agent refused or could not carry out (acked with ok=false), in its words. */
 export const CommandRefusal = z.object({
