@@ -3,7 +3,13 @@
  * backslashes, nothing else), then placeholders filled per word. We spawn the words directly,
  * without a shell, so a path with spaces in {config} stays one argument and a missing program
  * is reported as such (a shell would turn it into exit code 127).
+ *
+ * A template may run a shell itself (`sh -c '...'`, for pipes and variables): a value filled
+ * into its script is read as shell syntax. Values that come from the exchange (a start_rollout's
+ * job_session, whoever holds the trainer token sends it) are then held to characters no shell
+ * reads as syntax, in any quoting: else a job session `x; rm -rf ~` would run on the host.
  */
+import { basename } from "node:path";
 
 export class TemplateError extends Error {}
 
@@ -46,12 +52,42 @@ export function splitCommand(text: string): string[] {
 
 const PLACEHOLDER = /\{([a-z_]+)\}/g;
 
-/** Fills `{name}` placeholders in every word; an unknown placeholder is an error, not a silent literal. */
-export function expandCommand(words: readonly string[], values: Record<string, string>): string[] {
+/** Programs that run an argument as a script (`-c`). */
+const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"]);
+/** What a value from the exchange may hold when a shell reads it: no quote, space, `$`, backquote, `;`, `|`, `&`, redirection, glob or escape. */
+const SHELL_SAFE = /^[A-Za-z0-9._:@+=,/%-]*$/;
+
+/** An option that makes a shell run its argument as a script: `-c`, or with others (`-lc`, `-ec`). */
+const SCRIPT_OPTION = /^-[A-Za-z]*c[A-Za-z]*$/;
+
+/**
+ * Whether the command runs a shell script of its own words (`sh -c '...'`, as the program or
+ * through a wrapper: `env`, `nice`, `timeout`). A shell running a script file (`sh launch.sh
+ * {job_session}`) gets the values as arguments, which it does not read as syntax.
+ */
+function runsShellScript(words: readonly string[]): boolean {
+  const shell = words.findIndex((w) => SHELLS.has(basename(w)));
+  return shell >= 0 && words.slice(shell + 1).some((w) => SCRIPT_OPTION.test(w));
+}
+
+/**
+ * Fills `{name}` placeholders in every word; an unknown placeholder is an error, not a silent
+ * literal. `fromExchange` names the values the exchange sent, with the environment variable each
+ * is also in: in a command that runs a shell, such a value must be SHELL_SAFE.
+ */
+export function expandCommand(words: readonly string[], values: Record<string, string>, fromExchange: Readonly<Record<string, string>> = {}): string[] {
+  const shell = Object.keys(fromExchange).length > 0 && runsShellScript(words);
   return words.map((w) =>
     w.replace(PLACEHOLDER, (whole, name: string) => {
       const v = values[name];
       if (v === undefined) throw new TemplateError(`unknown placeholder ${whole}; known: ${Object.keys(values).map((k) => `{${k}}`).join(", ")}`);
+      const variable = fromExchange[name];
+      if (shell && variable !== undefined && !SHELL_SAFE.test(v)) {
+        throw new TemplateError(
+          `${whole} is ${JSON.stringify(v.slice(0, 100))}, sent by the exchange, and the command runs a shell script, which would read characters of it as its own syntax: not run. ` +
+            `In a shell script, read it from the environment instead ("$${variable}"), or pass it as an argument of a program the agent starts without a shell.`,
+        );
+      }
       return v;
     }),
   );

@@ -110,12 +110,17 @@ export class RolloutWorkers {
     if (this.o.cwd !== null && !isDirectory(this.o.cwd)) return { ok: false, detail: `the rollout workers' working directory ${this.o.cwd} does not exist` };
     let argv: string[];
     try {
-      argv = expandCommand(this.o.command, {
-        ...this.o.placeholders,
-        job_session: cmd.job_session,
-        group_size: String(cmd.group_size),
-        restart_training: String(cmd.restart_training),
-      });
+      argv = expandCommand(
+        this.o.command,
+        {
+          ...this.o.placeholders,
+          job_session: cmd.job_session,
+          group_size: String(cmd.group_size),
+          restart_training: String(cmd.restart_training),
+        },
+        // Any string the trainer token's holder sends; the other two are a number and a boolean.
+        { job_session: "ROLLOUT_JOB_SESSION" },
+      );
     } catch (e) {
       if (e instanceof TemplateError) return { ok: false, detail: `rolloutCommand: ${e.message}` };
       throw e;

@@ -46,6 +46,20 @@ describe("RolloutWorkers", () => {
     expect(w.status()).toEqual({ running: true, pid, job_session: "job-1", group_size: 8 });
   });
 
+  it("does not let a job session run commands through a template that runs a shell: refused, a plain one runs", async () => {
+    // The job session is any string whoever holds the trainer token sends; filled into an
+    // `sh -c` script, `x; touch <file>` ran on the host as the agent's user.
+    const pwned = join(dir.path, "pwned");
+    const w = workers({ command: parseRolloutCommand(`sh -c 'echo launched job={job_session}; echo launcher-ready; sleep 30'`) });
+    const out = await w.start(cmd(`x; touch ${pwned}; echo`), 1);
+    expect(out).toEqual({ ok: false, detail: expect.stringMatching(/^rolloutCommand: \{job_session\} is .*sent by the exchange, and the command runs a shell script.*"\$ROLLOUT_JOB_SESSION"/) });
+    expect(existsSync(pwned)).toBe(false);
+    expect(w.report()).toBeNull();
+    // A job session no shell reads as syntax runs, in the script as given.
+    expect(await w.start(cmd("run-2026-12-07_a.b:c/d"), 2)).toMatchObject({ ok: true });
+    await waitUntil(() => /^launched job=run-2026-12-07_a\.b:c\/d$/m.test(log(w)), "the launcher's first line");
+  });
+
   it("answers a second start as already running, and a redelivered start as started by that command", async () => {
     const w = workers();
     await w.start(cmd("job-1"), 1);
