@@ -26,6 +26,7 @@ export function splitCommand(text: string): string[] {
       else word += ch;
     } else if (quote === '"') {
       if (ch === '"') quote = null;
+      else if (ch === "\\" && text[i + 1] === "\n") i++; // a line continuation: both go
       else if (ch === "\\" && i + 1 < text.length && '"\\$`'.includes(text[i + 1] as string)) word += text[++i];
       else word += ch;
     } else if (ch === "'" || ch === '"') {
@@ -33,8 +34,12 @@ export function splitCommand(text: string): string[] {
       inWord = true;
     } else if (ch === "\\") {
       if (i + 1 >= text.length) throw new TemplateError("the command ends with a lone backslash");
-      word += text[++i];
-      inWord = true;
+      // A line continuation (a command written over several lines) goes, and starts no word.
+      if (text[i + 1] === "\n") i++;
+      else {
+        word += text[++i];
+        inWord = true;
+      }
     } else if (/\s/.test(ch)) {
       if (inWord) words.push(word);
       word = "";

@@ -200,6 +200,14 @@ describe("command templates", () => {
     expect(() => splitCommand("a \\")).toThrow("lone backslash");
   });
 
+  it("takes a backslash-newline as a shell does: a command written over several lines, no stray newline argument", () => {
+    expect(splitCommand("ajet \\\n  --conf {config}")).toEqual(["ajet", "--conf", "{config}"]);
+    expect(splitCommand('ajet "--name=a\\\nb"')).toEqual(["ajet", "--name=ab"]);
+    expect(splitCommand("ajet --name=a\\\nb")).toEqual(["ajet", "--name=ab"]);
+    const r = resolveConfig(sources({ argv: required, env: { ROLLOUT_TRAINER_COMMAND: "ajet \\\n  --conf {config}" } }));
+    expect(r.ok && r.request.kind === "run" ? r.request.config.trainerCommand : null).toEqual(["ajet", "--conf", "{config}"]);
+  });
+
   it("fills placeholders within words", () => {
     expect(expandCommand(["ajet", "--conf={config}", "{engine}"], { config: "/s/c.yaml", engine: "e1" })).toEqual(["ajet", "--conf=/s/c.yaml", "e1"]);
   });
