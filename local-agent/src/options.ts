@@ -23,12 +23,14 @@ const httpUrl = z
   // abort: zod runs the checks after a failed one too, and `new URL` throws on a non-URL.
   .url({ message: "must be a URL such as https://exchange.example.com", abort: true })
   .refine((u) => /^https?:$/.test(new URL(u).protocol), "must start with http:// or https://")
+  // The agent adds paths to each (/e/<engine>/..., /admin/clear_sessions): after a query or fragment they would be part of it.
+  .refine((u) => new URL(u).search === "" && new URL(u).hash === "", "must carry no query (?...) or fragment (#...): the agent adds paths to it")
   .transform((u) => u.replace(/\/+$/, ""));
 
 /** A trainer command: a template string split like a shell would, or an argv array. */
 const trainerCommand = z.union([
   z.string().trim().min(1, "must not be empty"),
-  z.array(z.string()).min(1, "must name a program"),
+  z.array(z.string()).refine((argv) => (argv[0] ?? "").trim() !== "", "must name a program first"),
 ]);
 
 export type OptionSpec = {
@@ -308,7 +310,13 @@ export const OPTIONS = {
   gatewayModels: {
     flag: "--gateway-models",
     env: "ROLLOUT_GATEWAY_MODELS",
-    schema: z.union([z.array(z.string().min(1)).min(1), z.string().min(1).transform((v) => v.split(",").map((m) => m.trim()).filter((m) => m !== ""))]),
+    schema: z.union([
+      z.array(z.string().min(1)).min(1),
+      z
+        .string()
+        .transform((v) => v.split(",").map((m) => m.trim()).filter((m) => m !== ""))
+        .refine((names) => names.length > 0, "must name at least one model"),
+    ]),
     arg: "NAMES",
     default: ["agentjet"],
     describe: "Comma-separated model names /v1/models answers for AgentJet trainers (which serve whatever they train, under any name).",

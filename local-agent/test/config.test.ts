@@ -108,6 +108,32 @@ describe("resolveConfig", () => {
     expect(run({ argv: ["--server", "https://rx.example.com/exchange/", "--engine", "default", "--token", "tok"] }).server).toBe("https://rx.example.com/exchange");
   });
 
+  it("refuses a URL it adds paths to that carries a query or fragment: the paths would be part of it", () => {
+    // https://rx.example.com/?x=1 made every poll, ack and heartbeat go to the exchange's root,
+    // /e/<engine>/... stuck in the query: an outage logged for ever instead of a refusal at start.
+    for (const [flag, url] of [
+      ["--server", "https://rx.example.com/?x=1"],
+      ["--server", "https://rx.example.com/#e"],
+      ["--inference-upstream", "http://127.0.0.1:8000/v1?key=1"],
+    ] as const) {
+      const r = resolveConfig(sources({ argv: [...required, flag, url] }));
+      expect(r, `${flag} ${url}`).toMatchObject({ ok: false, errors: [expect.stringMatching(/must carry no query \(\?\.\.\.\) or fragment/)] });
+    }
+  });
+
+  it("refuses a model list or a command that names nothing, from a flag, the environment or the file alike", () => {
+    // "," became [] (the file's [] was refused), and ["", "--x"] a command whose first start failed on the host.
+    expect(resolveConfig(sources({ argv: [...required, "--gateway-models", ","] }))).toMatchObject({ ok: false, errors: [expect.stringMatching(/must name at least one model/)] });
+    expect(resolveConfig(sources({ argv: required, env: { ROLLOUT_GATEWAY_MODELS: " , " } }))).toMatchObject({ ok: false });
+    expect(resolveConfig(sources({ argv: [...required, "--gateway-models", "a, b"] }))).toMatchObject({ ok: true, request: { config: { gatewayModels: ["a", "b"] } } });
+    for (const key of ["trainerCommand", "rolloutCommand"]) {
+      for (const argv of [[""], ["  ", "--x"], []]) {
+        const r = resolveConfig(sources({ argv: [...required, "--config", "/c/agent.json"], readFile: () => JSON.stringify({ [key]: argv }) }));
+        expect(r, `${key} ${JSON.stringify(argv)}`).toMatchObject({ ok: false, errors: [expect.stringMatching(/must name a program first/)] });
+      }
+    }
+  });
+
   it("reports every problem at once, each with where it came from", () => {
     const errs = errors({ argv: ["--server", "ftp://x", "--engine", "Bad Name", "--facade-port", "70000", "--bogus", "--delivery-attempts", "0"], env: { ROLLOUT_COALESCE_MS: "soon" } });
     expect(errs).toEqual(
