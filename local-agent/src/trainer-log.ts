@@ -10,8 +10,8 @@
  * are rotated the same way (rotateLog), at the same size: any of them left to grow fills the disk.
  */
 import { copyFile } from "node:fs/promises";
-import { closeSync, existsSync, ftruncateSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { closeSync, existsSync, ftruncateSync, openSync, readdirSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { openPrivateAppend } from "./host-files";
 import { tailFile } from "./runs/process-group";
 
@@ -66,8 +66,12 @@ export async function rotateLog(path: string, maxBytes: number, keep: number): P
     rmSync(fresh, { force: true });
     throw e;
   }
-  const oldest = `${path}.${keep}`;
-  if (existsSync(oldest)) unlinkSync(oldest);
+  // The oldest kept copy goes, and any past it: an agent that ran with more logFiles left them.
+  const copy = `${basename(path)}.`;
+  for (const name of readdirSync(dirname(path))) {
+    const n = name.startsWith(copy) ? Number(name.slice(copy.length)) : Number.NaN;
+    if (Number.isInteger(n) && n >= keep) unlinkSync(join(dirname(path), name));
+  }
   for (let i = keep - 1; i >= 1; i--) {
     const from = `${path}.${i}`;
     if (existsSync(from)) renameSync(from, `${path}.${i + 1}`);

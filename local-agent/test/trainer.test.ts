@@ -1,6 +1,6 @@
 /** Trainer supervision against real child processes (sh scripts in fixtures/). */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { realClock } from "../src/clock";
@@ -399,6 +399,17 @@ describe("TrainerLog", () => {
     expect(readFileSync(`${log.path}.2`, "utf8")[0]).toBe("b");
     expect(existsSync(`${log.path}.3`)).toBe(false);
     expect(await rotate()).toBe(false);
+  });
+
+  it("keeps logFiles copies after the setting was lowered: the copies past it an earlier agent left go too", async () => {
+    // From 5 copies to 2 (a filling disk): trainer.log.3 to .5, 50 MB each by default, stayed for ever.
+    const log = new TrainerLog(dir.path);
+    for (const n of [1, 2, 3, 5]) writeFileSync(`${log.path}.${n}`, `old copy ${n}\n`);
+    writeFileSync(`${log.path}.x`, "not a copy\n");
+    writeFileSync(log.path, "d".repeat(150) + "\n");
+    expect(await rotateLog(log.path, 100, 2)).toBe(true);
+    expect(readdirSync(dir.path).filter((f) => f.startsWith("trainer.log")).sort()).toEqual(["trainer.log", "trainer.log.1", "trainer.log.2", "trainer.log.x"]);
+    expect([readFileSync(`${log.path}.1`, "utf8")[0], readFileSync(`${log.path}.2`, "utf8")]).toEqual(["d", "old copy 1\n"]);
   });
 
   it("tails the last lines, dropping a partial first line", () => {
