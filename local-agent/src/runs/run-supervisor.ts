@@ -28,6 +28,14 @@ import { openJournals, readJournal, runDir, writeJournal, type RunJournal } from
 import type { RunsConfig } from "./runs-config";
 import { notedStart, type NotedStart } from "./process-group";
 
+
+/**
+ * The placeholders whose values come from the exchange (the environment, from a catalog the
+ * trainer token's holder may post, and the run's id), with the variable each is also in: a
+ * command that runs a shell script must read those (command-template.ts expandCommand).
+ */
+const FROM_EXCHANGE = { env_file: "ROLLOUT_ENV_FILE", env_name: "ROLLOUT_ENV_NAME", env_class: "ROLLOUT_ENV_CLASS", run_id: "ROLLOUT_RUN_ID" } as const;
+
 export type ReportInput = z.input<typeof RunReport>;
 
 /** The most metrics points the exchange takes in one report (RunReport's metrics). */
@@ -134,7 +142,7 @@ export class RunSupervisor {
     };
     let procs: RunProcess[];
     try {
-      procs = this.d.config.processes.map((p, i) => new RunProcess(p.name, i, expandCommand(p.argv, values), join(dir, `${p.name}.log`), this.d.clock, this.reported));
+      procs = this.d.config.processes.map((p, i) => new RunProcess(p.name, i, expandCommand(p.argv, values, FROM_EXCHANGE), join(dir, `${p.name}.log`), this.d.clock, this.reported));
     } catch (e) {
       if (!(e instanceof TemplateError)) throw e;
       return this.refuseStart(cmd.run_id, `the runs config's commands: ${e.message}`);
@@ -162,7 +170,16 @@ export class RunSupervisor {
       return { ok: true, detail: `run ${run.id} was stopped before it started; nothing was started` };
     }
     const atroposEnv: Record<string, string> = this.d.atropos === undefined ? {} : { ROLLOUT_ATROPOS_URL: this.d.atropos.url };
-    run.task = this.startup(run, { ROLLOUT_RUN_ID: run.id, ROLLOUT_RUN_CONFIG: configPath, ROLLOUT_RUN_METRICS: metricsPath, ...atroposEnv });
+    const env = cmd.environment;
+    run.task = this.startup(run, {
+      ROLLOUT_RUN_ID: run.id,
+      ROLLOUT_RUN_CONFIG: configPath,
+      ROLLOUT_RUN_METRICS: metricsPath,
+      ROLLOUT_ENV_FILE: env.file_path,
+      ROLLOUT_ENV_NAME: env.name,
+      ROLLOUT_ENV_CLASS: env.class_name,
+      ...atroposEnv,
+    });
     return { ok: true, detail: `starting run ${run.id}: ${procs.map((p) => p.name).join(" -> ")}; output in ${dir}` };
   }
 

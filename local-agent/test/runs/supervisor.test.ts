@@ -164,6 +164,28 @@ describe("starting a run", () => {
   });
 });
 
+describe("a run's values from the exchange in a command that runs a shell script", () => {
+  it("refuses a start whose environment a shell would read as syntax, and gives the values in the environment instead", async () => {
+    // The catalog is posted with the trainer token: an environment named `x; touch <file>` in a
+    // `sh -c '... {env_name} ...'` command ran on the host as the agent's user.
+    const script = `sh -c 'echo env=$ROLLOUT_ENV_NAME file=$ROLLOUT_ENV_FILE class=$ROLLOUT_ENV_CLASS; echo name={env_name}; sleep 30'`;
+    const { sup, reporter, config, state } = setup([{ name: "env", command: script }]);
+    const pwned = join(state.path, "pwned");
+    const bad = { ...startCommand("run_shell1"), environment: { name: `x; touch ${pwned}`, class_name: "GSM8kEnv", file_path: "/opt/envs/gsm8k_server.py" } };
+    const refused = await sup.start(bad);
+    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining(`{env_name} is "x; touch ${pwned}", sent by the exchange, and the command runs a shell script`) });
+    expect(refused?.detail).toContain('"$ROLLOUT_ENV_NAME"');
+    expect(reporter.last("run_shell1")).toMatchObject({ status: "failed" });
+    expect(existsSync(pwned)).toBe(false);
+    // A plain one runs, and its processes read the values from their environment too.
+    expect(await sup.start(startCommand("run_shell2"))).toMatchObject({ ok: true });
+    const log = join(runDir(config.runsDir, "run_shell2"), "env.log");
+    await waitUntil(() => existsSync(log) && readFileSync(log, "utf8").includes("name=gsm8k"), "the process's output");
+    expect(readFileSync(log, "utf8")).toContain("env=gsm8k file=/opt/envs/gsm8k_server.py class=GSM8kEnv");
+    await sup.stop("run_shell2", "test over");
+  });
+});
+
 describe("a run on a full disk", () => {
   // A start whose config.yaml could not be written threw: never answered, handed out again after each lease.
   it("refuses a start whose config.yaml cannot be written, saying why, and starts nothing", async () => {
