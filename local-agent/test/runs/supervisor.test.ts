@@ -180,8 +180,9 @@ describe("a run's values from the exchange in a command that runs a shell script
     // A plain one runs, and its processes read the values from their environment too.
     expect(await sup.start(startCommand("run_shell2"))).toMatchObject({ ok: true });
     const log = join(runDir(config.runsDir, "run_shell2"), "env.log");
-    await waitUntil(() => existsSync(log) && readFileSync(log, "utf8").includes("name=gsm8k"), "the process's output");
-    expect(readFileSync(log, "utf8")).toContain("env=gsm8k file=/opt/envs/gsm8k_server.py class=GSM8kEnv");
+    // The log's banner names the command; the output's lines begin with what they print.
+    await waitUntil(() => existsSync(log) && /^name=/m.test(readFileSync(log, "utf8")), "the process's output");
+    expect(readFileSync(log, "utf8")).toMatch(/^env=gsm8k file=\/opt\/envs\/gsm8k_server\.py class=GSM8kEnv\nname=gsm8k$/m);
     await sup.stop("run_shell2", "test over");
   });
 });
