@@ -202,8 +202,9 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
 
   /**
    * One refresh of the page: the first page again unless the reader is paging older ones (ended
-   * trajectories do not change, so what was read stays true), and the open episode again while
-   * its claim is live.
+   * trajectories do not change, so what was read stays true), and the open episode again, ended
+   * too (an unchanged one answers 304): its engine may have been deleted, or made again under
+   * its name, and then it is no longer there to show.
    */
   async function refresh(forEngine: string, withToken: string, now: number): Promise<void> {
     if (!bound) {
@@ -215,7 +216,7 @@ export function trajectoriesModule(win: BrowserWindow, d: TrajectoriesDeps) {
     token = withToken;
     nowMs = now;
     drawEpisode(null);
-    await Promise.all([pinned ? Promise.resolve() : readList(null), open !== null && (shown === null || shown.trajectory.outcome === null) ? readEpisode() : Promise.resolve()]);
+    await Promise.all([pinned ? Promise.resolve() : readList(null), open !== null ? readEpisode() : Promise.resolve()]);
   }
 
   return { refresh, openEpisode, filterStep };
