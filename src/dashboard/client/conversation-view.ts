@@ -73,14 +73,50 @@ export function conversationViewModule(dom: Dom) {
     return out;
   }
 
+  /**
+   * JSON text indented as JSON.stringify(value, null, 2) indents, its tokens as written: parsed
+   * and written again, an integer past 2^53 (an order or file id) would be shown rounded.
+   */
+  function indentJson(text: string): string {
+    let out = "";
+    let depth = 0;
+    const line = (): string => "\n" + "  ".repeat(depth);
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i] as string;
+      if (c === '"') {
+        let j = i + 1;
+        while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+        out += text.slice(i, j + 1);
+        i = j;
+      } else if (c === "{" || c === "[") {
+        let j = i + 1;
+        while (j < text.length && " \t\n\r".includes(text[j] as string)) j++;
+        if (text[j] === (c === "{" ? "}" : "]")) {
+          out += c + (text[j] as string);
+          i = j;
+        } else {
+          depth++;
+          out += c + line();
+        }
+      } else if (c === "}" || c === "]") {
+        depth--;
+        out += line() + c;
+      } else if (c === ",") out += "," + line();
+      else if (c === ":") out += ": ";
+      else if (!" \t\n\r".includes(c)) out += c;
+    }
+    return out;
+  }
+
   /** A tool's arguments arrive as a JSON string: shown indented when they parse, as sent otherwise. */
   function prettyArguments(args: unknown): string {
     if (typeof args !== "string") return JSON.stringify(args, null, 2) ?? "";
     try {
-      return JSON.stringify(JSON.parse(args), null, 2);
+      JSON.parse(args);
     } catch {
       return args;
     }
+    return indentJson(args);
   }
 
   function toolCall(tc: unknown): DomElement {
