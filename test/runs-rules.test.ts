@@ -87,8 +87,22 @@ describe("YAML writer", () => {
     expect(toYaml("x")).toBe('"x"\n');
   });
 
-  it("escapes what YAML 1.1 refuses or folds (DEL, C1 controls, NEL, LS, PS, BOM), in keys and values", () => {
+  it("escapes what YAML 1.1 refuses or folds (DEL, C1 controls, NEL, LS, PS, BOM, U+FFFE, U+FFFF), in keys and values", () => {
     expect(toYaml({ "k\u0085": "a\u007fb\u0090\u2028\u2029\ufeffc" })).toBe('"k\\u0085": "a\\u007fb\\u0090\\u2028\\u2029\\ufeffc"\n');
+    // PyYAML refuses the noncharacters in a document ("special characters are not allowed").
+    expect(toYaml({ "k\uffff": "a\ufffeb" })).toBe('"k\\uffff": "a\\ufffeb"\n');
+  });
+
+  it("writes a key longer than YAML 1.1's implicit keys (1,024 characters) as an explicit key", () => {
+    // Written `key: value`, PyYAML refused the file ("mapping values are not allowed here"): a
+    // Dict[str, int] edit with such a key was taken, and the run's trainer could not load its config.
+    // The output below is read back by PyYAML 6 as the value given.
+    const long = "k".repeat(1100);
+    const odd = `"${"x".repeat(1030)}`;
+    expect(toYaml({ m: { [long]: 1, nest: { [long]: [1] } }, l: [{ [odd]: {} }] })).toBe(
+      ["m:", `  ? ${long}`, "  : 1", "  nest:", `    ? ${long}`, "    :", "      - 1", "l:", `  - ? ${JSON.stringify(odd)}`, "    : {}", ""].join("\n"),
+    );
+    expect(toYaml({ ["k".repeat(1024)]: 1 })).toBe(`${"k".repeat(1024)}: 1\n`);
   });
 });
 

@@ -16,11 +16,14 @@ const PLAIN_KEY = /^[A-Za-z_][A-Za-z0-9_.-]*$/;
 const YAML11_WORDS = /^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|null|Null|NULL)$/;
 
 /**
- * Characters JSON leaves as they are that YAML 1.1 does not: DEL and the C1 controls are not
- * allowed in a document at all (PyYAML refuses the file), and NEL, LS and PS are line breaks,
- * which a double-quoted scalar folds into a space; a BOM inside a document is refused too.
+ * Characters JSON leaves as they are that YAML 1.1 does not: DEL, the C1 controls and the
+ * noncharacters U+FFFE and U+FFFF are not allowed in a document at all (PyYAML refuses the file),
+ * and NEL, LS and PS are line breaks, which a double-quoted scalar folds into a space; a BOM
+ * inside a document is refused too.
  */
-const NOT_YAML_AS_IS = /[\u007f-\u009f\u2028\u2029\ufeff]/g;
+const NOT_YAML_AS_IS = /[\u007f-\u009f\u2028\u2029\ufeff\ufffe\uffff]/g;
+/** The longest key YAML 1.1 takes as an implicit key (`key: value`); a longer one is written explicit (`? key`, then `: value`). */
+const IMPLICIT_KEY_MAX = 1024;
 
 /** A double-quoted YAML scalar that PyYAML reads back as `s`. */
 function quoted(s: string): string {
@@ -49,8 +52,12 @@ const isEmpty = (v: JsonValue): boolean => (Array.isArray(v) && v.length === 0) 
 function block(v: JsonValue, indent: string): string[] {
   if (isObject(v)) {
     return Object.entries(v).flatMap(([k, item]) => {
-      if (isEmpty(item) || !(isObject(item) || Array.isArray(item))) return [`${indent}${key(k)}: ${inline(item)}`];
-      return [`${indent}${key(k)}:`, ...block(item, `${indent}  `)];
+      const written = key(k);
+      const nested = !(isEmpty(item) || !(isObject(item) || Array.isArray(item)));
+      if (written.length > IMPLICIT_KEY_MAX) {
+        return nested ? [`${indent}? ${written}`, `${indent}:`, ...block(item, `${indent}  `)] : [`${indent}? ${written}`, `${indent}: ${inline(item)}`];
+      }
+      return nested ? [`${indent}${written}:`, ...block(item, `${indent}  `)] : [`${indent}${written}: ${inline(item)}`];
     });
   }
   if (Array.isArray(v)) {
