@@ -221,6 +221,28 @@ describe("the agent's reports", () => {
     expect(runs[0]!.config_yaml).toContain("env:");
     expect((await refusal(() => runsAs(e, "viewer").activeRuns())).status).toBe(403);
   });
+
+  it("keep an ended run's processes as it ended (exit code, last lines) when an earlier report lands late", async () => {
+    // A report the agent sent while the run ran, retried after a timeout, landed after the one
+    // that ended it and put every process back to ready: no exit code, no last lines.
+    const run = await runsAs(e, "operator").startRun();
+    const agent = runsAs(e, "trainer");
+    await agent.reportRun(run.run_id, { status: "running", processes: [proc("api", 0, "ready"), proc("trainer", 1, "ready")] });
+    clock.advance(60_000);
+    const tail = "Traceback (most recent call last):\nRuntimeError: CUDA out of memory";
+    await agent.reportRun(run.run_id, {
+      status: "failed",
+      detail: "trainer exited with code 1; stopped api",
+      processes: [proc("api", 0, "stopped", { signal: "SIGTERM" }), proc("trainer", 1, "exited", { exit_code: 1, log_tail: tail, ended_at: T0 + 60 })],
+    });
+    // The earlier "running" report, retried after a timeout, lands now.
+    const late = await agent.reportRun(run.run_id, { status: "running", processes: [proc("api", 0, "ready"), proc("trainer", 1, "ready")] });
+    expect(late).toEqual({ run_id: run.run_id, status: "failed", must_stop: true });
+    const res = await runsAs(e, "viewer").runResults(run.run_id);
+    expect(res.status).toBe("failed");
+    expect(res.processes.find((p) => p.name === "trainer")).toMatchObject({ state: "exited", exit_code: 1, log_tail: tail });
+    expect(res.processes.find((p) => p.name === "api")).toMatchObject({ state: "stopped", signal: "SIGTERM" });
+  });
 });
 
 describe("stopping a run", () => {

@@ -183,9 +183,18 @@ export function processStatements(db: Db, runId: string, processes: readonly Pro
       detail: p.detail,
     };
     const { runId: _r, name: _n, ...set } = row;
-    return db.insert(runProcesses).values(row).onConflictDoUpdate({ target: [runProcesses.runId, runProcesses.name], set });
+    // A process that ended stays ended, with its exit code and last lines: a report the agent
+    // sent earlier and retried (it saw the process running) may land after the one that ended it.
+    const ended = sql.raw(ENDED_PROCESS_STATES.map((st) => `'${st}'`).join(", "));
+    return db
+      .insert(runProcesses)
+      .values(row)
+      .onConflictDoUpdate({ target: [runProcesses.runId, runProcesses.name], set, setWhere: sql`${runProcesses.state} NOT IN (${ended}) OR excluded.state IN (${ended})` });
   });
 }
+
+/** The states a process does not leave (run-supervisor.ts). */
+const ENDED_PROCESS_STATES = ["exited", "stopped", "failed"] as const satisfies readonly ProcessReport["state"][];
 
 export function metricStatements(db: Db, runId: string, points: readonly MetricsPoint[]): Statement[] {
   return points.map((m) =>
