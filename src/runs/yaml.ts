@@ -53,7 +53,7 @@ function block(v: JsonValue, indent: string): string[] {
   if (isObject(v)) {
     return Object.entries(v).flatMap(([k, item]) => {
       const written = key(k);
-      const nested = !(isEmpty(item) || !(isObject(item) || Array.isArray(item)));
+      const nested = (isObject(item) || Array.isArray(item)) && !isEmpty(item);
       if (written.length > IMPLICIT_KEY_MAX) {
         return nested ? [`${indent}? ${written}`, `${indent}:`, ...block(item, `${indent}  `)] : [`${indent}? ${written}`, `${indent}: ${inline(item)}`];
       }

@@ -195,7 +195,7 @@ export class CallShipper {
         await this.o.putMedia(d, data);
       } catch (e) {
         if (e instanceof ExchangeError && e.status === 413) {
-          // An exchange older than this agent, whose media are smaller: its records are sent truncated (below).
+          // An exchange older than this agent, whose media are smaller: its records are sent with a marker in its place (below).
           if (this.tooLarge.size >= MAX_UPLOADED_MEDIA) this.tooLarge.delete(this.tooLarge.keys().next().value as string);
           this.tooLarge.set(d, this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS);
           this.o.logger.warn(`ledger: the exchange refused a medium of ${data.length} bytes as too large (${e.code}: it is older than this agent); the calls naming it are recorded with a marker in its place (rx-media-missing:sha256:${d})`);
@@ -219,7 +219,7 @@ export class CallShipper {
    * does not hold. The records keep their messages, tokens and prefix: a claim's later calls,
    * stored as deltas of one of them, rebuild whole, short of that medium only.
    */
-  private withoutRefused(batch: CallBatch, media: ReadonlyMap<string, string>): CallBatch {
+  private withRefusedMarked(batch: CallBatch, media: ReadonlyMap<string, string>): CallBatch {
     const refused = [...media.keys()].filter((d) => (this.tooLarge.get(d) ?? -Infinity) > this.o.clock.now());
     if (refused.length === 0) return batch;
     const calls = batch.calls.map((r): CallRecord => {
@@ -238,7 +238,7 @@ export class CallShipper {
       if (this.stopper.signal.aborted) return;
       try {
         await this.upload(out.media);
-        batch = this.withoutRefused(batch, out.media);
+        batch = this.withRefusedMarked(batch, out.media);
         const r = await this.o.post(batch);
         this.stats.sent += r.recorded;
         this.stats.duplicates += r.duplicates;

@@ -28,7 +28,6 @@ import { openJournals, readJournal, runDir, writeJournal, type RunJournal } from
 import type { RunsConfig } from "./runs-config";
 import { notedStart, type NotedStart } from "./process-group";
 
-
 /**
  * The placeholders whose values come from the exchange (the environment, from a catalog the
  * trainer token's holder may post, and the run's id), with the variable each is also in: a
