@@ -15,22 +15,24 @@ const EPISODES_PER_STEP = 48;
 const CLOSING_KEYS = ["episodes", "first_mean_reward", "last_mean_reward", "steps"];
 
 type Closing = { steps: number; first_mean_reward: number; last_mean_reward: number; episodes: number };
-type Run = { child: ChildProcess; stderr: string[]; closing: Promise<{ line: string; ms: number }>; exit: Promise<number | null> };
+type Run = { child: ChildProcess; stdout: string[]; stderr: string[]; closing: Promise<{ line: string; ms: number }>; exit: Promise<number | null> };
 
 function startDemo(args: string[]): Run {
   const t0 = performance.now();
   const child = spawn(process.execPath, ["--import", "tsx", DEMO, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  const stdout: string[] = [];
   const stderr: string[] = [];
   createInterface({ input: child.stderr! }).on("line", (l) => stderr.push(l));
   // "close", not "exit": every line of its output has been read by then.
   const exit = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)));
   const closing = new Promise<{ line: string; ms: number }>((resolve, reject) => {
     createInterface({ input: child.stdout! }).on("line", (line) => {
+      stdout.push(line);
       if (line.startsWith("{")) resolve({ line, ms: performance.now() - t0 });
     });
     void exit.then((code) => reject(new Error(`the demo exited (${code}) before its closing line:\n${stderr.slice(-20).join("\n")}`)));
   });
-  return { child, stderr, closing, exit };
+  return { child, stdout, stderr, closing, exit };
 }
 
 function parseClosing(line: string): Closing {
@@ -101,5 +103,19 @@ describe("npm run demo", () => {
     run.closing.catch(() => {});
     expect(await run.exit).toBe(1);
     expect(run.stderr.join("\n")).toContain("--steps must be an integer >= 1, got 'zero'");
+    // A port past 65535 too: it reached workerd, which blamed its binary for it.
+    const port = startDemo(["--port", "65536"]);
+    port.closing.catch(() => {});
+    expect(await port.exit).toBe(1);
+    expect(port.stderr.join("\n")).toBe("[demo] failed: --port must be an integer from 0 to 65535, got '65536'");
+  });
+
+  it("answers --help with its usage, naming every flag, and starts nothing", async () => {
+    const run = startDemo(["--help"]);
+    run.closing.catch(() => {});
+    expect(await run.exit).toBe(0);
+    expect(run.stderr).toEqual([]);
+    const usage = run.stdout.join("\n");
+    for (const flag of ["--mode", "--steps", "--clients", "--seed", "--port", "--hold", "--json"]) expect(usage).toContain(flag);
   });
 });

@@ -5,16 +5,11 @@
  * OpenAI-compatible policy server, a trainer and N rollout clients, and trains the policy to
  * pick the right tool for a question (see tasks.ts) until the reward climbs from chance (0.25).
  *
- *   --mode agentjet   (default) the trainer speaks AgentJet's protocol through the agent's
- *                     facade, with a runner per episode that gets the episode's LLM calls and
- *                     its result over ZeroMQ; clients claim episodes and call the policy through
- *                     the exchange's relay with their per-claim keys
- *   --mode buffer     rollout workers post GRPO groups to the rollout buffer (/steps) and the
- *                     trainer pulls them with get_rollout_data; no agent and no relay: the
- *                     workers ask the policy directly, as slime's do (docs/buffer.md)
- *   --steps N (20)  --clients N (8)  --seed S (1)  --port P (0: a free one)
- *   --hold            keep serving the dashboard after training, until Ctrl-C
- *   --json            print one closing line {"steps", "first_mean_reward", "last_mean_reward", "episodes"}
+ * In AgentJet's mode the trainer speaks AgentJet's protocol through the agent's facade, with a
+ * runner per episode that gets the episode's LLM calls and its result over ZeroMQ, and clients
+ * call the policy through the exchange's relay with their per-claim keys. In buffer mode, rollout
+ * workers ask the policy directly, as slime's do, and post GRPO groups to the rollout buffer
+ * (docs/buffer.md): no agent and no relay. Flags: USAGE below (`npm run demo -- --help`).
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -37,12 +32,26 @@ const ENGINE = "demo";
 const EPISODES_PER_STEP = 48;
 const GROUP_SIZE = 6;
 
-function intArg(name: string, value: string | undefined, min: number): number {
+const USAGE = `npm run demo -- [--mode agentjet|buffer] [--steps N] [--clients N] [--seed S] [--port P] [--hold] [--json]
+
+Trains a toy policy through the exchange until its reward climbs from chance (0.25).
+  --mode agentjet  (default) AgentJet's protocol through the agent's facade, ZeroMQ runners and the relay
+  --mode buffer    rollout workers post GRPO groups to the rollout buffer; the trainer pulls them
+  --steps N        training steps (20)
+  --clients N      rollout clients (8)
+  --seed S         the run's seed (1)
+  --port P         the exchange's port (0: a free one)
+  --hold           keep serving the dashboard after training, until Ctrl-C
+  --json           print one closing line {"steps", "first_mean_reward", "last_mean_reward", "episodes"}
+`;
+
+function intArg(name: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got '${value}'`);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got '${value}'`);
   return n;
 }
 
+/** The demo's settings, or null when it was asked for its usage. */
 function settings() {
   const { values: a } = parseArgs({
     options: {
@@ -53,15 +62,17 @@ function settings() {
       port: { type: "string", default: "0" },
       hold: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
     },
   });
+  if (a.help) return null;
   if (a.mode !== "agentjet" && a.mode !== "buffer") throw new Error(`--mode must be agentjet or buffer, got '${a.mode}'`);
   return {
     mode: a.mode,
     steps: intArg("steps", a.steps, 1),
     clients: intArg("clients", a.clients, 1),
     seed: intArg("seed", a.seed, 0),
-    port: intArg("port", a.port, 0),
+    port: intArg("port", a.port, 0, 65535),
     hold: a.hold,
     json: a.json,
   } as const;
@@ -69,7 +80,7 @@ function settings() {
 
 const say = (line: string) => void process.stderr.write(`${line}\n`);
 
-type Settings = ReturnType<typeof settings>;
+type Settings = NonNullable<ReturnType<typeof settings>>;
 
 /** The signals that stop the demo. SIGHUP too: the agent, detached, no longer hears the terminal's. */
 const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
@@ -233,6 +244,10 @@ async function runDemo(o: Settings, teardown: Teardown, onHold: () => void): Pro
 /** The exit code: 0 when the demo ran through (a signal is the way out of --hold), else 128 + the signal's number. */
 async function main(): Promise<number> {
   const o = settings();
+  if (o === null) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
   const signalled = firstSignal();
   const teardown = new Teardown();
   let held = false;
