@@ -13,7 +13,7 @@
  * exchange needs its own --token, and is never sent the local one. Exits 1 on a refusal (with
  * the exchange's reason) or a broken stream.
  */
-import { createWriteStream } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { TrajectoryExportQuery } from "../src/protocol/ledger";
@@ -90,7 +90,12 @@ async function main(): Promise<void> {
     fail(`the exchange answered ${res.status}: ${why}`);
   }
   const total = Number(res.headers.get(TOTAL_HEADER) ?? "0");
-  const file = createWriteStream(opts["out"]);
+  // Opened (and awaited) before the first chunk: a path it cannot create is one line, not an
+  // unhandled stream error; a write that fails later (a full disk) ends the export the same way.
+  const out = opts["out"];
+  const handle = await open(out, "w").catch((e: unknown) => fail(`cannot write ${out}: ${e instanceof Error ? e.message : String(e)}`));
+  const file = handle.createWriteStream();
+  file.on("error", (e) => fail(`writing ${out} failed after ${lines.toLocaleString("en")} trajectories: ${e.message}; what it holds is not the whole export`));
   const started = Date.now();
   let lines = 0;
   let bytes = 0;

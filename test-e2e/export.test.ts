@@ -82,4 +82,11 @@ describe("npm run export", () => {
     expect((await runExport(["--out", join(dir, "delta.jsonl"), "--form", "delta"])).code).toBe(0);
     expect(local.seen.at(-1)?.path).toBe("/e/default/trajectories/export?format=jsonl&form=delta");
   });
+
+  it("says in one line that it cannot write an --out it cannot create, naming it, and claims nothing exported", async () => {
+    // A directory that does not exist ended the process on an unhandled 'error' event and a stack trace.
+    const out = join(dir, "no-such-dir", "t.jsonl");
+    const r = await runExport(["--out", out]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 1, stderr: `export: cannot write ${out}: ENOENT: no such file or directory, open '${out}'\n` });
+  });
 });
