@@ -95,9 +95,9 @@ async function main(): Promise<void> {
   const out = opts["out"];
   const handle = await open(out, "w").catch((e: unknown) => fail(`cannot write ${out}: ${e instanceof Error ? e.message : String(e)}`));
   const file = handle.createWriteStream();
+  let lines = 0;
   file.on("error", (e) => fail(`writing ${out} failed after ${lines.toLocaleString("en")} trajectories: ${e.message}; what it holds is not the whole export`));
   const started = Date.now();
-  let lines = 0;
   let bytes = 0;
   let drawn = 0;
   const tty = process.stderr.isTTY;
