@@ -109,15 +109,25 @@ export const isErrorAnswer = (v: Record<string, unknown>): boolean => v["object"
  * sk-...") must not hand them the trainer's.
  */
 export function credentialForms(trainerKey: string, urls: readonly string[] = []): string[] {
-  const forms = [trainerKey];
+  // URL-encoded too: a proxy may name the key in a URL (`?api_key=sk-...%2B...`), and a base64 key has / + =.
+  const forms = [trainerKey, encodeURIComponent(trainerKey)];
   for (const url of urls) {
     if (!URL.canParse(url)) continue;
     const u = new URL(url);
     if (u.username === "" && u.password === "") continue;
-    const pair = `${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`;
-    forms.push(pair, u.password, decodeURIComponent(u.password), Buffer.from(pair).toString("base64"));
+    const pair = `${decoded(u.username)}:${decoded(u.password)}`;
+    forms.push(pair, u.password, decoded(u.password), Buffer.from(pair).toString("base64"));
   }
   return forms.filter((f) => f !== "");
+}
+
+/** A URL part percent-decoded; as written when it is no such spelling (a password `50%off`, which URL keeps as it is). */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
 }
 
 /**
