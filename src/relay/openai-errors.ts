@@ -1,4 +1,5 @@
-import { OpenAIError } from "../protocol/relay";
+import { z } from "zod";
+import type { OpenAIError } from "../protocol/relay";
 
 /** OpenAI's error types by status, so OpenAI clients classify (and retry) our errors as theirs. */
 export function errorType(status: number): string {
@@ -68,17 +69,38 @@ export function gatewayErrorResponse(res: Response, text: string): Response {
   } catch {
     return Response.json(openaiErrorBody(502, `The inference upstream answered something that is not JSON: ${text.slice(0, 200)}`, "upstream_garbage"), { status: 502, headers });
   }
-  const err = OpenAIError.safeParse(json);
+  const err = readOpenAIError(json);
   const status = res.status >= 400 && res.status < 600 ? res.status : 502;
-  return Response.json(err.success ? err.data : openaiErrorBody(status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error"), { status, headers });
+  return Response.json(err ?? openaiErrorBody(status, `The inference upstream answered ${res.status}: ${text.slice(0, 300)}`, "upstream_error"), { status, headers });
 }
 
 /** The OpenAI error `text` holds, or null when it holds none. */
 export function openaiErrorIn(text: string): OpenAIError | null {
   try {
-    const parsed = OpenAIError.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : null;
+    return readOpenAIError(JSON.parse(text));
   } catch {
     return null;
   }
+}
+
+/**
+ * An OpenAI error as model servers write it: vLLM gives `code` as the HTTP status, a number, and
+ * some leave `param` or `code` out. OpenAI's clients type both as strings or null.
+ */
+const UpstreamOpenAIError = z.object({
+  error: z.object({
+    message: z.string(),
+    type: z.string(),
+    param: z.union([z.string(), z.number()]).nullish(),
+    code: z.union([z.string(), z.number()]).nullish(),
+  }),
+});
+
+/** `json` as an OpenAI error, its number `param` or `code` as text; null when it is none. */
+function readOpenAIError(json: unknown): OpenAIError | null {
+  const read = UpstreamOpenAIError.safeParse(json);
+  if (!read.success) return null;
+  const e = read.data.error;
+  const text = (v: string | number | null | undefined): string | null => (v === null || v === undefined ? null : String(v));
+  return { error: { message: e.message, type: e.type, param: text(e.param), code: text(e.code) } };
 }

@@ -287,6 +287,8 @@ function errorInOk(v: unknown): { status: number; text: string } | null {
   const code = fields["code"];
   const status = typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599 ? code : 502;
   const message = typeof fields["message"] === "string" ? fields["message"] : JSON.stringify(fields);
-  const error = { message, type: typeof fields["type"] === "string" ? fields["type"] : "upstream_error", param: fields["param"] ?? null, code: fields["code"] ?? null };
+  // OpenAI's param and code are strings or null; vLLM's code is the HTTP status, a number.
+  const asText = (v: unknown): string | null => (v === null || v === undefined ? null : typeof v === "string" ? v : JSON.stringify(v));
+  const error = { message, type: typeof fields["type"] === "string" ? fields["type"] : "upstream_error", param: asText(fields["param"]), code: asText(fields["code"]) };
   return { status, text: JSON.stringify({ error }) };
 }

@@ -10,6 +10,8 @@ import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { ownGateway } from "./own-gateway";
 import { envelope, post } from "./envelope";
+import { OpenAIError } from "../../../src/protocol/relay";
+import { gatewayErrorResponse } from "../../../src/relay/openai-errors";
 
 const SECRET = "flat-error-secret";
 const cleanups: Array<() => unknown> = [];
@@ -43,5 +45,23 @@ describe("gateway: an HTTP upstream's flat error (SGLang, older vLLM) with its o
     const body = JSON.parse(withStatus.text) as { error?: { message?: unknown; type?: unknown }; message?: unknown; type?: unknown };
     const told = body.error ?? body;
     expect(told).toMatchObject({ message: answer.message, type: answer.type });
+  });
+});
+
+describe("an upstream's error with a numeric code (vLLM's is the HTTP status), on to the client", () => {
+  it.each([
+    ["flat, with its own 404", 404, { object: "error", message: "The model `policy-x` does not exist.", type: "NotFoundError", param: null, code: 404 }],
+    ["flat, with a 200", 200, { object: "error", message: "The model `policy-x` does not exist.", type: "NotFoundError", param: null, code: 404 }],
+    ["nested, as current vLLM", 400, { error: { message: "maximum context length is 4096 tokens", type: "BadRequestError", param: null, code: 400 } }],
+  ])("is an OpenAI error (code a string), which the Worker passes on in its own words (%s)", async (_what, status, answer) => {
+    // OpenAI types code as a string or null: the gateway's flat error made with the number, and
+    // vLLM's nested one, failed the Worker's check, and the client got the exchange's wrapper
+    // ("The inference upstream answered 404: {...}") instead of the model server's words.
+    const r = await post(await ownGateway(SECRET, cleanups), envelope({ trainer_base_url: `${await upstreamAnswering(status, JSON.stringify(answer))}/v1` }), SECRET);
+    const words = "error" in answer ? answer.error : answer;
+    if (!("error" in answer)) expect(OpenAIError.parse(JSON.parse(r.text)).error).toMatchObject({ message: words.message, code: "404" });
+    // What the Worker answers its client for this gateway answer (src/relay/openai-errors.ts).
+    const client = gatewayErrorResponse(new Response(r.text, { status: r.status, headers: { "content-type": r.type } }), r.text);
+    expect({ status: client.status, body: await client.json() }).toEqual({ status: words.code, body: { error: { message: words.message, type: words.type, param: null, code: String(words.code) } } });
   });
 });

@@ -334,7 +334,7 @@ describe("gateway: the trainer's key in an upstream's or runner's answer", () =>
 
 describe("gateway: an HTTP upstream's 200 that is an error", () => {
   it.each([
-    ["vLLM's flat error", { object: "error", message: "model x does not exist (key KEY)", type: "NotFoundError", param: null, code: 404 }, 404, { message: "model x does not exist (key [hidden])", type: "NotFoundError", code: 404 }],
+    ["vLLM's flat error", { object: "error", message: "model x does not exist (key KEY)", type: "NotFoundError", param: null, code: 404 }, 404, { message: "model x does not exist (key [hidden])", type: "NotFoundError", code: "404" }],
     ["an OpenAI error object", { error: { message: "overloaded (key KEY)", type: "server_error", code: "busy" } }, 502, { message: "overloaded (key [hidden])", type: "server_error", code: "busy" }],
   ])("goes to the client as an error, not a 200 (%s)", async (_what, answer, status, error) => {
     const upstream = await upstreamAnswering(200, "application/json", (k) => JSON.stringify(answer).replaceAll("KEY", k));
