@@ -264,6 +264,28 @@ describe("overview", () => {
     });
   });
 
+  it("counts and lists a result the agent could not deliver after the trainer left ROLLING, with the agent's words", async () => {
+    // AgentJet's trainer leaves ROLLING as its batch's last end is stored, before the agent hands
+    // the result over: the end moved out of the batch, was counted pending, and its failed
+    // delivery then left every count (deliveries, the list, rx_deliveries).
+    const e = await createEngine();
+    await rollingWith(e, 1, { zmq: true });
+    const trainer = e.as("trainer");
+    const a = await e.as("client").claimEpisode({ client_uuid: "a", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("a", a.episode_uuid, 1));
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.WEIGHT_SYNCING" });
+    expect((await e.as("viewer").overview()).deliveries).toEqual({ pending: 1, delivered: 0, undeliverable: 0 });
+    const { commands } = await trainer.pollCommands();
+    const deliver = commands.find((c) => c.body.kind === "deliver")!;
+    await trainer.ackCommand({ seq: deliver.seq, ok: false, detail: "runner gone: no ack in 30 s" });
+    expect(await e.as("viewer").overview()).toMatchObject({
+      deliveries: { pending: 0, delivered: 0, undeliverable: 1 },
+      undeliverable: [{ episode_uuid: a.episode_uuid, fence: 1, detail: "runner gone: no ack in 30 s", ended_at: expect.any(Number) }],
+    });
+    const metrics = await (await raw(`/e/${e.name}/metrics`, { token: e.tokens.viewer, method: "GET" })).text;
+    expect(metrics).toContain('rx_deliveries{engine="' + e.name + '",state="undeliverable"} 1');
+  });
+
   it("says since when the engine has been BOOTING: a start the agent never took shows an hour-long boot", async () => {
     const e = await createEngine();
     const op = e.as("operator");

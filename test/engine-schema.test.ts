@@ -10,8 +10,8 @@ describe("engine schema migrations", () => {
     const schema = await runInDurableObject(stub, (_i, state) => {
       const sql = state.storage.sql;
       // The tables as the first version created them (ENGINE_DDL), holding a row.
-      // (history_runs came later, with migration 6, which makes it again; atropos_groups with 9.)
-      for (const t of ["episodes", "finished", "commands", "outbox", "buf_groups", "buf_sessions", "buf_steps", "buf_pulls", "failed_rollouts", "history_runs", "atropos_groups"]) sql.exec(`DROP TABLE ${t}`);
+      // (history_runs came later, with migration 6, which makes it again; atropos_groups with 9; ends_before_sync with 11.)
+      for (const t of ["episodes", "finished", "commands", "outbox", "buf_groups", "buf_sessions", "buf_steps", "buf_pulls", "failed_rollouts", "history_runs", "atropos_groups", "ends_before_sync"]) sql.exec(`DROP TABLE ${t}`);
       sql.exec(ENGINE_DDL);
       sql.exec(BUFFER_DDL);
       sql.exec("INSERT INTO finished VALUES ('old', 1, 'c', 't', 'train', 1, 'none', '')");

@@ -114,7 +114,7 @@ export function delivered(e: EpisodeState, body: Extract<CommandBody, { kind: "d
   const delivery = succeeded ? "delivered" : "undeliverable";
   e.store.sql.exec("UPDATE finished SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?", delivery, detail, body.episode_uuid, body.fence);
   // A sync that keeps claims may have ended the batch since: until this the episode counted as claimed.
-  e.store.sql.exec("UPDATE ends_before_sync SET delivery = ? WHERE episode_uuid = ? AND fence = ?", delivery, body.episode_uuid, body.fence);
+  e.store.sql.exec("UPDATE ends_before_sync SET delivery = ?, delivery_detail = ? WHERE episode_uuid = ? AND fence = ?", delivery, detail, body.episode_uuid, body.fence);
 }
 
 /**

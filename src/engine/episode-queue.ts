@@ -161,8 +161,8 @@ function rememberEnds(e: EpisodeState): void {
   const now = e.host.now();
   forgetSyncedEnds(e, now);
   e.store.sql.exec(
-    `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at)
-     SELECT episode_uuid, fence, client_uuid, delivery, ? FROM finished`,
+    `INSERT OR REPLACE INTO ends_before_sync (episode_uuid, fence, client_uuid, delivery, cleared_at, delivery_detail, ended_at)
+     SELECT episode_uuid, fence, client_uuid, delivery, ?, delivery_detail, ended_at FROM finished`,
     now,
   );
 }

@@ -163,22 +163,29 @@ export function completedTasks(sql: SqlStorage, step: number | null, run: number
     .toArray();
 }
 
-/** Finished episodes by where their result stands on its way to the runner. */
+/**
+ * Ended episodes by where their result stands on its way to the runner: the batch's, and those a
+ * phase change took out of it (ends_before_sync, kept while on their way and for
+ * SYNCED_END_MEMORY_MS after): AgentJet's trainer leaves ROLLING as its batch's last end is
+ * stored, so most results reach their runner, or fail to, after that.
+ */
 export function deliveryCounts(sql: SqlStorage): { pending: number; delivered: number; undeliverable: number } {
   const by = Object.fromEntries(
-    sql.exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM finished GROUP BY delivery").toArray().map((r) => [r.delivery, r.n]),
+    sql
+      .exec<{ delivery: string; n: number }>("SELECT delivery, COUNT(*) AS n FROM (SELECT delivery FROM finished UNION ALL SELECT delivery FROM ends_before_sync) GROUP BY delivery")
+      .toArray()
+      .map((r) => [r.delivery, r.n]),
   );
-  // A sync that keeps claims ends the batch, and its ends move to ends_before_sync: those whose
-  // result is still on its way to the runner are pending all the same (the agent will deliver them).
-  const carried = sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM ends_before_sync WHERE delivery = 'pending'").one().n;
-  return { pending: (by["pending"] ?? 0) + carried, delivered: by["delivered"] ?? 0, undeliverable: by["undeliverable"] ?? 0 };
+  return { pending: by["pending"] ?? 0, delivered: by["delivered"] ?? 0, undeliverable: by["undeliverable"] ?? 0 };
 }
 
-/** The newest results the agent could not deliver, with its reason. */
+/** The newest results the agent could not deliver, with its reason (the batch's, and those deliveryCounts counts apart from it). */
 export function undeliverable(sql: SqlStorage, secrets: boolean): { episode_uuid: string; fence: number; detail: string; ended_at: number }[] {
   return sql
     .exec<{ episode_uuid: string; fence: number; delivery_detail: string; ended_at: number }>(
-      "SELECT episode_uuid, fence, delivery_detail, ended_at FROM finished WHERE delivery = 'undeliverable' ORDER BY ended_at DESC LIMIT 20",
+      `SELECT episode_uuid, fence, delivery_detail, ended_at FROM finished WHERE delivery = 'undeliverable'
+       UNION ALL SELECT episode_uuid, fence, delivery_detail, ended_at FROM ends_before_sync WHERE delivery = 'undeliverable'
+       ORDER BY ended_at DESC LIMIT 20`,
     )
     .toArray()
     .map((r) => ({ episode_uuid: r.episode_uuid, fence: r.fence, detail: secrets ? r.delivery_detail : withoutRunnerAddresses(r.delivery_detail), ended_at: r.ended_at / 1000 }));

@@ -380,6 +380,11 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    UPDATE atropos_groups SET bytes = octet_length(payload);
    CREATE TABLE IF NOT EXISTS atropos_parts (id INTEGER NOT NULL, part INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (id, part)) WITHOUT ROWID;
    CREATE TRIGGER IF NOT EXISTS atropos_parts_go AFTER DELETE ON atropos_groups WHEN OLD.parts > 0 BEGIN DELETE FROM atropos_parts WHERE id = OLD.id; END;`,
+  // 27: an end a phase change took out of the batch keeps the agent's word on its delivery and
+  // when it ended: a result the agent could not hand over after the trainer left ROLLING (its
+  // usual timing) is counted and listed as undeliverable, not lost from every count.
+  `ALTER TABLE ends_before_sync ADD COLUMN delivery_detail TEXT NOT NULL DEFAULT '';
+   ALTER TABLE ends_before_sync ADD COLUMN ended_at INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */

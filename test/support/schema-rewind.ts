@@ -5,6 +5,8 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 27: ends_before_sync.delivery_detail and .ended_at.
+  if (next <= 27) sql.exec("ALTER TABLE ends_before_sync DROP COLUMN delivery_detail; ALTER TABLE ends_before_sync DROP COLUMN ended_at");
   // 26: atropos_groups.parts and .bytes, atropos_parts and its trigger.
   if (next <= 26) sql.exec("DROP TRIGGER atropos_parts_go; DROP TABLE atropos_parts; ALTER TABLE atropos_groups DROP COLUMN parts; ALTER TABLE atropos_groups DROP COLUMN bytes");
   // 25: reward_history.episodes (unless the test of migration 6 rebuilt the table without it).
