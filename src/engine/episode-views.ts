@@ -165,9 +165,9 @@ export function completedTasks(sql: SqlStorage, step: number | null, run: number
 
 /**
  * Ended episodes by where their result stands on its way to the runner: the batch's, and those a
- * phase change took out of it (ends_before_sync, kept while on their way and for
- * SYNCED_END_MEMORY_MS after): AgentJet's trainer leaves ROLLING as its batch's last end is
- * stored, so most results reach their runner, or fail to, after that.
+ * phase change took out of it (ends_before_sync, kept while on their way and until a phase change
+ * at least SYNCED_END_MEMORY_MS later): AgentJet's trainer leaves ROLLING as its batch's last end
+ * is stored, so most results reach their runner, or fail to, after that.
  */
 export function deliveryCounts(sql: SqlStorage): { pending: number; delivered: number; undeliverable: number } {
   const by = Object.fromEntries(
