@@ -5,6 +5,7 @@
  */
 import type { ServerResponse } from "node:http";
 import { openaiErrorBody } from "../../../src/relay/openai-errors";
+import { isRecord } from "../../../src/protocol/record";
 
 /** `headers`: the upstream's retryHeaders, for an error that passes on the upstream's own. */
 export function sendError(res: ServerResponse, status: number, message: string, code: string | null, headers?: Record<string, string>): void {
@@ -100,6 +101,16 @@ export function hiddenTextProbe(addresses: readonly string[], secrets: readonly 
 
 /** An answer that is an error where a completion was expected: `{"error": ...}`, or vLLM's flat `{"object": "error", ...}`. */
 export const isErrorAnswer = (v: Record<string, unknown>): boolean => v["object"] === "error" || (v["error"] !== undefined && v["error"] !== null);
+
+/**
+ * The fields of the error an answer or an event is (isErrorAnswer): vLLM's flat form itself,
+ * OpenAI's nested object, or a proxy's `{"error": "text"}` as its message; null for no error.
+ */
+export function errorFields(v: Record<string, unknown>): Record<string, unknown> | null {
+  if (!isErrorAnswer(v)) return null;
+  const nested = v["error"];
+  return v["object"] === "error" ? v : isRecord(nested) ? nested : { message: typeof nested === "string" ? nested : JSON.stringify(nested) };
+}
 
 /**
  * The credentials the gateway sends on the trainer's behalf, in the spellings an answer may

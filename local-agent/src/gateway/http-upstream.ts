@@ -8,7 +8,7 @@ import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { addressForms, credentialForms, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isErrorAnswer, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { addressForms, credentialForms, errorFields, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
 import { SseRedaction } from "./sse-redaction";
 import { StreamEnd } from "./stream-end";
 import type { UpstreamErrors } from "./upstream-errors";
@@ -280,10 +280,8 @@ function parseJson(text: string): unknown {
  * 502: the upstream failed the call. Null for anything else.
  */
 function errorInOk(v: unknown): { status: number; text: string } | null {
-  if (!isRecord(v) || !isErrorAnswer(v)) return null;
-  const nested = v["error"];
-  const flat = v["object"] === "error";
-  const fields = flat ? v : isRecord(nested) ? nested : { message: typeof nested === "string" ? nested : JSON.stringify(nested) };
+  const fields = isRecord(v) ? errorFields(v) : null;
+  if (fields === null) return null;
   const code = fields["code"];
   const status = typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599 ? code : 502;
   const message = typeof fields["message"] === "string" ? fields["message"] : JSON.stringify(fields);

@@ -5,6 +5,7 @@
  */
 import type { RelayEndpoint } from "../../../src/protocol/relay";
 import { firstChoice } from "./token-fields";
+import { errorFields } from "../gateway/errors";
 import { isRecord } from "../../../src/protocol/record";
 import type { CallUsage } from "../../../src/protocol/ledger";
 
@@ -39,14 +40,11 @@ function errorText(fields: Obj): string {
 
 /**
  * The error an answer or an event carries, as `code: message`, in each shape the gateway takes
- * for one (gateway/errors.ts isErrorAnswer, which ends a stream): OpenAI's `{"error": {...}}`,
- * a proxy's `{"error": "text"}`, and vLLM's and SGLang's flat `{"object": "error", ...}`.
+ * for one (gateway/errors.ts errorFields, as the stream's end and a 200's error read it).
  */
 export function errorOf(v: Obj): string | null {
-  const e = v["error"];
-  if (isRecord(e)) return errorText(e);
-  if (e !== undefined && e !== null) return `upstream_error: ${typeof e === "string" ? e : JSON.stringify(e)}`;
-  return v["object"] === "error" ? errorText(v) : null;
+  const fields = errorFields(v);
+  return fields === null ? null : errorText(fields);
 }
 
 /** The error of an SSE event named `error` (an upstream's own way to end a stream with one), whatever its data. */
