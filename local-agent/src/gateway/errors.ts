@@ -123,13 +123,21 @@ export function credentialForms(trainerKey: string, urls: readonly string[] = []
   // URL-encoded too: a proxy may name the key in a URL (`?api_key=sk-...%2B...`), and a base64 key has / + =.
   const forms = [trainerKey, encodeURIComponent(trainerKey)];
   for (const url of urls) {
-    if (!URL.canParse(url)) continue;
-    const u = new URL(url);
-    if (u.username === "" && u.password === "") continue;
-    const pair = `${decoded(u.username)}:${decoded(u.password)}`;
-    forms.push(pair, u.password, decoded(u.password), Buffer.from(pair).toString("base64"));
+    const pair = urlCredentials(url);
+    if (pair === null) continue;
+    const password = new URL(url).password;
+    forms.push(pair, password, decoded(password), Buffer.from(pair).toString("base64"));
   }
   return forms.filter((f) => f !== "");
+}
+
+/** The `user:password` a URL carries, percent-decoded as Basic authorization sends it; null for none. */
+export function urlCredentials(url: string): string | null {
+  // Most upstreams carry none: no URL parsed on their calls.
+  if (!url.includes("@") || !URL.canParse(url)) return null;
+  const u = new URL(url);
+  if (u.username === "" && u.password === "") return null;
+  return `${decoded(u.username)}:${decoded(u.password)}`;
 }
 
 /** A URL part percent-decoded; as written when it is no such spelling (a password `50%off`, which URL keeps as it is). */

@@ -8,7 +8,7 @@ import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { addressForms, credentialForms, errorFields, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson } from "./errors";
+import { addressForms, credentialForms, errorFields, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson, urlCredentials } from "./errors";
 import { SseRedaction } from "./sse-redaction";
 import { StreamEnd } from "./stream-end";
 import type { UpstreamErrors } from "./upstream-errors";
@@ -62,7 +62,11 @@ export async function forwardHttp(
     return;
   }
   const headers: Record<string, string> = { [EPISODE_HEADER]: env.episode_uuid, accept: "application/json, text/event-stream" };
+  // undici drops a URL's user:password; a Basic-auth proxy in front of the model server needs it
+  // sent. The trainer's key, when it registered one, is the authorization the upstream expects.
+  const basic = env.trainer_api_key === "" ? urlCredentials(url) : null;
   if (env.trainer_api_key !== "") headers["authorization"] = `Bearer ${env.trainer_api_key}`;
+  else if (basic !== null) headers["authorization"] = `Basic ${Buffer.from(basic).toString("base64")}`;
   if (env.request !== null) headers["content-type"] = "application/json";
   const timedOut = (): void => fail(504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
   // The client hears what went wrong, the operator's log also where: clients never see the

@@ -58,6 +58,26 @@ describe("a user:password in the upstream's URL", () => {
   });
 });
 
+describe("a user:password in the upstream's URL is how the gateway signs in", () => {
+  // A Basic-auth proxy in front of the model server (nginx, a lab's gateway) is written into the
+  // base URL as user:password; undici drops a URL's credentials, so every call was refused.
+  it("sends it as Basic authorization when the trainer registered no key", async () => {
+    const seen: IncomingHttpHeaders[] = [];
+    const host = await upstream(200, "application/json", () => JSON.stringify({ object: "chat.completion", choices: [] }), seen);
+    const r = await post(await ownGateway(SECRET, cleanups), envelope({ trainer_api_key: "", trainer_base_url: `http://lab%20user:p%40ss:w@${host}/v1` }), SECRET);
+    expect(r.status).toBe(200);
+    expect(seen[0]?.authorization).toBe(`Basic ${Buffer.from("lab user:p@ss:w").toString("base64")}`);
+  });
+
+  it("keeps the trainer's key as the Bearer authorization when it registered one", async () => {
+    const seen: IncomingHttpHeaders[] = [];
+    const host = await upstream(200, "application/json", () => JSON.stringify({ object: "chat.completion", choices: [] }), seen);
+    const r = await post(await ownGateway(SECRET, cleanups), envelope({ trainer_api_key: "sk-trainer-x", trainer_base_url: `http://u:p@${host}/v1` }), SECRET);
+    expect(r.status).toBe(200);
+    expect(seen[0]?.authorization).toBe("Bearer sk-trainer-x");
+  });
+});
+
 describe("the trainer's key in other spellings", () => {
   it("hides the trainer's key when the upstream's error repeats it URL-encoded", async () => {
     // Known raw and JSON-escaped only, a key with / + = named URL-encoded in a proxy's error reached the client.
