@@ -81,6 +81,9 @@ const FLOOD_LOG_MS = 10_000;
 /** The Worker's signature headers: whole seconds, and the hex of an HMAC-SHA-256. */
 const SIGNATURE_SHAPE = /^[0-9a-f]{64}$/;
 
+/** The longest wait setTimeout keeps: Node fires one past it (24.8 days) at once, and a deadline that long is none. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * The gateway answers a little before the envelope's deadline so that its own 504 (which says
  * what it was waiting for) reaches the Worker before the Worker's fetch gives up.
@@ -216,7 +219,7 @@ export class Gateway {
     const timer = setTimeout(() => {
       deadline.aborted = true;
       stop.abort();
-    }, Math.max(0, answerBy(env.deadline_seconds, receivedAt) - Date.now()));
+    }, Math.min(MAX_TIMER_MS, Math.max(0, answerBy(env.deadline_seconds, receivedAt) - Date.now())));
     const s: CallSignals = { signal: stop.signal, deadline, deadlineSeconds: env.deadline_seconds };
     const ajet = isAgentJetKey(env.trainer_api_key);
     const tap = this.tapFor(env, requestText, ajet, receivedAt);

@@ -91,3 +91,22 @@ describe("gateway: a model slower than 5 minutes, within the relay's deadline", 
     expect(got).toEqual({ status: 200, text: answer });
   });
 });
+
+describe("gateway: a relay deadline longer than a timer can wait", () => {
+  it("waits for the model when RELAY_DEADLINE_SECONDS is 30 days (past setTimeout's 24.8 days)", async () => {
+    // Node fires a timer asked for more than 2^31-1 ms at once: every call was a 504 the moment it began.
+    const upstream = createServer((req, res) => {
+      req.resume();
+      setTimeout(() => res.writeHead(200, { "content-type": "application/json" }).end(completion), 200);
+    });
+    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+    cleanups.push(() => {
+      upstream.closeAllConnections();
+      return new Promise((r) => upstream.close(() => r(undefined)));
+    });
+    const url = await ownGateway(SECRET, cleanups);
+    const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
+    const got = await postPatient(url, envelope({ trainer_base_url: base, deadline_seconds: 30 * 86_400, request: { model: "m", messages: [] } }));
+    expect(got).toEqual({ status: 200, text: completion });
+  });
+});
