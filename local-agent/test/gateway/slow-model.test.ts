@@ -8,7 +8,7 @@
  * The clock is faked (undici's timers, the gateway's deadline and the model's wait all run on
  * setTimeout), so the 5 minutes pass at once.
  */
-import { createServer, request as httpRequest } from "node:http";
+import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { signEnvelope } from "../../../src/auth/gateway-signature";
@@ -46,6 +46,16 @@ async function postPatient(gateway: string, env: RelayEnvelope): Promise<{ statu
   });
 }
 
+/** The model server listening, closed after the test; its base URL. */
+async function listening(upstream: Server): Promise<string> {
+  await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
+  cleanups.push(() => {
+    upstream.closeAllConnections();
+    return new Promise((r) => upstream.close(() => r(undefined)));
+  });
+  return `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
+}
+
 const completion = JSON.stringify({ id: "c1", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, message: { role: "assistant", content: "done" }, finish_reason: "stop" }] });
 const chunk = (content: string, finish: string | null) =>
   `data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
@@ -65,13 +75,8 @@ async function slowCall(type: string, first: string | null, rest: string): Promi
     res.on("close", () => clearTimeout(t));
   });
   upstream.requestTimeout = 0;
-  await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
-  cleanups.push(() => {
-    upstream.closeAllConnections();
-    return new Promise((r) => upstream.close(() => r(undefined)));
-  });
+  const base = await listening(upstream);
   const url = await ownGateway(SECRET, cleanups);
-  const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
   vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval", "Date"] });
   // The Worker's default deadline: 600 s.
   const answered = postPatient(url, envelope({ trainer_base_url: base, deadline_seconds: 600, request: { model: "m", messages: [], stream: first !== null } }));
@@ -99,13 +104,8 @@ describe("gateway: a relay deadline longer than a timer can wait", () => {
       req.resume();
       setTimeout(() => res.writeHead(200, { "content-type": "application/json" }).end(completion), 200);
     });
-    await new Promise<void>((r) => upstream.listen(0, "127.0.0.1", r));
-    cleanups.push(() => {
-      upstream.closeAllConnections();
-      return new Promise((r) => upstream.close(() => r(undefined)));
-    });
+    const base = await listening(upstream);
     const url = await ownGateway(SECRET, cleanups);
-    const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/v1`;
     const got = await postPatient(url, envelope({ trainer_base_url: base, deadline_seconds: 30 * 86_400, request: { model: "m", messages: [] } }));
     expect(got).toEqual({ status: 200, text: completion });
   });
