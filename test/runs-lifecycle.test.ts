@@ -204,6 +204,11 @@ describe("the agent's reports", () => {
     const twice = await refusal(() => agent.reportRun(id, { status: "running", processes: [proc("api", 0, "ready"), proc("api", 1, "ready")] }));
     expect([twice.status, twice.detail]).toEqual([422, "processes: 'api' is listed twice."]);
     expect((await refusal(() => runsAs(e, "operator").reportRun(id, { status: "running" }))).status).toBe(403);
+    // Made milliseconds, 1e308 seconds was Infinity, which D1 stored as null: a process "never started".
+    for (const [field, at] of [["started_at", 1e308], ["ready_at", -1], ["ended_at", 1e300]] as const) {
+      const badTime = await raw(`/e/${e.name}/runs/agent/runs/${id}`, { token: e.tokens.trainer, body: JSON.stringify({ status: "running", processes: [{ ...proc("api", 0, "ready"), [field]: at }] }) });
+      expect([badTime.status, badTime.json?.["detail"]]).toEqual([422, expect.stringContaining(`processes.0.${field}`)]);
+    }
     const s = await runsAs(e, "viewer").runStatus(id);
     expect([s.status, s.processes]).toEqual(["pending", []]);
   });
