@@ -6,7 +6,7 @@
  */
 import { adminPaths, ADMIN_TAG } from "./admin-paths";
 import { enginePaths, ENGINE_PARAMETERS, ENGINE_TAG, TOKEN_PATH_TAG } from "./engine-paths";
-import { errorComponents } from "./error-responses";
+import { errorComponents, errorRef } from "./error-responses";
 import { hoistedDefs, type JsonSchema } from "./json-schema";
 import { runPaths, RUNS_TAG, RUNS_TAG_DESCRIPTION } from "../runs/openapi";
 import { ledgerPaths, LEDGER_TAG, LEDGER_TAG_DESCRIPTION } from "../ledger/openapi";
@@ -18,7 +18,8 @@ export type OpenApiDocument = JsonSchema & { openapi: "3.1.0"; paths: Record<str
 export function buildOpenApiDocument(): OpenApiDocument {
   const errors = errorComponents();
   // Paths first: building them hoists the shared schemas that components/schemas must hold.
-  const paths = { ...adminPaths(), ...enginePaths(), ...runPaths(), ...ledgerPaths(), ...atroposPaths(), ...relayPaths() };
+  const routed = bodyLimited({ ...adminPaths(), ...runPaths(), ...ledgerPaths(), ...atroposPaths() });
+  const paths = { ...routed, ...enginePaths(), ...relayPaths() };
   return {
     openapi: "3.1.0",
     jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
@@ -54,4 +55,22 @@ export function buildOpenApiDocument(): OpenApiDocument {
       responses: errors.responses,
     },
   };
+}
+
+/**
+ * The router reads every body against the size limit before its route (http/body.ts limitBody),
+ * a GET's or a DELETE's too (curl -X GET -d sends one): each of its operations may answer 413.
+ */
+function bodyLimited(paths: Record<string, JsonSchema>): Record<string, JsonSchema> {
+  for (const item of Object.values(paths)) {
+    for (const [method, op] of Object.entries(item)) {
+      if (method === "parameters") continue;
+      const responses = (op as { responses: Record<string, unknown> }).responses;
+      if ("413" in responses) continue;
+      // In status order, as the builders list them.
+      const sorted = Object.entries({ ...responses, "413": errorRef(413) }).sort(([a], [b]) => a.localeCompare(b));
+      (op as { responses: Record<string, unknown> }).responses = Object.fromEntries(sorted);
+    }
+  }
+  return paths;
 }
