@@ -5,6 +5,7 @@
  * goes the other way round: the engine's object first, its D1 rows after (engine-rows.ts).
  * The histories a keep_history delete kept under an archive name are listed and deleted here too.
  */
+import { z } from "zod";
 import { Hono } from "hono";
 import { and, asc, eq, gt, isNull } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/d1";
@@ -213,9 +214,10 @@ adminRoutes.get("/archives", async (c) => {
  * engine's delete (engine-rows.ts), so a big one answers 202 until a repeated request finishes it.
  */
 adminRoutes.delete("/archives/:name", async (c) => {
-  const parsed = checkInput(ArchiveName, c.req.param("name"));
+  // Checked by its name, so that a refusal names the path's `name`, not a body there is none of.
+  const parsed = checkInput(z.object({ name: ArchiveName }), { name: c.req.param("name") });
   if (!parsed.ok) return parsed.response;
-  const name = parsed.value;
+  const name = parsed.value.name;
   const engine = name.slice(0, name.indexOf("@"));
   // The delete that keeps it may still be re-filing rows under its name, and would record it again.
   const since = (await drizzle(c.env.DB).select({ since: engines.deletingSince }).from(engines).where(eq(engines.name, engine)).limit(1))[0]?.since;

@@ -58,7 +58,11 @@ export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query";
  * A JSON body, JSON lines of one item schema (a stream, `application/x-ndjson`), or text as stored
  * (a medium). `etag`: the answer carries an ETag and is 304 to an If-None-Match that names it.
  */
-export type LedgerAnswer = { kind: "json"; schema: z.ZodType; etag?: true } | { kind: "lines"; item: z.ZodType; description: string } | { kind: "text"; description: string };
+/** `headers`: the answer's own headers, by name: what each says, and the type of its value. */
+export type LedgerAnswer =
+  | { kind: "json"; schema: z.ZodType; etag?: true }
+  | { kind: "lines"; item: z.ZodType; description: string; headers?: Record<string, { description: string; type: "integer" | "string" }> }
+  | { kind: "text"; description: string };
 
 /** A path parameter: its format, and what a value that does not fit is told (a 404: it names nothing). */
 /** `notFound`: the 404's code; `passOn`: a value that does not fit is left to the next route that matches (another route's path). */
@@ -258,7 +262,15 @@ export const LEDGER_API: LedgerRouteSpec[] = [
     summary: "Every trajectory the filters pass, newest first, as JSON lines (one Trajectory a line, whole or in its delta form), streamed: memory stays flat whatever the size.",
     params: {},
     input: { from: "query", schema: TrajectoryExportQuery },
-    answer: { kind: "lines", item: Trajectory, description: "JSON lines: one Trajectory (its calls included, in the form asked for) per line, each ended by a newline." },
+    answer: {
+      kind: "lines",
+      item: Trajectory,
+      description: "JSON lines: one Trajectory (its calls included, in the form asked for) per line, each ended by a newline.",
+      headers: {
+        [TOTAL_HEADER]: { description: "How many trajectories pass the filters, whatever the cursor: the size of the whole export, for a progress bar.", type: "integer" },
+        "Cache-Control": { description: "`no-store`: the export is read as it streams, never kept.", type: "string" },
+      },
+    },
     refusals: { 400: BAD_CURSOR, 422: "A filter, format, form or parameter the query does not take." },
     handle: (c, who, q) => exportAll(c, who, q as ExportQuery),
   },

@@ -41,8 +41,10 @@ function success(answer: LedgerAnswer): JsonSchema {
     return { description: "Success.", ...(tagged(answer) ? { headers: ETAG_HEADERS } : {}), content: { "application/json": { schema: toJsonSchema(answer.schema, "output") } } };
   }
   if (answer.kind === "text") return { description: answer.description, content: { "text/plain": { schema: { type: "string", description: answer.description } } } };
+  const headers = Object.entries(answer.headers ?? {}).map(([name, h]) => [name, { description: h.description, schema: { type: h.type } }]);
   return {
     description: answer.description,
+    ...(headers.length > 0 ? { headers: Object.fromEntries(headers) } : {}),
     content: { [JSON_LINES]: { schema: { type: "string", description: answer.description }, "x-itemSchema": toJsonSchema(answer.item, "output") } },
   };
 }

@@ -5,6 +5,7 @@
 import { mayRun } from "../auth/roles";
 import { ROLES } from "../protocol/admin";
 import { errorRef, type ErrorStatus } from "../openapi/error-responses";
+import { PROTOCOL_VERSIONS } from "./mcp/jsonrpc";
 import { queryParameters, toJsonSchema, type JsonSchema } from "../openapi/json-schema";
 import { RUNS_API, type RunRouteSpec } from "./api";
 
@@ -59,7 +60,17 @@ function mcpOperation(tokenInPath: boolean): JsonSchema {
     tags: [RUNS_TAG],
     "x-roles": [...ROLES, "admin"],
     security: tokenInPath ? [] : [{ engineToken: [] }],
-    parameters: [{ $ref: "#/components/parameters/engine" }, ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : [])],
+    parameters: [
+      { $ref: "#/components/parameters/engine" },
+      ...(tokenInPath ? [{ $ref: "#/components/parameters/token" }] : []),
+      {
+        name: "MCP-Protocol-Version",
+        in: "header",
+        required: false,
+        description: "The MCP version the client speaks after initialize (the streamable HTTP transport sends it); any other value is a 400.",
+        schema: { type: "string", enum: [...PROTOCOL_VERSIONS] },
+      },
+    ],
     requestBody: { required: true, content: { "application/json": { schema: { type: "object", description: "A JSON-RPC 2.0 message, or a batch (array) of them." } } } },
     responses: {
       "200": { description: "The JSON-RPC answer, or for a batch the list of them.", content: { "application/json": { schema: { type: ["object", "array"] } } } },
