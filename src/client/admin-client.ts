@@ -12,7 +12,7 @@ import {
   type LocationHint,
   type Role,
 } from "../protocol/admin";
-import { requestJson, type FetchLike } from "./http";
+import { pathSegment, requestJson, type FetchLike } from "./http";
 
 export class AdminClient {
   private readonly base: string;
@@ -26,19 +26,19 @@ export class AdminClient {
   createEngine = (name: string, placement: { location_hint?: LocationHint; jurisdiction?: Jurisdiction } = {}) =>
     requestJson(this.fetchFn, `${this.base}/engines`, CreateEngineResponse, { method: "POST", body: { name, ...placement }, token: this.token });
   listEngines = () => requestJson(this.fetchFn, `${this.base}/engines`, EngineListResponse, { method: "GET", token: this.token });
-  listTokens = (engine: string) =>
-    requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}/tokens`, TokenListResponse, { method: "GET", token: this.token });
-  issueToken = (engine: string, role: Role, label = "") =>
-    requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}/tokens`, IssuedToken, { method: "POST", body: { role, label }, token: this.token });
-  revokeToken = (engine: string, id: string) =>
-    requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}/tokens/${encodeURIComponent(id)}`, z.object({ success: z.boolean() }), {
+  listTokens = async (engine: string) =>
+    requestJson(this.fetchFn, `${this.base}/engines/${pathSegment("engine", engine)}/tokens`, TokenListResponse, { method: "GET", token: this.token });
+  issueToken = async (engine: string, role: Role, label = "") =>
+    requestJson(this.fetchFn, `${this.base}/engines/${pathSegment("engine", engine)}/tokens`, IssuedToken, { method: "POST", body: { role, label }, token: this.token });
+  revokeToken = async (engine: string, id: string) =>
+    requestJson(this.fetchFn, `${this.base}/engines/${pathSegment("engine", engine)}/tokens/${pathSegment("token id", id)}`, z.object({ success: z.boolean() }), {
       method: "DELETE",
       token: this.token,
     });
 
   /** One DELETE: it may end with work left (`done: false`, a 202), which the next one carries on. */
-  deleteEngineOnce = (engine: string, opts: { force?: boolean; keep_history?: boolean } = {}) =>
-    requestJson(this.fetchFn, `${this.base}/engines/${encodeURIComponent(engine)}?force=${opts.force === true}&keep_history=${opts.keep_history === true}`, DeleteEngineResponse, {
+  deleteEngineOnce = async (engine: string, opts: { force?: boolean; keep_history?: boolean } = {}) =>
+    requestJson(this.fetchFn, `${this.base}/engines/${pathSegment("engine", engine)}?force=${opts.force === true}&keep_history=${opts.keep_history === true}`, DeleteEngineResponse, {
       method: "DELETE",
       token: this.token,
     });
@@ -63,8 +63,8 @@ export class AdminClient {
   };
 
   /** One DELETE of an archive: it may end with work left (`done: false`, a 202), which the next one carries on. */
-  deleteArchiveOnce = (name: string) =>
-    requestJson(this.fetchFn, `${this.base}/archives/${encodeURIComponent(name)}`, DeleteArchiveResponse, { method: "DELETE", token: this.token });
+  deleteArchiveOnce = async (name: string) =>
+    requestJson(this.fetchFn, `${this.base}/archives/${pathSegment("archive", name)}`, DeleteArchiveResponse, { method: "DELETE", token: this.token });
 
   /** Deletes an archive, repeating the DELETE until it is done; answers the rows deleted by table. */
   async deleteArchive(name: string): Promise<DeleteArchiveResponse> {

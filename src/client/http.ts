@@ -11,6 +11,16 @@ export function queryString(q: Record<string, string | number | undefined>): str
   return qs ? `?${qs}` : "";
 }
 
+/**
+ * A name as one segment of a URL's path. `.` and `..` cannot be one: a URL parser takes them,
+ * escaped too, for dot-segments and drops them, so the request would go to another route
+ * (`revokeToken(engine, "..")` to DELETE the engine's own URL). Refused before any request.
+ */
+export function pathSegment(what: string, name: string): string {
+  if (name === "." || name === "..") throw new RangeError(`${what} ${JSON.stringify(name)} is '.' or '..', which URLs read as a dot-segment: no URL can name it`);
+  return encodeURIComponent(name);
+}
+
 /** The code of an ExchangeError for a 2xx answer that does not fit its schema (unreadableAnswer). */
 export const UNREADABLE_ANSWER = "unreadable_answer";
 

@@ -13,8 +13,7 @@ import {
   type TrajectoryReadQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
-import { DOT_SEGMENT_EPISODE } from "../protocol/swarm";
-import { ExchangeError, jsonAnswer, queryString, readAnswer, requestJson, retryAfterSeconds, type FetchLike } from "./http";
+import { ExchangeError, jsonAnswer, pathSegment, queryString, readAnswer, requestJson, retryAfterSeconds, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
@@ -65,7 +64,7 @@ export class LedgerClient {
   /** The medium a trajectory's messages name as `rx-media:sha256:<sha256>`: the string the client sent, exactly. */
   async media(sha256: string): Promise<string> {
     const headers: Record<string, string> = this.token === undefined ? {} : { authorization: `Bearer ${this.token}` };
-    const res = await this.fetchFn(`${this.base}/trajectories/media/${encodeURIComponent(sha256)}`, { headers });
+    const res = await this.fetchFn(`${this.base}/trajectories/media/${pathSegment("sha256", sha256)}`, { headers });
     const text = await res.text();
     if (!res.ok) throw refusalOf(res, text);
     return text;
@@ -118,12 +117,10 @@ export class LedgerClient {
 
 /**
  * An episode named `export` is read as `/export/latest`: `/trajectories/export` is the export.
- * One named `.` or `..` (the exchange registers none since) cannot be named in a URL at all: a
- * URL parser drops the segment, escaped or not, and would read another path.
+ * One named `.` or `..` (the exchange registers none since) cannot be named in a URL at all (pathSegment).
  */
 function trajectoryPath(episodeUuid: string, fence: number | undefined, q: TrajectoryReadQuery): string {
-  if (episodeUuid === "." || episodeUuid === "..") throw new RangeError(`episode_uuid ${JSON.stringify(episodeUuid)} ${DOT_SEGMENT_EPISODE}`);
-  return `/trajectories/${encodeURIComponent(episodeUuid)}${fence !== undefined ? `/${fence}` : episodeUuid === "export" ? "/latest" : ""}${queryString(q as Query)}`;
+  return `/trajectories/${pathSegment("episode_uuid", episodeUuid)}${fence !== undefined ? `/${fence}` : episodeUuid === "export" ? "/latest" : ""}${queryString(q as Query)}`;
 }
 
 /** The code of the ExchangeError for an export whose stream broke off before its end. */

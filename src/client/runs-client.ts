@@ -31,7 +31,7 @@ import {
   StopRunRequest,
   type JsonValue,
 } from "../protocol/runs";
-import { ExchangeError, requestJson, type FetchLike } from "./http";
+import { ExchangeError, pathSegment, requestJson, type FetchLike } from "./http";
 
 export class RunsRefusal extends ExchangeError {
   constructor(
@@ -112,22 +112,22 @@ export class RunsClient {
     const qs = new URLSearchParams(Object.entries(q).flatMap(([k, v]): Array<[string, string]> => (v === undefined ? [] : [[k, String(v)]]))).toString();
     return this.call("GET", `/runs${qs ? `?${qs}` : ""}`, ListRunsResponse);
   }
-  runStatus(runId: string) {
-    return this.call("GET", `/runs/${encodeURIComponent(runId)}`, RunStatusResponse);
+  async runStatus(runId: string) {
+    return this.call("GET", `/runs/${pathSegment("run_id", runId)}`, RunStatusResponse);
   }
-  runResults(runId: string) {
-    return this.call("GET", `/runs/${encodeURIComponent(runId)}/results`, RunResultsResponse);
+  async runResults(runId: string) {
+    return this.call("GET", `/runs/${pathSegment("run_id", runId)}/results`, RunResultsResponse);
   }
-  stopRun(runId: string, req: In<typeof StopRunRequest> = {}) {
-    return this.call("POST", `/runs/${encodeURIComponent(runId)}/stop`, StopRunResponse, req);
+  async stopRun(runId: string, req: In<typeof StopRunRequest> = {}) {
+    return this.call("POST", `/runs/${pathSegment("run_id", runId)}/stop`, StopRunResponse, req);
   }
 
   // Inference tests
   startInferenceTest(req: In<typeof StartInferenceTestRequest>) {
     return this.call("POST", "/runs/inference_tests", StartInferenceTestResponse, req);
   }
-  inferenceTest(testId: string) {
-    return this.call("GET", `/runs/inference_tests/${encodeURIComponent(testId)}`, InferenceTestView);
+  async inferenceTest(testId: string) {
+    return this.call("GET", `/runs/inference_tests/${pathSegment("test_id", testId)}`, InferenceTestView);
   }
 
   // The GPU host's agent (trainer token)
@@ -137,10 +137,10 @@ export class RunsClient {
   activeRuns(signal?: AbortSignal) {
     return this.call("GET", "/runs/agent/active", AgentActiveRunsResponse, undefined, signal);
   }
-  reportRun(runId: string, report: In<typeof RunReport>, signal?: AbortSignal) {
-    return this.call("POST", `/runs/agent/runs/${encodeURIComponent(runId)}`, RunReportResponse, report, signal);
+  async reportRun(runId: string, report: In<typeof RunReport>, signal?: AbortSignal) {
+    return this.call("POST", `/runs/agent/runs/${pathSegment("run_id", runId)}`, RunReportResponse, report, signal);
   }
-  reportInferenceTest(testId: string, report: In<typeof InferenceTestReport>, signal?: AbortSignal) {
-    return this.call("POST", `/runs/agent/inference_tests/${encodeURIComponent(testId)}`, InferenceTestView, report, signal);
+  async reportInferenceTest(testId: string, report: In<typeof InferenceTestReport>, signal?: AbortSignal) {
+    return this.call("POST", `/runs/agent/inference_tests/${pathSegment("test_id", testId)}`, InferenceTestView, report, signal);
   }
 }
