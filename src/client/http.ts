@@ -80,7 +80,7 @@ export function jsonAnswer<S extends z.ZodType>(
   try {
     json = JSON.parse(text);
   } catch {
-    throw new ExchangeError(res.status, "bad_response", `expected JSON from ${url}, got: ${text.slice(0, 200)}`, retryAfter);
+    throw new ExchangeError(res.status, "bad_response", `expected JSON from ${shownUrl(url)}, got: ${text.slice(0, 200)}`, retryAfter);
   }
   if (!res.ok) {
     const custom = refusal?.(res.status, json, retryAfter);
@@ -112,9 +112,15 @@ function unreadableAnswer(status: number, url: string, error: z.ZodError): Excha
   return new ExchangeError(
     status,
     UNREADABLE_ANSWER,
-    `the answer from ${url} does not have the shape this client reads (${named}): an exchange newer than this client may need a newer client or agent`,
+    `the answer from ${shownUrl(url)} does not have the shape this client reads (${named}): an exchange newer than this client may need a newer client or agent`,
   );
 }
+
+/**
+ * A request's URL as an error may quote it: without the token of a token-in-path base URL
+ * (`/e/<engine>/t/<token>`), as the exchange never repeats one, since callers log these errors.
+ */
+export const shownUrl = (url: string): string => url.replace(/(\/e\/[^/?#]+\/t\/)[^/?#]+/, "$1[hidden]");
 
 /** Retry-After as seconds: a number of seconds or an HTTP date; null when absent or unreadable. */
 export function retryAfterSeconds(header: string | null): number | null {

@@ -13,7 +13,7 @@ import {
   type TrajectoryReadQuery,
   type UpdateLedgerConfigRequest,
 } from "../protocol/ledger";
-import { ExchangeError, jsonAnswer, pathSegment, queryString, readAnswer, requestJson, retryAfterSeconds, type FetchLike } from "./http";
+import { ExchangeError, jsonAnswer, pathSegment, queryString, readAnswer, requestJson, retryAfterSeconds, shownUrl, type FetchLike } from "./http";
 import type { EngineClientOptions } from "./exchange-client";
 import { inlineMedia, mediaRefsOf } from "../ledger/media-refs";
 
@@ -144,7 +144,7 @@ async function* exportChunks(body: ReadableStream<Uint8Array>, url: string, sent
       } catch (e) {
         done = true;
         const why = e instanceof Error ? e.message : String(e);
-        throw new ExchangeError(200, EXPORT_INTERRUPTED, `the export from ${url} broke off after ${sent()} trajectories, before its end (a token revoked or the engine deleted meanwhile, or a failure on the way): ${why}`);
+        throw new ExchangeError(200, EXPORT_INTERRUPTED, `the export from ${shownUrl(url)} broke off after ${sent()} trajectories, before its end (a token revoked or the engine deleted meanwhile, or a failure on the way): ${why}`);
       }
       if (read.done) {
         done = true;
@@ -164,7 +164,7 @@ function exportedLine(line: string, url: string): Trajectory {
   try {
     json = JSON.parse(line);
   } catch {
-    throw new ExchangeError(200, "bad_response", `expected a JSON line from ${url}, got: ${line.slice(0, 200)}`);
+    throw new ExchangeError(200, "bad_response", `expected a JSON line from ${shownUrl(url)}, got: ${line.slice(0, 200)}`);
   }
   return readAnswer(Trajectory, json, 200, url);
 }
