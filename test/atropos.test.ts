@@ -533,10 +533,10 @@ describe("Atropos's API: what Python environments send", () => {
     await running(e, [ENV]);
     const r = await atropos(e, "client", "POST", "/scored_data/", group(1, 2));
     expect(r.status === 200 || r.status === 307 || r.status === 308).toBe(true);
-    // Served as the route itself (bearer URLs too, and GETs); one slash only; a HEAD of a GET that changes state is still not served.
+    // Served as the route itself (bearer URLs too, and GETs); one slash only; a HEAD of a GET that changes state is refused as without it.
     expect((await atropos(e, "viewer", "GET", "/status/", undefined, { bearer: true })).json).toMatchObject({ queue_size: 1 });
     expect((await atropos(e, "client", "POST", "/scored_data//", group(2, 2))).status).toBe(404);
-    expect((await atropos(e, "trainer", "HEAD", "/batch/")).status).toBe(404);
+    expect((await atropos(e, "trainer", "HEAD", "/batch/")).status).toBe(405);
     expect((await atropos(e, "viewer", "GET", "/status")).json).toMatchObject({ queue_size: 1 });
   });
 });

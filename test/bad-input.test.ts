@@ -271,7 +271,8 @@ describe("access", () => {
     await atropos("POST", "/scored_data", { tokens: [[7, 0], [7, 1]], masks: [[1, 1], [1, 1]], scores: [1, 0], env_id: 0 });
     await e.as("operator").syncTrainConfig("x: 1\n");
     await e.as("operator").startEngine();
-    for (const path of ["/atropos/batch", "/atropos/reset_data", "/atropos/status-env", "/agent/commands"]) {
+    // With the one trailing slash too, which their GETs serve as the route (it was a 404 that named no Allow).
+    for (const path of ["/atropos/batch", "/atropos/reset_data", "/atropos/status-env", "/agent/commands"].flatMap((p) => [p, `${p}/`])) {
       const res = await head(path);
       expect([res.status, res.headers.get("allow"), await res.text()], path).toEqual([405, "GET", ""]);
     }

@@ -9,7 +9,7 @@ import { ATROPOS_API } from "../atropos/routes";
 import { ENGINE_API } from "./engine-api";
 import { ENGINE_PATH } from "./engine-routes";
 import { errorResponse } from "./errors";
-import { routingPath } from "./path-token";
+import { routingPath, withoutTrailingSlash } from "./path-token";
 
 const UNSAFE_OPS = new Set([
   ...ENGINE_API.filter((s) => s.method === "get" && s.changesState).map((s) => s.path),
@@ -20,8 +20,9 @@ const UNSAFE_OPS = new Set([
 export function unsafeHead(request: Request): Response | null {
   if (request.method !== "HEAD") return null;
   const op = ENGINE_PATH.exec(routingPath(request))?.[2];
-  if (op === undefined || !UNSAFE_OPS.has(op)) return null;
-  const res = errorResponse(405, "method_not_allowed", `GET ${op} changes the engine's state, so it is not answered to HEAD; send GET.`);
+  // With its one trailing slash too, which the GET serves as the route (FastAPI's redirect_slashes).
+  if (op === undefined || !UNSAFE_OPS.has(withoutTrailingSlash(op))) return null;
+  const res = errorResponse(405, "method_not_allowed", `GET ${withoutTrailingSlash(op)} changes the engine's state, so it is not answered to HEAD; send GET.`);
   res.headers.set("allow", "GET");
   return res;
 }
