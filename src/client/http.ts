@@ -41,6 +41,18 @@ export class ExchangeError extends Error {
 /** Builds the error for a non-2xx JSON answer, for callers that keep more than code and detail; null falls back to the default. */
 type RefusalReader = (status: number, json: unknown, retryAfterSeconds: number | null) => ExchangeError | null;
 
+/**
+ * JSON.stringify's replacer that refuses NaN and ±Infinity, which it would write as null: a
+ * learning rate of 0/0 locked as null, a reward of NaN sent as none. Refused before any request;
+ * the exchange's schemas take finite numbers only.
+ */
+function finiteOnly(this: unknown, key: string, value: unknown): unknown {
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new RangeError(`${key === "" ? "the request" : JSON.stringify(key)} is ${value}, which JSON cannot carry: send a finite number`);
+  }
+  return value;
+}
+
 /** Sends one JSON request and validates the answer against `schema`. */
 export async function requestJson<S extends z.ZodType>(
   fetchFn: FetchLike,
@@ -60,7 +72,7 @@ export async function requestJson<S extends z.ZodType>(
   const res = await fetchFn(url, {
     method: init.method,
     headers,
-    body: init.body === undefined ? null : JSON.stringify(init.body),
+    body: init.body === undefined ? null : JSON.stringify(init.body, finiteOnly),
     ...(init.signal ? { signal: init.signal } : {}),
   });
   return jsonAnswer(res, await res.text(), schema, url, init.refusal);
