@@ -15,6 +15,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { StringDecoder } from "node:string_decoder";
 import { MAX_STORED_BYTES } from "../../../src/protocol/limits";
 import type { JsonValue, MetricsPoint } from "../../../src/protocol/runs";
+import { parsePythonJson } from "../../../src/http/python-json";
 import type { Logger } from "../log";
 
 /** The most bytes one read() takes from the file: a run that wrote gigabytes meanwhile is caught up with over several polls. */
@@ -135,7 +136,11 @@ function parseLine(line: string, index: number, now: number): MetricsPoint | nul
   try {
     obj = JSON.parse(line);
   } catch {
-    return null; // a stray line is skipped, not fatal
+    // Python's json.dumps writes a NaN loss as the bare token NaN: the line of the step a run
+    // went wrong, the one most worth seeing. JSON cannot carry such a number, so its name goes.
+    const python = parsePythonJson(line);
+    if (python === null) return null; // a stray line is skipped, not fatal
+    obj = nonFiniteNamed(python.value);
   }
   if (typeof obj !== "object" || obj === null || Array.isArray(obj)) return null;
   const { step, timestamp, ...values } = obj as Record<string, JsonValue>;
@@ -146,4 +151,12 @@ function parseLine(line: string, index: number, now: number): MetricsPoint | nul
     at: typeof timestamp === "number" && Number.isFinite(timestamp) ? timestamp : now,
     values,
   };
+}
+
+/** `v` with NaN and ±Infinity, at any depth, as the strings "NaN", "Infinity" and "-Infinity". */
+function nonFiniteNamed(v: unknown): unknown {
+  if (typeof v === "number") return Number.isFinite(v) ? v : String(v);
+  if (Array.isArray(v)) return v.map(nonFiniteNamed);
+  if (typeof v === "object" && v !== null) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, nonFiniteNamed(x)]));
+  return v;
 }

@@ -470,6 +470,16 @@ describe("the metrics file", () => {
     return join(state.path, "metrics.jsonl");
   };
 
+  it("keeps a line Python wrote with NaN or Infinity (a loss that diverged), those values as their names", () => {
+    // json.dumps writes float("nan") as the bare token NaN, which JSON.parse refuses: the line
+    // was dropped, so the metrics stopped at the step the run went wrong.
+    const path = metricsFile();
+    writeFileSync(path, '{"step": 7, "loss": NaN, "grad_norm": Infinity, "min": -Infinity, "lr": 1e-5, "note": "NaN"}\n');
+    expect(new MetricsReader(path, () => 0).read()).toEqual([
+      { index: 0, step: 7, at: 0, values: { loss: "NaN", grad_norm: "Infinity", min: "-Infinity", lr: 1e-5, note: "NaN" } },
+    ]);
+  });
+
   it("reads the lines written after the file was truncated and rewritten shorter", () => {
     const path = metricsFile();
     writeFileSync(path, line({ step: 1, loss: 0.9 }) + line({ step: 2, loss: 0.8 }) + line({ step: 3, loss: 0.7 }));
