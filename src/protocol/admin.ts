@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { openEnum } from "./open-enum";
 
 export const ROLES = ["operator", "trainer", "client", "viewer"] as const;
 export const Role = z.enum(ROLES, {
@@ -42,12 +43,19 @@ export const CreateEngineRequest = z.strictObject({
 export const IssuedToken = z.object({ id: z.string(), role: Role, token: z.string() });
 export type IssuedToken = z.infer<typeof IssuedToken>;
 
+/**
+ * Answers read placement and roles as open enums (open-enum.ts): a pinned SDK reads the list of
+ * a newer exchange whose engines are placed by a hint it added, or whose tokens have a new role.
+ */
+const AnsweredHint = openEnum(LOCATION_HINTS).nullable();
+const AnsweredJurisdiction = openEnum(JURISDICTIONS).nullable();
+
 export const CreateEngineResponse = z.object({
   engine: z.string(),
-  location_hint: LocationHint.nullable(),
-  jurisdiction: Jurisdiction.nullable(),
-  tokens: z.record(Role, z.string()),
-  token_ids: z.record(Role, z.string()),
+  location_hint: AnsweredHint,
+  jurisdiction: AnsweredJurisdiction,
+  tokens: z.looseRecord(Role, z.string()),
+  token_ids: z.looseRecord(Role, z.string()),
 });
 export type CreateEngineResponse = z.infer<typeof CreateEngineResponse>;
 
@@ -55,7 +63,7 @@ export const IssueTokenRequest = z.strictObject({ role: Role, label: z.string().
 
 export const TokenInfo = z.object({
   id: z.string(),
-  role: Role,
+  role: openEnum(ROLES),
   label: z.string(),
   created_at: z.number(),
   revoked_at: z.number().nullable(),
@@ -66,8 +74,8 @@ export const TokenListResponse = z.object({ tokens: z.array(TokenInfo) });
 export const EngineInfo = z.object({
   name: z.string(),
   created_at: z.number(),
-  location_hint: LocationHint.nullable(),
-  jurisdiction: Jurisdiction.nullable(),
+  location_hint: AnsweredHint,
+  jurisdiction: AnsweredJurisdiction,
   /** When a delete began that has not finished (its engine answers 404 meanwhile); repeat the DELETE to finish it. */
   deleting_since: z.number().nullable(),
 });

@@ -120,7 +120,8 @@ export const ConfigurableFieldView = z.object({
   edited: z.boolean(),
 });
 export const LockedFieldView = z.object({
-  section: Section,
+  /** Read as an open enum: a newer exchange's YAML may have more sections. */
+  section: openEnum(SECTIONS),
   name: z.string(),
   locked_value: JsonValue,
   /** For env fields the environment declares: its type, default and description. */
