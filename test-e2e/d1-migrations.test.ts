@@ -139,10 +139,24 @@ describe("0013: a call's episode type", () => {
     const db = await mf.getD1Database("DB");
     const before = await db.prepare("SELECT COUNT(*) AS n FROM llm_calls").first<{ n: number }>();
     expect(before?.n).toBeGreaterThan(0);
-    stage(null);
+    stage("0014");
     expect(await applyMigrations(db, dir)).toEqual(["0013_llm_calls_episode_type.sql"]);
     const rows = await db.prepare("SELECT episode_type FROM llm_calls").all<{ episode_type: string | null }>();
     expect(rows.results.length).toBe(before?.n);
     expect(rows.results.every((r) => r.episode_type === null)).toBe(true);
+  });
+});
+
+describe("0014: which way an engine's delete began", () => {
+  it("adds the column to the engines already there, null on each: a delete under way then takes its repeat's word", async () => {
+    const db = await mf.getD1Database("DB");
+    await db.prepare("INSERT INTO engines (name, created_at, deleting_since) VALUES ('half-deleted', 1, 1700000000000), ('live', 2, NULL)").run();
+    stage(null);
+    expect(await applyMigrations(db, dir)).toEqual(["0014_engines_deleting_keeps_history.sql"]);
+    const rows = await db.prepare("SELECT name, deleting_since, deleting_keeps_history FROM engines WHERE name IN ('half-deleted', 'live') ORDER BY name").all();
+    expect(rows.results).toEqual([
+      { name: "half-deleted", deleting_since: 1700000000000, deleting_keeps_history: null },
+      { name: "live", deleting_since: null, deleting_keeps_history: null },
+    ]);
   });
 });

@@ -401,13 +401,7 @@ describe("deleting an engine", () => {
   it("deletes a big engine in bounded requests; one cut short is finished by repeating it", async () => {
     const e = await createEngine("big");
     const N = 45_000;
-    await env.DB.prepare(
-      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-       INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, global_step, reward, is_success, workflow_output, ended_at)
-       SELECT ?1, 'ep-' || i, 1, 'c', 't', 'train', 0, 0.5, 1, '{}', i FROM n`,
-    )
-      .bind(e.name, N)
-      .run();
+    await insertTrajectories(e.name, N);
 
     const partial = await admin.deleteEngineOnce(e.name);
     expect(partial.done).toBe(false);
@@ -424,6 +418,32 @@ describe("deleting an engine", () => {
     expect((partial.rows["trajectories"] ?? 0) + (rest.rows["trajectories"] ?? 0)).toBe(N);
     expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", e.name)).toBe(0);
     expect(await count("SELECT COUNT(*) AS n FROM engines WHERE name = ?", e.name)).toBe(0);
+  });
+
+  it("finishes a keep_history delete as it began: a repeat without the flag is refused, and keeps nothing from the archive", async () => {
+    // The docs say to repeat the request; one repeated without keep_history deleted the rows
+    // not yet re-filed, leaving a history cut in two: part archived, part gone.
+    const e = await createEngine("big-kept");
+    const N = 45_000;
+    await insertTrajectories(e.name, N);
+    const partial = await admin.deleteEngineOnce(e.name, { keep_history: true });
+    expect([partial.done, partial.history_kept_as]).toEqual([false, expect.stringMatching(new RegExp(`^${e.name}@\\d+$`))]);
+
+    await expect(admin.deleteEngineOnce(e.name)).rejects.toMatchObject({ status: 409, code: "delete_keeps_history", detail: expect.stringContaining("keep_history=true") });
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine IN (?, ?)", e.name, partial.history_kept_as)).toBe(N);
+
+    const rest = await admin.deleteEngine(e.name, { keep_history: true });
+    expect([rest.done, rest.history_kept_as]).toEqual([true, partial.history_kept_as]);
+    expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine = ?", partial.history_kept_as)).toBe(N);
+  });
+
+  it("finishes a delete that keeps nothing as it began: a repeat with keep_history is refused", async () => {
+    const e = await createEngine("big-gone");
+    await insertTrajectories(e.name, 45_000);
+    expect((await admin.deleteEngineOnce(e.name)).done).toBe(false);
+    // An archive of what is left would be a history missing what the first request deleted.
+    await expect(admin.deleteEngineOnce(e.name, { keep_history: true })).rejects.toMatchObject({ status: 409, code: "delete_keeps_nothing" });
+    expect((await admin.deleteEngine(e.name)).done).toBe(true);
   });
 
   it("answers every request in flight during a delete with 2xx or a clean 404, and leaves nothing behind", async () => {

@@ -15,6 +15,11 @@ export const engines = sqliteTable("engines", {
   jurisdiction: text("jurisdiction", { enum: JURISDICTIONS }),
   /** When a delete began (admin-routes.ts); until the row is gone the engine answers 404 and its name stays taken. */
   deletingSince: integer("deleting_since"),
+  /**
+   * Whether that delete keeps the engine's history (keep_history): repeated, it finishes as it
+   * began. Null for a delete begun before this was recorded, which takes the repeat's word.
+   */
+  deletingKeepsHistory: integer("deleting_keeps_history", { mode: "boolean" }),
 });
 
 export const tokens = sqliteTable(

@@ -174,7 +174,15 @@ adminRoutes.delete("/engines/:name", async (c) => {
     const destroyed = await placedEngineStub(c.env, row).destroy({ force: q.value.force, keepHistory: q.value.keep_history });
     if (!destroyed.ok) return replyResponse(destroyed);
     bodies = destroyed.body.bodies;
-    await db.update(engines).set({ deletingSince: Date.now() }).where(and(eq(engines.name, name), isNull(engines.deletingSince)));
+    await db
+      .update(engines)
+      .set({ deletingSince: Date.now(), deletingKeepsHistory: q.value.keep_history })
+      .where(and(eq(engines.name, name), isNull(engines.deletingSince)));
+  } else if (row.deletingKeepsHistory !== null && row.deletingKeepsHistory !== q.value.keep_history) {
+    // Repeated the other way, it would leave a history cut in two: part archived, part deleted.
+    return row.deletingKeepsHistory
+      ? errorResponse(409, "delete_keeps_history", `The delete of '${name}' under way keeps its history: repeat it with keep_history=true to finish it (then delete the archive if it is not wanted).`)
+      : errorResponse(409, "delete_keeps_nothing", `The delete of '${name}' under way keeps no history, and has deleted some of it: repeat it without keep_history to finish it.`);
   }
   forgetEngine(c.env, name);
   forgetClaims(c.env, name);

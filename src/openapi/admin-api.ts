@@ -97,7 +97,7 @@ export const ADMIN_API: readonly AdminRouteSpec[] = [
     path: "/admin/engines/{name}",
     operationId: "admin_delete_engine",
     summary:
-      "Delete an engine: its Durable Object's state, its tokens and its D1 rows (or, with keep_history, all but its history). 409 while its agent is connected, unless forced. Answers 202 when work is left: repeat the request.",
+      "Delete an engine: its Durable Object's state, its tokens and its D1 rows (or, with keep_history, all but its history). 409 while its agent is connected, unless forced. Answers 202 when work is left: repeat the request, with the keep_history it began with (409 otherwise).",
     query: DeleteEngineQuery,
     response: DeleteEngineResponse,
     successStatus: 200,

@@ -1,0 +1,1 @@
+ALTER TABLE `engines` ADD `deleting_keeps_history` integer;
