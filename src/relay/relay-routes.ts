@@ -193,15 +193,25 @@ const ENDPOINTS: Record<string, { method: string; endpoint: RelayEndpoint }> = {
 };
 
 /**
- * The answer to a relayed call, or null for any other request (hono serves those, and a relay
- * path's other methods). A HEAD is answered as its GET without the body, as hono does.
+ * The relay's endpoint a request calls, by its method and path, with the engine its path names
+ * as written; null for any other request, a relay path's other methods included (hono's).
  */
-export function serveRelay(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> | null {
+export function relayRoute(request: Request): { endpoint: RelayEndpoint; engine: string | undefined } | null {
   const method = request.method === "HEAD" ? "GET" : request.method;
   if (method !== "POST" && method !== "GET") return null;
   const m = RELAY_ROUTE.exec(routingPath(request));
   const route = m ? ENDPOINTS[m[2] ?? ""] : undefined;
   if (m === null || route === undefined || route.method !== method) return null;
-  const answer = relay(request, env, ctx, route.endpoint, m[1] === undefined ? undefined : tryDecodeURIComponent(m[1])).catch(internalError);
+  return { endpoint: route.endpoint, engine: m[1] };
+}
+
+/**
+ * The answer to a relayed call, or null for any other request (hono serves those, and a relay
+ * path's other methods). A HEAD is answered as its GET without the body, as hono does.
+ */
+export function serveRelay(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> | null {
+  const r = relayRoute(request);
+  if (r === null) return null;
+  const answer = relay(request, env, ctx, r.endpoint, r.engine === undefined ? undefined : tryDecodeURIComponent(r.engine)).catch(internalError);
   return request.method === "HEAD" ? answer.then((r) => new Response(null, r)) : answer;
 }

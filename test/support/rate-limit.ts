@@ -7,9 +7,10 @@ import { ORIGIN, workerFetch, type TestEngine } from "./harness";
 
 export type Answer = { status: number; retryAfter: string | null; json: Record<string, unknown> };
 
-export async function send(path: string, token?: string, body?: unknown): Promise<Answer> {
+/** `method`: GET without a body, POST with one, unless given. */
+export async function send(path: string, token?: string, body?: unknown, method?: string): Promise<Answer> {
   const res = await workerFetch(`${ORIGIN}${path}`, {
-    method: body === undefined ? "GET" : "POST",
+    method: method ?? (body === undefined ? "GET" : "POST"),
     headers: { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...(body === undefined ? {} : { "content-type": "application/json" }) },
     body: body === undefined ? null : JSON.stringify(body),
   });
