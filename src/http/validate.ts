@@ -1,6 +1,5 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import { getQueryParam } from "hono/utils/url";
 import { isTooLargeIssue, MAX_MEDIA_UPLOAD_BODY_BYTES } from "../protocol/limits";
 import { routedBodyChecked, tooLarge } from "./body";
 import { describeIssues, errorResponse } from "./errors";
@@ -86,12 +85,14 @@ export async function readJson<S extends z.ZodType>(c: Context, schema: S, empty
 
 /** A query's parameters, each once: `?run=1&run=2` is refused (422) rather than read as one of its values, which the caller could not tell. */
 export function checkQuery<S extends z.ZodType>(schema: S, url: string): Parsed<z.output<S>> {
-  const seen = new Set<string>();
-  for (const name of new URL(url).searchParams.keys()) {
-    if (seen.has(name)) return { ok: false, response: errorResponse(422, "invalid_request", `${name}: given more than once; give it once`) };
-    seen.add(name);
+  // No prototype: a parameter named `constructor` is a parameter like any other.
+  const values: Record<string, string> = Object.create(null) as Record<string, string>;
+  for (const [name, value] of new URL(url).searchParams) {
+    if (name === "") continue; // `?=x`: no name to read it by
+    if (name in values) return { ok: false, response: errorResponse(422, "invalid_request", `${name}: given more than once; give it once`) };
+    values[name] = value;
   }
-  return checkInput(schema, getQueryParam(url));
+  return checkInput(schema, values);
 }
 
 export function readQuery<S extends z.ZodType>(c: Context, schema: S): Parsed<z.output<S>> {
