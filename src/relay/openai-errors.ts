@@ -101,6 +101,13 @@ function readOpenAIError(json: unknown): OpenAIError | null {
   const read = UpstreamOpenAIError.safeParse(json);
   if (!read.success) return null;
   const e = read.data.error;
-  const text = (v: string | number | null | undefined): string | null => (v === null || v === undefined ? null : String(v));
-  return { error: { message: e.message, type: e.type, param: text(e.param), code: text(e.code) } };
+  return { error: { message: e.message, type: e.type, param: openAIFieldText(e.param), code: openAIFieldText(e.code) } };
+}
+
+/**
+ * An error's `param` or `code` as OpenAI's clients type them, a string or null: a model server's
+ * number (vLLM's code is the HTTP status) as its text. For the Worker and the agent's gateway alike.
+ */
+export function openAIFieldText(v: unknown): string | null {
+  return v === null || v === undefined ? null : typeof v === "string" ? v : JSON.stringify(v);
 }

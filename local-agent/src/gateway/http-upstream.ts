@@ -14,7 +14,7 @@ import { StreamEnd } from "./stream-end";
 import type { UpstreamErrors } from "./upstream-errors";
 import { isRecord } from "../../../src/protocol/record";
 import { headOf } from "../../../src/protocol/limits";
-import { retryHeaders } from "../../../src/relay/openai-errors";
+import { openAIFieldText, retryHeaders } from "../../../src/relay/openai-errors";
 
 export type UpstreamOptions = {
   /** Configured base URL (…/v1); null: the episode's registered openai_base_url. */
@@ -289,8 +289,6 @@ function errorInOk(v: unknown): { status: number; text: string } | null {
   const code = fields["code"];
   const status = typeof code === "number" && Number.isInteger(code) && code >= 400 && code <= 599 ? code : 502;
   const message = typeof fields["message"] === "string" ? fields["message"] : JSON.stringify(fields);
-  // OpenAI's param and code are strings or null; vLLM's code is the HTTP status, a number.
-  const asText = (v: unknown): string | null => (v === null || v === undefined ? null : typeof v === "string" ? v : JSON.stringify(v));
-  const error = { message, type: typeof fields["type"] === "string" ? fields["type"] : "upstream_error", param: asText(fields["param"]), code: asText(fields["code"]) };
+  const error = { message, type: typeof fields["type"] === "string" ? fields["type"] : "upstream_error", param: openAIFieldText(fields["param"]), code: openAIFieldText(fields["code"]) };
   return { status, text: JSON.stringify({ error }) };
 }
