@@ -232,18 +232,7 @@ describe("results reach D1 through the outbox", () => {
   it("shows an unreachable D1 in the overview: the backlog, since when, and D1's error, logged once", async () => {
     const e = await createEngine("d1-away");
     await rollingWith(e, 4);
-    const D1_ERROR = "D1_ERROR: Network connection lost.";
-    const setD1 = (reachable: boolean) =>
-      runInDurableObject(e.stub, (instance: EngineObject) => {
-        const self = instance as unknown as { env: { DB: D1Database } };
-        const failing = {
-          prepare: (q: string) => env.DB.prepare(q),
-          batch: async () => {
-            throw new Error(D1_ERROR);
-          },
-        } as unknown as D1Database;
-        self.env = { ...self.env, DB: reachable ? env.DB : failing };
-      });
+    const setD1 = (reachable: boolean) => setEngineD1(e, reachable);
     await setD1(false);
     const logged = vi.spyOn(console, "error").mockImplementation(() => {});
     try {
@@ -273,6 +262,47 @@ describe("results reach D1 through the outbox", () => {
     } finally {
       logged.mockRestore();
       await setD1(true);
+    }
+  });
+});
+
+/** What an unreachable D1 answers every batch with. */
+const D1_ERROR = "D1_ERROR: Network connection lost.";
+
+/** The engine's D1 as it is, or one whose every batch fails as an unreachable D1's does. */
+function setEngineD1(e: TestEngine, reachable: boolean): Promise<void> {
+  return runInDurableObject(e.stub, (instance: EngineObject) => {
+    const self = instance as unknown as { env: { DB: D1Database } };
+    const failing = {
+      prepare: (q: string) => env.DB.prepare(q),
+      batch: async () => {
+        throw new Error(D1_ERROR);
+      },
+    } as unknown as D1Database;
+    self.env = { ...self.env, DB: reachable ? env.DB : failing };
+  });
+}
+
+describe("after a D1 outage", () => {
+  it("writes the rows the outage held back as soon as D1 takes a write again, not a doubled backoff after newer ones", async () => {
+    // Their backoff had doubled to minutes while D1 was away: D1 then held a run's later results
+    // and not its earlier ones, and a list `until` a minute in the past (docs/ledger.md) was no complete set.
+    const e = await createEngine("d1-back");
+    await rollingWith(e, 4);
+    const quiet = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      await setEngineD1(e, false);
+      await claimAndEnd(e, "during-outage", 1);
+      for (const wait of [1_000, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000]) await advance(e, wait);
+      await setEngineD1(e, true);
+      await claimAndEnd(e, "after", 1);
+      // The new row's batch window: its flush is D1's first write since the outage, and the held row follows at once.
+      await advance(e, 1_000);
+      await advance(e, 0);
+      expect([(await e.as("viewer").overview()).outbox.rows, (await trajectories(e.name)).map((r) => r["client_uuid"]).sort()]).toEqual([0, ["after", "during-outage"]]);
+    } finally {
+      quiet.mockRestore();
+      await setEngineD1(e, true);
     }
   });
 });

@@ -23,7 +23,10 @@ const FLUSH_BATCH = 100;
  * SQLite's codes for a statement refused for its data, as D1 reports them ("string or blob too
  * big: SQLITE_TOOBIG"); an unreachable or overloaded D1 says something else.
  */
-const REFUSED_DATA = /SQLITE_(TOOBIG|CONSTRAINT|MISMATCH|RANGE)/;
+const REFUSED_CODES = ["TOOBIG", "CONSTRAINT", "MISMATCH", "RANGE"];
+const REFUSED_DATA = new RegExp(`SQLITE_(${REFUSED_CODES.join("|")})`);
+/** The same test of a row's last_error, in SQL. */
+const REFUSED_DATA_SQL = REFUSED_CODES.map((c) => `instr(last_error, 'SQLITE_${c}') > 0`).join(" OR ");
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
 /**
@@ -99,7 +102,18 @@ export class Outbox {
       if (r.error !== null) return { written, error: r.error, statements: sent.statements };
       if (r.written < FLUSH_BATCH || sent.full) break;
     }
+    if (written > 0) this.reachableAgain(now);
     return { written, error: null, statements: sent.statements };
+  }
+
+  /**
+   * D1 took a write: the rows an outage held back are due now, not at the end of a backoff that
+   * doubled while D1 was away (up to minutes after newer rows reached it, so D1 held a run's later
+   * results and not its earlier ones, and an `until` a minute in the past was no complete set).
+   * Rows D1 refused for their data keep their backoff: they would be refused again.
+   */
+  private reachableAgain(now: number): void {
+    this.sql.exec(`UPDATE outbox SET next_attempt_at = ? WHERE next_attempt_at > ? AND attempts > 0 AND NOT (${REFUSED_DATA_SQL})`, now, now);
   }
 
   /**
