@@ -4,13 +4,12 @@
  * without a shell, so a path with spaces in {config} stays one argument and a missing program
  * is reported as such (a shell would turn it into exit code 127).
  *
- * A template may run a shell itself (`sh -c '...'`, for pipes and variables): a value filled
- * into its script is read as shell syntax. Values that come from the exchange (a start_rollout's
- * job_session, whoever holds the trainer token sends it) are then held to characters no shell
- * reads as syntax, in any quoting: else a job session `x; rm -rf ~` would run on the host.
+ * A template may run a shell itself (`sh -c '...'`, for pipes and variables), or other code of
+ * its words (`python -c`): a value filled into it is read as syntax. Values that come from the
+ * exchange (a start_rollout's job_session, whoever holds the trainer token sends it) are then
+ * held to characters no shell reads as syntax, in any quoting: else a job session `x; rm -rf ~`
+ * would run on the host.
  */
-import { basename } from "node:path";
-
 export class TemplateError extends Error {}
 
 /** Splits `ajet --conf "{config}" --name 'my run'` into words. */
@@ -57,22 +56,25 @@ export function splitCommand(text: string): string[] {
 
 const PLACEHOLDER = /\{([a-z_]+)\}/g;
 
-/** Programs that run an argument as a script (`-c`). */
-const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"]);
 /** What a value from the exchange may hold when a shell reads it: no quote, space, `$`, backquote, `;`, `|`, `&`, redirection, glob or escape. */
 const SHELL_SAFE = /^[A-Za-z0-9._:@+=,/%-]*$/;
 
-/** An option that makes a shell run its argument as a script: `-c`, or with others (`-lc`, `-ec`). */
-const SCRIPT_OPTION = /^-[A-Za-z]*c[A-Za-z]*$/;
+/**
+ * An option that makes a program run its argument as code: a shell's `-c` (`-lc`, `-ec`), which
+ * wrappers pass on to one (`flock -c`, `script -c`, `su -c`); Python's `-c`; `-e` of node, perl
+ * and ruby; `--eval`, `--command`.
+ */
+const CODE_OPTION = /^(-[A-Za-z]*c[A-Za-z]*|-e|--eval|--command)$/;
 
 /**
- * Whether the command runs a shell script of its own words (`sh -c '...'`, as the program or
- * through a wrapper: `env`, `nice`, `timeout`). A shell running a script file (`sh launch.sh
- * {job_session}`) gets the values as arguments, which it does not read as syntax.
+ * Whether the command may run code of its own words (`sh -c '...'`, directly or through any
+ * wrapper). Which programs read which options as code cannot be known, so any such option counts:
+ * a value held to SHELL_SAFE where none was needed fails loudly, naming the variable to read
+ * instead; one let through where a program ran it as code runs the sender's commands on the host.
+ * A program given a script file (`sh launch.sh {job_session}`) gets the values as arguments.
  */
-function runsShellScript(words: readonly string[]): boolean {
-  const shell = words.findIndex((w) => SHELLS.has(basename(w)));
-  return shell >= 0 && words.slice(shell + 1).some((w) => SCRIPT_OPTION.test(w));
+function runsCode(words: readonly string[]): boolean {
+  return words.slice(1).some((w) => CODE_OPTION.test(w));
 }
 
 /**
@@ -81,7 +83,7 @@ function runsShellScript(words: readonly string[]): boolean {
  * is also in: in a command that runs a shell, such a value must be SHELL_SAFE.
  */
 export function expandCommand(words: readonly string[], values: Record<string, string>, fromExchange: Readonly<Record<string, string>> = {}): string[] {
-  const shell = Object.keys(fromExchange).length > 0 && runsShellScript(words);
+  const shell = Object.keys(fromExchange).length > 0 && runsCode(words);
   return words.map((w) =>
     w.replace(PLACEHOLDER, (whole, name: string) => {
       const v = values[name];
@@ -89,8 +91,8 @@ export function expandCommand(words: readonly string[], values: Record<string, s
       const variable = fromExchange[name];
       if (shell && variable !== undefined && !SHELL_SAFE.test(v)) {
         throw new TemplateError(
-          `${whole} is ${JSON.stringify(v.slice(0, 100))}, sent by the exchange, and the command runs a shell script, which would read characters of it as its own syntax: not run. ` +
-            `In a shell script, read it from the environment instead ("$${variable}"), or pass it as an argument of a program the agent starts without a shell.`,
+          `${whole} is ${JSON.stringify(v.slice(0, 100))}, sent by the exchange, and the command may run it as code (an option such as -c or -e), which would read characters of it as its own syntax: not run. ` +
+            `In a script, read it from the environment instead ("$${variable}"), or pass it as an argument of a program the agent starts without a shell.`,
         );
       }
       return v;

@@ -106,8 +106,9 @@ export const OPTIONS = {
       "The rollout workers a start_rollout command launches (the slime / AIEvoBox launcher), e.g. 'python3 launcher.py " +
       "--job-id {job_session} --rl-group-size {group_size}'. Placeholders: {job_session}, {group_size}, {restart_training}, " +
       "{engine}, {engine_url} (<server>/e/<engine>, where they post steps), {facade_url}. Split like trainerCommand. " +
-      "In an `sh -c '...'` script read \"$ROLLOUT_JOB_SESSION\", not {job_session} (the exchange sends it: one a shell " +
-      "would read as syntax is refused there). Unset: start_rollout commands are refused.",
+      "In an `sh -c '...'` script (or any command with an option such as -c or -e that may run code) read " +
+      "\"$ROLLOUT_JOB_SESSION\", not {job_session} (the exchange sends it: one a shell would read as syntax is refused " +
+      "there). Unset: start_rollout commands are refused.",
   },
   rolloutCwd: {
     flag: "--rollout-cwd",

@@ -52,9 +52,16 @@ describe("RolloutWorkers", () => {
     const pwned = join(dir.path, "pwned");
     const w = workers({ command: parseRolloutCommand(`sh -c 'echo launched job={job_session}; echo launcher-ready; sleep 30'`) });
     const out = await w.start(cmd(`x; touch ${pwned}; echo`), 1);
-    expect(out).toEqual({ ok: false, detail: expect.stringMatching(/^rolloutCommand: \{job_session\} is .*sent by the exchange, and the command runs a shell script.*"\$ROLLOUT_JOB_SESSION"/) });
+    expect(out).toEqual({ ok: false, detail: expect.stringMatching(/^rolloutCommand: \{job_session\} is .*sent by the exchange, and the command may run it as code.*"\$ROLLOUT_JOB_SESSION"/) });
     expect(existsSync(pwned)).toBe(false);
     expect(w.report()).toBeNull();
+    // Through programs that hand their -c to a shell themselves, or run it as code of their own:
+    // only a shell's own name followed by -c was recognised, and these ran the sender's commands.
+    for (const template of [`flock ${join(dir.path, "lock")} -c 'echo job={job_session}'`, `script -q -c 'echo job={job_session}' /dev/null`, `python3 -c 'print("{job_session}")'`]) {
+      const wrapped = workers({ command: parseRolloutCommand(template) });
+      expect(await wrapped.start(cmd(`x; touch ${pwned}; echo`), 1), template).toMatchObject({ ok: false, detail: expect.stringContaining("may run it as code") });
+      expect(wrapped.report(), template).toBeNull();
+    }
     // A job session no shell reads as syntax runs, in the script as given.
     expect(await w.start(cmd("run-2026-12-07_a.b:c/d"), 2)).toMatchObject({ ok: true });
     await waitUntil(() => /^launched job=run-2026-12-07_a\.b:c\/d$/m.test(log(w)), "the launcher's first line");

@@ -173,7 +173,7 @@ describe("a run's values from the exchange in a command that runs a shell script
     const pwned = join(state.path, "pwned");
     const bad = { ...startCommand("run_shell1"), environment: { name: `x; touch ${pwned}`, class_name: "GSM8kEnv", file_path: "/opt/envs/gsm8k_server.py" } };
     const refused = await sup.start(bad);
-    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining(`{env_name} is "x; touch ${pwned}", sent by the exchange, and the command runs a shell script`) });
+    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining(`{env_name} is "x; touch ${pwned}", sent by the exchange, and the command may run it as code`) });
     expect(refused?.detail).toContain('"$ROLLOUT_ENV_NAME"');
     expect(reporter.last("run_shell1")).toMatchObject({ status: "failed" });
     expect(existsSync(pwned)).toBe(false);
