@@ -53,10 +53,18 @@ export type SendOptions = {
   clock?: Clock;
 };
 
-const ADDRESS = /^(tcp|ipc|inproc):\/\/\S+$/;
+const TCP = /^tcp:\/\/\S+:(\d{1,5})$/;
+const IPC = /^ipc:\/\/\S+$/;
 
+/**
+ * An address a runner in another process can bind and the agent connect to: tcp://host:port
+ * with a port of 1 to 65535, or ipc://path. ZeroMQ's connect() takes port 0, a port past 65535
+ * and inproc:// (the agent's own process only) too, and every send to one waits out its deadline.
+ */
 export function isZmqAddress(addr: string): boolean {
-  return ADDRESS.test(addr);
+  const tcp = TCP.exec(addr);
+  if (tcp !== null) return Number(tcp[1]) >= 1 && Number(tcp[1]) <= 65_535;
+  return IPC.test(addr);
 }
 
 /** How the socket's receive ended. */

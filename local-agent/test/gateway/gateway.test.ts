@@ -119,8 +119,9 @@ describe("gateway: AgentJet over ZeroMQ", () => {
   });
 
   it("answers 502 at once for a runner address ZeroMQ refuses, without stalling the agent until the deadline", async () => {
-    // "tcp://127.0.0.1" passes the key's check but has no port: connect() throws at once, so a
-    // retry loop would never wait and hold the event loop (heartbeats, facade, other calls).
+    // An ipc path longer than a socket address holds passes the key's check, and connect() throws
+    // at once: a retry loop would never wait, and hold the event loop (heartbeats, facade, other calls).
+    const address = `ipc:///tmp/${"x".repeat(200)}.sock`;
     let last = Date.now();
     let longestStall = 0;
     const tick = setInterval(() => {
@@ -128,15 +129,24 @@ describe("gateway: AgentJet over ZeroMQ", () => {
       last = Date.now();
     }, 20);
     const t0 = Date.now();
-    const r = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", "tcp://127.0.0.1"), deadline_seconds: 3 }), SECRET);
+    const r = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", address), deadline_seconds: 3 }), SECRET);
     const took = Date.now() - t0;
     clearInterval(tick);
     expect(r.status).toBe(502);
-    expect(JSON.parse(r.text).error).toMatchObject({ code: "bad_trainer_key", message: expect.stringContaining("cannot connect to the runner of episode ep-1: EINVAL") });
-    expect(r.text).not.toContain("tcp://127.0.0.1");
-    expect(logged).toContainEqual(expect.stringContaining("cannot connect to the runner at tcp://127.0.0.1: Invalid argument"));
+    expect(JSON.parse(r.text).error).toMatchObject({ code: "bad_trainer_key", message: expect.stringContaining("cannot connect to the runner of episode ep-1: ") });
+    expect(r.text).not.toContain("xxxxxxxx");
+    expect(logged).toContainEqual(expect.stringContaining(`cannot connect to the runner at ${address}: `));
     expect(took).toBeLessThan(1000);
     expect(longestStall).toBeLessThan(500);
+  });
+
+  it("refuses at once, as a key it cannot route, a runner address no other process can bind", async () => {
+    // ZeroMQ's connect() takes port 0, a port past 65535 and inproc:// (the agent's own process
+    // only): each call was sent again and again until the deadline, then a 504 "did not answer".
+    for (const address of ["tcp://127.0.0.1:0", "tcp://127.0.0.1:99999", "inproc://runner", "tcp://127.0.0.1"]) {
+      const r = await post(url, envelope({ trainer_api_key: agentJetKey("ep-1", address), deadline_seconds: 3 }), SECRET);
+      expect([r.status, JSON.parse(r.text).error.code, r.text.includes(address)], address).toEqual([502, "bad_trainer_key", false]);
+    }
   });
 
   it("names the episode, not the runner's ZeroMQ address, when the runner is silent; the operator's log has the address", async () => {
