@@ -89,9 +89,15 @@ describe("sendToRunner with a Node REP peer", () => {
       attempts: 0,
       interrupted: false,
     });
-    const bad = await sendToRunner("tcp://no-port-here", "{}", { timeoutMs: 100, attempts: 3 });
+    // No port, or one no runner can bind: refused before any socket.
+    for (const addr of ["tcp://no-port-here", "tcp://127.0.0.1:0", "inproc://runner"]) {
+      expect(await sendToRunner(addr, "{}", { timeoutMs: 100, attempts: 3 }), addr).toMatchObject({ ok: false, attempts: 0, detail: expect.stringContaining("is not a ZeroMQ address") });
+    }
+    // One ZeroMQ cannot use (an ipc path longer than a socket address holds) fails at its first try.
+    const long = `ipc:///tmp/${"x".repeat(200)}.sock`;
+    const bad = await sendToRunner(long, "{}", { timeoutMs: 100, attempts: 3 });
     expect(bad).toMatchObject({ ok: false, attempts: 1 });
-    expect(bad.detail).toMatch(/^cannot connect to tcp:\/\/no-port-here: /);
+    expect(bad.detail.startsWith(`cannot connect to ${long}: `)).toBe(true);
   });
 
   it("does not take a reply other than ack for an ack", async () => {
