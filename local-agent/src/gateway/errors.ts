@@ -61,6 +61,8 @@ export function failureKind(e: unknown): string {
 
 /** The spellings of an address that text may carry: itself, and a URL's origin, host:port and host. */
 export function addressForms(address: string): string[] {
+  // A runner's ipc:// socket is named by its path, which a runner's error would name bare.
+  if (address.startsWith("ipc://")) return [address, address.slice("ipc://".length)];
   if (!URL.canParse(address)) return [address];
   const u = new URL(address);
   // An IPv6 host shows up unbracketed in errors.
