@@ -9,6 +9,15 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
+/** The longest wait a timer keeps: Node fires one asked for more (24.8 days) at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * `ms` as a timer takes it: whole, from 0 to its longest wait. A wait that long is none; a
+ * fraction of a millisecond makes AbortSignal.timeout throw.
+ */
+export const timerMs = (ms: number): number => Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(ms)));
+
 export const realClock: Clock = {
   now: () => Date.now(),
   sleep: (ms, signal) =>
@@ -19,7 +28,7 @@ export const realClock: Clock = {
         signal?.removeEventListener("abort", done);
         resolve();
       };
-      const timer = setTimeout(done, Math.max(0, ms));
+      const timer = setTimeout(done, timerMs(ms));
       signal?.addEventListener("abort", done, { once: true });
     }),
 };

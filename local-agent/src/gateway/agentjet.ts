@@ -7,9 +7,10 @@
  * HTTP hop to it: the gateway talks to the runner directly.
  */
 import { randomUUID } from "node:crypto";
-import { requestSocket } from "../zmq-sockets";
+import { requestSocket, type HeldSocket } from "../zmq-sockets";
 import { z } from "zod";
 import { isZmqAddress } from "../runner-link";
+import { timerMs } from "../clock";
 
 export const AGENTJET_KEY_PREFIX = "sk-ajet-";
 
@@ -61,55 +62,81 @@ export type RunnerAnswer =
   | { kind: "bad_address"; error: unknown }
   | { kind: "aborted" };
 
+/** A call's copies whose sockets wait for an answer at once: the oldest goes when one more is sent. */
+const MAX_COPIES_WAITING = 4;
+
+/** One copy of the call on its own socket, and how its wait ended. */
+type Copy = { held: HeldSocket; ended: Promise<{ text: string } | { error: unknown }> };
+
 /**
  * Sends one call and waits for the reply until `deadlineAt` (ms since the epoch). After a
- * receive timeout the socket is closed (linger 0) and the call sent again on a fresh one, the
- * "lazy pirate" pattern: a REQ socket cannot send twice, and a runner that restarted and bound
- * its address again never sees a message queued on the old connection. A runner that was only
- * slow then computes the call twice; the receive timeout (AgentJet waits 60 s) makes that rare.
+ * receive timeout the call is sent again on a fresh socket, the "lazy pirate" pattern: a REQ
+ * socket cannot send twice, and a runner that restarted and bound its address again never sees a
+ * message queued on the old connection. The earlier copies' sockets go on waiting (the last
+ * MAX_COPIES_WAITING of them), so a runner that was only slow, a model taking 61 s under a 60 s
+ * receive timeout, answers on the socket of the copy it took first: with the old socket closed,
+ * each answer was lost and the runner worked through copy after copy until the deadline.
  */
 export async function askRunner(addr: string, message: string, opts: { deadlineAt: number; receiveTimeoutMs: number; signal: AbortSignal }): Promise<RunnerAnswer> {
   let attempts = 0;
   let lastError: unknown = undefined;
-  for (;;) {
-    const left = opts.deadlineAt - Date.now();
-    if (left <= 0) return { kind: "deadline", attempts, lastError };
-    if (opts.signal.aborted) return { kind: "aborted" };
-    // Waits, until the deadline, while the agent's sockets are all held (zmq-sockets.ts); its timeouts count from then.
-    const held = await requestSocket({ linger: 0 }, AbortSignal.any([opts.signal, AbortSignal.timeout(left)]));
-    if (held === null) return opts.signal.aborted ? { kind: "aborted" } : { kind: "deadline", attempts, lastError };
-    const { sock } = held;
-    const wait = Math.floor(Math.min(opts.deadlineAt - Date.now(), opts.receiveTimeoutMs));
-    if (wait <= 0) {
-      held.release();
-      return { kind: "deadline", attempts, lastError };
-    }
-    attempts++;
-    sock.sendTimeout = wait;
-    sock.receiveTimeout = wait;
-    // connect() throws at once, without waiting, for an address ZeroMQ cannot use: retrying
-    // would spin the agent's event loop until the deadline, opening a socket each pass.
-    try {
-      sock.connect(addr);
-    } catch (e) {
-      held.release();
-      return { kind: "bad_address", error: e };
-    }
-    // Closing the socket rejects the pending receive: the client went away, stop waiting.
-    const onAbort = (): void => sock.close();
-    opts.signal.addEventListener("abort", onAbort, { once: true });
-    try {
-      await sock.send(message);
-      const [reply] = await sock.receive();
-      return { kind: "reply", text: reply?.toString("utf8") ?? "", attempts };
-    } catch (e) {
+  const copies: Copy[] = [];
+  const drop = (c: Copy): void => {
+    copies.splice(copies.indexOf(c), 1);
+    c.held.release();
+  };
+  // Closing the sockets rejects their pending receives: the client went away, stop waiting.
+  const onAbort = (): void => {
+    for (const c of copies) c.held.sock.close();
+  };
+  opts.signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (;;) {
+      const left = opts.deadlineAt - Date.now();
+      if (left <= 0) return { kind: "deadline", attempts, lastError };
       if (opts.signal.aborted) return { kind: "aborted" };
-      // EAGAIN is the timeout; anything else (a socket error) is retried the same way.
-      if ((e as { code?: unknown }).code !== "EAGAIN") lastError = e;
-    } finally {
-      opts.signal.removeEventListener("abort", onAbort);
-      held.release();
+      // Waits, until the deadline, while the agent's sockets are all held (zmq-sockets.ts); its timeouts count from then.
+      const held = await requestSocket({ linger: 0 }, AbortSignal.any([opts.signal, AbortSignal.timeout(timerMs(left))]));
+      if (held === null) return opts.signal.aborted ? { kind: "aborted" } : { kind: "deadline", attempts, lastError };
+      const until = Math.floor(opts.deadlineAt - Date.now());
+      const wait = Math.min(until, opts.receiveTimeoutMs);
+      if (wait <= 0) {
+        held.release();
+        return { kind: "deadline", attempts, lastError };
+      }
+      attempts++;
+      held.sock.sendTimeout = wait;
+      // Its answer may come until the deadline; the next copy goes after `wait`.
+      held.sock.receiveTimeout = timerMs(until);
+      // connect() throws at once, without waiting, for an address ZeroMQ cannot use: retrying
+      // would spin the agent's event loop until the deadline, opening a socket each pass.
+      try {
+        held.sock.connect(addr);
+      } catch (e) {
+        held.release();
+        return { kind: "bad_address", error: e };
+      }
+      if (copies.length >= MAX_COPIES_WAITING) drop(copies[0]!);
+      const ended = (async () => {
+        await held.sock.send(message);
+        const [reply] = await held.sock.receive();
+        return { text: reply?.toString("utf8") ?? "" };
+      })().catch((error: unknown) => ({ error }));
+      copies.push({ held, ended });
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const resend = new Promise<null>((r) => (timer = setTimeout(() => r(null), wait)));
+      const first = await Promise.race([...copies.map((copy) => copy.ended.then((end) => ({ copy, end }))), resend]);
+      clearTimeout(timer);
+      if (first === null) continue;
+      if ("text" in first.end) return { kind: "reply", text: first.end.text, attempts };
+      if (opts.signal.aborted) return { kind: "aborted" };
+      // EAGAIN is a timeout; anything else (a socket error) is sent again the same way.
+      if ((first.end.error as { code?: unknown }).code !== "EAGAIN") lastError = first.end.error;
+      drop(first.copy);
     }
+  } finally {
+    opts.signal.removeEventListener("abort", onAbort);
+    for (const c of copies.splice(0)) c.held.release();
   }
 }
 

@@ -12,6 +12,7 @@ import { ZodError } from "zod";
 import { checkEnvelope, timestampFault, type HmacHex } from "../../../src/auth/gateway-signature";
 import { envelopeRequestText, GATEWAY_RELAY_PATH, isRelayEnvelope, RELAY_ENDPOINTS, RelayEnvelope, RelayEnvelopeAsRead, SIGNATURE_HEADER, TIMESTAMP_HEADER } from "../../../src/protocol/relay";
 import type { Logger } from "../log";
+import { timerMs } from "../clock";
 import { describeError } from "../log";
 import { askRunner, decodeAgentJetKey, isAgentJetKey, isCompletionText, runnerMessage } from "./agentjet";
 import { addressForms, credentialForms, failureKind, hideAddresses, hideSecrets, sendError, sendFailure, sendJson } from "./errors";
@@ -80,9 +81,6 @@ const FLOOD_LOG_MS = 10_000;
 
 /** The Worker's signature headers: whole seconds, and the hex of an HMAC-SHA-256. */
 const SIGNATURE_SHAPE = /^[0-9a-f]{64}$/;
-
-/** The longest wait setTimeout keeps: Node fires one past it (24.8 days) at once, and a deadline that long is none. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * The gateway answers a little before the envelope's deadline so that its own 504 (which says
@@ -219,7 +217,7 @@ export class Gateway {
     const timer = setTimeout(() => {
       deadline.aborted = true;
       stop.abort();
-    }, Math.min(MAX_TIMER_MS, Math.max(0, answerBy(env.deadline_seconds, receivedAt) - Date.now())));
+    }, timerMs(answerBy(env.deadline_seconds, receivedAt) - Date.now()));
     const s: CallSignals = { signal: stop.signal, deadline, deadlineSeconds: env.deadline_seconds };
     const ajet = isAgentJetKey(env.trainer_api_key);
     const tap = this.tapFor(env, requestText, ajet, receivedAt);
