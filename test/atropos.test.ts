@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { migrateEngine } from "../src/engine/schema";
 import { rewindSchema } from "./support/schema-rewind";
 import { DEFAULT_ATROPOS_CONFIG, MAX_ATROPOS_BATCH_SIZE } from "../src/protocol/atropos";
-import { atropos, ENV, group, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
+import { atropos, ENV, group, gzipped, payloadBytes, REGISTRATION, running, tags } from "./support/atropos";
+import { MAX_STORED_BYTES } from "../src/protocol/limits";
 import { advance, createEngine, ORIGIN, reconnect, workerFetch } from "./support/harness";
 
 describe("Atropos's API at /e/<engine>/atropos", () => {
@@ -445,6 +446,30 @@ describe("Atropos's API: beyond run-api", () => {
     expect(new Set(listed.map((t) => t.episode_uuid))).toEqual(new Set(rows.map((r) => r.episode_uuid)));
     expect(listed.find((t) => t.client_uuid === "atropos")).toMatchObject({ reward: 0.5, calls: 0 });
   });
+
+  it("records a group of a hundred thousand sequences within what D1 holds in a value: its mean, and what it left out", async () => {
+    // The record without messages still carried every score and sequence length: 2.76 MB for
+    // this group, which D1 refuses (SQLITE_TOOBIG) on every retry, for ever.
+    const e = await createEngine("atr-huge");
+    await running(e);
+    const n = 120_000;
+    const scores = Array.from({ length: n }, (_, i) => -0.12345678901234567 - i * 1e-12);
+    const body = await gzipped({ tokens: Array.from({ length: n }, (_, i) => [7, i]), masks: Array.from({ length: n }, () => [-100, 1]), scores, env_id: null });
+    const r = await atropos(e, "client", "POST", "/scored_data", undefined, { rawBody: body, headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+    expect(r.status).toBe(200);
+    const [row] = await runInDurableObject(e.stub, (_i, state) => state.storage.sql.exec<{ bytes: number }>("SELECT octet_length(payload) AS bytes FROM outbox").toArray());
+    expect(row!.bytes).toBeLessThanOrEqual(MAX_STORED_BYTES);
+    await advance(e, 2_000);
+    const stored = await env.DB.prepare("SELECT reward, workflow_output FROM trajectories WHERE engine = ?").bind(e.name).first<{ reward: number; workflow_output: string }>();
+    const mean = scores.reduce((a, x) => a + x, 0) / n;
+    expect(JSON.parse(stored!.workflow_output)).toEqual({
+      reward: mean,
+      is_success: null,
+      metadata: { source: "atropos", env_id: null, group_size: n, messages_omitted: true, omitted: ["messages", "scores", "sequence_lengths", "generation_params", "group_overrides"] },
+      log_metrics: {},
+    });
+    expect(stored!.reward).toBeCloseTo(mean, 12);
+  }, 60_000);
 
   it("resets as /reset_data does: the run's state goes, the latest example and max_token_len stay", async () => {
     const e = await createEngine("atr");

@@ -38,7 +38,9 @@ export function scoredJson(d: AtroposScoredData, exact: ExactFreeForm = {}): str
  * The group's trajectory record for D1 (the trajectories table's workflow_output): its scores,
  * env and size, and its messages when it has them, but not its token ids, masks or logprobs,
  * which are the trainer's input and would make every record the size of the group. A record
- * whose messages would not fit a row goes without them.
+ * whose messages would not fit a row goes without them; one whose scores and sequence lengths
+ * alone would not (a group of a hundred thousand sequences) has their mean as its reward, and
+ * says what it left out.
  */
 export function trajectorySummary(d: AtroposScoredData): string {
   const metadata = {
@@ -51,8 +53,15 @@ export function trajectorySummary(d: AtroposScoredData): string {
   };
   const whole = json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages: d.messages ?? null }, log_metrics: {} });
   if (storedStringTooLarge("the trajectory", whole) === null) return whole;
-  return json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages_omitted: true }, log_metrics: {} });
+  const unheard = json({ reward: d.scores, is_success: null, metadata: { ...metadata, messages_omitted: true }, log_metrics: {} });
+  if (storedStringTooLarge("the trajectory", unheard) === null) return unheard;
+  const omitted = ["messages", "scores", "sequence_lengths", "generation_params", "group_overrides"];
+  const least = { source: metadata.source, env_id: metadata.env_id, group_size: metadata.group_size, messages_omitted: true, omitted };
+  return json({ reward: meanScore(d.scores), is_success: null, metadata: least, log_metrics: {} });
 }
+
+/** A group's reward as the engine counts it: its scores' mean, null for none. */
+export const meanScore = (scores: readonly number[]): number | null => (scores.length === 0 ? null : scores.reduce((a, x) => a + x, 0) / scores.length);
 
 /**
  * The most a request's groups may be as they go to the engine, their JSON and their trajectory
@@ -71,7 +80,7 @@ export function groupsTooLarge(groups: AtroposGroup[]): string | null {
 
 /** What the engine gets for one group. Its bytes are counted here, in the Worker, for the engine's bound on the bytes it holds (max_stored_bytes). */
 export function toGroup(d: AtroposScoredData, exact: ExactFreeForm = {}): AtroposGroup {
-  const reward = d.scores.length === 0 ? null : d.scores.reduce((a, x) => a + x, 0) / d.scores.length;
+  const reward = meanScore(d.scores);
   const payload = scoredJson(d, exact);
   return { env_id: d.env_id ?? null, size: d.tokens.length, payload, bytes: utf8Bytes(payload), reward, summary: trajectorySummary(d) };
 }
