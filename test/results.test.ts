@@ -2,6 +2,8 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import type { EngineObject } from "../src/engine/engine-object";
+import { migrateEngine } from "../src/engine/schema";
+import { rewindSchema } from "./support/schema-rewind";
 import type { Caller } from "../src/engine/caller";
 import { FLUSH_STATEMENTS, FLUSH_STATEMENTS_MOST, Outbox, STATEMENT_CHARS } from "../src/engine/outbox";
 import { ClaimEpisodeRequest, EndEpisodeRequest, RegisterEpisodeRequest } from "../src/protocol/swarm";
@@ -282,6 +284,26 @@ function setEngineD1(e: TestEngine, reachable: boolean): Promise<void> {
     self.env = { ...self.env, DB: reachable ? env.DB : failing };
   });
 }
+
+describe("an outbox backlog across the upgrade that gave its rows an age", () => {
+  it("gives the rows written before migration 19 an age from the upgrade: the overview shows how old the backlog is", async () => {
+    // They kept created_at null: the overview showed a backlog of no age, and OutboxStuck
+    // (time() - rx_outbox_oldest_row_timestamp_seconds) could never fire for it.
+    const e = await createEngine("upgrade-age");
+    await rollingWith(e, 1);
+    await claimAndEnd(e, "a", 1);
+    expect((await engineStats(e)).outbox).toBe(1);
+    const before = Date.now();
+    await runInDurableObject(e.stub, (_i, state) => {
+      rewindSchema(state.storage.sql, 19);
+      migrateEngine(state.storage.sql);
+    });
+    const { outbox } = await e.as("viewer").overview();
+    expect(outbox.rows).toBe(1);
+    expect(outbox.oldest_at).toBeGreaterThanOrEqual(before - 1_000);
+    expect(outbox.oldest_at).toBeLessThanOrEqual(Date.now() + 1_000);
+  });
+});
 
 describe("after a D1 outage", () => {
   it("writes the rows the outage held back as soon as D1 takes a write again, not a doubled backoff after newer ones", async () => {

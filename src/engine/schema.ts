@@ -385,6 +385,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // usual timing) is counted and listed as undeliverable, not lost from every count.
   `ALTER TABLE ends_before_sync ADD COLUMN delivery_detail TEXT NOT NULL DEFAULT '';
    ALTER TABLE ends_before_sync ADD COLUMN ended_at INTEGER NOT NULL DEFAULT 0;`,
+  // 28: outbox rows from before 19 that still wait for D1 get an age, from now (as ms since the
+  // epoch): without one the overview showed a backlog of no age, and an alert on the oldest row's
+  // age could never fire for the backlog that outlived a deploy, the likeliest to be stuck.
+  "UPDATE outbox SET created_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE created_at IS NULL;",
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
