@@ -372,6 +372,38 @@ describe("deleting an engine", () => {
     expect(await count("SELECT COUNT(*) AS n FROM trajectories WHERE engine LIKE ?", `${e.name}@%`)).toBe(1);
   });
 
+  it("keeps the rest of the history with keep_history when D1 refuses one record for its data, before the delete or during it", async () => {
+    // No retry changes such an answer: the one record made every keep_history DELETE a 503, for
+    // ever, and the operator's only way out was a delete that kept nothing.
+    for (const triedBefore of [true, false]) {
+      const e = await createEngine(triedBefore ? "refused-before" : "refused-during");
+      await rollingWith(e, 3);
+      const trigger = `refuse_${e.name.replace(/\W/g, "_")}`;
+      await env.DB.exec(
+        `CREATE TRIGGER ${trigger} BEFORE INSERT ON trajectories WHEN NEW.engine = '${e.name}' AND NEW.client_uuid = 'refused' BEGIN SELECT RAISE(ABORT, 'string or blob too big'); END`,
+      );
+      const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+      try {
+        for (const client of ["a", "refused", "b"]) {
+          const c = await e.as("client").claimEpisode({ client_uuid: client, discard_episode_timeout: 600 });
+          expect(await e.as("client").endEpisode(endBody(client, c.episode_uuid, 1))).toEqual({ success: true });
+        }
+        if (triedBefore) {
+          await advance(e, 5_000);
+          expect((await engineStats(e)).outbox, "the refused record waits alone").toBe(1);
+        }
+        const deleted = await raw(`/admin/engines/${e.name}?keep_history=true&force=true`, { method: "DELETE", token: ADMIN_TOKEN });
+        expect(deleted.status, deleted.text).toBe(200);
+        expect(logged.mock.calls.some((c) => String(c[0]).includes("1 records D1 refused for their data"))).toBe(true);
+      } finally {
+        logged.mockRestore();
+        await env.DB.exec(`DROP TRIGGER ${trigger}`);
+      }
+      const kept = await env.DB.prepare("SELECT client_uuid FROM trajectories WHERE engine LIKE ? ORDER BY client_uuid").bind(`${e.name}@%`).all<{ client_uuid: string }>();
+      expect(kept.results.map((r) => r.client_uuid)).toEqual(["a", "b"]);
+    }
+  });
+
   it("deletes every call body of its incarnation, those whose rows retention removed first included", async () => {
     const { e } = await engineWithRowRetainedObject("bodies");
     // No sweep will come for the object once the engine is gone: the delete takes it.

@@ -300,6 +300,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
     if (opts.keepHistory) {
       const r = await this.outbox.drain(this.env.DB, this.now());
       written = r.written;
+      if (r.refused > 0 && r.error === null) {
+        console.error(`engine ${this.store.meta.name}: ${r.refused} records D1 refused for their data (each alone, logged when refused) are not kept with the history of the delete`);
+      }
       if (r.error !== null) {
         // Reopened only over the storage its memory describes: never once it was wiped (deletes
         // run one at a time, so none did meanwhile; this holds should that ever change).

@@ -118,20 +118,35 @@ export class Outbox {
 
   /**
    * Writes every row to D1 now, backoffs or not (an engine deleted with its history keeps all of
-   * it); stops at the first failure, whose rows back off again from `now`.
+   * it); stops at the first failure, whose rows back off again from `now`. Rows D1 refused for
+   * their data, alone (a record over its size, a constraint), are set aside and counted as
+   * `refused`: no retry changes D1's answer, and they would keep the rest of the history from
+   * being kept, on every DELETE, for ever.
    */
-  async drain(db: D1Database, now: number): Promise<{ written: number; error: string | null }> {
+  async drain(db: D1Database, now: number): Promise<{ written: number; refused: number; error: string | null }> {
+    const setAside = (): number => {
+      this.sql.exec(`UPDATE outbox SET next_attempt_at = ? WHERE attempts > 0 AND (${REFUSED_DATA_SQL})`, now + 1);
+      return this.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM outbox WHERE attempts > 0 AND (${REFUSED_DATA_SQL})`).one().n;
+    };
     this.sql.exec("UPDATE outbox SET next_attempt_at = ? WHERE next_attempt_at > ?", now, now);
+    let refused = setAside();
+    const due = (): number => this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM outbox WHERE next_attempt_at <= ?", now).one().n;
     let written = 0;
     let statements = 0;
-    while (this.size() > 0) {
-      if (statements >= FLUSH_STATEMENTS) return { written, error: `${this.size()} records are left, more than one request may write to D1: repeat it` };
+    while (due() > 0) {
+      if (statements >= FLUSH_STATEMENTS) return { written, refused, error: `${due()} records are left, more than one request may write to D1: repeat it` };
       const r = await this.flush(db, now, now, { start: FLUSH_STATEMENTS - statements, most: FLUSH_STATEMENTS_MOST - statements });
       written += r.written;
       statements += r.statements;
-      if (r.error !== null || r.written === 0) return { written, error: r.error ?? "rows were left that no flush took" };
+      // A refusal for its data leaves the refused rows alone with their error (write halves a
+      // batch to find them), and the others written: set those aside too, and go on.
+      if (r.error !== null && REFUSED_DATA.test(r.error)) {
+        refused = setAside();
+        continue;
+      }
+      if (r.error !== null || r.written === 0) return { written, refused, error: r.error ?? "rows were left that no flush took" };
     }
-    return { written, error: null };
+    return { written, refused, error: null };
   }
 
   private async flushBatch(db: D1Database, now: number, horizon: number, sent: Sent): Promise<{ written: number; error: string | null }> {
