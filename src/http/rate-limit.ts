@@ -13,9 +13,9 @@
  *   `/runs/agent/...`) apart from the rest, so a busy trainer process that shares the agent's
  *   token cannot starve its polls and acks. Clients never touch the trainer's counters.
  * - the admin token, requests without a token (refused with 401 later) and LLM calls (the
- *   relay's routes, by method and path: their calls carry a per-claim key, not a token) are not counted. Any other
- *   path under `/e/<engine>`, unknown ones and `/e/<engine>` itself included, is: the engine
- *   checks its token before it answers even a 404.
+ *   relay's routes, by method and path: their calls carry a per-claim key, not a token) are not
+ *   counted. Any other request under `/e/<engine>`, unknown paths, a relay path's other methods
+ *   and `/e/<engine>` itself included, is: the engine checks its token before it answers even a 404.
  *
  * A refused request gets 429 with `Retry-After` and the usual error body, before it costs a
  * Durable Object call. A deployment without the bindings limits nothing.

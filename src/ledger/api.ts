@@ -57,8 +57,8 @@ export type LedgerInput = { from: "body"; schema: z.ZodType } | { from: "query";
 /**
  * A JSON body, JSON lines of one item schema (a stream, `application/x-ndjson`), or text as stored
  * (a medium). `etag`: the answer carries an ETag and is 304 to an If-None-Match that names it.
+ * `headers`: the answer's own headers, by name: what each says, and the type of its value.
  */
-/** `headers`: the answer's own headers, by name: what each says, and the type of its value. */
 export type LedgerAnswer =
   | { kind: "json"; schema: z.ZodType; etag?: true }
   | { kind: "lines"; item: z.ZodType; description: string; headers?: Record<string, { description: string; type: "integer" | "string" }> }

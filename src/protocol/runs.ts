@@ -170,15 +170,15 @@ export type ProcessState = z.infer<typeof ProcessState>;
 export const RunId = z.string().regex(/^run_[a-z0-9]{4,40}$/, "run ids look like run_k3x9...");
 
 /**
- * One process of a run, as the agent reports it, one D1 row each: besides its 16,384-byte log
- * tail, at most 16,384 UTF-16 units (49,152 bytes of UTF-8), far under what a row holds.
- */
-/**
  * Unix seconds, from 1970 to the end of year 9999: the exchange keeps milliseconds, and a time
  * past that (1e308) is Infinity there, which D1 stores as null.
  */
 const processTime = z.number().min(0).max(253_402_300_799).nullable().default(null);
 
+/**
+ * One process of a run, as the agent reports it, one D1 row each: besides its 16,384-byte log
+ * tail, at most 16,384 UTF-16 units (49,152 bytes of UTF-8), far under what a row holds.
+ */
 export const ProcessReport = z.object({
   name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, "process names are 1-64 characters of letters, digits, _ . -"),
   /** Start order, from 0; processes stop in reverse order. */

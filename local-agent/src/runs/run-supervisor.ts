@@ -31,7 +31,8 @@ import { notedStart, type NotedStart } from "./process-group";
 /**
  * The placeholders whose values come from the exchange (the environment, from a catalog the
  * trainer token's holder may post, and the run's id), with the variable each is also in: a
- * command that may run code of its words (sh -c, python3 -c) must read those (command-template.ts expandCommand).
+ * command that may run code of its words (sh -c, python3 -c) must read those
+ * (command-template.ts expandCommand).
  */
 const FROM_EXCHANGE = { env_file: "ROLLOUT_ENV_FILE", env_name: "ROLLOUT_ENV_NAME", env_class: "ROLLOUT_ENV_CLASS", run_id: "ROLLOUT_RUN_ID" } as const;
 
