@@ -1595,6 +1595,11 @@ describe("the rollout buffer's own coercions (buffer_server.py)", () => {
     expect(pulls).toEqual([2, 2, 1, 1, 1]);
     await ready(b, 3);
     expect(await pull(b, '{"max_groups": "all"}')).toEqual({ status: 200, groups: 3 });
+    // sys.maxsize, Python's usual "no limit", past what a JavaScript number holds exactly: was a 422.
+    await ready(b, 2);
+    expect(await pull(b, '{"max_groups": 9223372036854775807}')).toEqual({ status: 200, groups: 2 });
+    await ready(b, 2);
+    expect(await pull(b, '{"max_groups": "9223372036854775807"}')).toEqual({ status: 200, groups: 2 });
     // A cursor (the exchange's own) is still checked.
     expect((await pull(b, '{"cursor": "1"}')).status).toBe(422);
   });

@@ -484,6 +484,20 @@ describe("completed tasks of the current step", () => {
 });
 
 describe("what Python clients send", () => {
+  // The seed took any discard_episode_timeout (swarm_server.py.txt:611); a client that means never
+  // to be reaped sends a huge one. Refused 422, the SwarmClient claimed again every 15 s, for ever.
+  it("claims with a discard_episode_timeout past a week, held to a week", async () => {
+    const e = await createEngine("long-lease");
+    await rollingWith(e, 1);
+    const client = e.as("client");
+    const c = await client.claimEpisode({ client_uuid: "c", discard_episode_timeout: 30 * 86_400 });
+    expect([c.success, (await e.as("viewer").getEpisodeBuffer()).buffer[0]?.discard_episode_timeout]).toEqual([true, 7 * 86_400]);
+    await advance(e, 7 * 86_400_000 - 1_000);
+    expect(await client.canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: true });
+    await advance(e, 2_000);
+    expect(await client.canContinueEpisode({ client_uuid: "c", episode_uuid: c.episode_uuid })).toEqual({ can_continue: false });
+  });
+
   const claimBody = (c = "c1") => JSON.stringify({ client_uuid: c, episode_type: "train", discard_episode_timeout: 60 });
 
   // A Python user's workflow logs log_metrics={"acc": float("nan")} (np.mean of an empty list) and

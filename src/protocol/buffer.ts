@@ -129,7 +129,8 @@ function pyTruthy(v: unknown): boolean {
 const seedMaxGroups = (v: unknown): unknown => {
   if (v === undefined) return undefined;
   const n = pyIntOf(v);
-  return n === null || n <= 0 ? null : n;
+  // Past 2^53 (sys.maxsize, Python's usual "no limit") no buffer holds that many: no limit.
+  return n === null || n <= 0 || n > Number.MAX_SAFE_INTEGER ? null : n;
 };
 
 export const TRAINING_FORMS = ["sequence", "turns"] as const;

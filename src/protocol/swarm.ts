@@ -35,11 +35,21 @@ export const EpisodeType = z.enum(["train", "eval"], {
 });
 export type EpisodeType = z.infer<typeof EpisodeType>;
 
+/** The longest lease a claim gets: a week of silence. */
+export const MAX_LEASE_SECONDS = 7 * 24 * 3600;
+
 export const ClaimEpisodeRequest = z.object({
   client_uuid: uuidLike,
   episode_type: EpisodeType.default("train"),
-  /** Seconds of client silence after which the claim is reaped. */
-  discard_episode_timeout: z.number().positive("must be a positive number of seconds").max(7 * 24 * 3600),
+  /**
+   * Seconds of client silence after which the claim is reaped, at most a week: a longer one (a
+   * client that means never to be reaped) is held to that, as the seed took any. Refused, it was
+   * a 422 the SwarmClient answers by claiming again in 15 s, for ever.
+   */
+  discard_episode_timeout: z
+    .number()
+    .positive("must be a positive number of seconds")
+    .transform((s) => Math.min(s, MAX_LEASE_SECONDS)),
   throttle_policy: SwarmThrottlePolicy.nullable().optional(),
 });
 export type ClaimEpisodeRequest = z.infer<typeof ClaimEpisodeRequest>;
