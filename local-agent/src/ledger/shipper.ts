@@ -96,9 +96,15 @@ export class CallShipper {
   enqueue(record: CallRecord, bytes: number, media: MediaSet = NO_MEDIA): void {
     if (this.stopper.signal.aborted) return;
     for (const data of media.values()) bytes += data.length;
-    this.queue.push({ record, bytes, at: this.o.clock.now(), media });
-    this.queuedBytes += bytes;
     const max = this.o.maxQueueBytes ?? DEFAULT_QUEUE_BYTES;
+    if (bytes > max) {
+      // More than the whole queue holds: it alone goes, not every call queued before it.
+      this.stats.dropped++;
+      this.droppedSinceWarning++;
+    } else {
+      this.queue.push({ record, bytes, at: this.o.clock.now(), media });
+      this.queuedBytes += bytes;
+    }
     while (this.queuedBytes > max && this.queue.length > 0) {
       const old = this.queue.shift() as Queued;
       this.queuedBytes -= old.bytes;
@@ -106,7 +112,7 @@ export class CallShipper {
       this.droppedSinceWarning++;
     }
     if (this.droppedSinceWarning > 0 && this.o.clock.now() - this.lastDropWarning >= DROP_WARNING_EVERY_MS) {
-      this.o.logger.warn(`ledger: the queue of recorded calls is over its ${max} bytes (the exchange is not taking them fast enough): dropped the oldest ${this.droppedSinceWarning} (${this.stats.dropped} in all)`);
+      this.o.logger.warn(`ledger: the queue of recorded calls is over its ${max} bytes (the exchange is not taking them fast enough): dropped ${this.droppedSinceWarning}, the oldest or one larger than the whole queue (${this.stats.dropped} in all)`);
       this.droppedSinceWarning = 0;
       this.lastDropWarning = this.o.clock.now();
     }
@@ -194,18 +200,23 @@ export class CallShipper {
       try {
         await this.o.putMedia(d, data);
       } catch (e) {
-        if (e instanceof ExchangeError && e.status === 413) {
+        // A 2xx in a shape a newer exchange answers: the medium is stored. Thrown on, it was
+        // taken for the batch's own answer, and the batch was never sent.
+        if (e instanceof ExchangeError && e.code === UNREADABLE_ANSWER) {
+          this.o.logger.warn(`ledger: the exchange took medium ${d} but its answer could not be read: ${e.message}`);
+        } else if (e instanceof ExchangeError && e.status === 413) {
           // An exchange older than this agent, whose media are smaller: its records are sent with a marker in its place (below).
           if (this.tooLarge.size >= MAX_UPLOADED_MEDIA) this.tooLarge.delete(this.tooLarge.keys().next().value as string);
           this.tooLarge.set(d, this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS);
           this.o.logger.warn(`ledger: the exchange refused a medium of ${data.length} bytes as too large (${e.code}: it is older than this agent); the calls naming it are recorded with a marker in its place (rx-media-missing:sha256:${d})`);
           continue;
+        } else {
+          if (!(e instanceof ExchangeError && e.status === 404 && e.code === "not_found")) throw e;
+          // An older exchange, which would store the batch without looking for its media.
+          this.noMediaRouteUntil = this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS;
+          this.o.logger.warn(`ledger: the exchange has no media route (it is older than this agent; docs/operations.md gives the upgrade order): recorded calls are sent with references to media it does not hold, for the next ${NO_MEDIA_ROUTE_RETRY_MS / 60_000} minutes`);
+          return;
         }
-        if (!(e instanceof ExchangeError && e.status === 404 && e.code === "not_found")) throw e;
-        // An older exchange, which would store the batch without looking for its media.
-        this.noMediaRouteUntil = this.o.clock.now() + NO_MEDIA_ROUTE_RETRY_MS;
-        this.o.logger.warn(`ledger: the exchange has no media route (it is older than this agent; docs/operations.md gives the upgrade order): recorded calls are sent with references to media it does not hold, for the next ${NO_MEDIA_ROUTE_RETRY_MS / 60_000} minutes`);
-        return;
       }
       this.uploaded.delete(d);
       this.uploaded.set(d, today);
@@ -260,13 +271,17 @@ export class CallShipper {
         } else if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
+          // The exchange answered: the next failure is a new outage, logged, with its backoff from the start.
+          this.backoff.reset();
           return;
         }
-        const retryAfterMs = e instanceof ExchangeError && e.retryAfterSeconds !== null ? e.retryAfterSeconds * 1000 : null;
         const backoff = this.backoff.next();
+        // Retry-After is the least wait, never less than the backoff: a 0, or a date already
+        // past (a skewed clock), resent at once, again and again, to an exchange that said it was overloaded.
+        const wait = e instanceof ExchangeError && e.retryAfterSeconds !== null ? Math.max(e.retryAfterSeconds * 1000, backoff) : backoff;
         if (this.backoff.consecutiveFailures <= 1) this.o.logger.warn(`ledger: sending ${batch.calls.length} recorded calls failed (${describeError(e)}); retrying`);
-        if (this.flushing) await this.o.clock.sleep(Math.min(retryAfterMs ?? backoff, CLOSING_RETRY_MS), this.stopper.signal);
-        else await this.o.clock.sleep(retryAfterMs ?? backoff, AbortSignal.any([this.stopper.signal, this.closing.signal]));
+        if (this.flushing) await this.o.clock.sleep(Math.min(wait, CLOSING_RETRY_MS), this.stopper.signal);
+        else await this.o.clock.sleep(wait, AbortSignal.any([this.stopper.signal, this.closing.signal]));
       }
     }
   }

@@ -6,7 +6,7 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { EngineClient, ExchangeError } from "../../../src/client";
+import { EngineClient, ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
 import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
 import { CallShipper, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
@@ -170,6 +170,49 @@ describe("ledger shipper", () => {
     expect(shipper.report()).toMatchObject({ refused_calls: 0, dropped_calls: 0, queued_calls: 0 });
   });
 
+  it("waits its backoff at least when a Retry-After says 0 or names a time already past (a skewed clock)", async () => {
+    // The header took the backoff's place: each such answer was sent again at once, over and over,
+    // to an exchange that had just said it was overloaded.
+    start();
+    script = [
+      { status: 429, headers: { "retry-after": "0" }, body: { error: "rate_limited", detail: "slow down" } },
+      { status: 503, headers: { "retry-after": new Date(Date.now() - 60_000).toUTCString() }, body: { error: "unavailable", detail: "busy" } },
+    ];
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 1, "the first try");
+    await waitUntil(() => clock.pending.includes(100), "the backoff, not Retry-After's 0");
+    await settle();
+    expect(received).toHaveLength(1);
+    await clock.advance(100);
+    await waitUntil(() => received.length === 2, "the second try");
+    await waitUntil(() => clock.pending.includes(200), "the backoff, not a date already past");
+    await clock.advance(200);
+    await waitUntil(() => shipper.report().sent_calls === 1, "recorded");
+  });
+
+  it("after a refused batch, logs the next failure as a new outage, and starts its backoff over", async () => {
+    // The backoff was reset only when a batch was stored: the failures before a refusal stayed
+    // counted, so the next outage went unlogged and waited the grown backoff.
+    start();
+    const down = { status: 503, body: { error: "unavailable", detail: "down" } };
+    script = [down, down, { status: 422, body: { error: "invalid_request", detail: "no" } }, down];
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => clock.pending.includes(100), "the first backoff");
+    await clock.advance(100);
+    await waitUntil(() => clock.pending.includes(200), "the second backoff");
+    await clock.advance(200);
+    await waitUntil(() => shipper.report().refused_calls === 1, "the refusal");
+    const logged = () => logger.lines.filter((l) => l.includes("recorded calls failed")).length;
+    expect(logged()).toBe(1);
+    enqueue(record());
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 4, "the next batch's first try");
+    await waitUntil(() => clock.pending.includes(100), "a backoff from its start");
+    expect(logged()).toBe(2);
+  });
+
   it("retries when the exchange cannot be reached at all", async () => {
     const port = new URL(server.origin).port;
     await server.close();
@@ -214,11 +257,22 @@ describe("ledger shipper", () => {
     start({ maxQueueBytes: one * 10 });
     const all = Array.from({ length: 25 }, () => enqueue(record()));
     expect(shipper.report()).toMatchObject({ queued_calls: 10, dropped_calls: 15 });
-    expect(logger.lines.filter((l) => l.includes("dropped the oldest"))).toHaveLength(1);
-    expect(logger.lines.join("\n")).toContain("dropped the oldest 1 (1 in all)");
+    expect(logger.lines.filter((l) => l.includes("dropped 1, the oldest"))).toHaveLength(1);
+    expect(logger.lines.join("\n")).toContain("dropped 1, the oldest or one larger than the whole queue (1 in all)");
     await clock.advance(1000);
     await waitUntil(() => received.length === 1, "the batch");
     expect(ids(received[0]!.batch)).toEqual(all.slice(15).map((r) => r.call_id));
+  });
+
+  it("drops only a call larger than the whole queue, not every call queued before it", async () => {
+    const one = Buffer.byteLength(JSON.stringify(record()));
+    start({ maxQueueBytes: one * 10 });
+    const kept = Array.from({ length: 5 }, () => enqueue(record()));
+    shipper.enqueue(record("a call with screenshots past the queue's bound"), one * 11);
+    expect(shipper.report()).toMatchObject({ queued_calls: 5, dropped_calls: 1 });
+    await clock.advance(1000);
+    await waitUntil(() => received.length === 1, "the batch");
+    expect(ids(received[0]!.batch)).toEqual(kept.map((r) => r.call_id));
   });
 
   it("reports to the heartbeat what waits (a batch being retried included, with its oldest call's wait) and what was stored or lost", async () => {
@@ -369,6 +423,19 @@ describe("ledger shipper", () => {
       await clock.advance(2000);
       await waitUntil(() => shipper.report().sent_calls === 1, "the batch after its medium");
       expect(order).toEqual(["media 404", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
+    });
+
+    it("sends the batch when a medium's upload is answered 2xx in a shape it cannot read (a newer exchange's)", async () => {
+      // Taken for the batch's own unreadable answer, the batch was never sent, and counted nowhere.
+      start();
+      const [a, dataA] = shot(5000);
+      const put = vi.fn(() => Promise.reject(new ExchangeError(200, UNREADABLE_ANSWER, "the answer has another shape")));
+      const client = new EngineClient({ baseUrl: `${server.origin}/e/eng`, token: "trainer-token" });
+      shipper = new CallShipper({ post: (b) => client.postCalls(b), putMedia: put, clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 } });
+      shipper.enqueue(record(), 100, new Map([[a, dataA]]));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.report().sent_calls === 1, "the batch stored");
+      expect([put.mock.calls.length, received.length]).toEqual([1, 1]);
     });
 
     it("drops a batch whose medium the exchange refuses (a 4xx other than 409), saying why, and goes on", async () => {
