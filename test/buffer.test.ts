@@ -379,6 +379,21 @@ describe("start_rollout sent again", () => {
     expect((await starts()).map((c) => c.body)).toEqual([{ kind: "start_rollout", group_size: 2, job_session: "job-2", restart_training: false }]);
   });
 
+  it("answers /health with the seed's own fields, read off what the agent last said", async () => {
+    // buffer_server.py.txt:628-636: a caller reading resp.json()["aievobox_running"] got a KeyError.
+    const e = await createEngine("buf-health");
+    const seedFields = async () => {
+      const h = await e.as("viewer").health();
+      return { aievobox_running: h.aievobox_running, llm_proxy_running: h.llm_proxy_running, data_manager_initialized: h.data_manager_initialized, status: h.status };
+    };
+    expect(await seedFields()).toEqual({ aievobox_running: false, llm_proxy_running: false, data_manager_initialized: true, status: "healthy" });
+    const agent = { agent_id: "agent-1", host: "gpu-node-1", pid: 1, version: "0.1.0", trainer: { state: "running", pid: 2, started_at: null } } as const;
+    await e.as("trainer").heartbeat({ ...agent, gateway_url: "http://gpu-node-1:10087", rollout_workers: { state: "running", pid: 77, job_session: "job-1", detail: "" } });
+    expect(await seedFields()).toEqual({ aievobox_running: true, llm_proxy_running: true, data_manager_initialized: true, status: "healthy" });
+    await e.as("trainer").heartbeat({ ...agent, gateway_url: null, rollout_workers: { state: "exited", pid: 77, job_session: "job-1", detail: "exited with code 1" } });
+    expect(await seedFields()).toMatchObject({ aievobox_running: false, llm_proxy_running: false });
+  });
+
   it("takes every start without a job_session as a new one: the engine cannot tell its repeat from a second start", async () => {
     const e = await createEngine("buf");
     const trainer = e.as("trainer");

@@ -528,6 +528,9 @@ export class EngineObject extends DurableObject<EngineEnv> {
       const agent = this.channel.status();
       return ok({
         status: "healthy" as const,
+        aievobox_running: agent.connected && agent.rollout_workers?.state === "running",
+        llm_proxy_running: agent.connected && agent.gateway_url !== null,
+        data_manager_initialized: true as const,
         engine_status: this.store.meta.status,
         buffer: { ...this.buffer.stats(), config: this.buffer.config(), last_pull: this.buffer.lastPull() },
         agent: { connected: agent.connected, host: agent.host, last_seen: agent.last_seen },

@@ -366,6 +366,14 @@ export const LAST_PULL_GROUPS = 20;
 
 export const HealthResponse = z.object({
   status: z.literal("healthy"),
+  /**
+   * The seed's own fields (buffer_server.py.txt:628-636), which its callers read: whether the
+   * rollout workers (AIEvoBox) run, as the agent last said; whether an LLM proxy serves them (the
+   * agent's gateway, while the agent is connected); and the data manager, which is always there.
+   */
+  aievobox_running: z.boolean(),
+  llm_proxy_running: z.boolean(),
+  data_manager_initialized: z.literal(true),
   engine_status: z.string(),
   buffer: BufferStats.extend({ config: BufferConfigView, last_pull: LastPull.nullable() }),
   agent: z.object({ connected: z.boolean(), host: z.string().nullable(), last_seen: z.number().nullable() }),
