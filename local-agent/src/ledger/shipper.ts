@@ -45,7 +45,11 @@ export type ShipperOptions = {
   lingerMs?: number;
 };
 
-type Queued = { record: CallRecord; bytes: number; at: number; media: MediaSet };
+/**
+ * `bytes`: the record's and its media's, for the queue's bound; `recordBytes`: the record's alone,
+ * for a batch's (its media go up apart, and the batch holds only references to them).
+ */
+type Queued = { record: CallRecord; bytes: number; recordBytes: number; at: number; media: MediaSet };
 
 /** How long media go unsent after an exchange answered that it has no media route. */
 export const NO_MEDIA_ROUTE_RETRY_MS = 10 * 60 * 1000;
@@ -61,6 +65,8 @@ type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; a
 export class CallShipper {
   private readonly queue: Queued[] = [];
   private queuedBytes = 0;
+  /** The queued records' bytes without their media: what the next batches will weigh. */
+  private queuedRecordBytes = 0;
   private readonly stats = { sent: 0, duplicates: 0, dropped: 0, refused: 0 };
   private droppedSinceWarning = 0;
   private lastDropWarning = -Infinity;
@@ -95,6 +101,7 @@ export class CallShipper {
   /** `bytes` is the record's; its media's are counted in the queue's bound too. */
   enqueue(record: CallRecord, bytes: number, media: MediaSet = NO_MEDIA): void {
     if (this.stopper.signal.aborted) return;
+    const recordBytes = bytes;
     for (const data of media.values()) bytes += data.length;
     const max = this.o.maxQueueBytes ?? DEFAULT_QUEUE_BYTES;
     if (bytes > max) {
@@ -102,12 +109,14 @@ export class CallShipper {
       this.stats.dropped++;
       this.droppedSinceWarning++;
     } else {
-      this.queue.push({ record, bytes, at: this.o.clock.now(), media });
+      this.queue.push({ record, bytes, recordBytes, at: this.o.clock.now(), media });
       this.queuedBytes += bytes;
+      this.queuedRecordBytes += recordBytes;
     }
     while (this.queuedBytes > max && this.queue.length > 0) {
       const old = this.queue.shift() as Queued;
       this.queuedBytes -= old.bytes;
+      this.queuedRecordBytes -= old.recordBytes;
       this.stats.dropped++;
       this.droppedSinceWarning++;
     }
@@ -116,7 +125,7 @@ export class CallShipper {
       this.droppedSinceWarning = 0;
       this.lastDropWarning = this.o.clock.now();
     }
-    if (this.queue.length >= this.batchCalls || this.queuedBytes >= this.batchBytes) this.wake.abort();
+    if (this.queue.length >= this.batchCalls || this.queuedRecordBytes >= this.batchBytes) this.wake.abort();
     this.running ??= this.loop().finally(() => (this.running = null));
   }
 
@@ -154,12 +163,13 @@ export class CallShipper {
     if (lost > 0) this.o.logger.warn(`ledger: stopped with ${lost} recorded call${lost === 1 ? "" : "s"} not sent`);
     this.queue.length = 0;
     this.queuedBytes = 0;
+    this.queuedRecordBytes = 0;
   }
 
   private async loop(): Promise<void> {
     while (this.queue.length > 0 && !this.stopper.signal.aborted) {
       const first = this.queue[0] as Queued;
-      const full = this.queue.length >= this.batchCalls || this.queuedBytes >= this.batchBytes;
+      const full = this.queue.length >= this.batchCalls || this.queuedRecordBytes >= this.batchBytes;
       const wait = first.at + (this.o.lingerMs ?? BATCH_LINGER_MS) - this.o.clock.now();
       if (!full && !this.flushing && wait > 0) {
         if (this.wake.signal.aborted) this.wake = new AbortController();
@@ -178,12 +188,15 @@ export class CallShipper {
     const media = new Map<string, string>();
     const at = this.queue[0]?.at ?? this.o.clock.now();
     let bytes = 0;
+    let recordBytes = 0;
     while (this.queue.length > 0 && calls.length < this.batchCalls) {
       const next = this.queue[0] as Queued;
-      if (calls.length > 0 && bytes + next.bytes > this.batchBytes) break;
+      if (calls.length > 0 && recordBytes + next.recordBytes > this.batchBytes) break;
       this.queue.shift();
       this.queuedBytes -= next.bytes;
+      this.queuedRecordBytes -= next.recordBytes;
       bytes += next.bytes;
+      recordBytes += next.recordBytes;
       calls.push(next.record);
       for (const [d, data] of next.media) media.set(d, data);
     }

@@ -425,6 +425,24 @@ describe("ledger shipper", () => {
       expect(order).toEqual(["media 404", "batch 1", `media ${a.slice(0, 8)}`, "batch 1"]);
     });
 
+    it("weighs a batch by its records, not their media: the calls of one second naming screenshots go as one batch", async () => {
+      // The media, which go up apart, counted against the batch's 1.5 MB: a call naming a 1 MB
+      // screenshot went alone, at once, one POST and one R2 object per call.
+      start();
+      const sent = Array.from({ length: 5 }, (_, i) => {
+        const [d, data] = shot(300_000 + i);
+        const r = record(`turn ${i}`);
+        shipper.enqueue(r, Buffer.byteLength(JSON.stringify(r)), new Map([[d, data]]));
+        return r;
+      });
+      await settle();
+      expect(received).toHaveLength(0);
+      await clock.advance(1000);
+      await waitUntil(() => shipper.report().sent_calls === 5, "the batch stored");
+      expect([received.length, media.length]).toEqual([1, 5]);
+      expect(ids(received[0]!.batch)).toEqual(sent.map((r) => r.call_id));
+    });
+
     it("sends the batch when a medium's upload is answered 2xx in a shape it cannot read (a newer exchange's)", async () => {
       // Taken for the batch's own unreadable answer, the batch was never sent, and counted nowhere.
       start();
