@@ -25,6 +25,12 @@ export type UpstreamOptions = {
 
 export const EPISODE_HEADER = "x-episode-uuid";
 
+/** Visible ASCII, spaces inside only: what a header holds as it is (undici refuses the rest, and trims the ends). */
+const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+
+/** The episode as its header names it: as it is, or percent-encoded when a header cannot hold it (任务-7). */
+const episodeHeader = (episode: string): string => (HEADER_SAFE.test(episode) ? episode : encodeURIComponent(episode));
+
 export function upstreamUrl(env: RelayEnvelope, o: UpstreamOptions): string | null {
   const base = (o.upstream ?? env.trainer_base_url).replace(/\/+$/, "");
   if (!/^https?:\/\//.test(base)) return null;
@@ -61,7 +67,7 @@ export async function forwardHttp(
     fail( 502, "no inference upstream: the episode registered no http(s) openai_base_url that is a URL, and the agent has no inferenceUpstream", "no_upstream");
     return;
   }
-  const headers: Record<string, string> = { [EPISODE_HEADER]: env.episode_uuid, accept: "application/json, text/event-stream" };
+  const headers: Record<string, string> = { [EPISODE_HEADER]: episodeHeader(env.episode_uuid), accept: "application/json, text/event-stream" };
   // undici drops a URL's user:password; a Basic-auth proxy in front of the model server needs it
   // sent. The trainer's key, when it registered one, is the authorization the upstream expects.
   const basic = env.trainer_api_key === "" ? urlCredentials(url) : null;

@@ -91,3 +91,18 @@ describe("the trainer's key in other spellings", () => {
     expect(r.text).not.toContain(encodeURIComponent(KEY));
   });
 });
+
+describe("the episode's header to the upstream", () => {
+  // x-episode-uuid carried the id as it is: an id a header cannot hold (任务-7, a space at its
+  // end) made undici refuse the request, so every call of such an episode was a 502.
+  it("names the episode as it is, or percent-encoded when a header cannot hold it", async () => {
+    const seen: IncomingHttpHeaders[] = [];
+    const host = await upstream(200, "application/json", () => JSON.stringify({ object: "chat.completion", choices: [] }), seen);
+    const gateway = await ownGateway(SECRET, cleanups);
+    for (const id of ["ep-7:a/b", "任务-7", "ep 7 "]) {
+      const r = await post(gateway, envelope({ episode_uuid: id, trainer_api_key: "", trainer_base_url: `http://${host}/v1` }), SECRET);
+      expect([id, r.status]).toEqual([id, 200]);
+    }
+    expect(seen.map((h) => h["x-episode-uuid"])).toEqual(["ep-7:a/b", encodeURIComponent("任务-7"), encodeURIComponent("ep 7 ")]);
+  });
+});
