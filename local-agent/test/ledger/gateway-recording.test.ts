@@ -204,6 +204,19 @@ describe("ledger: vLLM, capture tokens", () => {
   });
 });
 
+describe("ledger: a record's size as the shipper weighs its batches", () => {
+  // The fields besides the body were taken at 2 KB whatever they held: 500 records with long
+  // fields in UTF-8 or escaped made a batch the shipper took for 1.1 MB a 4.3 MB one, refused 413 whole.
+  it("is at least its JSON's, however long its fields are in UTF-8 or escaped", async () => {
+    const ctx = { ...callContext("messages"), client_uuid: "\u0001".repeat(256), task_id: "é".repeat(256) };
+    const env = call(vllm, `ep-${"模".repeat(400)}`, { model: "模".repeat(500), messages: [{ role: "user", content: "hi" }] }, null, { call: ctx });
+    const answered = await post(onVllm.url, env, SECRET);
+    expect(answered.status, answered.text.slice(0, 300)).toBe(200);
+    const rec = await recordOf(onVllm, env);
+    expect(onVllm.sizes.get(rec.call_id)).toBeGreaterThanOrEqual(Buffer.byteLength(JSON.stringify(rec)));
+  });
+});
+
 describe("ledger: vLLM, capture tokens, a /v1/completions echo", () => {
   // What a user saw: with capture tokens the gateway asked vLLM for token ids, and vLLM then
   // answers an echo without its prompt's text: the client's answer lost the prompt it asked back.
@@ -395,7 +408,8 @@ describe("ledger: storage linear in a claim's length", () => {
   /** One call to the fixed upstream: the size of its record's body. */
   async function turn(episode: string, request: Record<string, unknown>, over: Partial<RelayEnvelope> = {}): Promise<{ rec: CallRecord; bytes: number }> {
     const env = envelope({ episode_uuid: episode, trainer_base_url: `${fixed.origin}/v1`, request, call: callContext("messages"), ...over });
-    expect((await post(onVllm.url, env, SECRET)).status).toBe(200);
+    const answered = await post(onVllm.url, env, SECRET);
+    expect(answered.status, answered.text.slice(0, 300)).toBe(200);
     const rec = await recordOf(onVllm, env);
     return { rec, bytes: JSON.stringify(rec.body).length };
   }

@@ -18,12 +18,14 @@ import { serveHttp, type TestServer } from "../support/http-server";
 import { waitUntil } from "../support/wait";
 
 /** `media`: what each record was handed to the shipper with (by call id), the media its messages refer to. */
-export type RecordingGateway = { url: string; gateway: Gateway; records: CallRecord[]; media: Map<string, MediaSet> };
+/** `sizes`: the bytes the recorder said each record takes, by call id, as the shipper weighs it. */
+export type RecordingGateway = { url: string; gateway: Gateway; records: CallRecord[]; media: Map<string, MediaSet>; sizes: Map<string, number> };
 
 export async function recordingGateway(secret: string, dialect: "vllm" | "sglang", logger: Logger = silentLogger): Promise<RecordingGateway> {
   const records: CallRecord[] = [];
   const media = new Map<string, MediaSet>();
-  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r, _bytes, m) => (media.set(r.call_id, m), records.push(r)), logger: silentLogger });
+  const sizes = new Map<string, number>();
+  const recorder = new CallRecorder({ historyBytes: 64 * 1024 * 1024, sink: (r, bytes, m) => (media.set(r.call_id, m), sizes.set(r.call_id, bytes), records.push(r)), logger: silentLogger });
   const gateway = new Gateway({
     host: "127.0.0.1",
     port: 0,
@@ -35,7 +37,7 @@ export async function recordingGateway(secret: string, dialect: "vllm" | "sglang
     sessionPath: false,
     ledger: { recorder, tokenDialect: dialect },
   });
-  return { url: await gateway.listen(), gateway, records, media };
+  return { url: await gateway.listen(), gateway, records, media, sizes };
 }
 
 /** The call's context as the Worker signs it into the envelope. */
