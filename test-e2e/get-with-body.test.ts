@@ -8,6 +8,7 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminClient } from "../src/client";
+import { headersOnly } from "../local-agent/test/support/headers-only";
 import { startLocalExchange, type LocalExchange } from "../scripts/local/exchange";
 
 const ADMIN = "get-body-e2e-admin";
@@ -101,23 +102,5 @@ describe("a GET with a body", () => {
   }, 60_000);
 });
 
-/**
- * A GET that declares a 5 MB body and sends only its headers: a refusal that waited for the body
- * would never come (and sending it whole races the refusal: the server may close while the client
- * still writes).
- */
-function oversizedGet(url: string, headers: Record<string, string>): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: "GET", headers: { ...headers, "content-type": "application/json", "content-length": String(5 * 1024 * 1024) } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (c: string) => (text += c));
-      res.on("end", () => {
-        resolve({ status: res.statusCode ?? 0, text });
-        req.destroy();
-      });
-    });
-    req.on("error", reject);
-    req.flushHeaders();
-  });
-}
+/** A GET that declares a 5 MB body and sends only its headers (headersOnly). */
+const oversizedGet = (url: string, headers: Record<string, string>) => headersOnly(url, "GET", headers, 5 * 1024 * 1024);
