@@ -50,13 +50,14 @@ function counter(env: Env, role: string | undefined, op: string, method: string)
  */
 export function rateLimited(request: Request, env: Env): Promise<Response | null> | null {
   if (env.RATE_LIMIT_CLIENT === undefined && env.RATE_LIMIT_TRAINER === undefined) return null;
-  const m = ENGINE_OP.exec(routingPath(request));
+  const path = routingPath(request);
+  const m = ENGINE_OP.exec(path);
   if (m === null) return null;
   // Any other path under the engine with an engine token costs the engine its token check.
   const op = m[1] ?? "";
   // The relay's calls carry a per-claim key and never ask the engine about a token; its paths'
   // other methods go to the router, which does.
-  if (relayRoute(request) !== null) return null;
+  if (relayRoute(request.method, path) !== null) return null;
   const token = requestToken(request.headers.get("authorization") ?? undefined, request.url);
   if (token === null) return null;
   const c = counter(env, ROLE_PREFIX.exec(token)?.[1], op, request.method);

@@ -193,13 +193,14 @@ const ENDPOINTS: Record<string, { method: string; endpoint: RelayEndpoint }> = {
 };
 
 /**
- * The relay's endpoint a request calls, by its method and path, with the engine its path names
- * as written; null for any other request, a relay path's other methods included (hono's).
+ * The relay's endpoint a request calls, by its method and its path as routed (routingPath), with
+ * the engine the path names as written; null for any other request, a relay path's other methods
+ * included (hono's).
  */
-export function relayRoute(request: Request): { endpoint: RelayEndpoint; engine: string | undefined } | null {
-  const method = request.method === "HEAD" ? "GET" : request.method;
+export function relayRoute(requestMethod: string, path: string): { endpoint: RelayEndpoint; engine: string | undefined } | null {
+  const method = requestMethod === "HEAD" ? "GET" : requestMethod;
   if (method !== "POST" && method !== "GET") return null;
-  const m = RELAY_ROUTE.exec(routingPath(request));
+  const m = RELAY_ROUTE.exec(path);
   const route = m ? ENDPOINTS[m[2] ?? ""] : undefined;
   if (m === null || route === undefined || route.method !== method) return null;
   return { endpoint: route.endpoint, engine: m[1] };
@@ -210,7 +211,7 @@ export function relayRoute(request: Request): { endpoint: RelayEndpoint; engine:
  * path's other methods). A HEAD is answered as its GET without the body, as hono does.
  */
 export function serveRelay(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> | null {
-  const r = relayRoute(request);
+  const r = relayRoute(request.method, routingPath(request));
   if (r === null) return null;
   const answer = relay(request, env, ctx, r.endpoint, r.engine === undefined ? undefined : tryDecodeURIComponent(r.engine)).catch(internalError);
   return request.method === "HEAD" ? answer.then((r) => new Response(null, r)) : answer;
