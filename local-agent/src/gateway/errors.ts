@@ -125,21 +125,23 @@ export function credentialForms(trainerKey: string, urls: readonly string[] = []
   // URL-encoded too: a proxy may name the key in a URL (`?api_key=sk-...%2B...`), and a base64 key has / + =.
   const forms = [trainerKey, encodeURIComponent(trainerKey)];
   for (const url of urls) {
-    const pair = urlCredentials(url);
-    if (pair === null) continue;
-    const password = new URL(url).password;
-    forms.push(pair, password, decoded(password), Buffer.from(pair).toString("base64"));
+    const c = credentialsIn(url);
+    if (c === null) continue;
+    forms.push(c.pair, c.password, decoded(c.password), Buffer.from(c.pair).toString("base64"));
   }
   return forms.filter((f) => f !== "");
 }
 
 /** The `user:password` a URL carries, percent-decoded as Basic authorization sends it; null for none. */
-export function urlCredentials(url: string): string | null {
+export const urlCredentials = (url: string): string | null => credentialsIn(url)?.pair ?? null;
+
+/** A URL's credentials: the decoded pair, and the password as the URL writes it; null for none. */
+function credentialsIn(url: string): { pair: string; password: string } | null {
   // Most upstreams carry none: no URL parsed on their calls.
   if (!url.includes("@") || !URL.canParse(url)) return null;
   const u = new URL(url);
   if (u.username === "" && u.password === "") return null;
-  return `${decoded(u.username)}:${decoded(u.password)}`;
+  return { pair: `${decoded(u.username)}:${decoded(u.password)}`, password: u.password };
 }
 
 /** A URL part percent-decoded; as written when it is no such spelling (a password `50%off`, which URL keeps as it is). */
