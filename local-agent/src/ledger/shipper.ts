@@ -3,7 +3,9 @@
  * MAX_CALLS_PER_BATCH calls, about 1.5 MB of JSON, or what came within a second, whichever is
  * first. A batch keeps its id on every resend, so the exchange records it once. Network errors,
  * 5xx, 408 and 429 are retried with backoff (a Retry-After is honoured); any other refusal is
- * logged and its batch dropped, since sending it again would be refused again. The queue is
+ * logged and its batch dropped, since sending it again would be refused again. A batch refused
+ * for what it holds (413, 422) is sent again in halves first, so that one call the exchange will
+ * not take (a field over its limit) costs that call, not the 499 sent with it. The queue is
  * bounded in bytes and drops its oldest calls when full: the ledger must never hold the agent's
  * memory hostage to an exchange that is down.
  *
@@ -53,6 +55,16 @@ type Queued = { record: CallRecord; bytes: number; recordBytes: number; at: numb
 
 /** How long media go unsent after an exchange answered that it has no media route. */
 export const NO_MEDIA_ROUTE_RETRY_MS = 10 * 60 * 1000;
+
+/**
+ * How many refusals of its parts a batch refused for what it holds may take while it is halved.
+ * One bad call in 500 takes 10 (one a halving); when every call is refused (an exchange that
+ * takes no record of this agent's), the halving stops here, not after about 1,000 requests.
+ */
+export const MAX_SPLIT_REFUSALS = 24;
+
+/** Refusals that name something in the batch rather than the request (a revoked token, a deleted engine). */
+const refusedForContent = (e: ExchangeError): boolean => e.status === 413 || e.status === 422;
 
 /** Media remembered as uploaded: far more than the screenshots of the episodes live at once. */
 const MAX_UPLOADED_MEDIA = 10_000;
@@ -178,7 +190,7 @@ export class CallShipper {
       }
       const out = this.takeBatch();
       this.inFlight = out;
-      await this.send(out);
+      await this.send(out, { refusals: MAX_SPLIT_REFUSALS });
       this.inFlight = null;
     }
   }
@@ -256,7 +268,8 @@ export class CallShipper {
     return { ...batch, calls };
   }
 
-  private async send(out: Outgoing): Promise<void> {
+  /** Sends `out` until stored or refused; `split` counts the refusals its halving may still take. */
+  private async send(out: Outgoing, split: { refusals: number }): Promise<void> {
     let batch = out.batch;
     for (;;) {
       if (this.stopper.signal.aborted) return;
@@ -282,10 +295,19 @@ export class CallShipper {
           // from elsewhere (a request of a gradual deployment served by the previous version).
           this.noMediaRouteUntil = -Infinity;
         } else if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
-          this.stats.refused += batch.calls.length;
-          this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
           // The exchange answered: the next failure is a new outage, logged, with its backoff from the start.
           this.backoff.reset();
+          if (refusedForContent(e) && batch.calls.length > 1 && split.refusals > 0) {
+            split.refusals--;
+            // Nothing of a refused batch is kept, so its halves go under ids of their own.
+            const half = Math.ceil(batch.calls.length / 2);
+            for (const calls of [batch.calls.slice(0, half), batch.calls.slice(half)]) {
+              await this.send({ ...out, batch: { batch_id: randomUUID().replaceAll("-", ""), calls } }, split);
+            }
+            return;
+          }
+          this.stats.refused += batch.calls.length;
+          this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
           return;
         }
         const backoff = this.backoff.next();

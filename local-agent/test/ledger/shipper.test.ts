@@ -8,7 +8,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { EngineClient, ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
 import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
-import { CallShipper, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
+import { CallShipper, MAX_SPLIT_REFUSALS, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { bodyText, serveHttp, type TestServer } from "../support/http-server";
@@ -24,6 +24,8 @@ let received: Received[];
 let media: { sha256: string; data: string }[];
 let order: string[];
 let script: Answer[];
+/** Refuses a batch by what it holds (after the script's answers), as the exchange's checks do. */
+let refuse: (b: CallBatch) => Answer | null;
 /** False: the stand-in is an exchange older than media, with no PUT agent/media route. */
 let mediaRoute: boolean;
 let clock: ManualClock;
@@ -35,6 +37,7 @@ beforeEach(async () => {
   media = [];
   order = [];
   script = [];
+  refuse = () => null;
   mediaRoute = true;
   const recorded = new Set<string>();
   server = await serveHttp(async (req, res) => {
@@ -55,7 +58,7 @@ beforeEach(async () => {
     const batch = CallBatch.parse(JSON.parse(await bodyText(req)));
     order.push(`batch ${batch.calls.length}`);
     received.push({ batch, authorization: req.headers.authorization, path: req.url ?? "" });
-    const next = script.shift();
+    const next = script.shift() ?? refuse(batch) ?? undefined;
     if (next !== undefined) {
       res.writeHead(next.status, { "content-type": "application/json", ...next.headers }).end(JSON.stringify(next.body));
       return;
@@ -252,6 +255,48 @@ describe("ledger shipper", () => {
     expect(clock.pending).toEqual([]);
   });
 
+  describe("a batch refused for what it holds (413, 422)", () => {
+    const tooLong: Answer = { status: 413, body: { error: "payload_too_large", detail: "calls.3.body: over its limit" } };
+    const holdsBad = (b: CallBatch): Answer | null => (b.calls.some((c) => c.body.answer?.content === "bad") ? tooLong : null);
+    const stored = () => received.filter((r) => !holdsBad(r.batch)).flatMap((r) => ids(r.batch));
+
+    it("is sent again in halves: one call the exchange will not take costs that call alone", async () => {
+      start();
+      refuse = holdsBad;
+      const calls = Array.from({ length: 64 }, (_, i) => enqueue(record(i === 37 ? "bad" : "ok")));
+      await clock.advance(1000);
+      await waitUntil(() => shipper.report().refused_calls === 1 && shipper.report().sent_calls === 63, "the halving");
+      expect(stored().sort()).toEqual(calls.filter((_, i) => i !== 37).map((c) => c.call_id).sort());
+      // One refusal a halving (64 -> 1 is six), each answered half stored at once.
+      expect(received.length).toBe(1 + 2 * 6);
+      expect(new Set(received.map((r) => r.batch.batch_id)).size).toBe(received.length);
+      const refusals = logger.lines.filter((l) => l.includes("refused a batch"));
+      expect(refusals).toHaveLength(1);
+      expect(refusals[0]).toMatch(/ledger: the exchange refused a batch of 1 recorded call .*dropped: 413 payload_too_large/);
+      expect(shipper.report().queued_calls).toBe(0);
+    });
+
+    it("stops halving after its bound when the exchange takes no call of it", async () => {
+      start();
+      refuse = () => ({ status: 422, body: { error: "invalid_request", detail: "calls.0.capture: Invalid option" } });
+      for (let i = 0; i < 500; i++) enqueue(record());
+      await settle();
+      await waitUntil(() => shipper.report().refused_calls === 500, "every call refused");
+      // The halving's requests: MAX_SPLIT_REFUSALS halvings, two halves each, and the first.
+      expect(received.length).toBeLessThanOrEqual(1 + 2 * MAX_SPLIT_REFUSALS);
+      expect(shipper.report().sent_calls).toBe(0);
+    });
+
+    it("is not halved when the refusal is about the request, not its calls (a revoked token)", async () => {
+      start();
+      refuse = () => ({ status: 401, body: { error: "invalid_token", detail: "revoked" } });
+      for (let i = 0; i < 8; i++) enqueue(record());
+      await clock.advance(1000);
+      await waitUntil(() => shipper.report().refused_calls === 8, "the refusal");
+      expect(received.length).toBe(1);
+    });
+  });
+
   it("drops the oldest calls when the queue is over its bound, with a counted warning", async () => {
     const one = Buffer.byteLength(JSON.stringify(record()));
     start({ maxQueueBytes: one * 10 });
@@ -293,7 +338,7 @@ describe("ledger shipper", () => {
     script = [{ status: 200, body: { recorded: 1, duplicates: 1 } }];
     await clock.advance(100);
     await waitUntil(() => shipper.report().duplicate_calls === 1, "the retried batch stored");
-    script = [{ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } }];
+    refuse = () => ({ status: 422, body: { error: "invalid_request", detail: "calls.0.fence: Expected number" } });
     await clock.advance(1000);
     await waitUntil(() => shipper.report().refused_calls === 3, "the next batch refused");
     expect(shipper.report()).toEqual({ queued_calls: 0, queued_bytes: 0, oldest_queued_ms: null, sent_calls: 1, duplicate_calls: 1, dropped_calls: 1, refused_calls: 3 });
