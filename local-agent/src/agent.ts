@@ -29,6 +29,7 @@ import { clearSessionsBase } from "./rollout/clear-sessions";
 import { RolloutWorkers } from "./rollout/workers";
 import { CallRecorder, DEFAULT_HISTORY_BYTES } from "./ledger/recorder";
 import { CallShipper } from "./ledger/shipper";
+import { LedgerSpool } from "./ledger/spool";
 
 /** On a clean stop, how long recorded calls may take to reach the exchange. */
 const LEDGER_FLUSH_MS = 5000;
@@ -95,6 +96,11 @@ export async function startAgent(
 
   // The trajectory ledger: the gateway records the calls the Worker asks it to, the shipper sends them.
   const shipper = new CallShipper({ post: (batch) => link.client.postCalls(batch), putMedia: (sha256, data) => link.client.putMedia(sha256, data), clock, logger, backoff, maxQueueBytes: config.ledgerQueueBytes });
+  // What the last stop could not send (the exchange down), sent first.
+  const spool = new LedgerSpool(config.stateDir, new URL(link.baseUrl).href, logger);
+  const spooled = spool.take();
+  if (spooled.length > 0) logger.info(`ledger: sending ${spooled.length} recorded call${spooled.length === 1 ? "" : "s"} the last stop kept in ${spool.path}`);
+  for (const c of spooled) shipper.enqueue(c.record, c.bytes, c.media);
   const recorder = new CallRecorder({ historyBytes: config.ledgerHistoryBytes ?? DEFAULT_HISTORY_BYTES, sink: (record, bytes, media) => shipper.enqueue(record, bytes, media), logger });
 
   // The Worker relays claimed episodes' LLM calls here (signed); see gateway/server.ts.
@@ -257,7 +263,7 @@ export async function startAgent(
         await Promise.allSettled(loops);
         // The gateway is closed: what it recorded (handed over a turn after each answer) is all queued.
         await new Promise((r) => setImmediate(r));
-        await shipper.close(LEDGER_FLUSH_MS);
+        await shipper.close(LEDGER_FLUSH_MS, (calls) => spool.keep(calls));
         await acker.drain();
         logger.info("agent stopped");
       })()),

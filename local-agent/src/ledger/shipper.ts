@@ -26,6 +26,7 @@ import type { Clock } from "../clock";
 import { describeError, type Logger } from "../log";
 import { mediaRef, missingMediaRef } from "../../../src/ledger/media-refs";
 import { NO_MEDIA, type MediaSet } from "./media";
+import type { SpooledCall } from "./spool";
 
 export const DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024;
 export const BATCH_BYTES = 1_500_000;
@@ -71,8 +72,8 @@ const MAX_UPLOADED_MEDIA = 10_000;
 
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
-/** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued. */
-type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number };
+/** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued; `items`, its calls as queued. */
+type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number; items: Queued[] };
 
 export class CallShipper {
   private readonly queue: Queued[] = [];
@@ -158,9 +159,10 @@ export class CallShipper {
 
   /**
    * Sends what is queued without waiting for batches to fill, within `deadlineMs`; what is left
-   * after it is counted lost. Calls recorded after this are dropped.
+   * after it goes to `keep` (the spool, for the next start) or, when it cannot, is counted lost.
+   * Calls recorded after this are dropped.
    */
-  async close(deadlineMs: number): Promise<void> {
+  async close(deadlineMs: number, keep?: (calls: SpooledCall[]) => boolean): Promise<void> {
     this.flushing = true;
     this.wake.abort();
     this.closing.abort();
@@ -171,8 +173,13 @@ export class CallShipper {
       timeUp.abort();
     }
     this.stopper.abort();
-    const lost = this.queue.length + (this.inFlight?.batch.calls.length ?? 0);
-    if (lost > 0) this.o.logger.warn(`ledger: stopped with ${lost} recorded call${lost === 1 ? "" : "s"} not sent`);
+    // The batch in flight first: its calls are the oldest, and may be stored already (sent again, they count as duplicates).
+    const left = [...(this.inFlight?.items ?? []), ...this.queue];
+    if (left.length > 0 && keep?.(left.map((q) => ({ record: q.record, bytes: q.recordBytes, media: q.media }))) === true) {
+      this.o.logger.warn(`ledger: stopped with ${left.length} recorded call${left.length === 1 ? "" : "s"} not sent: kept for the next start to send`);
+    } else if (left.length > 0) {
+      this.o.logger.warn(`ledger: stopped with ${left.length} recorded call${left.length === 1 ? "" : "s"} not sent`);
+    }
     this.queue.length = 0;
     this.queuedBytes = 0;
     this.queuedRecordBytes = 0;
@@ -197,6 +204,7 @@ export class CallShipper {
 
   private takeBatch(): Outgoing {
     const calls: CallRecord[] = [];
+    const items: Queued[] = [];
     const media = new Map<string, string>();
     const at = this.queue[0]?.at ?? this.o.clock.now();
     let bytes = 0;
@@ -210,9 +218,10 @@ export class CallShipper {
       bytes += next.bytes;
       recordBytes += next.recordBytes;
       calls.push(next.record);
+      items.push(next);
       for (const [d, data] of next.media) media.set(d, data);
     }
-    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media, bytes, at };
+    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media, bytes, at, items };
   }
 
   /** Uploads the media not uploaded today. */

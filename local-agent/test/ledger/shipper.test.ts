@@ -5,14 +5,18 @@
  * the queue's bound and the flush on close.
  */
 import { createHash, randomUUID } from "node:crypto";
+import { appendFileSync, existsSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { EngineClient, ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
 import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
+import { LedgerSpool } from "../../src/ledger/spool";
 import { CallShipper, MAX_SPLIT_REFUSALS, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
 import { MemoryLogger } from "../support/logger";
 import { bodyText, serveHttp, type TestServer } from "../support/http-server";
 import { waitUntil } from "../support/wait";
+import { tempDir } from "../support/temp";
 
 type Received = { batch: CallBatch; authorization: string | undefined; path: string };
 /** How the stand-in answers the next requests (then 200). */
@@ -361,6 +365,81 @@ describe("ledger shipper", () => {
     await clock.advance(3000);
     await closing;
     expect(logger.lines.join("\n")).toContain("ledger: stopped with 1 recorded call not sent");
+  });
+
+  describe("calls a stop could not send, kept for the next start (spool.ts)", () => {
+    const down = (): Answer[] => Array.from({ length: 100 }, () => ({ status: 503, body: { error: "down", detail: "down" } }));
+    let dir: ReturnType<typeof tempDir>;
+    beforeEach(() => (dir = tempDir()));
+    afterEach(() => dir.remove());
+
+    /** Closes the shipper at its deadline while the exchange answers 503, keeping what is left in `spool`. */
+    async function closeWhileDown(spool: LedgerSpool): Promise<void> {
+      const closing = shipper.close(3000, (calls) => spool.keep(calls));
+      await waitUntil(() => clock.pending.includes(3000), "the deadline");
+      await clock.advance(3000);
+      await closing;
+    }
+
+    it("keeps the calls in flight and queued, with their media, and the next start of the engine sends them once", async () => {
+      const spool = new LedgerSpool(dir.path, "http://x/e/eng", logger);
+      script = down();
+      start({ batchCalls: 2 });
+      const shot = `data:image/png;base64,${"A".repeat(4000)}`;
+      const sha = createHash("sha256").update(shot).digest("hex");
+      const withShot = record(`rx-media:sha256:${sha}`);
+      const calls = [enqueue(record()), enqueue(record())];
+      shipper.enqueue(withShot, Buffer.byteLength(JSON.stringify(withShot)), new Map([[sha, shot]]));
+      calls.push(withShot);
+      // The first two are the batch being retried, the third waits behind them.
+      await waitUntil(() => received.length === 1, "the first try");
+      await closeWhileDown(spool);
+      expect(logger.lines.join("\n")).toContain("ledger: stopped with 3 recorded calls not sent: kept for the next start to send");
+      expect(statSync(spool.path).mode & 0o777).toBe(0o600);
+
+      script = [];
+      received = [];
+      start();
+      const again = new LedgerSpool(dir.path, "http://x/e/eng", logger).take();
+      expect(again.map((c) => c.record.call_id)).toEqual(calls.map((c) => c.call_id));
+      for (const c of again) shipper.enqueue(c.record, c.bytes, c.media);
+      await clock.advance(1000);
+      // A try in flight at the stop may still be stored after it: those the exchange counts as duplicates.
+      await waitUntil(() => shipper.report().sent_calls + shipper.report().duplicate_calls === 3, "the kept calls stored");
+      expect(media.map((m) => m.sha256)).toEqual([sha]);
+      expect(existsSync(spool.path)).toBe(false);
+      expect(new LedgerSpool(dir.path, "http://x/e/eng", logger).take()).toEqual([]);
+    });
+
+    it("gives a start only its own engine's calls and leaves the others' in the file; unreadable lines are dropped, said", async () => {
+      const a = new LedgerSpool(dir.path, "http://x/e/a", logger);
+      const b = new LedgerSpool(dir.path, "http://x/e/b", logger);
+      const ra = record("a");
+      const rb = record("b");
+      expect(a.keep([{ record: ra, bytes: 10, media: new Map() }])).toBe(true);
+      expect(b.keep([{ record: rb, bytes: 20, media: new Map() }])).toBe(true);
+      appendFileSync(a.path, '{"engine":"http://x/e/a","record":{"cut');
+      const takenA = a.take();
+      expect(takenA).toEqual([{ record: ra, bytes: 10, media: new Map() }]);
+      expect(logger.lines.join("\n")).toContain(`ledger: 1 line of ${a.path} could not be read and were dropped`);
+      expect(a.take()).toEqual([]);
+      expect(b.take()).toEqual([{ record: rb, bytes: 20, media: new Map() }]);
+      expect(existsSync(a.path)).toBe(false);
+    });
+
+    it("counts the calls lost when they cannot be kept (a state directory it cannot write)", async () => {
+      const spool = new LedgerSpool(join(dir.path, "no-such-dir"), "http://x/e/eng", logger);
+      script = down();
+      start();
+      enqueue(record());
+      await clock.advance(1000);
+      await waitUntil(() => received.length === 1, "the first try");
+      await closeWhileDown(spool);
+      const log = logger.lines.join("\n");
+      expect(log).toMatch(/ledger: could not keep 1 recorded call in .*no-such-dir\/ledger-spool\.jsonl for the next start \(.*ENOENT.*\): they are lost/);
+      expect(log).toContain("ledger: stopped with 1 recorded call not sent");
+      expect(log).not.toContain("kept for the next start");
+    });
   });
 
   it("tries once more on close when it finds a batch waiting out a long retry backoff", async () => {
