@@ -52,12 +52,31 @@ async function tokenWorks(baseUrl: string, token: string): Promise<boolean> {
 }
 
 /**
+ * Repeats a delete of the engine under way. It must be repeated as it began, keeping its history
+ * or not (a repeat the other way is refused 409): which, the refusal says.
+ */
+async function finishDelete(admin: AdminClient): Promise<void> {
+  try {
+    await admin.deleteEngine(ENGINE, { force: true });
+  } catch (err) {
+    if (!(err instanceof ExchangeError && err.status === 409 && err.code === "delete_keeps_history")) throw err;
+    await admin.deleteEngine(ENGINE, { force: true, keep_history: true });
+  }
+}
+
+/**
  * The engine's tokens: all new when the engine is created; otherwise the ones saved by an
  * earlier start that still work, and fresh ones (issued through the admin API) for the rest.
  */
 async function engineTokens(admin: AdminClient, url: string): Promise<Record<Role, string>> {
   const { engines } = await admin.listEngines();
-  if (!engines.some((e) => e.name === ENGINE)) {
+  const listed = engines.find((e) => e.name === ENGINE);
+  if (listed !== undefined && listed.deleting_since !== null) {
+    // A delete cut off half-way (docs/operations.md): finished as its user began it, then the engine is made anew.
+    say(`engine '${ENGINE}' was being deleted (since ${new Date(listed.deleting_since).toISOString()}); finishing the delete`);
+    await finishDelete(admin);
+  }
+  if (listed === undefined || listed.deleting_since !== null) {
     say(`creating engine '${ENGINE}'`);
     return (await admin.createEngine(ENGINE)).tokens;
   }
