@@ -28,11 +28,29 @@ export async function buildWorker(configPath: string, main: string, outdir: stri
       cwd: dirname(configPath),
       env: { ...process.env, WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
       stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
     });
+    // A start stopped while it builds exits at once: the build must go with it, or it runs on
+    // and writes its bundle into the build directory the exit has just removed. Its group, since
+    // wrangler's bin runs its CLI in a child of its own, which outlives a kill of the bin alone.
+    const stop = () => {
+      try {
+        process.kill(-(child.pid as number), "SIGKILL");
+      } catch {
+        // Ended already.
+      }
+    };
+    process.on("exit", stop);
     child.stdout.on("data", (b: Buffer) => output.push(b.toString()));
     child.stderr.on("data", (b: Buffer) => output.push(b.toString()));
-    child.on("error", reject);
-    child.on("close", resolve);
+    child.on("error", (e) => {
+      process.off("exit", stop);
+      reject(e);
+    });
+    child.on("close", (c) => {
+      process.off("exit", stop);
+      resolve(c);
+    });
   });
   if (code !== 0) throw new Error(`wrangler deploy --dry-run failed (exit ${code}):\n${output.join("")}`);
   const bundle = join(outdir, basename(main).replace(/\.[cm]?[jt]sx?$/, "") + ".js");
