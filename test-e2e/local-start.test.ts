@@ -169,6 +169,38 @@ describe("what a killed start leaves", () => {
   }, 300_000);
 });
 
+describe("a start SIGKILLed by its pid alone", () => {
+  // `kill -9 <pid>` of the pid the lock and "in use by another npm start (pid N)" name, or the OOM
+  // killer picking the node process: its workerd ran on, orphaned, serving the locked state, and
+  // the next start took the lock over and (on another port) ran a second workerd over the same files.
+  const orphans: number[] = [];
+  afterEach(() => {
+    for (const pid of orphans.splice(0)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // Gone, as it should be.
+      }
+    }
+  });
+
+  it("takes its workerd with it: nothing serves the state it had locked", async () => {
+    const dir = repo("sigkill-pid", "ADMIN_TOKEN=sigkill-pid-admin\nCLAIM_KEY_SECRET=sigkill-pid-claim\n");
+    const a = start(nodeStart(dir, { PORT: "8931" }));
+    expect(await a.waitFor(READY)).toBe(true);
+    const workerd = descendants(a.child.pid!).filter((p) => p.comm === "workerd");
+    expect(workerd).toHaveLength(1);
+    orphans.push(workerd[0]!.pid);
+
+    process.kill(a.child.pid!, "SIGKILL");
+    await a.exited();
+    const answers = () => fetch("http://127.0.0.1:8931/openapi.json").then((r) => r.status, () => "refused" as const);
+    const t0 = Date.now();
+    while (Date.now() - t0 < 5_000 && (alive(workerd[0]!.pid) || (await answers()) !== "refused")) await new Promise((r) => setTimeout(r, 100));
+    expect({ workerdAlive: alive(workerd[0]!.pid), port: await answers() }).toEqual({ workerdAlive: false, port: "refused" });
+  }, 200_000);
+});
+
 describe("stopping", () => {
   it("SIGTERM to `npm start` stops the exchange: no node or workerd left, the port closed", async () => {
     const dir = repo("npm-sigterm", "ADMIN_TOKEN=npm-sigterm-admin\nCLAIM_KEY_SECRET=npm-sigterm-claim\n");

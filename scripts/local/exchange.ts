@@ -19,6 +19,7 @@ import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { buildWorker } from "./build";
 import { applyMigrations } from "./migrations";
 import { readWorkerSetup } from "./worker-config";
+import { leashWorkerd } from "./workerd-leash";
 
 export type LocalExchangeOptions = {
   /** Port on 127.0.0.1; 0 picks a free one. Default 8787. */
@@ -146,6 +147,8 @@ export async function startLocalExchange(opts: LocalExchangeOptions): Promise<Lo
   const configPath = resolve(opts.configPath ?? join(REPO_ROOT, "wrangler.toml"));
   const setup = readWorkerSetup(configPath);
   const buildDir = buildDirectory();
+  // Beside the dependencies it runs, not in the build directory: other exchanges of this process may run it after this one stops.
+  leashWorkerd(join(REPO_ROOT, "node_modules", ".cache", "rollout-exchange"));
   let mf: Miniflare | undefined;
   try {
     log(`building ${setup.main} with wrangler`);
