@@ -46,6 +46,34 @@ what it added to the call it names: a file that grows with long agents' turns, n
 engine and the viewer's token default to npm start's .local/credentials.json.
 `;
 
+/** What a failed fetch says, with its cause (undici's "fetch failed" alone names nothing). */
+function reason(e: unknown): string {
+  if (!(e instanceof Error)) return String(e);
+  const cause = e.cause as { code?: unknown; message?: unknown } | undefined;
+  const why = typeof cause?.code === "string" ? cause.code : typeof cause?.message === "string" ? cause.message : null;
+  return why === null ? e.message : `${e.message} (${why})`;
+}
+
+/**
+ * --url as the exchange's origin, and the engine it names: an engine's base URL
+ * (`<origin>/e/<engine>`, as npm start prints it) is taken for its origin and engine, not
+ * sent to `<origin>/e/<engine>/e/<engine>/...`, and the token of one with the token in its path
+ * (`.../t/<token>`) unless --token gives one. One that names another engine than --engine is refused.
+ */
+function exchangeUrl(raw: string, engine: string | undefined): { origin: string; engine: string | undefined; token: string | undefined } {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    fail(`--url ${raw} is not a URL: the exchange's, e.g. http://127.0.0.1:8787`);
+  }
+  const m = /^(.*)\/e\/([^/]+)(?:\/t\/([^/]+))?\/*$/.exec(u.pathname);
+  if (m === null) return { origin: raw.replace(/\/+$/, ""), engine: undefined, token: undefined };
+  const named = decodeURIComponent(m[2] as string);
+  if (engine !== undefined && engine !== named) fail(`--url names engine '${named}' (${u.origin}${u.pathname}), --engine '${engine}': give the exchange's URL (${u.origin}${m[1]}) with --engine, or the engine's URL alone`);
+  return { origin: `${u.origin}${m[1]}`, engine: named, token: m[3] === undefined ? undefined : decodeURIComponent(m[3]) };
+}
+
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
     options: {
@@ -64,20 +92,26 @@ async function main(): Promise<void> {
   }
   const opts = a as Record<string, string | undefined>;
   if (opts["out"] === undefined) fail(`--out FILE is required\n\n${USAGE}`);
-  const found = await readCredentials(opts["credentials"] ?? join(REPO_ROOT, ".local", "credentials.json"));
+  const credentialsPath = opts["credentials"] ?? join(REPO_ROOT, ".local", "credentials.json");
+  const found = await readCredentials(credentialsPath);
+  if (found === null && opts["credentials"] !== undefined) fail(`cannot read the credentials in ${credentialsPath}: no such file, or not what \`npm start\` writes`);
+  const given = opts["url"] === undefined ? undefined : exchangeUrl(opts["url"], opts["engine"]);
   const trim = (u: string): string => u.replace(/\/+$/, "");
   // The local exchange's token goes to the local exchange only.
-  const local = found !== null && (opts["url"] === undefined || trim(opts["url"]) === trim(found.url)) ? found : null;
-  const url = opts["url"] ?? local?.url ?? fail("no --url, and no .local/credentials.json from `npm start`");
-  const engine = opts["engine"] ?? local?.engine ?? fail("no --engine");
-  const token = opts["token"] ?? local?.tokens.viewer ?? fail(`no --token for ${url}`);
+  const local = found !== null && (given === undefined || trim(given.origin) === trim(found.url)) ? found : null;
+  const url = given?.origin ?? local?.url ?? fail(`no --url, and no ${credentialsPath} from \`npm start\``);
+  const engine = opts["engine"] ?? given?.engine ?? local?.engine ?? fail("no --engine");
+  const token = opts["token"] ?? given?.token ?? local?.tokens.viewer ?? fail(`no --token for ${url}`);
 
   const raw = Object.fromEntries(QUERY_FLAGS.filter((f) => opts[f] !== undefined).map((f) => [f.replace(/-/g, "_"), opts[f] as string]));
   const query = TrajectoryExportQuery.safeParse(raw);
   if (!query.success) fail(query.error.issues.map((i) => `--${String(i.path[0]).replace(/_/g, "-")}: ${i.message}`).join("; "));
   const qs = new URLSearchParams({ format: "jsonl", ...raw }).toString();
 
-  const res = await fetch(`${engineBaseUrl(url.replace(/\/+$/, ""), engine)}/trajectories/export?${qs}`, { headers: { authorization: `Bearer ${token}` } });
+  const exportUrl = `${engineBaseUrl(url.replace(/\/+$/, ""), engine)}/trajectories/export`;
+  const res = await fetch(`${exportUrl}?${qs}`, { headers: { authorization: `Bearer ${token}` } }).catch((e: unknown) =>
+    fail(`cannot reach ${exportUrl}: ${reason(e)}${local !== null && opts["url"] === undefined ? " (is `npm start` running?)" : ""}`),
+  );
   if (!res.ok || res.body === null) {
     const text = await res.text();
     let why = text.slice(0, 300);

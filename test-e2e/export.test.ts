@@ -89,4 +89,36 @@ describe("npm run export", () => {
     const r = await runExport(["--out", out]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 1, stderr: `export: cannot write ${out}: ENOENT: no such file or directory, open '${out}'\n` });
   });
+
+  it("takes an engine's base URL as --url (npm start prints it) for its exchange and engine, its token too when in the path", async () => {
+    // It sent to <origin>/e/default/e/default/trajectories/export.
+    const before = other.seen.length;
+    expect((await runExport(["--url", `${other.url}/e/e3/`, "--token", "rx_viewer_other", "--out", join(dir, "base.jsonl")])).code).toBe(0);
+    expect((await runExport(["--url", `${other.url}/e/e3/t/rx_viewer_in_path`, "--out", join(dir, "base.jsonl")])).code).toBe(0);
+    expect(other.seen.slice(before)).toEqual([
+      { path: "/e/e3/trajectories/export?format=jsonl", authorization: "Bearer rx_viewer_other" },
+      { path: "/e/e3/trajectories/export?format=jsonl", authorization: "Bearer rx_viewer_in_path" },
+    ]);
+    const mismatch = await runExport(["--url", `${other.url}/e/e3`, "--engine", "e4", "--token", "t", "--out", join(dir, "base.jsonl")]);
+    expect(mismatch.code).toBe(1);
+    expect(mismatch.stderr).toContain(`export: --url names engine 'e3' (${other.url}/e/e3), --engine 'e4'`);
+    expect(other.seen.length).toBe(before + 2);
+  });
+
+  it("says which exchange it cannot reach, and why (a stopped npm start), not a bare 'fetch failed'", async () => {
+    const gone = createServer();
+    await new Promise<void>((r) => gone.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(gone.address() as AddressInfo).port}`;
+    await new Promise((r) => gone.close(r));
+    const stale = join(dir, "stale-credentials.json");
+    writeFileSync(stale, JSON.stringify(makeCredentials(url, "default", "admin", { operator: "o", trainer: "t", client: "c", viewer: "v" })));
+    const r = await runExport(["--credentials", stale, "--out", join(dir, "stale.jsonl")]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 1, stderr: `export: cannot reach ${url}/e/default/trajectories/export: fetch failed (ECONNREFUSED) (is \`npm start\` running?)\n` });
+  });
+
+  it("names the --credentials file it was given when it cannot read it", async () => {
+    const missing = join(dir, "no-such-credentials.json");
+    const r = await runExport(["--credentials", missing, "--out", join(dir, "missing.jsonl")]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 1, stderr: `export: cannot read the credentials in ${missing}: no such file, or not what \`npm start\` writes\n` });
+  });
 });
