@@ -108,6 +108,20 @@ describe("npm run demo", () => {
     port.closing.catch(() => {});
     expect(await port.exit).toBe(1);
     expect(port.stderr.join("\n")).toBe("[demo] failed: --port must be an integer from 0 to 65535, got '65536'");
+    // What Number() took for numbers: "" as 0 (--seed= ran seed 0), " 3 ", hex; and a seed past
+    // the generator's 32 bits, which ran a smaller seed's run again (2^32 + 1 was seed 1).
+    for (const [args, said] of [
+      [["--seed="], "--seed must be an integer from 0 to 4294967295, got ''"],
+      [["--port="], "--port must be an integer from 0 to 65535, got ''"],
+      [["--steps", " 3 "], "--steps must be an integer >= 1, got ' 3 '"],
+      [["--clients", "0x10"], "--clients must be an integer >= 1, got '0x10'"],
+      [["--seed", String(2 ** 32 + 1)], "--seed must be an integer from 0 to 4294967295, got '4294967297'"],
+    ] as const) {
+      const bad = startDemo([...args]);
+      bad.closing.catch(() => {});
+      expect(await bad.exit).toBe(1);
+      expect(bad.stderr.join("\n")).toBe(`[demo] failed: ${said}`);
+    }
   });
 
   it("answers --help with its usage, naming every flag, and starts nothing", async () => {

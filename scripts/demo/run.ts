@@ -39,14 +39,15 @@ Trains a toy policy through the exchange until its reward climbs from chance (0.
   --mode buffer    rollout workers post GRPO groups to the rollout buffer; the trainer pulls them
   --steps N        training steps (20)
   --clients N      rollout clients (8)
-  --seed S         the run's seed (1)
+  --seed S         the run's seed, 0 to 4294967295 (1)
   --port P         the exchange's port (0: a free one)
   --hold           keep serving the dashboard after training, until Ctrl-C
   --json           print one closing line {"steps", "first_mean_reward", "last_mean_reward", "episodes"}
 `;
 
+/** Decimal digits only: Number() takes "" as 0, and " 3 ", "0x10" and "1e3" as numbers too. */
 function intArg(name: string, value: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number {
-  const n = Number(value);
+  const n = /^\d{1,16}$/.test(value ?? "") ? Number(value) : NaN;
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got '${value}'`);
   return n;
 }
@@ -71,7 +72,8 @@ function settings() {
     mode: a.mode,
     steps: intArg("steps", a.steps, 1),
     clients: intArg("clients", a.clients, 1),
-    seed: intArg("seed", a.seed, 0),
+    // The generator keeps 32 bits: a larger seed would be a smaller one's run again.
+    seed: intArg("seed", a.seed, 0, 2 ** 32 - 1),
     port: intArg("port", a.port, 0, 65535),
     hold: a.hold,
     json: a.json,
