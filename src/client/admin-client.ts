@@ -43,7 +43,12 @@ export class AdminClient {
       token: this.token,
     });
 
-  /** Deletes an engine, repeating the DELETE until it is done; answers the rows deleted (or kept) by table. */
+  /**
+   * Deletes an engine, repeating the DELETE until it is done; answers the rows deleted (or kept)
+   * by table. A refusal is thrown, a 503 too: `delete_in_progress` (another delete of the engine
+   * has been under way for seconds, stuck on D1) and `history_not_written` (keep_history, and D1
+   * took no write) each mean nothing was done; the caller chooses whether and when to repeat.
+   */
   async deleteEngine(engine: string, opts: { force?: boolean; keep_history?: boolean } = {}): Promise<DeleteEngineResponse> {
     const rows: Record<string, number> = {};
     for (;;) {
