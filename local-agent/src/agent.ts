@@ -96,11 +96,6 @@ export async function startAgent(
 
   // The trajectory ledger: the gateway records the calls the Worker asks it to, the shipper sends them.
   const shipper = new CallShipper({ post: (batch) => link.client.postCalls(batch), putMedia: (sha256, data) => link.client.putMedia(sha256, data), clock, logger, backoff, maxQueueBytes: config.ledgerQueueBytes });
-  // What the last stop could not send (the exchange down), sent first.
-  const spool = new LedgerSpool(config.stateDir, new URL(link.baseUrl).href, logger);
-  const spooled = spool.take();
-  if (spooled.length > 0) logger.info(`ledger: sending ${spooled.length} recorded call${spooled.length === 1 ? "" : "s"} the last stop kept in ${spool.path}`);
-  for (const c of spooled) shipper.enqueue(c.record, c.bytes, c.media);
   const recorder = new CallRecorder({ historyBytes: config.ledgerHistoryBytes ?? DEFAULT_HISTORY_BYTES, sink: (record, bytes, media) => shipper.enqueue(record, bytes, media), logger });
 
   // The Worker relays claimed episodes' LLM calls here (signed); see gateway/server.ts.
@@ -196,6 +191,13 @@ export async function startAgent(
     runs,
     rollout,
   });
+
+  // What the last stop could not send (the exchange down), sent first; taken once nothing of the
+  // start can fail, since the file is emptied as it is read.
+  const spool = new LedgerSpool(config.stateDir, new URL(link.baseUrl).href, logger);
+  const spooled = spool.take();
+  if (spooled.length > 0) logger.info(`ledger: sending ${spooled.length} recorded call${spooled.length === 1 ? "" : "s"} the last stop kept in ${spool.path}`);
+  for (const c of spooled) shipper.enqueue(c.record, c.bytes, c.media);
 
   logger.info(`rollout-agent ${AGENT_VERSION} for engine ${config.engine} at ${link.baseUrl}; trainer facade on ${facadeUrl}; inference gateway on ${gatewayLocalUrl}${gatewayUrl === gatewayLocalUrl ? "" : `, reached at ${gatewayUrl}`}`);
   // Before adopt(), which may report an exit of its own (a trainer that died while no agent ran): that one is the later.

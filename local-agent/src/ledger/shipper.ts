@@ -75,6 +75,19 @@ const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 /** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued; `items`, its calls as queued. */
 type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number; items: Queued[] };
 
+/** `items` as a batch of their own, with a new id and the media their records name. */
+function outgoing(items: Queued[]): Outgoing {
+  const media = new Map<string, string>();
+  let bytes = 0;
+  let at = Infinity;
+  for (const q of items) {
+    bytes += q.bytes;
+    at = Math.min(at, q.at);
+    for (const [d, data] of q.media) media.set(d, data);
+  }
+  return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls: items.map((q) => q.record) }, media, bytes, at, items };
+}
+
 export class CallShipper {
   private readonly queue: Queued[] = [];
   private queuedBytes = 0;
@@ -92,7 +105,8 @@ export class CallShipper {
   /** Aborts waits when a shutdown's deadline passes. */
   private readonly stopper = new AbortController();
   private readonly backoff: Backoff;
-  private inFlight: Outgoing | null = null;
+  /** The batch taken from the queue, as the parts of it not yet stored or refused (halves of a refused batch), in order. */
+  private inFlight: Outgoing[] = [];
   /** Media uploaded, each with the UTC day it was: uploaded again on another day. Oldest first out. */
   private readonly uploaded = new Map<string, string>();
   /** Until when uploads are skipped: the exchange said it has no media route (an older Worker). */
@@ -145,10 +159,10 @@ export class CallShipper {
   /** What the heartbeat says of the shipper (AgentLedgerReport): the batch being sent counts as queued until it is stored. */
   report(): Omit<AgentLedgerReport, "unrecorded_calls"> {
     const sending = this.inFlight;
-    const oldest = sending?.at ?? this.queue[0]?.at;
+    const oldest = sending.length > 0 ? Math.min(...sending.map((p) => p.at)) : this.queue[0]?.at;
     return {
-      queued_calls: this.queue.length + (sending?.batch.calls.length ?? 0),
-      queued_bytes: this.queuedBytes + (sending?.bytes ?? 0),
+      queued_calls: this.queue.length + sending.reduce((n, p) => n + p.items.length, 0),
+      queued_bytes: this.queuedBytes + sending.reduce((n, p) => n + p.bytes, 0),
       oldest_queued_ms: oldest === undefined ? null : Math.max(0, this.o.clock.now() - oldest),
       sent_calls: this.stats.sent,
       duplicate_calls: this.stats.duplicates,
@@ -174,7 +188,7 @@ export class CallShipper {
     }
     this.stopper.abort();
     // The batch in flight first: its calls are the oldest, and may be stored already (sent again, they count as duplicates).
-    const left = [...(this.inFlight?.items ?? []), ...this.queue];
+    const left = [...this.inFlight.flatMap((p) => p.items), ...this.queue];
     if (left.length > 0 && keep?.(left.map((q) => ({ record: q.record, bytes: q.recordBytes, media: q.media }))) === true) {
       this.o.logger.warn(`ledger: stopped with ${left.length} recorded call${left.length === 1 ? "" : "s"} not sent: kept for the next start to send`);
     } else if (left.length > 0) {
@@ -195,33 +209,29 @@ export class CallShipper {
         await this.o.clock.sleep(wait, AbortSignal.any([this.wake.signal, this.stopper.signal]));
         continue;
       }
-      const out = this.takeBatch();
-      this.inFlight = out;
-      await this.send(out, { refusals: MAX_SPLIT_REFUSALS });
-      this.inFlight = null;
+      this.inFlight = [this.takeBatch()];
+      const split = { refusals: MAX_SPLIT_REFUSALS };
+      while (this.inFlight.length > 0 && !this.stopper.signal.aborted) {
+        const halves = await this.send(this.inFlight[0] as Outgoing, split);
+        // Stopped: the part stays, for close() to keep.
+        if (halves !== null) this.inFlight.splice(0, 1, ...halves);
+      }
     }
   }
 
   private takeBatch(): Outgoing {
-    const calls: CallRecord[] = [];
     const items: Queued[] = [];
-    const media = new Map<string, string>();
-    const at = this.queue[0]?.at ?? this.o.clock.now();
-    let bytes = 0;
     let recordBytes = 0;
-    while (this.queue.length > 0 && calls.length < this.batchCalls) {
+    while (this.queue.length > 0 && items.length < this.batchCalls) {
       const next = this.queue[0] as Queued;
-      if (calls.length > 0 && recordBytes + next.recordBytes > this.batchBytes) break;
+      if (items.length > 0 && recordBytes + next.recordBytes > this.batchBytes) break;
       this.queue.shift();
       this.queuedBytes -= next.bytes;
       this.queuedRecordBytes -= next.recordBytes;
-      bytes += next.bytes;
       recordBytes += next.recordBytes;
-      calls.push(next.record);
       items.push(next);
-      for (const [d, data] of next.media) media.set(d, data);
     }
-    return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls }, media, bytes, at, items };
+    return outgoing(items);
   }
 
   /** Uploads the media not uploaded today. */
@@ -277,11 +287,14 @@ export class CallShipper {
     return { ...batch, calls };
   }
 
-  /** Sends `out` until stored or refused; `split` counts the refusals its halving may still take. */
-  private async send(out: Outgoing, split: { refusals: number }): Promise<void> {
+  /**
+   * Sends `out` until stored or refused ([]), or halved ([first, second]: each to be sent in its
+   * place); null when stopped first. `split` counts the refusals the halving may still take.
+   */
+  private async send(out: Outgoing, split: { refusals: number }): Promise<Outgoing[] | null> {
     let batch = out.batch;
     for (;;) {
-      if (this.stopper.signal.aborted) return;
+      if (this.stopper.signal.aborted) return null;
       try {
         await this.upload(out.media);
         batch = this.withRefusedMarked(batch, out.media);
@@ -289,13 +302,13 @@ export class CallShipper {
         this.stats.sent += r.recorded;
         this.stats.duplicates += r.duplicates;
         this.backoff.reset();
-        return;
+        return [];
       } catch (e) {
         if (e instanceof ExchangeError && e.code === UNREADABLE_ANSWER) {
           // A 2xx: the batch is stored, and sent again it would be answered the same (a newer exchange's counts).
           this.o.logger.warn(`ledger: the exchange took batch ${batch.batch_id} but its answer could not be read: ${e.message}`);
           this.backoff.reset();
-          return;
+          return [];
         }
         if (e instanceof ExchangeError && e.status === 409 && e.code === "media_missing") {
           // The exchange's day is not the one they were uploaded on: upload them again, then the batch.
@@ -306,18 +319,15 @@ export class CallShipper {
         } else if (e instanceof ExchangeError && e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
           // The exchange answered: the next failure is a new outage, logged, with its backoff from the start.
           this.backoff.reset();
-          if (refusedForContent(e) && batch.calls.length > 1 && split.refusals > 0) {
+          if (refusedForContent(e) && out.items.length > 1 && split.refusals > 0) {
             split.refusals--;
-            // Nothing of a refused batch is kept, so its halves go under ids of their own.
-            const half = Math.ceil(batch.calls.length / 2);
-            for (const calls of [batch.calls.slice(0, half), batch.calls.slice(half)]) {
-              await this.send({ ...out, batch: { batch_id: randomUUID().replaceAll("-", ""), calls } }, split);
-            }
-            return;
+            // Nothing of a refused batch is kept, so its halves go under ids of their own, each with its own calls' media.
+            const half = Math.ceil(out.items.length / 2);
+            return [outgoing(out.items.slice(0, half)), outgoing(out.items.slice(half))];
           }
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
-          return;
+          return [];
         }
         const backoff = this.backoff.next();
         // Retry-After is the least wait, never less than the backoff: a 0, or a date already

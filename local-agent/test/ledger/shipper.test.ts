@@ -9,7 +9,7 @@ import { appendFileSync, existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { EngineClient, ExchangeError, UNREADABLE_ANSWER } from "../../../src/client";
-import { CallBatch, MAX_CALLS_PER_BATCH, type CallRecord } from "../../../src/protocol/ledger";
+import { CallBatch, MAX_CALLS_PER_BATCH, type CallBatchResponse, type CallRecord } from "../../../src/protocol/ledger";
 import { LedgerSpool } from "../../src/ledger/spool";
 import { CallShipper, MAX_SPLIT_REFUSALS, NO_MEDIA_ROUTE_RETRY_MS, type ShipperOptions } from "../../src/ledger/shipper";
 import { ManualClock } from "../support/manual-clock";
@@ -289,6 +289,77 @@ describe("ledger shipper", () => {
       // The halving's requests: MAX_SPLIT_REFUSALS halvings, two halves each, and the first.
       expect(received.length).toBeLessThanOrEqual(1 + 2 * MAX_SPLIT_REFUSALS);
       expect(shipper.report().sent_calls).toBe(0);
+    });
+
+    // The exchange as a function here: the test holds a half's answer back, or refuses a medium.
+    const refusedWhole = () => new ExchangeError(413, "payload_too_large", "calls.1.body: over its limit");
+    const holds = (b: CallBatch, content: string) => b.calls.some((c) => c.body.answer?.content === content);
+    const storedAll = (b: CallBatch): Promise<CallBatchResponse> => Promise.resolve({ recorded: b.calls.length, duplicates: 0 });
+    const enqueueAll = (contents: string[]) => contents.map((c) => enqueue(record(c)));
+
+    it("reports each call once while halving: the halves stored or refused are no longer queued", async () => {
+      let release = (): void => {};
+      const held = new Promise<void>((r) => (release = r));
+      let reached = false;
+      start({
+        batchCalls: 4,
+        post: async (b) => {
+          if (holds(b, "bad")) throw refusedWhole();
+          if (holds(b, "slow")) {
+            reached = true;
+            await held;
+          }
+          return storedAll(b);
+        },
+      });
+      // [good, bad, slow, slow] refused; [good, bad] refused; [good] stored, [bad] refused; [slow, slow] held.
+      enqueueAll(["good", "bad", "slow", "slow"]);
+      await settle();
+      await waitUntil(() => reached, "the last half in flight");
+      expect(shipper.report()).toMatchObject({ sent_calls: 1, refused_calls: 1, queued_calls: 2 });
+      release();
+      await waitUntil(() => shipper.report().sent_calls === 3, "the last half stored");
+      expect(shipper.report()).toMatchObject({ refused_calls: 1, queued_calls: 0, queued_bytes: 0 });
+    });
+
+    it("keeps for the next start only the halves not yet stored or refused when stopped during the halving", async () => {
+      start({
+        batchCalls: 4,
+        post: async (b) => {
+          if (holds(b, "bad")) throw refusedWhole();
+          if (holds(b, "down")) throw new ExchangeError(503, "ledger_unavailable", "down");
+          return storedAll(b);
+        },
+      });
+      const calls = enqueueAll(["good", "bad", "down", "down"]);
+      await settle();
+      await waitUntil(() => shipper.report().refused_calls === 1 && shipper.report().sent_calls === 1 && clock.pending.length > 0, "the last half retried");
+      let kept: string[] = [];
+      const closing = shipper.close(1000, (c) => ((kept = c.map((k) => k.record.call_id)), true));
+      await waitUntil(() => clock.pending.includes(1000), "the close's deadline");
+      await clock.advance(1000);
+      await closing;
+      expect(kept).toEqual(calls.slice(2).map((c) => c.call_id));
+    });
+
+    it("uploads with each half only its own calls' media: a medium the exchange refuses costs the call naming it alone", async () => {
+      const bad = "a".repeat(64);
+      const posted: string[] = [];
+      start({
+        batchCalls: 4,
+        post: (b) => (posted.push(...ids(b)), storedAll(b)),
+        putMedia: async (sha) => {
+          if (sha === bad) throw new ExchangeError(422, "media_hash_mismatch", "not that medium");
+          return { sha256: sha, bytes: 1 };
+        },
+      });
+      const naming = record(`rx-media:sha256:${bad}`);
+      shipper.enqueue(naming, Buffer.byteLength(JSON.stringify(naming)), new Map([[bad, "data:image/png;base64,AAAA"]]));
+      const plain = enqueueAll(["ok", "ok", "ok"]);
+      await settle();
+      await waitUntil(() => shipper.report().refused_calls + shipper.report().sent_calls === 4, "every call settled");
+      expect(shipper.report()).toMatchObject({ refused_calls: 1, sent_calls: 3 });
+      expect(posted.sort()).toEqual(plain.map((r) => r.call_id).sort());
     });
 
     it("is not halved when the refusal is about the request, not its calls (a revoked token)", async () => {
