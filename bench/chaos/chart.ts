@@ -24,7 +24,8 @@ function perSecond(times: number[], t0: number, seconds: number): number[] {
 }
 
 export function renderChaosChart(r: ChaosChartInput): string {
-  const end = Math.max(r.t0 + 1000, ...r.receipts, ...r.marks.map((m) => m.at));
+  // By reduce, not spread: a long run's receipts (~150,000) overflow the stack as arguments.
+  const end = r.marks.reduce((m, mark) => Math.max(m, mark.at), r.receipts.reduce((m, t) => Math.max(m, t), r.t0 + 1000));
   const seconds = Math.ceil((end - r.t0) / 1000) + 1;
   const delivered = perSecond(r.receipts, r.t0, seconds);
   const acked = perSecond(r.acknowledged, r.t0, seconds);
@@ -34,7 +35,7 @@ export function renderChaosChart(r: ChaosChartInput): string {
   const right = 20;
   const top = 50;
   const bottom = 40;
-  const max = Math.max(1, ...delivered, ...acked) * 1.1;
+  const max = [...delivered, ...acked].reduce((m, v) => Math.max(m, v), 1) * 1.1;
   const x = (s: number) => left + (s / seconds) * (W - left - right);
   const y = (v: number) => top + (1 - v / max) * (H - top - bottom);
   const line = (bins: number[]) => bins.map((v, i) => `${i === 0 ? "M" : "L"}${x(i + 0.5).toFixed(1)},${y(v).toFixed(1)}`).join(" ");

@@ -14,9 +14,10 @@
  *  - how long deliveries took to resume after each restart.
  * Exits 1 when something acknowledged was lost or delivered twice outside that window.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir, cpus } from "node:os";
 import { join } from "node:path";
+import { parseArgs } from "node:util";
 import { ExchangeError } from "../../src/client";
 import { RepPeers } from "../agent/rep-peers";
 import { closedLoop } from "../load/closed-loop";
@@ -25,13 +26,18 @@ import { createEngine } from "../serve/exchange";
 import { freePort, startProcess, type ProcessTarget } from "../serve/process";
 import { renderChaosChart } from "./chart";
 
-const argv = process.argv.slice(2);
-const arg = (name: string): string | undefined => {
-  const i = argv.indexOf(name);
-  return i >= 0 ? argv[i + 1] : undefined;
-};
-const quick = argv.includes("--quick");
-const CLIENTS = Number(arg("--clients") ?? (quick ? 8 : 16));
+/** The flags; an unknown one, or a value that is no count, ends the run before it starts anything. */
+function flags(): { quick: boolean; clients: number; out: string | undefined; svg: string | undefined } {
+  try {
+    const { values: v } = parseArgs({ options: { quick: { type: "boolean", default: false }, clients: { type: "string" }, out: { type: "string" }, svg: { type: "string" } }, strict: true, allowPositionals: false });
+    if (v.clients !== undefined && !/^[1-9]\d{0,3}$/.test(v.clients)) throw new Error(`--clients must be a count from 1 to 9999, got '${v.clients}'`);
+    return { quick: v.quick, clients: v.clients === undefined ? (v.quick ? 8 : 16) : Number(v.clients), out: v.out, svg: v.svg };
+  } catch (e) {
+    process.stderr.write(`[chaos] ${e instanceof Error ? e.message : String(e)}\nusage: npm run chaos [-- --quick] [-- --clients N] [-- --out FILE] [-- --svg FILE]\n`);
+    process.exit(2);
+  }
+}
+const { quick, clients: CLIENTS, out: OUT, svg: SVG } = flags();
 /** When each fault lands and when the load stops, in seconds from the start of the load. */
 const PLAN = quick ? { exchangeKill: 8, agentKill: 20, loadEnd: 30 } : { exchangeKill: 20, agentKill: 50, loadEnd: 80 };
 /**
@@ -42,6 +48,12 @@ const PLAN = quick ? { exchangeKill: 8, agentKill: 20, loadEnd: 30 } : { exchang
 const SETTLE_S = quick ? 6 : 15;
 /** How long, after the load stops, every acknowledged result has to arrive. */
 const DRAIN_S = 90;
+/**
+ * The engine's command lease. A command whose ack died with the exchange stays leased to the
+ * agent's session, and is handed out again only when its lease ends: the run watches for
+ * deliveries until a lease after the exchange's restart, to see any such second delivery.
+ */
+const COMMAND_LEASE_S = 20;
 const RUNNERS = 16;
 /** The trainer keeps about this many episodes registered and unclaimed. */
 const QUEUE_TARGET = 256;
@@ -80,8 +92,11 @@ async function main(): Promise<void> {
     CHAOS_STATE_DIR: join(dir, "exchange-state"),
     CHAOS_ADMIN_TOKEN: ADMIN_TOKEN,
     CHAOS_CLAIM_KEY_SECRET: "chaos-claim-secret",
-    CHAOS_COMMAND_LEASE_SECONDS: "60",
+    CHAOS_COMMAND_LEASE_SECONDS: String(COMMAND_LEASE_S),
+    // Miniflare's and the build's temporary files, removed with the run's: a SIGKILLed exchange removes nothing.
+    TMPDIR: join(dir, "tmp"),
   };
+  mkdirSync(exchangeEnv.TMPDIR);
   let exchange: ProcessTarget | null = null;
   const receipts = new Map<string, Receipt[]>();
   const runners = new RepPeers(false, (text, at) => {
@@ -97,6 +112,19 @@ async function main(): Promise<void> {
     receipts.set(id, list);
   });
   let agent: AgentTarget | null = null;
+  const cleanUp = async (): Promise<void> => {
+    agent?.kill("SIGKILL");
+    if (exchange) await killExchange(exchange).catch(() => {});
+    runners.close();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  // Ctrl-C: the exchange runs in a group of its own, which the terminal's signal does not reach.
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    process.once(signal, () => {
+      log(`${signal}: stopping`);
+      void cleanUp().finally(() => process.exit(130));
+    });
+  }
   try {
     await runners.start(RUNNERS);
     log(`starting the exchange on port ${port}`);
@@ -197,8 +225,9 @@ async function main(): Promise<void> {
     const drainDeadline = now() + DRAIN_S * 1000;
     const undelivered = () => [...acknowledged.keys()].filter((id) => !receipts.has(id));
     while (undelivered().length > 0 && now() < drainDeadline) await sleep(250);
-    // Late duplicates would arrive after the last first delivery: give them a moment.
-    await sleep(2000);
+    // Late duplicates would arrive after the last first delivery: give them a moment, and a command
+    // lease after the exchange's restart, when one leased at its SIGKILL is handed out again.
+    await sleep(Math.max(2000, exchangeUpAt + (COMMAND_LEASE_S + 2) * 1000 - now()));
 
     // ---------------------------------------------------------------- the verdict
     const all = [...receipts.values()].flat().map((r) => r.at);
@@ -210,7 +239,7 @@ async function main(): Promise<void> {
     const seconds = (t: number) => (Number.isFinite(t) ? Math.round(t) / 1000 : null);
     const report = {
       machine: { cores: cpus().length, node: process.version },
-      settings: { quick, clients: CLIENTS, runners: RUNNERS, plan_s: PLAN, settle_s: SETTLE_S, drain_s: DRAIN_S },
+      settings: { quick, clients: CLIENTS, runners: RUNNERS, plan_s: PLAN, settle_s: SETTLE_S, drain_s: DRAIN_S, command_lease_s: COMMAND_LEASE_S },
       /** When each fault and restart happened, in seconds from the start of the load. */
       timeline_s: {
         exchange_kill: seconds(exchangeKillAt - t0),
@@ -240,12 +269,10 @@ async function main(): Promise<void> {
       examples: { lost: lost.slice(0, 5), twice_outside_window: twice.filter((t) => !inWindow.includes(t)).slice(0, 5).map(([id]) => id) },
     };
     console.log(JSON.stringify(report, null, 2));
-    const out = arg("--out");
-    if (out) writeFileSync(out, JSON.stringify(report, null, 2) + "\n");
-    const svg = arg("--svg");
-    if (svg) {
+    if (OUT) writeFileSync(OUT, JSON.stringify(report, null, 2) + "\n");
+    if (SVG) {
       writeFileSync(
-        svg,
+        SVG,
         renderChaosChart({
           t0,
           receipts: all,
@@ -265,10 +292,7 @@ async function main(): Promise<void> {
     log(ok ? "nothing acknowledged was lost; no result was delivered twice outside the agent-kill window" : "FAILED: see lost / delivered_twice_outside_window");
     process.exitCode = ok ? 0 : 1;
   } finally {
-    agent?.kill("SIGKILL");
-    if (exchange) await killExchange(exchange).catch(() => {});
-    runners.close();
-    rmSync(dir, { recursive: true, force: true });
+    await cleanUp();
   }
 }
 
