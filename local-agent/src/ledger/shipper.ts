@@ -64,6 +64,14 @@ export const NO_MEDIA_ROUTE_RETRY_MS = 10 * 60 * 1000;
  */
 export const MAX_SPLIT_REFUSALS = 24;
 
+/**
+ * A 500 is the exchange failing on what it was sent (its own fault), not an outage (a 502-504,
+ * or its 503 `ledger_unavailable`): a batch answered 500 this many times in a row is halved,
+ * as a refused one is, so that a call the exchange keeps failing on holds back no others. Its
+ * halves are halved at their first 500, and one call alone is dropped after this many.
+ */
+export const INTERNAL_ERRORS_TO_HALVE = 3;
+
 /** Refusals that name something in the batch rather than the request (a revoked token, a deleted engine). */
 const refusedForContent = (e: ExchangeError): boolean => e.status === 413 || e.status === 422;
 
@@ -73,10 +81,10 @@ const MAX_UPLOADED_MEDIA = 10_000;
 const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
 /** A batch and the media its records refer to; `bytes` and `at` (its oldest call's) as they were queued; `items`, its calls as queued. */
-type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number; items: Queued[] };
+type Outgoing = { batch: CallBatch; media: Map<string, string>; bytes: number; at: number; items: Queued[]; suspect: boolean };
 
-/** `items` as a batch of their own, with a new id and the media their records name. */
-function outgoing(items: Queued[]): Outgoing {
+/** `items` as a batch of their own, with a new id and the media their records name; `suspect`: a half of one the exchange kept failing on. */
+function outgoing(items: Queued[], suspect = false): Outgoing {
   const media = new Map<string, string>();
   let bytes = 0;
   let at = Infinity;
@@ -85,7 +93,7 @@ function outgoing(items: Queued[]): Outgoing {
     at = Math.min(at, q.at);
     for (const [d, data] of q.media) media.set(d, data);
   }
-  return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls: items.map((q) => q.record) }, media, bytes, at, items };
+  return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls: items.map((q) => q.record) }, media, bytes, at, items, suspect };
 }
 
 export class CallShipper {
@@ -293,6 +301,7 @@ export class CallShipper {
    */
   private async send(out: Outgoing, split: { refusals: number }): Promise<Outgoing[] | null> {
     let batch = out.batch;
+    let internalErrors = 0;
     for (;;) {
       if (this.stopper.signal.aborted) return null;
       try {
@@ -328,6 +337,20 @@ export class CallShipper {
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
           return [];
+        }
+        if (e instanceof ExchangeError && e.status === 500 && ++internalErrors >= (out.suspect ? 1 : INTERNAL_ERRORS_TO_HALVE)) {
+          if (out.items.length > 1 && split.refusals > 0) {
+            split.refusals--;
+            this.o.logger.warn(`ledger: the exchange failed ${internalErrors} time${internalErrors === 1 ? "" : "s"} on a batch of ${out.items.length} recorded calls (${describeError(e)}); sending it in halves`);
+            const half = Math.ceil(out.items.length / 2);
+            return [outgoing(out.items.slice(0, half), true), outgoing(out.items.slice(half), true)];
+          }
+          if (out.items.length === 1 && internalErrors >= INTERNAL_ERRORS_TO_HALVE) {
+            this.stats.refused += 1;
+            this.o.logger.warn(`ledger: the exchange failed ${internalErrors} times on recorded call ${batch.calls[0]?.call_id ?? "?"}, dropped: ${describeError(e)}`);
+            this.backoff.reset();
+            return [];
+          }
         }
         const backoff = this.backoff.next();
         // Retry-After is the least wait, never less than the backoff: a 0, or a date already

@@ -4,7 +4,7 @@
  * Worker's side), with the manual clock: batch limits, retries that keep the batch id, refusals,
  * the queue's bound and the flush on close.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { createHash } from "node:crypto";
 import { appendFileSync, existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -17,6 +17,7 @@ import { MemoryLogger } from "../support/logger";
 import { bodyText, serveHttp, type TestServer } from "../support/http-server";
 import { waitUntil } from "../support/wait";
 import { tempDir } from "../support/temp";
+import { callRecord } from "./call-record";
 
 type Received = { batch: CallBatch; authorization: string | undefined; path: string };
 /** How the stand-in answers the next requests (then 200). */
@@ -85,32 +86,7 @@ function start(over: Partial<ShipperOptions> = {}): void {
   shipper = new CallShipper({ post: (b) => client.postCalls(b), putMedia: (d, data) => client.putMedia(d, data), clock, logger, backoff: { initialMs: 200, maxMs: 2000, random: () => 0 }, ...over });
 }
 
-function record(content = "ok"): CallRecord {
-  const now = clock.now();
-  return {
-    call_id: randomUUID(),
-    capture: "messages",
-    client_uuid: "c",
-    task_id: "t",
-    weight_version: null,
-    run: 0,
-    admitted_at: now,
-    episode_uuid: "ep",
-    fence: 1,
-    endpoint: "/v1/chat/completions",
-    model: "tiny",
-    stream: false,
-    started_at: now,
-    first_byte_at: now,
-    done_at: now,
-    status: 200,
-    error: null,
-    finish_reason: "stop",
-    usage: null,
-    truncated: false,
-    body: { params: { model: "tiny" }, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: { role: "assistant", content }, tokens: null },
-  };
-}
+const record = (content = "ok"): CallRecord => callRecord(content, clock.now());
 
 const enqueue = (r: CallRecord): CallRecord => (shipper.enqueue(r, Buffer.byteLength(JSON.stringify(r))), r);
 const settle = () => clock.advance(0);
@@ -360,6 +336,44 @@ describe("ledger shipper", () => {
       await waitUntil(() => shipper.report().refused_calls + shipper.report().sent_calls === 4, "every call settled");
       expect(shipper.report()).toMatchObject({ refused_calls: 1, sent_calls: 3 });
       expect(posted.sort()).toEqual(plain.map((r) => r.call_id).sort());
+    });
+
+    it("halves a batch the exchange keeps failing on (500), so that the call it fails on holds back no others", async () => {
+      const failedOn: number[] = [];
+      start({
+        batchCalls: 8,
+        post: async (b) => {
+          if (holds(b, "poison")) {
+            failedOn.push(b.calls.length);
+            throw new ExchangeError(500, "internal_error", "An internal error occurred (error id e1).");
+          }
+          return storedAll(b);
+        },
+      });
+      const calls = enqueueAll(["ok", "ok", "ok", "ok", "ok", "poison", "ok", "ok"]);
+      await settle();
+      // Each failure waits the backoff (200 ms, then doubled; reset by the halves that are stored).
+      for (let i = 0; i < 40 && shipper.report().refused_calls === 0; i++) await clock.advance(2000);
+      expect(shipper.report()).toMatchObject({ sent_calls: 7, refused_calls: 1, queued_calls: 0 });
+      // Three times whole, then each half holding it once, then the call alone three times.
+      expect(failedOn).toEqual([8, 8, 8, 4, 2, 1, 1, 1]);
+      expect(logger.lines.join("\n")).toContain(`ledger: the exchange failed 3 times on recorded call ${calls[5]!.call_id}, dropped: 500 internal_error`);
+    });
+
+    it("does not halve a batch for an outage (503): it waits for the exchange", async () => {
+      let tries = 0;
+      start({
+        batchCalls: 8,
+        post: async (b) => {
+          if (++tries <= 6) throw new ExchangeError(503, "ledger_unavailable", "down");
+          return storedAll(b);
+        },
+      });
+      enqueueAll(["ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]);
+      await settle();
+      for (let i = 0; i < 20 && shipper.report().sent_calls === 0; i++) await clock.advance(2000);
+      expect(shipper.report()).toMatchObject({ sent_calls: 8, refused_calls: 0 });
+      expect(tries).toBe(7);
     });
 
     it("is not halved when the refusal is about the request, not its calls (a revoked token)", async () => {

@@ -3,11 +3,9 @@
  * spool once nothing of its start can fail, so a start refused (its gateway's port in use)
  * leaves the calls there for the next. It took them first, and lost them with the failed start.
  */
-import { randomUUID } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { CallRecord } from "../../../src/protocol/ledger";
 import { startAgent } from "../../src/agent";
 import { LedgerSpool } from "../../src/ledger/spool";
 import { ManualClock } from "../support/manual-clock";
@@ -15,32 +13,7 @@ import { MemoryLogger } from "../support/logger";
 import { testConfig } from "../support/agent-harness";
 import { tempDir } from "../support/temp";
 import type { TestEngine } from "../support/exchange";
-
-function record(): CallRecord {
-  return {
-    call_id: randomUUID(),
-    capture: "messages",
-    client_uuid: "c",
-    task_id: "t",
-    weight_version: null,
-    run: 0,
-    admitted_at: 0,
-    episode_uuid: "ep",
-    fence: 1,
-    endpoint: "/v1/chat/completions",
-    model: "tiny",
-    stream: false,
-    started_at: 0,
-    first_byte_at: 0,
-    done_at: 0,
-    status: 200,
-    error: null,
-    finish_reason: "stop",
-    usage: null,
-    truncated: false,
-    body: { params: { model: "tiny" }, tools: null, tools_from_prefix: false, prefix: null, messages: [], answer: { role: "assistant", content: "kept" }, tokens: null },
-  };
-}
+import { callRecord } from "./call-record";
 
 let dir: ReturnType<typeof tempDir>;
 let blocker: Server;
@@ -61,7 +34,7 @@ describe("the ledger spool and a start that fails", () => {
     const logger = new MemoryLogger();
     const spool = new LedgerSpool(config.stateDir, new URL("http://127.0.0.1:9/e/eng").href, logger);
     mkdirSync(config.stateDir, { recursive: true, mode: 0o700 });
-    const kept = record();
+    const kept = callRecord("kept");
     expect(spool.keep([{ record: kept, bytes: Buffer.byteLength(JSON.stringify(kept)), media: new Map() }])).toBe(true);
 
     await expect(startAgent(config, logger, new ManualClock())).rejects.toMatchObject({ code: "EADDRINUSE" });
