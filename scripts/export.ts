@@ -69,9 +69,16 @@ function exchangeUrl(raw: string, engine: string | undefined): { origin: string;
   }
   const m = /^(.*)\/e\/([^/]+)(?:\/t\/([^/]+))?\/*$/.exec(u.pathname);
   if (m === null) return { origin: raw.replace(/\/+$/, ""), engine: undefined, token: undefined };
-  const named = decodeURIComponent(m[2] as string);
+  const decoded = (part: string): string => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      fail(`--url ${raw}: '${part}' is not percent-encoded text`);
+    }
+  };
+  const named = decoded(m[2] as string);
   if (engine !== undefined && engine !== named) fail(`--url names engine '${named}' (${u.origin}${u.pathname}), --engine '${engine}': give the exchange's URL (${u.origin}${m[1]}) with --engine, or the engine's URL alone`);
-  return { origin: `${u.origin}${m[1]}`, engine: named, token: m[3] === undefined ? undefined : decodeURIComponent(m[3]) };
+  return { origin: `${u.origin}${m[1]}`, engine: named, token: m[3] === undefined ? undefined : decoded(m[3]) };
 }
 
 async function main(): Promise<void> {

@@ -102,6 +102,8 @@ describe("npm run export", () => {
     const mismatch = await runExport(["--url", `${other.url}/e/e3`, "--engine", "e4", "--token", "t", "--out", join(dir, "base.jsonl")]);
     expect(mismatch.code).toBe(1);
     expect(mismatch.stderr).toContain(`export: --url names engine 'e3' (${other.url}/e/e3), --engine 'e4'`);
+    const garbled = await runExport(["--url", `${other.url}/e/%zz`, "--token", "t", "--out", join(dir, "base.jsonl")]);
+    expect({ code: garbled.code, stderr: garbled.stderr }).toEqual({ code: 1, stderr: `export: --url ${other.url}/e/%zz: '%zz' is not percent-encoded text\n` });
     expect(other.seen.length).toBe(before + 2);
   });
 
