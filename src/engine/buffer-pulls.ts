@@ -10,15 +10,20 @@ import { deletePulled, deleteSteps, keepDelivered } from "./buffer-bytes";
 import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
 import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
 import { fail, ok, type Reply } from "./reply";
+import { jsonBytes, jsonStringBytes, MAX_STORED_BYTES } from "../protocol/limits";
 
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
 export const KEPT_PULLS = 4;
 /**
- * A pull hands out at most this many groups, whatever max_groups asks. The pull's row keeps their
- * ids as JSON: 1000 ids of at most 256 characters, each at most 6 bytes escaped, are at most
- * 1,538,000 bytes with quotes and commas, under MAX_STORED_BYTES.
+ * A pull hands out at most this many groups, whatever max_groups asks; and no more than its kept
+ * row holds (pullRowBytes). 1000 ids of at most 256 characters, each at most 6 bytes escaped, are
+ * up to 1,538,000 bytes as JSON, and the row keeps them twice (the ids, and each group's report),
+ * so clients naming their groups long and escaped make a pull of fewer.
  */
 export const MAX_GROUPS_PER_PULL = 1000;
+
+/** What a group adds to its pull's kept row: its id in `group_ids` and its report in `report`, with their commas. */
+const pullRowBytes = (id: string, report: GroupReport): number => jsonStringBytes(id) + jsonBytes(report) + 2;
 
 /**
  * Ready groups one pull looks at, delivered or dropped as stale: a backlog of stale groups is
@@ -66,7 +71,10 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
   const reports: GroupReport[] = [];
   // Groups dropped as stale do not count toward max_groups: the trainer asked for that many to train on.
   let after = -1;
-  for (let examined = 0; deliver.length < limit && examined < MAX_EXAMINED_PER_PULL; ) {
+  // The row's JSON beside the groups: its brackets and the consumer's version.
+  let rowBytes = 64;
+  let rowFull = false;
+  for (let examined = 0; deliver.length < limit && examined < MAX_EXAMINED_PER_PULL && !rowFull; ) {
     const page = s.sql
       .exec<GroupRow & { ready_seq: number }>(
         `SELECT ${GROUP_COLUMNS}, ready_seq FROM buf_groups WHERE state = 'ready' AND ready_seq > ? ORDER BY ready_seq LIMIT ?`,
@@ -80,14 +88,25 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
     for (const candidate of page) {
       const g = { ...candidate, min_weight_version: deliveredOldest(s, candidate) };
       const stale = isStale(g.min_weight_version, weightVersion, cfg.max_staleness);
+      const dropped = stale && cfg.staleness_policy === "drop";
+      const report = dropped ? null : groupReport(g, weightVersion, now);
+      if (report !== null) {
+        // Left ready for the next pull, counted nowhere yet.
+        const bytes = pullRowBytes(g.group_id, report);
+        if (rowBytes + bytes > MAX_STORED_BYTES) {
+          rowFull = true;
+          break;
+        }
+        rowBytes += bytes;
+      }
       if (stale) s.bump((c) => ({ ...c, stale: c.stale + 1 }));
-      if (stale && cfg.staleness_policy === "drop") {
+      if (report === null) {
         drop(s, [g.group_id], "stale_group", now);
         continue;
       }
       if (stale) staleGroups.push(g.group_id);
       deliver.push(g.group_id);
-      reports.push(groupReport(g, weightVersion, now));
+      reports.push(report);
     }
   }
   if (deliver.length === 0) {
