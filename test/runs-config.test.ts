@@ -320,4 +320,21 @@ describe("locked fields", () => {
     expect((await refusal(() => runsAs(e, "trainer").setLockedFields(LOCKS))).status).toBe(403);
     expect((await op.getConfig()).locked_fields).toHaveLength(7);
   });
+
+  it("refuses a change that makes them all larger than one stored value, changing nothing: every run's config carries them", async () => {
+    // 200 fields a request, each under the bound alone: they added up without one, to a set no run could carry.
+    const op = runsAs(e, "operator");
+    const value = "x".repeat(4_000);
+    const batch = (r: number) => ({ set: Array.from({ length: 200 }, (_, i) => ({ section: "trainer" as const, name: `f_${r}_${i}`, value })) });
+    await op.setLockedFields(batch(0));
+    expect((await op.setLockedFields(batch(1))).locked_fields).toHaveLength(400);
+    const before = await op.getConfig();
+    const over = await refusal(() => op.setLockedFields(batch(2)));
+    expect([over.status, over.code]).toEqual([413, "payload_too_large"]);
+    expect(over.detail).toMatch(/^the locked fields after this change \(600\) is 2,4\d\d,\d{3} bytes as stored; the limit is 1,900,000 bytes .*: every run's config carries them all; remove some first$/);
+    expect(await op.getConfig()).toEqual(before);
+    // Removing some makes room, in the same request.
+    const swapped = await op.setLockedFields({ ...batch(2), remove: batch(0).set.map(({ section, name }) => ({ section, name })) });
+    expect(swapped.locked_fields).toHaveLength(400);
+  }, 30_000);
 });

@@ -139,6 +139,13 @@ export async function setLockedFields(ctx: RunsCtx, req: SetLockedFieldsRequest)
     const over = storedJsonTooLarge(`set.${i}.value (${f.section}.${f.name})`, f.value);
     if (over !== null) return tooLarge(over);
   }
+  // Every run's config carries all the locked fields: a set larger than one stored value could
+  // start no run, and its rows would grow in D1 request after request.
+  const after = new Map((await store.lockedFields(ctx.db, ctx.engine)).map((f) => [`${f.section}.${f.name}`, f.value]));
+  for (const f of req.remove) after.delete(`${f.section}.${f.name}`);
+  for (const f of req.set) after.set(`${f.section}.${f.name}`, f.value);
+  const total = storedJsonTooLarge(`the locked fields after this change (${after.size})`, Object.fromEntries(after));
+  if (total !== null) return tooLarge(`${total}: every run's config carries them all; remove some first`);
   await store.changeLockedFields(ctx.db, ctx.live, ctx.engine, req, ctx.now());
   return done({ locked_fields: await store.lockedFields(ctx.db, ctx.engine) });
 }
