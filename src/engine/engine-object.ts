@@ -53,7 +53,7 @@ import { gatewaySecret } from "../auth/gateway-signature";
 import type { EngineEnv } from "./engine-env";
 import { callerToken, type Caller, type CallerRole } from "./caller";
 import { fail, ok, type Failure, type Reply } from "./reply";
-import { migrateEngine } from "./schema";
+import { migrateEngine, storedSchemaVersion } from "./schema";
 import { EngineStore } from "./engine-store";
 import { AlarmSchedule } from "./alarm-schedule";
 import { Outbox, type OutboxItem } from "./outbox";
@@ -136,7 +136,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.storageHighWater = highWaterFrom(env.STORAGE_HIGH_WATER_BYTES);
     this.storage = new StorageGuard(sql, () => this.storageHighWater);
     // One transaction: a migration that fails half-way (one rebuilds tables) leaves nothing behind.
-    ctx.storage.transactionSync(() => migrateEngine(sql));
+    const upgraded = storedSchemaVersion(sql) < ctx.storage.transactionSync(() => migrateEngine(sql));
     const now = () => this.now();
     const closed = () => this.closed;
     const gone = () => this.gone();
@@ -197,7 +197,12 @@ export class EngineObject extends DurableObject<EngineEnv> {
     this.ledger = new LedgerSettings(store);
     this.relay = new RelayAdmission(store, this.episodes, this.channel, this.ledger, this.retention, { now, tx, closed, gone });
     this.provisioning = new Provisioning(store);
-    void ctx.blockConcurrencyWhile(() => schedule.load());
+    void ctx.blockConcurrencyWhile(async () => {
+      await schedule.load();
+      // An upgrade's migrations may give rows deadlines (a queued command's expiry): on an idle
+      // engine nothing else would set the alarm for them.
+      if (upgraded) this.rearm(this.now());
+    });
   }
 
   // ---------------------------------------------------------------- provisioning (admin only)

@@ -392,6 +392,13 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
 ];
 
 /** Brings an engine's SQLite up to date; returns the schema version it is at. */
+/** The schema version an engine's storage is at: 0 for a new one. */
+export function storedSchemaVersion(sql: SqlStorage): number {
+  if (sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kv'").toArray().length === 0) return 0;
+  const row = sql.exec<{ v: string }>("SELECT v FROM kv WHERE k = 'schema_version'").toArray()[0];
+  return row ? Number(JSON.parse(row.v)) : 0;
+}
+
 export function migrateEngine(sql: SqlStorage): number {
   sql.exec(ENGINE_DDL);
   sql.exec(BUFFER_DDL);
