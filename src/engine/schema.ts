@@ -389,9 +389,12 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // epoch): without one the overview showed a backlog of no age, and an alert on the oldest row's
   // age could never fire for the backlog that outlived a deploy, the likeliest to be stuck.
   "UPDATE outbox SET created_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) WHERE created_at IS NULL;",
+  // 29: results a weight sync took out of the batch before 27 got ended_at 0 there, and were
+  // listed as undeliverable at 1970, last: they take the time the sync cleared them, the nearest
+  // after their end that is known.
+  "UPDATE ends_before_sync SET ended_at = cleared_at WHERE ended_at = 0;",
 ];
 
-/** Brings an engine's SQLite up to date; returns the schema version it is at. */
 /** The schema version an engine's storage is at: 0 for a new one. */
 export function storedSchemaVersion(sql: SqlStorage): number {
   if (sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kv'").toArray().length === 0) return 0;
@@ -399,6 +402,7 @@ export function storedSchemaVersion(sql: SqlStorage): number {
   return row ? Number(JSON.parse(row.v)) : 0;
 }
 
+/** Brings an engine's SQLite up to date; returns the schema version it is at. */
 export function migrateEngine(sql: SqlStorage): number {
   sql.exec(ENGINE_DDL);
   sql.exec(BUFFER_DDL);
