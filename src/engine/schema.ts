@@ -393,6 +393,17 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
   // listed as undeliverable at 1970, last: they take the time the sync cleared them, the nearest
   // after their end that is known.
   "UPDATE ends_before_sync SET ended_at = cleared_at WHERE ended_at = 0;",
+  // 30: an engine from before the buffer's D1 rows were swept (retention-schedule.ts) notes a use
+  // only at its next stored step: one that had used its buffer and stored none since never swept
+  // the rows it wrote to D1. Its uses are read from what it holds, and a sweep is set an hour on
+  // (the alarm is set again after an upgrade).
+  `INSERT INTO kv (k, v) SELECT 'retention_uses',
+     CASE WHEN b.used AND l.used THEN '["buffer","ledger"]' WHEN b.used THEN '["buffer"]' ELSE '["ledger"]' END
+   FROM (SELECT EXISTS (SELECT 1 FROM kv WHERE k IN ('buffer_active', 'buffer_counters')) OR EXISTS (SELECT 1 FROM buf_groups) AS used) b,
+        (SELECT EXISTS (SELECT 1 FROM kv WHERE k = 'ledger_sweep_at') AS used) l
+   WHERE (b.used OR l.used) AND NOT EXISTS (SELECT 1 FROM kv WHERE k = 'retention_uses');
+   INSERT INTO kv (k, v) SELECT 'ledger_sweep_at', CAST(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + 3600000 AS TEXT)
+   WHERE EXISTS (SELECT 1 FROM kv WHERE k = 'retention_uses' AND v LIKE '%buffer%') AND NOT EXISTS (SELECT 1 FROM kv WHERE k = 'ledger_sweep_at');`,
 ];
 
 /** The schema version an engine's storage is at: 0 for a new one. */
