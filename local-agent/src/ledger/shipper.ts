@@ -96,6 +96,12 @@ function outgoing(items: Queued[], suspect = false): Outgoing {
   return { batch: { batch_id: randomUUID().replaceAll("-", ""), calls: items.map((q) => q.record) }, media, bytes, at, items, suspect };
 }
 
+/** `out` as two batches of half its calls each, under ids of their own (nothing of `out` is kept by the exchange). */
+const halves = (out: Outgoing, suspect: boolean): Outgoing[] => {
+  const half = Math.ceil(out.items.length / 2);
+  return [outgoing(out.items.slice(0, half), suspect), outgoing(out.items.slice(half), suspect)];
+};
+
 export class CallShipper {
   private readonly queue: Queued[] = [];
   private queuedBytes = 0;
@@ -330,9 +336,8 @@ export class CallShipper {
           this.backoff.reset();
           if (refusedForContent(e) && out.items.length > 1 && split.refusals > 0) {
             split.refusals--;
-            // Nothing of a refused batch is kept, so its halves go under ids of their own, each with its own calls' media.
-            const half = Math.ceil(out.items.length / 2);
-            return [outgoing(out.items.slice(0, half)), outgoing(out.items.slice(half))];
+            // Each half with its own calls' media.
+            return halves(out, false);
           }
           this.stats.refused += batch.calls.length;
           this.o.logger.warn(`ledger: the exchange refused a batch of ${batch.calls.length} recorded call${batch.calls.length === 1 ? "" : "s"} (${batch.batch_id}), dropped: ${e.message}`);
@@ -342,8 +347,7 @@ export class CallShipper {
           if (out.items.length > 1 && split.refusals > 0) {
             split.refusals--;
             this.o.logger.warn(`ledger: the exchange failed ${internalErrors} time${internalErrors === 1 ? "" : "s"} on a batch of ${out.items.length} recorded calls (${describeError(e)}); sending it in halves`);
-            const half = Math.ceil(out.items.length / 2);
-            return [outgoing(out.items.slice(0, half), true), outgoing(out.items.slice(half), true)];
+            return halves(out, true);
           }
           if (out.items.length === 1 && internalErrors >= INTERNAL_ERRORS_TO_HALVE) {
             this.stats.refused += 1;
