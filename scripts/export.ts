@@ -46,6 +46,9 @@ what it added to the call it names: a file that grows with long agents' turns, n
 engine and the viewer's token default to npm start's .local/credentials.json.
 `;
 
+/** A URL without its trailing slashes. */
+const trimmed = (u: string): string => u.replace(/\/+$/, "");
+
 /** What a failed fetch says, with its cause (undici's "fetch failed" alone names nothing). */
 function reason(e: unknown): string {
   if (!(e instanceof Error)) return String(e);
@@ -68,7 +71,7 @@ function exchangeUrl(raw: string, engine: string | undefined): { origin: string;
     fail(`--url ${raw} is not a URL: the exchange's, e.g. http://127.0.0.1:8787`);
   }
   const m = /^(.*)\/e\/([^/]+)(?:\/t\/([^/]+))?\/*$/.exec(u.pathname);
-  if (m === null) return { origin: raw.replace(/\/+$/, ""), engine: undefined, token: undefined };
+  if (m === null) return { origin: trimmed(raw), engine: undefined, token: undefined };
   const decoded = (part: string): string => {
     try {
       return decodeURIComponent(part);
@@ -103,9 +106,8 @@ async function main(): Promise<void> {
   const found = await readCredentials(credentialsPath);
   if (found === null && opts["credentials"] !== undefined) fail(`cannot read the credentials in ${credentialsPath}: no such file, or not what \`npm start\` writes`);
   const given = opts["url"] === undefined ? undefined : exchangeUrl(opts["url"], opts["engine"]);
-  const trim = (u: string): string => u.replace(/\/+$/, "");
   // The local exchange's token goes to the local exchange only.
-  const local = found !== null && (given === undefined || trim(given.origin) === trim(found.url)) ? found : null;
+  const local = found !== null && (given === undefined || trimmed(given.origin) === trimmed(found.url)) ? found : null;
   const url = given?.origin ?? local?.url ?? fail(`no --url, and no ${credentialsPath} from \`npm start\``);
   const engine = opts["engine"] ?? given?.engine ?? local?.engine ?? fail("no --engine");
   const token = opts["token"] ?? given?.token ?? local?.tokens.viewer ?? fail(`no --token for ${url}`);
@@ -115,7 +117,7 @@ async function main(): Promise<void> {
   if (!query.success) fail(query.error.issues.map((i) => `--${String(i.path[0]).replace(/_/g, "-")}: ${i.message}`).join("; "));
   const qs = new URLSearchParams({ format: "jsonl", ...raw }).toString();
 
-  const exportUrl = `${engineBaseUrl(url.replace(/\/+$/, ""), engine)}/trajectories/export`;
+  const exportUrl = `${engineBaseUrl(trimmed(url), engine)}/trajectories/export`;
   const res = await fetch(`${exportUrl}?${qs}`, { headers: { authorization: `Bearer ${token}` } }).catch((e: unknown) =>
     fail(`cannot reach ${exportUrl}: ${reason(e)}${local !== null && opts["url"] === undefined ? " (is `npm start` running?)" : ""}`),
   );

@@ -91,9 +91,9 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
       const dropped = stale && cfg.staleness_policy === "drop";
       const report = dropped ? null : groupReport(g, weightVersion, now);
       if (report !== null) {
-        // Left ready for the next pull, counted nowhere yet.
         const bytes = pullRowBytes(g.group_id, report);
         if (rowBytes + bytes > MAX_STORED_BYTES) {
+          // Left ready for the next pull, counted nowhere yet.
           rowFull = true;
           break;
         }
