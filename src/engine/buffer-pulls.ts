@@ -10,20 +10,18 @@ import { deletePulled, deleteSteps, keepDelivered } from "./buffer-bytes";
 import { clearSessions, drop, recordOutcome, SESSION_MEMORY_MS } from "./buffer-outcomes";
 import { GROUP_COLUMNS, type BufferState, type Counters, type GroupRow } from "./buffer-state";
 import { fail, ok, type Reply } from "./reply";
-import { jsonBytes, jsonStringBytes, MAX_STORED_BYTES } from "../protocol/limits";
+import { jsonStringBytes, MAX_STORED_BYTES, utf8Bytes } from "../protocol/limits";
 
 /** Pulls that can be read again by cursor; older ones are forgotten (their rows are in D1). */
 export const KEPT_PULLS = 4;
 /**
  * A pull hands out at most this many groups, whatever max_groups asks; and no more than its kept
- * row holds (pullRowBytes). 1000 ids of at most 256 characters, each at most 6 bytes escaped, are
+ * row holds. 1000 ids of at most 256 characters, each at most 6 bytes escaped, are
  * up to 1,538,000 bytes as JSON, and the row keeps them twice (the ids, and each group's report),
  * so clients naming their groups long and escaped make a pull of fewer.
  */
 export const MAX_GROUPS_PER_PULL = 1000;
 
-/** What a group adds to its pull's kept row: its id in `group_ids` and its report in `report`, with their commas. */
-const pullRowBytes = (id: string, report: GroupReport): number => jsonStringBytes(id) + jsonBytes(report) + 2;
 
 /**
  * Ready groups one pull looks at, delivered or dropped as stale: a backlog of stale groups is
@@ -69,6 +67,8 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
   const deliver: string[] = [];
   const staleGroups: string[] = [];
   const reports: GroupReport[] = [];
+  /** Each report's JSON, as the pull's row keeps it: measured for the row's bound, then written as they are. */
+  const reportTexts: string[] = [];
   // Groups dropped as stale do not count toward max_groups: the trainer asked for that many to train on.
   let after = -1;
   // The row's JSON beside the groups: its brackets and the consumer's version.
@@ -91,13 +91,16 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
       const dropped = stale && cfg.staleness_policy === "drop";
       const report = dropped ? null : groupReport(g, weightVersion, now);
       if (report !== null) {
-        const bytes = pullRowBytes(g.group_id, report);
+        const text = JSON.stringify(report);
+        // Its id in `group_ids` and its report in `report`, with their commas.
+        const bytes = jsonStringBytes(g.group_id) + utf8Bytes(text) + 2;
         if (rowBytes + bytes > MAX_STORED_BYTES) {
           // Left ready for the next pull, counted nowhere yet.
           rowFull = true;
           break;
         }
         rowBytes += bytes;
+        reportTexts.push(text);
       }
       if (stale) s.bump((c) => ({ ...c, stale: c.stale + 1 }));
       if (report === null) {
@@ -120,7 +123,7 @@ export function pull(s: BufferState, maxGroups: number | null, weightVersion: nu
       "INSERT INTO buf_pulls (created_at, group_ids, report) VALUES (?, ?, ?) RETURNING cursor",
       now,
       JSON.stringify(deliver),
-      JSON.stringify({ consumer: weightVersion, groups: reports }),
+      `{"consumer":${JSON.stringify(weightVersion)},"groups":[${reportTexts.join(",")}]}`,
     )
     .one().cursor;
   const staleSet = new Set(staleGroups);
