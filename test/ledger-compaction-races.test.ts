@@ -62,11 +62,11 @@ describe("a batch recorded while its claim is being gathered", () => {
         put: (k: string, v: Uint8Array, o?: R2PutOptions) => env.LEDGER.put(k, v, o),
         delete: (k: string) => env.LEDGER.delete(k),
       } as unknown as R2Bucket;
-      await q.runDue(env.DB, bucket);
+      await q.runDue(env.DB, bucket, { left: 1000 });
       const queuedAfterRace = q.size();
       // Its late calls come due SETTLE_MS after they were recorded.
       t += SETTLE_MS;
-      await q.runDue(env.DB, env.LEDGER);
+      await q.runDue(env.DB, env.LEDGER, { left: 1000 });
       return { queuedAfterRace, queuedAtEnd: q.size() };
     });
     // The first run gathered the three calls it had read; the late call kept the claim queued ...
@@ -111,7 +111,7 @@ describe("a claim whose objects are partly gone, past one run's reads", () => {
       // The alarm's runs, each fired when the queue next asks (next() <= now: at once).
       const runs: { dueAtOnce: boolean; queued: number }[] = [];
       for (let k = 0; k < 10; k++) {
-        await q.runDue(env.DB, bucket);
+        await q.runDue(env.DB, bucket, { left: 1000 });
         const next = q.next();
         runs.push({ dueAtOnce: next !== null && next <= t, queued: q.size() });
         if (next === null || next > t) break;
@@ -158,7 +158,7 @@ describe("a delete that began during a gathering, and failed", () => {
       const q = new LedgerCompactions(state.storage.sql, { now: () => t, armBy: () => {}, live: () => false, engine: () => engine, closed });
       q.recorded([{ episode: c.episode, fence: c.fence }]);
       t += SETTLE_MS;
-      await q.runDue(env.DB, bucket);
+      await q.runDue(env.DB, bucket, { left: 1000 });
       return q.size();
     });
     // Nothing of it was gathered ...

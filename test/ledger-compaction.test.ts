@@ -314,7 +314,7 @@ describe("gathering's bounds and failures", () => {
         const seen: { queued: number; waits: number | null }[] = [];
         t += SETTLE_MS;
         for (let k = 0; k < 8; k++) {
-          await q.runDue(env.DB, failingPut);
+          await q.runDue(env.DB, failingPut, { left: 1000 });
           const next = q.next();
           seen.push({ queued: q.size(), waits: next === null ? null : next - t });
           if (next !== null) t = next;

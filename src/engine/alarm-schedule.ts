@@ -4,6 +4,7 @@
  * alarm flushes to D1.
  */
 import type { Outbox, OutboxItem } from "./outbox";
+import type { Budget } from "../ledger/retention";
 
 /**
  * How long outbox rows wait so that one D1 flush carries many of them. Results are durable in
@@ -77,12 +78,18 @@ export class AlarmSchedule {
     this.armAfterCommit = null;
   }
 
-  async flushOutbox(db: D1Database, now: number): Promise<void> {
+  /**
+   * Writes the outbox's due rows to D1, within `queries` (the invocation's D1 statements, counted
+   * down): it starts no batch past half of them and sends at most three quarters, leaving the
+   * rest to the alarm's other work.
+   */
+  async flushOutbox(db: D1Database, now: number, queries: Budget): Promise<void> {
     if (this.flushRun !== null) return;
     try {
-      const run = this.outbox.flush(db, now, now + OUTBOX_BATCH_MS);
+      const run = this.outbox.flush(db, now, now + OUTBOX_BATCH_MS, { start: Math.floor(queries.left / 2), most: Math.floor((queries.left * 3) / 4) });
       this.flushRun = run;
-      const { error, written } = await run;
+      const { error, written, statements } = await run;
+      queries.left -= statements;
       // A flush that found no row due (all backing off) says nothing of D1.
       if (error === null && written === 0) return;
       if (error !== this.loggedError) {

@@ -46,7 +46,8 @@ import type {
 } from "../protocol/agent";
 import type { BeginRunRequest, HistoryRunsQuery, HistoryRunsResponse, RewardHistoryQuery } from "../protocol/history";
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
-import { storedJsonTooLarge } from "../protocol/limits";
+import { D1_MAX_QUERIES_PER_INVOCATION, storedJsonTooLarge } from "../protocol/limits";
+import { SWEEP_STEPS, type Budget } from "../ledger/retention";
 import { seesTrainerSecrets, type EngineOp } from "../auth/roles";
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { gatewaySecret } from "../auth/gateway-signature";
@@ -102,6 +103,8 @@ export type Destroyed = { outbox_written: number; bodies: string | null };
 export class EngineObject extends DurableObject<EngineEnv> {
   /** The engine's clock in ms. Tests replace it to move time without sleeping. */
   now: () => number = () => Date.now();
+  /** D1 statements one alarm may send: D1's bound on one invocation (a test lowers it to see it kept). */
+  d1QueriesPerAlarm = D1_MAX_QUERIES_PER_INVOCATION;
   /** Bytes of the store above which writes that add data are refused (storage-guard.ts). Tests set a small one, as they set the clock. */
   storageHighWater: number;
 
@@ -764,12 +767,17 @@ export class EngineObject extends DurableObject<EngineEnv> {
       this.channel.commands.expireAdvisory(now);
     });
     this.channel.wake();
-    await this.schedule.flushOutbox(this.env.DB, now);
+    // One budget of D1 statements for the invocation: the outbox first, a due sweep's share kept from the gathering.
+    const queries: Budget = { left: this.d1QueriesPerAlarm };
+    await this.schedule.flushOutbox(this.env.DB, now, queries);
     if (this.closed) return;
-    await this.compactions.runDue(this.env.DB, this.env.LEDGER);
+    const sweep = this.retention.due(now) ? Math.min(SWEEP_STEPS, queries.left) : 0;
+    const gathering: Budget = { left: queries.left - sweep };
+    await this.compactions.runDue(this.env.DB, this.env.LEDGER, gathering);
+    queries.left = gathering.left + sweep;
     if (this.closed) return;
     // The sweep waits on D1 and R2: a delete may begin meanwhile, and it writes nothing after one did.
-    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now, () => this.closed);
+    await this.retention.sweepIfDue(this.env.DB, this.env.LEDGER, { ledger: this.ledger.get().retention_days, buffer: this.buffer.config().d1_retention_days }, now, () => this.closed, queries);
     if (this.closed) return;
     this.rearm(now);
   }

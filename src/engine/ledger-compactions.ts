@@ -8,6 +8,7 @@
  * engine deleted first) reads as it always did.
  */
 import { compactClaims, type ClaimName, type Gathered } from "../ledger/compaction";
+import type { Budget } from "../ledger/retention";
 
 /** A batch's records arrive within a second or so of their calls; a resent one within seconds more. */
 export const SETTLE_MS = 5_000;
@@ -78,9 +79,10 @@ export class LedgerCompactions {
   /**
    * Gathers the claims due, CLAIMS_PER_ALARM at most; those still live wait. A claim is taken off
    * the queue only if it was not queued again while it was gathered (a batch of its calls
-   * recorded meanwhile, which this run did not read).
+   * recorded meanwhile, which this run did not read). `queries`: the D1 statements it may send,
+   * counted down; the claims they leave no room for stay due.
    */
-  async runDue(db: D1Database, bucket: R2Bucket): Promise<void> {
+  async runDue(db: D1Database, bucket: R2Bucket, queries: Budget): Promise<void> {
     const { name, incarnation } = this.host.engine();
     if (name === null) return;
     const now = this.host.now();
@@ -96,11 +98,13 @@ export class LedgerCompactions {
     }
     if (over.length === 0) return;
     let gathered: Gathered[];
+    const opts = { reads: READS_PER_ALARM, statements: queries.left, stop: () => this.host.closed() };
     try {
-      gathered = await compactClaims(db, bucket, { name, incarnation }, over, { reads: READS_PER_ALARM, stop: () => this.host.closed() });
+      gathered = await compactClaims(db, bucket, { name, incarnation }, over, opts);
     } catch (e) {
       gathered = over.map((c) => ({ episode: c.episode, fence: c.fence, moved: 0, state: "failed", error: e }));
     }
+    queries.left = opts.statements;
     // Written after the last await: a delete that began during it may have wiped the storage already.
     if (this.host.closed()) return;
     const at = this.host.now();

@@ -30,18 +30,18 @@ const REFUSED_DATA_SQL = REFUSED_CODES.map((c) => `instr(last_error, 'SQLITE_${c
 /** Batches written per flush before yielding back to the alarm, so a backlog drains steadily. */
 const FLUSH_ROUNDS = 20;
 /**
- * D1 statements one flush may send. D1 takes at most 1,000 queries per invocation (each
- * statement of a batch counts); a flush starts no batch past half of that (`start`), and sends
- * nothing past `most`, which bounds the batch under way and the halving of a refused one
- * (write) too, and leaves the rest for whatever else the alarm's invocation does. The rows left
- * are due, so the alarm comes back for them at once.
+ * D1 statements one request's drain may send. D1 takes at most 1,000 queries per invocation
+ * (each statement of a batch counts); a flush starts no batch past half of them (`start`), and
+ * sends nothing past `most`, which bounds the batch under way and the halving of a refused one
+ * (write) too. The alarm's flush takes the same shares of the statements its invocation has
+ * (AlarmSchedule.flushOutbox), and leaves the rest to the alarm's other work. The rows left are
+ * due, so the alarm comes back for them at once.
  */
 export const FLUSH_STATEMENTS = D1_MAX_QUERIES_PER_INVOCATION / 2;
 export const FLUSH_STATEMENTS_MOST = (D1_MAX_QUERIES_PER_INVOCATION * 3) / 4;
 
 /** A flush's statements: how many it may start batches under, and how many it may send at most. */
 export type StatementBudget = { start: number; most: number };
-const FLUSH_BUDGET: StatementBudget = { start: FLUSH_STATEMENTS, most: FLUSH_STATEMENTS_MOST };
 
 /** What a flush sent so far, against its budget; `full` once a batch was left for lack of room. */
 type Sent = { statements: number; most: number; full: boolean };
@@ -93,7 +93,7 @@ export class Outbox {
    * window had just closed and the alarm would fire again milliseconds later, one D1 call per
    * handful of rows. Rows waiting out a retry backoff still wait for `now`.
    */
-  async flush(db: D1Database, now: number, horizon = now, budget: StatementBudget = FLUSH_BUDGET): Promise<{ written: number; error: string | null; statements: number }> {
+  async flush(db: D1Database, now: number, horizon: number, budget: StatementBudget): Promise<{ written: number; error: string | null; statements: number }> {
     const sent: Sent = { statements: 0, most: budget.most, full: false };
     let written = 0;
     for (let round = 0; round < FLUSH_ROUNDS && sent.statements < budget.start; round++) {

@@ -60,12 +60,20 @@ export class RetentionSchedule {
    * sweep then stops, and writes no next time, since that write and its alarm would land in the
    * deleted engine's wiped storage, for an engine made again under the name to inherit.
    */
-  async sweepIfDue(db: D1Database, bucket: R2Bucket, retentionDays: Record<Kept, number>, now: number, deleted: () => boolean): Promise<void> {
-    if (this.nextAt === null || now < this.nextAt) return;
+  /** Whether a sweep is due at `now`. */
+  due(now: number): boolean {
+    const at = this.next();
+    return at !== null && now >= at;
+  }
+
+  async sweepIfDue(db: D1Database, bucket: R2Bucket, retentionDays: Record<Kept, number>, now: number, deleted: () => boolean, queries: Budget): Promise<void> {
+    if (!this.due(now)) return;
     const { name, incarnation } = this.store.meta;
     if (name === null) return;
     const kept = KEPT.filter((k) => this.uses.has(k));
-    let left = SWEEP_STEPS;
+    // Its steps are D1 statements and R2 calls: all are charged to the invocation's D1 statements, an overcount, never an undercount.
+    const all = Math.min(SWEEP_STEPS, queries.left);
+    let left = all;
     let done = true;
     for (const [i, k] of kept.entries()) {
       // What is left is the delete's to remove.
@@ -83,6 +91,7 @@ export class RetentionSchedule {
       }
       left -= share - budget.left;
     }
+    queries.left -= all - left;
     // Checked after the last await: a delete that began during it may have wiped the storage already.
     if (deleted()) return;
     this.set(now + (done ? SWEEP_EVERY_MS : CARRY_ON_MS));

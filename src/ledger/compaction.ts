@@ -34,10 +34,12 @@ export type ClaimName = { episode: string; fence: number };
 export type Gathered = { episode: string; fence: number; moved: number; state: "done" | "more" | "stopped" | "failed"; error?: unknown };
 
 /**
- * `reads`: the R2 reads the compaction may still make, each object read takes one; `stop`: the
- * engine's delete began, nothing more is written; `maxBytes`: COMPACT_MAX_BYTES unless told.
+ * `reads`: the R2 reads the compaction may still make, each object read takes one;
+ * `statements`: the D1 statements it may still send (its invocation's share of D1's 1,000),
+ * counted down like `reads`, its one read of the rows included (none sent without two); `stop`:
+ * the engine's delete began, nothing more is written; `maxBytes`: COMPACT_MAX_BYTES unless told.
  */
-export type CompactOptions = { reads: number; stop?: () => boolean; maxBytes?: number };
+export type CompactOptions = { reads: number; statements?: number; stop?: () => boolean; maxBytes?: number };
 
 const claimOf = (episode: string, fence: number): string => `${fence}\n${episode}`;
 
@@ -54,6 +56,11 @@ type Plan = { claim: ClaimName; rows: Row[]; objects: number; state: "done" | "m
  */
 export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { name: string; incarnation: string }, claims: readonly ClaimName[], opts: CompactOptions): Promise<Gathered[]> {
   if (claims.length === 0) return [];
+  // The rows' read, and at least one statement to move some of them.
+  if (opts.statements !== undefined) {
+    if (opts.statements < 2) return claims.map((c) => ({ ...c, moved: 0, state: "more" }));
+    opts.statements--;
+  }
   // A claim's first MAX_CALLS_PER_TRAJECTORY calls: all that a trajectory or a pull reads of it.
   const { results } = await db
     .prepare(
@@ -93,7 +100,10 @@ export async function compactClaims(db: D1Database, bucket: R2Bucket, engine: { 
   return out;
 }
 
-/** Each claim's objects to gather, in the claims' order, within the reads and the bytes. */
+/** Statements that move `rows` rows. */
+const statementsFor = (rows: number): number => Math.ceil(rows / MOVES_PER_STATEMENT);
+
+/** Each claim's objects to gather, in the claims' order, within the reads, the statements and the bytes. */
 function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: CompactOptions): Plan[] {
   const maxBytes = opts.maxBytes ?? COMPACT_MAX_BYTES;
   const read = new Set<string>();
@@ -106,7 +116,7 @@ function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: C
     let short = false;
     const others = bytes;
     for (const [key, list] of byObject) {
-      if (!read.has(key) && opts.reads === 0) {
+      if ((!read.has(key) && opts.reads === 0) || (opts.statements !== undefined && statementsFor(rows.length + list.length) > opts.statements)) {
         short = true;
         break;
       }
@@ -126,6 +136,7 @@ function plan(claims: readonly ClaimName[], byClaim: Map<string, Row[]>, opts: C
     }
     // One object is gathered already: its bytes are let go again.
     if (objects < 2) bytes -= rows.reduce((n, r) => n + r.body_length, 0);
+    else if (opts.statements !== undefined) opts.statements -= statementsFor(rows.length);
     return { claim, rows: objects < 2 ? [] : rows, objects, state: short ? "more" : "done" };
   });
 }

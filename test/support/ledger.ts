@@ -3,6 +3,7 @@ import { expect } from "vitest";
 import { wholeTrajectory, type LedgerClient } from "../../src/client";
 import type { CallRecord } from "../../src/protocol/ledger";
 import { callAt, type CallOverrides, type ClaimRef } from "./ledger-calls";
+import type { ClaimKeyFields } from "../../src/auth/claim-key";
 import { claimKeyFields, createEngine, raw, rollingWith, type TestEngine } from "./harness";
 
 export { batchOf } from "./ledger-calls";
@@ -45,14 +46,16 @@ export async function rolloutEngine(name: string, repeats: number): Promise<Test
   return e;
 }
 
-/** An engine whose rollout groups `n` claims, and `n` claims of it. */
+/** An engine whose rollout groups `n` claims, and `n` claims of it, with their keys' fields. */
 export async function groupOfClaims(name: string, n: number) {
   const e = await rolloutEngine(name, n);
   const claims: { episode: string; fence: number; client: string }[] = [];
+  const keys: ClaimKeyFields[] = [];
   for (let k = 0; k < n; k++) {
     const claim = await e.as("client").claimEpisode({ client_uuid: `c${k}`, discard_episode_timeout: 600 });
     const f = await claimKeyFields(claim.openai_api_key);
     claims.push({ episode: f.episode_uuid, fence: f.fence, client: `c${k}` });
+    keys.push(f);
   }
-  return { e, claims };
+  return { e, claims, keys };
 }
