@@ -55,4 +55,23 @@ describe("calls served from the cache that reach the engine after a change", () 
     expect((await e.as("viewer").overview()).relay.calls).toBe(3);
     expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 3 })]);
   });
+
+  it("counts the calls of a claim the gate forgets to make room for another (MAX_CLAIMS; two here)", async () => {
+    const e = await rollingEngine(3);
+    const g = gateOn(e, { maxClaims: 2 });
+    const [a, b, c] = [await claim(e, "c1", 3600), await claim(e, "c2", 3600), await claim(e, "c3", 3600)];
+    expect((await g.admit(a)).ok).toBe(true);
+    expect((await g.admit(b)).ok).toBe(true);
+    // The first claim's client keeps talking: two calls from the cache.
+    for (let i = 0; i < 2; i++) expect(g.cached(a)?.ok).toBe(true);
+    // A third claim's first call: the first claim is forgotten, its two calls go to the engine.
+    expect((await g.admit(c)).ok).toBe(true);
+    expect(g.gate.size).toBe(2);
+    await g.tick(FLUSH_MS);
+    const counts = new Map((await running(e)).map((x) => [x.episode_uuid, x.llm_call_count]));
+    expect(counts).toEqual(new Map([[a.episode_uuid, 3], [b.episode_uuid, 1], [c.episode_uuid, 1]]));
+    // Its next call asks the engine again, and counts.
+    expect((await g.admit(a)).ok).toBe(true);
+    expect((await running(e)).find((x) => x.episode_uuid === a.episode_uuid)?.llm_call_count).toBe(4);
+  });
 });

@@ -10,6 +10,13 @@ import { describe, expect, it } from "vitest";
 import { FLUSH_MS, FLUSH_STUCK_MS, FRESH_MS } from "../src/relay/claim-gate";
 import { endBody, withGateway } from "./support/harness";
 import { claim, gateOn, rollingEngine, running, until } from "./support/faulty-gate";
+import { runInDurableObject } from "cloudflare:test";
+import type { EngineObject } from "../src/engine/engine-object";
+import type { TestEngine } from "./support/harness";
+
+/** When the engine last saw the episode's claim active. */
+const lastActivity = (e: TestEngine, episode: string) =>
+  runInDurableObject(e.stub, (_i: EngineObject, state) => state.storage.sql.exec<{ t: number }>("SELECT last_activity AS t FROM episodes WHERE episode_uuid = ?", episode).one().t);
 
 
 describe("the claim gate when the engine fails or answers late: a refused call is not counted", () => {
@@ -26,9 +33,53 @@ describe("the claim gate when the engine fails or answers late: a refused call i
     expect(await running(e)).toEqual([expect.objectContaining({ episode_uuid: key.episode_uuid, llm_call_count: 1 })]);
     expect((await e.as("viewer").overview()).relay.calls).toBe(1);
   });
+
+  it("writes no activity for the refused call when the batch that carried it goes again: the claim's last call is the one before", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 3600);
+    const t0 = e.clock.t;
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(100);
+    // Served from the cache at t0 + 100, not sent yet.
+    expect(g.cached(key)?.ok).toBe(true);
+    await g.tick(200);
+    // An engine-wide change handled in this isolate (configure_sync, say) at t0 + 300; the claim lives.
+    g.gate.forget();
+    g.fault("throw-before");
+    // The next call asks, carrying itself beside the served one; no answer comes: refused.
+    expect(await g.admit(key)).toMatchObject({ ok: false, status: 503, error: "engine_unreachable" });
+    // The batch goes again (RESEND_MS) with the served call alone.
+    await g.tick(250);
+    await g.tick(250);
+    const [ep] = await running(e);
+    expect(ep).toMatchObject({ llm_call_count: 2 });
+    expect(await lastActivity(e, key.episode_uuid)).toBe(t0 + 100);
+  });
 });
 
 describe("the claim gate when the engine fails or answers late: a failed flush is sent again", () => {
+  it("sends calls counted from the cache within FLUSH_MS, though a resend backed off to a second is armed", async () => {
+    const e = await rollingEngine();
+    const g = gateOn(e);
+    const key = await claim(e, "c1", 3600);
+    expect((await g.admit(key)).ok).toBe(true);
+    expect(g.cached(key)?.ok).toBe(true);
+    // The engine cannot be reached for three requests: the flush at 500 ms, resends at 750 and 1250; the next waits a second.
+    g.fault("throw-before", "throw-before", "throw-before");
+    await g.tick(500);
+    await g.tick(250);
+    await g.tick(500);
+    // Reachable again at 1300 ms: a call asks and is admitted; at 1400 one comes from the cache.
+    await g.tick(50);
+    expect((await g.admit(key)).ok).toBe(true);
+    await g.tick(100);
+    expect(g.cached(key)?.ok).toBe(true);
+    // FLUSH_MS later every call admitted is at the engine, not at 2250 ms with the backed-off resend.
+    await g.tick(FLUSH_MS);
+    expect(await running(e)).toEqual([expect.objectContaining({ llm_call_count: 4 })]);
+  });
+
   it("sends calls whose flush failed once, without waiting for another call", async () => {
     const e = await rollingEngine();
     const g = gateOn(e);

@@ -45,7 +45,7 @@ export const RESEND_MAX_MS = 2_000;
 export const RESEND_FOR_MS = 60_000;
 /** Claims without a call for this long are forgotten at the next batch. */
 export const IDLE_MS = 60_000;
-/** Claims kept per engine and isolate: past it, the oldest are forgotten (their next call asks the engine). */
+/** Claims kept per engine and isolate: past it, the oldest are forgotten (their next call asks the engine; their calls counted here go on to it). */
 export const MAX_CLAIMS = 20_000;
 
 /** The engine as the gate reaches it: one batch per call (the same batch may come again, under its id). */
@@ -101,6 +101,8 @@ type Batch = {
   calls: number;
   /** The entry whose last call is the call being asked about (-1: none): no call if the answer is a hold or none comes. */
   carried: number;
+  /** When that entry's call before the carried one came: its last call's time again, if the carried one is refused. */
+  beforeCarried: number;
   firstSentAt: number;
   lastSentAt: number;
   /** Its requests on their way, and what awaits the answer of the first to come back (null while none is on its way). */
@@ -150,6 +152,9 @@ export class ClaimGate {
   private flushArmedAt = 0;
   /** Whether that flush's request has gone: calls counted since are not in it. */
   private flushSent = false;
+  /** When that flush's request goes, and what sends it sooner (a resend backed off, then calls counted). */
+  private flushDueAt = 0;
+  private flushSooner: (() => void) | null = null;
   /** A call counted after that request went has armed the next flush, for when that one is done. */
   private flushOwed = false;
   /** Calls counted in entries and not yet sent: a read's flush with none to send costs no walk of the entries. */
@@ -168,12 +173,14 @@ export class ClaimGate {
   constructor(
     private readonly engine: GateEngine,
     private readonly clock: GateClock = realClock,
+    /** Claims kept (MAX_CLAIMS; a test makes room sooner). */
+    private readonly maxClaims = MAX_CLAIMS,
   ) {}
 
   /** Admits one call of a verified key: from the cache while the engine's answer is fresh, else by asking the engine. */
   async admit(key: ClaimKeyFields, background: Background): Promise<Reply<Admission | SyncHold>> {
     const id = claimId(key);
-    const e = this.entries.get(id) ?? this.add(id, key);
+    const e = this.entries.get(id) ?? this.add(id, key, background);
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = this.clock.now();
       if (this.refusal !== null && now < this.refusalUntil) return this.refusal;
@@ -194,6 +201,7 @@ export class ClaimGate {
       // comes. A refresh that is due asks about it with every other claim in use, in one request.
       // Not while the engine was last seen holding calls: a held call is not one, and is counted when admitted.
       const carried = this.held === null;
+      const before = e.lastCallAt;
       if (carried) {
         e.calls++;
         this.pending++;
@@ -201,7 +209,7 @@ export class ClaimGate {
       }
       let r: Reply<MustAnswer>;
       try {
-        r = await this.batch(refreshDue, e, carried);
+        r = await this.batch(refreshDue, e, carried ? before : undefined);
       } catch (err) {
         // No answer: the call is refused, so it was no call (the batch took it out); the batch's other calls go again.
         console.error("relay: asking the engine about a claim failed", err);
@@ -382,13 +390,17 @@ export class ClaimGate {
     return !e.standing.ok || now + LEASE_MARGIN_MS < e.leaseUntil;
   }
 
-  private add(id: string, key: ClaimKeyFields): Entry {
-    if (this.entries.size >= MAX_CLAIMS) {
-      const oldest = this.entries.keys().next();
+  private add(id: string, key: ClaimKeyFields, background: Background): Entry {
+    if (this.entries.size >= this.maxClaims) {
+      const oldest = this.entries.entries().next();
       if (!oldest.done) {
-        // Its unsent calls go with it: the engine never hears of them, as of an isolate that went away.
-        this.pending -= this.entries.get(oldest.value)?.calls ?? 0;
-        this.remove(oldest.value);
+        const [oldId, old] = oldest.value;
+        // Its calls were relayed: they go to the engine in a batch of their own, as one that got no answer would.
+        if (old.calls > 0) {
+          this.take([old], undefined, 0, this.clock.now());
+          this.flushAgain(background);
+        }
+        this.remove(oldId);
       }
     }
     const e: Entry = { key, standing: null, terms: null, freshUntil: 0, leaseUntil: 0, fetchedAt: 0, calls: 0, lastCallAt: 0, lastUsedAt: 0, epoch: 0, answerNo: 0, inFlight: null };
@@ -421,6 +433,12 @@ export class ClaimGate {
    */
   private scheduleFlush(background: Background, now: number, resend = false): void {
     if (this.flushing !== null && now - this.flushArmedAt < FLUSH_STUCK_MS) {
+      if (!this.flushSent && !resend && this.flushDueAt > now + FLUSH_MS) {
+        // A resend backed off (up to RESEND_MAX_MS) carries these calls too: it goes within FLUSH_MS of them.
+        this.flushDueAt = now + FLUSH_MS;
+        const sooner = this.flushSooner;
+        background(this.clock.wait(FLUSH_MS).then(() => sooner?.()));
+      }
       if (this.flushSent && !this.flushOwed) {
         this.flushOwed = true;
         const answered = this.flushing.then(() => true);
@@ -439,8 +457,10 @@ export class ClaimGate {
     this.flushSent = false;
     this.flushOwed = false;
     this.flushArmedAt = now;
-    const flushing: Promise<void> = this.clock
-      .wait(resend ? this.backOff() : FLUSH_MS)
+    const wait = resend ? this.backOff() : FLUSH_MS;
+    this.flushDueAt = now + wait;
+    const sooner = new Promise<void>((resolve) => (this.flushSooner = resolve));
+    const flushing: Promise<void> = Promise.race([this.clock.wait(wait), sooner])
       .then(() => {
         if (this.flushing === flushing) this.flushSent = true;
         return this.send(false);
@@ -476,10 +496,11 @@ export class ClaimGate {
 
   /**
    * One batch to the engine: the claims with counted calls, `must`, and for a refresh every
-   * claim in use (`carried`: the last call of `must` is the call asking). Answers what the
-   * engine said, and whether `must`'s answer was taken. Forgets claims long unused.
+   * claim in use (`beforeCarried`, when the last call of `must` is the call asking: when the call
+   * of `must` before it came). Answers what the engine said, and whether `must`'s answer was
+   * taken. Forgets claims long unused.
    */
-  private async batch(refresh: boolean, must?: Entry, carried = false): Promise<Reply<MustAnswer>> {
+  private async batch(refresh: boolean, must?: Entry, beforeCarried?: number): Promise<Reply<MustAnswer>> {
     const now = this.clock.now();
     const chosen: Entry[] = [];
     for (const [id, e] of this.entries) {
@@ -488,7 +509,7 @@ export class ClaimGate {
     }
     if (must !== undefined && !chosen.includes(must)) chosen.push(must);
     if (chosen.length === 0) return ok({ taken: false, hold: null, engine: null, standing: null });
-    const sending = this.post(this.take(chosen, carried ? must : undefined, now));
+    const sending = this.post(this.take(chosen, beforeCarried === undefined ? undefined : must, beforeCarried ?? 0, now));
     const refreshing = refresh ? {} : null;
     if (refresh) {
       this.refreshing = refreshing;
@@ -510,7 +531,7 @@ export class ClaimGate {
   }
 
   /** A batch of these claims: their counted calls move from the entries into it, to be sent (again if need be) as they are now. */
-  private take(chosen: Entry[], carried: Entry | undefined, now: number): Batch {
+  private take(chosen: Entry[], carried: Entry | undefined, beforeCarried: number, now: number): Batch {
     const counts = chosen.map((e) => e.calls);
     const lastCallAt = chosen.map((e) => e.lastCallAt);
     let calls = 0;
@@ -520,7 +541,7 @@ export class ClaimGate {
     }
     this.pending -= calls;
     const seq = calls > 0 ? ++this.seq : 0;
-    const b: Batch = { seq, entries: chosen, counts, lastCallAt, calls, carried: carried === undefined ? -1 : chosen.indexOf(carried), firstSentAt: now, lastSentAt: now, copies: 0, waiters: null, answered: false };
+    const b: Batch = { seq, entries: chosen, counts, lastCallAt, calls, carried: carried === undefined ? -1 : chosen.indexOf(carried), beforeCarried, firstSentAt: now, lastSentAt: now, copies: 0, waiters: null, answered: false };
     if (seq > 0) this.unanswered.set(seq, b);
     return b;
   }
@@ -587,6 +608,8 @@ export class ClaimGate {
   private lost(b: Batch): void {
     if (b.carried >= 0) {
       b.counts[b.carried] = (b.counts[b.carried] ?? 1) - 1;
+      // Its activity goes with it: the claim's last call is the one before it.
+      b.lastCallAt[b.carried] = b.beforeCarried;
       b.calls--;
       b.carried = -1;
     }

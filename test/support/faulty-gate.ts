@@ -22,7 +22,7 @@ export type Fault =
   /** The request is cut off: it never reaches the engine, and no answer ever comes. */
   | "cut-off";
 
-export function gateOn(e: TestEngine) {
+export function gateOn(e: TestEngine, o: { maxClaims?: number } = {}) {
   const waits: { at: number; resolve: () => void }[] = [];
   const clock: GateClock = { now: () => e.clock.t, wait: (ms) => new Promise((resolve) => waits.push({ at: e.clock.t + ms, resolve })) };
   const background: { work: Promise<unknown>; done: boolean }[] = [];
@@ -52,7 +52,7 @@ export function gateOn(e: TestEngine) {
     if (fault === "late-answer") await new Promise<void>((r) => releases.push(r));
     if (hold !== null) await hold;
     return reply;
-  }, clock);
+  }, clock, o.maxClaims);
   /** Until every background batch is done but those waiting on a time still ahead (a flush waits once). */
   async function settle(): Promise<void> {
     for (let turns = 0; turns < 100; turns++) {
