@@ -14,11 +14,17 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /**
  * The run's YAML with every tokenless URL of the engine's Atropos API (whatever origin the
- * exchange saw the run started from) replaced by `url`. Other URLs are left as they are.
+ * exchange saw the run started from) replaced by `url`, where the URL is a whole value of a
+ * block mapping or list (quoted or not, a comment after it, CRLF or LF). One inside another value (another
+ * host's URL naming it in its query, say: an operator edits the config) is left as it is, as
+ * are other URLs: the token goes nowhere but to the engine.
  */
 export function withAtroposUrl(yaml: string, engine: string, url: string): string {
-  const own = new RegExp(`https?://[^\\s"'/]+/e/${escape(encodeURIComponent(engine))}/atropos(?=["'\\s]|$)`, "g");
-  return yaml.replace(own, url);
+  const own = new RegExp(
+    `^([ \\t]*(?:-[ \\t]+)?(?:[^\\s#:"'-][^\\n#]*?:[ \\t]+)?)(["']?)https?://[^\\s"'/]+/e/${escape(encodeURIComponent(engine))}/atropos\\2([ \\t]*(?:#[^\\r\\n]*)?\\r?)$`,
+    "gm",
+  );
+  return yaml.replace(own, (_whole, lead: string, quote: string, tail: string) => `${lead}${quote}${url}${quote}${tail}`);
 }
 
 /**

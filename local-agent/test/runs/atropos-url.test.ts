@@ -45,6 +45,31 @@ describe("the engine's Atropos URL in a run", () => {
     );
   });
 
+  it("puts it only where the engine's URL is a whole value: not into another host's URL that names it (an operator edits the config)", () => {
+    const yaml = [
+      "env:",
+      '  wandb_base_url: "https://collector.example/hook?next=https://x/e/eng-1/atropos"',
+      "  data_url: https://collector.example/p/http://x/e/eng-1/atropos",
+      "  note: 'see https://x/e/eng-1/atropos'",
+      "urls:",
+      "  - https://x/e/eng-1/atropos # the exchange",
+      "  - 'https://x/e/eng-1/atropos'\r",
+      "",
+    ].join("\n");
+    expect(withAtroposUrl(yaml, "eng-1", URL_WITH_TOKEN)).toBe(
+      [
+        "env:",
+        '  wandb_base_url: "https://collector.example/hook?next=https://x/e/eng-1/atropos"',
+        "  data_url: https://collector.example/p/http://x/e/eng-1/atropos",
+        "  note: 'see https://x/e/eng-1/atropos'",
+        "urls:",
+        `  - ${URL_WITH_TOKEN} # the exchange`,
+        `  - '${URL_WITH_TOKEN}'\r`,
+        "",
+      ].join("\n"),
+    );
+  });
+
   const cleanups: Array<() => void> = [];
   afterEach(() => {
     for (const c of cleanups.splice(0)) c();
