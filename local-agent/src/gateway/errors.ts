@@ -132,6 +132,12 @@ export function credentialForms(trainerKey: string, urls: readonly string[] = []
   return forms.filter((f) => f !== "");
 }
 
+/** The URL without a user:password it may carry (nor its query, where a proxy may take a key). */
+export function withoutCredentials(url: string): string {
+  const u = new URL(url);
+  return u.origin + u.pathname;
+}
+
 /** The `user:password` a URL carries, percent-decoded as Basic authorization sends it; null for none. */
 export const urlCredentials = (url: string): string | null => credentialsIn(url)?.pair ?? null;
 

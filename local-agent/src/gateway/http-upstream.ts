@@ -8,7 +8,7 @@ import { request, type Dispatcher } from "undici";
 import type { RelayEnvelope } from "../../../src/protocol/relay";
 import { describeError, type Logger } from "../log";
 import type { CallTap } from "../ledger/call-tap";
-import { addressForms, credentialForms, errorFields, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson, urlCredentials } from "./errors";
+import { addressForms, credentialForms, errorFields, failureKind, hiddenTextProbe, hideAddresses, hideSecrets, isOpenAIErrorText, sendFailure, sendJson, urlCredentials, withoutCredentials } from "./errors";
 import { SseRedaction } from "./sse-redaction";
 import { StreamEnd } from "./stream-end";
 import type { UpstreamErrors } from "./upstream-errors";
@@ -227,11 +227,6 @@ export async function forwardHttp(
   else sendJson(res, 200, answer);
 }
 
-/** The URL for the operator's log, without a user:password it may carry. */
-function withoutCredentials(url: string): string {
-  const u = new URL(url);
-  return u.origin + u.pathname;
-}
 
 /**
  * Makes what the copy writes in one turn of the event loop (the headers, chunks that arrived

@@ -5,6 +5,7 @@
 import type { CommandBody } from "../../../src/protocol/commands";
 import type { Logger } from "../log";
 import type { Incarnation, Outcome } from "../outcome-journal";
+import { withoutCredentials } from "../gateway/errors";
 import { clearSessions, type ClearSessionsBody } from "./clear-sessions";
 import type { RolloutWorkers, StartRolloutBody } from "./workers";
 
@@ -39,9 +40,10 @@ export class RolloutCommands {
       body.kind === "start_rollout"
         ? await this.d.workers.start(body, seq, incarnation)
         : await clearSessions(this.d.inferenceAdminUrl, body, { timeoutMs: this.d.clearTimeoutMs ?? CLEAR_SESSIONS_TIMEOUT_MS, stop: this.d.stop });
-    // The ack carries the detail too, but the host's operator reads the agent's log.
-    if (out?.ok === true) this.d.logger.info(`${body.kind}: ${out.detail}`);
-    else if (out !== null) this.d.logger.warn(`${body.kind}: ${out.detail}`);
+    // The ack carries the detail too, but the host's operator reads the agent's log, which also names the upstream.
+    const at = body.kind === "clear_sessions" && this.d.inferenceAdminUrl !== null && URL.canParse(this.d.inferenceAdminUrl) ? ` at ${withoutCredentials(this.d.inferenceAdminUrl)}` : "";
+    if (out?.ok === true) this.d.logger.info(`${body.kind}${at}: ${out.detail}`);
+    else if (out !== null) this.d.logger.warn(`${body.kind}${at}: ${out.detail}`);
     return out;
   }
 }

@@ -49,7 +49,9 @@ describe("clearSessions", () => {
   it("gives up on an unreachable upstream at once and on a silent one at the deadline", async () => {
     const closed = `http://127.0.0.1:${await freePort()}`;
     const refused = await clearSessions(closed, body, opts);
-    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining(`could not clear 2 sessions of 1 group (incomplete_group_ttl) at ${closed}/admin/clear_sessions`) });
+    expect(refused).toMatchObject({ ok: false, detail: expect.stringContaining("could not clear 2 sessions of 1 group (incomplete_group_ttl): ") });
+    // Every role of the engine reads the detail: the upstream's address is in the agent's log alone.
+    expect(refused?.detail).not.toContain(new URL(closed).host);
 
     const silent = await upstream(() => {}); // never answers
     const t0 = Date.now();
@@ -57,6 +59,27 @@ describe("clearSessions", () => {
     expect(out).toMatchObject({ ok: false, detail: expect.stringContaining("no answer within 0.5 s") });
     expect(Date.now() - t0).toBeGreaterThanOrEqual(450);
     expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
+  it("sends a URL's user:password as Basic authorization, and puts neither them nor the address in what it acks", async () => {
+    const password = "p4ss:w0rd/x";
+    let authorization: string | undefined;
+    const up = await upstream((q, res) => {
+      authorization = q.headers.authorization;
+      // An upstream that names what it was sent, and where it is.
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ cleared: 2, auth: q.headers.authorization, at: q.headers.host }));
+    });
+    const withCredentials = up.url.replace("http://", `http://trainer:${encodeURIComponent(password)}@`);
+    const out = await clearSessions(clearSessionsBase(null, `${withCredentials}/v1`), body, opts);
+    expect(out).toMatchObject({ ok: true });
+    expect(authorization).toBe(`Basic ${Buffer.from(`trainer:${password}`).toString("base64")}`);
+    expect(up.seen).toHaveLength(1);
+    for (const secret of [password, encodeURIComponent(password), authorization ?? "?", new URL(up.url).host]) expect(out?.detail).not.toContain(secret);
+
+    const closed = `http://trainer:${encodeURIComponent(password)}@127.0.0.1:${await freePort()}`;
+    const refused = await clearSessions(closed, body, opts);
+    expect(refused).toMatchObject({ ok: false });
+    for (const secret of [password, encodeURIComponent(password), "127.0.0.1"]) expect(refused?.detail).not.toContain(secret);
   });
 
   it("has nothing to do without sessions, fails clearly without an upstream, and is not acked when the agent stops", async () => {
