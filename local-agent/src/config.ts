@@ -265,12 +265,23 @@ function suggest(key: string): string {
   return hit ? ` (did you mean "${hit}"?)` : `; known settings: ${OPTION_KEYS.join(", ")}`;
 }
 
-/** The resolved config as JSON with secrets masked, for --print-config and the startup log. */
+/** The resolved config as JSON with secrets masked, for --print-config and the startup log: the token, and a URL's password. */
 export function redactedConfig(config: AgentConfig): Record<string, unknown> {
   const out: Record<string, unknown> = { ...config };
   for (const key of OPTION_KEYS) {
     const spec = OPTIONS[key];
-    if ("secret" in spec && spec.secret && out[key] !== undefined) out[key] = "***";
+    const value = out[key];
+    if ("secret" in spec && spec.secret && value !== undefined) out[key] = "***";
+    else if (typeof value === "string") out[key] = withoutPassword(value);
   }
   return out;
+}
+
+/** A URL with its password (a Basic-auth upstream's: the gateway sends it) shown as ***; any other text as it is. */
+function withoutPassword(text: string): string {
+  if (!text.includes("@") || !URL.canParse(text)) return text;
+  const u = new URL(text);
+  if (u.password === "") return text;
+  u.password = "***";
+  return u.toString();
 }

@@ -203,6 +203,17 @@ describe("resolveConfig", () => {
     expect(r.ok && r.request.kind).toBe("print-config");
     if (r.ok && r.request.kind === "print-config") expect(redactedConfig(r.request.config).token).toBe("***");
   });
+
+  it("prints a URL's password as ***, as it prints the token (its output is pasted into issues and CI logs)", () => {
+    const password = "p4ss%2Fw0rd";
+    const r = resolveConfig(sources({ argv: [...required, "--inference-upstream", `http://trainer:${password}@10.0.0.5:8000/v1`, "--inference-admin-url", `http://trainer:${password}@10.0.0.5:8000`, "--print-config"] }));
+    if (!r.ok || r.request.kind !== "print-config") throw new Error("expected print-config");
+    const printed = redactedConfig(r.request.config);
+    expect(printed).toMatchObject({ token: "***", inferenceUpstream: "http://trainer:***@10.0.0.5:8000/v1", inferenceAdminUrl: "http://trainer:***@10.0.0.5:8000/" });
+    expect(JSON.stringify(printed)).not.toContain(password);
+    // The config the agent runs with keeps it.
+    expect(r.request.config.inferenceUpstream).toBe(`http://trainer:${password}@10.0.0.5:8000/v1`);
+  });
 });
 
 describe("--help", () => {
