@@ -141,8 +141,17 @@ export async function forwardHttp(
         batch.open();
         // A slow reader holds the upstream back; a reader that hung up ends the copy (and,
         // through s.signal, the upstream request).
-        if (!res.write(piece)) await drainedOrClosed(res);
+        if (!res.write(piece)) await drainedOrClosed(res, s.signal);
         if (res.destroyed) return;
+        if (s.deadline.aborted && res.writableNeedDrain) {
+          // Its deadline passed while its client read nothing: the call ends as timed out all the
+          // same, and the bytes it could not take are let go with its connection.
+          batch.flush();
+          tap?.endStream();
+          timedOut();
+          res.destroy();
+          return;
+        }
       }
       const last = finish();
       if (end.ended()) {
@@ -256,15 +265,19 @@ function writeBatch(res: ServerResponse): { open(): void; flush(): void } {
   };
 }
 
-function drainedOrClosed(res: ServerResponse): Promise<void> {
+/** Until the client took what it was written, hung up, or the call was stopped (its deadline passed). */
+function drainedOrClosed(res: ServerResponse, stop: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
       res.off("drain", done);
       res.off("close", done);
+      stop.removeEventListener("abort", done);
       resolve();
     };
     res.on("drain", done);
     res.on("close", done);
+    if (stop.aborted) done();
+    else stop.addEventListener("abort", done);
   });
 }
 
