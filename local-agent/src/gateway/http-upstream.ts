@@ -108,7 +108,8 @@ export async function forwardHttp(
   }
 
   const header = up.headers["content-type"];
-  const type = (Array.isArray(header) ? header[0] : header) ?? "";
+  // Media types are case-insensitive (RFC 9110): a proxy may send Text/Event-Stream.
+  const type = ((Array.isArray(header) ? header[0] : header) ?? "").toLowerCase();
   const ok = up.statusCode >= 200 && up.statusCode < 300;
   if (ok && type.includes("text/event-stream")) {
     // No flushHeaders: the headers go out with the first bytes (until then the Worker keeps

@@ -483,6 +483,17 @@ describe("gateway: an HTTP upstream's 200 event stream that stops short", () => 
   });
 });
 
+describe("gateway: an HTTP upstream's event stream whose media type is not in lower case", () => {
+  it("passes it on as a stream, as the media type is case-insensitive (RFC 9110), not as a whole answer that is garbage", async () => {
+    const chunk = (content: string, finish: string | null) => `data: ${JSON.stringify({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
+    const stream = `${chunk("hello", null)}${chunk("", "stop")}data: [DONE]\n\n`;
+    const base = await upstreamAnswering(200, "Text/Event-Stream; charset=UTF-8", () => stream);
+    const r = await post(await gatewayOfItsOwn(), envelope({ trainer_base_url: `${base}/v1`, request: { model: "m", stream: true, messages: [{ role: "user", content: "hi" }] } }), SECRET);
+    expect(r.status, r.text).toBe(200);
+    expect(r.text).toBe(stream);
+  });
+});
+
 describe("gateway: a client that hangs up while the gateway fetches its secret", () => {
   it("is not called upstream for once the secret arrives", async () => {
     let upstreamCalls = 0;
