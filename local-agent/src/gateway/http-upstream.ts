@@ -75,6 +75,11 @@ export async function forwardHttp(
   else if (basic !== null) headers["authorization"] = `Basic ${Buffer.from(basic).toString("base64")}`;
   if (env.request !== null) headers["content-type"] = "application/json";
   const timedOut = (): void => fail(504, `the inference upstream did not answer within ${s.deadlineSeconds} s`, "upstream_timeout");
+  // Leaving the loop that reads it (a return inside for await, or boundedText) destroys the upstream's body, and with it its request.
+  const answerTooLarge = (what: string): void => {
+    o.logger.warn(`gateway: episode ${env.episode_uuid}: the inference upstream ${withoutCredentials(url)} sent ${what} past ${MAX_ANSWER_BYTES / MIB} MiB: cut off`);
+    fail(502, `the inference upstream sent ${what} past ${MAX_ANSWER_BYTES / MIB} MiB, more than the gateway holds for one call (episode ${env.episode_uuid})`, "upstream_answer_too_large");
+  };
   // The client hears what went wrong, the operator's log also where: clients never see the
   // trainer's base URLs (docs/security.md), and a socket error's message names the peer.
   const broke = (what: string, e: unknown, code: string): void => {
@@ -135,6 +140,12 @@ export async function forwardHttp(
     try {
       for await (const chunk of up.body) {
         const told = redaction.push(chunk as Buffer);
+        if (redaction.heldBytes > MAX_ANSWER_BYTES) {
+          batch.flush();
+          tap?.endStream();
+          answerTooLarge("an event of its stream");
+          return;
+        }
         if (told.length === 0) continue;
         end.saw(told);
         const piece = tap === null ? told : tap.chunk(told);
@@ -185,7 +196,9 @@ export async function forwardHttp(
 
   let text: string;
   try {
-    text = await up.body.text();
+    const read = await boundedText(up.body, MAX_ANSWER_BYTES);
+    if (read === null) return answerTooLarge("its answer");
+    text = read;
   } catch (e) {
     if (s.deadline.aborted) timedOut();
     else if (!s.signal.aborted) broke("broke off its answer", e, "upstream_broken");
@@ -264,6 +277,31 @@ function writeBatch(res: ServerResponse): { open(): void; flush(): void } {
     },
     flush,
   };
+}
+
+const MIB = 1024 * 1024;
+/**
+ * What one call's answer may make the gateway hold: a whole answer (it is read, then checked and
+ * rewritten), or one event of a stream (events are judged whole). A model's longest answers, with
+ * a logprob per token, are a few MiB; an upstream or proxy sending without end must not fill the
+ * GPU host's memory until the call's deadline.
+ */
+export const MAX_ANSWER_BYTES = 64 * MIB;
+
+/** A body read whole as UTF-8 (a BOM dropped, as undici's text() does); null past `most` bytes, the body destroyed. */
+async function boundedText(body: AsyncIterable<Buffer> & { destroy(): void }, most: number): Promise<string | null> {
+  const parts: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of body) {
+    bytes += chunk.length;
+    if (bytes > most) {
+      body.destroy();
+      return null;
+    }
+    parts.push(chunk);
+  }
+  const text = Buffer.concat(parts, bytes).toString("utf8");
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 /** Until the client took what it was written, hung up, or the call was stopped (its deadline passed). */

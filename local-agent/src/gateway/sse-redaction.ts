@@ -41,6 +41,8 @@ export class SseRedaction {
   /** An incomplete event's bytes so far, and its last bytes (a blank line may begin in them). */
   private held: Buffer[] = [];
   private heldEnd: Buffer = NOTHING;
+  /** The bytes of `held`: an event that never ends must not be held without bound (http-upstream.ts). */
+  heldBytes = 0;
 
   /**
    * `shown`: the text as a client may see it (the gateway's redaction); `probe`: the strings
@@ -72,6 +74,7 @@ export class SseRedaction {
     const whole = Buffer.concat([...this.held, chunk.subarray(0, end)]);
     this.held = [];
     this.heldEnd = NOTHING;
+    this.heldBytes = 0;
     if (end < chunk.length) this.hold(chunk.subarray(end));
     return this.told(whole);
   }
@@ -82,11 +85,13 @@ export class SseRedaction {
     const rest = Buffer.concat(this.held);
     this.held = [];
     this.heldEnd = NOTHING;
+    this.heldBytes = 0;
     return this.told(rest);
   }
 
   private hold(piece: Buffer): void {
     this.held.push(piece);
+    this.heldBytes += piece.length;
     this.heldEnd = piece.length >= 3 ? piece.subarray(-3) : Buffer.concat([this.heldEnd, piece]).subarray(-3);
   }
 
