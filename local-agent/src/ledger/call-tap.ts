@@ -52,11 +52,13 @@ const isUsageChunk = (chunk: Obj): boolean => Array.isArray(chunk["choices"]) &&
 
 /**
  * Where the first event in `text` ends (`at`) and the next begins (`next`, past the blank line),
- * or null when no event is complete yet. A CR that ends `text` may be the first half of a CRLF
- * still on its way, so it does not end a line yet.
+ * or null when no event is complete yet. The tap is handed whole events (SseRedaction), so a CR
+ * that ends `text` ends its line, as it does for an SSE client: an event whose CRLF blank line
+ * was split after the CR goes on at once, not with the model's next one; the LF that follows
+ * comes at the head of the next piece, an empty line that ends nothing.
  */
 function eventEnd(text: string): { at: number; next: number } | null {
-  const m = BLANK_LINE.exec(text.endsWith("\r") ? text.slice(0, -1) : text);
+  const m = BLANK_LINE.exec(text);
   return m === null ? null : { at: m.index, next: m.index + m[0].length };
 }
 const BLANK_LINE = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/;
@@ -114,7 +116,11 @@ export class CallTap {
   private readonly rewrite: { dialect: TokenDialect; asked: ClientAsked } | null;
   /** Set when the gateway asks the upstream to stream usage that the client did not ask for. */
   private readonly addsUsage: boolean;
-  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string } | null = null;
+  /**
+   * `splitCrlf`: the last event ended the piece with the CR of a CRLF whose LF may head the next
+   * piece, and whether that LF goes on (`keep`: the event did) or not (`drop`: it was left out).
+   */
+  private stream: { assembly: StreamAssembly; decoder: StringDecoder; pending: string; splitCrlf: "keep" | "drop" | null } | null = null;
   /** Capture off: the call's status and times only, its request and answer neither read nor changed. */
   private readonly statusOnly: boolean;
 
@@ -202,13 +208,22 @@ export class CallTap {
       if (this.error === null && ERROR_MARKS.some((m) => piece.includes(m))) this.error = streamError(piece.toString("utf8"));
       return piece;
     }
-    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "" });
+    const s = (this.stream ??= { assembly: new StreamAssembly(this.env.endpoint), decoder: new StringDecoder("utf8"), pending: "", splitCrlf: null });
     s.pending += s.decoder.write(piece);
     let out = "";
+    // The LF of the last event's CRLF goes on with that event's bytes, whatever becomes of the next (the usage chunk, left out).
+    if (s.splitCrlf !== null && s.pending !== "") {
+      if (s.pending.startsWith("\n")) {
+        s.pending = s.pending.slice(1);
+        if (this.rewrite === null && s.splitCrlf === "keep") out += "\n";
+      }
+      s.splitCrlf = null;
+    }
     for (let end = eventEnd(s.pending); end !== null; end = eventEnd(s.pending)) {
       const raw = s.pending.slice(0, end.next);
       const shown = this.event(s.pending.slice(0, end.at), s.assembly);
       s.pending = s.pending.slice(end.next);
+      s.splitCrlf = s.pending === "" && raw.endsWith("\r") ? (shown === null ? "drop" : "keep") : null;
       if (shown !== null) out += this.rewrite === null ? raw : `${shown}\n\n`;
     }
     return this.rewrite === null && !this.addsUsage ? piece : out;

@@ -116,6 +116,20 @@ describe("the call tap on streamed answers", () => {
     }
   });
 
+  it("passes on at once an event the redaction handed on to the CR of its CRLF blank line, not with the model's next event", () => {
+    const env = call("http://127.0.0.1:1/v1", { model: "tiny", messages: [{ role: "user", content: "hi" }], stream: true }, "messages");
+    const tap = new CallTap({ ...env, request: env.request! }, env.call!, null, "vllm", Date.now, Date.now());
+    tap.answering(200);
+    const first = 'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]}\r\n\r';
+    // The model then takes its time over the next token: the client must have this one meanwhile.
+    expect(String(tap.chunk(Buffer.from(first)))).toBe(first);
+    // The LF of that CRLF goes on; the usage chunk only the tap asked for does not, nor the LF of its own CRLF.
+    expect(String(tap.chunk(Buffer.from('\ndata: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\r\n\r')))).toBe("\n");
+    expect(String(tap.chunk(Buffer.from("\ndata: [DONE]\r\n\r\n")))).toBe("data: [DONE]\r\n\r\n");
+    expect(tap.endStream()).toBe("");
+    expect(tap.finish(false).answer).toMatchObject({ message: { content: "a" }, usage: { prompt_tokens: 3, completion_tokens: 1 } });
+  });
+
   it("asks for usage beside the token fields, and gives it only to a client that asked", async () => {
     const request = { model: "tiny", messages: [{ role: "user", content: "hello" }], stream: true };
     const tokens = await post(onVllm.url, call(vllm.url, request, "tokens"), SECRET);
