@@ -2,6 +2,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { hashToken } from "../src/auth/tokens";
 import type { EngineObject } from "../src/engine/engine-object";
+import { HIDDEN_GATEWAY } from "../src/engine/agent-channel";
 import { admin, advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 const heartbeat = (state: "idle" | "running" = "running") => ({
@@ -45,7 +46,7 @@ describe("agent presence", () => {
     const e = await createEngine();
     const newer = { ...heartbeat(), version: "0.2.0", gateway_url: "http://gpu-node-7:10087", trainer: { state: "paused", pid: 999, started_at: null } };
     const r = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify(newer) });
-    const agent = (await e.as("viewer").overview()).agent;
+    const agent = (await e.as("trainer").overview()).agent;
     expect({ status: r.status, connected: agent.connected, version: agent.version, gateway_url: agent.gateway_url, trainer_state: agent.trainer_state }).toEqual({
       status: 200,
       connected: true,
@@ -56,6 +57,22 @@ describe("agent presence", () => {
     // Bounded: a value is a word or two, not a text to keep.
     const long = await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...newer, trainer: { state: "p".repeat(65) } }) });
     expect({ status: long.status, trainer_state: (await e.as("viewer").overview()).agent.trainer_state }).toEqual({ status: 422, trainer_state: "paused" });
+  });
+
+  it("shows the gateway's URL to the trainer and the admin alone: the relay never tells clients where it is, and it may carry a tunnel's password", async () => {
+    const e = await createEngine();
+    const url = "https://rx-user:tunnel-s3cret@gpu-node-7.example.net:10087";
+    expect((await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), gateway_url: url }) })).status).toBe(200);
+    for (const role of ["trainer", "admin"] as const) expect((await e.as(role).overview()).agent.gateway_url).toBe(url);
+    for (const role of ["operator", "client", "viewer"] as const) {
+      const seen = await raw(`/e/${e.name}/overview`, { token: e.tokens[role] });
+      expect(seen.status).toBe(200);
+      expect(JSON.parse(seen.text)).toMatchObject({ agent: { connected: true, gateway_url: HIDDEN_GATEWAY } });
+      for (const part of ["tunnel-s3cret", "gpu-node-7.example.net"]) expect(seen.text).not.toContain(part);
+    }
+    // Without a gateway, every role reads that there is none.
+    await raw(`/e/${e.name}/agent/heartbeat`, { token: e.tokens.trainer, body: JSON.stringify({ ...heartbeat(), gateway_url: null }) });
+    expect((await e.as("viewer").overview()).agent.gateway_url).toBeNull();
   });
 
   it("shows the rollout workers the agent reports: running, then how they ended on their own", async () => {

@@ -11,6 +11,7 @@ import { beforeEngineRead } from "../src/relay/claim-gates";
 import { FailureTally, SEND_MS } from "../src/relay/relay-failures";
 import { serveRelay } from "../src/relay/relay-routes";
 import type { RelayFailureReport } from "../src/protocol/relay";
+import { HIDDEN_WORDS } from "../src/engine/relay-failure-counts";
 import { createEngine, ORIGIN, rollingWith, withGateway } from "./support/harness";
 
 /** A gateway that cannot be reached (a refused connection). */
@@ -48,6 +49,32 @@ describe("failed relayed calls in the engine's overview", () => {
       last_failure: { kind: "400 invalid_json", message: "The request body is not valid JSON." },
     });
     expect(relay.last_failure?.at).toBeGreaterThan(Date.now() - 60_000);
+  });
+
+  it("shows the latest failure's words to the roles that read trajectories, not to a client: an upstream's error may quote another client's prompt", async () => {
+    const prompt = "client A's private prompt";
+    // A gateway passing on the upstream's 400, which quotes the request as vLLM's validation errors do.
+    const quoting: Fetcher = {
+      fetch: async (_input: RequestInfo, init?: RequestInit): Promise<Response> => {
+        const sent = JSON.parse(String(init?.body)) as { request?: { messages?: unknown } };
+        return Response.json(openaiErrorBody(400, `Extra inputs are not permitted, input: ${JSON.stringify(sent.request?.messages)}`, "bad_request"), { status: 400 });
+      },
+      connect: () => {
+        throw new Error("the relay opens no sockets");
+      },
+    } as unknown as Fetcher;
+    const e = await createEngine();
+    await rollingWith(e, 1);
+    await withGateway(e);
+    const a = await e.as("client").claimEpisode({ client_uuid: "client-a", discard_episode_timeout: 60 });
+    const req = new Request(`${ORIGIN}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${a.openai_api_key}` }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: prompt }] }) });
+    expect((await serveRelay(req, { ...env, RELAY_NETWORK: quoting }, createExecutionContext())!).status).toBe(400);
+    await beforeEngineRead(env, e.name);
+    for (const role of ["viewer", "operator", "trainer", "admin"] as const) {
+      expect((await e.as(role).overview()).relay.last_failure).toMatchObject({ kind: "400 bad_request", message: expect.stringContaining(prompt) });
+    }
+    // A client token reads no trajectory (they hold every client's prompts), so not these words either.
+    expect((await e.as("client").overview()).relay).toMatchObject({ failures: { "400 bad_request": 1 }, last_failure: { kind: "400 bad_request", message: HIDDEN_WORDS } });
   });
 
   it("shows no failures while calls succeed", async () => {

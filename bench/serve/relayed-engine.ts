@@ -106,9 +106,9 @@ export async function relayCounts(engine: EngineAccess): Promise<{ calls: number
   return { calls, engine_requests: engine_requests + (typeof ledger === "number" ? ledger : 0) };
 }
 
-/** The gateway the engine's overview names, read loosely: an older checkout's overview lacks fields this tree's client requires. */
+/** The gateway the engine's overview names (to the trainer: other roles see it hidden), read loosely: an older checkout's overview lacks fields this tree's client requires. */
 async function gatewayUrl(engine: EngineAccess): Promise<unknown> {
-  const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.clientToken}` } });
+  const res = await fetch(`${engine.baseUrl}/overview`, { headers: { authorization: `Bearer ${engine.tokens.trainer}` } });
   const body = (await res.json()) as { agent?: { gateway_url?: unknown } };
   return body.agent?.gateway_url;
 }

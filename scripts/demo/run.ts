@@ -202,8 +202,7 @@ async function runDemo(o: Settings, teardown: Teardown, onHold: () => void): Pro
     );
     const facade = await agent.facade;
     say(`[demo] local-agent running: trainer facade on ${facade}`);
-    const viewer = as("viewer");
-    await until("the agent's gateway", async () => ((await viewer.overview()).agent.gateway_url ? true : null));
+    await until("the agent's gateway", async () => ((await as("trainer").overview()).agent.gateway_url ? true : null));
     const trainer = teardown.start(() => new AgentJetTrainer(facade, policy, policyUrl, EPISODES_PER_STEP, dir), (t) => t.stop());
     const client = as("client");
     say(`[demo] training: ${steps} steps of ${EPISODES_PER_STEP} episodes, ${clients} rollout clients claiming through the exchange`);

@@ -13,6 +13,12 @@ import { fail, ok, type Failure, type Reply } from "./reply";
 
 type AgentRecord = AgentHeartbeatRequest & { last_seen: number };
 
+/**
+ * The gateway's URL as the overview shows it to roles that do not see the trainer's secrets: the
+ * relay never tells clients where the gateway is, and a URL may carry a tunnel's credentials.
+ */
+export const HIDDEN_GATEWAY = "[hidden]";
+
 export type ChannelHost = {
   now(): number;
   tx<T>(fn: () => T): T;

@@ -48,7 +48,7 @@ import type { BeginRunRequest, HistoryRunsQuery, HistoryRunsResponse, RewardHist
 import type { BufferConfig, GetRolloutDataRequest, GetRolloutDataResponse, PostStepsResponse, StartRolloutRequest, StepRow } from "../protocol/buffer";
 import { D1_MAX_QUERIES_PER_INVOCATION, storedJsonTooLarge } from "../protocol/limits";
 import { SWEEP_STEPS, type Budget } from "../ledger/retention";
-import { seesTrainerSecrets, type EngineOp } from "../auth/roles";
+import { mayRun, seesTrainerSecrets, type EngineOp } from "../auth/roles";
 import type { ClaimKeyFields } from "../auth/claim-key";
 import { gatewaySecret } from "../auth/gateway-signature";
 import type { EngineEnv } from "./engine-env";
@@ -60,7 +60,7 @@ import { AlarmSchedule } from "./alarm-schedule";
 import { Outbox, type OutboxItem } from "./outbox";
 import { CommandQueue } from "./command-queue";
 import { CommandOutcomes, type ScanRecord } from "./command-outcomes";
-import { AgentChannel } from "./agent-channel";
+import { AgentChannel, HIDDEN_GATEWAY } from "./agent-channel";
 import { Episodes } from "./episodes";
 import { CLAIM_KEY_SECRET_MISSING } from "./episode-claims";
 import { StatusAndRewards } from "./status-and-rewards";
@@ -513,6 +513,7 @@ export class EngineObject extends DurableObject<EngineEnv> {
       this.relay.settle();
       const sql = this.store.sql;
       const secrets = seesTrainerSecrets(role);
+      const agent = this.channel.status();
       return ok({
         engine: this.store.meta.name ?? "",
         ...this.status.overview(),
@@ -522,8 +523,8 @@ export class EngineObject extends DurableObject<EngineEnv> {
         refusals: this.channel.outcomes.refusals().map((r) => (secrets ? r : { ...r, detail: withoutRunnerAddresses(r.detail) })),
         pending_commands: this.channel.commands.pendingCount(),
         outbox: this.outbox.view(),
-        agent: this.channel.status(),
-        relay: { ...this.relay.counts(), ...this.relayFailed.view() },
+        agent: secrets ? agent : { ...agent, gateway_url: agent.gateway_url === null ? null : HIDDEN_GATEWAY },
+        relay: { ...this.relay.counts(), ...this.relayFailed.view(mayRun(role, "read_trajectories")) },
         ledger: { claims_to_gather: this.compactions.size(), engine_requests: this.compactions.requests },
         atropos: this.atroposHub.overview(),
         storage: this.storage.view(),

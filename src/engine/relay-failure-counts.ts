@@ -9,6 +9,9 @@ import { countFailures, type RelayFailureReport } from "../protocol/relay";
 /** Kinds kept; past it, the rest count as "other" (a report names at most 32). */
 const MAX_KINDS = 64;
 
+/** The last failure's message as a token that does not read trajectories sees it. */
+export const HIDDEN_WORDS = "[hidden: its words may quote a client's request; roles that read trajectories see them]";
+
 export type RelayFailuresView = { failures: Record<string, number>; last_failure: RelayFailureReport["last"] | null };
 
 export class RelayFailureCounts {
@@ -24,7 +27,13 @@ export class RelayFailureCounts {
     if (this.last === null || report.last.at >= this.last.at) this.last = report.last;
   }
 
-  view(): RelayFailuresView {
-    return { failures: Object.fromEntries(this.counts), last_failure: this.last };
+  /**
+   * `words`: whether the reader sees the last failure's message. An upstream's error may quote
+   * the request (vLLM's validation errors quote its messages): the words are for the roles that
+   * read every client's prompts in the trajectories, not for clients.
+   */
+  view(words: boolean): RelayFailuresView {
+    const last = this.last === null || words ? this.last : { ...this.last, message: HIDDEN_WORDS };
+    return { failures: Object.fromEntries(this.counts), last_failure: last };
   }
 }

@@ -58,7 +58,7 @@ async function setup(episode: { openai_base_url: string; openai_api_key: string 
   cleanups.push(() => agent.stop());
   const trainer = role("trainer");
   const client = role("client");
-  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
+  await waitUntil(async () => (await role("trainer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
   await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1 });
   await trainer.registerEpisode({ episode_uuid: "ep-1", zmq_listen_result_addr: "", ...episode });
   const claim = await client.claimEpisode({ client_uuid: "c1", discard_episode_timeout: 60 });

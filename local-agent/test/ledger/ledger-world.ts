@@ -84,7 +84,7 @@ async function claimIn(world: { url: string; admin: string; dir: string; v1: str
   const engine = { name: created.engine, baseUrl: base, tokens, operator: role("operator"), trainer: role("trainer"), client: role("client"), viewer: role("viewer") };
   const agent = await runAgent(testConfig(world.url, engine, world.dir, { inferenceUpstream: opts.upstream ?? world.v1, ...opts.agent }));
   world.cleanups.push(() => agent.stop());
-  await waitUntil(async () => (await role("viewer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
+  await waitUntil(async () => (await role("trainer").overview()).agent.gateway_url === agent.gatewayUrl, "the heartbeat to report the gateway");
   await role("trainer").updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 1, weight_version: opts.weightVersion });
   await role("trainer").registerEpisode({ episode_uuid: "ep-1", openai_base_url: world.v1, openai_api_key: "sk-trainer", zmq_listen_result_addr: "" });
   const claim = await role("client").claimEpisode({ client_uuid: "c1", discard_episode_timeout: opts.discardEpisodeTimeout, episode_type: opts.episodeType });
