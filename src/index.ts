@@ -45,7 +45,7 @@ app.onError((err) => internalError(err));
 
 // The relay's calls (per-claim keys, not engine tokens) and the engine API are served before the router.
 function serve(request: Request, env: Env, ctx: ExecutionContext): Response | Promise<Response> {
-  return unsafeHead(request) ?? serveRelay(request, env, ctx) ?? serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
+  return unsafeHead(request, env) ?? serveRelay(request, env, ctx) ?? serveEngineApi(request, env) ?? app.fetch(request, env, ctx);
 }
 
 export default {

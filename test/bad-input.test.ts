@@ -259,7 +259,7 @@ describe("access", () => {
     expect(await raw(`/e/${e.name}/t/${e.tokens.operator}/no_such_route`)).toMatchObject({ status: 404, json: { error: "not_found" } });
   });
 
-  it("refuses HEAD on a GET that changes state (405, Allow: GET), before any engine sees it", async () => {
+  it("refuses HEAD on a GET that changes state (405, Allow: GET), before it reaches the route", async () => {
     const e = await createEngine();
     const head = (path: string) => workerFetch(`${ORIGIN}/e/${e.name}/t/${e.tokens.trainer}${path}`, { method: "HEAD" });
     const atropos = (method: "GET" | "POST", path: string, body?: unknown) =>
@@ -281,6 +281,20 @@ describe("access", () => {
     expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body.kind)).toEqual(["start"]);
     // A GET that changes nothing still answers HEAD.
     expect((await head("/atropos/status")).status).toBe(200);
+  });
+
+  it("checks the caller of such a HEAD first, as on every path under an engine: 401 without a token or with another engine's, 404 for no engine", async () => {
+    const e = await createEngine();
+    const other = await createEngine();
+    const head = (path: string, token?: string) => workerFetch(`${ORIGIN}${path}`, { method: "HEAD", headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
+    expect((await head(`/e/${e.name}/agent/commands`)).status).toBe(401);
+    expect((await head(`/e/${e.name}/atropos/batch`)).status).toBe(401);
+    expect((await head(`/e/${e.name}/atropos/reset_data`, other.tokens.trainer)).status).toBe(401);
+    expect((await head(`/e/${e.name}/t/${other.tokens.trainer}/agent/commands`)).status).toBe(401);
+    expect((await head(`/e/no-such-engine-${e.name}/agent/commands`, e.tokens.trainer)).status).toBe(404);
+    // A token of the engine, whatever its role, hears the route's 405: the HEAD changes nothing.
+    const viewer = await head(`/e/${e.name}/atropos/batch`, e.tokens.viewer);
+    expect([viewer.status, viewer.headers.get("allow")]).toEqual([405, "GET"]);
   });
 
   it("does not repeat a token from the URL in a 404's detail (AgentJet logs detail)", async () => {

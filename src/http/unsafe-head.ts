@@ -5,9 +5,11 @@
  * Answered as its GET without the body, it would take a batch and throw it away, reset a run,
  * or lease the agent's commands. It is refused instead, before any engine sees it.
  */
+import { tryDecodeURIComponent } from "hono/utils/url";
 import { ATROPOS_API } from "../atropos/routes";
+import type { Env } from "../env";
 import { ENGINE_API } from "./engine-api";
-import { ENGINE_PATH } from "./engine-routes";
+import { ENGINE_PATH, tokenRefusal } from "./engine-routes";
 import { errorResponse } from "./errors";
 import { routingPath, withoutTrailingSlash } from "./path-token";
 
@@ -16,13 +18,24 @@ const UNSAFE_OPS = new Set([
   ...ATROPOS_API.filter((s) => s.method === "GET" && s.changesState).map((s) => `/atropos${s.path}`),
 ]);
 
-/** The 405 for a HEAD of a GET that changes state, or null to serve the request. */
-export function unsafeHead(request: Request): Response | null {
+/**
+ * The 405 for a HEAD of a GET that changes state, or null to serve the request. The caller is
+ * checked first, as on every path under an engine (docs/security.md): without a token the
+ * engine knows, the answer is its 401 or 404, and the route's existence is not told.
+ */
+export function unsafeHead(request: Request, env: Env): Promise<Response> | null {
   if (request.method !== "HEAD") return null;
-  const op = ENGINE_PATH.exec(routingPath(request))?.[2];
+  const m = ENGINE_PATH.exec(routingPath(request));
+  const op = m?.[2];
   // With its one trailing slash too, which the GET serves as the route (FastAPI's redirect_slashes).
-  if (op === undefined || !UNSAFE_OPS.has(withoutTrailingSlash(op))) return null;
-  const res = errorResponse(405, "method_not_allowed", `GET ${withoutTrailingSlash(op)} changes the engine's state, so it is not answered to HEAD; send GET.`);
+  if (m === null || op === undefined || !UNSAFE_OPS.has(withoutTrailingSlash(op))) return null;
+  return refusedOr405(request, env, tryDecodeURIComponent(m[1] ?? ""), withoutTrailingSlash(op));
+}
+
+async function refusedOr405(request: Request, env: Env, engine: string, op: string): Promise<Response> {
+  const refused = await tokenRefusal(env, engine, request.headers.get("authorization") ?? undefined, request.url);
+  if (refused !== null) return refused;
+  const res = errorResponse(405, "method_not_allowed", `GET ${op} changes the engine's state, so it is not answered to HEAD; send GET.`);
   res.headers.set("allow", "GET");
   return res;
 }
