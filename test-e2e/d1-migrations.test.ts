@@ -151,12 +151,36 @@ describe("0014: which way an engine's delete began", () => {
   it("adds the column to the engines already there, null on each: a delete under way then takes its repeat's word", async () => {
     const db = await mf.getD1Database("DB");
     await db.prepare("INSERT INTO engines (name, created_at, deleting_since) VALUES ('half-deleted', 1, 1700000000000), ('live', 2, NULL)").run();
-    stage(null);
+    stage("0015");
     expect(await applyMigrations(db, dir)).toEqual(["0014_engines_deleting_keeps_history.sql"]);
     const rows = await db.prepare("SELECT name, deleting_since, deleting_keeps_history FROM engines WHERE name IN ('half-deleted', 'live') ORDER BY name").all();
     expect(rows.results).toEqual([
       { name: "half-deleted", deleting_since: 1700000000000, deleting_keeps_history: null },
       { name: "live", deleting_since: null, deleting_keeps_history: null },
     ]);
+  });
+});
+
+describe("0015: the trajectory list's filters by step and task have indexes of their own", () => {
+  it("replaces the step and run indexes, the trajectories already there kept and found by them", async () => {
+    const db = await mf.getD1Database("DB");
+    await db
+      .prepare("INSERT INTO trajectories (engine, episode_uuid, fence, client_uuid, task_id, episode_type, workflow_output, ended_at, run, global_step) VALUES ('m15', 'a', 1, 'c', 'task-a', 'train', '{}', 10, NULL, 3), ('m15', 'b', 1, 'c', 'task-b', 'train', '{}', 20, 2, 3)")
+      .run();
+    stage(null);
+    expect(await applyMigrations(db, dir)).toEqual(["0015_trajectory_filter_indexes.sql"]);
+    const indexes = await db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trajectories' AND name LIKE 'trajectories_%' ORDER BY name").all<{ name: string }>();
+    expect(indexes.results.map((r) => r.name)).toEqual([
+      "trajectories_claim_idx",
+      "trajectories_ended_idx",
+      "trajectories_run_ended_idx",
+      "trajectories_run_step_ended_idx",
+      "trajectories_step_ended_idx",
+      "trajectories_task_ended_idx",
+    ]);
+    const byRunStep = await db.prepare("SELECT episode_uuid FROM trajectories INDEXED BY trajectories_run_step_ended_idx WHERE engine = 'm15' AND COALESCE(run, 1) = 1 AND global_step = 3").all();
+    expect(byRunStep.results).toEqual([{ episode_uuid: "a" }]);
+    const byTask = await db.prepare("SELECT episode_uuid FROM trajectories INDEXED BY trajectories_task_ended_idx WHERE engine = 'm15' AND task_id = 'task-b'").all();
+    expect(byTask.results).toEqual([{ episode_uuid: "b" }]);
   });
 });

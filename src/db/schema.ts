@@ -65,14 +65,17 @@ export const trajectories = sqliteTable(
   // The outbox may deliver a row twice; this key makes the second insert a no-op.
   (t) => [
     uniqueIndex("trajectories_claim_idx").on(t.engine, t.episodeUuid, t.fence),
-    index("trajectories_step_idx").on(t.engine, t.globalStep),
-    index("trajectories_run_idx").on(t.engine, t.run, t.globalStep),
     // The trajectory list's order, newest first, and its keyset cursor.
     index("trajectories_ended_idx").on(t.engine, t.endedAt, t.id),
     // The same within a run, as the list filters it (src/ledger/read.ts): the expression, not
     // the column, so rows written before runs need no backfill. Without it a page of an early
     // run walked every later trajectory.
     index("trajectories_run_ended_idx").on(t.engine, sql`COALESCE(${t.run}, 1)`, t.endedAt, t.id),
+    // And within a step (of a run: the dashboard's chart), a task: a page of a step's few
+    // trajectories walked every trajectory of the run or the engine, checking each.
+    index("trajectories_run_step_ended_idx").on(t.engine, sql`COALESCE(${t.run}, 1)`, t.globalStep, t.endedAt, t.id),
+    index("trajectories_step_ended_idx").on(t.engine, t.globalStep, t.endedAt, t.id),
+    index("trajectories_task_ended_idx").on(t.engine, t.taskId, t.endedAt, t.id),
   ],
 );
 

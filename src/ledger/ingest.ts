@@ -94,9 +94,13 @@ const INSERT_SQL = `WITH r(v) AS MATERIALIZED (SELECT value FROM json_each(?3))
   SELECT ?1, ?2, ${COLUMNS.map((c) => `json_extract(v, '$.${c}')`).join(", ")} FROM r WHERE ${liveSql("?4")}
   ON CONFLICT DO NOTHING`;
 
-/** Whether a stored row of the batch's calls (?3) names the object ?2, under engine ?1 or one of its archives. */
-const NAMED_SQL = `SELECT 1 FROM llm_calls WHERE body_key = ?2 AND call_id IN (SELECT value FROM json_each(?3))
-  AND (engine = ?1 OR engine IN (SELECT name FROM archives WHERE from_engine = ?1)) LIMIT 1`;
+/**
+ * Whether a stored row of the batch's calls (?3) names the object ?2, under engine ?1 or one of
+ * its archives. The names as one list, so that each row is found by its key (engine, call_id):
+ * with an OR, the engine's and its archives' every call was read.
+ */
+const NAMED_SQL = `SELECT 1 FROM llm_calls WHERE engine IN (SELECT ?1 UNION ALL SELECT name FROM archives WHERE from_engine = ?1)
+  AND call_id IN (SELECT value FROM json_each(?3)) AND body_key = ?2 LIMIT 1`;
 
 /**
  * The object's name carries its content's digest as well as the batch id: a batch id that comes

@@ -150,8 +150,9 @@ export async function summaryPage(db: D1Database, engine: string, filters: Traje
   if (cursorText !== undefined) {
     const c = decodeCursor(cursorText, engine);
     if ("ok" in c) return c;
-    where += " AND (t.ended_at < ? OR (t.ended_at = ? AND t.id < ?))";
-    args.push(c.endedAt, c.endedAt, c.id);
+    // A row value, which SQLite seeks in the index as a range: the same rows spelled with OR were found by a walk from the newest.
+    where += " AND (t.ended_at, t.id) < (?, ?)";
+    args.push(c.endedAt, c.id);
   }
   const { results } = await db.prepare(summarySql(where, limit)).bind(...args, engine).all<SummaryRow>();
   const last = results.at(-1);

@@ -2,7 +2,7 @@
  * D1 access for runs: the run rows, their processes, their history (events) and the metrics
  * their processes wrote. Times are stored in milliseconds and shown in Unix seconds.
  */
-import { and, desc, eq, inArray, sql } from "drizzle-orm";
+import { and, desc, eq, sql } from "drizzle-orm";
 import { z } from "zod";
 import { runEvents, runMetrics, runProcesses, runs } from "../db/schema";
 import { ACTIVE_RUN_STATUSES, JsonValue, type MetricsPoint, type ProcessReport, type RunStatus, type RunView } from "../protocol/runs";
@@ -60,11 +60,18 @@ export async function insertRun(db: Db, live: Statement, row: typeof runs.$infer
   await db.batch([live, db.insert(runs).values(row), db.insert(runEvents).values(eventRow(row.id, row.createdAt, "created", event))]);
 }
 
+/**
+ * An active run, in the words of runs_one_active_idx's condition: the statuses as literals, so
+ * that SQLite sees the partial index applies (a list of bound values, inArray's, is not seen to
+ * imply it, and every run of the engine, its config included, was read).
+ */
+const isActive = sql`${runs.status} IN (${sql.raw(ACTIVE_RUN_STATUSES.map((s) => `'${s}'`).join(", "))})`;
+
 export async function activeRun(db: Db, engine: string): Promise<RunRow | null> {
   const rows = await db
     .select()
     .from(runs)
-    .where(and(eq(runs.engine, engine), inArray(runs.status, [...ACTIVE_RUN_STATUSES])));
+    .where(and(eq(runs.engine, engine), isActive));
   return rows[0] ?? null;
 }
 
@@ -100,7 +107,7 @@ export async function activeRuns(db: Db, engine: string): Promise<RunRow[]> {
   return db
     .select()
     .from(runs)
-    .where(and(eq(runs.engine, engine), inArray(runs.status, [...ACTIVE_RUN_STATUSES])));
+    .where(and(eq(runs.engine, engine), isActive));
 }
 
 export async function processesOf(db: Db, runId: string): Promise<ProcessReport[]> {
