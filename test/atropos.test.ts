@@ -184,6 +184,10 @@ describe("Atropos's API: inputs as FastAPI takes them", () => {
     const status = await atropos(e, "client", "GET", `/status-env?env_id=${a}`);
     // weights 1024/(1024+3072); other envs' sequences in packs of 4 less b's minimum of 4: (4-4) + 4; own 2; over group size 2.
     expect(status.json).toEqual({ current_step: 0, queue_size: 3, unallocated_fraction: 0.5, self_queue_size: 1, max_group_size: 4, env_weight: 0.25 });
+    // Atropos's floats stay floats when whole (FastAPI writes Python's 1.0), for a client that checks the type.
+    const alone = await createEngine("atr");
+    const [only] = await running(alone);
+    expect((await atropos(alone, "client", "GET", `/status-env?env_id=${only}`)).text).toBe('{"current_step":0,"queue_size":0,"unallocated_fraction":1.0,"self_queue_size":0,"max_group_size":1,"env_weight":1.0}');
     expect((await atropos(e, "client", "GET", "/status-env?env_id=7")).status).toBe(500);
     expect((await atropos(e, "client", "GET", "/status-env?env_id=x")).json.detail[0]).toMatchObject({ type: "int_parsing", loc: ["body", "env_id"] });
     expect((await atropos(e, "client", "GET", "/status-env")).status).toBe(422);

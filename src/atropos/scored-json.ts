@@ -16,6 +16,12 @@ export function pyFloatJson(x: number): string {
   return Number.isInteger(x) && !t.includes("e") ? `${t}.0` : t;
 }
 
+/** An answer's JSON text with the `floats` fields written as Python writes floats: Atropos computes them as floats (its /status-env). */
+export function withPyFloats<T extends Record<string, unknown>>(v: T, floats: readonly (keyof T & string)[]): string {
+  const entries = Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}:${floats.includes(k) && typeof x === "number" ? pyFloatJson(x) : JSON.stringify(x)}`);
+  return `{${entries.join(",")}}`;
+}
+
 const floats = (xs: number[]): string => `[${xs.map(pyFloatJson).join(",")}]`;
 const nested = <T>(xs: T[] | null | undefined, inner: (x: T) => string): string => (xs == null ? "null" : `[${xs.map(inner).join(",")}]`);
 const json = (v: unknown): string => JSON.stringify(v) ?? "null";

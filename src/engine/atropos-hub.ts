@@ -14,6 +14,7 @@ import { AtroposConfig, ATROPOS_RETRY_AFTER_SECONDS, DEFAULT_ATROPOS_CONFIG, MAX
 import * as Answers from "../protocol/atropos-answers";
 import type { EngineOp } from "../auth/roles";
 import { formatBytes } from "../protocol/limits";
+import { withPyFloats } from "../atropos/scored-json";
 import { fail, full, ok, type Reply } from "./reply";
 import type { OutboxItem } from "./outbox";
 import { findGroupsSummingToTarget, grabExact, grabWithMinimumAllocations } from "./atropos-packing";
@@ -433,14 +434,16 @@ export class AtroposHub {
     let available = 0;
     if (maxGroup > 1) for (const [key, seqs] of byEnv) available += Math.max(0, Math.ceil(seqs / maxGroup) * maxGroup - (minByEnv.get(key) ?? 0));
     if (groupSize === 0) return SERVER_ERROR;
-    return json(Answers.AtroposEnvStatus, {
+    const answer: z.output<typeof Answers.AtroposEnvStatus> = {
       current_step: s.step,
       queue_size: Math.floor((selfSeqs + available) / groupSize),
       unallocated_fraction: unallocated,
       self_queue_size: Math.floor(selfSeqs / groupSize),
       max_group_size: maxGroup,
       env_weight: envWeight,
-    });
+    };
+    // Atropos's weight and fraction are Python floats: a whole one is written 1.0.
+    return { raw: withPyFloats(answer, ["unallocated_fraction", "env_weight"]) };
   }
 
   private reset(s: AtroposState): void {
