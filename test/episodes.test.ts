@@ -225,6 +225,12 @@ describe("end, abort, continue", () => {
     expect((await e.as("viewer").getEpisodeBuffer()).buffer.map((x) => x.episode_uuid)).toEqual(["ep-2", "ep-0"]);
     // Unknown episodes and non-rolling engines: success, as the seed answers (clients swallow abort errors).
     expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: "ghost" })).toEqual({ success: true });
+    // A registered episode no one claimed is no claim to give back.
+    await expect(client.abortEpisode({ client_uuid: "c", episode_uuid: "ep-2" })).rejects.toMatchObject({ status: 409, code: "claim_lost" });
+    await e.as("trainer").updateEngineStatus({ engine_status: "ENGINE.OFFLINE" });
+    const before = await e.as("viewer").getEpisodeBuffer();
+    expect(await client.abortEpisode({ client_uuid: "c", episode_uuid: "ep-2" })).toEqual({ success: true });
+    expect(await e.as("viewer").getEpisodeBuffer()).toEqual(before);
   });
 
   it("answers an abort sent again as the first, and changes nothing more; another client's or a reaped claim's abort is still refused", async () => {
