@@ -110,10 +110,10 @@ function claimsPerRun(items: readonly Named[], objects: Map<string, string[]>, m
 }
 
 /** Each item's pieces (its sequence or samples made as it is written), the claims' bodies read a run at a time. */
-async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, runs: readonly Named[][], form: TrainingForm, first: Map<string, ClaimTurns>): AsyncGenerator<string> {
+async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, runs: readonly Named[][], form: TrainingForm): AsyncGenerator<string> {
   let i = 0;
-  for (const [r, run] of runs.entries()) {
-    const turns = r === 0 ? first : await runTurns(db, bucket, engine, run);
+  for (const run of runs) {
+    const turns = await runTurns(db, bucket, engine, run);
     for (const { item, claim } of run) {
       const t = trained(item, claim === null ? undefined : turns.get(claimKey(claim.episode, claim.fence)), form);
       yield* listed(i++, t.turns === undefined ? [JSON.stringify(t.item)] : listJsonPieces((list) => ({ ...t.item, turns: list }), t.turns));
@@ -127,9 +127,10 @@ async function* itemPieces(db: D1Database, bucket: R2Bucket, engine: string, run
  * read a run of 16 claims at a time (more when the reads would pass MAX_R2_READS: claimsPerRun),
  * so that a trainer's pull of hundreds of long agents' claims fits an isolate's memory: a run's
  * index rows (one D1 query) and bodies are held while its items are written. The pull as it was
- * when it holds no claim. The first run is read before the answer starts, so that a failure to
- * read it is a 500 as before; a later one breaks the answer off. meta_info, with the pull's
- * cursor, comes before the items, so that a reader whose answer broke off can read it again.
+ * when it holds no claim. meta_info, with the pull's cursor, comes before the items and before
+ * any read of D1 or R2: the engine has handed the groups out, so a read that fails breaks the
+ * answer off after the cursor, and the trainer reads the pull again by it (a 500 before the
+ * cursor lost the groups).
  */
 export async function withTrainingTokens(
   db: D1Database,
@@ -142,13 +143,12 @@ export async function withTrainingTokens(
   const items = pulled.data.data.map((item) => ({ item, claim: claimOf(item) }));
   const named = claimsIn(items);
   if (named.length === 0) return pulled;
-  const runs = runsOf(items, claimsPerRun(items, await claimObjects(db, engine, named), maxR2Reads));
-  const first = await runTurns(db, bucket, engine, runs[0] ?? []);
   const [head, tail] = aroundList((data) => ({ ...pulled, data: { meta_info: pulled.data.meta_info, data } }));
   async function* pieces(): AsyncGenerator<string> {
     yield head;
     try {
-      yield* itemPieces(db, bucket, engine, runs, form, first);
+      const runs = runsOf(items, claimsPerRun(items, await claimObjects(db, engine, named), maxR2Reads));
+      yield* itemPieces(db, bucket, engine, runs, form);
     } catch (err) {
       // The status line is sent: the answer breaks off (the trainer reads the pull again by its
       // cursor), and the operator finds the cause in the log as for a 500.
