@@ -5,6 +5,7 @@
  * goes the other way round: the engine's object first, its D1 rows after (engine-rows.ts).
  * The histories a keep_history delete kept under an archive name are listed and deleted here too.
  */
+import { isUniqueConflict } from "../db/unique-conflict";
 import { z } from "zod";
 import { Hono } from "hono";
 import { and, asc, eq, gt, isNull } from "drizzle-orm";
@@ -88,7 +89,9 @@ adminRoutes.post("/engines", async (c) => {
   const minted = await Promise.all(ROLES.map((role) => mint(name, role, `${role} (created with the engine)`, now)));
   try {
     await db.batch([db.insert(engines).values({ name, createdAt: now, locationHint, jurisdiction }), db.insert(tokens).values(minted.map((m) => m.row))]);
-  } catch {
+  } catch (err) {
+    // A create that won the race since our read; D1 failing is no name clash (an internal error, its id logged).
+    if (!isUniqueConflict(err, "engines.name")) throw err;
     return errorResponse(409, "engine_exists", `Engine '${name}' already exists. If this repeats a create whose answer was lost, its tokens were never seen: issue new ones with POST /admin/engines/${name}/tokens and revoke those labelled "created with the engine" (GET /admin/engines/${name}/tokens).`);
   }
   await provision(c.env, { name, jurisdiction, locationHint }, minted.map((m) => ({ id: m.row.id, hash: m.row.tokenHash, role: m.row.role })), true);

@@ -61,7 +61,8 @@ export async function startInferenceTest(ctx: RunsCtx, req: StartInferenceTestRe
   if (d.env === null) return unknownEnvironment(ctx, d.selected);
   const id = newTestId();
   const now = ctx.now();
-  await ctx.db.batch([ctx.live, ctx.db.insert(inferenceTests).values({ id, engine: ctx.engine, environment: d.env.name, status: "pending", detail: "", request: JSON.stringify(req), models: "[]", createdAt: now })]);
+  const made: typeof inferenceTests.$inferSelect = { id, engine: ctx.engine, environment: d.env.name, status: "pending", detail: "", request: JSON.stringify(req), models: "[]", createdAt: now, finishedAt: null };
+  await ctx.db.batch([ctx.live, ctx.db.insert(inferenceTests).values(made)]);
   const q = await ctx.enqueue("test_inference", {
     kind: "test_inference",
     test_id: id,
@@ -75,11 +76,10 @@ export async function startInferenceTest(ctx: RunsCtx, req: StartInferenceTestRe
     await ctx.db.update(inferenceTests).set({ status: "failed", detail: `could not queue the test: ${q.detail}`, finishedAt: now }).where(eq(inferenceTests.id, id));
     return q;
   }
-  const row = await findTest(ctx, id);
-  if ("ok" in row) return row;
+  // Made and queued: the answer is the test as it was made, not a read of D1 that could fail after the agent has it.
   const rollouts = req.num_steps * req.group_size;
   return done({
-    ...view(row),
+    ...view(made),
     message: `Inference test ${id} queued: ${req.num_steps} steps x ${req.group_size} completions = ${rollouts} rollouts per model, ${req.models.length} model(s), at most ${req.timeout_seconds} s each. Ask for it by its test_id for the results.`,
   });
 }

@@ -24,6 +24,7 @@ import { storedJsonTooLarge, storedStringTooLarge, storedTooLarge, utf8Bytes } f
 import { done, refuse, tooLarge, type RunsReply } from "./reply";
 import { renderYaml, staleEdits } from "./run-config";
 import * as store from "./run-store";
+import { loggedErrorId } from "../error-id";
 
 function newRunId(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(10));
@@ -69,13 +70,25 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
   // the agent's start_run command (a row of the engine's queue) holds it escaped.
   const over = storedStringTooLarge("config_yaml", yaml) ?? storedTooLarge("config_yaml with the edits", utf8Bytes(yaml) + utf8Bytes(edits));
   if (over !== null) return tooLarge(over);
+  const row: store.RunRow = {
+    id,
+    engine: ctx.engine,
+    environment: d.env.name,
+    environmentFile: d.env.file_path,
+    status: "pending",
+    detail: "",
+    configYaml: yaml,
+    edits,
+    commandSeq: null,
+    stopRequestedAt: null,
+    agentId: "",
+    createdAt: now,
+    startedAt: null,
+    endedAt: null,
+    updatedAt: now,
+  };
   try {
-    await store.insertRun(
-      ctx.db,
-      ctx.live,
-      { id, engine: ctx.engine, environment: d.env.name, environmentFile: d.env.file_path, status: "pending", configYaml: yaml, edits, createdAt: now, updatedAt: now },
-      `run of ${d.env.name} created; start queued for the agent`,
-    );
+    await store.insertRun(ctx.db, ctx.live, row, `run of ${d.env.name} created; start queued for the agent`);
   } catch (err) {
     // Another start won the race between our check and our insert.
     if (!store.isActiveRunConflict(err)) throw err;
@@ -95,11 +108,20 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
     await store.changeRun(ctx.db, id, "pending", { status: "failed", detail: `could not queue the start: ${q.detail}`, endedAt: now, updatedAt: now }, { at: now, kind: "failed", detail: q.detail });
     return q;
   }
-  await store.setCommandSeq(ctx.db, id, q.seq);
-  const run = await store.getRun(ctx.db, ctx.engine, id);
-  if (run === null) throw new Error(`run ${id} vanished after it was created`);
+  // The run is made and its start queued: no later failure of D1 may answer otherwise (the
+  // caller would take the start for failed, the agent start it, a retry be refused run_active).
+  // The answer is the run as it was made; its start command's seq is noted as a view's detail.
+  const started: store.RunRow = { ...row, commandSeq: q.seq };
+  try {
+    await store.setCommandSeq(ctx.db, id, q.seq);
+  } catch (err) {
+    loggedErrorId(`runs: run ${id} started, but noting its start command's seq in D1 failed`, err);
+  }
   return done({
-    ...(await statusOf(ctx, run)),
+    ...store.runView(started, now),
+    processes: [],
+    metrics: null,
+    edits: store.editsOfRun(started),
     config_yaml: yaml,
     overridden_edits: stale.map((s) => s.field),
     message: `Run ${id} of ${d.env.name} is queued; the agent starts its processes in order, each after the previous one is ready. Check its status for progress.`,

@@ -3,6 +3,7 @@
  * their processes wrote. Times are stored in milliseconds and shown in Unix seconds.
  */
 import { and, desc, eq, sql } from "drizzle-orm";
+import { isUniqueConflict } from "../db/unique-conflict";
 import { z } from "zod";
 import { runEvents, runMetrics, runProcesses, runs } from "../db/schema";
 import { ACTIVE_RUN_STATUSES, JsonValue, type MetricsPoint, type ProcessReport, type RunStatus, type RunView } from "../protocol/runs";
@@ -210,8 +211,5 @@ export function metricStatements(db: Db, runId: string, points: readonly Metrics
 }
 
 /** True when `err` is the one-active-run-per-engine index refusing a second active run. */
-export function isActiveRunConflict(err: unknown): boolean {
-  const text = err instanceof Error ? `${err.message} ${err.cause instanceof Error ? err.cause.message : ""}` : String(err);
-  return /UNIQUE constraint failed: runs\.engine/.test(text);
-}
+export const isActiveRunConflict = (err: unknown): boolean => isUniqueConflict(err, "runs.engine");
 

@@ -15,6 +15,7 @@ import { mayRun } from "../../auth/roles";
 import type { Env } from "../../env";
 import { routedBodyText } from "../../http/body";
 import { describeIssues } from "../../http/errors";
+import { loggedErrorId } from "../../error-id";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
 import { standaloneJsonSchema } from "../../openapi/json-schema";
 import { authorize, credentials, envOf, guarded, type Credentials } from "../context";
@@ -86,6 +87,20 @@ async function answerRequest(env: Env, who: Credentials, role: Parameters<typeof
 
 const rpcJson = (c: Context, body: Outgoing | Outgoing[], status: 200 | 400 = 200): Response => c.json(body, status);
 
+
+/**
+ * One request's answer; a failure that escapes it (D1 unreachable) is that request's JSON-RPC
+ * internal error, with the id it is logged under: the batch's other answers still go, and the
+ * writes they made stand told.
+ */
+async function answeredOrInternal(...args: Parameters<typeof answerRequest>): Promise<Outgoing> {
+  try {
+    return await answerRequest(...args);
+  } catch (err) {
+    return rpcError(args[3].id, ERR.internal, `Internal error (error id ${loggedErrorId("internal error (MCP request)", err)}); try again.`);
+  }
+}
+
 export async function mcpHandler(c: Context): Promise<Response> {
   const who = await credentials(c);
   if ("ok" in who) return c.json(refusalBody(who), who.status);
@@ -112,7 +127,7 @@ export async function mcpHandler(c: Context): Promise<Response> {
   const answers: Outgoing[] = [];
   for (const m of messages) {
     const msg = classify(m);
-    if (msg.kind === "request") answers.push(await answerRequest(envOf(c), who, auth.body.role, msg.msg));
+    if (msg.kind === "request") answers.push(await answeredOrInternal(envOf(c), who, auth.body.role, msg.msg));
     else if (msg.kind === "invalid") answers.push(rpcError(msg.id, msg.code, msg.message));
   }
   // Only notifications (e.g. notifications/initialized) or responses: nothing to answer.
