@@ -49,4 +49,21 @@ describe("a runner's ZeroMQ address in the agent's words", () => {
     const own = (await trainer.overview()).undeliverable[0]?.detail ?? "";
     expect(own).toMatch(new RegExp(`^runner at ${ADDR.replace(/[.]/g, "\\.")}\\d+ did not ack`));
   });
+
+  it("is left out also when it is no ZeroMQ URL at all, as the agent refuses it by name (\"10.0.0.7:5555\")", async () => {
+    const e = await createEngine("zmq-leak-bare");
+    const trainer = e.as("trainer");
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", global_step: 0 });
+    const runner = '10.0.0.7:5555 "x"';
+    expect((await trainer.registerEpisode({ episode_uuid: "ep-0", openai_base_url: "http://trainer.internal:8000/v1", openai_api_key: "sk-x", zmq_listen_result_addr: runner })).success).toBe(true);
+    const c = await e.as("client").claimEpisode({ client_uuid: "c", discard_episode_timeout: 60 });
+    await e.as("client").endEpisode(endBody("c", c.episode_uuid, 1));
+    const deliver = (await trainer.pollCommands()).commands.find((x) => x.body.kind === "deliver")!;
+    // The agent's words for such an address (local-agent/src/runner-link.ts).
+    await trainer.ackCommand({ seq: deliver.seq, ok: false, detail: `"${runner}" is not a ZeroMQ address (expected tcp://host:port or ipc:///path)` });
+    expect((await trainer.overview()).undeliverable[0]?.detail).toContain(runner);
+    for (const role of ["viewer", "client", "operator"] as const) {
+      expect((await e.as(role).overview()).undeliverable[0]?.detail).toBe('"<runner address>" is not a ZeroMQ address (expected <runner address> or <runner address>)');
+    }
+  });
 });

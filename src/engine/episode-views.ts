@@ -200,5 +200,12 @@ const ZMQ_ENDPOINT = /\b(?:tcp|ipc|inproc|pgm|epgm|udp|ws|wss|vmci|tipc):\/\/\S*
  * (docs/security.md): for the other roles' views the address is left out, the words kept.
  */
 export function withoutRunnerAddresses(text: string): string {
-  return text.replace(ZMQ_ENDPOINT, "<runner address>");
+  return text.replace(ZMQ_ENDPOINT, "<runner address>").replace(NOT_ZMQ, '"<runner address>"$1');
 }
+
+/**
+ * A registered address that is no ZeroMQ URL ("10.0.0.7:5555"), which the agent names quoted
+ * as it refuses it (local-agent/src/runner-link.ts): not shaped like an endpoint, so found by
+ * those words (to the last quote before them: the address may hold quotes, unescaped).
+ */
+const NOT_ZMQ = /"[^\n]*"( is not a ZeroMQ address)/g;
