@@ -13,7 +13,7 @@
  * exchange needs its own --token, and is never sent the local one. Exits 1 on a refusal (with
  * the exchange's reason) or a broken stream.
  */
-import { open } from "node:fs/promises";
+import { open, truncate } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { TrajectoryExportQuery } from "../src/protocol/ledger";
@@ -153,10 +153,14 @@ async function main(): Promise<void> {
     if (tty) process.stderr.write(`\r${line}${final ? "\n" : ""}`);
     else if (final) process.stderr.write(`${line}\n`);
   };
+  // Bytes after the last newline: a line not ended yet.
+  let unended = 0;
   try {
     for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
       for (const b of chunk) if (b === 10) lines++;
       bytes += chunk.length;
+      const nl = chunk.lastIndexOf(10);
+      unended = nl < 0 ? unended + chunk.length : chunk.length - nl - 1;
       if (!file.write(chunk)) await new Promise<void>((r) => file.once("drain", () => r()));
       draw(false);
     }
@@ -168,6 +172,11 @@ async function main(): Promise<void> {
   }
   await new Promise<void>((resolve, reject) => file.end((e?: Error | null) => (e ? reject(e) : resolve())));
   draw(true);
+  // Every line ends in a newline: a body that ended inside one broke off, though its stream ended cleanly.
+  if (unended > 0) {
+    await truncate(out, bytes - unended);
+    fail(`the export broke off after ${lines.toLocaleString("en")} of ${total.toLocaleString("en")} trajectories, inside the next one's line; ${out} holds the whole lines before it. See docs/ledger.md.`);
+  }
   // Fewer than announced: some were deleted meanwhile (retention), which is not an error.
   if (lines < total) process.stderr.write(`export: ${total - lines} of the ${total} trajectories announced were gone by the time the export reached them\n`);
 }

@@ -110,8 +110,12 @@ export class LedgerClient {
       }
       if (from < text.length) pieces.push(text.slice(from));
     }
+    // Every line ends in a newline: text after the last one is a line the body broke off in,
+    // though its stream ended cleanly (as a server may end a chunked answer whose body failed).
     const rest = pieces.join("") + decoder.decode();
-    if (rest.trim() !== "") yield exportedLine(rest, url);
+    if (rest.trim() !== "") {
+      throw new ExchangeError(200, EXPORT_INTERRUPTED, `the export from ${shownUrl(url)} broke off after ${sent} trajectories, inside the next one's line: what was read is not the whole export`);
+    }
   }
 }
 
