@@ -72,6 +72,23 @@ describe("group assembly", () => {
     expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, delivered_groups: 1 });
   });
 
+  it("gives every step of a session the reward of its last completed step by step, as the seed does, in whatever order the rows came", async () => {
+    const e = await buffered(2);
+    const w = e.as("client");
+    await w.postSteps({ steps: [step("s1", "g", 0, 0.1), step("s1", "g", 1, 0.5, true), step("s1", "g", 2, 1, true)] });
+    // s2's completed steps arrive last step first: the earlier step's reward does not overwrite the later's.
+    await w.postSteps({ steps: [step("s2", "g", 1, 0.75, true)] });
+    await w.postSteps({ steps: [step("s2", "g", 0, 0.25, true)] });
+    const items = (await e.as("trainer").getRolloutData()).data.data;
+    expect(items.map((i) => [i.extra_info["session_id"], i.extra_info["steps"], i.reward])).toEqual([
+      ["s1", 0, 1],
+      ["s1", 1, 1],
+      ["s1", 2, 1],
+      ["s2", 0, 0.75],
+      ["s2", 1, 0.75],
+    ]);
+  });
+
   it("respects max_groups, oldest ready first, and lets a crashed trainer re-read a pull by its cursor", async () => {
     const e = await buffered(1);
     for (const g of ["a", "b", "c"]) await e.as("client").postSteps({ steps: [step(`s-${g}`, g, 0, 1, true)] });

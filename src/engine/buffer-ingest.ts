@@ -134,6 +134,17 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
       const first = s.sql
         .exec<{ failed: number }>("UPDATE buf_sessions SET completed = 1, terminal_reward = ? WHERE session_id = ? AND completed = 0 RETURNING failed", reward, session_id)
         .toArray();
+      // Completed before: the session's reward is that of its last completed step by step, in
+      // whatever order they came (the seed gives every step its last completed one's).
+      if (first.length === 0) {
+        s.sql.exec(
+          `UPDATE buf_sessions SET terminal_reward = ?1 WHERE session_id = ?2
+             AND NOT EXISTS (SELECT 1 FROM buf_steps WHERE session_id = ?2 AND is_session_completed = 1 AND step_index > ?3)`,
+          reward,
+          session_id,
+          step_index,
+        );
+      }
       // A failed session is kept, but it does not count toward group_size.
       if (first.length > 0 && first[0]!.failed === 0) {
         const g = s.sql
