@@ -3,7 +3,7 @@
  * the official MCP client is in test-e2e/runs-mcp.test.ts).
  */
 import { beforeEach, describe, expect, it } from "vitest";
-import { createEngine, raw, type TestEngine } from "./support/harness";
+import { createEngine, ORIGIN, raw, workerFetch, type TestEngine } from "./support/harness";
 import { runsAs, sampleCatalog } from "./support/runs";
 
 let e: TestEngine;
@@ -156,6 +156,39 @@ describe("MCP endpoint", () => {
     expect((await raw(`/e/${e.name}/runs?limit=5`, { token: e.tokens.viewer })).status).toBe(200);
   });
 
+  it("points at selecting an environment when none is selected, not at editing or starting", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    const none = (await call(e.tokens.operator, "rl_get_current_config", {})).json?.["result"] as { structuredContent: { environment: unknown; next_steps: string[] } };
+    expect(none.structuredContent.environment).toBeNull();
+    expect(none.structuredContent.next_steps).toEqual(["rl_list_environments() to see the environments", "rl_select_environment(name) first: no environment is selected"]);
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const some = (await call(e.tokens.operator, "rl_get_current_config", {})).json?.["result"] as { structuredContent: { next_steps: string[] } };
+    expect(some.structuredContent.next_steps).toContainEqual(expect.stringMatching(/^rl_start_training\(\)/));
+  });
+
+  it("gives a run's status and results each metric's latest value, not only the last line's (an eval logged every few steps), and an unknown run id the runs there are", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").setLockedFields({ set: [{ section: "env", name: "max_token_length", value: 8192 }] });
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const run = await runsAs(e, "operator").startRun();
+    await runsAs(e, "trainer").reportRun(run.run_id, {
+      status: "running",
+      metrics: [
+        { index: 0, step: 25, at: 1, values: { "train/reward_mean": 0.3, "eval/percent_correct": 0.55 } },
+        { index: 1, step: 26, at: 2, values: { "train/reward_mean": 0.4 } },
+      ],
+    });
+    for (const tool of ["rl_check_status", "rl_get_results"]) {
+      const r = (await call(e.tokens.viewer, tool, { run_id: run.run_id })).json?.["result"] as { structuredContent: { metrics: unknown } };
+      expect(r.structuredContent.metrics).toEqual({ index: 1, step: 26, at: 2, values: { "train/reward_mean": 0.4, "eval/percent_correct": 0.55 } });
+    }
+    for (const tool of ["rl_check_status", "rl_stop_training"]) {
+      const r = (await call(e.tokens.operator, tool, { run_id: "run_zzzzzzzzzz" })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
+      expect(r.isError).toBe(true);
+      expect(r.structuredContent).toMatchObject({ error: "unknown_run", run_id: "run_zzzzzzzzzz", active_runs: [run.run_id], recent_runs: [run.run_id] });
+    }
+  });
+
   it("answers protocol mistakes with JSON-RPC errors", async () => {
     const unknownTool = await call(e.tokens.operator, "rl_make_coffee", {});
     expect(unknownTool.json).toMatchObject({ id: 1, error: { code: -32602, message: expect.stringMatching(/Unknown tool 'rl_make_coffee'/) } });
@@ -199,6 +232,14 @@ describe("MCP endpoint", () => {
   it("needs an engine token (also in the path), and offers no GET stream", async () => {
     expect((await rpc(undefined, { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
     expect((await rpc("rx_viewer_not-a-token", { jsonrpc: "2.0", id: 1, method: "ping" })).status).toBe(401);
+    // Its 401s say how to authenticate (RFC 6750), as MCP clients read them; so do the REST routes'.
+    const ping = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" });
+    const challenge = async (path: string, token?: string, body?: string) =>
+      (await workerFetch(`${ORIGIN}${path}`, { method: body === undefined ? "GET" : "POST", body: body ?? null, headers: { "content-type": "application/json", ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) } })).headers.get("www-authenticate");
+    expect(await challenge(`/e/${e.name}/mcp`, undefined, ping)).toBe('Bearer realm="rollout-exchange"');
+    expect(await challenge(`/e/${e.name}/mcp`, "rx_viewer_not-a-token", ping)).toBe('Bearer realm="rollout-exchange", error="invalid_token"');
+    expect(await challenge(`/e/${e.name}/get_engine_status`)).toBe('Bearer realm="rollout-exchange"');
+    expect(await challenge(`/e/${e.name}/get_engine_status`, "rx_viewer_not-a-token")).toBe('Bearer realm="rollout-exchange", error="invalid_token"');
     const viaPath = await raw(`/e/${e.name}/t/${e.tokens.viewer}/mcp`, { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }) });
     expect(viaPath.json).toEqual({ jsonrpc: "2.0", id: 1, result: {} });
     const get = await raw(`/e/${e.name}/mcp`, { token: e.tokens.viewer });

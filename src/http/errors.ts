@@ -12,7 +12,17 @@ export function jsonResponse(body: unknown, status: number): Response {
 /** Every error body: a stable code for programs and a sentence for people (FastAPI's `detail`). */
 export function errorResponse(status: ContentfulStatusCode, error: string, detail: string): Response {
   const body: ErrorResponse = { error, detail };
-  return jsonResponse(body, status);
+  const res = jsonResponse(body, status);
+  if (status === 401) res.headers.set("www-authenticate", bearerChallenge(error));
+  return res;
+}
+
+/**
+ * A 401's challenge (RFC 6750 s.3, which MCP's clients read to tell "needs a token" from other
+ * failures): the token is a bearer token, and `invalid_token` when one was sent and refused.
+ */
+export function bearerChallenge(error: string): string {
+  return `Bearer realm="rollout-exchange"${error === "invalid_token" ? ', error="invalid_token"' : ""}`;
 }
 
 export function replyResponse<T>(reply: Reply<T>, okStatus: ContentfulStatusCode = 200): Response {

@@ -130,7 +130,14 @@ export async function startRun(ctx: RunsCtx, req: StartRunRequest): Promise<Runs
 
 async function findRun(ctx: RunsCtx, runId: string) {
   const run = await store.getRun(ctx.db, ctx.engine, runId);
-  return run ?? refuse(404, "unknown_run", `No run '${runId}' on this engine (list them with GET /runs or rl_list_runs).`, { run_id: runId });
+  if (run !== null) return run;
+  // The ids a caller (a model, often) may have meant, as the seed's tools name them: the active run's, and the latest few.
+  const [active, recent] = await Promise.all([store.activeRun(ctx.db, ctx.engine), store.listRuns(ctx.db, ctx.engine, 5, null)]);
+  return refuse(404, "unknown_run", `No run '${runId}' on this engine (list them with GET /runs or rl_list_runs).`, {
+    run_id: runId,
+    active_runs: active === null ? [] : [active.id],
+    recent_runs: recent.map((r) => r.id),
+  });
 }
 
 /** The named run, or when none is named the active run, else the latest one. */

@@ -123,10 +123,19 @@ export async function eventsOf(db: Db, runId: string, limit = 200) {
 
 const toPoint = (m: typeof runMetrics.$inferSelect): MetricsPoint => ({ index: m.idx, step: m.step, at: m.at, values: parseJson(Values, m.metricValues) });
 
+/**
+ * The run's last point, its values each key's latest among the last METRICS_FOLDED points: a
+ * run writes some keys at every step and others less often (an eval every few steps), and a
+ * status read from the last line alone lost those (the seed reads wandb's summary: the latest
+ * value of each key).
+ */
 export async function latestMetrics(db: Db, runId: string): Promise<MetricsPoint | null> {
-  const rows = await db.select().from(runMetrics).where(eq(runMetrics.runId, runId)).orderBy(desc(runMetrics.idx)).limit(1);
-  return rows[0] ? toPoint(rows[0]) : null;
+  const points = await metricsHistory(db, runId, METRICS_FOLDED);
+  const last = points.at(-1);
+  if (last === undefined) return null;
+  return { ...last, values: Object.assign({}, ...points.map((p) => p.values)) as MetricsPoint["values"] };
 }
+const METRICS_FOLDED = 500;
 
 /** The last `limit` points, oldest first. */
 export async function metricsHistory(db: Db, runId: string, limit = 500): Promise<MetricsPoint[]> {

@@ -250,7 +250,6 @@ export async function forwardHttp(
   else sendJson(res, 200, answer);
 }
 
-
 /**
  * Makes what the copy writes in one turn of the event loop (the headers, chunks that arrived
  * together) one socket write. Each write to the Worker on loopback wakes workerd to read it;

@@ -14,7 +14,7 @@ import { z } from "zod";
 import { mayRun } from "../../auth/roles";
 import type { Env } from "../../env";
 import { routedBodyText } from "../../http/body";
-import { describeIssues } from "../../http/errors";
+import { bearerChallenge, describeIssues } from "../../http/errors";
 import { loggedErrorId } from "../../error-id";
 import { MAX_JSON_DEPTH, nestsDeeperThan, tooDeep } from "../../http/validate";
 import { standaloneJsonSchema } from "../../openapi/json-schema";
@@ -103,10 +103,10 @@ async function answeredOrInternal(...args: Parameters<typeof answerRequest>): Pr
 
 export async function mcpHandler(c: Context): Promise<Response> {
   const who = await credentials(c);
-  if ("ok" in who) return c.json(refusalBody(who), who.status);
+  if ("ok" in who) return c.json(refusalBody(who), who.status, who.status === 401 ? { "www-authenticate": bearerChallenge(who.error) } : {});
   // Any token of the engine may talk MCP; what it may call is checked per tool.
   const auth = await who.stub.authorizeOp(who.caller, "list_runs");
-  if (!auth.ok) return c.json({ error: auth.error, detail: auth.detail }, auth.status);
+  if (!auth.ok) return c.json({ error: auth.error, detail: auth.detail }, auth.status, auth.status === 401 ? { "www-authenticate": bearerChallenge(auth.error) } : {});
   const version = c.req.header("mcp-protocol-version");
   if (version !== undefined && !(PROTOCOL_VERSIONS as readonly string[]).includes(version)) {
     return c.json({ error: "unsupported_protocol_version", detail: `MCP-Protocol-Version ${version} is not supported; supported: ${PROTOCOL_VERSIONS.join(", ")}.` }, 400);

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import type { EngineOp } from "../../auth/roles";
-import { EditConfigRequest, ListRunsArgs, type CatalogResponse, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
+import { EditConfigRequest, ListRunsArgs, type CatalogResponse, type CurrentConfigResponse, RunId, SelectEnvironmentRequest, StartInferenceTestRequest, StartRunRequest, StopRunRequest, TestId } from "../../protocol/runs";
 import * as config from "../config-ops";
 import type { RunsCtx } from "../context";
 import * as inference from "../inference-ops";
@@ -104,7 +104,10 @@ export const TOOLS: readonly Tool[] = [
     "get_run_config",
     NoArgs,
     "Show the selected environment's configuration: configurable fields (type, default, description, current value), locked fields (infrastructure settings with their fixed values, which cannot be changed) and the YAML a run would get now.",
-    ["rl_edit_config(field, value) to change a configurable field", "rl_start_training() when the config is right"],
+    (cfg: CurrentConfigResponse) =>
+      cfg.environment === null
+        ? ["rl_list_environments() to see the environments", "rl_select_environment(name) first: no environment is selected"]
+        : ["rl_edit_config(field, value) to change a configurable field", "rl_start_training() when the config is right"],
     (ctx) => config.getCurrentConfig(ctx),
   ),
   tool(
