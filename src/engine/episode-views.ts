@@ -195,6 +195,13 @@ export function undeliverable(sql: SqlStorage, secrets: boolean): { episode_uuid
 const ZMQ_ENDPOINT = /\b(?:tcp|ipc|inproc|pgm|epgm|udp|ws|wss|vmci|tipc):\/\/\S*[^\s:,;.)'"]/g;
 
 /**
+ * A registered address that is no ZeroMQ URL ("10.0.0.7:5555"), which the agent names quoted
+ * as it refuses it (local-agent/src/runner-link.ts): not shaped like an endpoint, so found by
+ * those words (to the last quote before them: the address may hold quotes, unescaped).
+ */
+const NOT_ZMQ = /"[^\n]*"( is not a ZeroMQ address)/g;
+
+/**
  * The agent's words for a result or reset it could not hand over name the runner's address
  * ("runner at tcp://... did not ack"), which only the trainer and the admin see
  * (docs/security.md): for the other roles' views the address is left out, the words kept.
@@ -202,10 +209,3 @@ const ZMQ_ENDPOINT = /\b(?:tcp|ipc|inproc|pgm|epgm|udp|ws|wss|vmci|tipc):\/\/\S*
 export function withoutRunnerAddresses(text: string): string {
   return text.replace(ZMQ_ENDPOINT, "<runner address>").replace(NOT_ZMQ, '"<runner address>"$1');
 }
-
-/**
- * A registered address that is no ZeroMQ URL ("10.0.0.7:5555"), which the agent names quoted
- * as it refuses it (local-agent/src/runner-link.ts): not shaped like an endpoint, so found by
- * those words (to the last quote before them: the address may hold quotes, unescaped).
- */
-const NOT_ZMQ = /"[^\n]*"( is not a ZeroMQ address)/g;

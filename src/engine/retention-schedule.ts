@@ -55,17 +55,18 @@ export class RetentionSchedule {
     return this.store.meta.name === null ? null : this.nextAt;
   }
 
-  /**
-   * Sweeps what is due. `deleted` says the engine's delete began (EngineObject.destroy): the
-   * sweep then stops, and writes no next time, since that write and its alarm would land in the
-   * deleted engine's wiped storage, for an engine made again under the name to inherit.
-   */
   /** Whether a sweep is due at `now`. */
   due(now: number): boolean {
     const at = this.next();
     return at !== null && now >= at;
   }
 
+  /**
+   * Sweeps what is due, within `queries` (the invocation's D1 statements, counted down).
+   * `deleted` says the engine's delete began (EngineObject.destroy): the sweep then stops, and
+   * writes no next time, since that write and its alarm would land in the deleted engine's
+   * wiped storage, for an engine made again under the name to inherit.
+   */
   async sweepIfDue(db: D1Database, bucket: R2Bucket, retentionDays: Record<Kept, number>, now: number, deleted: () => boolean, queries: Budget): Promise<void> {
     if (!this.due(now)) return;
     const { name, incarnation } = this.store.meta;

@@ -3,7 +3,8 @@
  * command poll, Atropos's /batch, /status-env and /reset_data). HEAD is a safe method: link
  * checkers, uptime probes and `curl -I` send it freely, and a token in the URL authorises them.
  * Answered as its GET without the body, it would take a batch and throw it away, reset a run,
- * or lease the agent's commands. It is refused instead, before any engine sees it.
+ * or lease the agent's commands. It is refused instead, once the engine has checked the caller
+ * (no state is touched).
  */
 import { tryDecodeURIComponent } from "hono/utils/url";
 import { ATROPOS_API } from "../atropos/routes";

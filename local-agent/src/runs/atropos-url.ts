@@ -15,9 +15,9 @@ const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 /**
  * The run's YAML with every tokenless URL of the engine's Atropos API (whatever origin the
  * exchange saw the run started from) replaced by `url`, where the URL is a whole value of a
- * block mapping or list (quoted or not, a comment after it, CRLF or LF). One inside another value (another
- * host's URL naming it in its query, say: an operator edits the config) is left as it is, as
- * are other URLs: the token goes nowhere but to the engine.
+ * block mapping or list (quoted or not, a comment after it, CRLF or LF). One inside another
+ * value (another host's URL naming it in its query, say: an operator edits the config) is left
+ * as it is, as are other URLs: the token goes nowhere but to the engine.
  */
 export function withAtroposUrl(yaml: string, engine: string, url: string): string {
   const own = new RegExp(
