@@ -72,6 +72,15 @@ describe("group assembly", () => {
     expect((await e.as("viewer").health()).buffer).toMatchObject({ pending_groups: 1, ready_groups: 0, delivered_groups: 1 });
   });
 
+  it("lists a pull's groups in code point order, as the seed's sorted() does, also past U+FFFF", async () => {
+    const e = await buffered(1);
+    const ids = ["\u{1F600}", "\uFF21", "b", "\uD7FF"];
+    await e.as("client").postSteps({ steps: ids.map((g, k) => step(`s${k}`, g, 0, 1, true)) });
+    const meta = (await e.as("trainer").getRolloutData()).data.meta_info;
+    expect(meta.finished_groups).toEqual(["b", "\uD7FF", "\uFF21", "\u{1F600}"]);
+    expect(meta.groups.map((g) => g.group_id)).toEqual(meta.finished_groups);
+  });
+
   it("gives every step of a session the reward of its last completed step by step, as the seed does, in whatever order the rows came", async () => {
     const e = await buffered(2);
     const w = e.as("client");

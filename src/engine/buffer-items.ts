@@ -4,6 +4,7 @@
  * to every step (the original kept as step_reward), and the pull's meta_info.
  */
 import type { GroupReport, RolloutItem } from "../protocol/buffer";
+import { byCodePoint } from "./code-point-order";
 
 export type StoredStep = {
   pk: number;
@@ -78,13 +79,14 @@ export function metaInfo(items: RolloutItem[], groups: string[], cursor: number 
   return {
     total_samples: items.length,
     avg_reward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
-    finished_groups: [...groups].sort(),
+    // In the seed's order, Python's sorted(): by code point.
+    finished_groups: [...groups].sort(byCodePoint),
     avg_weight_version: versions.length ? versions.reduce((a, b) => a + b, 0) / versions.length : 0,
     max_weight_version: versions.length ? Math.max(...versions) : 0,
     cursor,
-    stale_groups: [...staleGroups].sort(),
+    stale_groups: [...staleGroups].sort(byCodePoint),
     consumer_weight_version: consumerVersion,
-    groups: [...reports].sort((a, b) => (a.group_id < b.group_id ? -1 : a.group_id > b.group_id ? 1 : 0)),
+    groups: [...reports].sort((a, b) => byCodePoint(a.group_id, b.group_id)),
   };
 }
 
