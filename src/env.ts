@@ -30,4 +30,6 @@ export interface Env {
   RATE_LIMIT_CLIENT?: RateLimit;
   /** Per-token request limits of trainer tokens, the agent's channel counted apart. */
   RATE_LIMIT_TRAINER?: RateLimit;
+  /** Requests per address with a token the engine has not yet accepted: no made-up token gets a budget of its own. */
+  RATE_LIMIT_UNVERIFIED?: RateLimit;
 }

@@ -50,8 +50,9 @@ function serve(request: Request, env: Env, ctx: ExecutionContext): Response | Pr
 
 export default {
   fetch(request, env, ctx) {
-    // Per-token limits first (http/rate-limit.ts): a request over its limit costs no engine call.
+    // Request limits first (http/rate-limit.ts): a request over its limit costs no engine call.
     const limited = rateLimited(request, env);
-    return limited === null ? serve(request, env, ctx) : limited.then((refusal) => refusal ?? serve(request, env, ctx));
+    if (limited === null) return serve(request, env, ctx);
+    return limited.then(async (verdict) => verdict.refusal ?? verdict.served(await serve(request, env, ctx)));
   },
 } satisfies ExportedHandler<Env>;

@@ -15,6 +15,8 @@ import { AdminClient } from "../src/client";
 const ADMIN = "rate-limit-admin-token";
 /** Requests one client token may make per window here: a deployment allows far more (wrangler.toml). */
 const CLIENT_LIMIT = 6;
+/** Requests per address with tokens the engine has not accepted yet: above what the other tests' fresh tokens make in a window. */
+const UNVERIFIED_LIMIT = 40;
 const NO_EPISODES = "No available episodes to claim.";
 /** The client limit's period in wrangler.toml, which a 429's Retry-After gives. */
 let periodSeconds: number;
@@ -28,9 +30,11 @@ beforeAll(async () => {
   const toml = readFileSync(join(REPO_ROOT, "wrangler.toml"), "utf8")
     .replace(/^main\s*=.*$/m, `main = ${JSON.stringify(join(REPO_ROOT, "src", "index.ts"))}`)
     .replace(/^migrations_dir\s*=.*$/m, `migrations_dir = ${JSON.stringify(join(REPO_ROOT, "migrations"))}`)
-    .replace(/(name = "RATE_LIMIT_CLIENT"[^[]*?limit = )\d+/, `$1${CLIENT_LIMIT}`);
+    .replace(/(name = "RATE_LIMIT_CLIENT"[^[]*?limit = )\d+/, `$1${CLIENT_LIMIT}`)
+    .replace(/(name = "RATE_LIMIT_UNVERIFIED"[^[]*?limit = )\d+/, `$1${UNVERIFIED_LIMIT}`);
   periodSeconds = Number(/name = "RATE_LIMIT_CLIENT"[^[]*?period = (\d+)/.exec(toml)?.[1]);
   expect(toml).toContain(`limit = ${CLIENT_LIMIT}, period = ${periodSeconds}`);
+  expect(toml).toContain(`limit = ${UNVERIFIED_LIMIT}, period = ${periodSeconds}`);
   writeFileSync(join(dir, "wrangler.toml"), toml);
   exchange = await startLocalExchange({ port: 0, persistDir: null, adminToken: ADMIN, claimKeySecret: "rate-limit-claim-secret", configPath: join(dir, "wrangler.toml"), rateLimits: true });
   admin = new AdminClient({ origin: exchange.url, adminToken: ADMIN });
@@ -43,10 +47,11 @@ afterAll(async () => {
 
 type Answer = { status: number; retryAfter: string | null; json: Record<string, unknown> };
 
-async function send(base: string, path: string, token: string, body?: unknown): Promise<Answer> {
+/** `from`: the caller's address as Cloudflare's edge gives it (the local server's clients have none). */
+async function send(base: string, path: string, token: string, body?: unknown, from?: string): Promise<Answer> {
   const res = await fetch(`${base}${path}`, {
     method: body === undefined ? "GET" : "POST",
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }), ...(from === undefined ? {} : { "cf-connecting-ip": from }) },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   return { status: res.status, retryAfter: res.headers.get("retry-after"), json: (await res.json()) as Record<string, unknown> };
@@ -143,4 +148,18 @@ describe("per-token limits on the local server", () => {
     const overview = await send(e.base, "/overview", e.tokens.viewer!);
     expect(overview.json).toMatchObject({ episodes: { registered: 0, claimed: 0, resetting: 0 } });
   }, 60_000);
+
+  it("hold back the address of a caller that makes up a token per request, and not the tokens its engine accepted", async () => {
+    const e = await rollingEngine(0);
+    const viewer = e.tokens.viewer!;
+    const from = "203.0.113.5";
+    expect((await send(e.base, "/get_engine_status", viewer, undefined, from)).status).toBe(200);
+    const answers: Answer[] = [];
+    for (let i = 0; i <= 2 * UNVERIFIED_LIMIT && !answers.some((a) => a.status === 429); i++) answers.push(await send(e.base, "/get_engine_status", `rx_client_made-up-${i}`, undefined, from));
+    expect(answers.at(-1)).toMatchObject({ status: 429, retryAfter: String(periodSeconds), json: { error: "rate_limited" } });
+    expect(answers.slice(0, -1).map((a) => a.json["error"])).toEqual(answers.slice(0, -1).map(() => "invalid_token"));
+    expect((await send(e.base, "/get_engine_status", viewer, undefined, from)).status).toBe(200);
+    // Without Cloudflare's address (the local server's own clients) nothing is counted by address.
+    expect((await send(e.base, "/get_engine_status", "rx_client_made-up-local")).json["error"]).toBe("invalid_token");
+  });
 });

@@ -18,7 +18,7 @@ const WHEN: Record<ErrorStatus, string> = {
   409: "The request conflicts with the current state (e.g. a claim that was reaped or superseded, an engine that exists).",
   413: "The request body is larger than the exchange accepts (4 MiB), a value in it is larger than its limit (in bytes of UTF-8) or than the stores hold, or it sets a size limit (`max_message_bytes`) above what the stores hold; `detail` names the limit.",
   422: "The body, the query or a path parameter does not match the schema; `detail` names each offending field.",
-  429: "The token sent more requests than its limit allows (per token; docs/operations.md, \"Request limits\"). Retry after the seconds in `Retry-After`.",
+  429: "The token sent more requests than its limit allows, or its caller's address sent too many with tokens the engine has not accepted yet (docs/operations.md, \"Request limits\"). Retry after the seconds in `Retry-After`.",
   503: "A store the request needs could not be written (e.g. the engine's last results to D1); nothing was changed, try again.",
 };
 
