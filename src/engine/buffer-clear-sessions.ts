@@ -4,6 +4,7 @@
  */
 import type { CommandBody } from "../protocol/commands";
 import { jsonStringBytes } from "../protocol/limits";
+import { byCodePoint } from "./code-point-order";
 
 export type SessionOf = { session: string; group: string };
 type ClearSessions = Extract<CommandBody, { kind: "clear_sessions" }>;
@@ -16,23 +17,20 @@ export type ClearSessionsReason = ClearSessions["reason"];
  */
 const CLEAR_SESSIONS_BYTES = 256 * 1024;
 
-/** The order Array.prototype.sort gives strings by default. */
-const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
-
-/** The commands that ask to clear `sessions`: their ids sorted, with their groups', in chunks of at most CLEAR_SESSIONS_BYTES. */
+/** The commands that ask to clear `sessions`: their ids sorted in code point order (as the buffer's pulls are), with their groups', in chunks of at most CLEAR_SESSIONS_BYTES. */
 export function clearSessionsCommands(sessions: readonly SessionOf[], reason: ClearSessionsReason): ClearSessions[] {
   const out: ClearSessions[] = [];
   let ids: string[] = [];
   let groups = new Set<string>();
   let bytes = 0;
   const flush = () => {
-    if (ids.length > 0) out.push({ kind: "clear_sessions", session_ids: ids.sort(), group_ids: [...groups].sort(), reason });
+    if (ids.length > 0) out.push({ kind: "clear_sessions", session_ids: ids.sort(byCodePoint), group_ids: [...groups].sort(byCodePoint), reason });
     ids = [];
     groups = new Set();
     bytes = 0;
   };
   // By group, so that a chunk names as few groups as it can.
-  const ordered = [...sessions].sort((a, b) => byCodeUnits(a.group, b.group) || byCodeUnits(a.session, b.session));
+  const ordered = [...sessions].sort((a, b) => byCodePoint(a.group, b.group) || byCodePoint(a.session, b.session));
   for (const { session, group } of ordered) {
     // Each id as a JSON string and its comma.
     const sessionBytes = jsonStringBytes(session) + 1;
