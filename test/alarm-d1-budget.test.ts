@@ -13,55 +13,22 @@ import { SETTLE_MS } from "../src/engine/ledger-compactions";
 import { callRecord, groupOfClaims, postCalls } from "./support/ledger";
 import { sys, user } from "./support/ledger-calls";
 import { advance, endBody, engineStats, withGateway, type TestEngine } from "./support/harness";
+import { watchedD1 } from "./support/watched-d1";
 
-/** A D1 database that counts the statements sent through it: each run, all, first or raw one, each of a batch one. */
+/** A D1 database that counts the statements sent through it: each run, all, first or raw one, each of a batch, each exec. */
 class CountingD1 {
   sent = 0;
-  private readonly real = new WeakMap<D1PreparedStatement, D1PreparedStatement>();
-
-  constructor(private readonly db: D1Database) {}
-
-  database(): D1Database {
-    const db = this.db;
-    const counted: Pick<D1Database, "prepare" | "batch" | "exec"> = {
-      prepare: (sql) => this.counted(db.prepare(sql)),
-      batch: (statements) => {
-        this.sent += statements.length;
-        return db.batch(statements.map((s) => this.real.get(s) ?? s));
-      },
-      exec: (sql) => {
-        this.sent++;
-        return db.exec(sql);
-      },
-    };
-    return counted as D1Database;
-  }
-
-  private counted(s: D1PreparedStatement): D1PreparedStatement {
-    const count = <T>(v: T): T => {
-      this.sent++;
-      return v;
-    };
-    const w: Pick<D1PreparedStatement, "bind" | "first" | "run" | "all" | "raw"> = {
-      bind: (...values) => this.counted(s.bind(...values)),
-      first: ((column?: string) => count(column === undefined ? s.first() : s.first(column))) as D1PreparedStatement["first"],
-      run: () => count(s.run()),
-      all: () => count(s.all()),
-      raw: ((options?: { columnNames?: boolean }) => count(options?.columnNames === true ? s.raw({ columnNames: true }) : s.raw())) as D1PreparedStatement["raw"],
-    };
-    this.real.set(w as D1PreparedStatement, s);
-    return w as D1PreparedStatement;
-  }
+  readonly database = watchedD1({ running: () => void this.sent++ }, env.DB);
 }
 
 /** Gives the engine's object `budget` statements an alarm and a D1 that counts what it is sent. */
 async function countedAlarms(e: TestEngine, budget: number): Promise<CountingD1> {
-  const counter = new CountingD1(env.DB);
+  const counter = new CountingD1();
   await runInDurableObject(e.stub, (instance: EngineObject) => {
     instance.d1QueriesPerAlarm = budget;
     const host = instance as unknown as { env: EngineEnv };
     const own = host.env;
-    const DB = counter.database();
+    const DB = counter.database;
     host.env = new Proxy(own, { get: (target, key) => (key === "DB" ? DB : Reflect.get(target, key)) });
   });
   return counter;

@@ -4,31 +4,13 @@
  * how many statements one invocation sends.
  */
 import { env } from "cloudflare:workers";
+import { watchedD1 } from "./watched-d1";
 
 export type Bound = { sql: string; args: unknown[] };
 
 export function recordingD1(real: D1Database = env.DB): { db: D1Database; bound: Bound[] } {
   const bound: Bound[] = [];
-  const forward = <T extends object>(target: T, key: string | symbol): unknown => {
-    const v = (target as Record<string | symbol, unknown>)[key];
-    return typeof v === "function" ? v.bind(target) : v;
-  };
-  const db = new Proxy(real, {
-    get: (target, key) =>
-      key !== "prepare"
-        ? forward(target, key)
-        : (sql: string) =>
-            new Proxy(real.prepare(sql), {
-              get: (statement, k) =>
-                k !== "bind"
-                  ? forward(statement, k)
-                  : (...args: unknown[]) => {
-                      bound.push({ sql, args });
-                      return statement.bind(...args);
-                    },
-            }),
-  });
-  return { db, bound };
+  return { db: watchedD1({ bound: (sql, args) => bound.push({ sql, args }) }, real), bound };
 }
 
 /** SQLite's plan of a bound statement, one line a step ("SEARCH t USING INDEX ..."). */
