@@ -57,6 +57,23 @@ describe("inference tests", () => {
     expect(await runsAs(e, "viewer").inferenceTest(t.test_id)).toEqual(done);
   });
 
+  it("take a model by its id alone, called on OpenRouter as the seed called it, and test the seed's three models when none is named", async () => {
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    const openRouter = { base_url: "https://openrouter.ai/api/v1", api_key_env: "OPENROUTER_API_KEY" };
+    const mixed = await runsAs(e, "operator").startInferenceTest({ models: ["minimax/minimax-m1", MODELS[1]!] });
+    expect(mixed.request.models).toEqual([{ model: "minimax/minimax-m1", ...openRouter }, { ...MODELS[1], api_key_env: null }]);
+    const seeds = await raw(`/e/${e.name}/runs/inference_tests`, { token: e.tokens.operator, body: "{}" });
+    expect(seeds.status).toBe(200);
+    expect(seeds.json).toMatchObject({ request: { num_steps: 3, group_size: 16, models: ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"].map((model) => ({ model, ...openRouter })) } });
+    const { commands } = await e.as("trainer").pollCommands();
+    expect(commands.map((c) => (c.body.kind === "test_inference" ? c.body.models.map((m) => m.model) : c.body.kind))).toEqual([
+      ["minimax/minimax-m1", "local"],
+      ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"],
+    ]);
+    // An empty list names no model: refused, as are ids no model has.
+    for (const models of [[], [""], ["x".repeat(201)]]) expect((await refusal(() => runsAs(e, "operator").startInferenceTest({ models }))).status).toBe(422);
+  });
+
   it("keep a finished test finished when a progress report, retried, crosses the final one", async () => {
     await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
     const t = await runsAs(e, "operator").startInferenceTest({ models: MODELS.slice(0, 1), num_steps: 2, group_size: 4 });

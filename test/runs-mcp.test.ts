@@ -104,6 +104,24 @@ describe("MCP endpoint", () => {
     expect(unknown).toMatchObject({ isError: true });
   });
 
+  it("starts an inference test as the seed's rl_test_inference does: models by id on OpenRouter, the seed's three when none is named", async () => {
+    await runsAs(e, "trainer").reportCatalog(sampleCatalog());
+    await runsAs(e, "operator").selectEnvironment({ name: "gsm8k" });
+    type Result = { isError: boolean; structuredContent: { request: { models: { model: string; base_url: string; api_key_env: string | null }[] } } };
+    const start = async (args: unknown) => (await call(e.tokens.operator, "rl_test_inference", args)).json?.["result"] as Result;
+    const none = await start({});
+    expect(none.isError).toBe(false);
+    expect(none.structuredContent.request.models.map((m) => [m.model, m.base_url, m.api_key_env])).toEqual(
+      ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"].map((m) => [m, "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"]),
+    );
+    const byId = await start({ models: ["my/model"], num_steps: 1 });
+    expect(byId.structuredContent.request.models).toEqual([{ model: "my/model", base_url: "https://openrouter.ai/api/v1", api_key_env: "OPENROUTER_API_KEY" }]);
+    // The tool's input schema says so to the model that calls it.
+    const tools = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { properties: { models: { items: { anyOf: { type: string }[] } } } } }[] };
+    const schema = tools.tools.find((t) => t.name === "rl_test_inference")!.inputSchema.properties.models;
+    expect(schema.items.anyOf.map((s) => s.type)).toEqual(["object", "string"]);
+  });
+
   it("reads and sets the ledger's capture: the operator's tool, refused to a viewer, checked like the route", async () => {
     type Result = { isError?: boolean; structuredContent: Record<string, unknown> };
     const result = async (token: string, name: string, args: unknown) => (await call(token, name, args)).json?.["result"] as Result;
@@ -141,7 +159,7 @@ describe("MCP endpoint", () => {
   });
 
   it("reads rl_list_runs' limit as the integer it advertises: JSON numbers 1 to 100, not text or booleans read as numbers", async () => {
-    const tools = (await rpc(e.tokens.viewer, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { properties: Record<string, unknown> } }[] };
+    const tools = (await rpc(e.tokens.operator, { jsonrpc: "2.0", id: 1, method: "tools/list" })).json?.["result"] as { tools: { name: string; inputSchema: { properties: Record<string, unknown> } }[] };
     expect(tools.tools.find((t) => t.name === "rl_list_runs")!.inputSchema.properties["limit"]).toMatchObject({ type: "integer", minimum: 1, maximum: 100 });
     const listed = async (limit: unknown) => (await call(e.tokens.viewer, "rl_list_runs", { limit })).json?.["result"] as { isError: boolean; structuredContent: Record<string, unknown> };
     // "5", true, "0x10", [7] and " 3 " were read as 5, 1, 16, 7 and 3.

@@ -357,7 +357,7 @@ export const inferenceTests = sqliteTable(
     environment: text("environment").notNull(),
     status: text("status", { enum: ["pending", "running", "done", "failed"] }).notNull(),
     detail: text("detail").notNull(),
-    /** JSON: StartInferenceTestRequest. */
+    /** JSON: InferenceTestRequest. */
     request: text("request").notNull(),
     /** JSON: ModelResult[]. */
     models: text("models").notNull(),

@@ -323,15 +323,39 @@ export const InferenceModel = z.object({
 export type InferenceModel = z.infer<typeof InferenceModel>;
 
 /**
- * Kept as JSON in the test's D1 row and sent in its command: 8 models of at most 2,376 UTF-16
- * units, at most 114,048 bytes escaped, far under what a row holds.
+ * Where the seed (hermes-agent's rl_training_tool) ran its inference tests: OpenRouter, with the
+ * key in OPENROUTER_API_KEY. A model named by its id alone is called there, as in the seed.
  */
-export const StartInferenceTestRequest = z.object({
+export const OPENROUTER = { base_url: "https://openrouter.ai/api/v1", api_key_env: "OPENROUTER_API_KEY" } as const;
+/** The seed's test models, small, medium and large, tested when a request names none. */
+export const SEED_TEST_MODELS: readonly string[] = ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"];
+
+const ModelById = z
+  .string()
+  .min(1)
+  .max(200)
+  .transform((model): InferenceModel => ({ model, ...OPENROUTER }));
+
+/**
+ * An inference test's settings as kept: JSON in the test's D1 row and sent in its command. 8
+ * models of at most 2,376 UTF-16 units, at most 114,048 bytes escaped, far under what a row holds.
+ */
+export const InferenceTestRequest = z.object({
   num_steps: z.number().int().min(1).max(50).default(3),
   group_size: z.number().int().min(1).max(64).default(16),
   models: z.array(InferenceModel).min(1).max(8),
   /** Deadline per model, in seconds. */
   timeout_seconds: z.number().int().min(5).max(3600).default(600),
+});
+
+/** A request to start one: a model may be named by its id alone (on OpenRouter), and none names the seed's three. */
+export const StartInferenceTestRequest = InferenceTestRequest.extend({
+  models: z
+    .array(z.union([InferenceModel, ModelById]))
+    .min(1)
+    .max(8)
+    .default(() => SEED_TEST_MODELS.map((model) => ({ model, ...OPENROUTER })))
+    .describe(`Each {model, base_url, api_key_env}, or a model id alone, called on OpenRouter with the key in OPENROUTER_API_KEY; none: the seed's ${SEED_TEST_MODELS.join(", ")}.`),
 });
 export type StartInferenceTestRequest = z.infer<typeof StartInferenceTestRequest>;
 
@@ -365,7 +389,7 @@ export const InferenceTestView = z.object({
   environment: z.string(),
   status: openEnum(INFERENCE_TEST_STATUSES),
   detail: z.string(),
-  request: StartInferenceTestRequest,
+  request: InferenceTestRequest,
   models: z.array(ModelResult),
   summary: z
     .object({

@@ -7,7 +7,7 @@
 import { and, eq, notInArray } from "drizzle-orm";
 import { z } from "zod";
 import { inferenceTests } from "../db/schema";
-import { ModelResult, StartInferenceTestRequest, type InferenceTestReport, type InferenceTestView } from "../protocol/runs";
+import { InferenceTestRequest, ModelResult, type StartInferenceTestRequest, type InferenceTestReport, type InferenceTestView } from "../protocol/runs";
 import { loadDraft, unknownEnvironment } from "./config-ops";
 import { parseJson } from "./config-store";
 import type { RunsCtx } from "./context";
@@ -33,7 +33,7 @@ function view(r: TestRow): InferenceTestView {
     environment: r.environment,
     status: r.status,
     detail: r.detail,
-    request: parseJson(StartInferenceTestRequest, r.request),
+    request: parseJson(InferenceTestRequest, r.request),
     models,
     summary:
       r.status === "done" || r.status === "failed"

@@ -9,7 +9,7 @@ import { EditConfigRequest, ListRunsArgs, type CatalogResponse, type CurrentConf
 import * as config from "../config-ops";
 import type { RunsCtx } from "../context";
 import * as inference from "../inference-ops";
-import { refuse, type RunsReply } from "../reply";
+import type { RunsReply } from "../reply";
 import * as runs from "../run-ops";
 import { UpdateLedgerConfigRequest } from "../../protocol/ledger";
 
@@ -66,7 +66,7 @@ function unblockSteps(state: CatalogResponse["catalog_status"]["state"]): string
 
 const NoArgs = z.object({});
 const OptionalRun = z.object({ run_id: RunId.optional().describe("The run; default: the active run, else the latest one.") });
-const TestInferenceArgs = StartInferenceTestRequest.partial({ models: true }).extend({
+const TestInferenceArgs = StartInferenceTestRequest.extend({
   test_id: TestId.optional().describe("Give only this to read the results of a test started earlier."),
 });
 
@@ -177,12 +177,12 @@ export const TOOLS: readonly Tool[] = [
     "Test the environment with real models",
     "test_inference",
     TestInferenceArgs,
-    "Quick check of the selected environment before training: runs its `process` mode for num_steps steps x group_size completions against each model (OpenAI-compatible endpoints; api_key_env names the environment variable on the GPU host that holds the key) and reports accuracy per model from the scored output. It takes minutes, so this answers at once with a test_id: call again with only test_id (or rl_get_inference_test) for the results.",
+    "Quick check of the selected environment before training: runs its `process` mode for num_steps steps x group_size completions against each model (OpenAI-compatible endpoints; api_key_env names the environment variable on the GPU host that holds the key; a model id alone is called on OpenRouter with OPENROUTER_API_KEY, and no models tests the seed's three there) and reports accuracy per model from the scored output. It takes minutes, so this answers at once with a test_id: call again with only test_id (or rl_get_inference_test) for the results.",
     ["rl_get_inference_test(test_id) until its status is done or failed"],
     async (ctx, a) => {
       if (a.test_id !== undefined) return inference.getInferenceTest(ctx, a.test_id);
-      if (a.models === undefined) return refuse(422, "invalid_request", "Give models (at least one {model, base_url, api_key_env}) to start a test, or test_id to read one.");
-      return inference.startInferenceTest(ctx, StartInferenceTestRequest.parse({ ...a, test_id: undefined }));
+      const { test_id: _read, ...start } = a;
+      return inference.startInferenceTest(ctx, start);
     },
   ),
   tool(
