@@ -227,6 +227,17 @@ describe("agent command channel", () => {
     await expect(e.as("client").pollCommands()).rejects.toMatchObject({ status: 403 });
   });
 
+  it("refuses a blank wait (`?wait=`, which reads as 0 once coerced) and leases nothing: the poll hands commands out", async () => {
+    const e = await createEngine();
+    await e.as("operator").syncTrainConfig("ajet:\n  backbone: verl\n");
+    await e.as("operator").startEngine();
+    for (const wait of ["", "%20"]) {
+      const res = await raw(`/e/${e.name}/agent/commands?wait=${wait}`, { token: e.tokens.trainer });
+      expect([res.status, res.json?.["error"], String(res.json?.["detail"])]).toEqual([422, "invalid_request", expect.stringMatching(/^wait: /)]);
+    }
+    expect((await e.as("trainer").pollCommands()).commands.map((c) => c.body.kind)).toEqual(["start"]);
+  });
+
   it("marks a result undeliverable when the agent reports its runner gone", async () => {
     const e = await createEngine();
     await rollingWith(e, 1, { zmq: true });

@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { textOfAtMost } from "./limits";
 import { openEnum } from "./open-enum";
+import { queryNumber } from "./query-numbers";
 import { RunId, TestId } from "./runs";
 
 export const StartCommand = z.object({ kind: z.literal("start"), yaml_as_string: z.string() });
@@ -91,7 +92,7 @@ export type Command = z.infer<typeof Command>;
 
 export const PollCommandsQuery = z.object({
   /** Seconds to hold the request open when nothing is due (long poll). */
-  wait: z.coerce.number().min(0).max(25, "wait is at most 25 seconds").default(0),
+  wait: queryNumber(z.number().min(0).max(25, "wait is at most 25 seconds")).default(0),
   limit: z.coerce.number().int().min(1).max(100).default(32),
   /**
    * Identifies one running agent process. A poll from a newer session takes over: polls of older

@@ -14,6 +14,7 @@ import { z } from "zod";
 import { idText, isWellFormed } from "./limits";
 import { openEnum } from "./open-enum";
 import { unpackFloats, unpackInts } from "./packed";
+import { queryNumber } from "./query-numbers";
 import { RelayEndpoint } from "./relay-endpoint";
 
 export const CAPTURE_MODES = ["off", "messages", "tokens"] as const;
@@ -227,10 +228,8 @@ export const TrajectoryOutcome = z.enum(TRAJECTORY_OUTCOMES);
 const TrajectoryOutcomeView = openEnum(TRAJECTORY_OUTCOMES);
 export type TrajectoryOutcome = z.infer<typeof TrajectoryOutcome>;
 
-// z.coerce.number reads a blank value (`?global_step=`) as 0: as NaN it names no number and is refused, like `abc`.
-const blankAsNaN = (v: unknown): unknown => (typeof v === "string" && v.trim() === "" ? NaN : v);
-const intParam = (min: number, max: number) => z.preprocess(blankAsNaN, z.coerce.number().int().min(min).max(max));
-const finiteParam = z.preprocess(blankAsNaN, z.coerce.number().refine(Number.isFinite, "a finite number"));
+const intParam = (min: number, max: number) => queryNumber(z.number().int().min(min).max(max));
+const finiteParam = queryNumber(z.number().refine(Number.isFinite, "a finite number"));
 
 export const MAX_TRAJECTORY_PAGE = 200;
 
