@@ -2,9 +2,13 @@
  * What pace (staleness_policy: pace) counts as consumed and as outstanding when a train claim or
  * a worker's batch asks to begin new work (docs/buffer.md, "Pacing instead of discarding").
  */
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import type { EngineObject } from "../src/engine/engine-object";
+import { migrateEngine } from "../src/engine/schema";
+import { rewindSchema } from "./support/schema-rewind";
 import { stepRow as row } from "./support/buffer";
-import { createEngine, endBody, raw, rollingWith } from "./support/harness";
+import { advance, createEngine, endBody, raw, rollingWith } from "./support/harness";
 
 /**
  * An engine with the buffer in use under pace, at most 0 versions late and 2 rollouts per
@@ -89,3 +93,74 @@ describe("pace across a trainer restart", () => {
     expect(c, JSON.stringify(c)).toMatchObject({ success: true });
   });
 });
+
+describe("pace weighs a group as its pull would hand it out", () => {
+  /** A buffer under pace at version 0, groups of 2, at most `maxStaleness` versions late and `perVersion` rollouts a version. */
+  async function pacedBuffer(name: string, maxStaleness: number, perVersion: number) {
+    const e = await createEngine(name);
+    const trainer = e.as("trainer");
+    await trainer.startRollout({ num_repeat_per_sample: 2, job_session: "job-1" });
+    await e.as("operator").configureBuffer({ staleness_policy: "pace", max_staleness: maxStaleness, rollouts_per_version: perVersion });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    const post = (rows: unknown[]) => raw(`/e/${e.name}/steps`, { token: e.tokens.client, body: JSON.stringify({ steps: rows }) });
+    return { e, trainer, post };
+  }
+
+  it("by its usable sessions' oldest version, not a failed session's (which no pull hands out)", async () => {
+    const { trainer, post } = await pacedBuffer("pace-failed-oldest", 1, 10);
+    expect((await post([{ ...row("dead", "g", 0, true), weight_version: 0, failed_infra: true }])).status).toBe(200);
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 5 });
+    expect((await post([row("s1", "g", 0, true), row("s2", "g", 0, true)])).json).toMatchObject({ groups_ready: ["g"] });
+    // g's usable sessions are at version 5: a new group at 5 is consumed at 5 at worst, within 1.
+    expect(await post([row("n1", "h", 0, false), row("n2", "h", 0, false)])).toMatchObject({ status: 200, json: { accepted: 2 } });
+    const g = (await trainer.getRolloutData()).data.meta_info.groups.find((r) => r.group_id === "g");
+    expect({ oldest: g?.oldest_weight_version, lag: g?.lag_versions }).toEqual({ oldest: 5, lag: 0 });
+  });
+
+  it("by its usable sessions, not the ones that never completed (its pull clears them)", async () => {
+    const { trainer, post } = await pacedBuffer("pace-incomplete", 1, 2);
+    expect((await post([row("s1", "g", 0, true), row("s2", "g", 0, true), row("s3", "g", 0, false)])).json).toMatchObject({ groups_ready: ["g"] });
+    // Outstanding: g's 2 usable sessions, then h's 2: consumed at version 1 at worst, within 1.
+    expect(await post([row("n1", "h", 0, false), row("n2", "h", 0, false)])).toMatchObject({ status: 200, json: { accepted: 2 } });
+    // A third group would be consumed at version 2: refused.
+    expect(await post([row("m1", "k", 0, false), row("m2", "k", 0, false)])).toMatchObject({ status: 503, json: { error: "paced" } });
+    expect((await trainer.getRolloutData({ max_groups: 1 })).data.meta_info.total_samples).toBe(2);
+  });
+
+  it("and a trainer restarted with restart_training, at the version its predecessor pulled at, has consumed nothing yet (deadlock)", async () => {
+    const { e, trainer, post } = await pacedBuffer("pace-restart-training", 0, 2);
+    await e.as("operator").configureBuffer({ group_size: 1 });
+    expect((await post([row("a", "ga", 0, true)])).status).toBe(200);
+    expect((await post([row("b", "gb", 0, true)])).status).toBe(200);
+    expect((await trainer.getRolloutData()).data.meta_info.total_samples).toBe(2);
+    // Two consumed at version 0 of 2 a version: a new group would be consumed at version 1.
+    expect((await post([row("x", "gx", 0, true)])).status).toBe(503);
+    // The trainer crashes while training on that batch and is restarted from its checkpoint, restarting its job.
+    await advance(e, 5 * 60_000);
+    await trainer.startRollout({ num_repeat_per_sample: 1, job_session: "job-1", restart_training: true });
+    await trainer.updateEngineStatus({ engine_status: "ENGINE.ROLLING", weight_version: 0 });
+    expect((await trainer.getRolloutData()).success).toBe(false);
+    // Nothing is under way or waiting, and it has consumed nothing: its first group is taken.
+    expect((await post([row("c", "gc", 0, true)])).json).toMatchObject({ groups_ready: ["gc"] });
+    expect((await trainer.getRolloutData()).data.meta_info.finished_groups).toEqual(["gc"]);
+  });
+
+  it("knows each session's oldest version on an engine from before it kept one (engine migration 31)", async () => {
+    const e = await createEngine("pace-migration-31");
+    const sessions = await runInDurableObject(e.stub, (_i: EngineObject, state) => {
+      const sql = state.storage.sql;
+      rewindSchema(sql, 31);
+      sql.exec("INSERT INTO buf_sessions (session_id, group_id, completed) VALUES ('s', 'g', 1), ('none', 'g', 0)");
+      for (const [i, v] of [7, 4, 9].entries()) {
+        sql.exec("INSERT INTO buf_steps (uid, session_id, step_index, group_id, messages, response, reward, truncated, is_session_completed, weight_version, extra, created_at) VALUES (?, 's', ?, 'g', '[]', '', 1, 0, 0, ?, '{}', 9)", `u${i}`, i, v);
+      }
+      migrateEngine(sql);
+      return sql.exec("SELECT session_id, min_weight_version FROM buf_sessions ORDER BY session_id").toArray();
+    });
+    expect(sessions).toEqual([
+      { session_id: "none", min_weight_version: null },
+      { session_id: "s", min_weight_version: 4 },
+    ]);
+  });
+});
+

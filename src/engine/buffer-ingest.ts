@@ -123,11 +123,13 @@ export function ingest(s: BufferState, rows: CheckedStep[]): PostStepsResponse {
       .one().run;
     groupRuns.add(groupRun);
     s.sql.exec(
-      `INSERT INTO buf_sessions (session_id, group_id, max_step) VALUES (?, ?, ?)
-       ON CONFLICT (session_id) DO UPDATE SET max_step = excluded.max_step WHERE buf_sessions.max_step IS NULL OR buf_sessions.max_step < excluded.max_step`,
+      `INSERT INTO buf_sessions (session_id, group_id, max_step, min_weight_version) VALUES (?, ?, ?, ?)
+       ON CONFLICT (session_id) DO UPDATE SET max_step = MAX(COALESCE(buf_sessions.max_step, excluded.max_step), excluded.max_step),
+         min_weight_version = MIN(COALESCE(buf_sessions.min_weight_version, excluded.min_weight_version), excluded.min_weight_version)`,
       session_id,
       group_id,
       step_index,
+      weight_version,
     );
     if (failed_infra) markFailed(s, session_id, group_id, group_size);
     if (is_session_completed) {

@@ -130,6 +130,9 @@ export function discardForRestart(s: BufferState, now: number): void {
   // A task's next rollout starts its group afresh: forgetDecided, which looks for the new name, would never find these.
   s.sql.exec(`DELETE FROM buf_task_groups WHERE group_id IN (SELECT group_id FROM buf_groups WHERE ${freed})`);
   s.sql.exec(`UPDATE buf_groups SET group_id = ?1 || group_id WHERE ${freed}`, prefix);
+  // The trainer restarted from a checkpoint has consumed nothing yet, even at the version its
+  // predecessor pulled at (buffer-pace.ts): pace would otherwise wait for it to consume for ever.
+  s.bump((c) => ({ ...c, pulledAtVersion: 0 }));
 }
 
 /** Whether a session's group is one restart_training discarded (discardForRestart): its rows are late, whatever group they name. */

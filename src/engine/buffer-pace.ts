@@ -60,29 +60,29 @@ export function paceState(s: BufferState, claims: ClaimsOutstanding, withPending
   const c = s.counters();
   const version = s.host.weightVersion();
   const heardSince = s.host.now() - paceSilenceMs(cfg);
-  // A pending group weighs, for a worker's batch, as the group_size sessions it will bring:
-  // those not come yet join a group begun, and are taken whatever pace says. For a claim, the
-  // rest of its group are claims, counted as they are claimed.
-  const sessions = s.sql
-    .exec<{ n: number | null }>(
-      `SELECT SUM(CASE WHEN state = 'pending' THEN MAX(n, ?2) ELSE n END) AS n FROM (
-         SELECT state, (SELECT COUNT(*) FROM buf_sessions WHERE buf_sessions.group_id = buf_groups.group_id AND failed = 0) AS n
-         FROM buf_groups WHERE state = 'ready' OR (state = 'pending' AND last_row_at > ?1))`,
+  // A group weighs as the sessions a pull would hand out: a ready group's usable ones (those that
+  // never completed are cleared at its pull), a pending group's all but the failed. A pending
+  // group weighs, for a worker's batch, as the group_size sessions it will bring: those not come
+  // yet join a group begun, and are taken whatever pace says. For a claim, the rest of its group
+  // are claims, counted as they are claimed. Its oldest version is those sessions' oldest, as a
+  // pull reports it; a pending group's only for a worker's batch.
+  const weighed = s.sql
+    .exec<{ n: number | null; v: number | null }>(
+      `SELECT SUM(CASE WHEN state = 'pending' THEN MAX(n, ?2) ELSE n END) AS n, MIN(CASE WHEN state = 'ready' OR ?3 THEN v END) AS v FROM (
+         SELECT g.state AS state, COUNT(x.session_id) AS n, MIN(x.min_weight_version) AS v
+         FROM buf_groups g LEFT JOIN buf_sessions x ON x.group_id = g.group_id AND x.failed = 0 AND (g.state = 'pending' OR x.completed = 1)
+         WHERE g.state = 'ready' OR (g.state = 'pending' AND g.last_row_at > ?1)
+         GROUP BY g.group_id)`,
       heardSince,
       withPending ? cfg.group_size : 0,
+      withPending ? 1 : 0,
     )
-    .one().n ?? 0;
-  const oldest = s.sql
-    .exec<{ v: number | null }>(
-      `SELECT MIN(min_weight_version) AS v FROM buf_groups WHERE state = 'ready'${withPending ? " OR (state = 'pending' AND last_row_at > ?)" : ""}`,
-      ...(withPending ? [heardSince] : []),
-    )
-    .one().v;
+    .one();
   return {
     consumerVersion: version,
     maxStaleness: cfg.max_staleness,
-    oldestVersion: olderVersion(oldest, claims.oldest),
-    outstanding: sessions + claims.count,
+    oldestVersion: olderVersion(weighed.v, claims.oldest),
+    outstanding: (weighed.n ?? 0) + claims.count,
     // Only this run's trainer has consumed anything at this version.
     consumedAtVersion: c.pullVersion === version && c.pullRun === s.host.run() ? c.pulledAtVersion : 0,
     perVersion: cfg.rollouts_per_version ?? c.perVersion ?? fallbackPerVersion,

@@ -404,6 +404,10 @@ export const ENGINE_MIGRATIONS: readonly string[] = [
    WHERE (b.used OR l.used) AND NOT EXISTS (SELECT 1 FROM kv WHERE k = 'retention_uses');
    INSERT INTO kv (k, v) SELECT 'ledger_sweep_at', CAST(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + 3600000 AS TEXT)
    WHERE EXISTS (SELECT 1 FROM kv WHERE k = 'retention_uses' AND v LIKE '%buffer%') AND NOT EXISTS (SELECT 1 FROM kv WHERE k = 'ledger_sweep_at');`,
+  // 31: each session's oldest weight version, so that pace weighs a group by its usable
+  // sessions (buffer-pace.ts), as a pull reports it, not by a failed or unfinished one's rows.
+  `ALTER TABLE buf_sessions ADD COLUMN min_weight_version INTEGER;
+   UPDATE buf_sessions SET min_weight_version = (SELECT MIN(weight_version) FROM buf_steps WHERE buf_steps.session_id = buf_sessions.session_id);`,
 ];
 
 /** The schema version an engine's storage is at: 0 for a new one. */

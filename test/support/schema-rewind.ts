@@ -5,6 +5,8 @@
  * it again. A migration appended that cannot run twice adds its undoing here.
  */
 export function rewindSchema(sql: SqlStorage, next: number): void {
+  // 31: buf_sessions.min_weight_version.
+  if (next <= 31) sql.exec("ALTER TABLE buf_sessions DROP COLUMN min_weight_version");
   // 30: only fills kv's retention_uses and ledger_sweep_at where they were missing; nothing to undo.
   // 29: only fills ends_before_sync.ended_at where 27 left it 0; nothing to undo.
   // 28: only fills outbox.created_at where 19 left it null; nothing to undo.
