@@ -20,7 +20,7 @@ import { describeError, type Logger } from "./log";
 import type { Reachability } from "./reachability";
 import type { TrainerSupervisor } from "./trainer";
 import type { TrainerExit } from "./trainer";
-import { headOf } from "../../src/protocol/limits";
+import { headOf, MAX_LOG_TAIL_BYTES, utf8TailOf } from "../../src/protocol/limits";
 
 export type ReportDeps = {
   link: EngineLink;
@@ -54,7 +54,6 @@ const KeptExit = z.object({ id: z.string(), engine: z.string(), request: Trainer
 type KeptExit = z.infer<typeof KeptExit>;
 const KEPT_EXIT_FILE = "trainer-exit.json";
 
-const MAX_LOG_TAIL = 16_384;
 /** A host clock further than this from the exchange's is worth a warning, well before the gateway refuses. */
 const CLOCK_WARN_MS = 30_000;
 
@@ -154,7 +153,7 @@ export class Reports {
     const req: TrainerExitRequest = {
       exit_code: exit.exit_code,
       signal: exit.signal,
-      log_tail: tail.slice(-MAX_LOG_TAIL),
+      log_tail: utf8TailOf(tail, MAX_LOG_TAIL_BYTES),
       start_seq: exit.start_seq,
       ...(exit.start_incarnation === undefined ? {} : { start_incarnation: exit.start_incarnation }),
     };

@@ -167,6 +167,20 @@ describe("agent + Worker + runner", () => {
     expect(agent.trainer.status().state).toBe("exited");
   });
 
+  it("takes the engine OFFLINE when the trainer's last output is no UTF-8: its tail is cut by bytes as the exchange counts them", async () => {
+    // 60 lines of 200 Latin-1 bytes (0xE9): each reads back as U+FFFD, 3 bytes of UTF-8, so 16,384
+    // characters of tail were about 24 KB, and the exchange refused the report for good (413).
+    const script = `i=0; while [ $i -lt 60 ]; do head -c 200 /dev/zero | tr '\\000' '\\351'; echo; i=$((i+1)); done; exit 1`;
+    await agentWith({ trainerCommand: ["sh", "-c", script] });
+    await t.engine.operator.syncTrainConfig("x: 1\n");
+    await t.engine.operator.startEngine();
+    await waitUntil(async () => (await t.engine.viewer.getEngineStatus()).engine_status === "ENGINE.OFFLINE", "the engine to go OFFLINE");
+    const detail = (await t.engine.viewer.getEngineStatus()).engine_status_detail;
+    expect(detail).toMatch(/^trainer exited with code 1; last output:\n/);
+    expect(detail).toContain("\uFFFD\uFFFD\uFFFD");
+    expect(detail).toContain("[rollout-agent] trainer pid");
+  });
+
   it("leaves no trainer behind when the engine's start comes while the agent shuts down, and leaves that start unacked", async () => {
     // The first trainer dies leaving a helper that ignores SIGTERM; its grace period runs on a
     // clock nobody moves, so the engine's next start waits for it until the agent's SIGTERM.

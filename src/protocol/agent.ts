@@ -4,7 +4,7 @@
  * coalesces many runner threads' requests into one).
  */
 import { z } from "zod";
-import { textOfAtMost } from "./limits";
+import { MAX_LOG_TAIL_BYTES, textOfAtMost } from "./limits";
 import { openEnum } from "./open-enum";
 import { CheckWhetherEpisodeClaimedRequest, RegisterEpisodeRequest } from "./swarm";
 import { EngineIncarnation } from "./commands";
@@ -112,7 +112,7 @@ export const TrainerExitRequest = z.object({
   exit_code: z.number().int().nullable(),
   signal: z.string().max(32).nullable().default(null),
   /** The last lines of the trainer's output, for the operator; kept in the engine's meta row, at most 98,304 bytes escaped. */
-  log_tail: textOfAtMost(16_384).default(""),
+  log_tail: textOfAtMost(MAX_LOG_TAIL_BYTES).default(""),
   /** The seq of the start command that launched the trainer; null when the agent does not know it (a trainer it did not start). */
   start_seq: z.number().int().nonnegative().nullable().default(null),
   /**

@@ -67,6 +67,30 @@ export function utf8Bytes(s: string): number {
   return n;
 }
 
+/** A process's last output in a report (a trainer's exit, a run's process), in bytes of UTF-8. */
+export const MAX_LOG_TAIL_BYTES = 16_384;
+
+/**
+ * The end of `s` that is at most `max` bytes of UTF-8, cut between code points: a log's last
+ * lines under a limit counted in bytes (textOfAtMost). Counted as utf8Bytes counts (a lone
+ * surrogate as U+FFFD's 3 bytes): text decoded from bytes that were no UTF-8 is U+FFFD each,
+ * three times the bytes it came from.
+ */
+export function utf8TailOf(s: string, max: number): string {
+  if (s.length * 3 <= max) return s;
+  let bytes = 0;
+  let i = s.length;
+  while (i > 0) {
+    const c = s.charCodeAt(i - 1);
+    const pair = (c & 0xfc00) === 0xdc00 && i >= 2 && (s.charCodeAt(i - 2) & 0xfc00) === 0xd800;
+    const size = pair ? 4 : c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+    if (bytes + size > max) break;
+    bytes += size;
+    i -= pair ? 2 : 1;
+  }
+  return s.slice(i);
+}
+
 /** Bytes of `value`'s JSON in UTF-8, as a body or a stored record holds it. */
 export const jsonBytes = (value: unknown): number => utf8Bytes(JSON.stringify(value) ?? "");
 

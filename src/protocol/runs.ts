@@ -5,7 +5,7 @@
  * client and the local-agent all validate with these schemas.
  */
 import { z } from "zod";
-import { textOfAtMost } from "./limits";
+import { MAX_LOG_TAIL_BYTES, textOfAtMost } from "./limits";
 import { openEnum } from "./open-enum";
 
 /** Any JSON value: config values are whatever the environment's config class accepts. */
@@ -187,7 +187,7 @@ export const ProcessReport = z.object({
   pid: z.number().int().positive().nullable().default(null),
   command: z.string().max(8192).default(""),
   log_path: z.string().max(4096).default(""),
-  log_tail: textOfAtMost(16_384).default(""),
+  log_tail: textOfAtMost(MAX_LOG_TAIL_BYTES).default(""),
   exit_code: z.number().int().nullable().default(null),
   signal: z.string().max(32).nullable().default(null),
   started_at: processTime,

@@ -9,6 +9,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync } from "node:fs";
 import { startBanner } from "../trainer-log";
+import { MAX_LOG_TAIL_BYTES, utf8TailOf } from "../../../src/protocol/limits";
 import type { ProcessReport, ProcessState } from "../../../src/protocol/runs";
 import { childEnv } from "../child-env";
 import type { Clock } from "../clock";
@@ -161,7 +162,7 @@ export class RunProcess {
       pid: this.pid,
       command: this.reported(this.argv.join(" ")),
       log_path: this.logPath,
-      log_tail: withLogTail ? this.reported(tailFile(this.logPath)) : "",
+      log_tail: withLogTail ? utf8TailOf(this.reported(tailFile(this.logPath)), MAX_LOG_TAIL_BYTES) : "",
       exit_code: this.exit?.code ?? null,
       signal: this.exit?.signal ?? null,
       started_at: s(this.startedAt),
