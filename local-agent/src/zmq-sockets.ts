@@ -23,7 +23,9 @@ const REAP_POLL_MS = 5;
 async function opened(options: ConstructorParameters<typeof Request>[0]): Promise<Request> {
   for (let waited = 0; ; waited += REAP_POLL_MS) {
     try {
-      return new Request(options);
+      // Dual stack: a runner's address may be IPv6 (tcp://[::1]:port, which isZmqAddress takes),
+      // which a socket without ipv6 never reaches; IPv4 addresses are reached all the same.
+      return new Request({ ipv6: true, ...options });
     } catch (e) {
       if ((e as { code?: unknown }).code !== "EMFILE" || waited >= REAPED_WITHIN_MS) throw e;
       await new Promise((r) => setTimeout(r, REAP_POLL_MS));

@@ -43,9 +43,9 @@ function runner(o: Omit<ConstructorParameters<typeof PyRunner>[0], "ipcDir">): P
 }
 
 describe("sendToRunner with a Node REP peer", () => {
-  it("delivers one string, intact, over tcp and ipc", async () => {
+  it("delivers one string, intact, over tcp (IPv4 and IPv6) and ipc", async () => {
     const payload = JSON.stringify({ reward: 0.5, is_success: true, metadata: { task_id: "t1", note: "ünïcödé ✓", big: "x".repeat(1 << 20) }, log_metrics: {} });
-    for (const addr of ["tcp://127.0.0.1:*", `ipc://${dir.path}/peer.sock`]) {
+    for (const addr of ["tcp://127.0.0.1:*", "tcp://[::1]:*", `ipc://${dir.path}/peer.sock`]) {
       const peer = await repPeer({ addr });
       const out = await sendToRunner(peer.addr, payload, { timeoutMs: 2000, attempts: 1 });
       expect(out).toMatchObject({ ok: true, attempts: 1, interrupted: false });

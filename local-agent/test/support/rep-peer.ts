@@ -9,7 +9,7 @@ export type RepPeer = { addr: string; received: string[]; close(): void };
 
 /** Binds at `addr` (default: a free tcp port) and answers `reply` (after `delayMs`). */
 export async function repPeer(opts: { reply?: string; delayMs?: number; addr?: string } = {}): Promise<RepPeer> {
-  const sock = new Reply({ linger: 0 });
+  const sock = new Reply({ linger: 0, ipv6: true });
   await sock.bind(opts.addr ?? "tcp://127.0.0.1:*");
   const received: string[] = [];
   void (async () => {
