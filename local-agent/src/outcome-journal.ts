@@ -157,6 +157,8 @@ export class OutcomeJournal {
       } catch {
         continue; // a torn last line from a crash mid-write: that outcome is re-executed
       }
+      // Valid JSON that is no object (null, a number) is no outcome either.
+      if (typeof e !== "object" || e === null) continue;
       if (typeof e.engine !== "string") {
         if (typeof e.acked === "number") unkeyed.delete(e.acked);
         else if (typeof e.seq === "number") unkeyed.add(e.seq);

@@ -101,12 +101,14 @@ export class TrainerSupervisor {
 
   /** Picks up a trainer left running by a previous agent process, or reports that it died meanwhile. */
   adopt(): void {
-    let saved: PidFile;
+    let parsed: unknown;
     try {
-      saved = JSON.parse(readFileSync(this.pidFile, "utf8")) as PidFile;
+      parsed = JSON.parse(readFileSync(this.pidFile, "utf8"));
     } catch {
       return;
     }
+    // Valid JSON that is no object (null, a number) names no trainer either.
+    const saved = (typeof parsed === "object" && parsed !== null ? parsed : {}) as PidFile;
     if (typeof saved.pid !== "number" || saved.pid <= 1) {
       rmSync(this.pidFile, { force: true });
       return;

@@ -44,6 +44,17 @@ describe("OutcomeJournal", () => {
     expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([{ seq: 5, incarnation: FIRST, outcome: { ok: true, detail: "x" } }]);
   });
 
+  it("skips a line of valid JSON that is no object (null, a number), as it skips a torn one", () => {
+    const j = new OutcomeJournal(dir.path, ENGINE_A);
+    j.record(5, FIRST, { ok: true, detail: "x" });
+    appendFileSync(join(dir.path, "outcomes.jsonl"), "null\n7\n");
+    j.record(6, FIRST, { ok: false, detail: "y" });
+    expect(new OutcomeJournal(dir.path, ENGINE_A).unacked()).toEqual([
+      { seq: 5, incarnation: FIRST, outcome: { ok: true, detail: "x" } },
+      { seq: 6, incarnation: FIRST, outcome: { ok: false, detail: "y" } },
+    ]);
+  });
+
   it("answers only for its own engine, keeps another engine's outcomes for when the host serves it again", () => {
     const a = new OutcomeJournal(dir.path, ENGINE_A);
     a.record(1, FIRST, { ok: true, detail: "A's result delivered" });

@@ -318,6 +318,18 @@ describe("TrainerSupervisor", () => {
     expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
   });
 
+  it("takes a pid file of valid JSON that is no object (null, a number) for none, and removes it", () => {
+    mkdirSync(join(dir.path, "state"), { recursive: true });
+    for (const text of ["null", "7", '"x"']) {
+      writeFileSync(join(dir.path, "state", "trainer.json"), text);
+      const s = supervisor();
+      expect(() => s.adopt()).not.toThrow();
+      expect(s.status()).toMatchObject({ pid: null });
+      expect(existsSync(join(dir.path, "state", "trainer.json"))).toBe(false);
+    }
+    expect(exits).toEqual([]);
+  });
+
   it("adopts by the start /proc gave the trainer, whatever the agent's clock said", async () => {
     // An agent whose clock is a day off: its note's started_at is no use to recognise the trainer.
     const first = supervisor({ clock: new ManualClock(Date.now() - 86_400_000) });
