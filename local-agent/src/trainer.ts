@@ -123,7 +123,7 @@ export class TrainerSupervisor {
       return;
     }
     this.opts.logger.info(`adopting trainer pid ${saved.pid} (started ${new Date(saved.started_at).toISOString()}), left running by a previous agent`);
-    const exited = this.watchGroup(saved.pid).then(() => ({ code: null, signal: null }));
+    const exited = this.watchLeader(saved.pid).then(() => ({ code: null, signal: null }));
     const running: Running = { pid: saved.pid, startedAt: saved.started_at, seq: saved.seq, incarnation: saved.incarnation, child: null, exited, stopping: null };
     this.current = running;
     void exited.then((e) => this.onExit(running, e.code, e.signal));
@@ -225,10 +225,17 @@ export class TrainerSupervisor {
     return { ok: true, detail };
   }
 
-  /** SIGTERM to the whole group, SIGKILL after the grace period. Idempotent: no trainer is success. */
+  /**
+   * SIGTERM to the whole group, SIGKILL after the grace period. Idempotent: no trainer is success,
+   * once what a trainer that exited on its own left in its group is gone too (endLeftovers).
+   */
   stop(reason: string): Promise<StopOutcome> {
     const c = this.current;
-    if (c === null) return Promise.resolve({ ok: true, detail: "no trainer was running", exit_code: null, signal: null });
+    if (c === null) {
+      const none: StopOutcome = { ok: true, detail: "no trainer was running", exit_code: null, signal: null };
+      const left = this.leftovers;
+      return left === null ? Promise.resolve(none) : left.then(() => ({ ...none, detail: "no trainer was running; the processes the last one left in its group were stopped" }));
+    }
     c.stopping ??= this.terminate(c, reason);
     return c.stopping;
   }
@@ -309,9 +316,13 @@ export class TrainerSupervisor {
     while (groupAlive(pgid) && this.opts.clock.now() - killedAt < LEFTOVER_KILL_WAIT_MS) await this.opts.clock.sleep(POLL_MS);
   }
 
-  /** For an adopted trainer (not our child): polls until its process group is gone. */
-  private async watchGroup(pid: number): Promise<void> {
-    while (groupAlive(pid) && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
+  /**
+   * For an adopted trainer (not our child): polls until it has exited, as a child's exit event
+   * would say: its leader gone, whatever it left in its group (onExit stops those), or the whole
+   * group gone.
+   */
+  private async watchLeader(pid: number): Promise<void> {
+    while (groupAlive(pid) && processStartedAt(pid) !== "gone" && !this.closed.signal.aborted) await this.opts.clock.sleep(500, this.closed.signal);
     if (this.closed.signal.aborted) await new Promise<never>(() => {}); // the agent stopped: nothing more to report
   }
 }

@@ -432,3 +432,57 @@ describe("TrainerLog", () => {
     expect(new TrainerLog(join(dir.path, "none")).tail()).toBe("");
   });
 });
+
+describe("a trainer's leftovers", () => {
+  /** SIGKILLs the group `pgid` after the test, whatever the test left of it. */
+  const killGroup = (pgid: number): void => {
+    try {
+      process.kill(-pgid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  };
+
+  it("an adopted trainer whose leader dies while a helper runs is reported, and the helper stopped, as for a trainer the agent started", async () => {
+    const command = ["sh", "-c", 'sleep 300 & echo "helper pid $!"; while :; do sleep 0.05; done'];
+    const first = supervisor({ command });
+    expect((await first.start("x: 1", 4, "inc-1"))?.ok).toBe(true);
+    const pid = first.status().pid as number;
+    try {
+      const helper = Number((await waitUntil(() => /helper pid (\d+)/.exec(logText()), "the helper to start"))[1]);
+      // The agent goes away (as if SIGKILLed); the next one adopts the trainer.
+      first.close();
+      supervisors.splice(supervisors.indexOf(first), 1);
+      const second = supervisor({ command });
+      second.adopt();
+      expect(second.status()).toMatchObject({ state: "running", pid });
+      // The trainer itself dies (the OOM killer); its helper lives on in its group.
+      process.kill(pid, "SIGKILL");
+      await waitUntil(() => exits.length > 0, "the adopted trainer's exit to be reported");
+      expect(exits[0]).toMatchObject({ exit_code: null, signal: null, start_seq: 4, start_incarnation: "inc-1" });
+      expect(exits[0]!.detail).toMatch(/sent SIGTERM to the processes it left in its group/);
+      await waitUntil(() => !processAlive(helper), "the helper to be stopped");
+      expect(second.status()).toMatchObject({ state: "exited", pid: null });
+    } finally {
+      killGroup(pid);
+    }
+  });
+
+  it("a stop after the trainer exited on its own is done only once what it left in its group is gone", async () => {
+    // The trainer exits at once, leaving a helper that ignores SIGTERM: it is SIGKILLed after the grace period.
+    const s = supervisor({ command: ["sh", "-c", `sh -c 'trap "" TERM; echo "helper pid $$"; while :; do sleep 0.05; done' & sleep 0.3; exit 2`], graceMs: 1000 });
+    expect((await s.start("x: 1", 1))?.ok).toBe(true);
+    const pid = s.status().pid as number;
+    try {
+      const helper = Number((await waitUntil(() => /helper pid (\d+)/.exec(logText()), "the helper to start"))[1]);
+      await waitUntil(() => exits.length > 0, "the trainer's exit to be reported");
+      expect(processAlive(helper)).toBe(true);
+      const stopped = await s.stop("engine stopped");
+      expect(stopped).toMatchObject({ ok: true, detail: "no trainer was running; the processes the last one left in its group were stopped" });
+      expect(processAlive(helper)).toBe(false);
+    } finally {
+      killGroup(pid);
+    }
+  });
+});
+
