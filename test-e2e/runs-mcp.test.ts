@@ -133,7 +133,10 @@ describe("rl_* tools through the MCP client", () => {
     expect(test).toMatchObject({ status: "pending", environment: "gsm8k" });
     expect(await ok(mcp, "rl_test_inference", { test_id: test["test_id"] })).toMatchObject({ test_id: test["test_id"], status: "pending" });
     expect(await ok(mcp, "rl_get_inference_test", { test_id: test["test_id"] })).toMatchObject({ test_id: test["test_id"], status: "pending" });
-    expect(await call(mcp, "rl_test_inference", {})).toMatchObject({ isError: true, structuredContent: { error: "invalid_request" } });
+    // No models: the seed's three, on OpenRouter, as hermes-agent's tool tests them.
+    const seeds = await ok(mcp, "rl_test_inference", {});
+    expect(seeds).toMatchObject({ status: "pending", request: { models: ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"].map((model) => ({ model, base_url: "https://openrouter.ai/api/v1" })) } });
+    expect(await call(mcp, "rl_test_inference", { models: [] })).toMatchObject({ isError: true });
 
     expect(await ok(mcp, "rl_stop_training", { run_id: runId, reason: "enough" })).toMatchObject({ status: "stopping" });
     await agent.reportRun(runId, { status: "stopped", processes: [{ name: "trainer", order: 0, state: "stopped", pid: 4242, signal: "SIGTERM" }] });
