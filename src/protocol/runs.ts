@@ -326,9 +326,9 @@ export type InferenceModel = z.infer<typeof InferenceModel>;
  * Where the seed (hermes-agent's rl_training_tool) ran its inference tests: OpenRouter, with the
  * key in OPENROUTER_API_KEY. A model named by its id alone is called there, as in the seed.
  */
-export const OPENROUTER = { base_url: "https://openrouter.ai/api/v1", api_key_env: "OPENROUTER_API_KEY" } as const;
+const OPENROUTER = { base_url: "https://openrouter.ai/api/v1", api_key_env: "OPENROUTER_API_KEY" } as const;
 /** The seed's test models, small, medium and large, tested when a request names none. */
-export const SEED_TEST_MODELS: readonly string[] = ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"];
+const SEED_TEST_MODELS: readonly string[] = ["qwen/qwen3-8b", "zhipu-ai/glm-4-flash", "minimax/minimax-m1"];
 
 const ModelById = z
   .string()
