@@ -109,8 +109,10 @@ describe("Python's NaN and Infinity, as json.dumps writes them", () => {
       const body = `{"client_uuid": "c1", "episode_uuid": "${episode_uuid}", "task_id": "t1", "workflow_output": {"reward": ${reward}, "is_success": false, "metadata": {"task_id": "t1"}, "log_metrics": {}}}`;
       const r = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body });
       expect([reward, r.status, r.json?.["error"]]).toEqual([reward, 422, "invalid_request"]);
-      expect(String(r.json?.["detail"])).toContain("workflow_output.reward");
+      expect(String(r.json?.["detail"])).toContain("workflow_output.reward: must be a finite number or a list of finite numbers");
     }
+    const text = await raw(`/e/${e.name}/end_episode`, { token: e.tokens.client, body: JSON.stringify({ client_uuid: "c1", episode_uuid, task_id: "t1", workflow_output: { reward: "1", metadata: { task_id: "t1" } } }) });
+    expect([text.status, text.json?.["detail"]]).toEqual([422, "workflow_output.reward: must be a finite number or a list of finite numbers"]);
     expect(await snapshot(e)).toEqual(before);
   });
 

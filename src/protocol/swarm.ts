@@ -76,7 +76,11 @@ const MAX_REWARD = 1e15;
 export const Reward = z.number().min(-MAX_REWARD, `must be within ±${MAX_REWARD}`).max(MAX_REWARD, `must be within ±${MAX_REWARD}`);
 
 export const WorkflowOutput = z.object({
-  reward: z.union([Reward, z.array(Reward)]).nullable().default(null),
+  // zod names a union that fits no branch only "Invalid input": say what a reward may be.
+  reward: z
+    .union([Reward, z.array(Reward)], { error: (issue) => (issue.code === "invalid_union" ? "must be a finite number or a list of finite numbers" : undefined) })
+    .nullable()
+    .default(null),
   is_success: z.boolean().nullable().default(null),
   metadata: z.record(z.string(), z.unknown()).default({}),
   log_metrics: z.record(z.string(), z.unknown()).default({}),
