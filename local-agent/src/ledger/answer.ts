@@ -64,7 +64,12 @@ export function wholeAnswer(endpoint: RelayEndpoint, answer: Obj): AnswerParts {
   return { message, finishReason: typeof finish === "string" ? finish : null, usage: usageOf(answer["usage"]), error: errorOf(answer) };
 }
 
-const REASONING_FIELDS = ["reasoning_content", "reasoning"] as const;
+/**
+ * Text a delta carries beside its content, concatenated as content is: a thinking model's
+ * reasoning, by the field it came in (vLLM's `reasoning_content`, or `reasoning`, vLLM's newer
+ * name and OpenRouter's), and OpenAI's `refusal`.
+ */
+const TEXT_FIELDS = ["reasoning_content", "reasoning", "refusal"] as const;
 
 type ToolCallParts = { id: string; type: string | null; name: string; arguments: string };
 
@@ -72,8 +77,8 @@ type ToolCallParts = { id: string; type: string | null; name: string; arguments:
 export class StreamAssembly {
   private role: string | null = null;
   private content = "";
-  /** A thinking model's reasoning, by the field it came in: vLLM's `reasoning_content`, or `reasoning` (vLLM's newer name, OpenRouter's). */
-  private readonly reasoning = new Map<string, string>();
+  /** The delta's other text, by field (TEXT_FIELDS). */
+  private readonly texts = new Map<string, string>();
   private readonly toolCalls = new Map<number, ToolCallParts>();
   private finishReason: string | null = null;
   private usage: Usage | null = null;
@@ -97,9 +102,9 @@ export class StreamAssembly {
     if (!isRecord(delta)) return;
     if (typeof delta["role"] === "string") this.role = delta["role"];
     if (typeof delta["content"] === "string") this.content += delta["content"];
-    for (const field of REASONING_FIELDS) {
+    for (const field of TEXT_FIELDS) {
       const r = delta[field];
-      if (typeof r === "string") this.reasoning.set(field, (this.reasoning.get(field) ?? "") + r);
+      if (typeof r === "string") this.texts.set(field, (this.texts.get(field) ?? "") + r);
     }
     if (Array.isArray(delta["tool_calls"])) for (const tc of delta["tool_calls"]) this.mergeToolCall(tc);
   }
@@ -122,9 +127,9 @@ export class StreamAssembly {
     if (!this.sawChoice) return { message: null, finishReason: null, usage: this.usage, error: this.error };
     const message: Obj = { role: this.role ?? "assistant" };
     const calls = [...this.toolCalls.entries()].sort((a, b) => a[0] - b[0]).map(([, c]) => ({ id: c.id, type: c.type ?? "function", function: { name: c.name, arguments: c.arguments } }));
-    // As a whole answer has it: no text beside tool calls is null content.
-    message["content"] = this.content === "" && calls.length > 0 ? null : this.content;
-    for (const [field, text] of this.reasoning) message[field] = text;
+    // As a whole answer has it: no text beside tool calls or a refusal is null content.
+    message["content"] = this.content === "" && (calls.length > 0 || (this.texts.get("refusal") ?? "") !== "") ? null : this.content;
+    for (const [field, text] of this.texts) message[field] = text;
     if (calls.length > 0) message["tool_calls"] = calls;
     return { message, finishReason: this.finishReason, usage: this.usage, error: this.error };
   }
