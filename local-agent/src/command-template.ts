@@ -60,11 +60,13 @@ const PLACEHOLDER = /\{([a-z_]+)\}/g;
 const SHELL_SAFE = /^[A-Za-z0-9._:@+=,/%-]*$/;
 
 /**
- * An option that makes a program run its argument as code: a shell's `-c` (`-lc`, `-ec`), which
- * wrappers pass on to one (`flock -c`, `script -c`, `su -c`); Python's `-c`; `-e` of node, perl
- * and ruby; `--eval`, `--command`.
+ * An option that may make a program run its argument as code: a shell's `-c` (`-lc`, `-ec`),
+ * which wrappers pass on to one (`flock -c`, `script -c`, `su -c`); Python's `-c`, also with the
+ * code in the same word (`-c'...'`); `-e` and `-E` of node, perl and ruby, bundled too (perl's
+ * `-le`, `-ne`); node's `-p`; `--eval`, `--command`, `--print`, `--exec(ute)`, also with `=`. A
+ * short option bundle counts once any of those letters is in it.
  */
-const CODE_OPTION = /^(-[A-Za-z]*c[A-Za-z]*|-e|--eval|--command)$/;
+const CODE_OPTION = /^(-[A-Za-z]*[ceEp]|--(eval|command|print|exec|execute)(=|$))/;
 
 /**
  * Whether the command may run code of its own words (`sh -c '...'`, directly or through any

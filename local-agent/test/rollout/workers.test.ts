@@ -57,7 +57,17 @@ describe("RolloutWorkers", () => {
     expect(w.report()).toBeNull();
     // Through programs that hand their -c to a shell themselves, or run it as code of their own:
     // only a shell's own name followed by -c was recognised, and these ran the sender's commands.
-    for (const template of [`flock ${join(dir.path, "lock")} -c 'echo job={job_session}'`, `script -q -c 'echo job={job_session}' /dev/null`, `python3 -c 'print("{job_session}")'`]) {
+    // Also with the option bundled (perl's -le), another letter (node's -p), a long option with
+    // `=`, or the code in the option's own word.
+    for (const template of [
+      `flock ${join(dir.path, "lock")} -c 'echo job={job_session}'`,
+      `script -q -c 'echo job={job_session}' /dev/null`,
+      `python3 -c 'print("{job_session}")'`,
+      `perl -le 'print "job={job_session}"'`,
+      `node -p '"job={job_session}"'`,
+      `node --eval='console.log("job={job_session}")'`,
+      `python3 -c'print("{job_session}")'`,
+    ]) {
       const wrapped = workers({ command: parseRolloutCommand(template) });
       expect(await wrapped.start(cmd(`x; touch ${pwned}; echo`), 1), template).toMatchObject({ ok: false, detail: expect.stringContaining("may run it as code") });
       expect(wrapped.report(), template).toBeNull();
