@@ -34,6 +34,8 @@ export async function clearSessions(
       headers: { "content-type": "application/json", ...(basic === null ? {} : { authorization: `Basic ${Buffer.from(basic).toString("base64")}` }) },
       body: JSON.stringify({ session_ids: body.session_ids, reason: body.reason, group_ids: body.group_ids }),
       signal: AbortSignal.any([deadline, opts.stop]),
+      // A redirect followed is a GET of another page, the sessions gone from it: its 2xx cleared nothing.
+      redirect: "manual",
     });
     const text = shown((await res.text()).slice(0, 500));
     if (!res.ok) return { ok: false, detail: `the inference upstream answered ${res.status} to clearing ${what}: ${text}` };

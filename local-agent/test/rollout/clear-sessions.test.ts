@@ -17,7 +17,7 @@ async function upstream(answer: (req: IncomingMessage, res: ServerResponse) => v
     let text = "";
     req.on("data", (d: Buffer) => (text += d.toString()));
     req.on("end", () => {
-      seen.push({ method: req.method ?? "", url: req.url ?? "", body: JSON.parse(text) as unknown });
+      seen.push({ method: req.method ?? "", url: req.url ?? "", body: text === "" ? null : (JSON.parse(text) as unknown) });
       answer(req, res);
     });
   });
@@ -44,6 +44,14 @@ describe("clearSessions", () => {
   it("reports an error status in a failed ack", async () => {
     const up = await upstream((_q, res) => res.writeHead(503).end("busy"));
     expect(await clearSessions(up.url, body, opts)).toEqual({ ok: false, detail: "the inference upstream answered 503 to clearing 2 sessions of 1 group (incomplete_group_ttl): busy" });
+  });
+
+  it("acks a redirect as failed, without following it: a page it leads to cleared nothing", async () => {
+    // A login page or a moved admin API in front of the proxy: fetch followed the 302 as a GET of
+    // the page, without the sessions, and acked its 200 as "cleared".
+    const up = await upstream((q, res) => (q.url === "/admin/clear_sessions" ? res.writeHead(302, { location: "/login" }).end() : res.writeHead(200).end("sign in")));
+    expect(await clearSessions(up.url, body, opts)).toEqual({ ok: false, detail: "the inference upstream answered 302 to clearing 2 sessions of 1 group (incomplete_group_ttl): " });
+    expect(up.seen.map((s) => `${s.method} ${s.url}`)).toEqual(["POST /admin/clear_sessions"]);
   });
 
   it("gives up on an unreachable upstream at once and on a silent one at the deadline", async () => {
