@@ -44,7 +44,8 @@ export type RolloutWorkersOptions = {
 /** `incarnation`: the engine's whose command started them; undefined for workers adopted from a pid file written without it. */
 type Current = { proc: RunProcess; seq: number; incarnation: Incarnation | undefined; jobSession: string; groupSize: number };
 /** `proc_started_at`: the workers' start as /proc told it (RunProcess.procStartedAt); absent without /proc and in older notes, whose started_at was taken just after the spawn. */
-type PidFile = { pid: number; seq: number; incarnation?: Incarnation; job_session: string; group_size: number; started_at: number; proc_started_at?: number };
+/** `ended`: how the workers ended on their own, kept for the next agent's heartbeat (a repeated start brings them back: docs/buffer.md). */
+type PidFile = { pid: number; seq: number; incarnation?: Incarnation; job_session: string; group_size: number; started_at: number; proc_started_at?: number; ended?: string };
 
 export class RolloutWorkers {
   private current: Current | null = null;
@@ -78,17 +79,29 @@ export class RolloutWorkers {
     return e === null ? null : { state: "exited", pid: e.pid, job_session: headOf(e.jobSession, 256), detail: headOf(`${e.detail}; see ${this.logPath} on the host`, 1000) };
   }
 
-  /** Finds workers left running by a previous agent process. */
+  /**
+   * Finds workers left running by a previous agent process, or that ended on their own since a
+   * previous agent started them: the heartbeat says so, as that agent's would have.
+   */
   adopt(): void {
-    let saved: PidFile;
+    let parsed: unknown;
     try {
-      saved = JSON.parse(readFileSync(this.pidFile, "utf8")) as PidFile;
+      parsed = JSON.parse(readFileSync(this.pidFile, "utf8"));
     } catch {
       return;
     }
+    const saved = (typeof parsed === "object" && parsed !== null ? parsed : {}) as PidFile;
+    const ended = (detail: string): void => {
+      if (typeof saved.job_session === "string") this.endedAlone = { pid: typeof saved.pid === "number" ? saved.pid : null, jobSession: saved.job_session, detail };
+    };
+    if (typeof saved.ended === "string") return ended(saved.ended);
     const proc = typeof saved.pid === "number" && saved.pid > 1 ? RunProcess.adopt("rollout-workers", 0, saved.pid, notedStart(saved.proc_started_at, saved.started_at), this.logPath, this.o.clock) : null;
     // A pid that names another process now (a reboot since) is not the workers: left alone.
     if (proc === null || proc.gone) {
+      if (proc !== null) {
+        ended("rollout workers ended while no agent was running; their exit status is unknown");
+        if (this.endedAlone !== null) return this.noteEnded(saved);
+      }
       rmSync(this.pidFile, { force: true });
       return;
     }
@@ -193,7 +206,14 @@ export class RolloutWorkers {
     this.o.logger.warn(`rollout workers pid ${c.proc.pid} ${c.proc.howItEnded()}; see ${this.logPath}`);
     this.endedAlone = { pid: c.proc.pid, jobSession: c.jobSession, detail: `rollout workers ${c.proc.howItEnded()}` };
     this.current = null;
-    rmSync(this.pidFile, { force: true });
+    this.noteEnded({ pid: c.proc.pid ?? 0, seq: c.seq, ...(c.incarnation === undefined ? {} : { incarnation: c.incarnation }), job_session: c.jobSession, group_size: c.groupSize, started_at: 0 });
     return null;
+  }
+
+  /** Keeps how the workers ended (endedAlone) in place of their pid note, for the next agent: a pid in it is never signalled. */
+  private noteEnded(saved: PidFile): void {
+    const e = this.endedAlone;
+    if (e === null) return;
+    notePid(this.pidFile, JSON.stringify({ ...saved, ended: e.detail } satisfies PidFile), "how the rollout workers ended", this.o.logger);
   }
 }

@@ -164,6 +164,36 @@ describe("RolloutWorkers", () => {
     expect(existsSync(join(dir.path, "state", "rollout-workers.json"))).toBe(false);
   });
 
+  it("reports, after a restart of the agent, workers that ended on their own, so that the job's next start brings them back", async () => {
+    // Ended while no agent ran: the restarted agent found them gone and said nothing of them, and
+    // the engine took the trainer's next start_rollout for a repeat (docs/buffer.md).
+    const first = workers();
+    expect((await first.start(cmd("job-1"), 1))?.ok).toBe(true);
+    const pid = first.status().pid as number;
+    process.kill(-pid, "SIGKILL");
+    await waitUntil(() => !groupAlive(pid), "the workers' group to be gone");
+    const second = workers();
+    second.adopt();
+    expect(second.status().running).toBe(false);
+    expect(second.report()).toEqual({ state: "exited", pid, job_session: "job-1", detail: expect.stringContaining("ended while no agent was running") });
+    // Ended while an agent ran, which was then restarted, and restarted again: still said.
+    for (const _restart of [1, 2]) {
+      const next = workers();
+      next.adopt();
+      expect(next.report()).toMatchObject({ state: "exited", pid, job_session: "job-1" });
+    }
+    const seen = workers({ command: ["sh", "-c", "exit 7"] });
+    expect((await seen.start(cmd("job-2"), 2))?.ok).toBe(true);
+    await waitUntil(() => seen.report()?.state === "exited", "the agent to see the workers exit");
+    const after = workers();
+    after.adopt();
+    expect(after.report()).toMatchObject({ state: "exited", job_session: "job-2", detail: expect.stringContaining("exited with code 7") });
+    expect(RolloutWorkersStatus.safeParse(after.report()).success).toBe(true);
+    // A new start clears it.
+    expect((await after.start(cmd("job-3"), 3))?.ok).toBe(true);
+    expect(after.report()).toMatchObject({ state: "running", job_session: "job-3" });
+  });
+
   it("adopts workers left running by a previous agent instead of starting a second set", async () => {
     const first = workers();
     await first.start(cmd("job-1"), 1);
