@@ -43,8 +43,10 @@ export type RolloutWorkersOptions = {
 
 /** `incarnation`: the engine's whose command started them; undefined for workers adopted from a pid file written without it. */
 type Current = { proc: RunProcess; seq: number; incarnation: Incarnation | undefined; jobSession: string; groupSize: number };
-/** `proc_started_at`: the workers' start as /proc told it (RunProcess.procStartedAt); absent without /proc and in older notes, whose started_at was taken just after the spawn. */
-/** `ended`: how the workers ended on their own, kept for the next agent's heartbeat (a repeated start brings them back: docs/buffer.md). */
+/**
+ * `proc_started_at`: the workers' start as /proc told it (RunProcess.procStartedAt); absent without /proc and in older notes, whose started_at was taken just after the spawn.
+ * `ended`: how the workers ended on their own, kept for the next agent's heartbeat (a repeated start brings them back: docs/buffer.md).
+ */
 type PidFile = { pid: number; seq: number; incarnation?: Incarnation; job_session: string; group_size: number; started_at: number; proc_started_at?: number; ended?: string };
 
 export class RolloutWorkers {
